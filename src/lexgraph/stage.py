@@ -1,0 +1,65 @@
+"""Shared plumbing for the thin stage drivers in ``stages/``.
+
+A driver is::
+
+    from lexgraph.stage import run_stage
+
+    def main(args, base, params): ...
+
+    if __name__ == "__main__":
+        run_stage("bm25", main, configure_parser)
+
+``run_stage`` parses the command line (paths), loads ``params.yaml`` section + base,
+seeds everything, configures logging and turns :class:`LexgraphError` into one line
+on stderr with exit status 2 (outputs are written atomically, so nothing is left
+half-written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Callable
+
+from lexgraph.config import Base, load_params, seed_everything
+from lexgraph.errors import LexgraphError
+
+log = logging.getLogger("lexgraph")
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("httpx", "urllib3", "filelock", "fsspec", "datasets", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def run_stage(
+    section: str,
+    main: Callable[[argparse.Namespace, Base, dict], None],
+    configure: Callable[[argparse.ArgumentParser], None],
+    argv: list[str] | None = None,
+) -> int:
+    parser = argparse.ArgumentParser(description=(main.__doc__ or "").strip() or None)
+    parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
+    configure(parser)
+    args = parser.parse_args(argv)
+    try:
+        base, params = load_params(section, args.params)
+        setup_logging(base.log_level)
+        seed_everything(base.seed)
+        start = time.perf_counter()
+        main(args, base, params)
+        log.info("stage %s done in %.1f s", section, time.perf_counter() - start)
+    except LexgraphError as exc:
+        print(f"lexgraph {section}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"lexgraph {section}: interrupted", file=sys.stderr)
+        return 130
+    return 0
