@@ -1,0 +1,1 @@
+"""Data: the BSARD schema, fetching (sample | hub | local) and cleaning."""

@@ -1,0 +1,240 @@
+"""The ``clean`` stage: raw BSARD-schema tables → clean articles, headings, questions.
+
+- Text: Unicode NFC, hard-wrapped lines unwrapped (a single newline inside a paragraph
+  becomes a space; blank lines separate paragraphs, kept as one ``\\n``), whitespace
+  collapsed, amendment artefacts removed (Justel's ``<L 2006-05-10/33, art. 3, 004; En
+  vigueur : …>`` notes and ``[1 … ]1`` insertion markers, "Alinéa abrogé" items).
+- Articles that end up empty, that are only a repeal notice ("(Abrogé)"), or shorter
+  than ``clean.min_words`` words are dropped, each with its reason in ``metrics/data.json``.
+- Hierarchy: one heading node per distinct *path* (the sequence of non-empty hierarchy
+  values from the top level down), so two sections both called "Dispositions
+  générales" under different titles are different nodes.
+- Questions: ``article_ids`` parsed to a list of ints (duplicates removed, order kept);
+  an id absent from the raw corpus is an error; an id whose article was dropped is
+  removed (and counted); questions left without any relevant article are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections import Counter
+
+import polars as pl
+
+from lexgraph.data.schema import HIERARCHY_LEVELS
+from lexgraph.errors import DataError
+
+log = logging.getLogger(__name__)
+
+_JUSTEL_NOTE = re.compile(r"<\s*(?:L|W|AR|A|DCE|DRW|ORD|DCFR|DWG|ARR|AGW|AGCF|DECR)[ .][^<>]{0,400}?>")
+_INSERTION_OPEN = re.compile(r"\[\d+\s*")
+_INSERTION_CLOSE = re.compile(r"\s*\]\d+")
+_REPEALED_ITEM = re.compile(r"^\s*(?:\d+°|[a-z]\))?\s*(?:Alinéa|Paragraphe|Disposition)s?\s+abrogée?s?\s*[;.]?\s*$", re.I)
+_REPEAL_NOTICE = re.compile(r"^\W*(?:article\s+)?(?:abrogée?s?|supprimée?s?|\[?abrogé\]?)(?:\s+par\b.*)?\W*$", re.I)
+
+
+def clean_text(text: str | None) -> tuple[str, int]:
+    """Return ``(clean text, number of artefacts removed)``."""
+    if not text:
+        return "", 0
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\u00a0", " ").replace("\u202f", " ").replace("\t", " ")
+    artefacts = 0
+    text, n = _JUSTEL_NOTE.subn(" ", text)
+    artefacts += n
+    text, n = _INSERTION_OPEN.subn("", text)
+    artefacts += n
+    text, n = _INSERTION_CLOSE.subn("", text)
+    artefacts += n
+    paragraphs = []
+    for para in re.split(r"\n\s*\n", text):
+        para = " ".join(para.split())
+        if not para:
+            continue
+        if _REPEALED_ITEM.match(para):
+            artefacts += 1
+            continue
+        paragraphs.append(para)
+    return "\n".join(paragraphs), artefacts
+
+
+def is_repeal_notice(text: str) -> bool:
+    return bool(_REPEAL_NOTICE.match(text))
+
+
+def hierarchy_path(row: dict) -> list[tuple[str, str]]:
+    """Non-empty hierarchy values from the top, as ``(level_name, value)``."""
+    out = []
+    for level in HIERARCHY_LEVELS:
+        value = row.get(level)
+        if value is None:
+            continue
+        value = " ".join(unicodedata.normalize("NFC", str(value)).split())
+        if value:
+            out.append((level, value))
+    return out
+
+
+def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
+    """Return (articles, headings, stats) from the raw corpus table."""
+    dup = raw["id"].is_duplicated().arg_true()
+    if len(dup):
+        row = int(dup[0])
+        raise DataError(path, f"duplicate article id {raw['id'][row]}; ids must be unique", row=row + 1, column="id")
+    dropped: Counter = Counter()
+    artefacts = 0
+    heading_index: dict[tuple[str, ...], int] = {}
+    headings: list[dict] = []
+    rows = []
+    for rec in raw.sort("id").iter_rows(named=True):
+        text, n = clean_text(rec["article"])
+        artefacts += n
+        if not text:
+            dropped["empty"] += 1
+            continue
+        if drop_repealed and is_repeal_notice(text):
+            dropped["repealed"] += 1
+            continue
+        if len(text.split()) < min_words:
+            dropped["too_short"] += 1
+            continue
+        levels = hierarchy_path(rec)
+        values = tuple(v for _, v in levels)
+        for depth in range(1, len(values) + 1):
+            key = values[:depth]
+            if key not in heading_index:
+                heading_index[key] = len(headings)
+                headings.append(
+                    {
+                        "heading_id": len(headings),
+                        "parent_id": heading_index[key[:-1]] if depth > 1 else -1,
+                        "level": depth,
+                        "level_name": levels[depth - 1][0],
+                        "label": key[-1],
+                        "path": list(key),
+                        "text": key[-1],
+                    }
+                )
+        reference = " ".join((rec.get("reference") or "").split()) or f"Art. id {rec['id']}"
+        rows.append(
+            {
+                "id": rec["id"],
+                "article": text,
+                "reference": reference,
+                "path": list(values),
+                "heading_id": heading_index[values] if values else -1,
+            }
+        )
+    articles = pl.DataFrame(
+        rows,
+        schema={"id": pl.Int64, "article": pl.Utf8, "reference": pl.Utf8, "path": pl.List(pl.Utf8), "heading_id": pl.Int64},
+    )
+    heads = pl.DataFrame(
+        headings,
+        schema={
+            "heading_id": pl.Int64,
+            "parent_id": pl.Int64,
+            "level": pl.Int64,
+            "level_name": pl.Utf8,
+            "label": pl.Utf8,
+            "path": pl.List(pl.Utf8),
+            "text": pl.Utf8,
+        },
+    )
+    stats = {"in": raw.height, "out": articles.height, "dropped": dict(sorted(dropped.items())), "artefacts_removed": artefacts}
+    return articles, heads, stats
+
+
+def parse_article_ids(value, path, row: int) -> list[int]:
+    if value is None or not str(value).strip():
+        raise DataError(path, "no relevant article ids; expected a comma-separated list of integers", row=row, column="article_ids")
+    out: list[int] = []
+    for part in str(value).replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise DataError(path, f"article id {part!r} is not an integer", row=row, column="article_ids") from None
+    return list(dict.fromkeys(out))
+
+
+def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_article_ids: set[int]):
+    """Return (questions, stats); the ``row`` in errors is the 1-based row of the raw table."""
+    out, stats = [], {}
+    removed_gold = 0
+    seen: dict[int, str] = {}
+    synthetic_offset = None
+    for i, rec in enumerate(raw.iter_rows(named=True), 1):
+        split = rec["split"]
+        st = stats.setdefault(split, {"in": 0, "out": 0, "dropped_no_gold": 0})
+        st["in"] += 1
+        qid = rec["id"]
+        if qid in seen:
+            if split == "synthetic":
+                # synthetic questions are numbered apart from the human ones
+                if synthetic_offset is None:
+                    synthetic_offset = max(raw["id"].max(), 0) + 1
+                qid = qid + synthetic_offset
+            else:
+                raise DataError(path, f"duplicate question id {qid} (already used in split '{seen[qid]}')", row=i, column="id")
+        seen[qid] = split
+        question = " ".join(unicodedata.normalize("NFC", rec["question"] or "").split())
+        if not question:
+            raise DataError(path, "empty question text", row=i, column="question")
+        ids = parse_article_ids(rec["article_ids"], path, i)
+        unknown = [a for a in ids if a not in raw_article_ids]
+        if unknown:
+            raise DataError(
+                path, f"question {rec['id']} cites article id(s) {unknown} that are not in the corpus", row=i, column="article_ids"
+            )
+        kept = [a for a in ids if a in kept_article_ids]
+        removed_gold += len(ids) - len(kept)
+        if not kept:
+            st["dropped_no_gold"] += 1
+            continue
+        st["out"] += 1
+        out.append(
+            {
+                "id": qid,
+                "question": question,
+                "category": rec.get("category"),
+                "subcategory": rec.get("subcategory"),
+                "extra_description": rec.get("extra_description") or "",
+                "article_ids": kept,
+                "split": split,
+            }
+        )
+    questions = pl.DataFrame(
+        out,
+        schema={
+            "id": pl.Int64,
+            "question": pl.Utf8,
+            "category": pl.Utf8,
+            "subcategory": pl.Utf8,
+            "extra_description": pl.Utf8,
+            "article_ids": pl.List(pl.Int64),
+            "split": pl.Utf8,
+        },
+    )
+    return questions, {"by_split": stats, "gold_ids_removed": removed_gold}
+
+
+def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: dict, paths=("articles", "questions")):
+    """Clean both tables; return (articles, headings, questions, stats for metrics/data.json)."""
+    articles, headings, art_stats = clean_articles(
+        raw_articles, paths[0], int(params.get("min_words", 3)), bool(params.get("drop_repealed", True))
+    )
+    questions, q_stats = clean_questions(
+        raw_questions, paths[1], set(raw_articles["id"].to_list()), set(articles["id"].to_list())
+    )
+    stats = {
+        "articles": art_stats,
+        "headings": {"nodes": headings.height, "by_level": dict(Counter(headings["level_name"].to_list()))},
+        "questions": q_stats,
+    }
+    log.info("clean: %d/%d articles kept, %d headings, %d questions", articles.height, raw_articles.height, headings.height, questions.height)
+    return articles, headings, questions, stats

@@ -1,0 +1,102 @@
+"""Build the embedded sample (``data/sample/``) from the French Code civil.
+
+The source (``../shared/data/code-civil-fr``: ``articles.jsonl``, ``headings.json``,
+``questions.jsonl``) is converted to BSARD's file layout and schema, keeping its ids
+and its train/dev/test splits, so that the ``sample`` fetch source reads it with the
+very code that reads a local copy of the hub.
+
+Hierarchy mapping: the sample has two levels, Livre and Titre. ``Livre`` goes to
+BSARD's ``book`` column and the level below it (a Titre, or "Dispositions
+générales") to ``act``; ``part`` stays empty (a missing level), the "Titre
+préliminaire" has no book (another missing level), and ``code`` is "Code civil". A heading value is "<label> : <heading text>",
+e.g. "Livre II : Des biens et des différentes modifications de la propriété".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
+from lexgraph.errors import DataError
+from lexgraph.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+CODE_NAME = "Code civil"
+
+
+def _level(label: str) -> str:
+    return "book" if label.startswith("Livre") else "act"
+
+
+def sample_articles(src: Path) -> pl.DataFrame:
+    headings = json.loads((src / "headings.json").read_text(encoding="utf-8"))
+    rows = []
+    path = src / "articles.jsonl"
+    with path.open(encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            rec = json.loads(line)
+            row = {c: None for c in ARTICLE_COLUMNS}
+            row.update(id=int(rec["id"]), article=rec["text"], law_type=None, code=CODE_NAME)
+            labels = []
+            for depth in range(1, len(rec["path"]) + 1):
+                key = "/".join(rec["path"][:depth])
+                label = rec["path"][depth - 1]
+                if key not in headings:
+                    raise DataError(src / "headings.json", f"no heading for path {key!r} (articles.jsonl line {line_no})")
+                row[_level(label)] = f"{label} : {headings[key]}"
+                labels.append(label)
+            row["reference"] = f"Art. {rec['number']}, {CODE_NAME} ({', '.join(labels)})"
+            row["description"] = " > ".join(
+                v for v in (row[c] for c in ("code", "book", "part", "act")) if v
+            )
+            rows.append(row)
+    return pl.DataFrame(rows, schema={c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS})
+
+
+def sample_questions(src: Path) -> dict[str, pl.DataFrame]:
+    by_split: dict[str, list[dict]] = {}
+    with (src / "questions.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            by_split.setdefault(rec["split"], []).append(
+                {
+                    "id": int(rec["id"]),
+                    "question": rec["question"],
+                    "category": rec.get("category"),
+                    "subcategory": rec.get("subcategory"),
+                    "extra_description": "",
+                    "article_ids": ",".join(str(i) for i in rec["article_ids"]),
+                }
+            )
+    schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in QUESTION_COLUMNS}
+    return {split: pl.DataFrame(rows, schema=schema) for split, rows in sorted(by_split.items())}
+
+
+def build_sample(src: str | Path, out: str | Path) -> None:
+    """Write ``articles.csv`` and ``questions_<split>.csv`` (BSARD's layout) into ``out``."""
+    src, out = Path(src), Path(out)
+    articles = sample_articles(src)
+    questions = sample_questions(src)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "articles.csv") as tmp:
+        articles.write_csv(tmp)
+    for split, df in questions.items():
+        with atomic_path(out / f"questions_{split}.csv") as tmp:
+            df.write_csv(tmp)
+    log.info("sample: %d articles, %s questions", articles.height, {s: d.height for s, d in questions.items()})
+
+
+if __name__ == "__main__":
+    import argparse
+
+    logging.basicConfig(level=logging.INFO)
+    parser = argparse.ArgumentParser(description="Rebuild data/sample from ../shared/data/code-civil-fr")
+    parser.add_argument("source")
+    parser.add_argument("out")
+    args = parser.parse_args()
+    build_sample(args.source, args.out)

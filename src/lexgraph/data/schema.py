@@ -1,0 +1,47 @@
+"""BSARD's schema, shared by the embedded sample, the hub and local copies.
+
+Corpus (hub config ``corpus``, file ``articles.csv``): one row per article with the
+columns below. The hierarchy columns, from the top, name the heading an article sits
+under at each level; any of them may be empty (missing level).
+
+Questions (hub config ``questions``, files ``questions_<split>.csv``): ``article_ids``
+is a comma-separated string of corpus ids.
+"""
+
+from __future__ import annotations
+
+HIERARCHY_LEVELS: tuple[str, ...] = (
+    "law_type",
+    "code",
+    "book",
+    "part",
+    "act",
+    "chapter",
+    "section",
+    "subsection",
+)
+
+ARTICLE_COLUMNS: tuple[str, ...] = ("id", "article", "reference", *HIERARCHY_LEVELS, "description")
+QUESTION_COLUMNS: tuple[str, ...] = (
+    "id",
+    "question",
+    "category",
+    "subcategory",
+    "extra_description",
+    "article_ids",
+)
+# Columns that must be present; the others are filled with nulls when absent.
+REQUIRED_ARTICLE_COLUMNS: tuple[str, ...] = ("id", "article")
+REQUIRED_QUESTION_COLUMNS: tuple[str, ...] = ("id", "question", "article_ids")
+
+SPLITS: tuple[str, ...] = ("train", "dev", "test", "synthetic")
+
+# Hub file layout (``maastrichtlawtech/bsard``), reproduced by a ``local`` directory.
+CORPUS_FILES: tuple[str, ...] = ("articles.csv", "articles_fr.csv")
+QUESTION_FILES: dict[str, tuple[str, ...]] = {
+    split: (f"questions_{split}.csv", f"questions_fr_{split}.csv") for split in SPLITS
+}
+NEGATIVE_FILES: dict[str, str] = {
+    "train": "negatives/bm25_negatives_train.json",
+    "synthetic": "negatives/bm25_negatives_synthetic.json",
+}

@@ -1,0 +1,34 @@
+"""clean: data/raw -> data/clean (articles, headings, questions) + metrics/data.json."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lexgraph.data.clean import clean
+from lexgraph.io import atomic_path, read_parquet, write_json
+
+
+def configure(parser):
+    parser.add_argument("--raw", default="data/raw", help="fetch's output directory")
+    parser.add_argument("--out", default="data/clean", help="output directory")
+    parser.add_argument("--metrics", default="metrics/data.json")
+
+
+def main(args, base, params):
+    raw = Path(args.raw)
+    articles_path, questions_path = raw / "articles.parquet", raw / "questions.parquet"
+    raw_articles = read_parquet(articles_path, ["id", "article"])
+    raw_questions = read_parquet(questions_path, ["id", "question", "article_ids", "split"])
+    articles, headings, questions, stats = clean(raw_articles, raw_questions, params, (articles_path, questions_path))
+    with atomic_path(args.out, directory=True) as tmp:
+        articles.write_parquet(tmp / "articles.parquet", statistics=False)
+        headings.write_parquet(tmp / "headings.parquet", statistics=False)
+        questions.write_parquet(tmp / "questions.parquet", statistics=False)
+    write_json(stats, args.metrics)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("clean", main, configure))

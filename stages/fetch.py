@@ -1,0 +1,26 @@
+"""fetch: BSARD (hub or local copy) or the embedded sample -> data/raw (BSARD schema, Parquet)."""
+
+from __future__ import annotations
+
+import sys
+
+from lexgraph.data.fetch import fetch
+from lexgraph.io import atomic_path
+
+
+def configure(parser):
+    parser.add_argument("--out", default="data/raw", help="output directory")
+
+
+def main(args, base, params):
+    articles, questions, negatives = fetch(params, base.seed)
+    with atomic_path(args.out, directory=True) as tmp:
+        articles.write_parquet(tmp / "articles.parquet", statistics=False)
+        questions.write_parquet(tmp / "questions.parquet", statistics=False)
+        negatives.write_parquet(tmp / "negatives.parquet", statistics=False)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("fetch", main, configure))
