@@ -79,7 +79,7 @@ def hierarchy_path(row: dict) -> list[tuple[str, str]]:
 
 def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
     """Return (articles, headings, stats) from the raw corpus table."""
-    dup = raw["id"].is_duplicated().arg_true()
+    dup = (~raw["id"].is_first_distinct()).arg_true()
     if len(dup):
         row = int(dup[0])
         raise DataError(path, f"duplicate article id {raw['id'][row]}; ids must be unique", row=row + 1, column="id")

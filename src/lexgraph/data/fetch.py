@@ -8,8 +8,8 @@ Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
   ``questions_{train,test,synthetic}.csv``, ``negatives/bm25_negatives_*.json``);
 - ``hub``: ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
   with configs ``corpus`` (split ``corpus``), ``questions`` (``train``, ``test``,
-  ``synthetic``) and ``negatives`` (``train``/``synthetic``, also accepted as
-  ``bm25_train``/``bm25_synthetic``).
+  ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
+  are downloaded as files.
 
 When a source has no dev split, one is carved from train deterministically (a hash of
 the seed and the normalised question text decides) and without leaks: questions with
@@ -171,6 +171,22 @@ def _load_config(repo: str, config: str, revision: str | None):
         raise LexgraphError(f"'{repo}' has no config '{config}' ({exc}); the hub layout may have changed") from exc
 
 
+def _hub_file(repo: str, rel: str, revision: str | None) -> Path | None:
+    """Download one file of the dataset repo (or take it from a local clone); None if absent."""
+    if Path(repo).is_dir():
+        path = Path(repo) / rel
+        return path if path.is_file() else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+
+    try:
+        return Path(hf_hub_download(repo, rel, repo_type="dataset", revision=revision))
+    except EntryNotFoundError:
+        return None
+    except (ConnectionError, TimeoutError, HfHubHTTPError) as exc:
+        raise _hub_error(repo, exc) from exc
+
+
 def _pick_split(dd, names: tuple[str, ...], repo: str, config: str, required: bool = True):
     for name in names:
         if name in dd:
@@ -204,19 +220,21 @@ def fetch_hub(repo: str, revision: str | None, synthetic: bool):
             questions[split] = conform(
                 _to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, f"{where} (questions/{split})"
             )
+    # The negatives are JSON files in a repo whose first config is CSV: `datasets` infers one
+    # builder (csv) for every config of such a repo, so they are downloaded and parsed directly.
     negatives = [empty_negatives()]
-    neg = _load_config(repo, "negatives", revision)
-    for split in ("train", "synthetic") if synthetic else ("train",):
-        ds = _pick_split(neg, (split, f"bm25_{split}"), repo, "negatives", required=False)
-        if ds is None:
-            log.warning("%s: no '%s' negatives split; continuing without", where, split)
+    for split, rel in NEGATIVE_FILES.items():
+        if split == "synthetic" and not synthetic:
             continue
-        table = _to_polars(ds)
-        if table.height == 1 and "question_id" not in table.columns:  # one row of {qid: [ids]} columns
-            obj = {c: table[c][0] for c in table.columns}
-        else:
-            obj = table.to_dicts()
-        negatives.append(_negatives_from_json(obj, split, f"{where} (negatives/{split})"))
+        path = _hub_file(repo, rel, revision)
+        if path is None:
+            log.warning("%s: no file %s; continuing without %s negatives", where, rel, split)
+            continue
+        try:
+            obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{where}/{rel}", f"not valid UTF-8 JSON ({exc})") from exc
+        negatives.append(_negatives_from_json(obj, split, f"{where}/{rel}"))
     return articles, questions, pl.concat(negatives)
 
 

@@ -1,0 +1,94 @@
+"""Shared fixtures: tiny BSARD-layout directories written by the tests themselves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HUB_README = """---
+configs:
+- config_name: corpus
+  data_files:
+  - split: corpus
+    path: articles.csv
+- config_name: questions
+  data_files:
+  - split: train
+    path: questions_train.csv
+  - split: test
+    path: questions_test.csv
+  - split: synthetic
+    path: questions_synthetic.csv
+- config_name: negatives
+  data_files:
+  - split: bm25_train
+    path: negatives/bm25_negatives_train.json
+  - split: bm25_synthetic
+    path: negatives/bm25_negatives_synthetic.json
+---
+# BSARD (local stand-in written by the tests)
+"""
+
+ARTICLES_CSV = """id,article,reference,law_type,code,book,part,act,chapter,section,subsection,description
+1,"Le propriétaire d'un mur mitoyen
+peut le faire exhausser.",Art. 1,regional,Code A,Livre 1,,,Chapitre 1,,,Code A
+2,"Tout propriétaire peut obliger son voisin au bornage de leurs propriétés contiguës.",Art. 2,regional,Code A,Livre 1,,,Chapitre 1,,,Code A
+3,"La réparation et la reconstruction du mur mitoyen sont à la charge de tous ceux qui y ont droit.",Art. 3,regional,Code A,Livre 1,,,Chapitre 2,,,Code A
+4,"Le bail est un contrat par lequel une partie s'oblige à faire jouir l'autre d'une chose.",Art. 4,federal,Code B,,,,,,,Code B
+5,"Le preneur est tenu de payer le prix du bail aux termes convenus.",Art. 5,federal,Code B,,,,,,,Code B
+"""
+
+QUESTIONS = {
+    "train": [
+        (1, "Qui paie la réparation du mur entre mon jardin et celui du voisin ?", "3,1"),
+        (2, "Mon voisin peut-il refuser le bornage ?", "2"),
+        (3, "Quand dois-je payer mon loyer ?", "5"),
+        (4, "Puis-je surélever le mur mitoyen ?", "1"),
+        (5, "Qu'est-ce qu'un bail ?", "4"),
+        (6, "Le voisin doit-il participer au bornage ?", "2"),
+    ],
+    "test": [(7, "Qui répare le mur mitoyen ?", "3"), (8, "Mon propriétaire peut-il exiger le loyer ?", "5,4")],
+    "synthetic": [(1, "mur mitoyen exhausser", "1"), (2, "bornage voisin", "2")],
+}
+
+
+def write_questions(path: Path, rows) -> None:
+    lines = ["id,question,category,subcategory,extra_description,article_ids"]
+    for qid, q, ids in rows:
+        lines.append(f'{qid},"{q}",Logement,Voisinage,,"{ids}"')
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_bsard_layout(root: Path, *, readme: bool = False) -> Path:
+    """The hub's file layout: articles.csv, questions_*.csv, negatives/*.json (+ README configs)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "articles.csv").write_text(ARTICLES_CSV, encoding="utf-8")
+    for split, rows in QUESTIONS.items():
+        write_questions(root / f"questions_{split}.csv", rows)
+    (root / "negatives").mkdir(exist_ok=True)
+    (root / "negatives" / "bm25_negatives_train.json").write_text(
+        json.dumps([{"question_id": 1, "article_ids": [2, 4]}, {"question_id": 2, "article_ids": [5]}]), encoding="utf-8"
+    )
+    (root / "negatives" / "bm25_negatives_synthetic.json").write_text(
+        json.dumps([{"question_id": 1, "article_ids": [3]}]), encoding="utf-8"
+    )
+    if readme:
+        (root / "README.md").write_text(HUB_README, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def bsard_dir(tmp_path) -> Path:
+    return write_bsard_layout(tmp_path / "bsard")
+
+
+@pytest.fixture
+def hub_dir(tmp_path, monkeypatch) -> Path:
+    """A local directory the `datasets` library loads exactly like the hub repo (configs in README)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    return write_bsard_layout(tmp_path / "hub", readme=True)

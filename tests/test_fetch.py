@@ -1,0 +1,132 @@
+"""fetch: the three sources, the dev carve, and bad inputs (clear errors, no outputs left)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+import yaml
+
+from lexgraph.data.fetch import carve_dev, fetch
+from lexgraph.errors import ConfigError, DataError, HubUnreachableError
+from tests.conftest import ROOT, write_questions
+
+PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
+
+
+def test_sample_source_reads_embedded_sample_with_its_ids_and_splits():
+    articles, questions, negatives = fetch({"source": "sample", "sample_dir": str(ROOT / "data/sample")}, seed=1)
+    assert articles.height == 2760
+    assert articles["id"].to_list() == list(range(1, 2761))
+    counts = dict(questions.group_by("split").len().iter_rows())
+    assert counts == {"train": 225, "dev": 39, "test": 66}
+    # ids kept from the source
+    first = questions.filter(pl.col("id") == 1).row(0, named=True)
+    assert first["split"] == "train" and first["article_ids"] == "1029,1094"
+    assert negatives.height == 0
+
+
+def test_local_source_carves_dev_and_reads_negatives(bsard_dir):
+    articles, questions, negatives = fetch({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True}, seed=3)
+    assert articles.height == 5 and articles["code"].to_list()[3] == "Code B"
+    splits = dict(questions.group_by("split").len().iter_rows())
+    assert splits["train"] + splits.get("dev", 0) == 6 and splits["test"] == 2 and splits["synthetic"] == 2
+    assert sorted(negatives.filter(pl.col("split") == "train")["question_id"].to_list()) == [1, 2]
+    assert negatives.filter(pl.col("split") == "synthetic")["article_ids"].to_list() == [[3]]
+
+
+def test_hub_source_through_datasets_load_dataset(hub_dir):
+    """The real `datasets.load_dataset` path, pointed at a local copy of the hub's layout."""
+    params = {**PARAMS, "source": "hub", "hub_repo": str(hub_dir), "synthetic": True}
+    articles, questions, negatives = fetch(params, seed=3)
+    local = fetch({**PARAMS, "local_dir": str(hub_dir), "synthetic": True}, seed=3)
+    assert articles.sort("id").equals(local[0].sort("id"))
+    assert questions.sort("split", "id").equals(local[1].sort("split", "id"))
+    assert negatives.sort("split", "question_id").equals(local[2].sort("split", "question_id"))
+
+
+def test_hub_unreachable_is_one_sentence(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubUnreachableError) as err:
+        fetch({**PARAMS, "source": "hub", "hub_repo": "maastrichtlawtech/bsard"}, seed=1)
+    msg = str(err.value)
+    assert "fetch.source=local" in msg and "\n" not in msg
+
+
+def test_dev_carve_is_deterministic_and_leak_free():
+    qs = [f"question numéro {i} ?" for i in range(200)] + ["Même texte ?"] * 5 + ["Déjà au test ?"]
+    train = pl.DataFrame({"id": list(range(len(qs))), "question": qs})
+    test = pl.DataFrame({"id": [999], "question": ["déjà   au TEST ?"]})
+    a_train, a_dev = carve_dev(train, test, 0.2, seed=7)
+    b_train, b_dev = carve_dev(train.reverse(), test, 0.2, seed=7)
+    assert sorted(a_dev["id"].to_list()) == sorted(b_dev["id"].to_list())  # order-independent
+    assert 20 < a_dev.height < 60
+    assert not set(a_train["question"]) & set(a_dev["question"])  # no text in both
+    assert "Déjà au test ?" not in a_dev["question"].to_list()
+    _, other = carve_dev(train, test, 0.2, seed=8)
+    assert sorted(other["id"].to_list()) != sorted(a_dev["id"].to_list())
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def test_unknown_source():
+    with pytest.raises(ConfigError, match="fetch.source.*expected one of sample, hub, local"):
+        fetch({**PARAMS, "source": "ftp"}, seed=1)
+
+
+def test_missing_column(bsard_dir):
+    text = (bsard_dir / "articles.csv").read_text(encoding="utf-8").replace("id,article,", "ident,article,", 1)
+    (bsard_dir / "articles.csv").write_text(text, encoding="utf-8")
+    with pytest.raises(DataError, match=r"articles\.csv: missing column\(s\) \['id'\]"):
+        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+
+
+def test_empty_file(bsard_dir):
+    (bsard_dir / "questions_train.csv").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match=r"questions_train\.csv: file is empty"):
+        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+
+
+def test_bad_encoding(bsard_dir):
+    (bsard_dir / "questions_test.csv").write_bytes(
+        "id,question,article_ids\n1,Où est le mur ?,3\n".encode("latin-1")
+    )
+    with pytest.raises(DataError, match=r"questions_test\.csv: not valid UTF-8 at byte \d+ \(line 2\)"):
+        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+
+
+def test_non_integer_id(bsard_dir):
+    write_questions(bsard_dir / "questions_test.csv", [(7, "ok ?", "3"), ("sept", "pas ok ?", "3")])
+    with pytest.raises(DataError, match=r"questions_test\.csv, row 2, column 'id': id 'sept' is not an integer"):
+        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+
+
+def _run_stage(tmp_path, params: dict):
+    full = {"base": {"seed": 1, "device": "cpu"}, "fetch": params}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(full), encoding="utf-8")
+    out = tmp_path / "raw"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "stages/fetch.py"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    return proc, out
+
+
+def test_stage_writes_outputs(tmp_path, bsard_dir):
+    proc, out = _run_stage(tmp_path, {**PARAMS, "local_dir": str(bsard_dir)})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["articles.parquet", "negatives.parquet", "questions.parquet"]
+
+
+def test_stage_bad_input_exits_nonzero_with_one_line_and_no_outputs(tmp_path, bsard_dir):
+    (bsard_dir / "articles.csv").write_text("", encoding="utf-8")
+    proc, out = _run_stage(tmp_path, {**PARAMS, "local_dir": str(bsard_dir)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "articles.csv: file is empty" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".raw")]
