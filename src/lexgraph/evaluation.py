@@ -208,4 +208,44 @@ __all__ = [
     "results_table",
     "round_metrics",
     "write_trec",
+    "evaluate_systems",
 ]
+
+
+def evaluate_systems(
+    systems: Sequence[str],
+    questions,
+    splits: Sequence[str],
+    k: int,
+    runs_dir: str | os.PathLike,
+    workspace: str | os.PathLike = ".",
+    device: str = "auto",
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Search every split with every system, write TREC runs, return rounded metrics.
+
+    ``questions`` is the clean questions table; runs go to ``runs_dir/<system>/<split>.trec``.
+    The systems are loaded with :func:`lexgraph.retrieval.load_retriever`, exactly as
+    ``lexgraph search`` loads them.
+    """
+    import polars as pl
+
+    from lexgraph.metrics import evaluate_run
+    from lexgraph.retrieval import load_retriever
+
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for system in systems:
+        retriever = load_retriever(system, workspace, device)
+        results[system] = {}
+        for split in splits:
+            sub = questions.filter(pl.col("split") == split).sort("id")
+            if sub.height == 0:
+                log.warning("no questions in split %s; skipped", split)
+                continue
+            qids = sub["id"].to_list()
+            ids, scores = retriever.search(sub["question"].to_list(), k)
+            write_trec(Path(runs_dir) / system / f"{split}.trec", [str(q) for q in qids], ids, scores, system)
+            run = {q: row.tolist() for q, row in zip(qids, ids)}
+            qrels = dict(zip(qids, sub["article_ids"].to_list()))
+            results[system][split] = round_metrics(evaluate_run(run, qrels))
+            log.info("%s/%s: %s", system, split, results[system][split])
+    return results

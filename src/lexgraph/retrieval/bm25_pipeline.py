@@ -1,0 +1,58 @@
+"""BM25 stage logic: tune k1 x b on a split, build the final index."""
+
+from __future__ import annotations
+
+import logging
+
+import polars as pl
+
+from lexgraph.errors import ConfigError
+from lexgraph.metrics import METRICS, evaluate_run
+from lexgraph.retrieval.bm25 import BM25, tune
+from lexgraph.text import FrenchAnalyzer
+
+log = logging.getLogger(__name__)
+
+
+def build_index(articles: pl.DataFrame, k1: float, b: float) -> BM25:
+    return BM25(k1=k1, b=b).fit_texts(articles["article"].to_list(), articles["id"].to_list())
+
+
+def qrels_of(questions: pl.DataFrame, split: str) -> tuple[dict[int, str], dict[int, list[int]]]:
+    """``({qid: question}, {qid: gold ids})`` for one split."""
+    sub = questions.filter(pl.col("split") == split).sort("id")
+    if sub.height == 0:
+        raise ConfigError(f"no questions in split '{split}'")
+    return dict(zip(sub["id"].to_list(), sub["question"].to_list())), dict(zip(sub["id"].to_list(), sub["article_ids"].to_list()))
+
+
+def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, params: dict) -> tuple[list[dict], dict]:
+    """Grid search over ``bm25_tune.k1`` x ``bm25_tune.b``; return (grid rows, best row)."""
+    metric = params.get("metric", "recall@100")
+    if metric not in METRICS:
+        raise ConfigError(f"params.yaml: 'bm25_tune.metric' = {metric!r}, expected one of {', '.join(METRICS)}")
+    texts, qrels = qrels_of(questions, params.get("split", "dev"))
+    analyzer = FrenchAnalyzer()
+    tokens = {qid: analyzer(text) for qid, text in texts.items()}
+    index = build_index(articles, 1.2, 0.75)
+    depth = max(int(metric.split("@")[1]) if "@" in metric else 500, 10)
+    grid = tune(
+        index, tokens, qrels, params["k1"], params["b"], lambda run, q: evaluate_run(run, q)[metric], k=min(depth, index.n_docs)
+    )
+    # best score; ties go to the first pair in grid order (deterministic)
+    best = max(grid, key=lambda row: row["score"])
+    log.info("bm25_tune: best %s = %.4f at k1=%.2f b=%.2f", metric, best["score"], best["k1"], best["b"])
+    return grid, {"metric": metric, "split": params.get("split", "dev"), **best}
+
+
+def resolve_k1_b(params: dict, tuned: dict) -> tuple[float, float]:
+    """``bm25.k1``/``bm25.b``: a number, or ``tuned`` for bm25_tune's best pair."""
+    out = []
+    for key in ("k1", "b"):
+        value = params.get(key, "tuned")
+        if value == "tuned":
+            value = tuned[key]
+        elif not isinstance(value, (int, float)):
+            raise ConfigError(f"params.yaml: 'bm25.{key}' = {value!r}, expected a number or 'tuned'")
+        out.append(float(value))
+    return out[0], out[1]

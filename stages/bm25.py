@@ -1,0 +1,34 @@
+"""bm25: the BM25 baseline index over the clean corpus (k1, b given or tuned)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from lexgraph.io import atomic_path, read_parquet
+from lexgraph.retrieval.bm25_pipeline import build_index, resolve_k1_b
+
+log = logging.getLogger("lexgraph.bm25")
+
+
+def configure(parser):
+    parser.add_argument("--articles", default="data/clean/articles.parquet")
+    parser.add_argument("--tuned", default="metrics/bm25_tune.json", help="bm25_tune's best pair")
+    parser.add_argument("--out", default="models/bm25")
+
+
+def main(args, base, params):
+    with open(args.tuned, encoding="utf-8") as fh:
+        tuned = json.load(fh)
+    k1, b = resolve_k1_b(params, tuned)
+    log.info("bm25: k1=%.2f b=%.2f", k1, b)
+    index = build_index(read_parquet(args.articles, ["id", "article"]), k1, b)
+    with atomic_path(args.out, directory=True) as tmp:
+        index.save(tmp)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("bm25", main, configure))

@@ -1,0 +1,32 @@
+"""bm25_tune: grid search of BM25's k1 x b on the dev split (grid written as a DVC plot)."""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+
+from lexgraph.io import atomic_path, read_parquet, write_json
+from lexgraph.retrieval.bm25_pipeline import tune_grid
+
+
+def configure(parser):
+    parser.add_argument("--articles", default="data/clean/articles.parquet")
+    parser.add_argument("--questions", default="data/clean/questions.parquet")
+    parser.add_argument("--best", default="metrics/bm25_tune.json", help="best pair (metrics JSON)")
+    parser.add_argument("--grid", default="metrics/bm25_tune.csv", help="whole grid (plot data)")
+
+
+def main(args, base, params):
+    articles = read_parquet(args.articles, ["id", "article"])
+    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
+    grid, best = tune_grid(articles, questions, params)
+    write_json(best, args.best)
+    with atomic_path(args.grid) as tmp:
+        pl.DataFrame(grid).write_csv(tmp, float_precision=6)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("bm25_tune", main, configure))

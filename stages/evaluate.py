@@ -1,0 +1,37 @@
+"""evaluate: every system on every split -> TREC runs, metrics/<system>.json, metrics/results.md."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from lexgraph.config import resolve_device
+from lexgraph.evaluation import evaluate_systems, results_markdown
+from lexgraph.io import atomic_path, read_parquet, write_json, write_text
+
+
+def configure(parser):
+    parser.add_argument("--questions", default="data/clean/questions.parquet")
+    parser.add_argument("--runs", default="data/runs", help="TREC runs: <runs>/<system>/<split>.trec")
+    parser.add_argument("--metrics-dir", default="metrics")
+    parser.add_argument("--workspace", default=".", help="where the systems' artefacts are (models/, data/)")
+
+
+def main(args, base, params):
+    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
+    splits = params.get("splits", ["dev", "test"])
+    device = str(resolve_device(base.device))
+    with atomic_path(args.runs, directory=True) as runs:
+        results = evaluate_systems(params["systems"], questions, splits, int(params.get("k", 500)), runs, args.workspace, device)
+    for system, by_split in results.items():
+        write_json(by_split, Path(args.metrics_dir) / f"{system}.json")
+    counts = dict(questions.filter(pl.col("split").is_in(splits)).group_by("split").len().iter_rows())
+    write_text(results_markdown(results, splits, counts), Path(args.metrics_dir) / "results.md")
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("evaluate", main, configure))
