@@ -1,0 +1,260 @@
+"""BM25: scores against the formula by hand, exact top-k, ties, persistence, reweighting."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from lexgraph.errors import LexgraphError
+from lexgraph.retrieval import bm25 as bm25_module
+from lexgraph.retrieval.bm25 import BM25, exact_topk, load_system, sparse_topk, tune
+
+# three documents, ids deliberately not in order
+DOCS = [["c", "c", "d", "e"], ["a", "b", "a"], ["b", "c"]]
+IDS = [30, 10, 20]
+
+
+def hand_score(query, doc, corpus, k1, b, floor="none"):
+    """BM25 written out independently: sum over query tokens, Robertson idf."""
+    n = len(corpus)
+    avgdl = sum(len(d) for d in corpus) / n
+    total = 0.0
+    for term in query:
+        df = sum(1 for d in corpus if term in d)
+        if df == 0:
+            continue
+        idf = math.log((n - df + 0.5) / (df + 0.5))
+        if floor != "none" and idf < 0:
+            idf = floor
+        tf = doc.count(term)
+        total += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / avgdl))
+    return total
+
+
+def test_scores_match_the_formula_by_hand():
+    bm = BM25(k1=1.2, b=0.75, idf_floor=None).fit(DOCS, IDS)
+    # columns follow increasing article id: 10, 20, 30
+    assert bm.doc_ids.tolist() == [10, 20, 30]
+    by_id = dict(zip(IDS, DOCS))
+    # by hand for "a" in doc 10: df=1, N=3 -> idf = ln(2.5/1.5); tf=2, dl=3, avgdl=3
+    expected_a = math.log(2.5 / 1.5) * 2 * 2.2 / (2 + 1.2 * (0.25 + 0.75 * 3 / 3))
+    assert bm.score_tokens([["a"]])[0, 0] == pytest.approx(expected_a, rel=1e-6)
+    for query in (["a", "c"], ["c", "e", "zzz"], ["a", "a"], ["b"], []):
+        scores = bm.score_tokens([query])[0]
+        expected = [hand_score(query, by_id[i], DOCS, 1.2, 0.75) for i in (10, 20, 30)]
+        np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=1e-7)
+    # a repeated query term counts once per occurrence
+    np.testing.assert_allclose(bm.score_tokens([["a", "a"]])[0], 2 * bm.score_tokens([["a"]])[0], rtol=1e-6)
+
+
+def test_negative_idf_policy():
+    # "b" and "c" occur in 2 of 3 documents: idf = ln(1.5 / 2.5) < 0
+    raw = math.log(1.5 / 2.5)
+    assert raw < 0
+    keep = BM25(k1=1.2, b=0.75, idf_floor=None).fit(DOCS, IDS)
+    default = BM25(k1=1.2, b=0.75).fit(DOCS, IDS)
+    floored = BM25(k1=1.2, b=0.75, idf_floor=0.1).fit(DOCS, IDS)
+    by_id = dict(zip(IDS, DOCS))
+    b_term = keep.vocab["b"]
+    assert keep.idf[b_term] == pytest.approx(raw)
+    assert default.idf_floor == 0.0 and default.idf[b_term] == 0.0
+    assert floored.idf[b_term] == pytest.approx(0.1)
+    # terms with non-negative idf are untouched by the floor
+    assert floored.idf[floored.vocab["a"]] == pytest.approx(math.log(2.5 / 1.5))
+
+    np.testing.assert_allclose(
+        keep.score_tokens([["b"]])[0], [hand_score(["b"], by_id[i], DOCS, 1.2, 0.75) for i in (10, 20, 30)], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        floored.score_tokens([["b"]])[0],
+        [hand_score(["b"], by_id[i], DOCS, 1.2, 0.75, floor=0.1) for i in (10, 20, 30)],
+        rtol=1e-6,
+    )
+    assert np.all(default.score_tokens([["b"]]) == 0)
+    # negative scores rank below documents without the term
+    ids, scores = keep.search_tokens([["b"]], 3)
+    assert ids[0, 0] == 30 and scores[0, 0] == 0 and np.all(scores[0, 1:] < 0)
+    # all-zero scores: ordered by article id
+    ids, _ = default.search_tokens([["b"]], 3)
+    assert ids.tolist() == [[10, 20, 30]]
+    default.set_idf_floor(0.1)
+    np.testing.assert_array_equal(default.score_tokens([["b", "a"]]), floored.score_tokens([["b", "a"]]))
+
+
+def random_corpus(seed, n_docs=300, vocab=40):
+    rng = random.Random(seed)
+    terms = [f"t{i}" for i in range(vocab)]
+    weights = [1 / (i + 1) for i in range(vocab)]  # Zipf-like: some terms in most documents
+    docs = [rng.choices(terms, weights, k=rng.randint(0, 25)) for _ in range(n_docs)]
+    docs[5] = list(docs[7])  # exact duplicates create ties
+    docs[11] = list(docs[7])
+    ids = rng.sample(range(10_000), n_docs)
+    queries = [rng.choices(terms + ["oov"], k=rng.randint(0, 6)) for _ in range(60)]
+    queries.append(list(docs[7]))
+    return docs, ids, queries
+
+
+def brute_force(bm, queries, k):
+    dense = bm.score_tokens(queries)  # (n_queries, n_docs)
+    ids = np.empty((len(queries), k), dtype=np.int64)
+    scores = np.empty((len(queries), k), dtype=np.float32)
+    for i, row in enumerate(dense):
+        order = np.lexsort((bm.doc_ids, -row))[:k]  # score descending, then lower id
+        ids[i], scores[i] = bm.doc_ids[order], row[order]
+    return ids, scores
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("idf_floor", [0.0, None])
+def test_exact_topk_equals_brute_force(seed, idf_floor):
+    docs, ids, queries = random_corpus(seed)
+    bm = BM25(k1=1.5, b=0.6, idf_floor=idf_floor).fit(docs, ids)
+    by_id = dict(zip(ids, docs))
+    # the dense scores themselves follow the formula
+    dense = bm.score_tokens(queries[:10])
+    for q, row in zip(queries[:10], dense):
+        expected = [hand_score(q, by_id[i], docs, 1.5, 0.6, floor="none" if idf_floor is None else 0.0) for i in bm.doc_ids]
+        np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-5)
+    for k in (1, 5, 50, 299, 300, 1000):
+        got_ids, got_scores = bm.search_tokens(queries, k, batch_size=7)
+        want_ids, want_scores = brute_force(bm, queries, min(k, 300))
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_array_equal(got_scores, want_scores)
+        assert got_ids.dtype == np.int64 and got_scores.dtype == np.float32
+
+
+def test_ties_break_by_lower_article_id():
+    docs = [["x", "y"], ["x", "y"], ["x", "y"], ["z"], ["x", "y"]] + [["w"]] * 6  # x: df=4 of 11, idf > 0
+    bm = BM25().fit(docs, [50, 7, 30, 1, 12, 60, 61, 62, 63, 64, 65])
+    ids, scores = bm.search_tokens([["x"], ["q"]], 3)
+    assert ids[0].tolist() == [7, 12, 30]
+    assert scores[0, 0] == scores[0, 1] == scores[0, 2] > 0
+    assert ids[1].tolist() == [1, 7, 12]  # nothing matches: all 0, lowest ids
+
+
+def test_topk_helpers_agree_on_random_matrices():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n, m = 8, 60
+        dense = rng.integers(-3, 6, size=(n, m)).astype(np.float32)  # many ties, zeros, negatives
+        dense[rng.random((n, m)) < 0.5] = 0
+        for k in (1, 10, 59, 60):
+            want = np.stack([np.lexsort((np.arange(m), -row))[:k] for row in dense])
+            cols, vals = exact_topk(dense, k)
+            np.testing.assert_array_equal(cols, want)
+            np.testing.assert_array_equal(vals, np.take_along_axis(dense, want, 1))
+            # the same matrix in CSR form, explicit entries shuffled within rows
+            indptr, col_list, val_list = [0], [], []
+            for row in dense:
+                nz = rng.permutation(np.flatnonzero(row))
+                col_list.extend(nz.tolist())
+                val_list.extend(row[nz].tolist())
+                indptr.append(len(col_list))
+            cols2, vals2 = sparse_topk(
+                np.array(indptr), np.array(col_list, dtype=np.int32), np.array(val_list, dtype=np.float32), m, k
+            )
+            np.testing.assert_array_equal(cols2, want)
+            np.testing.assert_array_equal(vals2, np.take_along_axis(dense, want, 1))
+
+
+def test_public_scipy_fallback_gives_same_results(monkeypatch):
+    docs, ids, queries = random_corpus(3)
+    bm = BM25().fit(docs, ids)
+    fast = bm.search_tokens(queries, 20)
+    monkeypatch.setattr(bm25_module, "_csr_matmat", None)
+    slow = bm.search_tokens(queries, 20)
+    np.testing.assert_array_equal(fast[0], slow[0])
+    np.testing.assert_allclose(fast[1], slow[1], rtol=1e-6)
+
+
+def test_reweight_equals_fresh_fit():
+    docs, ids, queries = random_corpus(4)
+    bm = BM25(k1=1.2, b=0.75).fit(docs, ids)
+    bm.reweight(0.5, 0.3)
+    fresh = BM25(k1=0.5, b=0.3).fit(docs, ids)
+    np.testing.assert_array_equal(bm.score_tokens(queries), fresh.score_tokens(queries))
+    with pytest.raises(LexgraphError):
+        bm.reweight(1.0, 1.5)
+    with pytest.raises(LexgraphError, match="k1"):
+        BM25(k1="tuned")
+
+
+def test_save_load_round_trip_is_identical_and_deterministic(tmp_path):
+    docs, ids, queries = random_corpus(5)
+    docs[0] = ["élève", "œuvre", "ça"]  # non-ASCII vocabulary
+    bm = BM25(k1=0.9, b=0.4, idf_floor=None, analyzer={"stem": False, "stopwords": True}).fit(docs, ids)
+    bm.save(tmp_path / "a")
+    bm.save(tmp_path / "b")
+    for name in ("index.npz", "bm25.json", "vocab.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    loaded = BM25.load(tmp_path / "a")
+    assert (loaded.k1, loaded.b, loaded.idf_floor) == (0.9, 0.4, None)
+    assert loaded.analyzer_config == {"stem": False, "stopwords": True}
+    queries.append(["élève"])
+    for got, want in zip(loaded.search_tokens(queries, 25), bm.search_tokens(queries, 25)):
+        np.testing.assert_array_equal(got, want)
+    # saving again over an existing directory replaces it
+    loaded.reweight(2.0, 0.9)
+    loaded.save(tmp_path / "a")
+    assert BM25.load(tmp_path / "a").k1 == 2.0
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(LexgraphError, match="dvc repro bm25"):
+        load_system(tmp_path, "cpu")
+    (tmp_path / "models" / "bm25").mkdir(parents=True)
+    with pytest.raises(LexgraphError, match="missing"):
+        load_system(tmp_path, "cpu")
+
+
+def test_load_system_and_text_search(tmp_path):
+    texts = [
+        "Le propriétaire d'un fonds peut le clore.",
+        "Les servitudes sont établies pour l'usage des héritages voisins.",
+        "L'usufruitier jouit des fruits de la chose.",
+    ]
+    bm = BM25().fit_texts(texts, [3, 1, 2])
+    bm.save(tmp_path / "models" / "bm25")
+    system = load_system(tmp_path, "cpu")
+    assert system.name == "bm25"
+    ids, scores = system.search(["Quelles servitudes entre voisins ?", "fruits de l’usufruit"], 2)
+    assert ids[:, 0].tolist() == [1, 2]
+    assert ids.shape == scores.shape == (2, 2)
+    from lexgraph.retrieval import load_retriever
+
+    assert load_retriever("bm25", tmp_path).search(["servitude"], 1)[0].tolist() == [[1]]
+
+
+def test_fit_rejects_bad_input():
+    with pytest.raises(LexgraphError, match="more than once"):
+        BM25().fit([["a"], ["b"]], [1, 1])
+    with pytest.raises(LexgraphError):
+        BM25().fit([["a"]], [1, 2])
+    with pytest.raises(LexgraphError):
+        BM25().search_tokens([["a"]], 3)  # not fitted
+    with pytest.raises(LexgraphError):
+        BM25().fit([["a"]], [1]).search_tokens([["a"]], 0)
+
+
+def test_tune_grid_and_restores_parameters():
+    docs, ids, queries = random_corpus(6)
+    bm = BM25(k1=1.2, b=0.75).fit(docs, ids)
+    before = bm.score_tokens(queries)
+    question_tokens = {f"q{i}": q for i, q in enumerate(queries[:20])}
+    qrels = {f"q{i}": {ids[i]} for i in range(20)}
+
+    def recall(run, qrels):
+        return sum(len(set(run[q]) & qrels[q]) / len(qrels[q]) for q in qrels) / len(qrels)
+
+    results = tune(bm, question_tokens, qrels, [0.5, 1.5], [0.2, 0.8], recall, k=50)
+    assert [(r["k1"], r["b"]) for r in results] == [(0.5, 0.2), (0.5, 0.8), (1.5, 0.2), (1.5, 0.8)]
+    for r in results:
+        fresh = BM25(k1=r["k1"], b=r["b"]).fit(docs, ids)
+        got, _ = fresh.search_tokens(list(question_tokens.values()), 50)
+        run = {q: row.tolist() for q, row in zip(question_tokens, got)}
+        assert r["score"] == pytest.approx(recall(run, qrels))
+    assert (bm.k1, bm.b) == (1.2, 0.75)
+    np.testing.assert_array_equal(bm.score_tokens(queries), before)
