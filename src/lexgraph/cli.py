@@ -6,6 +6,8 @@
     one question: prints the top articles with reference, heading path and a snippet.
 ``lexgraph search --system bm25``
     interactive: asks for questions until an empty line or end of input.
+``lexgraph regress [--expected regression/sample.yaml]``
+    checks that metrics/<system>.json reproduce the expected scores within tolerance.
 
 Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``).
 """
@@ -109,6 +111,18 @@ def cmd_search(args) -> int:
         print_results(question, top[0], scores[0], articles)
 
 
+def cmd_regress(args) -> int:
+    from lexgraph.regression import check
+
+    failures = check(args.metrics_dir, args.expected)
+    for line in failures:
+        print(f"REGRESSION {line}", file=sys.stderr)
+    if failures:
+        return 1
+    print(f"all metrics in {args.expected} reproduce")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval (BM25, DSR, G-DSR, QABISAR).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -122,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace", default=".", help="directory where `dvc repro` wrote models/ and data/")
     s.add_argument("--device", default="auto", help="auto | cpu | cuda")
     s.set_defaults(func=cmd_search)
+    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores")
+    r.add_argument("--expected", default="regression/sample.yaml")
+    r.add_argument("--metrics-dir", default="metrics")
+    r.set_defaults(func=cmd_regress)
     return parser
 
 
