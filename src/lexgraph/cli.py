@@ -64,7 +64,8 @@ def _articles(workspace: Path):
     return read_parquet(workspace / "data" / "clean" / "articles.parquet", ["id", "article", "reference", "path"])
 
 
-def print_results(question: str, ids, scores, articles, snippet: int = 240, out=sys.stdout) -> None:
+def print_results(question: str, ids, scores, articles, snippet: int = 240, out=None) -> None:
+    out = out or sys.stdout
     by_id = {row["id"]: row for row in articles.iter_rows(named=True)}
     out.write(f"\n{question}\n")
     for rank, (aid, score) in enumerate(zip(ids.tolist(), scores.tolist()), 1):

@@ -1,0 +1,99 @@
+"""`lexgraph search` (batch, one question, interactive) and `lexgraph regress` on a tiny workspace."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import polars as pl
+import pytest
+
+from lexgraph.cli import main, print_results
+from lexgraph.evaluation import read_trec
+from lexgraph.retrieval.bm25 import BM25
+
+ARTICLES = {
+    1: "Le propriétaire du mur mitoyen paie la réparation du mur.",
+    2: "Le bail est un contrat de louage de choses.",
+    3: "Le locataire paie le loyer au bailleur.",
+}
+
+
+@pytest.fixture
+def ws(tmp_path):
+    (tmp_path / "data" / "clean").mkdir(parents=True)
+    pl.DataFrame(
+        {
+            "id": list(ARTICLES),
+            "article": list(ARTICLES.values()),
+            "reference": [f"Art. {i}" for i in ARTICLES],
+            "path": [["Code A", "Livre 1"]] * 3,
+            "heading_id": [1, 1, 1],
+        }
+    ).write_parquet(tmp_path / "data" / "clean" / "articles.parquet")
+    BM25(k1=1.2, b=0.75).fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    return tmp_path
+
+
+def test_batch_mode_writes_trec_run(ws):
+    qfile = ws / "q.jsonl"
+    qfile.write_text(
+        json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n"
+        + json.dumps({"id": 7, "question": "réparation du mur mitoyen"}) + "\n",
+        encoding="utf-8",
+    )
+    run = ws / "out.trec"
+    assert main(["search", "--system", "bm25", "--questions", str(qfile), "--run", str(run), "--k", "2", "--workspace", str(ws)]) == 0
+    ranked = read_trec(run, qid_type=str)
+    assert ranked["a"][0] == 3 and ranked["7"][0] == 1
+    assert all(len(v) <= 2 for v in ranked.values())
+    line = run.read_text(encoding="utf-8").splitlines()[0].split()
+    assert line[:4] == ["a", "Q0", "3", "1"] and line[5] == "bm25"
+
+
+def test_batch_mode_bad_questions_file(ws, capsys):
+    qfile = ws / "q.jsonl"
+    qfile.write_text('{"id": 1, "question": "ok ?"}\n{"question": "no id"}\n', encoding="utf-8")
+    rc = main(["search", "--questions", str(qfile), "--run", str(ws / "r.trec"), "--workspace", str(ws)])
+    assert rc == 2
+    assert "q.jsonl, row 2: expected an object with keys 'id' and 'question'" in capsys.readouterr().err
+    assert not (ws / "r.trec").exists()
+
+
+def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
+    assert main(["search", "--system", "tfidf", "x", "--workspace", str(ws)]) == 2
+    assert "unknown system 'tfidf'" in capsys.readouterr().err
+    empty = tmp_path_factory.mktemp("empty")
+    assert main(["search", "--system", "bm25", "x", "--workspace", str(empty)]) == 2
+    assert "run `dvc repro bm25` first" in capsys.readouterr().err
+
+
+def test_one_question_prints_reference_path_and_snippet(ws, capsys):
+    assert main(["search", "--system", "bm25", "Qui paie le loyer ?", "--top", "2", "--workspace", str(ws)]) == 0
+    out = capsys.readouterr().out
+    assert "  1. Art. 3" in out and "Code A > Livre 1" in out and "Le locataire paie le loyer" in out
+
+
+def test_interactive_mode_reads_until_empty_line(ws, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("contrat de bail\n\n"))
+    assert main(["search", "--system", "bm25", "--top", "1", "--workspace", str(ws)]) == 0
+    out = capsys.readouterr().out
+    assert "1. Art. 2" in out
+
+
+def test_print_results_stops_at_padding():
+    import numpy as np
+
+    articles = pl.DataFrame({"id": [1], "article": ["Texte."], "reference": ["Art. 1"], "path": [[]]})
+    buf = io.StringIO()
+    print_results("q", np.array([1, -1]), np.array([1.0, 0.0]), articles, out=buf)
+    assert buf.getvalue().count("Art.") == 1
+
+
+def test_regress(tmp_path, capsys):
+    (tmp_path / "bm25.json").write_text(json.dumps({"test": {"recall@100": 0.40, "map": 0.10}}))
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("tolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.405, map: 0.12}\n")
+    assert main(["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "bm25/test/map: 0.1000, expected 0.1200" in err and "recall@100" not in err
