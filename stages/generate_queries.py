@@ -1,0 +1,19 @@
+"""Synthetic queries per article: random crops, doc2query or none (params section `queries`)."""
+
+from lexgraph.stage import run_stage
+
+
+def configure(parser):
+    parser.add_argument("--articles", default="data/clean/articles.parquet", help="clean articles (Parquet)")
+    parser.add_argument("--out", default="data/queries/synthetic.parquet", help="output synthetic questions (Parquet)")
+
+
+def main(args, base, params):
+    """Synthetic queries per article: random crops, doc2query or none."""
+    from lexgraph.queries import run
+
+    run(args.articles, args.out, params, seed=base.seed, device=base.device)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_stage("queries", main, configure))

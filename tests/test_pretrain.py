@@ -1,0 +1,208 @@
+"""Domain-adaptive MLM pre-training (stage `pretrain`): tiny, CPU-only, a few seconds."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import polars as pl
+import pytest
+import torch
+
+from lexgraph.errors import ConfigError, HubUnreachableError
+from lexgraph.models import pretrain as pt
+
+WORDS = (
+    "le juge la loi contrat bail propriétaire locataire héritier succession mariage époux enfant "
+    "donation testament servitude fonds voisin créancier débiteur obligation nullité dommage "
+    "réparation article présent code civil peut doit être sans que dans pour par avec"
+).split()
+
+TINY = dict(
+    mode="scratch",
+    vocab_size=300,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    max_length=32,
+    max_steps=8,
+    batch_size=8,
+    learning_rate=3e-3,
+    warmup_steps=1,
+    eval_fraction=0.1,
+    log_every=4,
+)
+
+
+def make_articles(n: int = 50, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 40))]
+        words[0] = words[0].capitalize()
+        texts.append(" ".join(words) + ".")
+    return texts
+
+
+@pytest.fixture()
+def articles_file(tmp_path):
+    texts = make_articles()
+    path = tmp_path / "articles.parquet"
+    pl.DataFrame({"id": list(range(1, len(texts) + 1)), "article": texts}, schema={"id": pl.Int64, "article": pl.Utf8}).write_parquet(path)
+    return path
+
+
+def run_tiny(articles_file, out_dir, params=None, seed=13):
+    metrics_path = out_dir.parent / f"{out_dir.name}.json"
+    metrics = pt.run(articles_file, out_dir, metrics_path, dict(TINY, **(params or {})), seed=seed, device="cpu")
+    return metrics, json.loads(metrics_path.read_text())
+
+
+def test_scratch_checkpoint_loads_with_auto_classes_and_loss_drops(articles_file, tmp_path):
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    out = tmp_path / "pretrain"
+    metrics, written = run_tiny(articles_file, out)
+    assert written == metrics
+    for key in ("train_loss", "eval_loss", "perplexity", "steps", "seconds"):
+        assert key in written
+    assert written["steps"] == TINY["max_steps"]
+    assert math.isfinite(written["train_loss"]) and math.isfinite(written["eval_loss"])
+    assert written["perplexity"] == pytest.approx(math.exp(written["eval_loss"]), rel=1e-3)
+    # from random init, a few steps at a high lr move the eval loss well below ln(vocab)
+    assert written["eval_loss"] < written["eval_loss_initial"]
+    assert not list(tmp_path.glob(".pretrain.*")), "temporary directory left behind"
+
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModel.from_pretrained(out)
+    mlm = AutoModelForMaskedLM.from_pretrained(out)
+    enc = tok(["Le juge applique la loi ?", "ÉTAT"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state
+        logits = mlm(**enc).logits
+    assert hidden.shape == (2, enc["input_ids"].shape[1], TINY["hidden_size"])
+    # the reloaded tokenizer is still cased, accent-preserving and [UNK]-free
+    assert tok.tokenize("Héritier") != tok.tokenize("héritier") and "é" in "".join(tok.tokenize("héritier"))
+    assert tok.unk_token not in tok.tokenize("Puis-je ? QUÉBEC")
+    assert tok.model_max_length == 512
+    assert logits.shape[-1] == len(tok)
+
+
+def test_same_seed_same_weights(articles_file, tmp_path):
+    from safetensors.torch import load_file
+
+    run_tiny(articles_file, tmp_path / "a")
+    run_tiny(articles_file, tmp_path / "b")
+    wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+    assert (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+
+
+def test_tokenizer_is_cased_keeps_accents_and_avoids_unk():
+    tok = pt.train_wordpiece_tokenizer(make_articles(200), vocab_size=300)
+    assert tok.tokenize("Héritier") != tok.tokenize("héritier")  # cased
+    assert "é" in "".join(tok.tokenize("héritier"))  # accents kept
+    # characters absent from the training text still get real pieces, not [UNK]
+    for text in ("Puis-je ?", "QUÉBEC", "50 % « Œuvre »", "zyx"):
+        assert tok.unk_token not in tok.tokenize(text), text
+    ids = tok("loi")["input_ids"]
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+
+
+def test_blocks_pack_articles_with_separators():
+    tok = pt.train_wordpiece_tokenizer(make_articles(100), vocab_size=300)
+    texts = make_articles(30, seed=1)
+    blocks = pt.make_blocks(texts, tok, max_length=24)
+    assert all(len(b) <= 24 for b in blocks) and all(len(b) == 24 for b in blocks[:-1])
+    assert all(b[0] == tok.cls_token_id and b[-1] == tok.sep_token_id for b in blocks)
+    stream = [i for b in blocks for i in b[1:-1]]
+    expected = []
+    for ids in tok(texts, add_special_tokens=False)["input_ids"]:
+        expected += ([tok.sep_token_id] if expected else []) + ids
+    assert stream == expected
+
+
+def test_masking_rates_and_special_tokens():
+    tok = pt.train_wordpiece_tokenizer(make_articles(100), vocab_size=300)
+    specials = [tok.cls_token_id, tok.sep_token_id]
+    ids = torch.randint(10, len(tok), (64, 256))
+    ids[:, 0], ids[:, -1] = specials
+    attention = torch.ones_like(ids)
+    attention[:8, 200:] = 0  # padding is never a target
+    masked, labels = pt.mask_tokens(ids, attention, tok, 0.15, torch.Generator().manual_seed(0))
+    targets = labels != -100
+    assert not targets[:, 0].any() and not targets[:, -1].any() and not targets[:8, 200:].any()
+    assert torch.equal(labels[targets], ids[targets])
+    assert torch.equal(masked[~targets], ids[~targets])
+    rate = targets.float().sum() / (attention.sum() - 2 * 64)
+    assert 0.14 < rate < 0.16
+    as_mask = (masked[targets] == tok.mask_token_id).float().mean()
+    unchanged = (masked[targets] == ids[targets]).float().mean()
+    assert 0.77 < as_mask < 0.83
+    assert 0.08 < unchanged < 0.12 + 1 / len(tok)
+
+
+def test_masked_only_loss_matches_the_model_loss():
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)).eval()
+    ids = torch.randint(5, 50, (3, 12))
+    attention = torch.ones_like(ids)
+    labels = torch.full_like(ids, -100)
+    labels[:, 3], labels[2, 7] = ids[:, 3], ids[2, 7]
+    ours = pt.mlm_loss(model, ids, attention, labels)
+    theirs = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    assert ours.item() == pytest.approx(theirs.item(), abs=1e-5)
+
+
+def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    from lexgraph.stage import run_stage
+
+    run_tiny(articles_file, tmp_path / "base")
+    params = tmp_path / "params.yaml"
+    section = dict(TINY, mode="continue", model=str(tmp_path / "base"), max_steps=2)
+    params.write_text(yaml.safe_dump({"base": {"seed": 1, "device": "cpu"}, "pretrain": section}))
+    driver_path = Path(__file__).resolve().parents[1] / "stages" / "pretrain.py"
+    spec = importlib.util.spec_from_file_location("stage_pretrain", driver_path)
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    out, metrics = tmp_path / "adapted", tmp_path / "metrics" / "pretrain.json"
+    argv = ["--params", str(params), "--articles", str(articles_file), "--out", str(out), "--metrics", str(metrics)]
+    assert run_stage("pretrain", driver.main, driver.configure, argv) == 0
+    written = json.loads(metrics.read_text())
+    assert written["mode"] == "continue" and math.isfinite(written["eval_loss"])
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_continue_mode_offline_is_one_sentence(articles_file, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(HubUnreachableError) as info:
+        run_tiny(articles_file, tmp_path / "x", {"mode": "continue", "model": "lexgraph-test/no-such-model"})
+    message = str(info.value)
+    assert "\n" not in message and "lexgraph-test/no-such-model" in message and "pretrain.model" in message
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"mode": "finetune"}, {"hidden_size": 30, "num_heads": 4}, {"learning_rate": "fast"}, {"max_length": 4}, {"epochs": 3}],
+)
+def test_bad_params_are_config_errors(params):
+    with pytest.raises(ConfigError):
+        pt.PretrainConfig.from_params(dict(TINY, **params))
+
+
+def test_float_strings_from_yaml_are_accepted():
+    assert pt.PretrainConfig.from_params({"learning_rate": "5e-5"}).learning_rate == 5e-5
