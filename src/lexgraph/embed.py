@@ -1,0 +1,138 @@
+"""Embed the corpus, the heading nodes and the questions with the trained DSR.
+
+Writes three safetensors files, each with two tensors:
+
+* ``ids`` int64 ``(n,)`` — article ids / ``heading_id`` / question ids;
+* ``embeddings`` float32 ``(n, dim)`` — **raw** encoder outputs, *not* L2-normalised
+  (every consumer scores with cosine similarity, which normalises; the GNN stages start
+  from the raw vectors, as G-DSR does).
+
+``articles.safetensors`` and ``headings.safetensors`` come from the hierarchical article
+encoder (a heading is just a short text: its ``text`` label), ``questions.safetensors``
+from the query encoder (all splits of the clean questions file). Rows follow the input
+files' order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lexgraph.errors import DataError, LexgraphError
+from lexgraph.io import atomic_path, read_parquet
+
+log = logging.getLogger(__name__)
+
+FILES = ("articles", "headings", "questions")
+
+
+def save_embeddings(
+    path: str | os.PathLike, ids, embeddings: torch.Tensor, metadata: dict[str, str] | None = None
+) -> None:
+    """Write ``ids`` int64 ``(n,)`` and ``embeddings`` float32 ``(n, dim)`` to ``path``."""
+    from safetensors.torch import save_file
+
+    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))  # (n,)
+    embeddings = embeddings.detach().to(torch.float32).cpu().contiguous()  # (n, dim)
+    if embeddings.ndim != 2 or embeddings.size(0) != ids.size(0):
+        raise ValueError(f"{ids.size(0)} ids but embeddings of shape {tuple(embeddings.shape)}")
+    save_file({"ids": ids, "embeddings": embeddings}, str(path), metadata=metadata or {})
+
+
+def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
+    """Read an embeddings file: ``(ids int64 (n,), embeddings float32 (n, dim))``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise DataError(path, f"not a readable safetensors file ({exc})") from exc
+    if set(tensors) != {"ids", "embeddings"}:
+        raise DataError(path, f"expected tensors 'ids' and 'embeddings', found {sorted(tensors)}")
+    ids, emb = tensors["ids"], tensors["embeddings"]
+    if ids.dtype != torch.int64 or emb.dtype != torch.float32 or emb.ndim != 2 or emb.size(0) != ids.size(0):
+        raise DataError(
+            path, f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
+            f"and {emb.dtype} {tuple(emb.shape)}"
+        )
+    return ids.numpy(), emb
+
+
+def _unique_ids(df, column: str, path) -> np.ndarray:
+    ids = df[column].to_numpy().astype(np.int64)
+    if len(np.unique(ids)) != len(ids):
+        raise DataError(path, "ids are not unique", column=column)
+    return ids
+
+
+def _texts(df, column: str) -> list[str]:
+    return ["" if t is None else str(t) for t in df[column].to_list()]
+
+
+def embed_all(
+    model,
+    articles,
+    headings,
+    questions,
+    out_dir: str | os.PathLike,
+    batch_size: int = 64,
+    paths: dict[str, Any] | None = None,
+) -> dict[str, int]:
+    """Encode the three tables with ``model`` (a :class:`~lexgraph.models.encoders.DSR`)
+    and write ``{articles,headings,questions}.safetensors`` into ``out_dir``.
+
+    ``articles`` needs ``id``/``article``, ``headings`` ``heading_id``/``text``,
+    ``questions`` ``id``/``question`` (polars DataFrames). Returns the row counts.
+    """
+    paths = paths or {}
+    out_dir = Path(out_dir)
+    meta = {"normalized": "false", "similarity": "cosine", "dim": str(model.dim)}
+    jobs = [
+        ("articles", articles, "id", "article", model.encode_articles),
+        ("headings", headings, "heading_id", "text", model.encode_articles),
+        ("questions", questions, "id", "question", model.encode_queries),
+    ]
+    counts = {}
+    for name, df, id_col, text_col, encode in jobs:
+        ids = _unique_ids(df, id_col, paths.get(name, name))
+        embeddings = encode(_texts(df, text_col), batch_size=batch_size, desc=f"embed {name}")  # (n, dim)
+        save_embeddings(out_dir / f"{name}.safetensors", ids, embeddings, {**meta, "encoder": encode.__name__})
+        counts[name] = len(ids)
+        log.info("embedded %d %s (dim %d)", len(ids), name, embeddings.size(1))
+    return counts
+
+
+def run_embed(
+    dsr_dir: str | os.PathLike,
+    articles_path: str | os.PathLike,
+    headings_path: str | os.PathLike,
+    questions_path: str | os.PathLike,
+    out: str | os.PathLike,
+    params: dict[str, Any],
+    device,
+) -> dict[str, int]:
+    """The ``embed`` stage: load the DSR, encode, write ``out`` atomically."""
+    from lexgraph.config import require
+    from lexgraph.models.encoders import DSR
+
+    batch_size = require(params, "batch_size", "embed", int)
+    if batch_size < 1:
+        raise LexgraphError(f"params.yaml: 'embed.batch_size' = {batch_size}, expected a positive integer")
+    articles = read_parquet(articles_path, ["id", "article"])
+    headings = read_parquet(headings_path, ["heading_id", "text"])
+    questions = read_parquet(questions_path, ["id", "question"])
+    model = DSR.load(dsr_dir, device=device)
+    paths = {"articles": articles_path, "headings": headings_path, "questions": questions_path}
+    with atomic_path(out, directory=True) as tmp:
+        counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=paths)
+    log.info("wrote %s", ", ".join(f"{out}/{name}.safetensors" for name in FILES))
+    return counts

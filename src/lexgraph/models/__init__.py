@@ -1,0 +1,1 @@
+"""Neural models: encoders (DSR), domain-adaptive pre-training, GNNs."""

@@ -1,0 +1,578 @@
+"""Text encoders of the dense statute retriever (DSR) and its graph-augmented variants.
+
+One abstraction, :class:`TextEncoder`: a Hugging Face backbone (``AutoModel``) plus its
+tokenizer, with a uniform API
+
+* ``tokenize(texts) -> dict[str, Tensor]`` — model inputs for a batch of texts;
+* ``forward(input_ids, attention_mask) -> (batch, dim)`` — differentiable embeddings;
+* ``encode(texts, batch_size, device) -> (n, dim)`` — float32 embeddings, no grad, tqdm;
+* ``save_pretrained(dir)`` / ``from_pretrained(dir)`` — a Hugging Face directory
+  (backbone via ``save_pretrained`` + tokenizer) plus a small JSON of our settings.
+
+Two encoders follow G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Section 3.1):
+
+* :class:`QueryEncoder` — the backbone's [CLS] vector of the (truncated) question.
+* :class:`HierarchicalArticleEncoder` — a statute article can be far longer than the
+  backbone's 512 positions, so its tokens are split into chunks of
+  ``max_chunk_length`` tokens (each ``[CLS] … [SEP]``), at most
+  ``max_document_length // max_chunk_length`` chunks (longer articles are truncated);
+  each chunk is encoded by the shared backbone and represented by its [CLS] vector;
+  learnable chunk-position embeddings are added; a small ``nn.TransformerEncoder``
+  contextualises the chunk sequence (padded chunks masked out); max or mean pooling
+  over the real chunks gives the article embedding.
+
+:class:`DSR` bundles both with the :class:`~lexgraph.losses.InfoNCELoss` objective.
+Embeddings are raw (not L2-normalised); similarity is cosine / temperature.
+
+``token_pooling`` picks how a sequence (question or chunk) becomes one vector: ``cls``
+(G-DSR, the default) or ``mean`` over its non-padding tokens. ``mean`` is an addition
+of ours for weak backbones: the embedded sample's tiny BERT, MLM-trained from scratch
+for a few hundred steps, has an untrained [CLS] position and does not learn to
+retrieve with it, while it does with mean pooling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.losses import InfoNCELoss
+
+log = logging.getLogger(__name__)
+
+QUERY_CONFIG = "query_encoder.json"
+HIERARCHICAL_CONFIG = "hierarchical.json"
+HIERARCHICAL_WEIGHTS = "hierarchical.safetensors"
+DSR_CONFIG = "dsr.json"
+FORMAT_VERSION = 1
+TOKEN_POOLING = ("cls", "mean")
+
+
+# ---------------------------------------------------------------------------
+# Backbone loading
+# ---------------------------------------------------------------------------
+
+
+def _no_pooler_kwargs(config) -> dict[str, Any]:
+    """BERT-like backbones accept ``add_pooling_layer``; we only use [CLS] hidden states."""
+    return {"add_pooling_layer": False} if config.model_type in {"bert", "camembert", "roberta", "xlm-roberta"} else {}
+
+
+def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False):
+    """Return ``(model, tokenizer)`` for an HF name or directory.
+
+    ``random_init=True`` builds a randomly initialised model with the same config and
+    tokenizer as ``name_or_path`` (the "base" ablation of the sample profile); the
+    caller seeds torch beforehand for reproducibility.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    try:
+        config = AutoConfig.from_pretrained(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        if random_init:
+            model = AutoModel.from_config(config, **_no_pooler_kwargs(config))
+        else:
+            # A masked-LM checkpoint carries an LM head the encoder drops: log the key
+            # report ourselves instead of transformers' multi-line warning.
+            previous = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                model, info = AutoModel.from_pretrained(
+                    name_or_path, output_loading_info=True, **_no_pooler_kwargs(config)
+                )
+            finally:
+                hf_logging.set_verbosity(previous)
+            if info.get("missing_keys"):
+                log.warning("%s: weights newly initialised: %s", name_or_path, sorted(info["missing_keys"]))
+            if info.get("unexpected_keys"):
+                log.debug("%s: unused weights: %s", name_or_path, sorted(info["unexpected_keys"]))
+    except OSError as exc:
+        raise LexgraphError(
+            f"cannot load the transformer '{name_or_path}' ({exc.__class__.__name__}): expected a local "
+            "Hugging Face directory (config.json, weights, tokenizer) or a hub model name with the hub reachable"
+        ) from exc
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None or tokenizer.pad_token_id is None:
+        raise ConfigError(f"tokenizer of '{name_or_path}' lacks a CLS, SEP or PAD token; a BERT-like model is expected")
+    return model, tokenizer
+
+
+def _max_positions(config) -> int | None:
+    """Usable token positions of a backbone (RoBERTa-style models reserve two)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and config.model_type in {"camembert", "roberta", "xlm-roberta"}:
+        limit -= 2
+    return limit
+
+
+def _module_device(module: nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def _autocast(device: torch.device):
+    from lexgraph.config import autocast
+
+    return autocast(device)
+
+
+# ---------------------------------------------------------------------------
+# Shared abstraction
+# ---------------------------------------------------------------------------
+
+
+class TextEncoder(nn.Module):
+    """A Hugging Face backbone + tokenizer mapping texts to ``(batch, dim)`` vectors.
+
+    Subclasses implement :meth:`tokenize`, :meth:`forward` and :meth:`_lengths` (a
+    cost per text, used to sort texts by length so that batches pad little).
+    ``token_pooling``: ``cls`` ([CLS] hidden state) or ``mean`` (over real tokens).
+    """
+
+    def __init__(self, backbone: nn.Module, tokenizer, token_pooling: str = "cls") -> None:
+        super().__init__()
+        if token_pooling not in TOKEN_POOLING:
+            raise ConfigError(f"token_pooling = {token_pooling!r}, expected one of {', '.join(TOKEN_POOLING)}")
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.token_pooling = token_pooling
+
+    @property
+    def dim(self) -> int:
+        return int(self.backbone.config.hidden_size)
+
+    def _pool(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """One vector per sequence, ``(n, seq)`` -> ``(n, dim)``: [CLS] or masked mean."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (n, seq, dim)
+        if self.token_pooling == "cls":
+            return hidden[:, 0]  # (n, dim)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (n, seq, 1)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # (n, dim)
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _lengths(self, texts: Sequence[str]) -> list[int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int = 64,
+        device: torch.device | str | None = None,
+        show_progress: bool = True,
+        desc: str | None = None,
+    ) -> torch.Tensor:
+        """Embed ``texts`` in eval mode without gradients: float32 ``(n, dim)`` on CPU.
+
+        ``device`` moves the module there first (default: where it already is). Texts
+        are processed longest first in batches of ``batch_size`` and returned in input
+        order. Mixed precision on CUDA. The module's train/eval mode is restored.
+        """
+        if device is not None:
+            self.to(device)
+        device = _module_device(self)
+        texts = list(texts)
+        out = torch.empty(len(texts), self.dim, dtype=torch.float32)  # (n, dim)
+        if not texts:
+            return out
+        lengths = self._lengths(texts)
+        order = sorted(range(len(texts)), key=lambda i: (-lengths[i], i))
+        was_training = self.training
+        self.eval()
+        try:
+            starts = range(0, len(order), batch_size)
+            for start in tqdm(starts, desc=desc or f"encode {type(self).__name__}", disable=not show_progress):
+                idx = order[start : start + batch_size]
+                inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
+                with _autocast(device):
+                    emb = self(**inputs)  # (batch, dim)
+                out[torch.tensor(idx)] = emb.float().cpu()
+        finally:
+            self.train(was_training)
+        return out
+
+    # -- persistence ------------------------------------------------------
+    def _save_backbone(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backbone.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+
+# ---------------------------------------------------------------------------
+# Query encoder
+# ---------------------------------------------------------------------------
+
+
+class QueryEncoder(TextEncoder):
+    """[CLS] embedding of a question truncated to ``max_length`` tokens."""
+
+    def __init__(self, backbone: nn.Module, tokenizer, max_length: int = 512, token_pooling: str = "cls") -> None:
+        super().__init__(backbone, tokenizer, token_pooling)
+        limit = _max_positions(backbone.config)
+        self.max_length = int(min(max_length, limit) if limit else max_length)
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}  # (batch, seq) each
+
+    def _lengths(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch, seq)`` token ids and mask -> ``(batch, dim)`` embeddings."""
+        return self._pool(input_ids, attention_mask)  # (batch, dim)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        directory = Path(directory)
+        self._save_backbone(directory)
+        (directory / QUERY_CONFIG).write_text(
+            json.dumps(
+                {"format_version": FORMAT_VERSION, "token_pooling": self.token_pooling, "max_length": self.max_length},
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | os.PathLike,
+        *,
+        max_length: int | None = None,
+        token_pooling: str | None = None,
+        random_init: bool = False,
+    ) -> "QueryEncoder":
+        """Load a saved query encoder, or start one from any HF backbone (name or dir).
+
+        Settings not given come from the saved ``query_encoder.json`` if any, else the
+        defaults (512 tokens, [CLS] pooling).
+        """
+        backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
+        settings = Path(name_or_path) / QUERY_CONFIG
+        saved = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        return cls(
+            backbone,
+            tokenizer,
+            max_length=max_length or saved.get("max_length", 512),
+            token_pooling=token_pooling or saved.get("token_pooling", "cls"),
+        )
+
+
+# ---------------------------------------------------------------------------
+# Hierarchical article encoder
+# ---------------------------------------------------------------------------
+
+
+def chunk_token_ids(
+    tokenizer, texts: Sequence[str], max_chunk_length: int, max_document_length: int
+) -> list[list[list[int]]]:
+    """Split each text into chunks of token ids, each ``[CLS] … [SEP]``.
+
+    The text is tokenized without special tokens and truncated to
+    ``max_chunks * (max_chunk_length - 2)`` tokens with
+    ``max_chunks = max_document_length // max_chunk_length``; the tokens are cut into
+    consecutive pieces of ``max_chunk_length - 2`` and each piece is wrapped in CLS/SEP,
+    so no chunk exceeds ``max_chunk_length`` and no article exceeds
+    ``max_document_length`` tokens. An empty text gives one chunk ``[CLS] [SEP]``.
+    Returns ``chunks[text][chunk] = list of token ids``.
+    """
+    specials = 2  # [CLS] and [SEP]
+    body = max_chunk_length - specials
+    max_chunks = max_document_length // max_chunk_length
+    if body < 1 or max_chunks < 1:
+        raise ConfigError(
+            f"max_chunk_length = {max_chunk_length} and max_document_length = {max_document_length}: "
+            "expected max_chunk_length >= 3 and max_document_length >= max_chunk_length"
+        )
+    enc = tokenizer(
+        list(texts), add_special_tokens=False, truncation=True, max_length=max_chunks * body, verbose=False
+    )
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    out = []
+    for ids in enc["input_ids"]:
+        pieces = [ids[i : i + body] for i in range(0, len(ids), body)] or [[]]
+        out.append([[cls_id, *piece, sep_id] for piece in pieces])
+    return out
+
+
+def collate_chunks(chunks: Sequence[Sequence[Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad chunked articles to ``input_ids``/``attention_mask`` ``(batch, n_chunks, chunk_len)``.
+
+    Missing chunks are all-padding with an all-zero attention mask; that is how the
+    encoder recognises them.
+    """
+    n_chunks = max(len(doc) for doc in chunks)
+    length = max(len(chunk) for doc in chunks for chunk in doc)
+    input_ids = torch.full((len(chunks), n_chunks, length), pad_id, dtype=torch.long)  # (batch, chunks, len)
+    attention_mask = torch.zeros((len(chunks), n_chunks, length), dtype=torch.long)  # (batch, chunks, len)
+    for b, doc in enumerate(chunks):
+        for c, chunk in enumerate(doc):
+            input_ids[b, c, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+            attention_mask[b, c, : len(chunk)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+class HierarchicalArticleEncoder(TextEncoder):
+    """Chunked article encoder: backbone [CLS] per chunk -> chunk Transformer -> pooling.
+
+    Args:
+        backbone, tokenizer: the shared chunk encoder (an HF ``AutoModel``) and tokenizer.
+        max_chunk_length: tokens per chunk, [CLS] and [SEP] included (G-DSR: 128).
+        max_document_length: tokens per article over all chunks (G-DSR: 1024 -> 8 chunks).
+        pooling: ``max`` or ``mean`` over the real (non-padded) chunks.
+        num_layers, num_heads: depth and heads of the chunk-level ``nn.TransformerEncoder``
+            (``d_model`` = backbone hidden size, feed-forward ``4 * d_model``, GELU).
+        dropout: dropout of the chunk-level Transformer (default: the backbone's
+            ``hidden_dropout_prob``).
+        token_pooling: chunk vector = ``cls`` (G-DSR) or ``mean`` of its tokens.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        tokenizer,
+        max_chunk_length: int = 128,
+        max_document_length: int = 1024,
+        pooling: str = "max",
+        num_layers: int = 2,
+        num_heads: int = 12,
+        dropout: float | None = None,
+        token_pooling: str = "cls",
+    ) -> None:
+        super().__init__(backbone, tokenizer, token_pooling)
+        if pooling not in ("max", "mean"):
+            raise ConfigError(f"pooling = {pooling!r}, expected max or mean")
+        dim = self.dim
+        if num_heads < 1 or dim % num_heads:
+            raise ConfigError(f"chunk heads = {num_heads} must divide the hidden size {dim}")
+        limit = _max_positions(backbone.config)
+        if limit is not None and max_chunk_length > limit:
+            raise ConfigError(f"max_chunk_length = {max_chunk_length} exceeds the backbone's {limit} positions")
+        self.max_chunk_length = int(max_chunk_length)
+        self.max_document_length = int(max_document_length)
+        self.max_chunks = self.max_document_length // self.max_chunk_length
+        self.pooling = pooling
+        self.num_layers = int(num_layers)
+        self.num_heads = int(num_heads)
+        self.dropout = float(backbone.config.hidden_dropout_prob if dropout is None else dropout)
+        chunk_token_ids(tokenizer, [""], self.max_chunk_length, self.max_document_length)  # validates the lengths
+
+        self.chunk_positions = nn.Embedding(self.max_chunks, dim)
+        nn.init.normal_(self.chunk_positions.weight, std=getattr(backbone.config, "initializer_range", 0.02))
+        layer = nn.TransformerEncoderLayer(
+            d_model=dim,
+            nhead=self.num_heads,
+            dim_feedforward=4 * dim,
+            dropout=self.dropout,
+            activation="gelu",
+            layer_norm_eps=getattr(backbone.config, "layer_norm_eps", 1e-5),
+            batch_first=True,
+        )
+        self.chunk_transformer = nn.TransformerEncoder(layer, num_layers=self.num_layers, enable_nested_tensor=False)
+
+    def hierarchical_config(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "max_chunk_length": self.max_chunk_length,
+            "max_document_length": self.max_document_length,
+            "pooling": self.pooling,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "token_pooling": self.token_pooling,
+        }
+
+    def chunk(self, texts: Sequence[str]) -> list[list[list[int]]]:
+        """Token-id chunks of each text (see :func:`chunk_token_ids`)."""
+        return chunk_token_ids(self.tokenizer, texts, self.max_chunk_length, self.max_document_length)
+
+    def collate(self, chunks: Sequence[Sequence[Sequence[int]]]) -> dict[str, torch.Tensor]:
+        return collate_chunks(chunks, self.tokenizer.pad_token_id)
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return self.collate(self.chunk(texts))  # (batch, chunks, len) each
+
+    def _lengths(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch, n_chunks, chunk_len)`` ids and mask -> ``(batch, dim)`` article embeddings.
+
+        A chunk whose attention mask is all zero is padding: it is never run through the
+        backbone, is masked in the chunk Transformer and is left out of the pooling, so
+        appending empty chunks does not change an article's embedding.
+        """
+        batch, n_chunks, _ = input_ids.shape
+        if n_chunks > self.max_chunks:
+            raise ValueError(f"{n_chunks} chunks per article, the encoder supports at most {self.max_chunks}")
+        chunk_mask = attention_mask[:, :, 0].bool()  # (batch, chunks)
+        if not bool(chunk_mask.any(dim=1).all()):
+            raise ValueError("every article needs at least one non-empty chunk")
+        vectors = self._pool(input_ids[chunk_mask], attention_mask[chunk_mask])  # (real_chunks, dim)
+        chunks = vectors.new_zeros(batch, n_chunks, self.dim)  # (batch, chunks, dim)
+        chunks[chunk_mask] = vectors
+        positions = torch.arange(n_chunks, device=input_ids.device)  # (chunks,)
+        chunks = chunks + self.chunk_positions(positions).unsqueeze(0).to(chunks.dtype)  # (batch, chunks, dim)
+        hidden = self.chunk_transformer(chunks, src_key_padding_mask=~chunk_mask)  # (batch, chunks, dim)
+        keep = chunk_mask.unsqueeze(-1)  # (batch, chunks, 1)
+        if self.pooling == "max":
+            return hidden.masked_fill(~keep, float("-inf")).max(dim=1).values  # (batch, dim)
+        summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)  # (batch, dim)
+        return summed / keep.sum(dim=1).to(summed.dtype)  # (batch, dim)
+
+    # -- persistence ------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """HF dir for the backbone + tokenizer, plus ``hierarchical.{json,safetensors}``."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        self._save_backbone(directory)
+        state = {
+            name: tensor.detach().cpu().contiguous()
+            for name, tensor in self.state_dict().items()
+            if not name.startswith("backbone.")
+        }
+        save_file(state, str(directory / HIERARCHICAL_WEIGHTS))
+        (directory / HIERARCHICAL_CONFIG).write_text(json.dumps(self.hierarchical_config(), indent=2) + "\n")
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | os.PathLike, *, random_init: bool = False, **settings: Any
+    ) -> "HierarchicalArticleEncoder":
+        """Load a saved article encoder (``hierarchical.json`` present), or start a fresh
+        one from an HF backbone with ``settings`` (``max_chunk_length``, ``pooling``, …)
+        and a newly initialised chunk-level module."""
+        from safetensors.torch import load_file
+
+        directory = Path(name_or_path)
+        saved_config = directory / HIERARCHICAL_CONFIG
+        backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
+        if saved_config.is_file() and not random_init:
+            config = json.loads(saved_config.read_text(encoding="utf-8"))
+            config.pop("format_version", None)
+            config.update(settings)
+            encoder = cls(backbone, tokenizer, **config)
+            weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
+            missing, unexpected = encoder.load_state_dict(weights, strict=False)
+            missing = [k for k in missing if not k.startswith("backbone.")]
+            if missing or unexpected:
+                raise LexgraphError(
+                    f"{directory / HIERARCHICAL_WEIGHTS}: chunk-level weights do not match "
+                    f"(missing {missing}, unexpected {list(unexpected)})"
+                )
+            return encoder
+        return cls(backbone, tokenizer, **settings)
+
+
+# ---------------------------------------------------------------------------
+# The dense statute retriever
+# ---------------------------------------------------------------------------
+
+
+class DSR(nn.Module):
+    """Dense statute retriever: a query encoder and a hierarchical article encoder.
+
+    ``similarity(q, a)`` is cosine / temperature (``(nq, na)``) and ``loss`` the InfoNCE
+    objective of :class:`~lexgraph.losses.InfoNCELoss` with the same temperature.
+    """
+
+    def __init__(
+        self, query_encoder: QueryEncoder, article_encoder: HierarchicalArticleEncoder, temperature: float = 0.01
+    ) -> None:
+        super().__init__()
+        if query_encoder.dim != article_encoder.dim:
+            raise ConfigError(
+                f"query encoder dim {query_encoder.dim} != article encoder dim {article_encoder.dim}; "
+                "both must come from models with the same hidden size"
+            )
+        self.query_encoder = query_encoder
+        self.article_encoder = article_encoder
+        self.criterion = InfoNCELoss(temperature)
+
+    @property
+    def temperature(self) -> float:
+        return self.criterion.temperature
+
+    @property
+    def dim(self) -> int:
+        return self.query_encoder.dim
+
+    def encode_query(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch, seq)`` -> ``(batch, dim)`` (differentiable)."""
+        return self.query_encoder(input_ids, attention_mask)
+
+    def encode_article(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch, chunks, len)`` -> ``(batch, dim)`` (differentiable)."""
+        return self.article_encoder(input_ids, attention_mask)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> torch.Tensor:
+        """Texts -> float32 ``(n, dim)`` with the query encoder (no grad)."""
+        return self.query_encoder.encode(texts, batch_size=batch_size, **kwargs)
+
+    def encode_articles(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> torch.Tensor:
+        """Texts -> float32 ``(n, dim)`` with the article encoder (no grad)."""
+        return self.article_encoder.encode(texts, batch_size=batch_size, **kwargs)
+
+    def similarity(self, queries: torch.Tensor, articles: torch.Tensor) -> torch.Tensor:
+        """Cosine / temperature: ``(nq, dim)``, ``(na, dim)`` -> ``(nq, na)``."""
+        return self.criterion.similarity(queries, articles)
+
+    def loss(
+        self,
+        queries: torch.Tensor,
+        positives: torch.Tensor,
+        negatives: torch.Tensor | None = None,
+        other_positives: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """InfoNCE over ``(B, dim)`` queries/positives and optional ``(N, dim)`` negatives."""
+        return self.criterion(queries, positives, negatives, other_positives)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``query_encoder/``, ``article_encoder/`` and ``dsr.json`` under ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.query_encoder.save_pretrained(directory / "query_encoder")
+        self.article_encoder.save_pretrained(directory / "article_encoder")
+        (directory / DSR_CONFIG).write_text(
+            json.dumps(
+                {"format_version": FORMAT_VERSION, "temperature": self.temperature, "dim": self.dim,
+                 "similarity": "cosine", "normalized_embeddings": False},
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, device: torch.device | str | None = None) -> "DSR":
+        directory = Path(directory)
+        config_path = directory / DSR_CONFIG
+        if not config_path.is_file():
+            raise LexgraphError(f"{config_path}: not found; expected a DSR saved by the train_dsr stage")
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        model = cls(
+            QueryEncoder.from_pretrained(directory / "query_encoder"),
+            HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder"),
+            temperature=config["temperature"],
+        )
+        model.eval()
+        return model.to(device) if device is not None else model
+
+
+def cosine_scores(queries: torch.Tensor, articles: torch.Tensor) -> torch.Tensor:
+    """Plain cosine similarity ``(nq, dim)``, ``(na, dim)`` -> ``(nq, na)`` in float32."""
+    return F.normalize(queries.float(), dim=-1) @ F.normalize(articles.float(), dim=-1).T  # (nq, na)

@@ -1,0 +1,150 @@
+"""Dense retrieval over precomputed article embeddings (exact cosine top-k).
+
+:class:`DenseRetriever` pairs a query encoder with a fixed matrix of article
+embeddings; it is the shared machinery of every dense system:
+
+* ``dsr`` — :func:`load_dsr`: the DSR query encoder (``models/dsr/query_encoder``) and
+  the article embeddings of the ``embed`` stage (``data/embed/articles.safetensors``).
+* graph-augmented systems reuse the class with their own query encoder and their own
+  final article embeddings (``DenseRetriever(encoder, ids, embeddings, name="gdsr")``).
+
+Scores are cosine similarities; ties are broken by the lower article id, so rankings
+are deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lexgraph.errors import LexgraphError
+
+log = logging.getLogger(__name__)
+
+DSR_DIR = Path("models/dsr")
+ARTICLE_EMBEDDINGS = Path("data/embed/articles.safetensors")
+
+
+def exact_top_k(
+    queries: torch.Tensor,
+    articles: torch.Tensor,
+    article_ids: np.ndarray,
+    k: int,
+    block_size: int = 256,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-k of each query over all articles.
+
+    Args:
+        queries: ``(nq, dim)`` query embeddings (any scale; normalised here).
+        articles: ``(na, dim)`` article embeddings.
+        article_ids: int64 ``(na,)`` id of each article row; must be sorted ascending
+            for the tie-breaking guarantee (``DenseRetriever`` sorts them).
+        k: cut-off; clipped to ``na``.
+    Returns:
+        ``ids`` int64 ``(nq, k')`` and ``scores`` float32 ``(nq, k')``, ``k' = min(k, na)``,
+        best first, equal scores ordered by lower article id.
+    """
+    k = min(int(k), articles.size(0))
+    if k < 1:
+        raise ValueError(f"k must be positive, got {k}")
+    a = F.normalize(articles.float(), dim=-1)  # (na, dim)
+    q = F.normalize(queries.float().to(a.device), dim=-1)  # (nq, dim)
+    ids_out = np.empty((q.size(0), k), dtype=np.int64)
+    scores_out = np.empty((q.size(0), k), dtype=np.float32)
+    for start in range(0, q.size(0), block_size):
+        scores = (q[start : start + block_size] @ a.T).cpu().numpy()  # (block, na)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (block, k)
+        ids_out[start : start + block_size] = article_ids[order]
+        scores_out[start : start + block_size] = np.take_along_axis(scores, order, axis=1)
+    return ids_out, scores_out
+
+
+class DenseRetriever:
+    """Exact cosine search of encoded questions over fixed article embeddings.
+
+    Args:
+        query_encoder: anything with ``encode(texts, batch_size=..., show_progress=...)
+            -> (n, dim)`` float tensor, e.g. :class:`lexgraph.models.encoders.QueryEncoder`.
+        article_ids: int64 ``(na,)`` article ids.
+        article_embeddings: ``(na, dim)`` embeddings, row ``i`` for ``article_ids[i]``.
+        name: system name (``dsr``, ``gdsr``, …).
+        device: where queries are encoded and scored (the encoder is moved there).
+        batch_size: query-encoding batch size.
+    """
+
+    def __init__(
+        self,
+        query_encoder,
+        article_ids: np.ndarray | torch.Tensor | Sequence[int],
+        article_embeddings: torch.Tensor | np.ndarray,
+        name: str = "dsr",
+        device: torch.device | str = "cpu",
+        batch_size: int = 64,
+    ) -> None:
+        ids = np.asarray(article_ids.cpu() if isinstance(article_ids, torch.Tensor) else article_ids, dtype=np.int64)
+        emb = torch.as_tensor(article_embeddings, dtype=torch.float32)  # (na, dim)
+        if ids.ndim != 1 or emb.ndim != 2 or emb.size(0) != ids.shape[0]:
+            raise LexgraphError(
+                f"{name}: {ids.shape[0]} article ids but embeddings of shape {tuple(emb.shape)}; expected (n, dim)"
+            )
+        if len(np.unique(ids)) != len(ids):
+            raise LexgraphError(f"{name}: duplicate article ids in the embedding matrix")
+        order = np.argsort(ids, kind="stable")
+        self.name = name
+        self.device = torch.device(device)
+        self.batch_size = int(batch_size)
+        self.query_encoder = query_encoder
+        if hasattr(query_encoder, "to"):
+            query_encoder.to(self.device)
+            query_encoder.eval()
+        self.article_ids = ids[order]  # (na,)
+        self.article_embeddings = emb[torch.from_numpy(order)].to(self.device)  # (na, dim)
+
+    @property
+    def dim(self) -> int:
+        return int(self.article_embeddings.size(1))
+
+    def encode(self, questions: Sequence[str], show_progress: bool = False) -> torch.Tensor:
+        """Questions -> float32 ``(n, dim)`` query embeddings."""
+        return self.query_encoder.encode(list(questions), batch_size=self.batch_size, show_progress=show_progress)
+
+    def search_embeddings(self, query_embeddings: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k for already encoded queries ``(n, dim)``: ``(ids, scores)`` each ``(n, k)``."""
+        if query_embeddings.size(-1) != self.dim:
+            raise LexgraphError(
+                f"{self.name}: query embeddings have dim {query_embeddings.size(-1)}, articles {self.dim}; "
+                "the article embeddings were made by another model"
+            )
+        return exact_top_k(query_embeddings, self.article_embeddings, self.article_ids, k)
+
+    def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Encode ``questions`` and return int64 ids / float32 cosine scores ``(n, k)``."""
+        if len(questions) == 0:
+            k = min(int(k), len(self.article_ids))
+            return np.empty((0, k), dtype=np.int64), np.empty((0, k), dtype=np.float32)
+        return self.search_embeddings(self.encode(questions, show_progress=len(questions) > 1000), k)
+
+
+def _require(path: Path, what: str, stage: str) -> Path:
+    if not path.exists():
+        raise LexgraphError(f"{path}: {what} not found; run `dvc repro {stage}` first")
+    return path
+
+
+def load_dsr(workspace: Path, device: str = "auto") -> DenseRetriever:
+    """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings."""
+    from lexgraph.config import resolve_device
+    from lexgraph.embed import load_embeddings
+    from lexgraph.models.encoders import QueryEncoder
+
+    workspace = Path(workspace)
+    query_dir = _require(workspace / DSR_DIR / "query_encoder", "the trained DSR query encoder", "embed")
+    emb_path = _require(workspace / ARTICLE_EMBEDDINGS, "the DSR article embeddings", "embed")
+    ids, embeddings = load_embeddings(emb_path)
+    encoder = QueryEncoder.from_pretrained(query_dir)
+    return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device))

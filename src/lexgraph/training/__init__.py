@@ -1,0 +1,1 @@
+"""Training loops (logic behind the train_* stages)."""

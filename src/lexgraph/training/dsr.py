@@ -1,0 +1,475 @@
+"""Contrastive training of the dense statute retriever (DSR).
+
+Follows G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Sections 3.1–3.2 and 4):
+
+* training pairs: every (train question, gold article) pair, plus the synthetic
+  (doc2query question, article) pairs when ``dsr.synthetic`` is true — all of them
+  every epoch (paper), or a fresh seeded subset of ``dsr.synthetic_per_epoch`` per
+  epoch (keeps the CPU sample fast);
+* for each pair, one BM25 hard negative drawn (seeded, redrawn every epoch) from that
+  question's mined negatives — or, for a question without negatives, a random
+  non-gold article;
+* InfoNCE over in-batch negatives + the batch's hard negatives, cosine / temperature,
+  other gold articles of a query masked out of its denominator
+  (:class:`~lexgraph.losses.InfoNCELoss`);
+* AdamW (betas 0.9/0.999, eps 1e-7, weight decay on all but biases and LayerNorm
+  weights), linear warm-up over ``warmup_ratio`` of the steps then linear decay,
+  gradient clipping, mixed precision on CUDA (bf16, or fp16 with a GradScaler);
+* model selection: after each epoch the whole corpus is encoded and dev questions are
+  ranked by exact cosine top-200; the epoch with the best dev recall@200 is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from lexgraph.config import autocast, choice, require, seed_everything
+from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.io import atomic_path, read_parquet, write_json, write_text
+from lexgraph.losses import InfoNCELoss
+from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, collate_chunks
+
+log = logging.getLogger(__name__)
+
+SECTION = "dsr"
+EVAL_CUTOFF = 200  # model selection: dev recall@200 (G-DSR)
+EVAL_DEPTH = 500  # ranked list depth for the dev metrics (every reported cut-off)
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DSRConfig:
+    """The ``dsr`` section of ``params.yaml`` (see the comments there)."""
+
+    article_init: str = "pretrain"  # pretrain | base
+    query_init: str = "pretrain"  # pretrain | base
+    base_model: str = "random"  # HF name/dir, or `random` (pretrain's config, random weights)
+    synthetic: bool = True
+    synthetic_per_epoch: int | None = None  # synthetic pairs drawn per epoch (None: all)
+    pooling: str = "max"  # max | mean (over chunks)
+    token_pooling: str = "cls"  # cls | mean (over the tokens of a question / chunk)
+    max_chunk_length: int = 128
+    max_document_length: int = 1024
+    max_query_length: int = 512
+    chunk_layers: int = 2
+    chunk_heads: int = 12
+    temperature: float = 0.01
+    epochs: int = 15
+    batch_size: int = 24
+    lr: float = 2e-5
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    eval_batch_size: int = 64
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "DSRConfig":
+        unknown = set(params) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"params.yaml: unknown keys in '{SECTION}': {sorted(unknown)}")
+        number = (int, float)
+        values = {
+            "article_init": choice(params, "article_init", SECTION, ("pretrain", "base")),
+            "query_init": choice(params, "query_init", SECTION, ("pretrain", "base")),
+            "base_model": str(require(params, "base_model", SECTION, str)),
+            "synthetic": require(params, "synthetic", SECTION, bool),
+            "pooling": choice(params, "pooling", SECTION, ("max", "mean")),
+            "token_pooling": choice(params, "token_pooling", SECTION, ("cls", "mean")),
+            "synthetic_per_epoch": params.get("synthetic_per_epoch"),
+        }
+        per_epoch = values["synthetic_per_epoch"]
+        if per_epoch is not None and (not isinstance(per_epoch, int) or isinstance(per_epoch, bool) or per_epoch < 1):
+            raise ConfigError(
+                f"params.yaml: '{SECTION}.synthetic_per_epoch' = {per_epoch!r}, expected null or a positive integer"
+            )
+        for key in ("max_chunk_length", "max_document_length", "max_query_length", "chunk_layers", "chunk_heads",
+                    "epochs", "batch_size", "eval_batch_size"):
+            value = require(params, key, SECTION, int)
+            if isinstance(value, bool) or value < 1:
+                raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a positive integer")
+            values[key] = value
+        for key in ("temperature", "lr", "warmup_ratio", "weight_decay", "max_grad_norm"):
+            value = require(params, key, SECTION)
+            if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a number") from None
+            if not isinstance(value, number) or isinstance(value, bool) or value < 0 or (key in ("temperature", "lr") and value == 0):
+                raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a positive number")
+            values[key] = float(value)
+        if values["warmup_ratio"] > 1:
+            raise ConfigError(f"params.yaml: '{SECTION}.warmup_ratio' = {values['warmup_ratio']}, expected <= 1")
+        if values["max_document_length"] < values["max_chunk_length"]:
+            raise ConfigError(
+                f"params.yaml: '{SECTION}.max_document_length' ({values['max_document_length']}) must be >= "
+                f"'{SECTION}.max_chunk_length' ({values['max_chunk_length']})"
+            )
+        return cls(**values)
+
+
+# ---------------------------------------------------------------------------
+# Model construction
+# ---------------------------------------------------------------------------
+
+
+def _source(init: str, config: DSRConfig, pretrained: str | os.PathLike) -> tuple[str, bool]:
+    """(name_or_path, random_init) of the backbone for ``init`` = pretrain | base."""
+    if init == "pretrain":
+        return str(pretrained), False
+    if config.base_model == "random":
+        return str(pretrained), True
+    return config.base_model, False
+
+
+def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
+    """A fresh DSR: both backbones from ``pretrained`` (the domain-adapted MLM) or the base model."""
+    q_path, q_random = _source(config.query_init, config, pretrained)
+    a_path, a_random = _source(config.article_init, config, pretrained)
+    log.info("query encoder from %s%s, article encoder from %s%s",
+             q_path, " (random init)" if q_random else "", a_path, " (random init)" if a_random else "")
+    query = QueryEncoder.from_pretrained(
+        q_path, max_length=config.max_query_length, token_pooling=config.token_pooling, random_init=q_random
+    )
+    article = HierarchicalArticleEncoder.from_pretrained(
+        a_path,
+        random_init=a_random,
+        max_chunk_length=config.max_chunk_length,
+        max_document_length=config.max_document_length,
+        pooling=config.pooling,
+        num_layers=config.chunk_layers,
+        num_heads=config.chunk_heads,
+        token_pooling=config.token_pooling,
+    )
+    return DSR(query, article, temperature=config.temperature)
+
+
+# ---------------------------------------------------------------------------
+# Training data
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (question, gold article) training pair."""
+
+    query: str
+    key: tuple[str, int]  # (split, question id): the negatives' key
+    gold: frozenset[int]  # all gold articles of the question
+    positive: int
+    negatives: tuple[int, ...]  # BM25 negatives of the question (never gold)
+
+
+@dataclass
+class TrainingData:
+    pairs: list[Pair]  # real training pairs, used every epoch
+    article_ids: list[int]  # corpus order
+    article_texts: list[str]
+    synthetic_pairs: list[Pair] = field(default_factory=list)  # sampled per epoch (synthetic_per_epoch)
+    dev_questions: list[str] = field(default_factory=list)
+    dev_qrels: dict[int, set[int]] = field(default_factory=dict)  # question id -> gold ids
+    dev_ids: list[int] = field(default_factory=list)
+
+
+def _negatives_index(negatives, corpus: set[int]) -> dict[tuple[str, int], list[int]]:
+    index: dict[tuple[str, int], list[int]] = {}
+    dropped = 0
+    for qid, split, neg in zip(negatives["question_id"].to_list(), negatives["split"].to_list(),
+                               negatives["negative_ids"].to_list()):
+        kept = [int(a) for a in (neg or []) if int(a) in corpus]
+        dropped += len(neg or []) - len(kept)
+        index.setdefault((str(split), int(qid)), []).extend(kept)
+    if dropped:
+        log.warning("%d negative ids are not in the corpus and were dropped", dropped)
+    return index
+
+
+def build_pairs(questions, negatives, corpus: set[int], path="questions") -> list[Pair]:
+    """Pairs (question, gold article) of a questions table, with their BM25 negatives.
+
+    ``questions`` needs ``id``, ``question``, ``article_ids`` (list[int]), ``split``;
+    ``negatives`` ``question_id``, ``split``, ``negative_ids``. Gold articles missing from
+    ``corpus`` raise :class:`DataError`; negatives that are gold are dropped.
+    """
+    index = _negatives_index(negatives, corpus)
+    pairs: list[Pair] = []
+    rows = zip(questions["id"].to_list(), questions["question"].to_list(),
+               questions["article_ids"].to_list(), questions["split"].to_list())
+    for row, (qid, text, gold, split) in enumerate(rows):
+        gold_ids = [int(a) for a in (gold or [])]
+        if not gold_ids:
+            raise DataError(path, "question without gold article", row=row, column="article_ids")
+        missing = [a for a in gold_ids if a not in corpus]
+        if missing:
+            raise DataError(path, f"gold article ids {missing} are not in the corpus", row=row, column="article_ids")
+        gold_set = frozenset(gold_ids)
+        negs = tuple(dict.fromkeys(a for a in index.get((str(split), int(qid)), []) if a not in gold_set))
+        for article in dict.fromkeys(gold_ids):
+            pairs.append(Pair(str(text), (str(split), int(qid)), gold_set, article, negs))
+    return pairs
+
+
+def load_training_data(
+    articles_path, questions_path, synthetic_path, negatives_path, use_synthetic: bool
+) -> TrainingData:
+    """Read the stage inputs into :class:`TrainingData` (train + optional synthetic pairs, dev qrels)."""
+    import polars as pl
+
+    articles = read_parquet(articles_path, ["id", "article"])
+    qcols = ["id", "question", "article_ids", "split"]
+    questions = read_parquet(questions_path, qcols)
+    negatives = read_parquet(negatives_path, ["question_id", "split", "negative_ids"])
+    article_ids = [int(a) for a in articles["id"].to_list()]
+    corpus = set(article_ids)
+    if len(corpus) != len(article_ids):
+        raise DataError(articles_path, "article ids are not unique", column="id")
+    train = questions.filter(pl.col("split") == "train")
+    if train.height == 0:
+        raise DataError(questions_path, "no question with split 'train'", column="split")
+    pairs = build_pairs(train, negatives, corpus, questions_path)
+    log.info("%d training pairs from %d train questions", len(pairs), train.height)
+    synthetic_pairs: list[Pair] = []
+    if use_synthetic:
+        synthetic = read_parquet(synthetic_path, qcols)
+        synthetic_pairs = build_pairs(synthetic, negatives, corpus, synthetic_path)
+        log.info("%d synthetic pairs from %s", len(synthetic_pairs), synthetic_path)
+    dev = questions.filter(pl.col("split") == "dev")
+    texts = ["" if t is None else str(t) for t in articles["article"].to_list()]
+    data = TrainingData(pairs, article_ids, texts, synthetic_pairs)
+    data.dev_ids = [int(q) for q in dev["id"].to_list()]
+    data.dev_questions = [str(q) for q in dev["question"].to_list()]
+    data.dev_qrels = {int(q): {int(a) for a in gold} for q, gold in zip(data.dev_ids, dev["article_ids"].to_list())}
+    return data
+
+
+def sample_negatives(pairs: Sequence[Pair], article_ids: Sequence[int], rng: np.random.Generator) -> list[int]:
+    """One hard negative per pair (uniform over its BM25 negatives; a random non-gold
+    article when it has none)."""
+    out = []
+    for pair in pairs:
+        if pair.negatives:
+            out.append(pair.negatives[int(rng.integers(len(pair.negatives)))])
+            continue
+        if len(pair.gold) >= len(article_ids):
+            raise DataError("negatives", f"question {pair.key} cites every article; no negative exists")
+        while True:
+            candidate = int(article_ids[int(rng.integers(len(article_ids)))])
+            if candidate not in pair.gold:
+                out.append(candidate)
+                break
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------
+
+
+def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int, k: int = EVAL_DEPTH) -> dict[str, float]:
+    """Dev metrics of ``model``: whole corpus encoded, exact cosine top-``k``."""
+    from lexgraph.metrics import evaluate_run
+    from lexgraph.retrieval.dense import exact_top_k
+
+    order = np.argsort(np.asarray(data.article_ids, dtype=np.int64), kind="stable")
+    articles = model.encode_articles([data.article_texts[i] for i in order], batch_size=batch_size,
+                                     desc="dev: encode corpus")  # (na, dim)
+    queries = model.encode_queries(data.dev_questions, batch_size=batch_size, desc="dev: encode questions")  # (nq, dim)
+    ids, _ = exact_top_k(queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], k)
+    run = {qid: ranked.tolist() for qid, ranked in zip(data.dev_ids, ids)}
+    return evaluate_run(run, data.dev_qrels)
+
+
+# ---------------------------------------------------------------------------
+# Training loop
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    model: DSR
+    best_epoch: int
+    dev_metrics: dict[str, float] | None
+    history: list[dict[str, float]]
+    train_seconds: float
+    n_pairs: int  # pairs seen per epoch
+
+
+def _optimizer(model: nn.Module, config: DSRConfig) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on biases and LayerNorm weights."""
+    no_decay: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            no_decay.update(id(p) for p in module.parameters(recurse=False))
+    for name, param in model.named_parameters():
+        if name.endswith("bias"):
+            no_decay.add(id(param))
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if id(p) not in no_decay], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-7)
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int):
+    """LR multiplier: linear 0 -> 1 over ``warmup_steps``, then linear 1 -> 0 at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def train_dsr(
+    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int
+) -> TrainResult:
+    """Train ``model`` in place on ``data`` and return it at its best dev epoch."""
+    if not data.pairs and not data.synthetic_pairs:
+        raise DataError("questions", "no training pairs")
+    model.to(device)
+    torch.manual_seed(seed)  # dropout masks
+    start = time.perf_counter()
+    chunks = dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
+    pad_id = model.article_encoder.tokenizer.pad_token_id
+    n_synthetic = len(data.synthetic_pairs)
+    if config.synthetic_per_epoch is not None:
+        n_synthetic = min(n_synthetic, config.synthetic_per_epoch)
+    epoch_size = len(data.pairs) + n_synthetic
+    log.info("%d pairs per epoch (%d real, %d of %d synthetic)", epoch_size, len(data.pairs), n_synthetic,
+             len(data.synthetic_pairs))
+    steps_per_epoch = math.ceil(epoch_size / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    optimizer = _optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, linear_warmup_decay(int(config.warmup_ratio * total), total)
+    )
+    fp16 = device.type == "cuda" and not torch.cuda.is_bf16_supported()
+    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
+    history: list[dict[str, float]] = []
+    best_state, best_epoch, best_metrics, best_recall = None, 0, None, -1.0
+    if not data.dev_qrels:
+        log.warning("no dev questions: model selection is off, the last epoch is kept")
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        rng = np.random.default_rng([seed, epoch])
+        pairs = list(data.pairs)
+        if n_synthetic == len(data.synthetic_pairs):
+            pairs += data.synthetic_pairs
+        else:  # a fresh seeded subset every epoch
+            pairs += [data.synthetic_pairs[i] for i in sorted(rng.choice(len(data.synthetic_pairs), n_synthetic,
+                                                                          replace=False).tolist())]
+        order = rng.permutation(len(pairs))
+        losses = []
+        bar = tqdm(range(steps_per_epoch), desc=f"train_dsr epoch {epoch}/{config.epochs}")
+        for step in bar:
+            batch = [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
+            negatives = sample_negatives(batch, data.article_ids, rng)
+            columns = [p.positive for p in batch] + negatives
+            queries = {k: v.to(device) for k, v in model.query_encoder.tokenize([p.query for p in batch]).items()}
+            articles = {k: v.to(device) for k, v in collate_chunks([chunks[a] for a in columns], pad_id).items()}
+            mask = InfoNCELoss.shared_positive_mask([p.gold for p in batch], columns, device=device)  # (B, 2B)
+            with autocast(device):
+                q = model.encode_query(**queries)  # (B, dim)
+                a = model.encode_article(**articles)  # (2B, dim)
+            loss = model.loss(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
+            if not fp16 and not torch.isfinite(loss):  # fp16: the GradScaler skips such steps
+                raise LexgraphError(
+                    f"train_dsr: the loss became {float(loss)} at epoch {epoch}, step {step + 1}; "
+                    f"lower '{SECTION}.lr' (now {config.lr}) or raise '{SECTION}.temperature'"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        record = {"epoch": epoch, "loss": float(np.mean(losses))}
+        metrics = evaluate_dsr(model, data, config.eval_batch_size) if data.dev_qrels else None
+        record[f"dev_recall@{EVAL_CUTOFF}"] = metrics[f"recall@{EVAL_CUTOFF}"] if metrics else float("nan")
+        history.append(record)
+        log.info("epoch %d: loss %.4f, dev recall@%d %.4f", epoch, record["loss"], EVAL_CUTOFF,
+                 record[f"dev_recall@{EVAL_CUTOFF}"])
+        recall = metrics[f"recall@{EVAL_CUTOFF}"] if metrics else float(epoch)
+        if recall > best_recall:
+            best_recall, best_epoch, best_metrics = recall, epoch, metrics
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+    model.eval()
+    seconds = time.perf_counter() - start
+    log.info("best epoch %d (dev recall@%d %s) after %.1f s", best_epoch, EVAL_CUTOFF,
+             f"{best_metrics[f'recall@{EVAL_CUTOFF}']:.4f}" if best_metrics else "n/a", seconds)
+    return TrainResult(model, best_epoch, best_metrics, history, seconds, epoch_size)
+
+
+# ---------------------------------------------------------------------------
+# Stage entry point
+# ---------------------------------------------------------------------------
+
+
+def curve_csv(history: Sequence[dict[str, float]]) -> str:
+    """Per-epoch ``epoch,loss,dev_recall@200`` CSV (for ``dvc plots``)."""
+    key = f"dev_recall@{EVAL_CUTOFF}"
+    lines = [f"epoch,loss,{key}"]
+    lines += [f"{int(r['epoch'])},{r['loss']:.6f},{r[key]:.6f}" for r in history]
+    return "\n".join(lines) + "\n"
+
+
+def run_train_dsr(
+    *,
+    articles: str | os.PathLike,
+    questions: str | os.PathLike,
+    synthetic: str | os.PathLike,
+    negatives: str | os.PathLike,
+    pretrained: str | os.PathLike,
+    out: str | os.PathLike,
+    metrics: str | os.PathLike,
+    plot: str | os.PathLike,
+    params: dict[str, Any],
+    device: torch.device,
+    seed: int,
+) -> dict[str, Any]:
+    """The ``train_dsr`` stage: read inputs, train, write model/metrics/curve atomically."""
+    config = DSRConfig.from_params(params)
+    log.info("train_dsr config: %s", asdict(config))
+    if not Path(pretrained).is_dir():
+        raise DataError(pretrained, "pretrained model directory not found (run `dvc repro pretrain`)")
+    data = load_training_data(articles, questions, synthetic, negatives, config.synthetic)
+    seed_everything(seed)
+    model = build_dsr(config, pretrained)
+    result = train_dsr(model, data, config, device, seed)
+    with atomic_path(out, directory=True) as tmp:
+        result.model.save(tmp)
+    summary: dict[str, Any] = {
+        "best_epoch": result.best_epoch,
+        f"dev_recall@{EVAL_CUTOFF}": round(result.dev_metrics[f"recall@{EVAL_CUTOFF}"], 4)
+        if result.dev_metrics else None,
+        "train_seconds": round(result.train_seconds, 1),
+        "epochs": config.epochs,
+        "pairs_per_epoch": result.n_pairs,
+        "train_pairs": len(data.pairs),
+        "synthetic_pairs": len(data.synthetic_pairs),
+        "dev": {k: round(v, 4) for k, v in result.dev_metrics.items()} if result.dev_metrics else None,
+    }
+    write_json(summary, metrics)
+    write_text(curve_csv(result.history), plot)
+    return summary

@@ -1,0 +1,86 @@
+"""Dense retrieval: exact cosine top-k against a brute-force numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lexgraph.embed import save_embeddings
+from lexgraph.errors import LexgraphError
+from lexgraph.retrieval import load_retriever
+from lexgraph.retrieval.dense import DenseRetriever
+
+
+class FixedEncoder:
+    """A stand-in query encoder: question ``"q<i>"`` -> row ``i`` of a fixed matrix."""
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        self.vectors = torch.tensor(vectors, dtype=torch.float32)
+
+    def encode(self, texts, batch_size=64, show_progress=False):
+        return self.vectors[[int(t[1:]) for t in texts]]
+
+
+def brute_force(queries: np.ndarray, articles: np.ndarray, ids: np.ndarray, k: int):
+    """Reference: cosine scores, ranked by (-score, id) with a full lexsort per query."""
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    a = articles / np.linalg.norm(articles, axis=1, keepdims=True)
+    scores = (q @ a.T).astype(np.float32)
+    out_ids, out_scores = [], []
+    for row in scores:
+        order = np.lexsort((ids, -row))[:k]
+        out_ids.append(ids[order])
+        out_scores.append(row[order])
+    return np.array(out_ids), np.array(out_scores)
+
+
+def test_top_k_equals_brute_force_with_ties():
+    rng = np.random.default_rng(0)
+    articles = rng.normal(size=(300, 24)).astype(np.float32)
+    articles[50:60] = articles[7]  # exact ties with article row 7
+    articles[100] = 4.0 * articles[7]  # same direction (power-of-two scale: bit-identical cosine)
+    ids = rng.permutation(np.arange(1000, 1300)).astype(np.int64)  # ids not in row order
+    queries = rng.normal(size=(40, 24)).astype(np.float32)
+    queries[0] = articles[7]  # a query whose best hits are all tied
+    retriever = DenseRetriever(FixedEncoder(queries), ids, torch.tensor(articles), name="test")
+    for k in (1, 15, 200, 500):
+        got_ids, got_scores = retriever.search([f"q{i}" for i in range(len(queries))], k)
+        want_ids, want_scores = brute_force(queries, articles, ids, min(k, 300))
+        assert got_ids.dtype == np.int64 and got_scores.dtype == np.float32
+        assert got_ids.shape == (40, min(k, 300))
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_allclose(got_scores, want_scores, atol=1e-5)
+    tied = sorted(ids[[7, *range(50, 60), 100]].tolist())
+    assert retriever.search(["q0"], 12)[0][0].tolist() == tied  # ties broken by lower id
+
+
+def test_empty_query_list():
+    retriever = DenseRetriever(FixedEncoder(np.ones((1, 4))), [3, 1], torch.ones(2, 4))
+    ids, scores = retriever.search([], 5)
+    assert ids.shape == (0, 2) and scores.shape == (0, 2)
+
+
+def test_rejects_mismatched_embeddings():
+    with pytest.raises(LexgraphError):
+        DenseRetriever(FixedEncoder(np.ones((1, 4))), [1, 2, 3], torch.ones(2, 4))
+    with pytest.raises(LexgraphError):
+        DenseRetriever(FixedEncoder(np.ones((1, 4))), [1, 1], torch.ones(2, 4))
+
+
+def test_load_dsr_needs_the_embed_stage(tmp_path):
+    with pytest.raises(LexgraphError, match="dvc repro embed"):
+        load_retriever("dsr", tmp_path, "cpu")
+    (tmp_path / "models/dsr/query_encoder").mkdir(parents=True)
+    with pytest.raises(LexgraphError, match="articles.safetensors.*dvc repro embed"):
+        load_retriever("dsr", tmp_path, "cpu")
+
+
+def test_embeddings_file_round_trip(tmp_path):
+    from lexgraph.embed import load_embeddings
+
+    emb = torch.randn(5, 3)
+    save_embeddings(tmp_path / "x.safetensors", [9, 8, 7, 6, 5], emb)
+    ids, loaded = load_embeddings(tmp_path / "x.safetensors")
+    assert ids.tolist() == [9, 8, 7, 6, 5] and ids.dtype == np.int64
+    assert torch.equal(loaded, emb)
