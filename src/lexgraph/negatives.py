@@ -120,3 +120,44 @@ def mine_negatives(
         },
         schema=SCHEMA,
     )
+
+
+def run(params: dict, articles_path, questions_path, synthetic_path=None) -> pl.DataFrame:
+    """The ``mine_negatives`` stage: validate ``negatives`` params, read inputs, mine."""
+    from pathlib import Path
+
+    from lexgraph.config import require
+    from lexgraph.errors import ConfigError
+    from lexgraph.io import read_parquet
+
+    section = "negatives"
+    k1 = float(require(params, "k1", section, (int, float)))
+    b = float(require(params, "b", section, (int, float)))
+    depth = require(params, "depth", section, int)
+    k = require(params, "k", section, int)
+    splits = require(params, "splits", section, list)
+    if depth < 1 or k < 1:
+        raise ConfigError(f"params.yaml: '{section}.depth' = {depth} and '{section}.k' = {k} must be positive")
+    if not splits or not all(isinstance(s, str) for s in splits):
+        raise ConfigError(f"params.yaml: '{section}.splits' = {splits!r}, expected a non-empty list of split names")
+
+    articles = read_parquet(articles_path, ARTICLE_COLUMNS)
+    frames = [load_questions(questions_path, splits)]
+    if synthetic_path is not None:
+        if Path(synthetic_path).is_file():
+            frames.append(load_questions(synthetic_path, splits))
+        else:
+            log.warning("%s not found: no synthetic questions mined", synthetic_path)
+    questions = pl.concat(frames, how="vertical")
+    dup = questions.filter(pl.struct("id", "split").is_duplicated())
+    if dup.height:
+        qid, split = dup.row(0, named=True)["id"], dup.row(0, named=True)["split"]
+        raise DataError(
+            synthetic_path if len(frames) > 1 else questions_path,
+            f"question id {qid} occurs more than once in split '{split}' (ids must be unique per split)",
+            column="id",
+        )
+    log.info("mining negatives for %d questions (splits %s) over %d articles", questions.height, splits, articles.height)
+    if questions.height == 0:
+        log.warning("no question has a split in %s: writing an empty negatives file", splits)
+    return mine_negatives(articles, questions, k1=k1, b=b, depth=depth, k=k)
