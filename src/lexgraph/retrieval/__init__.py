@@ -22,8 +22,8 @@ from lexgraph.errors import LexgraphError
 SYSTEMS: dict[str, str] = {
     "bm25": "lexgraph.retrieval.bm25:load_system",
     "dsr": "lexgraph.retrieval.dense:load_dsr",
-    "gdsr": "lexgraph.retrieval.dense:load_gdsr",
-    "qabisar": "lexgraph.retrieval.dense:load_qabisar",
+    "gdsr": "lexgraph.retrieval.gnn:load_gdsr",
+    "qabisar": "lexgraph.retrieval.gnn:load_qabisar",
 }
 
 

@@ -1,0 +1,55 @@
+"""Graph-augmented dense systems: ``gdsr`` (G-DSR) and ``qabisar``.
+
+Both score questions by exact cosine against the article embeddings that ``train_gnn``
+computed with one full-graph pass (``models/gnn_<variant>/article_embeddings.safetensors``):
+
+* ``gdsr`` — questions encoded by the DSR query encoder (``models/dsr/query_encoder``),
+  as in G-DSR, where only the legislative graph encoder is trained on top of DSR;
+* ``qabisar`` — questions encoded by QABISAR's distilled query encoder
+  (``models/gnn_qabisar/query_encoder``): unseen questions have no node in the graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from lexgraph.errors import LexgraphError
+from lexgraph.retrieval.dense import DSR_DIR, DenseRetriever
+
+log = logging.getLogger(__name__)
+
+GDSR_DIR = Path("models/gnn_lge")
+QABISAR_DIR = Path("models/gnn_qabisar")
+ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
+
+
+def _require(path: Path, what: str, stage: str) -> Path:
+    if not path.exists():
+        raise LexgraphError(f"{path}: {what} not found; run `dvc repro {stage}` first")
+    return path
+
+
+def _load(name: str, query_dir: Path, model_dir: Path, stage: str, device: str) -> DenseRetriever:
+    from lexgraph.config import resolve_device
+    from lexgraph.embed import load_embeddings
+    from lexgraph.models.encoders import QueryEncoder
+
+    emb_path = _require(model_dir / ARTICLE_EMBEDDINGS, f"the {name} article embeddings", stage)
+    _require(query_dir, f"the {name} query encoder", stage)
+    ids, embeddings = load_embeddings(emb_path)
+    encoder = QueryEncoder.from_pretrained(query_dir)
+    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device))
+
+
+def load_gdsr(workspace: Path, device: str = "auto") -> DenseRetriever:
+    """The ``gdsr`` system: DSR query encoder + LGE article embeddings."""
+    workspace = Path(workspace)
+    return _load("gdsr", workspace / DSR_DIR / "query_encoder", workspace / GDSR_DIR, "train_gnn@lge", device)
+
+
+def load_qabisar(workspace: Path, device: str = "auto") -> DenseRetriever:
+    """The ``qabisar`` system: distilled query encoder + QABISAR article embeddings."""
+    workspace = Path(workspace)
+    model_dir = workspace / QABISAR_DIR
+    return _load("qabisar", model_dir / "query_encoder", model_dir, "train_gnn@qabisar", device)

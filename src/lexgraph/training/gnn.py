@@ -1,0 +1,741 @@
+"""Training the graph encoders: G-DSR's LGE and QABISAR.
+
+Both variants start from the DSR embeddings of the ``embed`` stage (articles, headings,
+questions) as node features and train a :class:`~lexgraph.models.gnn.GraphEncoder` on
+mini-batches of (train question, gold article) pairs:
+
+1. a batch of ``batch_size`` pairs; for each question ``hard_negatives`` BM25 negatives
+   are drawn from ``negatives.parquet`` (all batch columns are shared negatives);
+2. the ``layers``-hop in-neighbourhood of the batch's articles (positives + negatives
+   and, for QABISAR, the batch's question nodes) is cut out of the graph with
+   ``torch_geometric.utils.k_hop_subgraph``; with ``layers`` message-passing steps the
+   outputs of these seed nodes are exactly their full-graph outputs;
+3. InfoNCE over cosine / ``temperature`` with in-batch + BM25 negatives (columns that
+   are another gold article of the row's question are left out of its softmax).
+
+**lge** (Louis, van Dijck & Spanakis, EACL 2023): the graph holds articles and headings
+only; queries are the fixed DSR question embeddings; only the GNN trains. At test time
+G-DSR scores DSR query embeddings against the GNN's article embeddings.
+
+**qabisar** (Santosh, Sarwat & Grabmair, 2024): the graph also holds the train questions,
+linked to their gold articles (bipartite edges), with edge-type embeddings
+(``edge_dim``). The query encoder (from ``models/dsr/query_encoder``) trains jointly:
+``loss = (1 - kd.weight) * InfoNCE(q_graph, a_graph) + kd.weight * KD``, KD distilling
+the graph query (teacher, detached) into the query encoder (student) over the same
+candidate articles (:class:`~lexgraph.losses.QabisarLoss`). At test time an unseen
+question has only the distilled encoder.
+
+**Label leak.** A batch question's node is linked to its gold articles; left in place,
+the question node would read its own labels off its neighbours (and its gold articles
+would receive its embedding), making the contrastive task trivial and teaching nothing
+that transfers to unseen questions, which have no edges. So, for every step, **all
+bipartite edges of the batch's questions (both directions) are removed** before the
+subgraph is sampled: each batch question is scored exactly like an unseen question
+would be, while the articles still carry what the *other* train questions say about
+them. Full-graph inference (article embeddings) uses every train question's edges.
+Dev and test questions never enter the graph, the batches or the node features; dev
+questions are only scored for model selection (dev R@200, as in G-DSR).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lexgraph.config import autocast
+from lexgraph.errors import ConfigError, DataError
+from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
+from lexgraph.losses import InfoNCELoss, QabisarLoss
+from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("lge", "qabisar")
+ARCH_KEYS = ("model", "layers", "hidden", "heads", "dropout", "residual", "edge_dim", "identity_init")
+SELECTION_METRIC = "recall@200"
+RETRIEVAL_DEPTH = 500  # dev metrics need the top-500 (recall@500); selection uses recall@200
+FORMAT_VERSION = 1
+WEIGHTS = "gnn.safetensors"
+CONFIG = "gnn.json"
+ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
+QUERY_ENCODER = "query_encoder"
+
+
+# ---------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GNNSettings:
+    """The ``gnn`` section of params.yaml, resolved for one variant."""
+
+    variant: str
+    model: str = "gatv2"
+    layers: int = 1
+    hidden: int | None = None
+    heads: int = 1
+    dropout: float = 0.1
+    residual: bool = True
+    edge_dim: int | None = None
+    identity_init: bool = False
+    hard_negatives: int = 1
+    batch_size: int = 512
+    lr: float = 2e-4
+    weight_decay: float = 0.1
+    max_grad_norm: float = 1.0
+    epochs: int = 10
+    temperature: float = 0.01
+    encoder_lr: float = 2e-5
+    kd_weight: float = 0.3
+    kd_mode: str = "score"
+    bipartite: bool = True
+    structure: bool = True
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], variant: str) -> "GNNSettings":
+        """Read ``params`` (the ``gnn`` section); ``params[variant]`` overrides architecture keys."""
+        if variant not in VARIANTS:
+            raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
+        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "epochs", "kd_weight", "kd_mode")}
+        allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
+        unknown = set(params) - allowed
+        if unknown:
+            raise ConfigError(f"params.yaml: unknown keys in 'gnn': {sorted(unknown)}")
+        values: dict[str, Any] = {k: params[k] for k in scalar if k in params}
+        override = params.get(variant) or {}
+        if not isinstance(override, dict) or set(override) - set(ARCH_KEYS):
+            raise ConfigError(
+                f"params.yaml: 'gnn.{variant}' overrides architecture keys only ({', '.join(ARCH_KEYS)}); "
+                f"got {override!r}"
+            )
+        values.update(override)
+        epochs_key = f"epochs_{variant}"
+        if epochs_key not in params:
+            raise ConfigError(f"params.yaml: missing key 'gnn.{epochs_key}'")
+        values["epochs"] = params[epochs_key]
+        kd = params.get("kd") or {}
+        if not isinstance(kd, dict) or set(kd) - {"weight", "mode"}:
+            raise ConfigError(f"params.yaml: 'gnn.kd' = {kd!r}, expected a mapping with 'weight' and 'mode'")
+        if "weight" in kd:
+            values["kd_weight"] = kd["weight"]
+        if "mode" in kd:
+            values["kd_mode"] = kd["mode"]
+        settings = cls(variant=variant, **values)
+        settings.validate()
+        try:  # architecture errors now, not after the data is loaded (the size is checked later)
+            hidden = settings.hidden or settings.heads
+            GraphEncoderConfig(in_dim=hidden, **{k: getattr(settings, k) for k in ARCH_KEYS})
+        except ConfigError as exc:
+            if override:
+                raise ConfigError(f"{exc} (with the overrides of 'gnn.{variant}': {override})") from None
+            raise
+        return settings
+
+    def validate(self) -> None:
+        def bad(key: str, value: Any, expected: str) -> ConfigError:
+            return ConfigError(f"params.yaml: 'gnn.{key}' = {value!r}, expected {expected}")
+
+        for key in ("hard_negatives",):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise bad(key, value, "an integer >= 0")
+        for key in ("batch_size", "epochs"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(key if key != "epochs" else f"epochs_{self.variant}", value, "an integer >= 1")
+        for key in ("lr", "encoder_lr", "temperature", "max_grad_norm"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise bad(key, value, "a positive number")
+        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
+            raise bad("weight_decay", self.weight_decay, "a number >= 0")
+        if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
+            raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
+        if self.kd_mode not in ("score", "feature"):
+            raise bad("kd.mode", self.kd_mode, "score or feature")
+        for key in ("bipartite", "structure", "residual", "identity_init"):
+            if not isinstance(getattr(self, key), bool):
+                raise bad(key, getattr(self, key), "true or false")
+
+    def encoder_config(self, in_dim: int) -> GraphEncoderConfig:
+        return GraphEncoderConfig(in_dim=in_dim, **{k: getattr(self, k) for k in ARCH_KEYS})
+
+    @property
+    def trains_query_encoder(self) -> bool:
+        return self.variant == "qabisar" and self.kd_weight > 0
+
+
+# ---------------------------------------------------------------------------
+# Training inputs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TrainingSet:
+    """Everything a training run reads. Only train questions appear outside ``dev_*``."""
+
+    graph: Any  # PyG Data restricted to the variant (articles first, node order kept)
+    x: torch.Tensor  # (nodes, dim) node features
+    train_ids: np.ndarray  # (Q,) train question ids, row order
+    train_texts: list[str]
+    train_queries: torch.Tensor  # (Q, dim) fixed DSR embeddings of the train questions
+    question_nodes: torch.Tensor  # (Q,) node of each train question, -1 when not in the graph
+    gold: list[set[int]]  # gold article ids of each train question row
+    pairs: torch.Tensor  # (P, 2) (question row, gold article node)
+    negatives: list[torch.Tensor]  # per question row: BM25 negative article nodes
+    dev_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    dev_texts: list[str] = field(default_factory=list)
+    dev_queries: torch.Tensor | None = None  # (D, dim) DSR embeddings of the dev questions
+    dev_qrels: dict[int, set[int]] = field(default_factory=dict)
+
+    @property
+    def article_ids(self) -> np.ndarray:
+        return self.graph.article_ids.numpy()
+
+    @property
+    def num_articles(self) -> int:
+        return int(self.graph.article_ids.numel())
+
+
+def select_rows(
+    ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str
+) -> torch.Tensor:
+    """Rows of ``embeddings`` for ``wanted`` ids, in that order; DataError on a missing id."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    pos = np.searchsorted(sorted_ids, wanted)
+    found = (pos < len(sorted_ids)) & (sorted_ids[np.minimum(pos, len(sorted_ids) - 1)] == wanted)
+    if len(wanted) and (not len(sorted_ids) or not found.all()):
+        missing = int(wanted[np.flatnonzero(~found)[0]]) if len(sorted_ids) else int(wanted[0])
+        raise DataError(path, f"no embedding for {what} id {missing} (re-run the embed stage)", column="ids")
+    return embeddings[torch.from_numpy(order[pos])]  # (len(wanted), dim)
+
+
+def variant_graph(graph, settings: GNNSettings):
+    """The graph a variant trains on: LGE has no question nodes; QABISAR ablations drop parts."""
+    if settings.variant == "lge":
+        return restrict_graph(graph, questions=False)
+    if graph.question_ids.numel() == 0:
+        raise ConfigError(
+            "qabisar needs train-question nodes but the graph has none: set graph.questions: true "
+            "(and check that questions.parquet has a train split)"
+        )
+    graph = restrict_graph(graph, headings=settings.structure, consecutive=settings.structure)
+    if not settings.bipartite:  # question nodes stay, isolated: the teacher sees only its own text
+        keep = ~torch.isin(graph.edge_type, torch.tensor([int(t) for t in BIPARTITE_TYPES]))
+        graph.edge_index, graph.edge_type = graph.edge_index[:, keep], graph.edge_type[keep]
+    return graph
+
+
+def prepare_training_set(
+    graph,
+    questions,
+    negatives,
+    embeddings: dict[str, tuple[np.ndarray, torch.Tensor]],
+    settings: GNNSettings,
+    paths: dict[str, Any] | None = None,
+) -> TrainingSet:
+    """Assemble a :class:`TrainingSet`.
+
+    Args:
+        graph: the full graph of ``build_graph`` (``lexgraph.graph.load_graph``).
+        questions: polars DataFrame (``id``, ``question``, ``article_ids``, ``split``);
+            only ``train`` rows are used for training, ``dev`` rows for model selection;
+            every other split is dropped here.
+        negatives: polars DataFrame (``question_id``, ``split``, ``negative_ids``) or None;
+            only ``train`` rows are read.
+        embeddings: ``{"articles"|"headings"|"questions": (ids, (n, dim) embeddings)}``.
+        paths: file names for error messages: ``questions``, ``negatives``, ``graph`` and
+            ``<name>_embeddings``.
+    """
+    import polars as pl
+
+    paths = {"questions": "questions.parquet", "negatives": "negatives.parquet", **(paths or {})}
+    emb_paths = {
+        name: paths.get(f"{name}_embeddings", f"{name}.safetensors") for name in ("articles", "headings", "questions")
+    }
+    graph = variant_graph(graph, settings)
+    questions = questions.filter(pl.col("split").is_in(["train", "dev"]))
+    train = questions.filter(pl.col("split") == "train").sort("id")
+    dev = questions.filter(pl.col("split") == "dev").sort("id")
+    if train.height == 0:
+        raise DataError(paths["questions"], "no question with split 'train'", column="split")
+
+    # node features: articles, then headings, then (train) questions
+    art_ids, art_emb = embeddings["articles"]
+    blocks = [select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article")]
+    if graph.heading_ids.numel():
+        head_ids, head_emb = embeddings["headings"]
+        blocks.append(select_rows(head_ids, head_emb, graph.heading_ids.numpy(), emb_paths["headings"], "heading"))
+    q_ids, q_emb = embeddings["questions"]
+    if graph.question_ids.numel():
+        blocks.append(select_rows(q_ids, q_emb, graph.question_ids.numpy(), emb_paths["questions"], "question"))
+    x = torch.cat(blocks).float()  # (nodes, dim)
+    if x.size(0) != graph.num_nodes:
+        raise DataError(paths.get("graph", "graph.pt"), f"{graph.num_nodes} nodes but {x.size(0)} feature rows")
+
+    train_ids = train["id"].to_numpy().astype(np.int64)
+    article_ids = graph.article_ids.numpy()
+    gold = [set(int(a) for a in (g or [])) for g in train["article_ids"].to_list()]
+    rows, nodes = [], []
+    for r, (qid, g) in enumerate(zip(train_ids, gold)):
+        for a in sorted(g):
+            pos = int(np.searchsorted(article_ids, a))
+            if pos >= len(article_ids) or article_ids[pos] != a:
+                raise DataError(
+                    paths["questions"], f"question {qid} cites article {a}, not in the graph", column="article_ids"
+                )
+            rows.append(r)
+            nodes.append(pos)
+    if not rows:
+        raise DataError(paths["questions"], "the train questions cite no article", column="article_ids")
+    pairs = torch.tensor([rows, nodes], dtype=torch.long).T.contiguous()  # (P, 2)
+
+    q_nodes = torch.full((len(train_ids),), -1, dtype=torch.long)  # (Q,)
+    if graph.question_ids.numel():
+        first_q = int((graph.node_type != NodeType.QUESTION).sum())
+        graph_q = graph.question_ids.numpy()
+        pos = np.searchsorted(graph_q, train_ids)
+        ok = (pos < len(graph_q)) & (graph_q[np.minimum(pos, len(graph_q) - 1)] == train_ids)
+        if not ok.all():
+            raise DataError(
+                paths.get("graph", "graph.pt"),
+                f"train question {int(train_ids[~ok][0])} has no node (rebuild the graph from the same questions)",
+            )
+        q_nodes = torch.from_numpy(pos + first_q).long()
+
+    negs = [torch.empty(0, dtype=torch.long) for _ in train_ids]
+    if negatives is not None and negatives.height:
+        row_of = {int(q): r for r, q in enumerate(train_ids)}
+        for qid, ids in negatives.filter(pl.col("split") == "train").select("question_id", "negative_ids").iter_rows():
+            r = row_of.get(int(qid))
+            if r is None or not ids:
+                continue
+            ids = np.asarray([i for i in ids if int(i) not in gold[r]], dtype=np.int64)
+            pos = np.searchsorted(article_ids, ids)
+            ok = (pos < len(article_ids)) & (article_ids[np.minimum(pos, len(article_ids) - 1)] == ids)
+            negs[r] = torch.from_numpy(pos[ok]).long()
+    missing_neg = sum(int(n.numel() == 0) for n in negs)
+    if settings.hard_negatives and missing_neg:
+        log.warning("%d of %d train questions have no BM25 negatives: random articles stand in", missing_neg, len(negs))
+
+    dev_ids = dev["id"].to_numpy().astype(np.int64)
+    dev_queries = None
+    if len(dev_ids):
+        dev_queries = select_rows(q_ids, q_emb, dev_ids, emb_paths["questions"], "question").float()
+    return TrainingSet(
+        graph=graph,
+        x=x,
+        train_ids=train_ids,
+        train_texts=train["question"].to_list(),
+        train_queries=select_rows(q_ids, q_emb, train_ids, emb_paths["questions"], "question").float(),
+        question_nodes=q_nodes,
+        gold=gold,
+        pairs=pairs,
+        negatives=negs,
+        dev_ids=dev_ids,
+        dev_texts=dev["question"].to_list(),
+        dev_queries=dev_queries,
+        dev_qrels={int(q): set(int(a) for a in g) for q, g in zip(dev_ids, dev["article_ids"].to_list())},
+    )
+
+
+# ---------------------------------------------------------------------------
+# Mini-batches
+# ---------------------------------------------------------------------------
+
+
+def batch_subgraph(
+    edge_index: torch.Tensor,
+    edge_type: torch.Tensor,
+    seeds: torch.Tensor,
+    num_hops: int,
+    num_nodes: int,
+    cut_questions: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``num_hops``-hop in-neighbourhood of ``seeds`` (all nodes whose messages reach a seed).
+
+    With ``cut_questions``, the bipartite edges touching those question nodes are removed
+    first (the label-leak rule). Returns ``(subset (n,), edge_index (2, e) relabelled to
+    positions in subset, edge_type (e,))``; ``subset`` is sorted.
+    """
+    from torch_geometric.utils import k_hop_subgraph
+
+    if cut_questions is not None and cut_questions.numel():
+        bipartite = torch.isin(edge_type, torch.tensor([int(t) for t in BIPARTITE_TYPES], device=edge_type.device))
+        touches = torch.isin(edge_index[0], cut_questions) | torch.isin(edge_index[1], cut_questions)
+        keep = ~(bipartite & touches)  # (E,)
+        edge_index, edge_type = edge_index[:, keep], edge_type[keep]
+    subset, sub_edge_index, _, edge_mask = k_hop_subgraph(
+        seeds.unique(), num_hops, edge_index, relabel_nodes=True, num_nodes=num_nodes
+    )
+    return subset, sub_edge_index, edge_type[edge_mask]
+
+
+def other_positive_mask(gold: Sequence[set[int]], column_ids: np.ndarray) -> torch.Tensor:
+    """Bool ``(B, C)``: column ``j`` holds another gold article of row ``i``'s question."""
+    mask = np.stack([np.isin(column_ids, np.fromiter(g, np.int64, len(g))) for g in gold])  # (B, C)
+    n = min(mask.shape)
+    mask[np.arange(n), np.arange(n)] = False
+    return torch.from_numpy(mask)
+
+
+def sample_negatives(
+    rows: torch.Tensor, ts: TrainingSet, per_question: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``per_question`` BM25 negatives (article nodes) for each question row; random articles stand in."""
+    if per_question == 0:
+        return torch.empty(0, dtype=torch.long)
+    out = []
+    for r in rows.tolist():
+        pool = ts.negatives[r]
+        if pool.numel():
+            pick = torch.randperm(pool.numel(), generator=generator)[:per_question]
+            out.append(pool[pick])
+        else:
+            out.append(torch.randint(ts.num_articles, (per_question,), generator=generator))
+    return torch.cat(out)  # (<= B * per_question,)
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    model: GraphEncoder
+    encoder: Any  # the (distilled) query encoder for qabisar, else None
+    article_embeddings: torch.Tensor  # (A, dim) full-graph outputs of the selected model
+    best_epoch: int
+    dev_metrics: dict[str, float]
+    input_dev_metrics: dict[str, float]
+    history: list[dict[str, float]]
+
+
+def full_graph_embeddings(model: GraphEncoder, ts: TrainingSet, device: torch.device) -> torch.Tensor:
+    """Article embeddings ``(A, dim)`` from one pass over the whole graph (eval mode, CPU).
+
+    Runs in float32 even on CUDA: the pass is cheap and the saved embeddings are final.
+    """
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model(ts.x.to(device), ts.graph.edge_index.to(device), ts.graph.edge_type.to(device))  # (nodes, dim)
+    model.train(was_training)
+    return out[: ts.num_articles].float().cpu()  # articles are the first nodes
+
+
+def dev_metrics(
+    article_embeddings: torch.Tensor, ts: TrainingSet, queries: torch.Tensor | None
+) -> dict[str, float]:
+    """Dev metrics of exact cosine top-500 retrieval with ``queries`` ``(D, dim)``."""
+    from lexgraph.metrics import evaluate_run
+    from lexgraph.retrieval.dense import exact_top_k
+
+    if queries is None or not len(ts.dev_ids):
+        return {}
+    ids, _ = exact_top_k(queries, article_embeddings, ts.article_ids, RETRIEVAL_DEPTH)
+    run = {int(q): ids[i].tolist() for i, q in enumerate(ts.dev_ids)}
+    return evaluate_run(run, ts.dev_qrels)
+
+
+def _dev_queries(ts: TrainingSet, encoder, device: torch.device) -> torch.Tensor | None:
+    if encoder is None:
+        return ts.dev_queries
+    if not ts.dev_texts:
+        return None
+    return encoder.encode(ts.dev_texts, batch_size=64, device=device, show_progress=False)
+
+
+def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+@dataclass
+class DeviceGraph:
+    """The training graph's tensors, moved to the training device once."""
+
+    x: torch.Tensor  # (nodes, dim)
+    edge_index: torch.Tensor  # (2, E)
+    edge_type: torch.Tensor  # (E,)
+    train_queries: torch.Tensor  # (Q, dim)
+
+
+def batch_loss(
+    model: GraphEncoder,
+    encoder,
+    criterion: torch.nn.Module,
+    ts: TrainingSet,
+    graph: DeviceGraph,
+    batch: torch.Tensor,
+    settings: GNNSettings,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Loss of one batch of (question row, gold article node) pairs ``(B, 2)``."""
+    device = graph.x.device
+    qabisar = settings.variant == "qabisar"
+    rows, positives = batch[:, 0], batch[:, 1]  # (B,), (B,)
+    negatives = sample_negatives(rows, ts, settings.hard_negatives, generator)  # (N,)
+    columns = torch.cat([positives, negatives])  # (B + N,)
+    mask = other_positive_mask([ts.gold[r] for r in rows.tolist()], ts.article_ids[columns.numpy()]).to(device)
+    q_nodes = ts.question_nodes[rows] if qabisar else torch.empty(0, dtype=torch.long)  # (B,) or (0,)
+    subset, sub_edge_index, sub_edge_type = batch_subgraph(
+        graph.edge_index, graph.edge_type, torch.cat([columns, q_nodes]).to(device), settings.layers,
+        graph.x.size(0), cut_questions=q_nodes.to(device) if qabisar else None,
+    )
+    out = model(graph.x[subset], sub_edge_index, sub_edge_type)  # (subset, dim)
+    cols = out[torch.searchsorted(subset, columns.to(device))]  # (B + N, dim)
+    a_pos, a_neg = cols[: rows.numel()], cols[rows.numel() :]  # (B, dim), (N, dim)
+    if not qabisar:  # LGE: fixed DSR query embeddings
+        loss = criterion(graph.train_queries[rows.to(device)], a_pos, a_neg, mask)
+        return loss, {"contrastive": float(loss.detach()), "kd": 0.0}
+    q_graph = out[torch.searchsorted(subset, q_nodes.to(device))]  # (B, dim)
+    q_enc = None
+    if settings.trains_query_encoder:
+        unique_rows, inverse = rows.unique(return_inverse=True)  # encode each question once
+        texts = [ts.train_texts[r] for r in unique_rows.tolist()]
+        inputs = {k: v.to(device) for k, v in encoder.tokenize(texts).items()}
+        q_enc = encoder(**inputs)[inverse.to(device)]  # (B, dim)
+    return criterion(q_graph, q_enc, a_pos, a_neg, mask)
+
+
+def train_graph_encoder(
+    ts: TrainingSet,
+    settings: GNNSettings,
+    device: torch.device | str = "cpu",
+    seed: int = 13,
+    query_encoder=None,
+    show_progress: bool = True,
+) -> TrainResult:
+    """Train a :class:`GraphEncoder` (and, for qabisar, ``query_encoder``) on ``ts``.
+
+    Model selection: after each epoch the whole graph is encoded and dev questions are
+    ranked by cosine against the articles (LGE: fixed DSR dev embeddings; QABISAR: the
+    current query encoder); the epoch with the best dev R@200 wins (the last epoch when
+    there is no dev split). Constant learning rates, AdamW, gradient clipping,
+    mixed precision on CUDA.
+    """
+    device = torch.device(device)
+    qabisar = settings.variant == "qabisar"
+    if qabisar and settings.trains_query_encoder and query_encoder is None:
+        raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
+    generator = torch.Generator().manual_seed(seed)
+    model = GraphEncoder(settings.encoder_config(ts.x.size(1))).to(device)
+    encoder = query_encoder.to(device) if (qabisar and query_encoder is not None) else None
+    criterion = (
+        QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode)
+        if qabisar
+        else InfoNCELoss(settings.temperature)
+    )
+    groups = [{"params": list(model.parameters()), "lr": settings.lr}]
+    if settings.trains_query_encoder:
+        groups.append({"params": list(encoder.parameters()), "lr": settings.encoder_lr})
+    elif encoder is not None:
+        encoder.requires_grad_(False)
+    optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay, foreach=True)
+    fp16 = device.type == "cuda" and not torch.cuda.is_bf16_supported()
+    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
+
+    graph = DeviceGraph(
+        x=ts.x.to(device),  # (nodes, dim)
+        edge_index=ts.graph.edge_index.to(device),  # (2, E)
+        edge_type=ts.graph.edge_type.to(device),  # (E,)
+        train_queries=ts.train_queries.to(device),  # (Q, dim)
+    )
+    params = [p for group in groups for p in group["params"]]
+
+    input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries)
+    if input_metrics:
+        log.info("dev %s of the input (DSR) embeddings: %.4f", SELECTION_METRIC, input_metrics[SELECTION_METRIC])
+    steps_per_epoch = math.ceil(ts.pairs.size(0) / settings.batch_size)
+    history: list[dict[str, float]] = []
+    best = (-1.0, 0, None, None, {})  # (score, epoch, model state, encoder state, metrics)
+
+    for epoch in range(1, settings.epochs + 1):
+        model.train()
+        if encoder is not None:
+            encoder.train(settings.trains_query_encoder)
+        order = torch.randperm(ts.pairs.size(0), generator=generator)
+        totals = {"loss": 0.0, "contrastive": 0.0, "kd": 0.0}
+        bar = tqdm(range(steps_per_epoch), desc=f"{settings.variant} epoch {epoch}", disable=not show_progress)
+        for step in bar:
+            batch = ts.pairs[order[step * settings.batch_size : (step + 1) * settings.batch_size]]  # (B, 2)
+            with autocast(device):
+                loss, parts = batch_loss(model, encoder, criterion, ts, graph, batch, settings, generator)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            totals["loss"] += float(loss.detach())
+            totals["contrastive"] += parts["contrastive"]
+            totals["kd"] += parts["kd"]
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+
+        record = {"epoch": epoch, **{k: v / steps_per_epoch for k, v in totals.items()}}
+        embeddings = full_graph_embeddings(model, ts, device)
+        metrics = dev_metrics(embeddings, ts, _dev_queries(ts, encoder, device))
+        score = metrics.get(SELECTION_METRIC, float(epoch))  # no dev split: the last epoch wins
+        if metrics:
+            record[f"dev_{SELECTION_METRIC}"] = metrics[SELECTION_METRIC]
+        history.append(record)
+        log.info(
+            "%s epoch %d: loss %.4f (contrastive %.4f, kd %.4f), dev %s %s",
+            settings.variant, epoch, record["loss"], record["contrastive"], record["kd"], SELECTION_METRIC,
+            f"{metrics[SELECTION_METRIC]:.4f}" if metrics else "n/a",
+        )
+        if score > best[0]:
+            enc_state = _state(encoder) if settings.trains_query_encoder else None
+            best = (score, epoch, _state(model), enc_state, metrics)
+
+    _, best_epoch, model_state, encoder_state, best_metrics = best
+    model.load_state_dict(model_state)
+    if encoder_state is not None:
+        encoder.load_state_dict(encoder_state)
+    model.eval()
+    if encoder is not None:
+        encoder.eval()
+    log.info("%s: selected epoch %d", settings.variant, best_epoch)
+    return TrainResult(
+        model=model,
+        encoder=encoder,
+        article_embeddings=full_graph_embeddings(model, ts, device),
+        best_epoch=best_epoch,
+        dev_metrics=best_metrics,
+        input_dev_metrics=input_metrics,
+        history=history,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Saving and loading
+# ---------------------------------------------------------------------------
+
+
+def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, directory: str | os.PathLike) -> None:
+    """Write ``models/gnn_<variant>/`` atomically: weights, config, article embeddings
+    (and ``query_encoder/`` for qabisar)."""
+    from safetensors.torch import save_file
+
+    from lexgraph.embed import save_embeddings
+    from lexgraph.io import atomic_path
+
+    config = {
+        "format_version": FORMAT_VERSION,
+        "variant": settings.variant,
+        "graph_encoder": result.model.config.to_dict(),
+        "settings": asdict(settings),
+        "similarity": "cosine",
+        "best_epoch": result.best_epoch,
+        "selection": f"dev {SELECTION_METRIC}",
+        # where test-time queries come from
+        "query_encoder": QUERY_ENCODER if result.encoder is not None else "models/dsr/query_encoder",
+    }
+    with atomic_path(directory, directory=True) as tmp:
+        state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS))
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        save_embeddings(tmp / ARTICLE_EMBEDDINGS, ts.article_ids, result.article_embeddings)
+        if result.encoder is not None:
+            result.encoder.save_pretrained(tmp / QUERY_ENCODER)
+
+
+def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
+    """Rebuild a trained :class:`GraphEncoder` from ``models/gnn_<variant>/``."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    config_path = directory / CONFIG
+    if not config_path.is_file():
+        raise DataError(config_path, "not found (run the train_gnn stage)")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
+    model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    return model.to(device).eval()
+
+
+def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings) -> dict[str, Any]:
+    """``metrics/train_gnn_<variant>.json`` (no timings: the file is reproducible)."""
+
+    def rounded(values: dict[str, float]) -> dict[str, float]:
+        return {k: round(float(v), 4) for k, v in values.items()}
+
+    return {
+        "variant": settings.variant,
+        "best_epoch": result.best_epoch,
+        "dev": rounded(result.dev_metrics),
+        "dev_input_embeddings": rounded(result.input_dev_metrics),
+        "train_questions": int(len(ts.train_ids)),
+        "train_pairs": int(ts.pairs.size(0)),
+        "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
+        "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
+        "history": [{k: (v if k == "epoch" else round(float(v), 4)) for k, v in h.items()} for h in result.history],
+    }
+
+
+# ---------------------------------------------------------------------------
+# The train_gnn stage
+# ---------------------------------------------------------------------------
+
+
+def run_train_gnn(
+    variant: str,
+    *,
+    graph: str | os.PathLike,
+    embed: str | os.PathLike,
+    questions: str | os.PathLike,
+    negatives: str | os.PathLike,
+    dsr: str | os.PathLike,
+    out: str | os.PathLike,
+    metrics: str | os.PathLike,
+    params: dict[str, Any],
+    device: torch.device,
+    seed: int,
+) -> dict[str, Any]:
+    """Read the stage inputs, train, write ``out`` (atomic dir) and ``metrics``."""
+    from lexgraph.embed import load_embeddings
+    from lexgraph.graph import load_graph
+    from lexgraph.io import read_parquet, write_json
+
+    settings = GNNSettings.from_params(params, variant)
+    embed = Path(embed)
+    paths = {f"{name}_embeddings": embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")}
+    paths.update(questions=questions, negatives=negatives, graph=Path(graph) / "graph.pt")
+    full_graph = load_graph(graph)
+    question_table = read_parquet(questions, ["id", "question", "article_ids", "split"])
+    negative_table = None
+    if settings.hard_negatives:
+        negative_table = read_parquet(negatives, ["question_id", "split", "negative_ids"])
+    tables = {name: load_embeddings(paths[f"{name}_embeddings"]) for name in ("articles", "headings", "questions")}
+    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, paths)
+    log.info(
+        "%s: %d nodes, %d edges, %d train pairs, %d dev questions, device %s",
+        variant, ts.graph.num_nodes, ts.graph.edge_index.size(1), ts.pairs.size(0), len(ts.dev_ids), device,
+    )
+    encoder = None
+    if variant == "qabisar":
+        from lexgraph.models.encoders import QueryEncoder
+
+        query_dir = Path(dsr) / "query_encoder"
+        if not query_dir.is_dir():
+            raise DataError(query_dir, "not found (run the train_dsr stage)")
+        encoder = QueryEncoder.from_pretrained(query_dir)
+        if encoder.dim != ts.x.size(1):
+            raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
+    result = train_graph_encoder(ts, settings, device=device, seed=seed, query_encoder=encoder)
+    save_trained(result, ts, settings, out)
+    summary = training_metrics(result, ts, settings)
+    write_json(summary, metrics)
+    return summary

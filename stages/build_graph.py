@@ -1,0 +1,34 @@
+"""build_graph: cleaned articles, headings and train questions -> typed legislative graph."""
+
+from __future__ import annotations
+
+import sys
+
+from lexgraph.graph import GraphConfig, build_graph, graph_stats, save_graph
+from lexgraph.io import read_parquet, write_json
+
+
+def configure(parser):
+    parser.add_argument("--articles", default="data/clean/articles.parquet")
+    parser.add_argument("--headings", default="data/clean/headings.parquet")
+    parser.add_argument("--questions", default="data/clean/questions.parquet")
+    parser.add_argument("--out", default="data/graph", help="output directory (graph.pt, nodes.parquet)")
+    parser.add_argument("--metrics", default="metrics/graph.json")
+
+
+def main(args, base, params):
+    config = GraphConfig.from_params(params)
+    articles = read_parquet(args.articles, ["id", "article", "heading_id"])
+    headings = read_parquet(args.headings, ["heading_id", "parent_id", "label", "text"])
+    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
+    data, nodes = build_graph(
+        articles, headings, questions, config, paths=(args.articles, args.headings, args.questions)
+    )
+    save_graph(data, nodes, args.out, config)
+    write_json(graph_stats(data), args.metrics)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("graph", main, configure))
