@@ -294,3 +294,20 @@ def test_config_validation():
         DSRConfig.from_params({**params, "epoch": 3})
     with pytest.raises(ConfigError, match="max_document_length"):
         DSRConfig.from_params({**params, "max_document_length": 64})
+
+
+@pytest.mark.parametrize("token_pooling", ["cls", "mean"])
+def test_query_encoder_loads_in_sentence_transformers(tiny_model_dir, tmp_path, token_pooling):
+    """The saved query encoder is a sentence-transformers model giving the same vectors."""
+    from sentence_transformers import SentenceTransformer
+
+    from lexgraph.models.encoders import QueryEncoder
+
+    enc = QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling=token_pooling)
+    enc.save_pretrained(tmp_path / "q")
+    texts = ["le mur mitoyen", "qui paie la réparation du mur entre deux jardins"]
+    ours = enc.encode(texts, show_progress=False).numpy()
+    st = SentenceTransformer(str(tmp_path / "q"), device="cpu")
+    theirs = st.encode(texts, convert_to_numpy=True)
+    assert st.max_seq_length == 32
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)

@@ -214,6 +214,28 @@ class TextEncoder(nn.Module):
 # ---------------------------------------------------------------------------
 
 
+def write_sentence_transformers_config(directory: Path, dim: int, max_length: int, token_pooling: str) -> None:
+    """sentence-transformers module files (Transformer -> Pooling) for an HF encoder dir."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    pooling = {
+        "word_embedding_dimension": int(dim),
+        "pooling_mode_cls_token": token_pooling == "cls",
+        "pooling_mode_mean_tokens": token_pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    for path, obj in (
+        (directory / "modules.json", modules),
+        (directory / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False}),
+        (directory / "1_Pooling" / "config.json", pooling),
+    ):
+        path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
 class QueryEncoder(TextEncoder):
     """[CLS] embedding of a question truncated to ``max_length`` tokens."""
 
@@ -236,6 +258,8 @@ class QueryEncoder(TextEncoder):
         return self._pool(input_ids, attention_mask)  # (batch, dim)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """HF dir (backbone + tokenizer) + ``query_encoder.json``, laid out so that
+        ``sentence_transformers.SentenceTransformer(directory)`` loads the same encoder."""
         directory = Path(directory)
         self._save_backbone(directory)
         (directory / QUERY_CONFIG).write_text(
@@ -246,6 +270,7 @@ class QueryEncoder(TextEncoder):
             + "\n",
             encoding="utf-8",
         )
+        write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling)
 
     @classmethod
     def from_pretrained(
