@@ -65,6 +65,36 @@ def choice(params: dict[str, Any], key: str, section: str, allowed: tuple[str, .
     return value
 
 
+def coerce_floats(cls, params: dict[str, Any], section: str) -> dict[str, Any]:
+    """Accept ``5e-5`` for float fields of dataclass ``cls``: YAML 1.1 (PyYAML) reads it as a
+    string, and so does ``dvc exp run -S``. Other types are left to the dataclass's checks."""
+    import dataclasses
+
+    out = dict(params)
+    for f in dataclasses.fields(cls):
+        if isinstance(f.default, float) and isinstance(out.get(f.name), str):
+            try:
+                out[f.name] = float(out[f.name])
+            except ValueError:
+                raise ConfigError(f"params.yaml: '{section}.{f.name}' = {out[f.name]!r}, expected a number") from None
+    return out
+
+
+def section_config(cls, params: dict[str, Any], section: str):
+    """Build dataclass ``cls`` from a params section: unknown keys are errors, float fields
+    accept strings like ``5e-5``, and ``cls.validate()`` runs when defined."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ConfigError(f"params.yaml: unknown key(s) in '{section}': {unknown}; expected {sorted(fields)}")
+    cfg = cls(**coerce_floats(cls, params, section))
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+    return cfg
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (all devices) and make torch deterministic on CPU."""
     random.seed(seed)

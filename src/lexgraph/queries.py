@@ -27,7 +27,6 @@ The output follows the clean questions schema (see DEVELOPERS.md): ``id`` int64
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections import Counter
@@ -35,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from lexgraph.errors import ConfigError, DataError
-from lexgraph.models.pretrain import coerce_floats
+from lexgraph.config import section_config
+from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +64,7 @@ class QueriesConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "QueriesConfig":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - fields)
-        if unknown:
-            raise ConfigError(f"params.yaml: unknown key(s) in '{SECTION}': {unknown}; expected {sorted(fields)}")
-        cfg = cls(**coerce_floats(cls, params, SECTION))
-        cfg.validate()
-        return cfg
+        return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
         def bad(key: str, expected: str) -> ConfigError:
@@ -221,15 +215,7 @@ def to_frame(pairs: Sequence[tuple[int, str]], generator: str, first_id: int):
             "article_ids": [[int(a)] for a, _ in pairs],
             "split": ["synthetic"] * n,
         },
-        schema={
-            "id": pl.Int64,
-            "question": pl.Utf8,
-            "category": pl.Utf8,
-            "subcategory": pl.Utf8,
-            "extra_description": pl.Utf8,
-            "article_ids": pl.List(pl.Int64),
-            "split": pl.Utf8,
-        },
+        schema=CLEAN_QUESTION_SCHEMA,
     )
 
 

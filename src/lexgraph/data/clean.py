@@ -23,7 +23,7 @@ from collections import Counter
 
 import polars as pl
 
-from lexgraph.data.schema import HIERARCHY_LEVELS
+from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS
 from lexgraph.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -208,18 +208,7 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
                 "split": split,
             }
         )
-    questions = pl.DataFrame(
-        out,
-        schema={
-            "id": pl.Int64,
-            "question": pl.Utf8,
-            "category": pl.Utf8,
-            "subcategory": pl.Utf8,
-            "extra_description": pl.Utf8,
-            "article_ids": pl.List(pl.Int64),
-            "split": pl.Utf8,
-        },
-    )
+    questions = pl.DataFrame(out, schema=CLEAN_QUESTION_SCHEMA)
     return questions, {"by_split": stats, "gold_ids_removed": removed_gold}
 
 

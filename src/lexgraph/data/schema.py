@@ -34,6 +34,24 @@ QUESTION_COLUMNS: tuple[str, ...] = (
 REQUIRED_ARTICLE_COLUMNS: tuple[str, ...] = ("id", "article")
 REQUIRED_QUESTION_COLUMNS: tuple[str, ...] = ("id", "question", "article_ids")
 
+def _clean_question_schema():
+    import polars as pl
+
+    return {
+        "id": pl.Int64,
+        "question": pl.Utf8,
+        "category": pl.Utf8,
+        "subcategory": pl.Utf8,
+        "extra_description": pl.Utf8,
+        "article_ids": pl.List(pl.Int64),
+        "split": pl.Utf8,
+    }
+
+
+#: Schema of the clean questions table (``data/clean/questions.parquet``), which synthetic
+#: queries (``data/queries/synthetic.parquet``) share.
+CLEAN_QUESTION_SCHEMA = _clean_question_schema()
+
 SPLITS: tuple[str, ...] = ("train", "dev", "test", "synthetic")
 
 # Hub file layout (``maastrichtlawtech/bsard``), reproduced by a ``local`` directory.

@@ -27,7 +27,6 @@ with ``AutoModel.from_pretrained`` and ``AutoTokenizer.from_pretrained``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from lexgraph.config import section_config
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError
 
 log = logging.getLogger(__name__)
@@ -102,19 +102,6 @@ def _first_line(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------
 
 
-def coerce_floats(cls, params: dict[str, Any], section: str) -> dict[str, Any]:
-    """Accept ``5e-5`` for float fields: YAML 1.1 (PyYAML) reads it as a string, and so
-    does ``dvc exp run -S``. Other types are left to ``validate``."""
-    out = dict(params)
-    for f in dataclasses.fields(cls):
-        if isinstance(f.default, float) and isinstance(out.get(f.name), str):
-            try:
-                out[f.name] = float(out[f.name])
-            except ValueError:
-                raise ConfigError(f"params.yaml: '{section}.{f.name}' = {out[f.name]!r}, expected a number") from None
-    return out
-
-
 @dataclass(frozen=True)
 class PretrainConfig:
     """The ``pretrain`` section of ``params.yaml``."""
@@ -144,13 +131,7 @@ class PretrainConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "PretrainConfig":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - set(fields))
-        if unknown:
-            raise ConfigError(f"params.yaml: unknown key(s) in '{SECTION}': {unknown}; expected {sorted(fields)}")
-        cfg = cls(**coerce_floats(cls, params, SECTION))
-        cfg.validate()
-        return cfg
+        return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
         def bad(key: str, expected: str) -> ConfigError:
