@@ -200,16 +200,15 @@ def results_markdown(
     return "\n".join(parts)
 
 
-__all__ = [
-    "METRICS",
-    "TABLE_COLUMNS",
-    "read_trec",
-    "results_markdown",
-    "results_table",
-    "round_metrics",
-    "write_trec",
-    "evaluate_systems",
-]
+
+
+def split_questions(questions, split: str) -> tuple[list[int], list[str], dict[int, list[int]]]:
+    """``(qids, question texts, {qid: gold ids})`` of one split of the clean questions table, by id."""
+    import polars as pl
+
+    sub = questions.filter(pl.col("split") == split).sort("id")
+    qids = sub["id"].to_list()
+    return qids, sub["question"].to_list(), dict(zip(qids, sub["article_ids"].to_list()))
 
 
 def evaluate_systems(
@@ -227,8 +226,6 @@ def evaluate_systems(
     The systems are loaded with :func:`lexgraph.retrieval.load_retriever`, exactly as
     ``lexgraph search`` loads them.
     """
-    import polars as pl
-
     from lexgraph.metrics import evaluate_run
     from lexgraph.retrieval import load_retriever
 
@@ -237,15 +234,26 @@ def evaluate_systems(
         retriever = load_retriever(system, workspace, device)
         results[system] = {}
         for split in splits:
-            sub = questions.filter(pl.col("split") == split).sort("id")
-            if sub.height == 0:
+            qids, texts, qrels = split_questions(questions, split)
+            if not qids:
                 log.warning("no questions in split %s; skipped", split)
                 continue
-            qids = sub["id"].to_list()
-            ids, scores = retriever.search(sub["question"].to_list(), k)
+            ids, scores = retriever.search(texts, k)
             write_trec(Path(runs_dir) / system / f"{split}.trec", [str(q) for q in qids], ids, scores, system)
             run = {q: row.tolist() for q, row in zip(qids, ids)}
-            qrels = dict(zip(qids, sub["article_ids"].to_list()))
             results[system][split] = round_metrics(evaluate_run(run, qrels))
             log.info("%s/%s: %s", system, split, results[system][split])
     return results
+
+
+__all__ = [
+    "METRICS",
+    "TABLE_COLUMNS",
+    "read_trec",
+    "results_markdown",
+    "results_table",
+    "round_metrics",
+    "split_questions",
+    "write_trec",
+    "evaluate_systems",
+]

@@ -7,6 +7,7 @@ import logging
 import polars as pl
 
 from lexgraph.errors import ConfigError
+from lexgraph.evaluation import split_questions
 from lexgraph.metrics import METRICS, evaluate_run
 from lexgraph.retrieval.bm25 import BM25, tune
 from lexgraph.text import FrenchAnalyzer
@@ -18,22 +19,17 @@ def build_index(articles: pl.DataFrame, k1: float, b: float) -> BM25:
     return BM25(k1=k1, b=b).fit_texts(articles["article"].to_list(), articles["id"].to_list())
 
 
-def qrels_of(questions: pl.DataFrame, split: str) -> tuple[dict[int, str], dict[int, list[int]]]:
-    """``({qid: question}, {qid: gold ids})`` for one split."""
-    sub = questions.filter(pl.col("split") == split).sort("id")
-    if sub.height == 0:
-        raise ConfigError(f"no questions in split '{split}'")
-    return dict(zip(sub["id"].to_list(), sub["question"].to_list())), dict(zip(sub["id"].to_list(), sub["article_ids"].to_list()))
-
-
 def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, params: dict) -> tuple[list[dict], dict]:
     """Grid search over ``bm25_tune.k1`` x ``bm25_tune.b``; return (grid rows, best row)."""
     metric = params.get("metric", "recall@100")
     if metric not in METRICS:
         raise ConfigError(f"params.yaml: 'bm25_tune.metric' = {metric!r}, expected one of {', '.join(METRICS)}")
-    texts, qrels = qrels_of(questions, params.get("split", "dev"))
+    split = params.get("split", "dev")
+    qids, texts, qrels = split_questions(questions, split)
+    if not qids:
+        raise ConfigError(f"params.yaml: 'bm25_tune.split' = {split!r}, but that split has no questions")
     analyzer = FrenchAnalyzer()
-    tokens = {qid: analyzer(text) for qid, text in texts.items()}
+    tokens = {qid: analyzer(text) for qid, text in zip(qids, texts)}
     index = build_index(articles, 1.2, 0.75)
     depth = max(int(metric.split("@")[1]) if "@" in metric else 500, 10)
     grid = tune(
