@@ -133,7 +133,7 @@ def doc2query_queries(
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from lexgraph.config import autocast
-    from lexgraph.models.pretrain import from_pretrained
+    from lexgraph.models.hub import from_pretrained
 
     param = f"{SECTION}.model"
     tokenizer = from_pretrained(AutoTokenizer.from_pretrained, model_name, param=param)

