@@ -11,6 +11,7 @@ from lexgraph.embed import run_embed
 
 def configure(parser):
     parser.add_argument("--dsr", default="models/dsr")
+    parser.add_argument("--chunks", default="data/chunks", help="encode_chunks cache (frozen chunk encoder)")
     parser.add_argument("--articles", default="data/clean/articles.parquet")
     parser.add_argument("--headings", default="data/clean/headings.parquet")
     parser.add_argument("--questions", default="data/clean/questions.parquet")
@@ -18,7 +19,7 @@ def configure(parser):
 
 
 def main(args, base, params):
-    run_embed(args.dsr, args.articles, args.headings, args.questions, args.out, params, resolve_device(base.device))
+    run_embed(args.dsr, args.chunks, args.articles, args.headings, args.questions, args.out, params, resolve_device(base.device))
 
 
 if __name__ == "__main__":

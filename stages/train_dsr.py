@@ -18,6 +18,7 @@ def configure(parser):
     parser.add_argument("--synthetic", default="data/queries/synthetic.parquet", help="read when dsr.synthetic is true")
     parser.add_argument("--negatives", default="data/negatives/negatives.parquet")
     parser.add_argument("--pretrained", default="models/pretrain", help="domain-adapted MLM checkpoint")
+    parser.add_argument("--chunks", default="data/chunks", help="encode_chunks cache (frozen chunk encoder)")
     parser.add_argument("--out", default="models/dsr")
     parser.add_argument("--metrics", default="metrics/train_dsr.json")
     parser.add_argument("--plot", default="metrics/train_dsr_curve.csv", help="per-epoch loss and dev recall@200")
@@ -30,6 +31,7 @@ def main(args, base, params):
         synthetic=args.synthetic,
         negatives=args.negatives,
         pretrained=args.pretrained,
+        chunks=args.chunks,
         out=args.out,
         metrics=args.metrics,
         plot=args.plot,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,38 @@ def hub_dir(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     return write_bsard_layout(tmp_path / "hub", readme=True)
+
+
+# ---------------------------------------------------------------------------
+# A tiny BERT checkpoint (like models/pretrain), shared by the encoder tests
+# ---------------------------------------------------------------------------
+
+TINY_WORDS = ["le", "la", "les", "de", "du", "article", "loi", "contrat", "bail", "mariage", "enfant", "divorce"]
+
+
+def _vocab() -> dict[str, int]:
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]
+    chars = string.ascii_lowercase + string.digits + ".,'?"
+    pieces += list(chars) + ["##" + c for c in chars]
+    return {p: i for i, p in enumerate(pieces)}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A saved tiny BertForMaskedLM + WordPiece tokenizer, like models/pretrain."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+
+    directory = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = BertTokenizer(vocab=_vocab())
+    config = BertConfig(
+        vocab_size=len(_vocab()), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=64,
+    )
+    import torch
+
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+

@@ -6,7 +6,6 @@ Every model here is a tiny randomly initialised BERT built locally (no hub acces
 from __future__ import annotations
 
 import math
-import string
 
 import numpy as np
 import polars as pl
@@ -25,31 +24,7 @@ from lexgraph.models.encoders import (
 )
 from lexgraph.training.dsr import DSRConfig, TrainingData, build_pairs, train_dsr
 
-WORDS = ["le", "la", "les", "de", "du", "article", "loi", "contrat", "bail", "mariage", "enfant", "divorce"]
-
-
-def _vocab() -> dict[str, int]:
-    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    chars = string.ascii_lowercase + string.digits + ".,'?"
-    pieces += list(chars) + ["##" + c for c in chars]
-    return {p: i for i, p in enumerate(pieces)}
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A saved tiny BertForMaskedLM + WordPiece tokenizer, like models/pretrain."""
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
-
-    directory = tmp_path_factory.mktemp("tiny_bert")
-    tokenizer = BertTokenizer(vocab=_vocab())
-    config = BertConfig(
-        vocab_size=len(_vocab()), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    BertForMaskedLM(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+from conftest import TINY_WORDS as WORDS  # noqa: E402
 
 
 def _article_encoder(path, **kw) -> HierarchicalArticleEncoder:
@@ -243,13 +218,15 @@ def test_training_is_deterministic_on_cpu(tiny_model_dir):
         model = _fresh_dsr(tiny_model_dir, config)
         before = model.encode_articles(texts, show_progress=False)
         result = train_dsr(model, _data(), config, torch.device("cpu"), seed=7)
-        assert [h["epoch"] for h in result.history] == [1, 2]
-        assert result.best_epoch in (1, 2) and 0.0 <= result.dev_metrics["recall@200"] <= 1.0
+        assert [h["epoch"] for h in result.history] == [0, 1, 2]  # epoch 0: the untrained model
+        assert result.best_epoch in (0, 1, 2) and 0.0 <= result.dev_metrics["recall@200"] <= 1.0
         assert result.n_pairs == 6 + 2
-        runs.append((model.encode_articles(texts, show_progress=False), model.encode_queries(["bail ?"]), before))
-    (a1, q1, b1), (a2, q2, _) = runs
-    assert torch.equal(a1, a2) and torch.equal(q1, q2)
-    assert not torch.equal(a1, b1)  # training changed the model
+        runs.append((model.encode_articles(texts, show_progress=False), model.encode_queries(["bail ?"]), before,
+                     result.best_epoch))
+    (a1, q1, b1, best1), (a2, q2, _, best2) = runs
+    assert torch.equal(a1, a2) and torch.equal(q1, q2) and best1 == best2
+    # the selected model is the untrained one exactly when epoch 0 won
+    assert torch.equal(a1, b1) == (best1 == 0)
 
 
 def test_save_load_round_trip(tiny_model_dir, tmp_path):

@@ -10,7 +10,10 @@ Writes three safetensors files, each with two tensors:
 ``articles.safetensors`` and ``headings.safetensors`` come from the hierarchical article
 encoder (a heading is just a short text: its ``text`` label), ``questions.safetensors``
 from the query encoder (all splits of the clean questions file). Rows follow the input
-files' order.
+files' order. With a frozen chunk encoder the article side aggregates the cached chunk
+vectors of ``encode_chunks`` (:mod:`lexgraph.chunks`) instead of re-encoding every chunk.
+
+Files are byte-deterministic: tensors and metadata are written in sorted key order.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def save_embeddings(
     embeddings = embeddings.detach().to(torch.float32).cpu().contiguous()  # (n, dim)
     if embeddings.ndim != 2 or embeddings.size(0) != ids.size(0):
         raise ValueError(f"{ids.size(0)} ids but embeddings of shape {tuple(embeddings.shape)}")
-    save_file({"ids": ids, "embeddings": embeddings}, str(path), metadata=metadata or {})
+    save_file({"embeddings": embeddings, "ids": ids}, str(path), metadata=dict(sorted((metadata or {}).items())))
 
 
 def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
@@ -86,13 +89,19 @@ def embed_all(
     out_dir: str | os.PathLike,
     batch_size: int = 64,
     paths: dict[str, Any] | None = None,
+    chunk_tables: dict[str, Any] | None = None,
 ) -> dict[str, int]:
     """Encode the three tables with ``model`` (a :class:`~lexgraph.models.encoders.DSR`)
     and write ``{articles,headings,questions}.safetensors`` into ``out_dir``.
 
     ``articles`` needs ``id``/``article``, ``headings`` ``heading_id``/``text``,
-    ``questions`` ``id``/``question`` (polars DataFrames). Returns the row counts.
+    ``questions`` ``id``/``question`` (polars DataFrames). ``chunk_tables``
+    (``{"articles"|"headings": ChunkTable}``): cached chunk vectors to aggregate instead of
+    encoding those texts. Returns the row counts.
     """
+    from lexgraph.chunks import embed_from_chunks
+
+    chunk_tables = chunk_tables or {}
     paths = paths or {}
     out_dir = Path(out_dir)
     meta = {"normalized": "false", "similarity": "cosine", "dim": str(model.dim)}
@@ -104,7 +113,16 @@ def embed_all(
     counts = {}
     for name, df, id_col, text_col, encode in jobs:
         ids = _unique_ids(df, id_col, paths.get(name, name))
-        embeddings = encode(_texts(df, text_col), batch_size=batch_size, desc=f"embed {name}")  # (n, dim)
+        if name in chunk_tables:
+            table = chunk_tables[name]
+            try:
+                rows = table.rows(ids)
+            except KeyError as exc:
+                raise DataError(paths.get(name, name), f"id {exc.args[0]} has no cached chunks; run `dvc repro`",
+                                column=id_col) from None
+            embeddings = embed_from_chunks(model.article_encoder, table, rows, batch_size)  # (n, dim)
+        else:
+            embeddings = encode(_texts(df, text_col), batch_size=batch_size, desc=f"embed {name}")  # (n, dim)
         save_embeddings(out_dir / f"{name}.safetensors", ids, embeddings, {**meta, "encoder": encode.__name__})
         counts[name] = len(ids)
         log.info("embedded %d %s (dim %d)", len(ids), name, embeddings.size(1))
@@ -113,6 +131,7 @@ def embed_all(
 
 def run_embed(
     dsr_dir: str | os.PathLike,
+    chunks_dir: str | os.PathLike,
     articles_path: str | os.PathLike,
     headings_path: str | os.PathLike,
     questions_path: str | os.PathLike,
@@ -130,9 +149,20 @@ def run_embed(
     articles = read_parquet(articles_path, ["id", "article"])
     headings = read_parquet(headings_path, ["heading_id", "text"])
     questions = read_parquet(questions_path, ["id", "question"])
-    model = DSR.load(dsr_dir, device=device)
+    from lexgraph.chunks import check_settings, load_chunk_table
+
+    model = DSR.load(dsr_dir, device=device, with_article_backbone=False)
+    tables = {}
+    if model.article_encoder.freeze_backbone:  # aggregate the encode_chunks cache
+        for name in ("articles", "headings"):
+            path = Path(chunks_dir) / f"{name}.safetensors"
+            tables[name] = load_chunk_table(path)
+            check_settings(tables[name], model.article_encoder, path)
+    else:
+        model = DSR.load(dsr_dir, device=device)
     paths = {"articles": articles_path, "headings": headings_path, "questions": questions_path}
     with atomic_path(out, directory=True) as tmp:
-        counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=paths)
+        counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=paths,
+                           chunk_tables=tables)
     log.info("wrote %s", ", ".join(f"{out}/{name}.safetensors" for name in FILES))
     return counts

@@ -44,7 +44,10 @@ def run_stage(
     main: Callable[[argparse.Namespace, Base, dict], None],
     configure: Callable[[argparse.ArgumentParser], None],
     argv: list[str] | None = None,
+    name: str | None = None,
 ) -> int:
+    """Run a stage driver; ``name`` (default: ``section``) labels its log and error lines."""
+    name = name or section
     parser = argparse.ArgumentParser(description=(main.__doc__ or "").strip() or None)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     configure(parser)
@@ -55,11 +58,11 @@ def run_stage(
         seed_everything(base.seed)
         start = time.perf_counter()
         main(args, base, params)
-        log.info("stage %s done in %.1f s", section, time.perf_counter() - start)
+        log.info("stage %s done in %.1f s", name, time.perf_counter() - start)
     except LexgraphError as exc:
-        print(f"lexgraph {section}: error: {exc}", file=sys.stderr)
+        print(f"lexgraph {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"lexgraph {section}: interrupted", file=sys.stderr)
+        print(f"lexgraph {name}: interrupted", file=sys.stderr)
         return 130
     return 0

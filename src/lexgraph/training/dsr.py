@@ -15,8 +15,14 @@ Follows G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Sections 3.1–3.2 and 4)
 * AdamW (betas 0.9/0.999, eps 1e-7, weight decay on all but biases and LayerNorm
   weights), linear warm-up over ``warmup_ratio`` of the steps then linear decay,
   gradient clipping, mixed precision on CUDA (bf16, or fp16 with a GradScaler);
-* model selection: after each epoch the whole corpus is encoded and dev questions are
-  ranked by exact cosine top-200; the epoch with the best dev recall@200 is kept.
+* model selection: before training (epoch 0) and after each epoch the whole corpus is
+  encoded and dev questions are ranked by exact cosine top-200; the epoch with the best
+  dev recall@200 is kept — epoch 0 included, so training never ends below its start.
+
+``chunk_encoder: frozen`` (embedded sample, CPU): the article side's backbone does not
+train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.chunks`)
+and only the chunk-level Transformer (``chunk_lr``) and the query encoder's top
+``query_trainable_layers`` blocks train. ``finetune`` (paper): everything trains.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from tqdm.auto import tqdm
 from lexgraph.config import autocast, choice, require, seed_everything
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
-from lexgraph.losses import InfoNCELoss
+from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, collate_chunks
 
 log = logging.getLogger(__name__)
@@ -61,7 +67,11 @@ class DSRConfig:
     base_model: str = "random"  # HF name/dir, or `random` (pretrain's config, random weights)
     synthetic: bool = True
     synthetic_per_epoch: int | None = None  # synthetic pairs drawn per epoch (None: all)
-    pooling: str = "max"  # max | mean (over chunks)
+    chunk_encoder: str = "finetune"  # finetune | frozen (cached chunk vectors)
+    query_trainable_layers: int | None = None  # None: all weights; N: top N blocks (embeddings frozen)
+    chunk_identity_init: bool = False  # identity-initialised (pre-LN, zero residual) chunk Transformer
+    chunk_lr: float | None = None  # chunk-level module's lr (None: lr)
+    pooling: str = "max"  # max | mean | token_mean (over chunks)
     token_pooling: str = "cls"  # cls | mean (over the tokens of a question / chunk)
     max_chunk_length: int = 128
     max_document_length: int = 1024
@@ -88,10 +98,27 @@ class DSRConfig:
             "query_init": choice(params, "query_init", SECTION, ("pretrain", "base")),
             "base_model": str(require(params, "base_model", SECTION, str)),
             "synthetic": require(params, "synthetic", SECTION, bool),
-            "pooling": choice(params, "pooling", SECTION, ("max", "mean")),
+            "pooling": choice(params, "pooling", SECTION, ("max", "mean", "token_mean")),
+            "chunk_encoder": choice(params, "chunk_encoder", SECTION, ("finetune", "frozen")),
+            "chunk_identity_init": require(params, "chunk_identity_init", SECTION, bool),
             "token_pooling": choice(params, "token_pooling", SECTION, ("cls", "mean")),
             "synthetic_per_epoch": params.get("synthetic_per_epoch"),
         }
+        layers = params.get("query_trainable_layers")
+        if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers < 0):
+            raise ConfigError(
+                f"params.yaml: '{SECTION}.query_trainable_layers' = {layers!r}, expected null or an integer >= 0"
+            )
+        values["query_trainable_layers"] = layers
+        chunk_lr = params.get("chunk_lr")
+        if isinstance(chunk_lr, str):
+            try:
+                chunk_lr = float(chunk_lr)
+            except ValueError:
+                raise ConfigError(f"params.yaml: '{SECTION}.chunk_lr' = {chunk_lr!r}, expected null or a number") from None
+        if chunk_lr is not None and (isinstance(chunk_lr, bool) or not isinstance(chunk_lr, (int, float)) or chunk_lr <= 0):
+            raise ConfigError(f"params.yaml: '{SECTION}.chunk_lr' = {chunk_lr!r}, expected null or a positive number")
+        values["chunk_lr"] = None if chunk_lr is None else float(chunk_lr)
         per_epoch = values["synthetic_per_epoch"]
         if per_epoch is not None and (not isinstance(per_epoch, int) or isinstance(per_epoch, bool) or per_epoch < 1):
             raise ConfigError(
@@ -139,16 +166,24 @@ def _source(init: str, config: DSRConfig, pretrained: str | os.PathLike) -> tupl
 
 def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
     """A fresh DSR: both backbones from ``pretrained`` (the domain-adapted MLM) or the base model."""
+    if config.chunk_encoder == "frozen" and config.article_init != "pretrain":
+        raise ConfigError(
+            f"params.yaml: '{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
+            f"it needs '{SECTION}.article_init' = pretrain (got {config.article_init!r})"
+        )
     q_path, q_random = _source(config.query_init, config, pretrained)
     a_path, a_random = _source(config.article_init, config, pretrained)
     log.info("query encoder from %s%s, article encoder from %s%s",
              q_path, " (random init)" if q_random else "", a_path, " (random init)" if a_random else "")
     query = QueryEncoder.from_pretrained(
-        q_path, max_length=config.max_query_length, token_pooling=config.token_pooling, random_init=q_random
+        q_path, max_length=config.max_query_length, token_pooling=config.token_pooling, random_init=q_random,
+        trainable_layers=config.query_trainable_layers,
     )
     article = HierarchicalArticleEncoder.from_pretrained(
         a_path,
         random_init=a_random,
+        identity_init=config.chunk_identity_init,
+        freeze_backbone=config.chunk_encoder == "frozen",
         max_chunk_length=config.max_chunk_length,
         max_document_length=config.max_document_length,
         pooling=config.pooling,
@@ -184,6 +219,7 @@ class TrainingData:
     dev_questions: list[str] = field(default_factory=list)
     dev_qrels: dict[int, set[int]] = field(default_factory=dict)  # question id -> gold ids
     dev_ids: list[int] = field(default_factory=list)
+    chunks: Any = None  # lexgraph.chunks.ChunkTable of the corpus (frozen chunk encoder), else None
 
 
 def _negatives_index(negatives, corpus: set[int]) -> dict[tuple[str, int], list[int]]:
@@ -286,8 +322,14 @@ def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int, k: int = EVAL_
     from lexgraph.retrieval.dense import exact_top_k
 
     order = np.argsort(np.asarray(data.article_ids, dtype=np.int64), kind="stable")
-    articles = model.encode_articles([data.article_texts[i] for i in order], batch_size=batch_size,
-                                     desc="dev: encode corpus")  # (na, dim)
+    if data.chunks is not None:  # frozen chunk encoder: aggregate the cached chunk vectors
+        from lexgraph.chunks import embed_from_chunks
+
+        rows = data.chunks.rows(np.asarray(data.article_ids, dtype=np.int64)[order])
+        articles = embed_from_chunks(model.article_encoder, data.chunks, rows)  # (na, dim)
+    else:
+        articles = model.encode_articles([data.article_texts[i] for i in order], batch_size=batch_size,
+                                         desc="dev: encode corpus")  # (na, dim)
     queries = model.encode_queries(data.dev_questions, batch_size=batch_size, desc="dev: encode questions")  # (nq, dim)
     ids, _ = exact_top_k(queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], k)
     run = {qid: ranked.tolist() for qid, ranked in zip(data.dev_ids, ids)}
@@ -309,8 +351,9 @@ class TrainResult:
     n_pairs: int  # pairs seen per epoch
 
 
-def _optimizer(model: nn.Module, config: DSRConfig) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and LayerNorm weights."""
+def _optimizer(model: DSR, config: DSRConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable weights; no weight decay on biases and LayerNorm weights;
+    the article side's chunk-level module at ``chunk_lr`` (default ``lr``)."""
     no_decay: set[int] = set()
     for module in model.modules():
         if isinstance(module, nn.LayerNorm):
@@ -318,11 +361,17 @@ def _optimizer(model: nn.Module, config: DSRConfig) -> torch.optim.Optimizer:
     for name, param in model.named_parameters():
         if name.endswith("bias"):
             no_decay.add(id(param))
+    chunk_level = {id(p) for n, p in model.article_encoder.named_parameters() if not n.startswith("backbone.")}
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if id(p) not in no_decay], "weight_decay": config.weight_decay},
-        {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0},
-    ]
+    groups = []
+    for lr, members in ((config.lr, [p for p in params if id(p) not in chunk_level]),
+                        (config.chunk_lr or config.lr, [p for p in params if id(p) in chunk_level])):
+        groups += [
+            {"params": [p for p in members if id(p) not in no_decay], "weight_decay": config.weight_decay, "lr": lr},
+            {"params": [p for p in members if id(p) in no_decay], "weight_decay": 0.0, "lr": lr},
+        ]
+    groups = [g for g in groups if g["params"]]
+    log.info("%.1fM trainable parameters", sum(p.numel() for p in params) / 1e6)
     return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-7)
 
 
@@ -346,7 +395,8 @@ def train_dsr(
     model.to(device)
     torch.manual_seed(seed)  # dropout masks
     start = time.perf_counter()
-    chunks = dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
+    frozen = data.chunks is not None
+    chunks = {} if frozen else dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
     pad_id = model.article_encoder.tokenizer.pad_token_id
     n_synthetic = len(data.synthetic_pairs)
     if config.synthetic_per_epoch is not None:
@@ -366,6 +416,12 @@ def train_dsr(
     best_state, best_epoch, best_metrics, best_recall = None, 0, None, -1.0
     if not data.dev_qrels:
         log.warning("no dev questions: model selection is off, the last epoch is kept")
+    else:  # epoch 0: the untrained model; kept when no epoch beats it
+        best_metrics = evaluate_dsr(model, data, config.eval_batch_size)
+        best_recall = best_metrics[f"recall@{EVAL_CUTOFF}"]
+        best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        history.append({"epoch": 0, "loss": float("nan"), f"dev_recall@{EVAL_CUTOFF}": best_recall})
+        log.info("epoch 0 (untrained): dev recall@%d %.4f", EVAL_CUTOFF, best_recall)
     for epoch in range(1, config.epochs + 1):
         model.train()
         rng = np.random.default_rng([seed, epoch])
@@ -377,17 +433,21 @@ def train_dsr(
                                                                           replace=False).tolist())]
         order = rng.permutation(len(pairs))
         losses = []
-        bar = tqdm(range(steps_per_epoch), desc=f"train_dsr epoch {epoch}/{config.epochs}")
+        bar = tqdm(range(steps_per_epoch), desc=f"train_dsr epoch {epoch}/{config.epochs}", disable=None)
         for step in bar:
             batch = [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
             negatives = sample_negatives(batch, data.article_ids, rng)
             columns = [p.positive for p in batch] + negatives
             queries = {k: v.to(device) for k, v in model.query_encoder.tokenize([p.query for p in batch]).items()}
-            articles = {k: v.to(device) for k, v in collate_chunks([chunks[a] for a in columns], pad_id).items()}
             mask = InfoNCELoss.shared_positive_mask([p.gold for p in batch], columns, device=device)  # (B, 2B)
             with autocast(device):
                 q = model.encode_query(**queries)  # (B, dim)
-                a = model.encode_article(**articles)  # (2B, dim)
+                if frozen:
+                    cached = data.chunks.padded(data.chunks.rows(columns))  # (2B, c, dim), (2B, c), (2B, c)
+                    a = model.article_encoder.aggregate(*(t.to(device) for t in cached))  # (2B, dim)
+                else:
+                    articles = {k: v.to(device) for k, v in collate_chunks([chunks[a] for a in columns], pad_id).items()}
+                    a = model.encode_article(**articles)  # (2B, dim)
             loss = model.loss(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
             if not fp16 and not torch.isfinite(loss):  # fp16: the GradScaler skips such steps
                 raise LexgraphError(
@@ -416,7 +476,7 @@ def train_dsr(
     model.load_state_dict(best_state)
     model.eval()
     seconds = time.perf_counter() - start
-    log.info("best epoch %d (dev recall@%d %s) after %.1f s", best_epoch, EVAL_CUTOFF,
+    log.info("best epoch %d (dev recall@%d %s), trained in %.1f s", best_epoch, EVAL_CUTOFF,
              f"{best_metrics[f'recall@{EVAL_CUTOFF}']:.4f}" if best_metrics else "n/a", seconds)
     return TrainResult(model, best_epoch, best_metrics, history, seconds, epoch_size)
 
@@ -441,6 +501,7 @@ def run_train_dsr(
     synthetic: str | os.PathLike,
     negatives: str | os.PathLike,
     pretrained: str | os.PathLike,
+    chunks: str | os.PathLike,
     out: str | os.PathLike,
     metrics: str | os.PathLike,
     plot: str | os.PathLike,
@@ -448,7 +509,10 @@ def run_train_dsr(
     device: torch.device,
     seed: int,
 ) -> dict[str, Any]:
-    """The ``train_dsr`` stage: read inputs, train, write model/metrics/curve atomically."""
+    """The ``train_dsr`` stage: read inputs, train, write model/metrics/curve atomically.
+
+    ``chunks``: the ``encode_chunks`` cache directory (read with a frozen chunk encoder).
+    """
     config = DSRConfig.from_params(params)
     log.info("train_dsr config: %s", asdict(config))
     if not Path(pretrained).is_dir():
@@ -456,14 +520,23 @@ def run_train_dsr(
     data = load_training_data(articles, questions, synthetic, negatives, config.synthetic)
     seed_everything(seed)
     model = build_dsr(config, pretrained)
+    if config.chunk_encoder == "frozen":
+        from lexgraph.chunks import check_settings, load_chunk_table
+
+        cache = Path(chunks) / "articles.safetensors"
+        data.chunks = load_chunk_table(cache)
+        check_settings(data.chunks, model.article_encoder, cache)
+        try:
+            data.chunks.rows(data.article_ids)
+        except KeyError as exc:
+            raise DataError(cache, f"article {exc.args[0]} has no cached chunks; run `dvc repro`") from None
     result = train_dsr(model, data, config, device, seed)
     with atomic_path(out, directory=True) as tmp:
-        result.model.save(tmp)
+        result.model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": round(result.dev_metrics[f"recall@{EVAL_CUTOFF}"], 4)
         if result.dev_metrics else None,
-        "train_seconds": round(result.train_seconds, 1),
         "epochs": config.epochs,
         "pairs_per_epoch": result.n_pairs,
         "train_pairs": len(data.pairs),

@@ -54,7 +54,8 @@ from tqdm.auto import tqdm
 from lexgraph.config import autocast
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
-from lexgraph.losses import InfoNCELoss, QabisarLoss
+from lexgraph.losses.InfoNCELoss import InfoNCELoss
+from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 
 log = logging.getLogger(__name__)
@@ -568,7 +569,7 @@ def train_graph_encoder(
             encoder.train(settings.trains_query_encoder)
         order = torch.randperm(ts.pairs.size(0), generator=generator)
         totals = {"loss": 0.0, "contrastive": 0.0, "kd": 0.0}
-        bar = tqdm(range(steps_per_epoch), desc=f"{settings.variant} epoch {epoch}", disable=not show_progress)
+        bar = tqdm(range(steps_per_epoch), desc=f"{settings.variant} epoch {epoch}", disable=None if show_progress else True)
         for step in bar:
             batch = ts.pairs[order[step * settings.batch_size : (step + 1) * settings.batch_size]]  # (B, 2)
             with autocast(device):

@@ -1,0 +1,41 @@
+"""Model-family conventions kept next to a base checkpoint (``lexgraph_base.json``).
+
+The ``pretrain`` stage writes where the checkpoint came from and the text prefixes its
+family was trained with (E5: ``"query: "`` / ``"passage: "``); the encoders read the
+prefixes when they start from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+BASE_INFO = "lexgraph_base.json"
+E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
+
+
+def read_base_info(name_or_path: str | os.PathLike) -> dict[str, Any]:
+    """Prefixes of a base checkpoint (``lexgraph_base.json``; none when absent)."""
+    path = Path(name_or_path) / BASE_INFO
+    info = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return {"query_prefix": str(info.get("query_prefix", "")), "passage_prefix": str(info.get("passage_prefix", ""))}
+
+
+def family_prefixes(name: str) -> dict[str, str]:
+    """Text prefixes the model family was trained with (E5: query/passage; else none)."""
+    base = Path(str(name)).name.lower()
+    if base.startswith(("e5-", "multilingual-e5-")):
+        return dict(E5_PREFIXES)
+    return {"query_prefix": "", "passage_prefix": ""}
+
+
+def write_base_info(directory: str | os.PathLike, info: dict[str, Any]) -> None:
+    path = Path(directory) / BASE_INFO
+    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / BASE_INFO
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -1,0 +1,26 @@
+"""zeroshot: embed every article with the base model as it is (E5 prefixes and windowed
+mean pooling), for the `zeroshot` retrieval system."""
+
+from __future__ import annotations
+
+import sys
+
+from lexgraph.config import resolve_device
+from lexgraph.zeroshot import run_zeroshot
+
+
+def configure(parser):
+    parser.add_argument("--pretrained", default="models/pretrain", help="base checkpoint (pretrain stage)")
+    parser.add_argument("--articles", default="data/clean/articles.parquet")
+    parser.add_argument("--chunks", default="data/chunks", help="encode_chunks cache, reused when chunked alike")
+    parser.add_argument("--out", default="data/zeroshot")
+
+
+def main(args, base, params):
+    run_zeroshot(args.pretrained, args.articles, args.out, params, resolve_device(base.device), args.chunks)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("zeroshot", main, configure))
