@@ -1,4 +1,5 @@
-"""evaluate: every system on every split -> TREC runs, metrics/<system>.json, metrics/results.md."""
+"""evaluate: every system on every split -> TREC runs, metrics/<system>.json, metrics/results.md,
+and paired significance tests on the test split -> metrics/significance.json."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from lexgraph.config import resolve_device
-from lexgraph.evaluation import evaluate_systems, results_markdown
+from lexgraph.evaluation import evaluate_systems, read_trec, results_markdown, significance_report, split_questions
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 
 
@@ -25,10 +26,19 @@ def main(args, base, params):
     device = str(resolve_device(base.device))
     with atomic_path(args.runs, directory=True) as runs:
         results = evaluate_systems(params["systems"], questions, splits, int(params.get("k", 500)), runs, args.workspace, device)
+        split = params.get("significance_split", "test")
+        _, _, qrels = split_questions(questions, split)
+        split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
+        comparisons, markers, legend = significance_report(
+            split_runs, qrels, params.get("baselines", ["bm25", "dsr"]),
+            params.get("significance_metrics", ["recall@100", "map"]), seed=base.seed,
+        )
     for system, by_split in results.items():
         write_json(by_split, Path(args.metrics_dir) / f"{system}.json")
+    write_json({"split": split, "tests": comparisons}, Path(args.metrics_dir) / "significance.json")
     counts = dict(questions.filter(pl.col("split").is_in(splits)).group_by("split").len().iter_rows())
-    write_text(results_markdown(results, splits, counts), Path(args.metrics_dir) / "results.md")
+    write_text(results_markdown(results, splits, counts, {split: markers}, {split: legend}),
+               Path(args.metrics_dir) / "results.md")
 
 
 if __name__ == "__main__":

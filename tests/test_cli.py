@@ -97,3 +97,23 @@ def test_regress(tmp_path, capsys):
     assert main(["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "bm25/test/map: 0.1000, expected 0.1200" in err and "recall@100" not in err
+
+
+def test_regress_update_rewrites_values_and_keeps_tolerances(tmp_path, capsys):
+    (tmp_path / "bm25.json").write_text(json.dumps({"test": {"recall@100": 0.40, "map": 0.10, "mrr@10": 0.3}}))
+    (tmp_path / "dsr.json").write_text(json.dumps({"dev": {"recall@100": 0.7}, "test": {"recall@100": 0.72}}))
+    (tmp_path / "train_dsr.json").write_text(json.dumps({"best_epoch": 3, "dev": {"map": 0.2}}))  # not a system
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("# header\ntolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.3, map: 0.12}\n"
+                    "  dsr:\n    tolerance: 0.03\n    test: {recall@100: 0.5}\n")
+    assert main(["regress", "--update", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 0
+    text = spec.read_text()
+    assert text.startswith("# header\ntolerance: 0.01\n")
+    import yaml
+
+    got = yaml.safe_load(text)
+    assert got["systems"] == {
+        "bm25": {"test": {"recall@100": 0.40, "map": 0.10}},
+        "dsr": {"tolerance": 0.03, "dev": {"recall@100": 0.7}, "test": {"recall@100": 0.72}},
+    }
+    assert main(["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 0

@@ -113,8 +113,13 @@ def cmd_search(args) -> int:
 
 
 def cmd_regress(args) -> int:
-    from lexgraph.regression import check
+    from lexgraph.io import write_text
+    from lexgraph.regression import check, expected_from_metrics
 
+    if args.update:
+        write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
+        print(f"wrote {args.expected} from {args.metrics_dir}/ (review the diff before committing)")
+        return 0
     failures = check(args.metrics_dir, args.expected)
     for line in failures:
         print(f"REGRESSION {line}", file=sys.stderr)
@@ -125,11 +130,11 @@ def cmd_regress(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval (BM25, DSR, G-DSR, QABISAR).")
+    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval (BM25, zero-shot e5, DSR, G-DSR, QABISAR).")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search", help="retrieve articles for questions with a trained system")
     s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", help="bm25 | dsr | gdsr | qabisar")
+    s.add_argument("--system", default="bm25", help="bm25 | zeroshot | dsr | gdsr | qabisar")
     s.add_argument("--questions", help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
     s.add_argument("--run", help="output TREC run file (batch mode)")
     s.add_argument("--k", type=int, default=500, help="ranking depth in batch mode (default 500)")
@@ -140,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores")
     r.add_argument("--expected", default="regression/sample.yaml")
     r.add_argument("--metrics-dir", default="metrics")
+    r.add_argument("--update", action="store_true", help="rewrite the expected file from the current metrics "
+                   "(keeps its comments and tolerances)")
     r.set_defaults(func=cmd_regress)
     return parser
 

@@ -19,6 +19,8 @@ from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
 from lexgraph.metrics import METRICS
 
+from lexgraph.data.schema import split_questions  # noqa: E402,F401  (re-exported)
+
 log = logging.getLogger(__name__)
 
 #: Columns of the results table: (header, metric key), laid out like Table 2 of the
@@ -166,13 +168,16 @@ def results_table(
     metrics_by_system: Mapping[str, Mapping[str, Mapping[str, float]]],
     split: str = "test",
     n_questions: int | None = None,
+    markers: Mapping[str, Mapping[str, str]] | None = None,
 ) -> str:
     """A Markdown table of one split: a row per system (in the given order), values in %.
 
     Columns are R@100, R@200, R@500, mAP, mRP (R-precision), R@10 and nDCG@10; a
     system without this split, or without a metric, shows ``–``. A caption line names
-    the split and, when given, the number of questions.
+    the split and, when given, the number of questions. ``markers[system][metric]`` is
+    appended to that cell (significance superscripts).
     """
+    markers = markers or {}
     count = "" if n_questions is None else f" ({n_questions} questions)"
     lines = [
         f"Table: retrieval results on the {split} split{count}, in %.",
@@ -182,7 +187,7 @@ def results_table(
     ]
     for system, by_split in metrics_by_system.items():
         values = by_split.get(split, {})
-        cells = [_percent(values.get(key)) for _, key in TABLE_COLUMNS]
+        cells = [_percent(values.get(key)) + markers.get(system, {}).get(key, "") for _, key in TABLE_COLUMNS]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -191,24 +196,42 @@ def results_markdown(
     metrics_by_system: Mapping[str, Mapping[str, Mapping[str, float]]],
     splits: Iterable[str],
     n_questions: Mapping[str, int] | None = None,
+    markers: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> str:
-    """A Markdown document with a ``## <split> split`` section and table per split."""
-    n_questions = n_questions or {}
+    """A Markdown document with a ``## <split> split`` section and table per split;
+    ``markers[split]`` and ``notes[split]`` (a legend under the table) are optional."""
+    n_questions, markers, notes = n_questions or {}, markers or {}, notes or {}
     parts = ["# Retrieval results", ""]
     for split in splits:
-        parts += [f"## {split} split", "", results_table(metrics_by_system, split, n_questions.get(split))]
+        parts += [f"## {split} split", "",
+                  results_table(metrics_by_system, split, n_questions.get(split), markers.get(split))]
+        if split in notes:
+            parts += [notes[split], ""]
     return "\n".join(parts)
 
 
+def significance_report(
+    runs: Mapping[str, Mapping[int, list[int]]],
+    qrels: Mapping[int, Iterable[int]],
+    baselines: Sequence[str],
+    metrics: Sequence[str],
+    seed: int,
+    n_resamples: int = 10000,
+) -> tuple[dict, dict[str, dict[str, str]], str]:
+    """Paired tests of every system against ``baselines`` on one split:
+    ``(comparisons, markers[system][metric], legend)`` (see :mod:`lexgraph.significance`)."""
+    from lexgraph.significance import compare_systems, marker_legend, significance_markers
+
+    present = [b for b in baselines if b in runs]
+    comparisons = compare_systems(dict(runs), dict(qrels), present, metrics=tuple(metrics),
+                                  n_resamples=n_resamples, seed=seed)
+    markers = {
+        system: {m: significance_markers(comparisons, system, m, present) for m in metrics} for system in runs
+    }
+    return comparisons, markers, marker_legend(present) + f" Tested: {', '.join(metrics)}."
 
 
-def split_questions(questions, split: str) -> tuple[list[int], list[str], dict[int, list[int]]]:
-    """``(qids, question texts, {qid: gold ids})`` of one split of the clean questions table, by id."""
-    import polars as pl
-
-    sub = questions.filter(pl.col("split") == split).sort("id")
-    qids = sub["id"].to_list()
-    return qids, sub["question"].to_list(), dict(zip(qids, sub["article_ids"].to_list()))
 
 
 def evaluate_systems(

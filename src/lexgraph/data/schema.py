@@ -63,3 +63,12 @@ NEGATIVE_FILES: dict[str, str] = {
     "train": "negatives/bm25_negatives_train.json",
     "synthetic": "negatives/bm25_negatives_synthetic.json",
 }
+
+
+def split_questions(questions, split: str) -> tuple[list[int], list[str], dict[int, list[int]]]:
+    """``(qids, question texts, {qid: gold ids})`` of one split of the clean questions table, by id."""
+    import polars as pl
+
+    sub = questions.filter(pl.col("split") == split).sort("id")
+    qids = sub["id"].to_list()
+    return qids, sub["question"].to_list(), dict(zip(qids, sub["article_ids"].to_list()))

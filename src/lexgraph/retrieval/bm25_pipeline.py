@@ -7,7 +7,7 @@ import logging
 import polars as pl
 
 from lexgraph.errors import ConfigError
-from lexgraph.evaluation import split_questions
+from lexgraph.data.schema import split_questions
 from lexgraph.metrics import METRICS, evaluate_run
 from lexgraph.retrieval.bm25 import BM25, tune
 from lexgraph.text import FrenchAnalyzer

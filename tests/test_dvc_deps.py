@@ -1,0 +1,92 @@
+"""dvc.yaml lists, for every stage, its script and every library module that script
+imports (transitively, function-level imports included), so that DVC reruns a stage
+exactly when code it runs has changed.
+
+Left out on purpose: package ``__init__`` files, and modules that only shape messages
+and logs (``errors``, ``progress``), which never change an output.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+SRC = ROOT / "src"
+EXEMPT = {"src/lexgraph/errors.py", "src/lexgraph/progress.py"}
+
+
+def module_file(module: str) -> Path | None:
+    base = SRC / Path(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_modules(path: Path) -> set[str]:
+    """``lexgraph.*`` modules imported anywhere in ``path`` (lazy imports and the
+    ``"module:function"`` strings of lexgraph.retrieval.SYSTEMS included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("lexgraph")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lexgraph"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if module_file(f"{node.module}.{a.name}")}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = re.fullmatch(r"(lexgraph(?:\.\w+)+):\w+", node.value)
+            if match:
+                found.add(match.group(1))
+    return found
+
+
+def closure(script: Path) -> set[str]:
+    todo, seen = [script], set()
+    files: set[str] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for module in imported_modules(path):
+            target = module_file(module)
+            if target is None:
+                continue
+            todo.append(target)
+            if target.name != "__init__.py":
+                files.add(str(target.relative_to(ROOT)))
+    return files
+
+
+def stages() -> dict[str, dict]:
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    out = {}
+    for name, stage in spec.items():
+        stage = stage.get("do", stage)
+        out[name] = stage
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(stages()))
+def test_deps_list_every_imported_module(name):
+    stage = stages()[name]
+    script = re.search(r"python (stages/\w+\.py)", stage["cmd"]).group(1)
+    deps = set(stage.get("deps", []))
+    assert script in deps, f"{name}: its script {script} is not in deps"
+    needed = closure(ROOT / script) - EXEMPT
+    missing = sorted(needed - deps)
+    assert not missing, f"dvc.yaml stage '{name}' imports {missing} but does not list them in deps"
+    stale = sorted(d for d in deps if d.startswith("src/") and d not in needed)
+    assert not stale, f"dvc.yaml stage '{name}' lists {stale} in deps but does not import them"
+
+
+def test_closure_follows_lazy_imports(tmp_path):
+    assert "src/lexgraph/retrieval/gnn.py" in closure(ROOT / "stages" / "evaluate.py")  # via SYSTEMS strings
+    assert "src/lexgraph/models/family.py" in closure(ROOT / "stages" / "train_dsr.py")  # via encoders
