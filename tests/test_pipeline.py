@@ -19,7 +19,9 @@ import pytest
 from lexgraph.regression import check
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+# the module fixture runs a full `dvc repro` (~10 min on 2 cores); pytest-timeout counts fixture
+# setup against the first test, so these tests get a budget that covers it
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def sh(cmd: list[str], cwd: Path, env: dict) -> str:
