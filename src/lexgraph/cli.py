@@ -1,7 +1,12 @@
 """The ``lexgraph`` command.
 
 ``lexgraph search --system bm25 --questions FILE.jsonl --run OUT.trec [--k 500]``
-    batch mode: each line of FILE has ``id`` and ``question``; writes a TREC run.
+    batch mode: each line of FILE has ``id`` (a string without spaces or an integer,
+    unique) and ``question`` (a non-empty string); writes a TREC run. ``--run`` must be a
+    new file or an earlier run: never the questions file, a directory, a file that is not
+    a TREC run, or a path under the workspace's ``data/`` or ``models/``. A question that
+    no article matches (BM25: none of its terms is in the corpus) gets no ranking, with a
+    warning naming its id.
 ``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?"``
     one question: prints the top articles with reference, heading path and a snippet.
 ``lexgraph search --system bm25``
@@ -9,7 +14,10 @@
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance.
 
-Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``).
+Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``),
+after every argument has been checked. Errors a user can act on print one line,
+``lexgraph <command>: error: ...``, and exit with status 2; ``regress`` exits with 1 when
+a metric is out of tolerance.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -26,36 +35,109 @@ from lexgraph.errors import DataError, LexgraphError
 log = logging.getLogger("lexgraph")
 
 
+def _show(value) -> str:
+    return json.dumps(value, ensure_ascii=False)[:60]
+
+
 def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
-    """``(ids, questions)`` from a JSON-lines file whose lines have ``id`` and ``question``."""
+    """``(ids, questions)`` from a JSON-lines file whose lines have ``id`` and ``question``.
+
+    ``id``: a string without spaces or an integer, unique in the file; ``question``: a
+    non-empty string. Errors name the file, its row (line) and the key.
+    """
     if not path.is_file():
-        raise DataError(path, "file not found")
-    ids, questions = [], []
+        raise DataError(path, "file not found; expected the --questions JSON-lines file" if not path.exists()
+                        else "not a file; expected the --questions JSON-lines file")
+    ids, questions, first_row = [], [], {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+        raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(path, f"not valid JSON ({exc.msg})", row=n) from exc
+            raise DataError(path, f"not valid JSON ({exc.msg})", row=n) from None
         if not isinstance(rec, dict) or "id" not in rec or "question" not in rec:
-            raise DataError(path, "expected an object with keys 'id' and 'question'", row=n)
-        qid = str(rec["id"])
+            missing = [k for k in ("id", "question") if not isinstance(rec, dict) or k not in rec]
+            raise DataError(path, f"expected an object with keys 'id' and 'question' (missing {missing})", row=n)
+        raw_id, question = rec["id"], rec["question"]
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+            raise DataError(path, f"got {_show(raw_id)}, expected a string or an integer", row=n, column="id")
+        qid = str(raw_id)
         if not qid or any(ch.isspace() for ch in qid):
-            raise DataError(path, f"id {rec['id']!r} must be non-empty without spaces", row=n, column="id")
-        if not str(rec["question"]).strip():
-            raise DataError(path, "empty question", row=n, column="question")
+            raise DataError(path, f"id {_show(raw_id)} must be non-empty without spaces", row=n, column="id")
+        if qid in first_row:
+            raise DataError(path, f"id {_show(qid)} already used on row {first_row[qid]}; expected unique ids",
+                            row=n, column="id")
+        if not isinstance(question, str) or not question.strip():
+            raise DataError(path, f"got {_show(question)}, expected a non-empty string", row=n,
+                            column="question")
+        first_row[qid] = n
         ids.append(qid)
-        questions.append(str(rec["question"]))
+        questions.append(question)
     if not ids:
         raise DataError(path, "no questions; expected one JSON object per line with 'id' and 'question'")
-    if len(set(ids)) != len(ids):
-        raise DataError(path, "question ids must be unique")
     return ids, questions
+
+
+def _looks_like_trec_run(path: Path) -> bool:
+    """True for an empty file or one whose first line is ``qid Q0 docid rank score tag``."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    if not head.strip():
+        return True
+    if b"\0" in head:
+        return False
+    try:
+        first = head.decode("utf-8").splitlines()[0].split()
+    except (UnicodeDecodeError, IndexError):
+        return False
+    if len(first) != 6 or first[1] != "Q0":
+        return False
+    try:
+        int(first[3]), float(first[4])
+    except ValueError:
+        return False
+    return True
+
+
+def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
+    """Refuse a ``--run`` target that is not a writable new file or earlier TREC run: a
+    directory, an unwritable place, the questions file, a file under the workspace's
+    DVC-managed ``data/`` or ``models/``, or any existing file that is not a TREC run."""
+    path = Path(run)
+    if path.is_dir():
+        raise LexgraphError(f"--run {run} is a directory; expected the path of the TREC run file to write")
+    resolved = path.resolve()
+    if questions is not None:
+        qpath = Path(questions)
+        if resolved == qpath.resolve() or (path.exists() and qpath.exists() and path.samefile(qpath)):
+            raise LexgraphError(f"--run {run} is the --questions file; refusing to overwrite an input, "
+                                "expected a separate output path")
+    for managed in ("data", "models"):
+        root = (workspace / managed).resolve()
+        if resolved == root or root in resolved.parents:
+            raise LexgraphError(f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
+                                "expected a path outside data/ and models/")
+    parent = resolved.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise LexgraphError(f"--run {run}: {parent} is not a directory; expected a writable path for the TREC run")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LexgraphError(f"--run {run}: directory {parent} is not writable; expected a writable path")
+    if path.exists():
+        if not path.is_file():
+            raise LexgraphError(f"--run {run} is not a regular file; expected the path of the TREC run file to write")
+        if not os.access(path, os.W_OK):
+            raise LexgraphError(f"--run {run} is read-only; refusing to overwrite it, expected a writable path")
+        if not _looks_like_trec_run(path):
+            raise LexgraphError(f"--run {run} exists and is not a TREC run; refusing to overwrite it, "
+                                "expected a new path or an earlier run")
+    return path
 
 
 def _articles(workspace: Path):
@@ -68,9 +150,16 @@ def print_results(question: str, ids, scores, articles, snippet: int = 240, out=
     out = out or sys.stdout
     by_id = {row["id"]: row for row in articles.iter_rows(named=True)}
     out.write(f"\n{question}\n")
-    for rank, (aid, score) in enumerate(zip(ids.tolist(), scores.tolist()), 1):
+    ids, scores = ids.tolist(), scores.tolist()
+    if not ids or ids[0] < 0:
+        out.write("\n     no results: no article matches any term of the question\n")
+        return
+    for rank, (aid, score) in enumerate(zip(ids, scores), 1):
         if aid < 0:
             break
+        if aid not in by_id:
+            raise LexgraphError(f"article {aid} of the results is not in the corpus (data/clean/articles.parquet); "
+                                "run `dvc repro`")
         art = by_id[aid]
         out.write(f"\n{rank:>3}. {art['reference']}   (score {score:.4f}, id {aid})\n")
         if art["path"]:
@@ -79,25 +168,50 @@ def print_results(question: str, ids, scores, articles, snippet: int = 240, out=
         out.write(textwrap.indent(textwrap.fill(textwrap.shorten(text, snippet, placeholder=" …"), 92), "     ") + "\n")
 
 
+def _check_depth(name: str, value: int) -> None:
+    if value < 1:
+        raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
+
+
 def cmd_search(args) -> int:
+    import numpy as np
+
     from lexgraph.config import resolve_device
     from lexgraph.evaluation import write_trec
     from lexgraph.retrieval import load_retriever
 
     workspace = Path(args.workspace)
-    if args.questions and args.question:
+    # every check on the arguments comes before loading a system (seconds to minutes)
+    if args.questions and args.question is not None:
         raise LexgraphError("give either --questions FILE or a question, not both")
     if args.questions and not args.run:
         raise LexgraphError("--questions needs --run OUT.trec")
-    retriever = load_retriever(args.system, workspace, str(resolve_device(args.device)))
+    if args.run and not args.questions:
+        raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
+    if args.question is not None and not args.question.strip():
+        raise LexgraphError("the question argument is empty; expected a non-empty question "
+                            "(or none, for interactive mode)")
+    _check_depth("--k", args.k)
+    _check_depth("--top", args.top)
+    ids = questions = None
     if args.questions:
+        check_run_path(args.run, args.questions, workspace)
         ids, questions = read_questions_jsonl(Path(args.questions))
+    device = str(resolve_device(args.device, where="--device"))
+    retriever = load_retriever(args.system, workspace, device)
+    if args.questions:
         top, scores = retriever.search(questions, args.k)
-        write_trec(args.run, ids, top, scores, args.system)
-        log.info("wrote %d rankings of depth %d to %s", len(ids), args.k, args.run)
+        matched = np.array([row.size > 0 and row[0] >= 0 for row in top], dtype=bool)  # (n,)
+        if not matched.all():
+            unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
+            log.warning("no article matches any term of %d question(s) of %s (ids: %s%s); the run has nothing "
+                        "for them", len(unmatched), args.questions, ", ".join(unmatched[:10]),
+                        ", …" if len(unmatched) > 10 else "")
+        write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched], scores[matched], args.system)
+        log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         return 0
     articles = _articles(workspace)
-    if args.question:
+    if args.question is not None:
         top, scores = retriever.search([args.question], args.top)
         print_results(args.question, top[0], scores[0], articles)
         return 0
@@ -118,7 +232,7 @@ def cmd_regress(args) -> int:
 
     if args.update:
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
-        print(f"wrote {args.expected} from {args.metrics_dir}/ (review the diff before committing)")
+        log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
     failures = check(args.metrics_dir, args.expected)
     for line in failures:
@@ -159,8 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except LexgraphError as exc:
-        print(f"lexgraph: error: {exc}", file=sys.stderr)
+        print(f"lexgraph {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"lexgraph {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

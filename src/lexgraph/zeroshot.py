@@ -146,10 +146,15 @@ def load_system(workspace: Path, device: str = "auto"):
     workspace = Path(workspace)
     settings_path = _require(workspace / ZEROSHOT_DIR / SETTINGS, "the zeroshot settings", "zeroshot")
     emb_path = _require(workspace / ZEROSHOT_DIR / ARTICLES, "the zeroshot article embeddings", "zeroshot")
-    settings = json.loads(settings_path.read_text(encoding="utf-8"))
-    base = Path(settings["base"])
+    try:
+        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+        base = Path(settings["base"])
+        token_pooling, max_length = settings["token_pooling"], settings["query_max_length"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DataError(settings_path, f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
+                                       "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it") from None
     base = base if base.is_absolute() else workspace / base
     _require(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
-    encoder = query_encoder(base, settings["token_pooling"], settings["query_max_length"])
-    return DenseRetriever(encoder, ids, embeddings, name="zeroshot", device=resolve_device(device))
+    encoder = query_encoder(base, token_pooling, max_length)
+    return DenseRetriever(encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path)

@@ -104,16 +104,52 @@ def _no_pooler_kwargs(config) -> dict[str, Any]:
     return {"add_pooling_layer": False} if config.model_type in {"bert", "camembert", "roberta", "xlm-roberta"} else {}
 
 
+RESTORE = "rerun `dvc repro` (or `dvc checkout`) to restore it"
+
+
+def check_safetensors(path: str | os.PathLike) -> None:
+    """Raise a :class:`LexgraphError` naming ``path`` if it is not a complete safetensors
+    file (truncated, corrupt header); reads the header only."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            fh.keys()
+    except (SafetensorError, OSError) as exc:
+        reason = str(exc).removeprefix("Error while deserializing header: ")
+        raise LexgraphError(f"{path}: truncated or corrupt weights file ({reason}); {RESTORE}") from None
+
+
+def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None = 1 << 20) -> None:
+    """Check a local Hugging Face directory's weights (every ``*.safetensors``, header
+    only) and JSON files (those up to ``max_json_bytes``; ``None``: all) before
+    transformers loads them, so a damaged file is named in one sentence."""
+    directory = Path(directory)
+    for path in sorted(directory.glob("*.safetensors")):
+        check_safetensors(path)
+    for path in sorted(directory.glob("*.json")):
+        if max_json_bytes is not None and path.stat().st_size > max_json_bytes:
+            continue  # e.g. a 17 MB tokenizer.json: parsed only to diagnose a failed load
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise LexgraphError(f"{path}: truncated or corrupt JSON ({exc}); {RESTORE}") from None
+
+
 def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False):
     """Return ``(model, tokenizer)`` for an HF name or directory.
 
     ``random_init=True`` builds a randomly initialised model with the same config and
     tokenizer as ``name_or_path`` (the "base" ablation of the sample profile); the
-    caller seeds torch beforehand for reproducibility.
+    caller seeds torch beforehand for reproducibility. A local directory's files are
+    checked first (:func:`check_model_files`).
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    local = Path(name_or_path).is_dir()
+    if local:
+        check_model_files(name_or_path)
     try:
         config = AutoConfig.from_pretrained(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
@@ -135,10 +171,16 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
             if info.get("unexpected_keys"):
                 log.debug("%s: unused weights: %s", name_or_path, sorted(info["unexpected_keys"]))
     except OSError as exc:
+        if local:
+            check_model_files(name_or_path, max_json_bytes=None)
         raise LexgraphError(
             f"cannot load the transformer '{name_or_path}' ({exc.__class__.__name__}): expected a local "
             "Hugging Face directory (config.json, weights, tokenizer) or a hub model name with the hub reachable"
         ) from exc
+    except Exception:
+        if local:  # a damaged large file (tokenizer.json) fails inside transformers/tokenizers: name it
+            check_model_files(name_or_path, max_json_bytes=None)
+        raise
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError(f"tokenizer of '{name_or_path}' lacks a CLS, SEP or PAD token; a BERT-like model is expected")
     return model, tokenizer
@@ -652,6 +694,7 @@ class HierarchicalArticleEncoder(TextEncoder):
             config_values.pop("format_version", None)
             config_values.update(settings)
             encoder = cls(backbone, tokenizer, config=config, **config_values)
+            check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
             missing, unexpected = encoder.load_state_dict(weights, strict=False)
             missing = [k for k in missing if not k.startswith("backbone.")]

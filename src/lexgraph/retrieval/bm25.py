@@ -172,6 +172,7 @@ class BM25:
         self.doc_len = np.empty(0, dtype=np.int64)
         self.doc_freq = np.empty(0, dtype=np.int64)
         self.idf = np.empty(0, dtype=np.float64)
+        self.source = ""  # where the index was loaded from (set by :meth:`load`)
 
     # ------------------------------------------------------------------ building
 
@@ -186,6 +187,11 @@ class BM25:
             raise LexgraphError(f"BM25 k1 = {k1!r}, expected a finite number >= 0")
         if not ok_b:
             raise LexgraphError(f"BM25 b = {b!r}, expected a number in [0, 1]")
+
+    @property
+    def article_ids(self) -> np.ndarray:
+        """The indexed article ids, ascending (the ids :meth:`search` ranks)."""
+        return self.doc_ids
 
     @property
     def n_docs(self) -> int:
@@ -377,8 +383,16 @@ class BM25:
         return ids, scores
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Analyse ``questions`` with the index's analyzer and return the top-``k`` (see :meth:`search_tokens`)."""
-        return self.search_tokens(self.analyzer.analyze_many(list(questions), desc="analyze questions"), k)
+        """Analyse ``questions`` with the index's analyzer and return the top-``k`` (see :meth:`search_tokens`).
+
+        A question that no article matches (none of its terms is in the index, or only
+        terms whose idf is floored to 0, so every article scores 0) gets no results: its
+        row is padding, ids ``-1`` and scores 0, rather than the first articles by id.
+        """
+        ids, scores = self.search_tokens(self.analyzer.analyze_many(list(questions), desc="analyze questions"), k)
+        unmatched = ~np.any(scores != 0, axis=1)  # (n,) every score 0: nothing matched
+        ids[unmatched] = -1
+        return ids, scores
 
     # ------------------------------------------------------------------ persistence
 
@@ -415,30 +429,48 @@ class BM25:
 
     @classmethod
     def load(cls, directory: str | Path) -> "BM25":
-        """Load an index written by :meth:`save`."""
+        """Load an index written by :meth:`save`; a missing, truncated or inconsistent file
+        raises a :class:`LexgraphError` naming it."""
         directory = Path(directory)
         for name in (_ARRAYS, _META, _VOCAB):
             if not (directory / name).is_file():
-                raise LexgraphError(f"{directory}: not a BM25 index (missing {name})")
-        meta = json.loads((directory / _META).read_text(encoding="utf-8"))
-        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+                raise LexgraphError(f"{directory}: not a BM25 index (missing {name}); run `dvc repro bm25` first")
+        restore = "rerun `dvc repro bm25` (or `dvc checkout`) to restore it"
+        try:
+            meta = json.loads((directory / _META).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise LexgraphError(f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+            got = meta if not isinstance(meta, dict) else f"{meta.get('format')!r} v{meta.get('version')!r}"
             raise LexgraphError(
-                f"{directory / _META}: unsupported index format {meta.get('format')!r} v{meta.get('version')!r}, "
-                f"expected {FORMAT!r} v{FORMAT_VERSION}"
+                f"{directory / _META}: unsupported index format {got}, expected {FORMAT!r} v{FORMAT_VERSION}"
             )
-        terms = json.loads((directory / _VOCAB).read_text(encoding="utf-8"))
-        with np.load(directory / _ARRAYS, allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
-        n_docs, n_terms = int(meta["n_docs"]), int(meta["n_terms"])
-        if len(terms) != n_terms or arrays["doc_ids"].size != n_docs:
-            raise LexgraphError(f"{directory}: index files disagree on the number of terms or documents")
-        self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
-        tf = sp.csr_matrix(
-            (arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs)
-        )
+        try:
+            terms = json.loads((directory / _VOCAB).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise LexgraphError(f"{directory / _VOCAB}: truncated or corrupt vocabulary ({exc}); {restore}") from None
+        needed = {"doc_ids", "doc_len", "tf_indptr", "tf_indices", "tf_data"}
+        try:
+            with np.load(directory / _ARRAYS, allow_pickle=False) as z:
+                arrays = {name: z[name] for name in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise LexgraphError(f"{directory / _ARRAYS}: truncated or corrupt index arrays ({exc}); {restore}") from None
+        if needed - set(arrays):
+            raise LexgraphError(f"{directory / _ARRAYS}: missing arrays {sorted(needed - set(arrays))}; {restore}")
+        try:
+            n_docs, n_terms = int(meta["n_docs"]), int(meta["n_terms"])
+            if len(terms) != n_terms or arrays["doc_ids"].size != n_docs:
+                raise ValueError("the files disagree on the number of terms or documents")
+            self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
+            tf = sp.csr_matrix(
+                (arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs)
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LexgraphError(f"{directory}: inconsistent BM25 index ({exc}); {restore}") from None
         self.doc_ids, self.terms = arrays["doc_ids"], terms
         self.vocab = {t: i for i, t in enumerate(terms)}
         self._set_tf(tf, arrays["doc_len"])
+        self.source = str(directory)
         return self
 
 

@@ -75,6 +75,7 @@ class DenseRetriever:
         name: system name (``dsr``, ``gdsr``, …).
         device: where queries are encoded and scored (the encoder is moved there).
         batch_size: query-encoding batch size.
+        source: the artefact the article embeddings come from (named in errors).
     """
 
     def __init__(
@@ -85,6 +86,7 @@ class DenseRetriever:
         name: str = "dsr",
         device: torch.device | str = "cpu",
         batch_size: int = 64,
+        source: str | Path = "",
     ) -> None:
         ids = np.asarray(article_ids.cpu() if isinstance(article_ids, torch.Tensor) else article_ids, dtype=np.int64)
         emb = torch.as_tensor(article_embeddings, dtype=torch.float32)  # (na, dim)
@@ -96,6 +98,7 @@ class DenseRetriever:
             raise LexgraphError(f"{name}: duplicate article ids in the embedding matrix")
         order = np.argsort(ids, kind="stable")
         self.name = name
+        self.source = str(source)
         self.device = torch.device(device)
         self.batch_size = int(batch_size)
         self.query_encoder = query_encoder
@@ -123,11 +126,20 @@ class DenseRetriever:
         return exact_top_k(query_embeddings, self.article_embeddings, self.article_ids, k)
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Encode ``questions`` and return int64 ids / float32 cosine scores ``(n, k)``."""
-        if len(questions) == 0:
-            k = min(int(k), len(self.article_ids))
-            return np.empty((0, k), dtype=np.int64), np.empty((0, k), dtype=np.float32)
-        return self.search_embeddings(self.encode(questions, show_progress=len(questions) > 1000), k)
+        """Encode ``questions`` and return int64 ids / float32 cosine scores ``(n, k)``; a
+        blank question gets a row of padding (ids ``-1``, scores 0)."""
+        if isinstance(k, bool) or int(k) != k or k < 1:
+            raise LexgraphError(f"{self.name}.search: k = {k!r}, expected a positive integer")
+        k = min(int(k), len(self.article_ids))
+        ids = np.full((len(questions), k), -1, dtype=np.int64)  # (n, k)
+        scores = np.zeros((len(questions), k), dtype=np.float32)  # (n, k)
+        # a blank question has nothing to match: no results (as BM25), not the articles
+        # nearest to the encoding of an empty text
+        rows = [i for i, q in enumerate(questions) if str(q).strip()]
+        if rows:
+            texts = [questions[i] for i in rows]
+            ids[rows], scores[rows] = self.search_embeddings(self.encode(texts, show_progress=len(texts) > 1000), k)
+        return ids, scores
 
 
 def _require(path: Path, what: str, stage: str) -> Path:
@@ -147,4 +159,4 @@ def load_dsr(workspace: Path, device: str = "auto") -> DenseRetriever:
     emb_path = _require(workspace / ARTICLE_EMBEDDINGS, "the DSR article embeddings", "embed")
     ids, embeddings = load_embeddings(emb_path)
     encoder = QueryEncoder.from_pretrained(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device))
+    return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device), source=emb_path)

@@ -39,7 +39,7 @@ def _load(name: str, query_dir: Path, model_dir: Path, stage: str, device: str) 
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
     encoder = QueryEncoder.from_pretrained(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device))
+    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path)
 
 
 def load_gdsr(workspace: Path, device: str = "auto") -> DenseRetriever:

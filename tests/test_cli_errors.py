@@ -1,0 +1,362 @@
+"""`lexgraph search` / `lexgraph regress` on bad input: one sentence naming the argument,
+file, row or key and what was expected, exit status 2, no traceback, and every file in
+the workspace (inputs and earlier outputs) left byte for byte as it was (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from conftest import ROOT
+from lexgraph.cli import main
+from lexgraph.embed import save_embeddings
+from lexgraph.retrieval.bm25 import BM25
+
+ARTICLES = {
+    1: "Le propriétaire du mur mitoyen paie la réparation du mur.",
+    2: "Le bail est un contrat de louage de choses.",
+    3: "Le locataire paie le loyer au bailleur.",
+}
+PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"  # an earlier output that an error must leave intact
+
+
+def write_articles(root: Path, articles: dict[int, str]) -> None:
+    (root / "data" / "clean").mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(
+        {
+            "id": list(articles),
+            "article": list(articles.values()),
+            "reference": [f"Art. {i}" for i in articles],
+            "path": [["Code A"]] * len(articles),
+        }
+    ).write_parquet(root / "data" / "clean" / "articles.parquet")
+
+
+def write_questions(path: Path, records) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def ws(tmp_path):
+    """A BM25 workspace, a valid questions file and an earlier run."""
+    write_articles(tmp_path, ARTICLES)
+    BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    write_questions(tmp_path / "q.jsonl", [{"id": "a", "question": "Qui paie le loyer ?"}])
+    (tmp_path / "out.trec").write_text(PREVIOUS_RUN, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def dense_model(tiny_model_dir, tmp_path_factory):
+    """A saved tiny DSR query encoder and article embeddings for ids 1-3 (dim 16)."""
+    from lexgraph.models.encoders import QueryEncoder
+
+    root = tmp_path_factory.mktemp("dense")
+    QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling="mean").save_pretrained(
+        root / "models" / "dsr" / "query_encoder"
+    )
+    (root / "data" / "embed").mkdir(parents=True)
+    torch.manual_seed(0)
+    save_embeddings(root / "data" / "embed" / "articles.safetensors", list(ARTICLES), torch.randn(3, 16))
+    return root
+
+
+@pytest.fixture
+def dense_ws(ws, dense_model):
+    """``ws`` plus the tiny ``dsr`` system."""
+    shutil.copytree(dense_model, ws, dirs_exist_ok=True)
+    return ws
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def truncate(path: Path) -> None:
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        fh.truncate(size // 2)
+
+
+def no_retriever(*args, **kwargs):
+    raise AssertionError("a system was loaded before the arguments were checked")
+
+
+# ---------------------------------------------------------------------------
+# every case: (id, workspace fixture, setup(ws) -> argv, substrings of the message)
+# ---------------------------------------------------------------------------
+
+
+def _q(ws: Path, *records) -> str:
+    return str(write_questions(ws / "q.jsonl", records))
+
+
+def _batch(ws: Path, questions: str, run: str, *extra: str) -> list[str]:
+    return ["search", "--questions", questions, "--run", run, "--workspace", str(ws), *extra]
+
+
+def _symlink(ws: Path) -> str:
+    (ws / "link.trec").symlink_to(ws / "q.jsonl")
+    return str(ws / "link.trec")
+
+
+def _hardlink(ws: Path) -> str:
+    os.link(ws / "q.jsonl", ws / "hard.trec")
+    return str(ws / "hard.trec")
+
+
+def _not_a_run(ws: Path) -> str:
+    (ws / "notes.txt").write_text("my notes, not a run\n", encoding="utf-8")
+    return str(ws / "notes.txt")
+
+
+def _stale_bm25(ws: Path) -> None:
+    corpus = {**ARTICLES, 920: "Le loyer du bail est payé au bailleur."}
+    BM25().fit_texts(list(corpus.values()), list(corpus)).save(ws / "models" / "bm25")
+
+
+def _stale_dense(ws: Path) -> None:
+    save_embeddings(ws / "data" / "embed" / "articles.safetensors", [1, 2, 920], torch.randn(3, 16))
+
+
+def _regress(ws: Path, expected: str | None = None, metrics: dict | None = None, raw_metrics: str | None = None):
+    (ws / "metrics").mkdir(exist_ok=True)
+    text = raw_metrics if raw_metrics is not None else json.dumps(
+        metrics or {"test": {"recall@100": 0.4, "map": 0.1}})
+    (ws / "metrics" / "bm25.json").write_text(text, encoding="utf-8")
+    if expected is not None:
+        (ws / "exp.yaml").write_text(expected, encoding="utf-8")
+    return ["regress", "--expected", str(ws / "exp.yaml"), "--metrics-dir", str(ws / "metrics")]
+
+
+GOOD_YAML = "tolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.4, map: 0.1}\n"
+
+CASES = [
+    # 1. --run must not overwrite the questions file (same path, relative path, symlink, hard link)
+    ("run-is-questions", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "q.jsonl")),
+     ["--run", "q.jsonl", "is the --questions file", "expected a separate output path"]),
+    ("run-is-questions-relative", "ws", lambda ws: _batch(ws, "q.jsonl", "./data/../q.jsonl"),
+     ["--run ./data/../q.jsonl", "is the --questions file"]),
+    ("run-is-questions-symlink", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink(ws)),
+     ["--run", "link.trec", "is the --questions file"]),
+    ("run-is-questions-hardlink", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlink(ws)),
+     ["--run", "hard.trec", "is the --questions file"]),
+    ("run-is-corpus", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "data/clean/articles.parquet")),
+     ["--run", "articles.parquet", "`dvc repro` manages", "expected a path outside data/ and models/"]),
+    ("run-is-not-a-run", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _not_a_run(ws)),
+     ["--run", "notes.txt", "is not a TREC run", "expected a new path or an earlier run"]),
+    # 2. question and id types
+    ("question-null", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"}, {"id": "b", "question": None}),
+                                               str(ws / "out.trec")),
+     ["q.jsonl, row 2, column 'question'", "null", "expected a non-empty string"]),
+    ("question-list", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": ["a", "b"]}), str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'question'", '["a", "b"]', "expected a non-empty string"]),
+    ("question-blank", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "  "}), str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'question'", "expected a non-empty string"]),
+    ("id-missing", "ws", lambda ws: _batch(ws, _q(ws, {"id": 1, "question": "loyer"}, {"question": "bail"}),
+                                            str(ws / "out.trec")),
+     ["q.jsonl, row 2", "expected an object with keys 'id' and 'question'", "missing ['id']"]),
+    ("id-null", "ws", lambda ws: _batch(ws, _q(ws, {"id": None, "question": "loyer"}), str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "null", "expected a string or an integer"]),
+    ("id-duplicate", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"}, {"id": "b", "question": "bail"},
+                                                    {"id": "a", "question": "mur"}), str(ws / "out.trec")),
+     ["q.jsonl, row 3, column 'id'", 'id "a" already used on row 1', "expected unique ids"]),
+    # 4. ranking depths
+    ("k-zero-dense", "dense_ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr",
+                                                   "--k", "0"),
+     ["--k must be ≥ 1 (got 0)"]),
+    ("k-negative", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--k", "-5"),
+     ["--k must be ≥ 1 (got -5)"]),
+    ("top-zero", "ws", lambda ws: ["search", "loyer", "--top", "0", "--workspace", str(ws)],
+     ["--top must be ≥ 1 (got 0)"]),
+    ("top-zero-dense", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--top", "0",
+                                               "--workspace", str(ws)],
+     ["--top must be ≥ 1 (got 0)"]),
+    ("empty-question-argument", "dense_ws", lambda ws: ["search", "--system", "dsr", " ", "--workspace", str(ws)],
+     ["question argument is empty", "expected a non-empty question"]),
+    # 5. --run not writable as a file
+    ("run-is-directory", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "models")),
+     ["--run", "models is a directory", "expected the path of the TREC run file"]),
+    ("run-under-a-file", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec" / "x.trec")),
+     ["--run", "out.trec is not a directory", "expected a writable path"]),
+    # 7. damaged artefacts
+    ("truncated-query-encoder", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
+     ["models/dsr/query_encoder/model.safetensors", "truncated or corrupt", "`dvc repro`", "`dvc checkout`"]),
+    ("truncated-embeddings", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
+     ["data/embed/articles.safetensors", "truncated or corrupt", "`dvc repro`"]),
+    ("truncated-bm25-index", "ws", lambda ws: ["search", "loyer", "--workspace", str(ws)],
+     ["models/bm25/index.npz", "truncated or corrupt", "`dvc repro bm25`"]),
+    # 8. models built on another corpus
+    ("stale-bm25", "ws", lambda ws: ["search", "loyer bail", "--workspace", str(ws)],
+     ["models/bm25 was built on a different corpus than", "data/clean/articles.parquet", "920", "run `dvc repro`"]),
+    ("stale-dense", "dense_ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr"),
+     ["data/embed/articles.safetensors was built on a different corpus than", "data/clean/articles.parquet", "920",
+      "run `dvc repro`"]),
+    # 9. regress on bad files
+    ("regress-missing-expected", "ws", lambda ws: _regress(ws),
+     ["exp.yaml", "file not found", "expected a YAML file like regression/sample.yaml"]),
+    ("regress-malformed-yaml", "ws", lambda ws: _regress(ws, "systems:\n  bm25: {test: [\n"),
+     ["exp.yaml", "not valid YAML", "line"]),
+    ("regress-no-systems", "ws", lambda ws: _regress(ws, "tolerance: 0.01\n"),
+     ["exp.yaml", "expected a mapping with key 'systems'"]),
+    ("regress-expected-not-a-number", "ws",
+     lambda ws: _regress(ws, "systems:\n  bm25:\n    test: {recall@100: 0.4, map: high}\n"),
+     ["exp.yaml", "key 'systems.bm25.test.map'", '"high"', "expected a number in [0, 1]"]),
+    ("regress-bad-tolerance", "ws",
+     lambda ws: _regress(ws, "tolerance: {map: {abs: x}}\nsystems:\n  bm25:\n    test: {map: 0.1}\n"),
+     ["exp.yaml", "key 'tolerance.map.abs'", "expected a number >= 0"]),
+    ("regress-metric-not-a-number", "ws",
+     lambda ws: _regress(ws, GOOD_YAML, {"test": {"recall@100": 0.4, "map": "n/a"}}),
+     ["metrics/bm25.json", "key 'test.map'", '"n/a"', "expected a number"]),
+    ("regress-metrics-not-json", "ws", lambda ws: _regress(ws, GOOD_YAML, raw_metrics='{"test": {"map": 0.1'),
+     ["metrics/bm25.json", "not valid JSON"]),
+]
+
+SETUP = {  # extra damage done to the workspace before a case runs
+    "truncated-query-encoder": lambda ws: truncate(ws / "models/dsr/query_encoder/model.safetensors"),
+    "truncated-embeddings": lambda ws: truncate(ws / "data/embed/articles.safetensors"),
+    "truncated-bm25-index": lambda ws: truncate(ws / "models/bm25/index.npz"),
+    "stale-bm25": _stale_bm25,
+    "stale-dense": _stale_dense,
+}
+
+
+@pytest.mark.parametrize("case, fixture, argv, expected", CASES, ids=[c[0] for c in CASES])
+def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected, request, capsys, monkeypatch):
+    ws = request.getfixturevalue(fixture)
+    monkeypatch.chdir(ws)
+    if case in SETUP:
+        SETUP[case](ws)
+    args = argv(ws)
+    if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-")):
+        monkeypatch.setattr("lexgraph.retrieval.load_retriever", no_retriever)  # checked before any loading
+    before = snapshot(ws)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if f"lexgraph {args[0]}: error: " in line]
+    assert len(lines) == 1, err
+    for part in expected:
+        assert part in lines[0], f"{part!r} not in {lines[0]!r}"
+    assert "Traceback" not in err
+    assert snapshot(ws) == before  # inputs and the earlier run untouched, nothing new written
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_error_names_the_option(ws, capsys, monkeypatch):
+    monkeypatch.setattr("lexgraph.retrieval.load_retriever", no_retriever)
+    before = snapshot(ws)
+    assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--device", "cuda")) == 2
+    err = capsys.readouterr().err
+    assert "lexgraph search: error: --device = 'cuda' but no CUDA device is available" in err
+    assert "params.yaml" not in err
+    assert snapshot(ws) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):
+    monkeypatch.setattr("lexgraph.retrieval.load_retriever", no_retriever)
+    (ws / "ro").mkdir()
+    (ws / "ro").chmod(0o555)
+    try:
+        assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "ro" / "r.trec"))) == 2
+    finally:
+        (ws / "ro").chmod(0o755)
+    err = capsys.readouterr().err
+    assert "--run" in err and "is not writable" in err and not (ws / "ro" / "r.trec").exists()
+
+
+# ---------------------------------------------------------------------------
+# 3. a question nothing matches gets no results
+# ---------------------------------------------------------------------------
+
+
+def test_bm25_question_without_known_terms_gets_no_results(ws, capsys, caplog):
+    import logging
+
+    qfile = _q(ws, {"id": "a", "question": "Qui paie le loyer ?"}, {"id": "zz9", "question": "xyzzy plugh"})
+    run = ws / "new.trec"
+    with caplog.at_level(logging.WARNING):
+        assert main(_batch(ws, qfile, str(run), "--k", "3")) == 0
+    lines = run.read_text(encoding="utf-8").splitlines()
+    assert lines and all(line.split()[0] == "a" for line in lines)  # nothing for zz9
+    assert any("zz9" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    capsys.readouterr()
+    assert main(["search", "xyzzy plugh", "--workspace", str(ws)]) == 0
+    out = capsys.readouterr().out
+    assert "no results" in out and "Art." not in out
+
+
+def test_retrievers_return_padding_for_questions_without_a_match(ws):
+    from lexgraph.retrieval.bm25 import load_system
+    from lexgraph.retrieval.dense import DenseRetriever
+
+    ids, scores = load_system(ws).search(["xyzzy", "loyer"], 3)
+    assert ids[0].tolist() == [-1, -1, -1] and scores[0].tolist() == [0, 0, 0]
+    assert ids[1, 0] == 3 and scores[1, 0] > 0
+
+    class Encoder:
+        def encode(self, texts, batch_size=64, show_progress=False):
+            assert all(t.strip() for t in texts)  # blank questions are never encoded
+            return torch.ones(len(texts), 4)
+
+    dense = DenseRetriever(Encoder(), [5, 6], torch.eye(2, 4))
+    ids, scores = dense.search(["", "q", "  "], 2)
+    assert ids.tolist() == [[-1, -1], [5, 6], [-1, -1]]
+    assert scores[0].tolist() == [0, 0] and scores[1, 0] > 0
+
+
+def test_dense_search_rejects_non_positive_k():
+    from lexgraph.errors import LexgraphError
+    from lexgraph.retrieval.dense import DenseRetriever
+
+    dense = DenseRetriever(None, [5, 6], torch.eye(2, 4), name="dsr")
+    with pytest.raises(LexgraphError, match="dsr.search: k = 0, expected a positive integer"):
+        dense.search(["q"], 0)
+
+
+def test_dense_system_runs_on_a_matching_corpus(dense_ws):
+    run = dense_ws / "dense.trec"
+    assert main(_batch(dense_ws, str(dense_ws / "q.jsonl"), str(run), "--system", "dsr", "--k", "2")) == 0
+    assert [line.split()[0] for line in run.read_text(encoding="utf-8").splitlines()] == ["a", "a"]
+
+
+def test_rerunning_over_an_earlier_run_is_allowed(ws):
+    assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--k", "2")) == 0
+    assert (ws / "out.trec").read_text(encoding="utf-8").startswith("a Q0 3 1 ")
+
+
+# ---------------------------------------------------------------------------
+# the same at process level: one line on stderr, exit status 2, no traceback
+# ---------------------------------------------------------------------------
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "lexgraph.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_process_level_search_error(ws):
+    before = snapshot(ws)
+    proc = _cli("search", "--questions", "q.jsonl", "--run", "q.jsonl", cwd=ws)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("lexgraph search: error: --run q.jsonl is the --questions file; refusing to "
+                                   "overwrite an input, expected a separate output path")
+    assert snapshot(ws) == before
+
+
+def test_process_level_stale_models_error(ws):
+    _stale_bm25(ws)
+    proc = _cli("search", "loyer bail", cwd=ws)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "lexgraph search: error: models/bm25 was built on a different corpus than data/clean/articles.parquet")

@@ -1,0 +1,113 @@
+"""`lexgraph regress`: per-metric tolerances max(abs, rel * expected) (issue 9, part B)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from lexgraph.cli import main
+from lexgraph.regression import allowed, check, expected_from_metrics, tolerance_for
+
+SAMPLE = ROOT / "regression" / "sample.yaml"
+METRICS = ROOT / "metrics"
+SYSTEMS = ("bm25", "zeroshot", "dsr", "gdsr", "qabisar")
+
+
+@pytest.fixture
+def metrics(tmp_path):
+    """A copy of the committed metrics/<system>.json."""
+    out = tmp_path / "metrics"
+    out.mkdir()
+    for system in SYSTEMS:
+        shutil.copy(METRICS / f"{system}.json", out / f"{system}.json")
+    return out
+
+
+def edit(metrics_dir, system, split, **values):
+    path = metrics_dir / f"{system}.json"
+    got = json.loads(path.read_text(encoding="utf-8"))
+    got[split].update(values)
+    path.write_text(json.dumps(got), encoding="utf-8")
+
+
+def test_committed_metrics_reproduce_the_sample(metrics):
+    assert check(metrics, SAMPLE) == []
+
+
+def test_zeroed_dsr_metrics_fail(metrics, capsys):
+    edit(metrics, "dsr", "test", **{"recall@10": 0.0, "map": 0.0, "ndcg@10": 0.0})
+    failures = check(metrics, SAMPLE)
+    assert sorted(f.split(":")[0] for f in failures) == ["dsr/test/map", "dsr/test/ndcg@10", "dsr/test/recall@10"]
+    assert main(["regress", "--expected", str(SAMPLE), "--metrics-dir", str(metrics)]) == 1
+    assert "REGRESSION dsr/test/map: 0.0000, expected 0.2603" in capsys.readouterr().err
+
+
+def test_every_metric_of_the_sample_fails_when_zeroed(metrics):
+    spec = yaml.safe_load(SAMPLE.read_text(encoding="utf-8"))
+    for system, by_split in spec["systems"].items():
+        for split, values in by_split.items():
+            if split == "tolerance":
+                continue
+            for metric, want in values.items():
+                bound = allowed(want, tolerance_for(spec, system, metric, SAMPLE))
+                assert 0 < bound < want / 4, (system, split, metric)
+
+
+def test_cross_machine_noise_passes_and_real_drops_fail(metrics):
+    # another CPU: 2 points on the neural R@100 (one question on test is 1.5), 1 on recall@10
+    edit(metrics, "dsr", "test", **{"recall@100": 0.7251 - 0.02, "recall@10": 0.4003 + 0.01})
+    edit(metrics, "zeroshot", "dev", **{"recall@100": 0.6179 + 0.02, "map": 0.158 - 0.005})
+    edit(metrics, "gdsr", "dev", **{"recall@500": 0.9641 - 0.02})
+    assert check(metrics, SAMPLE) == []
+    # BM25 is exact: a 0.5-point change is a regression
+    edit(metrics, "bm25", "test", **{"recall@100": 0.3947 + 0.005})
+    assert [f.split(":")[0] for f in check(metrics, SAMPLE)] == ["bm25/test/recall@100"]
+
+
+def test_small_metrics_get_a_relative_tolerance(tmp_path):
+    """The old flat ±0.03 let a metric of 0.03 drop to 0; relative tolerances do not."""
+    (tmp_path / "dsr.json").write_text(json.dumps({"test": {"recall@10": 0.0, "map": 0.018}}))
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("tolerance:\n  default: {abs: 0.005, rel: 0.1}\n  map: {abs: 0.001, rel: 0.1}\n"
+                    "systems:\n  dsr:\n    test: {recall@10: 0.03, map: 0.02}\n")
+    assert [f.split(":")[0] for f in check(tmp_path, spec)] == ["dsr/test/recall@10"]  # map: 0.002 within 10%
+    (tmp_path / "dsr.json").write_text(json.dumps({"test": {"recall@10": 0.03, "map": 0.017}}))
+    assert [f.split(":")[0] for f in check(tmp_path, spec)] == ["dsr/test/map"]
+
+
+def test_tolerance_lookup_order(tmp_path):
+    spec = {
+        "tolerance": {"default": {"abs": 0.01, "rel": 0.1}, "map": {"abs": 0.002, "rel": 0.0}},
+        "systems": {"bm25": {"tolerance": 0.001}, "dsr": {"tolerance": {"map": {"abs": 0.05}}}, "gdsr": {}},
+    }
+    assert tolerance_for(spec, "bm25", "map", tmp_path) == (0.001, 0.0)  # the system's number wins
+    assert tolerance_for(spec, "dsr", "map", tmp_path) == (0.05, 0.0)  # the system's metric entry
+    assert tolerance_for(spec, "dsr", "recall@10", tmp_path) == (0.01, 0.1)  # then the file's default
+    assert tolerance_for(spec, "gdsr", "map", tmp_path) == (0.002, 0.0)  # the file's metric entry
+    assert allowed(0.4, (0.01, 0.1)) == pytest.approx(0.04) and allowed(0.05, (0.01, 0.1)) == 0.01
+
+
+def test_update_keeps_tolerance_tables_and_reproduces_the_sample(tmp_path, metrics):
+    copy = tmp_path / "sample.yaml"
+    shutil.copy(SAMPLE, copy)
+    assert expected_from_metrics(metrics, copy) == SAMPLE.read_text(encoding="utf-8")  # up to date, idempotent
+    edit(metrics, "dsr", "test", map=0.5)
+    assert main(["regress", "--update", "--expected", str(copy), "--metrics-dir", str(metrics)]) == 0
+    got = yaml.safe_load(copy.read_text(encoding="utf-8"))
+    want = yaml.safe_load(SAMPLE.read_text(encoding="utf-8"))
+    assert got["tolerance"] == want["tolerance"] and got["systems"]["bm25"]["tolerance"] == 0.002
+    assert got["systems"]["dsr"]["test"]["map"] == 0.5
+    assert copy.read_text(encoding="utf-8").splitlines()[:5] == SAMPLE.read_text(encoding="utf-8").splitlines()[:5]
+
+
+def test_update_refuses_a_malformed_expected_file(tmp_path, metrics, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("systems:\n  dsr:\n    test: {map: [\n", encoding="utf-8")
+    before = bad.read_bytes()
+    assert main(["regress", "--update", "--expected", str(bad), "--metrics-dir", str(metrics)]) == 2
+    assert "bad.yaml: not valid YAML" in capsys.readouterr().err
+    assert bad.read_bytes() == before
