@@ -1,7 +1,11 @@
 """Atomic outputs and validated inputs.
 
 Stages write into a temporary sibling and rename it over the target only when the
-whole output is complete, so a failure never leaves half-written outputs behind.
+whole output is complete, so a failure never leaves half-written outputs behind, and a
+directory output is replaced as a whole: no file of a previous run survives a rerun.
+This is what makes ``persist: true`` on every output of ``dvc.yaml`` safe (DVC then no
+longer deletes outputs before a stage runs, so a stage that fails keeps its previous
+outputs; see README, "When a stage fails").
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -20,17 +26,67 @@ from lexgraph.errors import DataError
 log = logging.getLogger(__name__)
 
 
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT does, so
+    that the temporary output is removed (``dvc repro`` killed, a CI job cancelled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Block SIGINT/SIGTERM/SIGHUP for the few renames of a directory swap, so that an
+    interrupt cannot fall between moving the old output away and moving the new one in."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _restore_interrupted_swap(target: Path) -> None:
+    """A swap killed between its two renames (SIGKILL, power loss) leaves the previous
+    output in ``.<name>.old`` and none at ``target``: put it back."""
+    old = target.with_name(f".{target.name}.old")
+    if not target.exists() and old.is_dir():
+        log.warning("%s: restoring the previous output from %s (an earlier run was killed)", target, old)
+        old.rename(target)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; move it onto ``target`` on success.
 
     With ``directory=True`` the yielded path is an (empty, existing) directory and the
-    whole directory replaces ``target``. On any exception the temporary is removed and
+    whole directory replaces ``target`` (no file of the previous ``target`` survives). On
+    any exception, Ctrl-C, SIGTERM or SIGHUP included, the temporary is removed and
     ``target`` is left as it was.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if directory:
+        _restore_interrupted_swap(target)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     else:
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -39,19 +95,19 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
     umask = os.umask(0)
     os.umask(umask)
     try:
-        yield tmp
-        tmp.chmod((0o777 if directory else 0o666) & ~umask)
-        if directory:
-            if target.exists():
+        with _sigterm_interrupts():
+            yield tmp
+            tmp.chmod((0o777 if directory else 0o666) & ~umask)
+            if directory:
                 old = target.with_name(f".{target.name}.old")
                 shutil.rmtree(old, ignore_errors=True)
-                target.rename(old)
-                tmp.rename(target)
-                shutil.rmtree(old, ignore_errors=True)
+                with _signals_deferred():
+                    if target.exists() or target.is_symlink():
+                        target.rename(old)
+                    tmp.rename(target)
+                    shutil.rmtree(old, ignore_errors=True)
             else:
-                tmp.rename(target)
-        else:
-            os.replace(tmp, target)
+                os.replace(tmp, target)
     except BaseException:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)

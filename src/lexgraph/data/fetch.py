@@ -14,20 +14,29 @@ Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
 When a source has no dev split, one is carved from train deterministically (a hash of
 the seed and the normalised question text decides) and without leaks: questions with
 the same text always land in the same split, and no dev question repeats a test one.
+
+Every row is validated here, where the file the user edits is known: an error names that
+file (``data/sample/questions_dev.csv``, or the hub dataset and config), the 1-based data
+row (the header is not a row) with the line it starts on, and the column. ``clean`` checks
+the same things again on ``data/raw``, where they can no longer fail for a fetched table.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import hashlib
 import io
 import json
 import logging
 import unicodedata
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
     CORPUS_FILES,
@@ -38,18 +47,91 @@ from lexgraph.data.schema import (
     REQUIRED_QUESTION_COLUMNS,
 )
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError, LexgraphError
+from lexgraph.models.hub import first_line, hub_access, offline_requested, unreachable_reason
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("sample", "hub", "local")
+
+
+@dataclass(frozen=True)
+class FetchConfig:
+    """The ``fetch`` section of params.yaml."""
+
+    source: str = field(default="sample", metadata={"expected": f"one of {', '.join(SOURCES)}"})
+    sample_dir: str = "data/sample"
+    hub_repo: str = "maastrichtlawtech/bsard"
+    revision: str | None = None  # a branch, tag or commit of the hub dataset
+    local_dir: str | None = field(default=None, metadata={"expected": "null or a directory (for source local)"})
+    dev_fraction: float = field(default=0.1, metadata={"expected": "a number in (0, 1)"})
+    synthetic: bool = False
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "FetchConfig":
+        return section_config(cls, params, "fetch")
+
+    def validate(self) -> None:
+        if self.source not in SOURCES:
+            raise bad_value("fetch", "source", self.source, expectation(FetchConfig, "source"))
+        if not 0 < self.dev_fraction < 1:
+            raise bad_value("fetch", "dev_fraction", self.dev_fraction, expectation(FetchConfig, "dev_fraction"))
+        if self.source == "local" and not self.local_dir:
+            raise bad_value("fetch", "local_dir", self.local_dir, "a directory holding the hub's files, since "
+                            "'fetch.source' is local")
 NEGATIVES_SCHEMA = {"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)}
 
 
 # --------------------------------------------------------------------------- readers
 
 
-def read_csv_table(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> pl.DataFrame:
-    """Read a UTF-8 CSV with every value as text; check required columns; add absent optional ones."""
+@dataclass(frozen=True)
+class Source:
+    """Where a table's rows come from, for error messages: ``path`` is what the user edits (a
+    CSV file, or ``<repo>@<revision> (<config>/<split>)`` on the hub) and ``lines[i]`` the line
+    of the file on which data row ``i + 1`` starts (CSV files only; a quoted field may span lines)."""
+
+    path: Any
+    lines: tuple[int, ...] | None = None
+
+    def line(self, index: int) -> int | None:
+        return self.lines[index] if self.lines is not None and 0 <= index < len(self.lines) else None
+
+    def error(self, index: int, message: str, column: str | None = None) -> DataError:
+        """A :class:`DataError` at the 0-based row ``index``: reported as the 1-based data row
+        and, for a file, the line it starts on."""
+        line = self.line(index)
+        if line is not None:
+            message += f" (row {index + 1} starts on line {line})"
+        return DataError(self.path, message, row=index + 1, column=column)
+
+    def where(self, index: int) -> str:
+        """``row 3 of data/sample/questions_dev.csv (line 4)``: another row, in a message."""
+        line = self.line(index)
+        return f"row {index + 1} of {self.path}" + (f" (line {line})" if line is not None else "")
+
+
+def record_lines(text: str, height: int) -> tuple[int, ...] | None:
+    """The line on which each data row of the CSV ``text`` starts, or None if the count of
+    records does not match the ``height`` of the parsed table."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    starts, blank, end = [], [], 0
+    try:
+        for record in reader:
+            starts.append(end + 1)
+            blank.append(not record)
+            end = reader.line_num
+    except csv.Error:
+        return None
+    starts, blank = starts[1:], blank[1:]  # the header
+    if len(starts) == height:
+        return tuple(starts)
+    kept = tuple(line for line, is_blank in zip(starts, blank) if not is_blank)
+    return kept if len(kept) == height else None
+
+
+def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> tuple[pl.DataFrame, Source]:
+    """Read a UTF-8 CSV with every value as text; check required columns and ids; add absent
+    optional columns. Returns the table and its :class:`Source` (for row-level messages)."""
     if not path.is_file():
         raise DataError(path, "file not found")
     raw = path.read_bytes()
@@ -64,16 +146,25 @@ def read_csv_table(path: Path, required: tuple[str, ...], columns: tuple[str, ..
         df = pl.read_csv(io.StringIO(text), infer_schema=False)
     except pl.exceptions.PolarsError as exc:
         raise DataError(path, f"not a readable CSV ({exc})") from exc
-    return conform(df, required, columns, path)
+    source = Source(path, record_lines(text, df.height))
+    return conform(df, required, columns, source), source
 
 
-def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], path: Any) -> pl.DataFrame:
-    """Check required columns, add missing optional ones as nulls, cast ``id`` to int64."""
+def read_csv_table(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> pl.DataFrame:
+    """:func:`read_csv_source` without the source."""
+    return read_csv_source(path, required, columns)[0]
+
+
+def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], source: Any) -> pl.DataFrame:
+    """Check required columns, add missing optional ones as nulls, cast ``id`` to int64.
+
+    ``source``: a :class:`Source`, or the path/label to name in messages."""
+    source = source if isinstance(source, Source) else Source(source)
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise DataError(path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}")
+        raise DataError(source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}")
     if df.height == 0:
-        raise DataError(path, "no rows; expected at least one")
+        raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
     df = df.select([pl.col(c).cast(pl.Utf8) if c != "id" else pl.col(c) for c in columns])
     ids = df["id"].cast(pl.Utf8).str.strip_chars()
@@ -81,8 +172,87 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
     bad = (parsed.is_null()).arg_true()
     if len(bad):
         row = int(bad[0])
-        raise DataError(path, f"id {ids[row]!r} is not an integer", row=row + 1, column="id")
+        if ids[row] is None or ids[row] == "":
+            raise source.error(row, "the id is empty; expected an integer id", column="id")
+        raise source.error(row, f"id {ids[row]!r} is not an integer; expected an integer id", column="id")
     return df.with_columns(parsed.alias("id"))
+
+
+# --------------------------------------------------------------------------- validation
+
+#: question splits whose ids must be unique together (synthetic ones are renumbered by clean)
+HUMAN_SPLITS = ("train", "dev", "test")
+
+
+def first_duplicate(ids: list[int]) -> tuple[int, int] | None:
+    """``(index, index of its first occurrence)`` of the first repeated id, or None."""
+    seen: dict[int, int] = {}
+    for i, value in enumerate(ids):
+        if value in seen:
+            return i, seen[value]
+        seen[value] = i
+    return None
+
+
+def validate_articles(articles: pl.DataFrame, source: Source) -> None:
+    """Article ids are unique."""
+    dup = first_duplicate(articles["id"].to_list())
+    if dup:
+        i, j = dup
+        raise source.error(
+            i, f"article id {articles['id'][i]} is already used by {source.where(j)}; expected each article id once",
+            column="id",
+        )
+
+
+def parse_article_ids(value: Any, source: Source, index: int, corpus: Source) -> list[int]:
+    """A question's ``article_ids`` cell (``"12,15"``; ``;`` also separates), as clean parses it."""
+    if value is None or not str(value).strip():
+        raise source.error(
+            index, f"no relevant article ids; expected a comma-separated list of ids of {corpus.path}", column="article_ids"
+        )
+    out = []
+    for part in str(value).replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise source.error(
+                index, f"article id {part!r} is not an integer; expected a comma-separated list of integer article ids",
+                column="article_ids",
+            ) from None
+    return out
+
+
+def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source) -> None:
+    """Question texts are not empty, ``article_ids`` are integers of the corpus, and question
+    ids are unique across the train, dev and test questions."""
+    for split, (df, source) in questions.items():
+        for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
+            if not " ".join(unicodedata.normalize("NFC", text or "").split()):
+                raise source.error(i, f"question {qid} has no text; expected the question", column="question")
+            ids = parse_article_ids(cited, source, i, corpus)
+            unknown = [a for a in dict.fromkeys(ids) if a not in article_ids]
+            if unknown:
+                raise source.error(
+                    i, f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
+                    f"expected ids of its 'id' column", column="article_ids",
+                )
+    seen: dict[int, tuple[Source, int]] = {}
+    for split in HUMAN_SPLITS:
+        if split not in questions:
+            continue
+        df, source = questions[split]
+        for i, qid in enumerate(df["id"].to_list()):
+            if qid in seen:
+                other, j = seen[qid]
+                raise source.error(
+                    i, f"question id {qid} is already used by {other.where(j)}; expected each question id once "
+                    "across the train, dev and test questions", column="id",
+                )
+            seen[qid] = (source, i)
 
 
 def _negatives_from_json(obj: Any, split: str, path: Any) -> pl.DataFrame:
@@ -127,8 +297,9 @@ def fetch_directory(root: Path, synthetic: bool) -> tuple[pl.DataFrame, dict[str
     corpus = next((root / f for f in CORPUS_FILES if (root / f).is_file()), None)
     if corpus is None:
         raise DataError(root, f"no corpus file; expected one of {list(CORPUS_FILES)}")
-    articles = read_csv_table(corpus, REQUIRED_ARTICLE_COLUMNS, ARTICLE_COLUMNS)
-    questions: dict[str, pl.DataFrame] = {}
+    articles, corpus_source = read_csv_source(corpus, REQUIRED_ARTICLE_COLUMNS, ARTICLE_COLUMNS)
+    validate_articles(articles, corpus_source)
+    sources: dict[str, tuple[pl.DataFrame, Source]] = {}
     wanted = ("train", "dev", "test", "synthetic") if synthetic else ("train", "dev", "test")
     for split in wanted:
         path = next((root / f for f in QUESTION_FILES[split] if (root / f).is_file()), None)
@@ -138,7 +309,9 @@ def fetch_directory(root: Path, synthetic: bool) -> tuple[pl.DataFrame, dict[str
             if split == "synthetic":
                 log.warning("%s: no synthetic questions file; continuing without", root)
             continue
-        questions[split] = read_csv_table(path, REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS)
+        sources[split] = read_csv_source(path, REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS)
+    validate_questions(sources, set(articles["id"].to_list()), corpus_source)
+    questions = {split: df for split, (df, _) in sources.items()}
     negatives = [empty_negatives()]
     for split, rel in NEGATIVE_FILES.items():
         path = root / rel
@@ -151,40 +324,47 @@ def fetch_directory(root: Path, synthetic: bool) -> tuple[pl.DataFrame, dict[str
     return articles, questions, pl.concat(negatives)
 
 
-def _hub_error(repo: str, exc: BaseException) -> HubUnreachableError:
+def _hub_error(repo: str, exc: BaseException, online: bool, requested: bool) -> HubUnreachableError:
+    """One sentence: why ``repo`` could not be loaded and the two ways out."""
+    if online:
+        why, fix = f"the hub answered: {first_line(exc)}", "check fetch.hub_repo, fetch.revision and HF_TOKEN"
+    else:
+        why, fix = unreachable_reason(repo, requested), "connect to the internet"
     return HubUnreachableError(
-        f"could not load '{repo}' from the Hugging Face hub ({type(exc).__name__}); check your internet "
-        "connection and HF_TOKEN, or download the dataset's files and set fetch.source=local and "
-        "fetch.local_dir=<that directory> in params.yaml"
+        f"could not load '{repo}' (params 'fetch.hub_repo'): {why}; {fix}, or download the dataset's files "
+        "and set fetch.source=local and fetch.local_dir=<that directory> in params.yaml"
     )
 
 
-def _load_config(repo: str, config: str, revision: str | None):
+def _load_config(repo: str, config: str, revision: str | None, fail):
     import datasets
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
         return datasets.load_dataset(repo, config, revision=revision)
     except (ConnectionError, TimeoutError, HfHubHTTPError, datasets.exceptions.DatasetNotFoundError) as exc:
-        raise _hub_error(repo, exc) from exc
+        raise fail(exc) from exc
     except ValueError as exc:  # unknown config name: the hub layout changed
-        raise LexgraphError(f"'{repo}' has no config '{config}' ({exc}); the hub layout may have changed") from exc
+        raise LexgraphError(f"'{repo}' has no config '{config}' ({first_line(exc)}); the hub layout may have changed "
+                            "(pin fetch.revision to a known commit in params.yaml)") from exc
 
 
-def _hub_file(repo: str, rel: str, revision: str | None) -> Path | None:
+def _hub_file(repo: str, rel: str, revision: str | None, fail) -> Path | None:
     """Download one file of the dataset repo (or take it from a local clone); None if absent."""
     if Path(repo).is_dir():
         path = Path(repo) / rel
         return path if path.is_file() else None
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 
     try:
         return Path(hf_hub_download(repo, rel, repo_type="dataset", revision=revision))
+    except LocalEntryNotFoundError as exc:  # offline and not cached: absent or not, we cannot tell
+        raise fail(exc) from exc
     except EntryNotFoundError:
         return None
     except (ConnectionError, TimeoutError, HfHubHTTPError) as exc:
-        raise _hub_error(repo, exc) from exc
+        raise fail(exc) from exc
 
 
 def _pick_split(dd, names: tuple[str, ...], repo: str, config: str, required: bool = True):
@@ -204,29 +384,45 @@ def _to_polars(ds) -> pl.DataFrame:
 
 
 def fetch_hub(repo: str, revision: str | None, synthetic: bool):
+    """BSARD from the hub (or a local directory in the hub's layout, for tests).
+
+    Hub calls run under :func:`lexgraph.models.hub.hub_access`: no retry logs, and when the
+    hub cannot be reached, cached files only and one sentence instead of a minute of retries."""
+    import datasets  # noqa: F401 - imported before hub_access, which sets its log level
+
+    requested = offline_requested()
+    local = Path(repo).is_dir()
+    with contextlib.nullcontext(True) if local else hub_access() as online:
+        return _fetch_hub(repo, revision, synthetic, lambda exc: _hub_error(repo, exc, online, requested))
+
+
+def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fail):
     where = f"{repo}@{revision or 'main'}"
-    corpus = _load_config(repo, "corpus", revision)
+    corpus = _load_config(repo, "corpus", revision, fail)
+    corpus_source = Source(f"{where} (corpus)")
     articles = conform(
         _to_polars(_pick_split(corpus, ("corpus",), repo, "corpus")),
         REQUIRED_ARTICLE_COLUMNS,
         ARTICLE_COLUMNS,
-        f"{where} (corpus)",
+        corpus_source,
     )
-    qs = _load_config(repo, "questions", revision)
-    questions = {}
+    validate_articles(articles, corpus_source)
+    qs = _load_config(repo, "questions", revision, fail)
+    sources: dict[str, tuple[pl.DataFrame, Source]] = {}
     for split in ("train", "test", "synthetic") if synthetic else ("train", "test"):
         ds = _pick_split(qs, (split,), repo, "questions", required=split != "synthetic")
         if ds is not None:
-            questions[split] = conform(
-                _to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, f"{where} (questions/{split})"
-            )
+            source = Source(f"{where} (questions/{split})")
+            sources[split] = conform(_to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, source), source
+    validate_questions(sources, set(articles["id"].to_list()), corpus_source)
+    questions = {split: df for split, (df, _) in sources.items()}
     # The negatives are JSON files in a repo whose first config is CSV: `datasets` infers one
     # builder (csv) for every config of such a repo, so they are downloaded and parsed directly.
     negatives = [empty_negatives()]
     for split, rel in NEGATIVE_FILES.items():
         if split == "synthetic" and not synthetic:
             continue
-        path = _hub_file(repo, rel, revision)
+        path = _hub_file(repo, rel, revision, fail)
         if path is None:
             log.warning("%s: no file %s; continuing without %s negatives", where, rel, split)
             continue

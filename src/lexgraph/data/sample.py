@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import polars as pl
 
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
-from lexgraph.errors import DataError
+from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -33,46 +34,69 @@ def _level(label: str) -> str:
     return "book" if label.startswith("Livre") else "act"
 
 
-def sample_articles(src: Path) -> pl.DataFrame:
-    headings = json.loads((src / "headings.json").read_text(encoding="utf-8"))
-    rows = []
-    path = src / "articles.jsonl"
+def _records(path: Path, required: tuple[str, ...]):
+    """``(line number, record)`` of a JSON-lines file, each with the ``required`` keys."""
+    if not path.is_file():
+        raise DataError(path, "file not found")
     with path.open(encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):
-            rec = json.loads(line)
-            row = {c: None for c in ARTICLE_COLUMNS}
-            row.update(id=int(rec["id"]), article=rec["text"], law_type=None, code=CODE_NAME)
-            labels = []
-            for depth in range(1, len(rec["path"]) + 1):
-                key = "/".join(rec["path"][:depth])
-                label = rec["path"][depth - 1]
-                if key not in headings:
-                    raise DataError(src / "headings.json", f"no heading for path {key!r} (articles.jsonl line {line_no})")
-                row[_level(label)] = f"{label} : {headings[key]}"
-                labels.append(label)
-            row["reference"] = f"Art. {rec['number']}, {CODE_NAME} ({', '.join(labels)})"
-            row["description"] = " > ".join(
-                v for v in (row[c] for c in ("code", "book", "part", "act")) if v
-            )
-            rows.append(row)
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line") from None
+            missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
+            if missing:
+                raise DataError(path, f"line {line_no}: missing key(s) {missing}; expected {list(required)}")
+            try:
+                rec["id"] = int(rec["id"])
+            except (TypeError, ValueError):
+                raise DataError(path, f"line {line_no}: id {rec['id']!r} is not an integer") from None
+            yield line_no, rec
+
+
+def sample_articles(src: Path) -> pl.DataFrame:
+    try:
+        headings = json.loads((src / "headings.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(src / "headings.json", "file not found") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(src / "headings.json", f"line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    rows = []
+    path = src / "articles.jsonl"
+    for line_no, rec in _records(path, ("id", "text", "number", "path")):
+        row = {c: None for c in ARTICLE_COLUMNS}
+        row.update(id=rec["id"], article=rec["text"], law_type=None, code=CODE_NAME)
+        labels = []
+        for depth in range(1, len(rec["path"]) + 1):
+            key = "/".join(rec["path"][:depth])
+            label = rec["path"][depth - 1]
+            if key not in headings:
+                raise DataError(src / "headings.json", f"no heading for path {key!r} (articles.jsonl line {line_no})")
+            row[_level(label)] = f"{label} : {headings[key]}"
+            labels.append(label)
+        row["reference"] = f"Art. {rec['number']}, {CODE_NAME} ({', '.join(labels)})"
+        row["description"] = " > ".join(
+            v for v in (row[c] for c in ("code", "book", "part", "act")) if v
+        )
+        rows.append(row)
     return pl.DataFrame(rows, schema={c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS})
 
 
 def sample_questions(src: Path) -> dict[str, pl.DataFrame]:
     by_split: dict[str, list[dict]] = {}
-    with (src / "questions.jsonl").open(encoding="utf-8") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            by_split.setdefault(rec["split"], []).append(
-                {
-                    "id": int(rec["id"]),
-                    "question": rec["question"],
-                    "category": rec.get("category"),
-                    "subcategory": rec.get("subcategory"),
-                    "extra_description": "",
-                    "article_ids": ",".join(str(i) for i in rec["article_ids"]),
-                }
-            )
+    for _, rec in _records(src / "questions.jsonl", ("id", "question", "split", "article_ids")):
+        by_split.setdefault(rec["split"], []).append(
+            {
+                "id": rec["id"],
+                "question": rec["question"],
+                "category": rec.get("category"),
+                "subcategory": rec.get("subcategory"),
+                "extra_description": "",
+                "article_ids": ",".join(str(i) for i in rec["article_ids"]),
+            }
+        )
     schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in QUESTION_COLUMNS}
     return {split: pl.DataFrame(rows, schema=schema) for split, rows in sorted(by_split.items())}
 
@@ -99,4 +123,8 @@ if __name__ == "__main__":
     parser.add_argument("source")
     parser.add_argument("out")
     args = parser.parse_args()
-    build_sample(args.source, args.out)
+    try:
+        build_sample(args.source, args.out)
+    except LexgraphError as exc:
+        print(f"lexgraph sample: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -2,16 +2,21 @@
 
 :func:`from_pretrained` wraps any ``from_pretrained`` loader; :func:`hub_reachable` probes
 the hub once (a few seconds at most) so that an offline machine is told at once instead
-of waiting through the hub client's retries.
+of waiting through the hub client's retries; :func:`hub_access` wraps any hub call (models
+here, the BSARD dataset in :mod:`lexgraph.data.fetch`): it silences the hub clients'
+retry warnings and, when the hub cannot be reached, switches them to offline mode (local
+cache only, no retries), so that the user reads one sentence, not twenty retry logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
 from lexgraph.errors import DataError, HubUnreachableError
@@ -19,6 +24,10 @@ from lexgraph.errors import DataError, HubUnreachableError
 log = logging.getLogger(__name__)
 
 HUB_ENDPOINT = "https://huggingface.co"
+#: loggers of the hub clients and their HTTP stacks; their retry warnings are noise to a user
+HUB_LOGGERS = ("huggingface_hub", "datasets", "transformers", "sentence_transformers", "urllib3", "httpx", "httpcore",
+               "filelock", "fsspec")
+_TRUE = {"1", "true", "yes", "on"}
 
 
 def first_line(exc: BaseException) -> str:
@@ -26,17 +35,84 @@ def first_line(exc: BaseException) -> str:
     return text[0].rstrip(".") if text else type(exc).__name__
 
 
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "").strip() or HUB_ENDPOINT
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the hub (``HF_ENDPOINT``) accepts a TCP connection; ``False`` under
-    ``HF_HUB_OFFLINE=1``."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+    ``HF_HUB_OFFLINE=1``. Behind an HTTPS proxy (``HTTPS_PROXY``/``ALL_PROXY``) the proxy is
+    probed instead, since the hub is only reached through it."""
+    if offline_requested():
         return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", HUB_ENDPOINT))
+    endpoint = urlparse(hub_endpoint())
+    proxy = next((os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+                  if os.environ.get(k, "").strip()), None)
+    url = urlparse(proxy if "://" in (proxy or "") else f"http://{proxy}") if proxy else endpoint
+    default_port = 443 if url.scheme == "https" else 80
     try:
-        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout):
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or default_port), timeout=timeout):
             return True
-    except OSError:
+    except (OSError, ValueError):
         return False
+
+
+@contextlib.contextmanager
+def hub_access() -> Iterator[bool]:
+    """Run hub calls quietly; yield whether the hub is reachable.
+
+    Inside the block the hub clients log errors only (no retry warnings, which
+    ``huggingface_hub`` prints twice: through its own handler and through ours), and when
+    the hub cannot be reached they run in offline mode: cached files still load, anything
+    else fails at once instead of after a minute of retries. Import ``datasets`` or
+    ``transformers`` before entering: importing them resets their log level.
+    """
+    import huggingface_hub.constants as hf_constants
+
+    online = hub_reachable()
+    if not online:
+        log.debug("the Hugging Face hub (%s) is not reachable: offline mode, local cache only", hub_endpoint())
+    levels = {name: logging.getLogger(name).level for name in HUB_LOGGERS}
+    for name in HUB_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    saved: list[tuple[Any, str, Any]] = []
+    env = os.environ.get("HF_HUB_OFFLINE")
+    if not online:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        targets = [hf_constants]
+        if "datasets.config" in sys.modules:
+            targets.append(sys.modules["datasets.config"])
+        for module in targets:
+            for attr in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+                if hasattr(module, attr):
+                    saved.append((module, attr, getattr(module, attr)))
+                    setattr(module, attr, True)
+    try:
+        yield online
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
+        if not online:
+            if env is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = env
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def offline_requested() -> bool:
+    """Whether the user asked for offline mode (``HF_HUB_OFFLINE=1``)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def unreachable_reason(name: str, requested: bool) -> str:
+    """Why the hub name ``name`` could not be loaded while the hub is unreachable (one clause);
+    ``requested``: :func:`offline_requested`, read before :func:`hub_access` sets offline mode."""
+    if requested:
+        return f"HF_HUB_OFFLINE is set and '{name}' is not in the local Hugging Face cache"
+    return (f"the Hugging Face hub at {hub_endpoint()} cannot be reached from this machine and '{name}' is not in the "
+            "local Hugging Face cache")
 
 
 def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwargs) -> Any:
@@ -55,12 +131,14 @@ def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwar
         except (OSError, ValueError) as exc:
             raise DataError(name, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
                             f"{first_line(exc)})") from exc
-    try:
-        return loader(name, **kwargs)
-    except (OSError, HfHubHTTPError) as exc:
-        raise HubUnreachableError(
-            f"could not load '{name}' (params '{param}') from the Hugging Face hub or the local cache "
-            f"({first_line(exc)}): connect to the internet with HF_HUB_OFFLINE unset, or run "
-            f"`hf download {name}` on a connected machine and copy the cache here, or set '{param}' "
-            "to a local checkpoint directory"
-        ) from exc
+    requested = offline_requested()
+    with hub_access() as online:
+        try:
+            return loader(name, **kwargs)
+        except (OSError, HfHubHTTPError) as exc:
+            reason = first_line(exc) if online else unreachable_reason(name, requested)
+            raise HubUnreachableError(
+                f"could not load '{name}' (params '{param}'): {reason}; connect to the internet with "
+                f"HF_HUB_OFFLINE unset, or run `hf download {name}` on a connected machine and copy the cache "
+                f"here, or set '{param}' to a local checkpoint directory"
+            ) from exc
