@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import asdict
 
 from lexgraph.io import atomic_path, read_parquet
-from lexgraph.retrieval.bm25_pipeline import build_index, resolve_k1_b
+from lexgraph.retrieval.bm25_pipeline import Bm25Config, build_index, resolve_k1_b
 
 log = logging.getLogger("lexgraph.bm25")
 
@@ -19,9 +20,10 @@ def configure(parser):
 
 
 def main(args, base, params):
+    config = Bm25Config.from_params(params)
     with open(args.tuned, encoding="utf-8") as fh:
         tuned = json.load(fh)
-    k1, b = resolve_k1_b(params, tuned)
+    k1, b = resolve_k1_b(asdict(config), tuned)
     log.info("bm25: k1=%.2f b=%.2f", k1, b)
     index = build_index(read_parquet(args.articles, ["id", "article"]), k1, b)
     with atomic_path(args.out, directory=True) as tmp:
@@ -31,4 +33,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("bm25", main, configure))
+    sys.exit(run_stage("bm25", main, configure, config=Bm25Config.from_params))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 import polars as pl
 
 from lexgraph.io import atomic_path, read_parquet, write_json
-from lexgraph.retrieval.bm25_pipeline import tune_grid
+from lexgraph.retrieval.bm25_pipeline import Bm25TuneConfig, tune_grid
 
 
 def configure(parser):
@@ -18,9 +19,10 @@ def configure(parser):
 
 
 def main(args, base, params):
+    config = Bm25TuneConfig.from_params(params)
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    grid, best = tune_grid(articles, questions, params)
+    grid, best = tune_grid(articles, questions, asdict(config))
     write_json(best, args.best)
     with atomic_path(args.grid) as tmp:
         pl.DataFrame(grid).write_csv(tmp, float_precision=6)
@@ -29,4 +31,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("bm25_tune", main, configure))
+    sys.exit(run_stage("bm25_tune", main, configure, config=Bm25TuneConfig.from_params))

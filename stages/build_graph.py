@@ -31,4 +31,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("graph", main, configure))
+    sys.exit(run_stage("graph", main, configure, name="build_graph", config=GraphConfig.from_params))

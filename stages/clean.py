@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lexgraph.data.clean import clean
+from lexgraph.data.clean import CleanConfig, clean
 from lexgraph.io import atomic_path, read_parquet, write_json
 
 
@@ -16,11 +16,12 @@ def configure(parser):
 
 
 def main(args, base, params):
+    config = CleanConfig.from_params(params)
     raw = Path(args.raw)
     articles_path, questions_path = raw / "articles.parquet", raw / "questions.parquet"
     raw_articles = read_parquet(articles_path, ["id", "article"])
     raw_questions = read_parquet(questions_path, ["id", "question", "article_ids", "split"])
-    articles, headings, questions, stats = clean(raw_articles, raw_questions, params, (articles_path, questions_path))
+    articles, headings, questions, stats = clean(raw_articles, raw_questions, config, (articles_path, questions_path))
     with atomic_path(args.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         headings.write_parquet(tmp / "headings.parquet", statistics=False)
@@ -31,4 +32,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("clean", main, configure))
+    sys.exit(run_stage("clean", main, configure, config=CleanConfig.from_params))

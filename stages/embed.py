@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 from lexgraph.config import resolve_device
-from lexgraph.embed import run_embed
+from lexgraph.embed import EmbedConfig, run_embed
 
 
 def configure(parser):
@@ -19,10 +20,12 @@ def configure(parser):
 
 
 def main(args, base, params):
-    run_embed(args.dsr, args.chunks, args.articles, args.headings, args.questions, args.out, params, resolve_device(base.device))
+    config = EmbedConfig.from_params(params)
+    run_embed(args.dsr, args.chunks, args.articles, args.headings, args.questions, args.out, asdict(config),
+              resolve_device(base.device))
 
 
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("embed", main, configure))
+    sys.exit(run_stage("embed", main, configure, config=EmbedConfig.from_params))

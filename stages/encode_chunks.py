@@ -29,4 +29,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("dsr", main, configure, name="encode_chunks"))
+    sys.exit(run_stage("dsr", main, configure, name="encode_chunks", config=DSRConfig.from_params))

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from lexgraph.config import resolve_device
-from lexgraph.evaluation import evaluate_systems, read_trec, results_markdown, significance_report, split_questions
+from lexgraph.evaluation import EvaluateConfig, evaluate_systems, read_trec, results_markdown, significance_report, split_questions
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 
 
@@ -21,17 +21,16 @@ def configure(parser):
 
 
 def main(args, base, params):
-    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    splits = params.get("splits", ["dev", "test"])
+    config = EvaluateConfig.from_params(params)
     device = str(resolve_device(base.device))
+    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
+    splits, split = config.splits, config.significance_split
     with atomic_path(args.runs, directory=True) as runs:
-        results = evaluate_systems(params["systems"], questions, splits, int(params.get("k", 500)), runs, args.workspace, device)
-        split = params.get("significance_split", "test")
+        results = evaluate_systems(config.systems, questions, splits, config.k, runs, args.workspace, device)
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
         comparisons, markers, legend = significance_report(
-            split_runs, qrels, params.get("baselines", ["bm25", "dsr"]),
-            params.get("significance_metrics", ["recall@100", "map"]), seed=base.seed,
+            split_runs, qrels, config.baselines, config.significance_metrics, seed=base.seed,
         )
     for system, by_split in results.items():
         write_json(by_split, Path(args.metrics_dir) / f"{system}.json")
@@ -44,4 +43,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("evaluate", main, configure))
+    sys.exit(run_stage("evaluate", main, configure, config=EvaluateConfig.from_params))

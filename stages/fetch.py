@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
-from lexgraph.data.fetch import fetch
+from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.io import atomic_path
 
 
@@ -13,7 +14,8 @@ def configure(parser):
 
 
 def main(args, base, params):
-    articles, questions, negatives = fetch(params, base.seed)
+    config = FetchConfig.from_params(params)
+    articles, questions, negatives = fetch(asdict(config), base.seed)
     with atomic_path(args.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
@@ -23,4 +25,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("fetch", main, configure))
+    sys.exit(run_stage("fetch", main, configure, config=FetchConfig.from_params))

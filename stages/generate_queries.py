@@ -1,5 +1,6 @@
 """Synthetic queries per article: random crops, doc2query or none (params section `queries`)."""
 
+from lexgraph.queries import QueriesConfig
 from lexgraph.stage import run_stage
 
 
@@ -16,4 +17,4 @@ def main(args, base, params):
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("queries", main, configure))
+    raise SystemExit(run_stage("queries", main, configure, name="generate_queries", config=QueriesConfig.from_params))

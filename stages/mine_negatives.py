@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lexgraph.config import Base
 from lexgraph.io import write_parquet
-from lexgraph.negatives import run
+from lexgraph.negatives import NegativesConfig, run
 from lexgraph.stage import run_stage
 
 
@@ -34,4 +34,4 @@ def main(args: argparse.Namespace, base: Base, params: dict) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("negatives", main, configure))
+    raise SystemExit(run_stage("negatives", main, configure, name="mine_negatives", config=NegativesConfig.from_params))

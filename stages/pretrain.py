@@ -1,5 +1,6 @@
 """Domain-adaptive MLM pre-training on the cleaned articles (params section `pretrain`)."""
 
+from lexgraph.models.pretrain import PretrainConfig
 from lexgraph.stage import run_stage
 
 
@@ -17,4 +18,4 @@ def main(args, base, params):
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("pretrain", main, configure))
+    raise SystemExit(run_stage("pretrain", main, configure, config=PretrainConfig.from_params))

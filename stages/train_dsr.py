@@ -7,7 +7,7 @@ import logging
 import sys
 
 from lexgraph.config import resolve_device
-from lexgraph.training.dsr import run_train_dsr
+from lexgraph.training.dsr import DSRConfig, run_train_dsr
 
 log = logging.getLogger("lexgraph.train_dsr")
 
@@ -45,4 +45,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("dsr", main, configure))
+    sys.exit(run_stage("dsr", main, configure, name="train_dsr", config=DSRConfig.from_params))

@@ -41,4 +41,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("gnn", main, configure))
+    sys.exit(run_stage("gnn", main, configure, name="train_gnn"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.config import resolve_device
-from lexgraph.zeroshot import run_zeroshot
+from lexgraph.config import resolve_device, section_config
+from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
 
 
 def configure(parser):
@@ -23,4 +23,4 @@ def main(args, base, params):
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("zeroshot", main, configure))
+    sys.exit(run_stage("zeroshot", main, configure, config=lambda p: section_config(ZeroshotConfig, p, "zeroshot")))

@@ -58,7 +58,8 @@ def test_drops_empty_repealed_and_short_articles_with_reasons():
             {"id": 5, "article": "Voir ci-dessus.", "code": "Code A"},
         ]
     )
-    q = raw_questions([(1, "Quand payer ?", "1", "train"), (2, "Article abrogé ?", "3,1", "test"), (3, "Vide ?", "2", "dev")])
+    q = raw_questions([(1, "Quand payer ?", "1", "train"), (2, "Article abrogé ?", "3,1", "test"), (3, "Vide ?", "2", "dev"),
+                       (4, "Payer quand ?", "1", "dev")])  # a split that loses every question is an error
     articles, _, questions, stats = clean(raw, q, {"min_words": 3, "drop_repealed": True})
     assert articles["id"].to_list() == [1]
     assert stats["articles"]["dropped"] == {"empty": 1, "repealed": 2, "too_short": 1}
@@ -66,7 +67,7 @@ def test_drops_empty_repealed_and_short_articles_with_reasons():
     assert questions.filter(pl.col("id") == 2)["article_ids"].to_list() == [[1]]
     assert 3 not in questions["id"].to_list()
     assert stats["questions"]["gold_ids_removed"] == 2
-    assert stats["questions"]["by_split"]["dev"] == {"in": 1, "out": 0, "dropped_no_gold": 1}
+    assert stats["questions"]["by_split"]["dev"] == {"in": 2, "out": 1, "dropped_no_gold": 1}
 
 
 def test_hierarchy_nodes_are_unique_by_full_path_and_handle_missing_levels():

@@ -1,17 +1,32 @@
-"""Stage parameters, seeding and device selection.
+"""Stage parameters (the one-config frame), seeding and device selection.
 
-A stage reads exactly one section of ``params.yaml`` plus ``base`` (seed, device).
+``params.yaml`` holds one section per stage plus ``base`` (seed, device, log level);
+:data:`SECTIONS` lists them and the stages that read them, and :func:`load_params`
+refuses any other top-level section. A stage reads exactly one section plus ``base``;
 DVC tracks the same keys through the stage's ``params:`` list in ``dvc.yaml``.
+
+Every section is read into a frozen dataclass by :func:`section_config`, which refuses
+unknown keys, checks each value against its field's annotation (``int``, ``float``,
+``bool``, ``str``, ``list[...]``, ``X | None``; a field's ``metadata["expected"]``
+words the expectation for the user), reads ``5e-5`` strings as numbers and runs the
+dataclass's ``validate()``. Every error is a :class:`ConfigError` whose one sentence
+names ``params.yaml``, the dotted key and what was expected.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import logging
 import os
 import random
-from dataclasses import dataclass
+import re
+import types
+import typing
+from collections import abc
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import yaml
 
@@ -21,31 +36,181 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PARAMS = Path("params.yaml")
 
+#: The top-level sections of params.yaml (and of every profile), each with the
+#: stage(s) that read it. One place: load_params refuses any other section.
+SECTIONS: dict[str, str] = {
+    "base": "every stage (seed, device, log level)",
+    "fetch": "fetch",
+    "clean": "clean",
+    "bm25_tune": "bm25_tune",
+    "bm25": "bm25",
+    "evaluate": "evaluate",
+    "zeroshot": "zeroshot",
+    "graph": "build_graph",
+    "negatives": "mine_negatives",
+    "gnn": "train_gnn (lge, qabisar)",
+    "pretrain": "pretrain",
+    "queries": "generate_queries",
+    "dsr": "train_dsr, encode_chunks (chunking keys)",
+    "embed": "embed",
+}
 
-@dataclass(frozen=True)
-class Base:
-    seed: int = 13
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    log_level: str = "INFO"
+#: The split held out for evaluation: no tuning or training stage may read it.
+HELD_OUT_SPLIT = "test"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_DEVICE = re.compile(r"auto|cpu|cuda(?::\d+)?")
+_NONE = type(None)
 
 
-def load_params(section: str, path: str | os.PathLike = DEFAULT_PARAMS) -> tuple[Base, dict[str, Any]]:
-    """Return ``(base, params[section])`` from a params file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: parameters file not found (run from the repository root)")
-    with path.open(encoding="utf-8") as fh:
+# ---------------------------------------------------------------------------
+# The frame: typed section configs
+# ---------------------------------------------------------------------------
+
+
+def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
+    """The one-sentence error for a bad ``section.key`` value."""
+    return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")
+
+
+def _describe(hint: Any, plural: bool = False) -> str:
+    """User wording of a type annotation: ``int | None`` -> "null or an integer"."""
+    words = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("true or false", "true/false values"),
+             str: ("a string", "strings"), _NONE: ("null", "nulls"), dict: ("a mapping", "mappings"),
+             list: ("a list", "lists")}
+    if hint in words:
+        return words[hint][plural]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        ordered = sorted(args, key=lambda a: a is not _NONE)  # null first
+        return " or ".join(_describe(a, plural) for a in ordered)
+    if origin in (list, tuple, abc.Sequence):
+        inner = [a for a in args if a is not Ellipsis]
+        return ("lists" if plural else "a list") + (f" of {_describe(inner[0], True)}" if inner else "")
+    if origin is dict:
+        return words[dict][plural]
+    return f"a value of type {getattr(hint, '__name__', hint)}"
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _conform(value: Any, hint: Any) -> Any:
+    """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
+    as floats; ints accepted as floats); raises :class:`_Mismatch`."""
+    if hint is Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            if _NONE in args:
+                return None
+            raise _Mismatch
+        for arg in (a for a in args if a is not _NONE):
+            try:
+                return _conform(value, arg)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if hint is _NONE:
+        if value is None:
+            return None
+        raise _Mismatch
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is float:
+        if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise _Mismatch from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if hint in (list, tuple) or origin in (list, tuple, abc.Sequence):
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        inner = [a for a in args if a is not Ellipsis]
+        items = [_conform(v, inner[0]) for v in value] if inner else list(value)
+        return tuple(items) if (origin or hint) is tuple else items
+    if hint is dict or origin is dict:
+        if isinstance(value, dict):
+            return value
+        raise _Mismatch
+    if isinstance(hint, type) and not isinstance(value, hint):
+        raise _Mismatch
+    return value
+
+
+def expectation(cls, name: str) -> str:
+    """What field ``name`` of dataclass ``cls`` expects, in the user's words."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return f.metadata.get("expected") or _describe(typing.get_type_hints(cls)[name])
+
+
+def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] | None = None) -> dict[str, Any]:
+    """``values`` (field name -> value) checked against the annotations of dataclass
+    ``cls`` and conformed (``'5e-5'`` -> ``5e-05``); ``keys`` maps a field to the key
+    the user wrote when they differ (``{"kd_weight": "kd.weight"}``)."""
+    hints = typing.get_type_hints(cls)
+    out = dict(values)
+    for name, value in values.items():
+        if name not in hints:
+            continue
         try:
-            params = yaml.safe_load(fh) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    if section not in params:
-        raise ConfigError(f"{path}: missing section '{section}'")
-    raw_base = params.get("base") or {}
-    unknown = set(raw_base) - {"seed", "device", "log_level"}
+            out[name] = _conform(value, hints[name])
+        except _Mismatch:
+            raise bad_value(section, (keys or {}).get(name, name), value, expectation(cls, name)) from None
+    return out
+
+
+def section_config(cls, params: dict[str, Any] | None, section: str, *, require_all: bool = False):
+    """Build dataclass ``cls`` from a params section: unknown keys are errors, every value
+    is checked against its field's annotation (:func:`check_types`), missing keys take
+    the field's default (or are errors with ``require_all``), and ``cls.validate()``
+    runs when defined."""
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"params.yaml: '{section}' = {params!r}, expected a mapping of keys")
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(params) - set(fields), key=str)
     if unknown:
-        raise ConfigError(f"{path}: unknown keys in 'base': {sorted(unknown)}")
-    return Base(**raw_base), dict(params[section] or {})
+        close = difflib.get_close_matches(str(unknown[0]), fields, n=1)
+        hint = f" (did you mean '{section}.{close[0]}'?)" if close else ""
+        raise ConfigError(
+            f"params.yaml: unknown keys {', '.join(repr(f'{section}.{k}') for k in unknown)}{hint}; "
+            f"expected keys of '{section}': {', '.join(sorted(fields))}"
+        )
+    if require_all:
+        missing = [name for name in fields if name not in params]
+        if missing:
+            raise ConfigError(f"params.yaml: missing key '{section}.{missing[0]}', expected {expectation(cls, missing[0])}")
+    cfg = cls(**check_types(cls, params, section))
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+    return cfg
+
+
+def refuse_held_out(section: str, key: str, splits: str | list[str] | tuple[str, ...], expected: str) -> None:
+    """Tuning and training stages never read the evaluation split: a ConfigError when
+    ``section.key`` (one split name or a list) names it."""
+    names = [splits] if isinstance(splits, str) else list(splits)
+    if HELD_OUT_SPLIT in names:
+        raise ConfigError(
+            f"params.yaml: '{section}.{key}' = {splits!r}, but the '{HELD_OUT_SPLIT}' split is held out for "
+            f"evaluation; expected {expected}"
+        )
 
 
 def require(params: dict[str, Any], key: str, section: str, kind: type | tuple[type, ...] | None = None):
@@ -58,41 +223,65 @@ def require(params: dict[str, Any], key: str, section: str, kind: type | tuple[t
     return value
 
 
-def choice(params: dict[str, Any], key: str, section: str, allowed: tuple[str, ...]) -> str:
-    value = require(params, key, section)
-    if value not in allowed:
-        raise ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected one of {', '.join(allowed)}")
-    return value
+# ---------------------------------------------------------------------------
+# base, and loading a stage's section
+# ---------------------------------------------------------------------------
 
 
-def coerce_floats(cls, params: dict[str, Any], section: str) -> dict[str, Any]:
-    """Accept ``5e-5`` for float fields of dataclass ``cls``: YAML 1.1 (PyYAML) reads it as a
-    string, and so does ``dvc exp run -S``. Other types are left to the dataclass's checks."""
-    import dataclasses
+@dataclass(frozen=True)
+class Base:
+    """The ``base`` section: read by every stage."""
 
-    out = dict(params)
-    for f in dataclasses.fields(cls):
-        if isinstance(f.default, float) and isinstance(out.get(f.name), str):
-            try:
-                out[f.name] = float(out[f.name])
-            except ValueError:
-                raise ConfigError(f"params.yaml: '{section}.{f.name}' = {out[f.name]!r}, expected a number") from None
-    return out
+    seed: int = 13
+    device: str = field(default="auto", metadata={"expected": "auto, cpu, cuda or cuda:N"})
+    log_level: str = field(default="INFO", metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
+
+    def validate(self) -> None:
+        if not 0 <= self.seed < 2**32:
+            raise bad_value("base", "seed", self.seed, f"an integer in [0, {2**32 - 1}]")
+        if not _DEVICE.fullmatch(self.device):
+            raise bad_value("base", "device", self.device, expectation(Base, "device"))
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise bad_value("base", "log_level", self.log_level, expectation(Base, "log_level"))
 
 
-def section_config(cls, params: dict[str, Any], section: str):
-    """Build dataclass ``cls`` from a params section: unknown keys are errors, float fields
-    accept strings like ``5e-5``, and ``cls.validate()`` runs when defined."""
-    import dataclasses
-
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields)
+def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
+    """The whole params file, its top-level sections checked against :data:`SECTIONS`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: parameters file not found (run from the repository root)")
+    with path.open(encoding="utf-8") as fh:
+        try:
+            params = yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections ({', '.join(SECTIONS)}), got {type(params).__name__}")
+    unknown = sorted((s for s in params if s not in SECTIONS), key=str)
     if unknown:
-        raise ConfigError(f"params.yaml: unknown key(s) in '{section}': {unknown}; expected {sorted(fields)}")
-    cfg = cls(**coerce_floats(cls, params, section))
-    if hasattr(cfg, "validate"):
-        cfg.validate()
-    return cfg
+        close = difflib.get_close_matches(str(unknown[0]), list(SECTIONS), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(
+            f"{path}: unknown section(s) {', '.join(repr(str(s)) for s in unknown)}{hint}; "
+            f"expected only the sections {', '.join(SECTIONS)}"
+        )
+    return params
+
+
+def load_params(section: str, path: str | os.PathLike = DEFAULT_PARAMS) -> tuple[Base, dict[str, Any]]:
+    """Return ``(base, params[section])`` from a params file: unknown top-level sections and
+    a bad ``base`` are errors; the section itself is checked by its stage's config."""
+    if section not in SECTIONS:
+        raise ValueError(f"unknown params section {section!r}; add it to lexgraph.config.SECTIONS")
+    params = read_params(path)
+    if section not in params:
+        raise ConfigError(f"{path}: missing section '{section}' (read by {SECTIONS[section]})")
+    raw = params[section] if params[section] is not None else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: section '{section}' = {raw!r}, expected a mapping of keys")
+    return section_config(Base, params.get("base"), "base"), dict(raw)
 
 
 def seed_everything(seed: int) -> None:
@@ -112,16 +301,24 @@ def seed_everything(seed: int) -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
-def resolve_device(spec: str = "auto"):
-    """``auto`` picks cuda when available, else cpu."""
+def resolve_device(spec: str = "auto", *, where: str = "params.yaml: 'base.device'"):
+    """``auto`` picks cuda when available, else cpu; ``where`` names the setting in errors
+    (the CLI passes ``where="--device"``)."""
     import torch
 
+    if not isinstance(spec, str) or not _DEVICE.fullmatch(spec):
+        raise ConfigError(f"{where} = {spec!r}, expected auto, cpu, cuda or cuda:N")
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"params.yaml: base.device = {spec!r} but no CUDA device is available")
-    if spec != "cpu" and not spec.startswith("cuda"):
-        raise ConfigError(f"params.yaml: base.device = {spec!r}, expected auto, cpu or cuda[:N]")
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{where} = {spec!r} but no CUDA device is available; expected auto or cpu on this machine")
+        index = int(spec.split(":")[1]) if ":" in spec else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"{where} = {spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                f"expected cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
     return torch.device(spec)
 
 

@@ -20,18 +20,35 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet
 
 log = logging.getLogger(__name__)
 
 FILES = ("articles", "headings", "questions")
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """The ``embed`` section of params.yaml."""
+
+    batch_size: int = field(default=128, metadata={"expected": "a positive integer"})  # texts per encoder call
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "EmbedConfig":
+        return section_config(cls, params, "embed")
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise bad_value("embed", "batch_size", self.batch_size, expectation(EmbedConfig, "batch_size"))
 
 
 def save_embeddings(
@@ -58,7 +75,9 @@ def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError) as exc:
-        raise DataError(path, f"not a readable safetensors file ({exc})") from exc
+        reason = str(exc).removeprefix("Error while deserializing header: ")
+        raise DataError(path, f"truncated or corrupt embeddings file ({reason}); rerun `dvc repro` "
+                              "(or `dvc checkout`) to restore it") from None
     if set(tensors) != {"ids", "embeddings"}:
         raise DataError(path, f"expected tensors 'ids' and 'embeddings', found {sorted(tensors)}")
     ids, emb = tensors["ids"], tensors["embeddings"]

@@ -9,19 +9,66 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from lexgraph.config import bad_value, expectation, section_config
+from lexgraph.data.schema import SPLITS
 from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
 from lexgraph.metrics import METRICS
+from lexgraph.retrieval import SYSTEMS
 
 from lexgraph.data.schema import split_questions  # noqa: E402,F401  (re-exported)
 
 log = logging.getLogger(__name__)
+
+SECTION = "evaluate"
+#: The deepest rank any metric looks at (recall@500): ``evaluate.k`` must reach it.
+DEEPEST = max(int(m.split("@")[1]) for m in METRICS if "@" in m)
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """The ``evaluate`` section of params.yaml."""
+
+    splits: list[str] = field(default_factory=lambda: ["dev", "test"],
+                              metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"})
+    k: int = field(default=500, metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
+    systems: list[str] = field(default_factory=lambda: list(SYSTEMS),
+                               metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"})
+    significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
+    baselines: list[str] = field(default_factory=lambda: ["bm25", "dsr"],
+                                 metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
+    significance_metrics: list[str] = field(default_factory=lambda: ["recall@100", "map"],
+                                            metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"})
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "EvaluateConfig":
+        return section_config(cls, params, SECTION)
+
+    def validate(self) -> None:
+        def bad(key: str) -> Exception:
+            return bad_value(SECTION, key, getattr(self, key), expectation(EvaluateConfig, key))
+
+        systems = tuple(SYSTEMS)
+        if not self.splits or any(s not in SPLITS for s in self.splits) or len(set(self.splits)) < len(self.splits):
+            raise bad("splits")
+        if self.k < DEEPEST:
+            raise bad("k")
+        if not self.systems or any(s not in systems for s in self.systems) or len(set(self.systems)) < len(self.systems):
+            raise bad("systems")
+        if self.significance_split not in self.splits:
+            raise bad("significance_split")
+        if any(b not in systems for b in self.baselines):
+            raise bad("baselines")
+        if not self.significance_metrics or any(m not in METRICS for m in self.significance_metrics):
+            raise bad("significance_metrics")
+
 
 #: Columns of the results table: (header, metric key), laid out like Table 2 of the
 #: G-DSR / QABISAR papers, followed by R@10 and nDCG@10.

@@ -46,7 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from lexgraph.errors import ConfigError, DataError
+from lexgraph.config import section_config
+from lexgraph.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +94,8 @@ class GraphConfig:
     questions: bool = True  # train questions as nodes, linked to their gold articles
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "GraphConfig":
-        unknown = set(params) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"params.yaml: unknown keys in 'graph': {sorted(unknown)}")
-        for key, value in params.items():
-            if not isinstance(value, bool):
-                raise ConfigError(f"params.yaml: 'graph.{key}' = {value!r}, expected true or false")
-        return cls(**params)
+    def from_params(cls, params: dict[str, Any] | None) -> "GraphConfig":
+        return section_config(cls, params, "graph")
 
 
 # ---------------------------------------------------------------------------
@@ -148,11 +143,14 @@ def build_graph(
     ``node_type`` (N,), ``article_ids`` (A,), ``heading_ids`` (H,), ``question_ids``
     (Q,), all int64) and the node table (``node_id``, ``type``, ``source_id``, ``text``).
     """
+    a_path, h_path, q_path = paths
+    if len(articles) == 0:
+        raise DataError(a_path, "no articles, so the graph would be empty; expected at least one article "
+                                "(rerun clean, lowering 'clean.min_words' in params.yaml if it dropped them all)")
     import polars as pl
     import torch
     from torch_geometric.data import Data
 
-    a_path, h_path, q_path = paths
     articles = articles.sort("id")
     headings = headings.sort("heading_id")
     article_ids = _ids(articles, "id", a_path)

@@ -14,12 +14,15 @@ Output (``data/negatives/negatives.parquet``): ``question_id`` int64, ``split`` 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from lexgraph.config import HELD_OUT_SPLIT, bad_value, expectation, refuse_held_out, section_config
+from lexgraph.data.schema import SPLITS
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
@@ -29,6 +32,44 @@ log = logging.getLogger(__name__)
 ARTICLE_COLUMNS = ("id", "article")
 QUESTION_COLUMNS = ("id", "question", "article_ids", "split")
 SCHEMA = {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(pl.Int64)}
+SECTION = "negatives"
+
+
+@dataclass(frozen=True)
+class NegativesConfig:
+    """The ``negatives`` section of params.yaml (read by ``mine_negatives``)."""
+
+    k1: float = field(default=1.0, metadata={"expected": "a number >= 0"})  # BM25 of its own (G-DSR: 1.0, 0.6)
+    b: float = field(default=0.6, metadata={"expected": "a number in [0, 1]"})
+    depth: int = field(default=500, metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
+    k: int = field(default=10, metadata={"expected": "a positive integer"})  # negatives kept per question
+    splits: list[str] = field(
+        default_factory=lambda: ["train", "synthetic"],
+        metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"},
+    )
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "NegativesConfig":
+        return section_config(cls, params, SECTION)
+
+    def validate(self) -> None:
+        def bad(key: str) -> LexgraphError:
+            return bad_value(SECTION, key, getattr(self, key), expectation(NegativesConfig, key))
+
+        if self.k1 < 0:
+            raise bad("k1")
+        if not 0 <= self.b <= 1:
+            raise bad("b")
+        for key in ("depth", "k"):
+            if getattr(self, key) < 1:
+                raise bad(key)
+        if not self.splits:
+            raise bad("splits")
+        allowed = ", ".join(s for s in SPLITS if s != HELD_OUT_SPLIT)
+        refuse_held_out(SECTION, "splits", self.splits, f"training splits only ({allowed})")
+        unknown = [s for s in self.splits if s not in SPLITS]
+        if unknown:
+            raise bad_value(SECTION, "splits", self.splits, f"split names among {allowed} (unknown: {', '.join(unknown)})")
 
 
 def mine_from_index(
@@ -122,24 +163,14 @@ def mine_negatives(
     )
 
 
-def run(params: dict, articles_path, questions_path, synthetic_path=None) -> pl.DataFrame:
+def run(params: NegativesConfig | dict, articles_path, questions_path, synthetic_path=None) -> pl.DataFrame:
     """The ``mine_negatives`` stage: validate ``negatives`` params, read inputs, mine."""
     from pathlib import Path
 
-    from lexgraph.config import require
-    from lexgraph.errors import ConfigError
     from lexgraph.io import read_parquet
 
-    section = "negatives"
-    k1 = float(require(params, "k1", section, (int, float)))
-    b = float(require(params, "b", section, (int, float)))
-    depth = require(params, "depth", section, int)
-    k = require(params, "k", section, int)
-    splits = require(params, "splits", section, list)
-    if depth < 1 or k < 1:
-        raise ConfigError(f"params.yaml: '{section}.depth' = {depth} and '{section}.k' = {k} must be positive")
-    if not splits or not all(isinstance(s, str) for s in splits):
-        raise ConfigError(f"params.yaml: '{section}.splits' = {splits!r}, expected a non-empty list of split names")
+    config = params if isinstance(params, NegativesConfig) else NegativesConfig.from_params(params)
+    k1, b, depth, k, splits = config.k1, config.b, config.depth, config.k, config.splits
 
     articles = read_parquet(articles_path, ARTICLE_COLUMNS)
     frames = [load_questions(questions_path, splits)]

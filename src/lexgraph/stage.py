@@ -4,15 +4,19 @@ A driver is::
 
     from lexgraph.stage import run_stage
 
-    def main(args, base, params): ...
+    def main(args, base, params):
+        config = Bm25Config.from_params(params)
+        ...
 
     if __name__ == "__main__":
-        run_stage("bm25", main, configure_parser)
+        run_stage("bm25", main, configure, config=Bm25Config.from_params)
 
-``run_stage`` parses the command line (paths), loads ``params.yaml`` section + base,
-seeds everything, configures logging and turns :class:`LexgraphError` into one line
-on stderr with exit status 2 (outputs are written atomically, so nothing is left
-half-written).
+``run_stage`` parses the command line (paths), loads ``params.yaml`` (unknown top-level
+sections and a bad ``base`` are errors), builds the section's typed config with
+``config`` so that a bad value fails before seeding (which imports torch) and before
+any work, then seeds everything, configures logging and calls ``main`` with the raw
+section. A :class:`LexgraphError` becomes one line on stderr and exit status 2
+(outputs are written atomically, so nothing is left half-written or overwritten).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from lexgraph.config import Base, load_params, seed_everything
 from lexgraph.errors import LexgraphError
@@ -45,8 +49,10 @@ def run_stage(
     configure: Callable[[argparse.ArgumentParser], None],
     argv: list[str] | None = None,
     name: str | None = None,
+    config: Callable[[dict], Any] | None = None,
 ) -> int:
-    """Run a stage driver; ``name`` (default: ``section``) labels its log and error lines."""
+    """Run a stage driver; ``name`` (default: ``section``) labels its log and error lines;
+    ``config`` (the section's ``XConfig.from_params``) validates the section up front."""
     name = name or section
     parser = argparse.ArgumentParser(description=(main.__doc__ or "").strip() or None)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
@@ -54,6 +60,8 @@ def run_stage(
     args = parser.parse_args(argv)
     try:
         base, params = load_params(section, args.params)
+        if config is not None:
+            config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
         seed_everything(base.seed)
         start = time.perf_counter()

@@ -20,13 +20,34 @@ import logging
 import re
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
+from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS
 from lexgraph.errors import DataError
 
 log = logging.getLogger(__name__)
+
+SECTION = "clean"
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """The ``clean`` section of params.yaml."""
+
+    min_words: int = field(default=3, metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
+    drop_repealed: bool = True  # drop articles whose whole text is a repeal notice
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "CleanConfig":
+        return section_config(cls, params, SECTION)
+
+    def validate(self) -> None:
+        if self.min_words < 0:
+            raise bad_value(SECTION, "min_words", self.min_words, expectation(CleanConfig, "min_words"))
 
 _JUSTEL_NOTE = re.compile(r"<\s*(?:L|W|AR|A|DCE|DRW|ORD|DCFR|DWG|ARR|AGW|AGCF|DECR)[ .][^<>]{0,400}?>")
 _INSERTION_OPEN = re.compile(r"\[\d+\s*")
@@ -212,14 +233,46 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
     return questions, {"by_split": stats, "gold_ids_removed": removed_gold}
 
 
-def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: dict, paths=("articles", "questions")):
-    """Clean both tables; return (articles, headings, questions, stats for metrics/data.json)."""
-    articles, headings, art_stats = clean_articles(
-        raw_articles, paths[0], int(params.get("min_words", 3)), bool(params.get("drop_repealed", True))
-    )
+def _nothing_left(path, total: int, dropped: Counter, config: CleanConfig) -> DataError:
+    """The error for a corpus that cleaning empties: how many went for which reason, and
+    the setting to change."""
+    reasons = {
+        "too_short": f"{dropped['too_short']} shorter than 'clean.min_words' = {config.min_words} words",
+        "repealed": f"{dropped['repealed']} repeal notice(s)",
+        "empty": f"{dropped['empty']} empty",
+    }
+    detail = ", ".join(text for key, text in reasons.items() if dropped[key])
+    if dropped["too_short"]:
+        fix = "lower 'clean.min_words' in params.yaml"
+    elif dropped["repealed"]:
+        fix = "set 'clean.drop_repealed' to false in params.yaml, or fetch a corpus with article texts"
+    else:
+        fix = "fetch a corpus with article texts (params.yaml 'fetch')"
+    return DataError(path, f"cleaning dropped all {total} articles ({detail or 'the file has no rows'}); {fix}")
+
+
+def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: CleanConfig | dict | None,
+          paths=("articles", "questions")):
+    """Clean both tables; return (articles, headings, questions, stats for metrics/data.json).
+
+    ``params``: the ``clean`` section (a :class:`CleanConfig` or its mapping). A corpus
+    that cleaning empties is a :class:`DataError` (nothing downstream could run on it)."""
+    config = params if isinstance(params, CleanConfig) else CleanConfig.from_params(params)
+    articles, headings, art_stats = clean_articles(raw_articles, paths[0], config.min_words, config.drop_repealed)
+    if articles.height == 0:
+        raise _nothing_left(paths[0], raw_articles.height, Counter(art_stats.get("dropped", {})), config)
     questions, q_stats = clean_questions(
         raw_questions, paths[1], set(raw_articles["id"].to_list()), set(articles["id"].to_list())
     )
+    emptied = [s for s, st in q_stats["by_split"].items() if st["in"] and not st["out"]]
+    if emptied:
+        split = emptied[0]
+        raise DataError(
+            paths[1],
+            f"cleaning dropped all {q_stats['by_split'][split]['in']} questions of split '{split}' (every article "
+            f"they cite was dropped from the corpus, {articles.height}/{raw_articles.height} articles kept); lower "
+            f"'clean.min_words' (= {config.min_words}) in params.yaml",
+        )
     stats = {
         "articles": art_stats,
         "headings": {"nodes": headings.height, "by_level": dict(Counter(headings["level_name"].to_list()))},

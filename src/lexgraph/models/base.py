@@ -15,7 +15,6 @@ in this order by ``source: auto``:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil

@@ -38,8 +38,7 @@ import os
 import string
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from lexgraph.config import section_config
 from lexgraph.errors import ConfigError, DataError

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
+from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.errors import ConfigError
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics import METRICS, evaluate_run
@@ -13,6 +16,45 @@ from lexgraph.retrieval.bm25 import BM25, tune
 from lexgraph.text import FrenchAnalyzer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Bm25TuneConfig:
+    """The ``bm25_tune`` section of params.yaml: the k1 x b grid, searched on one split."""
+
+    split: str = field(default="dev", metadata={"expected": "dev (or train)"})
+    metric: str = "recall@100"  # one of lexgraph.metrics.METRICS (checked by the tuning itself)
+    k1: list[float] = field(default_factory=lambda: [1.2], metadata={"expected": "a non-empty list of numbers >= 0"})
+    b: list[float] = field(default_factory=lambda: [0.75], metadata={"expected": "a non-empty list of numbers in [0, 1]"})
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "Bm25TuneConfig":
+        return section_config(cls, params, "bm25_tune")
+
+    def validate(self) -> None:
+        refuse_held_out("bm25_tune", "split", self.split, expectation(Bm25TuneConfig, "split"))
+        if not self.k1 or any(v < 0 for v in self.k1):
+            raise bad_value("bm25_tune", "k1", self.k1, expectation(Bm25TuneConfig, "k1"))
+        if not self.b or any(not 0 <= v <= 1 for v in self.b):
+            raise bad_value("bm25_tune", "b", self.b, expectation(Bm25TuneConfig, "b"))
+
+
+@dataclass(frozen=True)
+class Bm25Config:
+    """The ``bm25`` section of params.yaml: the index's k1 and b, or ``tuned`` (bm25_tune's best)."""
+
+    k1: float | str = field(default="tuned", metadata={"expected": "a number >= 0 or 'tuned'"})
+    b: float | str = field(default="tuned", metadata={"expected": "a number in [0, 1] or 'tuned'"})
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "Bm25Config":
+        return section_config(cls, params, "bm25")
+
+    def validate(self) -> None:
+        for key, low, high in (("k1", 0.0, float("inf")), ("b", 0.0, 1.0)):
+            value = getattr(self, key)
+            if (isinstance(value, str) and value != "tuned") or (isinstance(value, float) and not low <= value <= high):
+                raise bad_value("bm25", key, value, expectation(Bm25Config, key))
 
 
 def build_index(articles: pl.DataFrame, k1: float, b: float) -> BM25:

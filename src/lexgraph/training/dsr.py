@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from lexgraph.config import autocast, choice, require, seed_everything
+from lexgraph.config import autocast, bad_value, expectation, section_config, seed_everything
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
@@ -58,96 +58,85 @@ EVAL_DEPTH = 500  # ranked list depth for the dev metrics (every reported cut-of
 # ---------------------------------------------------------------------------
 
 
+_CHOICES = {
+    "article_init": ("pretrain", "base"),
+    "query_init": ("pretrain", "base"),
+    "chunk_encoder": ("finetune", "frozen"),
+    "pooling": ("max", "mean", "token_mean"),
+    "token_pooling": ("cls", "mean"),
+}
+_POSITIVE = {"expected": "a positive integer"}
+
+
+def _one_of(key: str) -> dict[str, str]:
+    return {"expected": f"one of {', '.join(_CHOICES[key])}"}
+
+
 @dataclass(frozen=True)
 class DSRConfig:
-    """The ``dsr`` section of ``params.yaml`` (see the comments there)."""
+    """The ``dsr`` section of ``params.yaml`` (see the comments there); every key is required."""
 
-    article_init: str = "pretrain"  # pretrain | base
-    query_init: str = "pretrain"  # pretrain | base
+    article_init: str = field(default="pretrain", metadata=_one_of("article_init"))
+    query_init: str = field(default="pretrain", metadata=_one_of("query_init"))
     base_model: str = "random"  # HF name/dir, or `random` (pretrain's config, random weights)
     synthetic: bool = True
-    synthetic_per_epoch: int | None = None  # synthetic pairs drawn per epoch (None: all)
-    chunk_encoder: str = "finetune"  # finetune | frozen (cached chunk vectors)
-    query_trainable_layers: int | None = None  # None: all weights; N: top N blocks (embeddings frozen)
+    # synthetic pairs drawn per epoch (None: all)
+    synthetic_per_epoch: int | None = field(default=None, metadata={"expected": "null or a positive integer"})
+    chunk_encoder: str = field(default="finetune", metadata=_one_of("chunk_encoder"))  # frozen: cached chunk vectors
+    # None: all weights; N: top N blocks (embeddings frozen)
+    query_trainable_layers: int | None = field(default=None, metadata={"expected": "null or an integer >= 0"})
     chunk_identity_init: bool = False  # identity-initialised (pre-LN, zero residual) chunk Transformer
-    chunk_lr: float | None = None  # chunk-level module's lr (None: lr)
-    pooling: str = "max"  # max | mean | token_mean (over chunks)
-    token_pooling: str = "cls"  # cls | mean (over the tokens of a question / chunk)
-    max_chunk_length: int = 128
-    max_document_length: int = 1024
-    max_query_length: int = 512
-    chunk_layers: int = 2
-    chunk_heads: int = 12
-    temperature: float = 0.01
-    epochs: int = 15
-    batch_size: int = 24
-    lr: float = 2e-5
-    warmup_ratio: float = 0.05
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    eval_batch_size: int = 64
+    chunk_lr: float | None = field(default=None, metadata={"expected": "null or a positive number"})  # None: lr
+    pooling: str = field(default="max", metadata=_one_of("pooling"))  # over chunks
+    token_pooling: str = field(default="cls", metadata=_one_of("token_pooling"))  # over a question's / chunk's tokens
+    max_chunk_length: int = field(default=128, metadata=_POSITIVE)
+    max_document_length: int = field(default=1024, metadata=_POSITIVE)
+    max_query_length: int = field(default=512, metadata=_POSITIVE)
+    chunk_layers: int = field(default=2, metadata=_POSITIVE)
+    chunk_heads: int = field(default=12, metadata=_POSITIVE)
+    temperature: float = field(default=0.01, metadata={"expected": "a positive number"})
+    epochs: int = field(default=15, metadata=_POSITIVE)
+    batch_size: int = field(default=24, metadata=_POSITIVE)
+    lr: float = field(default=2e-5, metadata={"expected": "a positive number"})
+    warmup_ratio: float = field(default=0.05, metadata={"expected": "a number in [0, 1]"})
+    weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
+    max_grad_norm: float = field(default=1.0, metadata={"expected": "a number >= 0"})
+    eval_batch_size: int = field(default=64, metadata=_POSITIVE)
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "DSRConfig":
-        unknown = set(params) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"params.yaml: unknown keys in '{SECTION}': {sorted(unknown)}")
-        number = (int, float)
-        values = {
-            "article_init": choice(params, "article_init", SECTION, ("pretrain", "base")),
-            "query_init": choice(params, "query_init", SECTION, ("pretrain", "base")),
-            "base_model": str(require(params, "base_model", SECTION, str)),
-            "synthetic": require(params, "synthetic", SECTION, bool),
-            "pooling": choice(params, "pooling", SECTION, ("max", "mean", "token_mean")),
-            "chunk_encoder": choice(params, "chunk_encoder", SECTION, ("finetune", "frozen")),
-            "chunk_identity_init": require(params, "chunk_identity_init", SECTION, bool),
-            "token_pooling": choice(params, "token_pooling", SECTION, ("cls", "mean")),
-            "synthetic_per_epoch": params.get("synthetic_per_epoch"),
-        }
-        layers = params.get("query_trainable_layers")
-        if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers < 0):
-            raise ConfigError(
-                f"params.yaml: '{SECTION}.query_trainable_layers' = {layers!r}, expected null or an integer >= 0"
-            )
-        values["query_trainable_layers"] = layers
-        chunk_lr = params.get("chunk_lr")
-        if isinstance(chunk_lr, str):
-            try:
-                chunk_lr = float(chunk_lr)
-            except ValueError:
-                raise ConfigError(f"params.yaml: '{SECTION}.chunk_lr' = {chunk_lr!r}, expected null or a number") from None
-        if chunk_lr is not None and (isinstance(chunk_lr, bool) or not isinstance(chunk_lr, (int, float)) or chunk_lr <= 0):
-            raise ConfigError(f"params.yaml: '{SECTION}.chunk_lr' = {chunk_lr!r}, expected null or a positive number")
-        values["chunk_lr"] = None if chunk_lr is None else float(chunk_lr)
-        per_epoch = values["synthetic_per_epoch"]
-        if per_epoch is not None and (not isinstance(per_epoch, int) or isinstance(per_epoch, bool) or per_epoch < 1):
-            raise ConfigError(
-                f"params.yaml: '{SECTION}.synthetic_per_epoch' = {per_epoch!r}, expected null or a positive integer"
-            )
+    def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
+        return section_config(cls, params, SECTION, require_all=True)
+
+    def validate(self) -> None:
+        def bad(key: str) -> ConfigError:
+            return bad_value(SECTION, key, getattr(self, key), expectation(DSRConfig, key))
+
+        for key, allowed in _CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise bad(key)
+        if self.query_trainable_layers is not None and self.query_trainable_layers < 0:
+            raise bad("query_trainable_layers")
+        if self.chunk_lr is not None and not self.chunk_lr > 0:
+            raise bad("chunk_lr")
+        if self.synthetic_per_epoch is not None and self.synthetic_per_epoch < 1:
+            raise bad("synthetic_per_epoch")
         for key in ("max_chunk_length", "max_document_length", "max_query_length", "chunk_layers", "chunk_heads",
                     "epochs", "batch_size", "eval_batch_size"):
-            value = require(params, key, SECTION, int)
-            if isinstance(value, bool) or value < 1:
-                raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a positive integer")
-            values[key] = value
-        for key in ("temperature", "lr", "warmup_ratio", "weight_decay", "max_grad_norm"):
-            value = require(params, key, SECTION)
-            if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
-                try:
-                    value = float(value)
-                except ValueError:
-                    raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a number") from None
-            if not isinstance(value, number) or isinstance(value, bool) or value < 0 or (key in ("temperature", "lr") and value == 0):
-                raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a positive number")
-            values[key] = float(value)
-        if values["warmup_ratio"] > 1:
-            raise ConfigError(f"params.yaml: '{SECTION}.warmup_ratio' = {values['warmup_ratio']}, expected <= 1")
-        if values["max_document_length"] < values["max_chunk_length"]:
+            if getattr(self, key) < 1:
+                raise bad(key)
+        for key in ("temperature", "lr"):
+            if not getattr(self, key) > 0:
+                raise bad(key)
+        for key in ("weight_decay", "max_grad_norm"):
+            if not getattr(self, key) >= 0:
+                raise bad(key)
+        if not 0 <= self.warmup_ratio <= 1:
+            raise bad("warmup_ratio")
+        if self.max_document_length < self.max_chunk_length:
             raise ConfigError(
-                f"params.yaml: '{SECTION}.max_document_length' ({values['max_document_length']}) must be >= "
-                f"'{SECTION}.max_chunk_length' ({values['max_chunk_length']})"
+                f"params.yaml: '{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
+                f"'{SECTION}.max_chunk_length' ({self.max_chunk_length})"
             )
-        return cls(**values)
 
 
 # ---------------------------------------------------------------------------

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lexgraph.config import autocast
+from lexgraph.config import autocast, check_types
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
@@ -109,9 +109,10 @@ class GNNSettings:
             raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
         scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "epochs", "kd_weight", "kd_mode")}
         allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
-        unknown = set(params) - allowed
+        unknown = sorted(set(params) - allowed, key=str)
         if unknown:
-            raise ConfigError(f"params.yaml: unknown keys in 'gnn': {sorted(unknown)}")
+            raise ConfigError(f"params.yaml: unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; "
+                              f"expected keys of 'gnn': {', '.join(sorted(allowed))}")
         values: dict[str, Any] = {k: params[k] for k in scalar if k in params}
         override = params.get(variant) or {}
         if not isinstance(override, dict) or set(override) - set(ARCH_KEYS):
@@ -131,7 +132,9 @@ class GNNSettings:
             values["kd_weight"] = kd["weight"]
         if "mode" in kd:
             values["kd_mode"] = kd["mode"]
-        settings = cls(variant=variant, **values)
+        names = {"epochs": epochs_key, "kd_weight": "kd.weight", "kd_mode": "kd.mode",
+                 **{key: f"{variant}.{key}" for key in override}}
+        settings = cls(variant=variant, **check_types(cls, values, "gnn", names))
         settings.validate()
         try:  # architecture errors now, not after the data is loaded (the size is checked later)
             hidden = settings.hidden or settings.heads
