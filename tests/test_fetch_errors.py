@@ -82,8 +82,8 @@ def test_duplicate_article_id_gives_lines_of_multiline_rows(bsard_dir):
         ("3,99", "article_ids", "question 8 cites article id(s) [99] that are not in {corpus}; expected ids of its "
                                 "'id' column"),
         ("3,x4", "article_ids", "article id 'x4' is not an integer; expected a comma-separated list of integer "
-                                "article ids"),
-        ("", "article_ids", "no relevant article ids; expected a comma-separated list of ids of {corpus}"),
+                                "ids of {corpus}"),
+        ("", "article_ids", "no relevant article ids; expected a comma-separated list of integer ids of {corpus}"),
     ],
     ids=["unknown", "not-integer", "empty"],
 )

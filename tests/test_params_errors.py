@@ -180,21 +180,27 @@ def test_bad_param_stops_the_stage_with_one_actionable_line(request, tmp_path, s
         assert fragment in line, line
 
 
-def test_clean_that_keeps_no_article_fails_naming_the_reasons_and_the_key(tmp_path, sample_params):
-    """clean.min_words above every article's length: an error, not an empty corpus for build_graph."""
+def write_raw(tmp_path, texts: list[str], questions: list[tuple[int, str, str, str]]):
+    """A ``data/raw`` directory with articles 1..n of ``texts`` and ``(id, question, article_ids, split)`` rows."""
     from lexgraph.data.schema import ARTICLE_COLUMNS
 
     raw = tmp_path / "in" / "raw"
     raw.mkdir(parents=True)
-    texts = ["Le preneur paie le loyer.", "Le bail est un contrat.", "(Abrogé)"]
     pl.DataFrame(
         [{c: None for c in ARTICLE_COLUMNS} | {"id": i + 1, "article": t} for i, t in enumerate(texts)],
         schema={c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS},
     ).write_parquet(raw / "articles.parquet")
     pl.DataFrame(
-        {"id": [1], "question": ["Quand payer le loyer ?"], "article_ids": ["1"], "split": ["train"]},
+        [dict(zip(("id", "question", "article_ids", "split"), q)) for q in questions],
         schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.Utf8, "split": pl.Utf8},
     ).write_parquet(raw / "questions.parquet")
+    return raw
+
+
+def test_clean_that_keeps_no_article_fails_naming_the_reasons_and_the_key(tmp_path, sample_params):
+    """clean.min_words above every article's length: an error, not an empty corpus for build_graph."""
+    raw = write_raw(tmp_path, ["Le preneur paie le loyer.", "Le bail est un contrat.", "(Abrogé)"],
+                    [(1, "Quand payer le loyer ?", "1", "train")])
     params = {"base": sample_params["base"], "clean": {"min_words": 50, "drop_repealed": True}}
     line = run_failing_stage(tmp_path, "clean", params)
     assert line.endswith(
@@ -206,20 +212,9 @@ def test_clean_that_keeps_no_article_fails_naming_the_reasons_and_the_key(tmp_pa
 def test_clean_that_leaves_a_split_without_questions_fails(tmp_path, sample_params):
     """Articles survive but every gold article of the test questions is dropped: an error
     naming the split, not a silently empty evaluation split."""
-    from lexgraph.data.schema import ARTICLE_COLUMNS
-
-    raw = tmp_path / "in" / "raw"
-    raw.mkdir(parents=True)
-    texts = ["Le preneur est tenu de payer le prix du bail aux termes convenus entre les parties.", "Court."]
-    pl.DataFrame(
-        [{c: None for c in ARTICLE_COLUMNS} | {"id": i + 1, "article": t} for i, t in enumerate(texts)],
-        schema={c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS},
-    ).write_parquet(raw / "articles.parquet")
-    pl.DataFrame(
-        {"id": [1, 2], "question": ["Quand payer le loyer ?", "Quoi ?"], "article_ids": ["1", "2"],
-         "split": ["train", "test"]},
-        schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.Utf8, "split": pl.Utf8},
-    ).write_parquet(raw / "questions.parquet")
+    raw = write_raw(tmp_path, ["Le preneur est tenu de payer le prix du bail aux termes convenus entre les parties.",
+                               "Court."],
+                    [(1, "Quand payer le loyer ?", "1", "train"), (2, "Quoi ?", "2", "test")])
     params = {"base": sample_params["base"], "clean": {"min_words": 5, "drop_repealed": True}}
     line = run_failing_stage(tmp_path, "clean", params)
     assert line.endswith(

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from lexgraph.config import bad_value, expectation, section_config
-from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS
+from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS, parse_article_ids
 from lexgraph.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -168,19 +168,12 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
     return articles, heads, stats
 
 
-def parse_article_ids(value, path, row: int) -> list[int]:
-    if value is None or not str(value).strip():
-        raise DataError(path, "no relevant article ids; expected a comma-separated list of integers", row=row, column="article_ids")
-    out: list[int] = []
-    for part in str(value).replace(";", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise DataError(path, f"article id {part!r} is not an integer", row=row, column="article_ids") from None
-    return list(dict.fromkeys(out))
+def article_ids_of(value, path, row: int) -> list[int]:
+    """A ``data/raw`` question's ``article_ids`` cell → unique ids in order (a DataError naming the row)."""
+    try:
+        return list(dict.fromkeys(parse_article_ids(value)))
+    except ValueError as exc:
+        raise DataError(path, f"{exc}; expected a comma-separated list of integers", row=row, column="article_ids") from None
 
 
 def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_article_ids: set[int]):
@@ -206,7 +199,7 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
         question = " ".join(unicodedata.normalize("NFC", rec["question"] or "").split())
         if not question:
             raise DataError(path, "empty question text", row=i, column="question")
-        ids = parse_article_ids(rec["article_ids"], path, i)
+        ids = article_ids_of(rec["article_ids"], path, i)
         unknown = [a for a in ids if a not in raw_article_ids]
         if unknown:
             raise DataError(

@@ -45,6 +45,7 @@ from lexgraph.data.schema import (
     QUESTION_FILES,
     REQUIRED_ARTICLE_COLUMNS,
     REQUIRED_QUESTION_COLUMNS,
+    parse_article_ids,
 )
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError, LexgraphError
 from lexgraph.models.hub import first_line, hub_access, offline_requested, unreachable_reason
@@ -205,25 +206,13 @@ def validate_articles(articles: pl.DataFrame, source: Source) -> None:
         )
 
 
-def parse_article_ids(value: Any, source: Source, index: int, corpus: Source) -> list[int]:
-    """A question's ``article_ids`` cell (``"12,15"``; ``;`` also separates), as clean parses it."""
-    if value is None or not str(value).strip():
-        raise source.error(
-            index, f"no relevant article ids; expected a comma-separated list of ids of {corpus.path}", column="article_ids"
-        )
-    out = []
-    for part in str(value).replace(";", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise source.error(
-                index, f"article id {part!r} is not an integer; expected a comma-separated list of integer article ids",
-                column="article_ids",
-            ) from None
-    return out
+def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> list[int]:
+    """A question's ``article_ids`` cell, parsed as clean parses it; errors name the source row."""
+    try:
+        return parse_article_ids(value)
+    except ValueError as exc:
+        raise source.error(index, f"{exc}; expected a comma-separated list of integer ids of {corpus.path}",
+                           column="article_ids") from None
 
 
 def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source) -> None:
@@ -233,7 +222,7 @@ def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], articl
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
                 raise source.error(i, f"question {qid} has no text; expected the question", column="question")
-            ids = parse_article_ids(cited, source, i, corpus)
+            ids = article_ids_of(cited, source, i, corpus)
             unknown = [a for a in dict.fromkeys(ids) if a not in article_ids]
             if unknown:
                 raise source.error(

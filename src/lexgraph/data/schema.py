@@ -65,6 +65,24 @@ NEGATIVE_FILES: dict[str, str] = {
 }
 
 
+def parse_article_ids(value) -> list[int]:
+    """A question's ``article_ids`` cell as BSARD writes it (``"12,15"``; ``;`` also
+    separates) → the ids in order. Raises :class:`ValueError` with the reason (no id, or a
+    part that is not an integer); callers turn it into an error naming their file and row."""
+    if value is None or not str(value).strip():
+        raise ValueError("no relevant article ids")
+    out: list[int] = []
+    for part in str(value).replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ValueError(f"article id {part!r} is not an integer") from None
+    return out
+
+
 def split_questions(questions, split: str) -> tuple[list[int], list[str], dict[int, list[int]]]:
     """``(qids, question texts, {qid: gold ids})`` of one split of the clean questions table, by id."""
     import polars as pl
