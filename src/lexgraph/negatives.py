@@ -19,11 +19,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import polars as pl
-from tqdm.auto import tqdm
 
 from lexgraph.config import HELD_OUT_SPLIT, bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS
 from lexgraph.errors import DataError, LexgraphError
+from lexgraph.progress import progress_bar
 from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
 
@@ -93,7 +93,7 @@ def mine_from_index(
         raise LexgraphError(f"negatives: {len(question_tokens)} questions but {len(gold)} gold lists")
     out: list[np.ndarray] = []
     n = len(question_tokens)
-    with tqdm(total=n, desc="mine negatives", unit="q", disable=n < 2000) as bar:
+    with progress_bar(n, "mine negatives", unit="q", disable=n < 2000) as bar:
         for start in range(0, n, batch_size):
             toks = question_tokens[start : start + batch_size]
             golds = [np.unique(np.asarray(g, dtype=np.int64)) for g in gold[start : start + batch_size]]

@@ -98,10 +98,11 @@ def crop_queries(
     length) and its start uniform over the positions where it fits.
     """
     import numpy as np
-    from tqdm.auto import tqdm
+
+    from lexgraph.progress import progress
 
     pairs: list[tuple[int, str]] = []
-    for article_id, text in tqdm(articles, desc="crop", unit="article", leave=False):
+    for article_id, text in progress(articles, "crop", unit="article", leave=False):
         words = text.split()
         if not words:
             continue
@@ -129,11 +130,11 @@ def doc2query_queries(
 ) -> list[tuple[int, str]]:
     """``per_article`` sampled doc2query questions per article (seq2seq model)."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from lexgraph.config import autocast
     from lexgraph.models.hub import from_pretrained
+    from lexgraph.progress import progress
 
     param = f"{SECTION}.model"
     tokenizer = from_pretrained(AutoTokenizer.from_pretrained, model_name, param=param)
@@ -150,7 +151,7 @@ def doc2query_queries(
     generated: dict[int, list[str]] = {}
     log.info("doc2query: %d articles, %d queries each, batches of %d on %s", len(articles), per_article, batch_size, device)
     for batch_no, start in enumerate(
-        tqdm(range(0, len(order), batch_size), desc="doc2query", unit="batch")
+        progress(range(0, len(order), batch_size), "doc2query", unit="batch")
     ):
         idx = order[start : start + batch_size]
         enc = tokenizer(

@@ -34,6 +34,10 @@ log = logging.getLogger("lexgraph")
 
 
 def setup_logging(level: str = "INFO") -> None:
+    """Log lines on stderr; off a TTY (CI, `dvc repro` captured) no third-party progress bar
+    either (:func:`lexgraph.progress.quiet_third_party_bars`), so no ``\\r`` redraws."""
+    from lexgraph.progress import quiet_third_party_bars
+
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -41,6 +45,7 @@ def setup_logging(level: str = "INFO") -> None:
     )
     for noisy in ("httpx", "urllib3", "filelock", "fsspec", "datasets", "huggingface_hub"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    quiet_third_party_bars()
 
 
 def run_stage(

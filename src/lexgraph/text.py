@@ -22,7 +22,7 @@ import re
 import unicodedata
 from typing import Iterable, Sequence
 
-from tqdm.auto import tqdm
+from lexgraph.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +110,14 @@ class FrenchAnalyzer:
     ) -> list[list[str]]:
         """Analyse many texts; stems each chunk of texts with one ``stemWords`` call.
 
-        ``progress=None`` shows a tqdm bar only for inputs of more than 5,000 texts.
+        ``progress=None`` reports progress (:mod:`lexgraph.progress`) only for more than 5,000 texts.
         """
         if not isinstance(texts, Sequence):
             texts = list(texts)
         if progress is None:
             progress = len(texts) > 5000
         out: list[list[str]] = []
-        with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress) as bar:
+        with progress_bar(len(texts), desc, unit="text", disable=not progress) as bar:
             for start in range(0, len(texts), chunk_size):
                 chunk = [self.tokenize(t) for t in texts[start : start + chunk_size]]
                 if self._stemmer is not None:

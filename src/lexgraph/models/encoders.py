@@ -5,7 +5,7 @@ tokenizer, with a uniform API
 
 * ``tokenize(texts) -> dict[str, Tensor]`` — model inputs for a batch of texts;
 * ``forward(input_ids, attention_mask) -> (batch, dim)`` — differentiable embeddings;
-* ``encode(texts, batch_size, device) -> (n, dim)`` — float32 embeddings, no grad, tqdm;
+* ``encode(texts, batch_size, device) -> (n, dim)`` — float32 embeddings, no grad, progress;
 * ``save_pretrained(dir)`` / ``from_pretrained(dir)`` — a Hugging Face directory
   (backbone via ``save_pretrained`` + tokenizer) plus a small JSON of our settings.
 
@@ -54,11 +54,11 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.family import read_base_info
+from lexgraph.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class TextEncoder(nn.Module):
         self.eval()
         try:
             starts = range(0, len(order), batch_size)
-            for start in tqdm(starts, desc=desc or f"encode {type(self).__name__}", disable=None if show_progress else True):
+            for start in progress(starts, desc or f"encode {type(self).__name__}", unit="batch", disable=not show_progress):
                 idx = order[start : start + batch_size]
                 inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
                 with _autocast(device):

@@ -151,7 +151,7 @@ def learn_wordpiece_vocab(
     """
     import heapq
 
-    from tqdm.auto import tqdm
+    from lexgraph.progress import progress_bar
 
     words = [w for w in sorted(word_counts) if w]
     freqs = [word_counts[w] for w in words]
@@ -172,7 +172,7 @@ def learn_wordpiece_vocab(
     heap = [(-n, a, b) for (a, b), n in pair_counts.items()]
     heapq.heapify(heap)
 
-    bar = tqdm(total=max(0, vocab_size - len(vocab)), desc="wordpiece", unit="merge", leave=False)
+    bar = progress_bar(max(0, vocab_size - len(vocab)), "wordpiece", unit="merge", leave=False)
     while len(vocab) < vocab_size and heap:
         neg, a, b = heapq.heappop(heap)
         if pair_counts.get((a, b), 0) != -neg:
@@ -318,7 +318,7 @@ def make_blocks(texts: Sequence[str], tokenizer, max_length: int) -> list[list[i
     Each block is ``[CLS] … [SEP]`` (the tokenizer's own special tokens) with at most
     ``max_length`` ids; only the last block may be shorter.
     """
-    from tqdm.auto import tqdm
+    from lexgraph.progress import progress
 
     prefix, suffix = special_affixes(tokenizer)
     inner = max_length - len(prefix) - len(suffix)
@@ -327,7 +327,7 @@ def make_blocks(texts: Sequence[str], tokenizer, max_length: int) -> list[list[i
     sep = tokenizer.sep_token_id
     stream: list[int] = []
     batch = 1000
-    for start in tqdm(range(0, len(texts), batch), desc="tokenise", unit="batch", leave=False):
+    for start in progress(range(0, len(texts), batch), "tokenise", unit="batch", leave=False):
         # the backend tokenizer directly: no length warning for long articles
         encoded = tokenizer.backend_tokenizer.encode_batch(list(texts[start : start + batch]), add_special_tokens=False)
         for ids in (e.ids for e in encoded):
@@ -476,10 +476,10 @@ def _eval_loss(model, blocks, tokenizer, cfg: PretrainConfig, device, seed: int)
 def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int) -> dict[str, Any]:
     """Train ``model`` in place with MLM; return the metrics dict."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
     from lexgraph.config import autocast
+    from lexgraph.progress import progress
 
     if not train_blocks:
         raise ConfigError("pretrain: no training blocks (the articles hold too little text)")
@@ -500,7 +500,7 @@ def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, 
     order: list[int] = []
     recent: list[float] = []
     start = time.perf_counter()
-    bar = tqdm(range(1, cfg.max_steps + 1), desc="pretrain", unit="step")
+    bar = progress(range(1, cfg.max_steps + 1), "pretrain", unit="step")
     for step in bar:
         if len(order) < cfg.batch_size:  # refill with a fresh epoch permutation
             order += torch.randperm(len(train_blocks), generator=order_gen).tolist()

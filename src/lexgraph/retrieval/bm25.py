@@ -53,9 +53,9 @@ from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm.auto import tqdm
 
 from lexgraph.errors import LexgraphError
+from lexgraph.progress import progress, progress_bar
 
 try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip its counting pass
     from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
@@ -372,7 +372,7 @@ class BM25:
         scores = np.empty((n, k), dtype=np.float32)
         if progress is None:
             progress = n > 2000
-        with tqdm(total=n, desc="bm25 search", unit="q", disable=not progress) as bar:
+        with progress_bar(n, "bm25 search", unit="q", disable=not progress) as bar:
             for start in range(0, n, batch_size):
                 batch = tokenised_queries[start : start + batch_size]
                 indptr, cols, vals = self._score_sparse(self._query_matrix(batch))
@@ -517,7 +517,7 @@ def tune(
     results: list[dict[str, float]] = []
     grid = [(float(k1), float(b)) for k1 in k1_grid for b in b_grid]
     try:
-        for k1, b in tqdm(grid, desc="bm25 tune", unit="pair"):
+        for k1, b in progress(grid, "bm25 tune", unit="pair"):
             bm25.reweight(k1, b)
             ids, _ = bm25.search_tokens(tokens, k, progress=False)
             run = {q: row.tolist() for q, row in zip(qids, ids)}

@@ -38,13 +38,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from lexgraph.config import autocast, bad_value, expectation, section_config, seed_everything
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, collate_chunks
+from lexgraph.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -422,7 +422,7 @@ def train_dsr(
                                                                           replace=False).tolist())]
         order = rng.permutation(len(pairs))
         losses = []
-        bar = tqdm(range(steps_per_epoch), desc=f"train_dsr epoch {epoch}/{config.epochs}", disable=None)
+        bar = progress(range(steps_per_epoch), f"train_dsr epoch {epoch}/{config.epochs}", unit="step")
         for step in bar:
             batch = [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
             negatives = sample_negatives(batch, data.article_ids, rng)

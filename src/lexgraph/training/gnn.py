@@ -49,7 +49,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from lexgraph.config import autocast, check_types
 from lexgraph.errors import ConfigError, DataError
@@ -57,6 +56,7 @@ from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
+from lexgraph.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -572,7 +572,8 @@ def train_graph_encoder(
             encoder.train(settings.trains_query_encoder)
         order = torch.randperm(ts.pairs.size(0), generator=generator)
         totals = {"loss": 0.0, "contrastive": 0.0, "kd": 0.0}
-        bar = tqdm(range(steps_per_epoch), desc=f"{settings.variant} epoch {epoch}", disable=None if show_progress else True)
+        bar = progress(range(steps_per_epoch), f"{settings.variant} epoch {epoch}", unit="step",
+                       disable=not show_progress)
         for step in bar:
             batch = ts.pairs[order[step * settings.batch_size : (step + 1) * settings.batch_size]]  # (B, 2)
             with autocast(device):
