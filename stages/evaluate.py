@@ -1,5 +1,6 @@
 """evaluate: every system on every split -> TREC runs, metrics/<system>.json, metrics/results.md,
-and paired significance tests on the test split -> metrics/significance.json."""
+paired significance tests on the test split -> metrics/significance.json, per-question results
+-> metrics/per_query/<split>.csv and the test recall@k curve -> metrics/recall_curve_test.csv."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import polars as pl
 from lexgraph.config import resolve_device
 from lexgraph.evaluation import EvaluateConfig, evaluate_systems, read_trec, results_markdown, significance_report, split_questions
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
+from lexgraph.per_query import write_per_query_reports
 
 
 def configure(parser):
@@ -38,6 +40,8 @@ def main(args, base, params):
     counts = dict(questions.filter(pl.col("split").is_in(splits)).group_by("split").len().iter_rows())
     write_text(results_markdown(results, splits, counts, {split: markers}, {split: legend}),
                Path(args.metrics_dir) / "results.md")
+    write_per_query_reports(questions, args.runs, list(results), splits, config.k,
+                            Path(args.metrics_dir) / "per_query", Path(args.metrics_dir) / "recall_curve_test.csv")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ STAGES = {
                           "--negatives", "{in}/negatives.parquet", "--pretrained", "{in}/pretrain",
                           "--chunks", "{in}/chunks", "--out", "{out}/dsr", "--metrics", "{out}/train_dsr.json",
                           "--plot", "{out}/train_dsr_curve.csv"]),
+    "hybrid": ("hybrid", ["--questions", "{in}/questions.parquet", "--workspace", "{in}", "--out", "{out}/hybrid",
+                          "--metrics", "{out}/hybrid_tune.json"]),
 }
 
 DELETE = object()
@@ -91,6 +93,8 @@ CASES = [
     ("zeroshot.batch_size", "zeroshot", {"zeroshot.batch_size": True},
      ["'zeroshot.batch_size' = True, expected an integer"]),
     ("dsr.lr", "train_dsr", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
+    ("hybrid.split-test", "hybrid", {"hybrid.split": "test"},
+     ["'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"]),
 ]
 
 
@@ -244,6 +248,7 @@ def _builders() -> dict:
     from lexgraph.data.fetch import FetchConfig
     from lexgraph.embed import EmbedConfig
     from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.retrieval.hybrid import HybridConfig
     from lexgraph.data.clean import CleanConfig
     from lexgraph.evaluation import EvaluateConfig
     from lexgraph.graph import GraphConfig
@@ -269,6 +274,7 @@ def _builders() -> dict:
         "queries": QueriesConfig.from_params,
         "dsr": DSRConfig.from_params,
         "embed": EmbedConfig.from_params,
+        "hybrid": HybridConfig.from_params,
     }
 
 
@@ -307,6 +313,8 @@ CONFIG_CASES = [
     ("gnn", {"kd": {"weight": "half", "mode": "score"}}, "'gnn.kd.weight' = 'half', expected a number"),
     ("gnn", {"qabisar": {"edge_dim": "16"}}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
+    ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, gdsr, qabisar or best"),
+    ("hybrid", {"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
 ]
 
 

@@ -53,6 +53,7 @@ SECTIONS: dict[str, str] = {
     "queries": "generate_queries",
     "dsr": "train_dsr, encode_chunks (chunking keys)",
     "embed": "embed",
+    "hybrid": "hybrid",
 }
 
 #: The split held out for evaluation: no tuning or training stage may read it.

@@ -29,6 +29,7 @@ SYSTEMS: dict[str, str] = {
     "dsr": "lexgraph.retrieval.dense:load_dsr",
     "gdsr": "lexgraph.retrieval.gnn:load_gdsr",
     "qabisar": "lexgraph.retrieval.gnn:load_qabisar",
+    "hybrid": "lexgraph.retrieval.hybrid:load_hybrid",
 }
 
 

@@ -1,0 +1,37 @@
+"""hybrid: choose, on the dev split, the dense system and the fusion (RRF or weighted score sum)
+with which the `hybrid` system fuses BM25 with it -> models/hybrid/hybrid.json, metrics/hybrid_tune.json."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lexgraph.config import resolve_device
+from lexgraph.io import atomic_path, read_parquet, write_text
+from lexgraph.retrieval import load_retriever
+from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig, dense_systems_needed, to_json, tune, tune_metrics
+
+
+def configure(parser):
+    parser.add_argument("--questions", default="data/clean/questions.parquet")
+    parser.add_argument("--workspace", default=".", help="where the systems' artefacts are (models/, data/)")
+    parser.add_argument("--out", default="models/hybrid", help="directory of hybrid.json (the chosen fusion)")
+    parser.add_argument("--metrics", default="metrics/hybrid_tune.json")
+
+
+def main(args, base, params):
+    config = HybridConfig.from_params(params)
+    device = str(resolve_device(base.device))
+    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
+    sparse = load_retriever(SPARSE, args.workspace, device)
+    dense = {name: load_retriever(name, args.workspace, device) for name in dense_systems_needed(config)}
+    report = tune(questions, sparse, dense, config)
+    with atomic_path(args.out, directory=True) as tmp:
+        write_text(to_json(report), Path(tmp) / SETTINGS)
+    write_text(to_json(tune_metrics(report)), args.metrics)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("hybrid", main, configure, config=HybridConfig.from_params))
