@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from lexgraph.cli import main, print_results
+from lexgraph.cli import main
 from lexgraph.evaluation import read_trec
 from lexgraph.retrieval.bm25 import BM25
 
@@ -71,7 +71,8 @@ def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
 def test_one_question_prints_reference_path_and_snippet(ws, capsys):
     assert main(["search", "--system", "bm25", "Qui paie le loyer ?", "--top", "2", "--workspace", str(ws)]) == 0
     out = capsys.readouterr().out
-    assert "  1. Art. 3" in out and "Code A > Livre 1" in out and "Le locataire paie le loyer" in out
+    assert "  1. Art. 3   (score " in out and "Code A › Livre 1" in out and "Le locataire **paie** le **loyer**" in out
+    assert out.index("  1. Art. 3") < out.index("  2. Art. ") and "  3. " not in out
 
 
 def test_interactive_mode_reads_until_empty_line(ws, capsys, monkeypatch):
@@ -81,13 +82,61 @@ def test_interactive_mode_reads_until_empty_line(ws, capsys, monkeypatch):
     assert "1. Art. 2" in out
 
 
-def test_print_results_stops_at_padding():
-    import numpy as np
+HIT_KEYS = {"rank", "id", "article", "reference", "path", "score", "snippet", "highlights", "matched_terms"}
 
-    articles = pl.DataFrame({"id": [1], "article": ["Texte."], "reference": ["Art. 1"], "path": [[]]})
-    buf = io.StringIO()
-    print_results("q", np.array([1, -1]), np.array([1.0, 0.0]), articles, out=buf)
-    assert buf.getvalue().count("Art.") == 1
+
+def _check_record(record: dict, question: str, qid, top: int) -> list[dict]:
+    assert set(record) == {"id", "question", "system", "hits"}
+    assert record["id"] == qid and record["question"] == question and record["system"] == "bm25"
+    hits = record["hits"]
+    assert 0 < len(hits) <= top
+    for hit in hits:
+        assert set(hit) == HIT_KEYS
+        assert isinstance(hit["id"], int) and isinstance(hit["score"], float) and isinstance(hit["path"], list)
+        assert hit["reference"] == f"Art. {hit['id']}" and hit["article"] == hit["reference"]
+        assert all(hit["snippet"][s:e] for s, e in hit["highlights"])
+    assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1))
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    return hits
+
+
+def test_one_question_as_json(ws, capsys):
+    question = "Qui paie la réparation des murs ?"
+    assert main(["search", question, "--json", "--top", "3", "--workspace", str(ws)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    hits = _check_record(json.loads(lines[0]), question, None, 3)
+    assert hits[0]["id"] == 1 and hits[0]["matched_terms"] == ["paie", "réparation", "murs"]
+    assert [hits[0]["snippet"][s:e] for s, e in hits[0]["highlights"]] == ["mur", "paie", "réparation", "mur"]
+    assert hits[0]["path"] == ["Code A", "Livre 1"]
+
+
+def test_batch_as_json_lines_with_and_without_a_run(ws, capsys):
+    qfile = ws / "q.jsonl"
+    qfile.write_text(json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n"
+                     + json.dumps({"id": 7, "question": "xyzzy"}) + "\n", encoding="utf-8")
+    assert main(["search", "--questions", str(qfile), "--json", "--top", "2", "--workspace", str(ws)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in records] == ["a", "7"] and records[1]["hits"] == []
+    assert _check_record(records[0], "Qui paie le loyer ?", "a", 2)[0]["id"] == 3
+    run = ws / "out.trec"
+    assert main(["search", "--questions", str(qfile), "--json", "--top", "1", "--run", str(run), "--k", "3",
+                 "--workspace", str(ws)]) == 0
+    assert [len(json.loads(line)["hits"]) for line in capsys.readouterr().out.splitlines()] == [1, 0]
+    assert len(read_trec(run, qid_type=str)["a"]) == 3
+
+
+def test_interactive_json_prints_only_json_lines(ws, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("contrat de bail\nloyer\n\n"))
+    assert main(["search", "--json", "--top", "1", "--workspace", str(ws)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["question"], r["hits"][0]["id"]) for r in records] == [("contrat de bail", 2), ("loyer", 3)]
+
+
+def test_questions_need_run_or_json(ws, capsys):
+    (ws / "q.jsonl").write_text('{"id": 1, "question": "loyer"}\n', encoding="utf-8")
+    assert main(["search", "--questions", str(ws / "q.jsonl"), "--workspace", str(ws)]) == 2
+    assert "--questions needs --run OUT.trec, --json or both" in capsys.readouterr().err
 
 
 def test_regress(tmp_path, capsys):

@@ -7,10 +7,15 @@
     a TREC run, or a path under the workspace's ``data/`` or ``models/``. A question that
     no article matches (BM25: none of its terms is in the corpus) gets no ranking, with a
     warning naming its id.
-``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?"``
-    one question: prints the top articles with reference, heading path and a snippet.
-``lexgraph search --system bm25``
-    interactive: asks for questions until an empty line or end of input.
+``lexgraph search --system bm25 --questions FILE.jsonl --json [--top 10]``
+    batch mode to stdout: one JSON object per question (with ``--run`` too: both).
+``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?" [--json]``
+    one question: prints the top articles, each with its rank, article number and
+    reference, heading path, score and a snippet with the question's terms marked
+    (:mod:`lexgraph.display`); ``--json``: one JSON object instead.
+``lexgraph search --system bm25 [--json]``
+    interactive: asks for questions until an empty line or end of input (``--json``: one
+    JSON line per question, the prompt on stderr and only on a terminal).
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance.
 
@@ -27,10 +32,10 @@ import json
 import logging
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 from lexgraph.errors import DataError, LexgraphError
+from lexgraph.retrieval import SYSTEMS
 
 log = logging.getLogger("lexgraph")
 
@@ -146,26 +151,27 @@ def _articles(workspace: Path):
     return read_parquet(workspace / "data" / "clean" / "articles.parquet", ["id", "article", "reference", "path"])
 
 
-def print_results(question: str, ids, scores, articles, snippet: int = 240, out=None) -> None:
+def _display(retriever, workspace: Path):
+    """A :class:`lexgraph.display.Display` over the workspace's articles that marks terms with
+    the retriever's own analyzer (BM25) or the project's default one."""
+    from lexgraph.display import Display
+    from lexgraph.text import FrenchAnalyzer
+
+    analyzer = getattr(retriever, "analyzer", None)
+    return Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+
+
+def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None) -> None:
+    """Write one question's results to stdout: text for a person, or one JSON line (``--json``)."""
+    from lexgraph.display import render_json, render_text, use_ansi
+
     out = out or sys.stdout
-    by_id = {row["id"]: row for row in articles.iter_rows(named=True)}
-    out.write(f"\n{question}\n")
-    ids, scores = ids.tolist(), scores.tolist()
-    if not ids or ids[0] < 0:
-        out.write("\n     no results: no article matches any term of the question\n")
-        return
-    for rank, (aid, score) in enumerate(zip(ids, scores), 1):
-        if aid < 0:
-            break
-        if aid not in by_id:
-            raise LexgraphError(f"article {aid} of the results is not in the corpus (data/clean/articles.parquet); "
-                                "run `dvc repro`")
-        art = by_id[aid]
-        out.write(f"\n{rank:>3}. {art['reference']}   (score {score:.4f}, id {aid})\n")
-        if art["path"]:
-            out.write(f"     {' > '.join(art['path'])}\n")
-        text = " ".join(art["article"].split())
-        out.write(textwrap.indent(textwrap.fill(textwrap.shorten(text, snippet, placeholder=" …"), 92), "     ") + "\n")
+    hits = display.hits(question, ids, scores)
+    if args.json:
+        out.write(render_json(question, hits, qid=qid, system=args.system) + "\n")
+    else:
+        out.write(render_text(question, hits, style="ansi" if use_ansi(out) else "plain"))
+    out.flush()
 
 
 def _check_depth(name: str, value: int) -> None:
@@ -184,8 +190,8 @@ def cmd_search(args) -> int:
     # every check on the arguments comes before loading a system (seconds to minutes)
     if args.questions and args.question is not None:
         raise LexgraphError("give either --questions FILE or a question, not both")
-    if args.questions and not args.run:
-        raise LexgraphError("--questions needs --run OUT.trec")
+    if args.questions and not (args.run or args.json):
+        raise LexgraphError("--questions needs --run OUT.trec, --json or both")
     if args.run and not args.questions:
         raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
     if args.question is not None and not args.question.strip():
@@ -195,35 +201,51 @@ def cmd_search(args) -> int:
     _check_depth("--top", args.top)
     ids = questions = None
     if args.questions:
-        check_run_path(args.run, args.questions, workspace)
+        if args.run:
+            check_run_path(args.run, args.questions, workspace)
         ids, questions = read_questions_jsonl(Path(args.questions))
     device = str(resolve_device(args.device, where="--device"))
     retriever = load_retriever(args.system, workspace, device)
+    display = _display(retriever, workspace) if args.json or not args.questions else None
     if args.questions:
-        top, scores = retriever.search(questions, args.k)
+        top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
         matched = np.array([row.size > 0 and row[0] >= 0 for row in top], dtype=bool)  # (n,)
         if not matched.all():
             unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
-            log.warning("no article matches any term of %d question(s) of %s (ids: %s%s); the run has nothing "
-                        "for them", len(unmatched), args.questions, ", ".join(unmatched[:10]),
-                        ", …" if len(unmatched) > 10 else "")
-        write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched], scores[matched], args.system)
-        log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
+            log.warning("no article matches any term of %d question(s) of %s (ids: %s%s)%s", len(unmatched),
+                        args.questions, ", ".join(unmatched[:10]), ", …" if len(unmatched) > 10 else "",
+                        "; the run has nothing for them" if args.run else "")
+        if args.run:
+            write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched, : args.k],
+                       scores[matched, : args.k], args.system)
+            log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
+        if args.json:
+            for qid, question, row_ids, row_scores in zip(ids, questions, top, scores):
+                _show_results(display, question, row_ids[: args.top], row_scores[: args.top], args, qid=qid)
         return 0
-    articles = _articles(workspace)
     if args.question is not None:
         top, scores = retriever.search([args.question], args.top)
-        print_results(args.question, top[0], scores[0], articles)
+        _show_results(display, args.question, top[0], scores[0], args)
         return 0
+    prompt = "\nquestion (empty line to quit)> "
     while True:  # interactive
         try:
-            question = input("\nquestion (empty line to quit)> ").strip()
+            if args.json:  # stdout carries only JSON lines: the prompt goes to stderr, on a terminal only
+                if sys.stdin.isatty() and sys.stderr.isatty():
+                    sys.stderr.write(prompt.lstrip("\n"))
+                    sys.stderr.flush()
+                line = sys.stdin.readline()
+                if not line:
+                    return 0
+                question = line.strip()
+            else:
+                question = input(prompt).strip()
         except EOFError:
             return 0
         if not question:
             return 0
         top, scores = retriever.search([question], args.top)
-        print_results(question, top[0], scores[0], articles)
+        _show_results(display, question, top[0], scores[0], args)
 
 
 def cmd_regress(args) -> int:
@@ -248,10 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search", help="retrieve articles for questions with a trained system")
     s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", help="bm25 | zeroshot | dsr | gdsr | qabisar")
+    s.add_argument("--system", default="bm25", help=" | ".join(SYSTEMS))
     s.add_argument("--questions", help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
     s.add_argument("--run", help="output TREC run file (batch mode)")
-    s.add_argument("--k", type=int, default=500, help="ranking depth in batch mode (default 500)")
+    s.add_argument("--json", action="store_true",
+                   help="print one JSON object per question (id, question, system, hits with rank, id, article, "
+                        "reference, path, score, snippet, highlights, matched_terms) instead of text")
+    s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default 500)")
     s.add_argument("--top", type=int, default=10, help="articles shown per question (default 10)")
     s.add_argument("--workspace", default=".", help="directory where `dvc repro` wrote models/ and data/")
     s.add_argument("--device", default="auto", help="auto | cpu | cuda")

@@ -1,0 +1,143 @@
+"""What `lexgraph search` shows (lexgraph.display): matched words by the analyzer's stems,
+snippets around them, article numbers, the text and JSON renderings (issue 10, item 4)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import ROOT
+from lexgraph.display import (
+    BOLD,
+    Display,
+    TermMatcher,
+    article_number,
+    make_snippet,
+    mark,
+    render_json,
+    render_text,
+    use_ansi,
+)
+from lexgraph.text import FrenchAnalyzer
+
+ARTICLE = ("Le mur mitoyen est réparé aux frais des propriétaires ; la mitoyenneté cesse par l'abandon. "
+           "Les murailles de la maison ne sont pas concernées.")
+QUESTION = "Qui répare les murs mitoyens de la maison ?"
+
+
+def marked_words(question: str, text: str, analyzer=None) -> list[str]:
+    articles = pl.DataFrame({"id": [1], "article": [text], "reference": ["Art. 1"], "path": [[]]})
+    hit = Display(articles, analyzer).hits(question, [1], [1.0])[0]
+    return [hit.snippet[s:e] for s, e in hit.highlights]
+
+
+def test_marks_the_words_sharing_a_stem_with_the_question():
+    # "murs" marks "mur", "répare" marks "réparé", "maison" marks "maison"; not "mitoyenneté"
+    # (stem mitoyennet), "murailles" (muraill), nor the stopwords "les", "de", "la" of the question
+    assert marked_words(QUESTION, ARTICLE) == ["mur", "mitoyen", "réparé", "maison"]
+    assert marked_words("LES MURS", "Le mur. Les murs. La muraille.") == ["mur", "murs"]
+    assert marked_words("bail commercial", ARTICLE) == []
+
+
+def test_elided_words_are_not_terms_even_without_stopwords():
+    raw = FrenchAnalyzer(stem=False, stopwords=False)
+    text = "L'entrée du mur, jusqu'à l'abandon d'aujourd'hui"
+    words = TermMatcher(raw).words(text)
+    assert [text[s:e] for s, e, _ in words] == ["entrée", "du", "mur", "à", "abandon", "aujourd", "hui"]
+    assert [t for _, _, t in words] == raw(text)
+    assert marked_words("l'entrée", text, raw) == ["entrée"]  # not the "l" of "L'entrée" or "l'abandon"
+
+
+@pytest.mark.parametrize("options", [{}, {"stem": False, "stopwords": False}, {"stopwords": False}])
+def test_word_terms_agree_with_the_analyzer_on_the_sample(options):
+    """Term by word (with its span) gives exactly the analyzer's terms of the whole text."""
+    analyzer = FrenchAnalyzer(**options)
+    matcher = TermMatcher(analyzer)
+    with open(ROOT / "data" / "sample" / "articles.csv", encoding="utf-8", newline="") as fh:
+        texts = [row["article"] for row in csv.DictReader(fh)]
+    texts += [QUESTION, ARTICLE, "Qu'il s'en aille lorsqu'on l’exige puisqu'ils l'ont dit"]
+    for text in texts:
+        assert [t for _, _, t in matcher.words(text)] == analyzer(text), text[:80]
+
+
+def test_snippet_is_a_window_around_the_matched_words():
+    filler = " ".join(f"mot{i}" for i in range(80))
+    text = f"{filler} Le mur mitoyen est à la charge des propriétaires. {filler}"
+    spans = [s for s in TermMatcher().words(text) if s[2] in {"mur", "mitoyen", "propriétair"}]
+    snippet, highlights = make_snippet(text, spans, width=120)
+    assert snippet.startswith("… ") and snippet.endswith(" …") and len(snippet) <= 120 + 4
+    assert [snippet[s:e] for s, e in highlights] == ["mur", "mitoyen", "propriétaires"]
+    assert snippet[2:-2] in text and not snippet[2].isspace()
+    assert mark(snippet, highlights).count("**mur** **mitoyen**") == 1
+    # a short text is whole; a text without matches shows its opening
+    assert make_snippet("Le bail.", [], 120) == ("Le bail.", [])
+    opening, none = make_snippet(text, [], 120)
+    assert opening.startswith("mot0 mot1") and opening.endswith(" …") and none == []
+
+
+def test_snippet_prefers_the_window_with_the_most_distinct_terms():
+    text = "mur " * 40 + "x " * 100 + "le mur mitoyen réparé " + "y " * 100
+    spans = [s for s in TermMatcher().words(text) if s[2] in {"mur", "mitoyen", "répar"}]
+    snippet, highlights = make_snippet(text, spans, width=80)
+    assert {snippet[s:e] for s, e in highlights} == {"mur", "mitoyen", "réparé"}
+
+
+@pytest.mark.parametrize(
+    ("reference", "number"),
+    [("Art. 655, Code civil (Livre II, Titre IV)", "Art. 655"), ("Art. 6-1, Code civil", "Art. 6-1"),
+     ("Art. 2bis, Code judiciaire", "Art. 2bis"), ("Article 1.1.2 du Code wallon", "Article 1.1.2"),
+     ("Art. 3", "Art. 3"), ("Préambule", "Préambule"), (None, "")],
+)
+def test_article_number(reference, number):
+    assert article_number(reference) == number
+
+
+def _hits():
+    articles = pl.DataFrame({
+        "id": [7, 9],
+        "article": ["Le locataire paie le loyer au bailleur.", "Le bail est un contrat."],
+        "reference": ["Art. 1728, Code civil (Livre III)", "Art. 1709, Code civil (Livre III)"],
+        "path": [["Code civil", "Livre III"], ["Code civil", "Livre III"]],
+    })
+    return Display(articles).hits("Quand payer le loyer ?", np.array([7, 9, -1]), np.array([3.5, 1.25, 0.0]))
+
+
+def test_text_rendering_plain_and_ansi():
+    hits = _hits()
+    text = render_text("Quand payer le loyer ?", hits)
+    assert "  1. Art. 1728 · Code civil (Livre III)   (score 3.5000, id 7)" in text
+    assert "     Code civil › Livre III" in text
+    assert "Le locataire **paie** le **loyer** au bailleur." in text
+    assert text.index("  1. Art. 1728") < text.index("  2. Art. 1709") and "  3." not in text  # padding dropped
+    assert BOLD not in text
+    ansi = render_text("Quand payer le loyer ?", hits, style="ansi")
+    assert f"{BOLD}loyer" in ansi and "**" not in ansi
+    assert "no results" in render_text("xyzzy", [])
+
+
+def test_ansi_only_on_a_terminal(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_ansi(Tty()) and not use_ansi(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_ansi(Tty())
+
+
+def test_json_rendering():
+    record = json.loads(render_json("Quand payer le loyer ?", _hits(), qid="q1", system="bm25"))
+    assert record["id"] == "q1" and record["system"] == "bm25" and len(record["hits"]) == 2
+    first = record["hits"][0]
+    assert first == {
+        "rank": 1, "id": 7, "article": "Art. 1728", "reference": "Art. 1728, Code civil (Livre III)",
+        "path": ["Code civil", "Livre III"], "score": 3.5, "snippet": "Le locataire paie le loyer au bailleur.",
+        "highlights": [[13, 17], [21, 26]], "matched_terms": ["payer", "loyer"],
+    }
+    assert record["hits"][1]["matched_terms"] == []
