@@ -1,15 +1,21 @@
 """Benchmark: lexgraph's BM25 against rank_bm25 and bm25s on a BSARD-sized French corpus.
 
-    .venv/bin/python benchmarks/bm25.py [--copies 8] [--queries 300] [--rank-bm25-queries 30]
+    .venv/bin/python benchmarks/bm25.py [--corpus data/sample] [--copies 8] [--queries 300] [--rank-bm25-queries 30]
 
-Corpus: the 2,760 Code civil articles of ``../shared/data/code-civil-fr`` replicated
-``--copies`` times (default 8: 22,080 articles, about BSARD's 22,633). Copy 0 is the
-original; every other copy shuffles the order of an article's sentences and the words
-inside each sentence, drops ~15 % of its words and inserts ~10 % words drawn from the
-corpus' own word distribution (fixed seed), so the vocabulary and its document
-frequencies stay those of real statute text while no two articles are identical
-(exact duplicates would make many exact score ties, which real BSARD does not have).
-Queries: the first ``--queries`` citizen questions of ``questions.jsonl``.
+Needs the ``dev`` extras (``pip install -e '.[dev]'``: rank_bm25, bm25s; numba is optional).
+
+Corpus: ``--corpus DIR``, a directory in BSARD's file layout: ``articles.csv`` (columns
+``id``, ``article``) and ``questions_<split>.csv`` (``question``, ``article_ids``). The
+default is the project's own embedded sample, ``data/sample`` (2,760 Code civil
+articles, 330 questions); a BSARD download (the hub's files) works the same way, with
+``--copies 1``. The articles are replicated ``--copies`` times (default 8: 22,080 sample
+articles, about BSARD's 22,633). Copy 0 is the original; every other copy shuffles the
+order of an article's sentences and the words inside each sentence, drops ~15 % of its
+words and inserts ~10 % words drawn from the corpus' own word distribution (fixed seed),
+so the vocabulary and its document frequencies stay those of real statute text while no
+two articles are identical (exact duplicates would make many exact score ties, which real
+BSARD does not have). Queries: the first ``--queries`` questions of the train, dev and test
+files, in that order (then any other ``questions_*.csv`` but the synthetic ones).
 
 All three systems get the same pre-tokenised input (lexgraph's FrenchAnalyzer:
 elisions, stopwords, Snowball stemming); tokenisation is not timed. Search = top-100
@@ -38,7 +44,7 @@ by (-score, id)), so "identical" means the scores order the articles the same wa
 from __future__ import annotations
 
 import argparse
-import json
+import csv
 import random
 import re
 import statistics
@@ -51,23 +57,55 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from lexgraph.data.schema import parse_article_ids  # noqa: E402
 from lexgraph.negatives import mine_from_index  # noqa: E402
 from lexgraph.retrieval.bm25 import BM25, robertson_idf  # noqa: E402
 from lexgraph.text import FrenchAnalyzer  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "code-civil-fr"
+DATA = ROOT / "data" / "sample"
+SPLIT_ORDER = ("train", "dev", "test")
 K = 100
 K1, B = 1.5, 0.75  # rank_bm25's defaults; any values work for the comparison
 
 
-def build_corpus(copies: int, seed: int) -> tuple[list[str], list[int]]:
-    articles = [json.loads(line) for line in (DATA / "articles.jsonl").open(encoding="utf-8")]
+def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    if not path.is_file():
+        sys.exit(f"benchmarks/bm25.py: error: {path} not found; expected a corpus directory in BSARD's layout "
+                 "(articles.csv, questions_<split>.csv), see --corpus")
+    csv.field_size_limit(sys.maxsize)  # BSARD has long articles
+    with path.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    missing = [c for c in columns if rows and c not in rows[0]]
+    if not rows or missing:
+        sys.exit(f"benchmarks/bm25.py: error: {path} has {'no rows' if not rows else f'no column(s) {missing}'}; "
+                 f"expected the columns {', '.join(columns)}")
+    return rows
+
+
+def read_questions(corpus: Path) -> list[dict]:
+    """The questions of ``corpus/questions_<split>.csv`` (train, dev, test, then the others
+    but synthetic), each ``{"question", "article_ids": [int, ...]}``."""
+    files = sorted(corpus.glob("questions_*.csv"), key=lambda p: (
+        SPLIT_ORDER.index(p.stem[10:]) if p.stem[10:] in SPLIT_ORDER else len(SPLIT_ORDER), p.name))
+    files = [p for p in files if "synthetic" not in p.stem]
+    if not files:
+        sys.exit(f"benchmarks/bm25.py: error: no questions_<split>.csv in {corpus}; see --corpus")
+    out = []
+    for path in files:
+        for row in read_csv(path, ("question", "article_ids")):
+            out.append({"question": row["question"], "article_ids": parse_article_ids(row["article_ids"])})
+    return out
+
+
+def build_corpus(corpus: Path, copies: int, seed: int) -> tuple[list[str], list[int]]:
+    articles = read_csv(corpus / "articles.csv", ("id", "article"))
+    stride = 10 ** len(str(max(int(art["id"]) for art in articles)))  # copy c of article i: id c * stride + i
     rng = random.Random(seed)
-    pool = [w for art in articles for w in art["text"].split()]  # the corpus' word distribution
+    pool = [w for art in articles for w in art["article"].split()]  # the corpus' word distribution
     texts, ids = [], []
     for copy in range(copies):
         for art in articles:
-            text = " ".join(art["text"].split())
+            text = " ".join(art["article"].split())
             if copy:
                 sentences = [s.split() for s in re.split(r"(?<=[.;:])\s+", text) if s]
                 rng.shuffle(sentences)
@@ -81,7 +119,7 @@ def build_corpus(copies: int, seed: int) -> tuple[list[str], list[int]]:
                             words.append(rng.choice(pool))
                 text = " ".join(words or sentences[0])
             texts.append(text)
-            ids.append(copy * 100_000 + int(art["id"]))
+            ids.append(copy * stride + int(art["id"]))
     return texts, ids
 
 
@@ -119,6 +157,9 @@ def agreement(ours_ids, ours_scores, ref_ids, ref_scores) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=DATA,
+                        help="directory with articles.csv and questions_<split>.csv (default: the embedded sample, "
+                             "data/sample)")
     parser.add_argument("--copies", type=int, default=8)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--rank-bm25-queries", type=int, default=30)
@@ -132,8 +173,8 @@ def main() -> None:
     import bm25s
     import rank_bm25
 
-    texts, ids = build_corpus(args.copies, args.seed)
-    records = [json.loads(line) for line in (DATA / "questions.jsonl").open(encoding="utf-8")]
+    texts, ids = build_corpus(args.corpus, args.copies, args.seed)
+    records = read_questions(args.corpus)
     questions = [r["question"] for r in records][: args.queries]
     analyzer = FrenchAnalyzer()
     start = time.perf_counter()
@@ -141,7 +182,7 @@ def main() -> None:
     query_tokens = analyzer.analyze_many(questions)
     t_analyze = time.perf_counter() - start
     n_tok = sum(map(len, corpus_tokens))
-    print(f"corpus: {len(texts)} articles, {n_tok} tokens ({n_tok / len(texts):.1f}/article), "
+    print(f"corpus: {args.corpus} x {args.copies}: {len(texts)} articles, {n_tok} tokens ({n_tok / len(texts):.1f}/article), "
           f"{len(set(t for d in corpus_tokens for t in d))} terms; {len(questions)} queries "
           f"({np.mean([len(q) for q in query_tokens]):.1f} tokens/query); analysis {t_analyze:.2f} s (untimed below)")
     # rank_bm25 ranks in corpus order and lexgraph by article id: give everyone the corpus sorted by id
