@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from lexgraph.errors import DataError
+from lexgraph.io import save_tensors
 from lexgraph.progress import progress
 
 log = logging.getLogger(__name__)
@@ -117,14 +118,12 @@ def encode_chunk_table(encoder, ids: Sequence[int], texts: Sequence[str], batch_
 
 
 def save_chunk_table(table: ChunkTable, path: str | os.PathLike) -> None:
-    from safetensors.torch import save_file
-
     tensors = {"ids": torch.from_numpy(table.ids), "offsets": torch.from_numpy(table.offsets),
                "tokens": table.tokens.contiguous()}
     if table.vectors is not None:
         tensors["vectors"] = table.vectors.contiguous()
     metadata = {**table.settings, "vectors": str(table.vectors is not None).lower()}
-    save_file(dict(sorted(tensors.items())), str(path), metadata=dict(sorted(metadata.items())))
+    save_tensors(tensors, path, metadata)
 
 
 def load_chunk_table(path: str | os.PathLike) -> ChunkTable:

@@ -29,7 +29,7 @@ import torch
 
 from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import atomic_path, read_parquet
+from lexgraph.io import atomic_path, read_parquet, save_tensors
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,11 @@ def save_embeddings(
     path: str | os.PathLike, ids, embeddings: torch.Tensor, metadata: dict[str, str] | None = None
 ) -> None:
     """Write ``ids`` int64 ``(n,)`` and ``embeddings`` float32 ``(n, dim)`` to ``path``."""
-    from safetensors.torch import save_file
-
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))  # (n,)
     embeddings = embeddings.detach().to(torch.float32).cpu().contiguous()  # (n, dim)
     if embeddings.ndim != 2 or embeddings.size(0) != ids.size(0):
         raise ValueError(f"{ids.size(0)} ids but embeddings of shape {tuple(embeddings.shape)}")
-    save_file({"embeddings": embeddings, "ids": ids}, str(path), metadata=dict(sorted((metadata or {}).items())))
+    save_tensors({"embeddings": embeddings, "ids": ids}, path, metadata)
 
 
 def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:

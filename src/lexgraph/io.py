@@ -151,3 +151,27 @@ def require_columns(df, required: Iterable[str], path) -> None:
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise DataError(path, f"missing column(s) {missing}; found {df.columns}")
+
+
+def save_tensors(tensors: dict, target: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """Write a safetensors file whose bytes depend only on its content.
+
+    ``safetensors.torch.save_file`` serialises ``__metadata__`` from a hash map whose order
+    changes from one process to the next, so two runs of a stage gave equal tensors but
+    different bytes (and DVC saw a change). The header is re-serialised here with sorted
+    keys; tensor data and offsets are the library's. Written atomically.
+    """
+    import struct
+
+    from safetensors.torch import save
+
+    blob = save(dict(sorted(tensors.items())), metadata=dict(sorted((metadata or {}).items())) or None)
+    (length,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + length])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # data stays 8-byte aligned, as the library writes it
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            f.write(blob[8 + length :])
