@@ -143,6 +143,10 @@ def run_dense(args) -> list[str]:
     del ivf
     gc.collect()
 
+    if args.skip_hnsw:
+        del x
+        gc.collect()
+        return lines
     cfg = IndexConfig(type="hnsw", hnsw_m=args.hnsw_m, ef_construction=args.ef_construction)
     hnsw, t_hnsw, c_hnsw, mem = timed_build(ids, x, cfg)
     for ef in (128, 256, 512, 1024, 2048):
@@ -263,6 +267,7 @@ def main() -> None:
     parser.add_argument("--hnsw-m", type=int, default=32)
     parser.add_argument("--ef-construction", type=int, default=80)
     parser.add_argument("--skip-dense", action="store_true")
+    parser.add_argument("--skip-hnsw", action="store_true", help="no HNSW (its build is the slowest part at 1M)")
     parser.add_argument("--skip-bm25", action="store_true")
     args = parser.parse_args()
     print(f"scale benchmark: n = {args.n}, {os.cpu_count()} CPUs, top-{K}", flush=True)

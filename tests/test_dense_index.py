@@ -82,7 +82,8 @@ def test_auto_switches_at_exact_below():
     ids = np.arange(300, dtype=np.int64)
     assert DenseIndex(ids, articles, IndexConfig(exact_below=301)).kind == "flat"
     assert DenseIndex(ids, articles, IndexConfig(exact_below=300, ann="ivf")).kind == "ivf"
-    assert IndexConfig(exact_below=300).resolve(300) == "hnsw"
+    assert IndexConfig(exact_below=300).resolve(300) == "ivf"
+    assert DenseIndex(ids, articles, IndexConfig(exact_below=300, ann="hnsw")).kind == "hnsw"
     assert IndexConfig().lists(1_000_000) == 4000 and IndexConfig().lists(10) == 10 and IndexConfig(nlist=7).lists(10) == 7
 
 
@@ -137,3 +138,17 @@ def test_sample_rankings_unchanged():
 def test_params_key_documented_in_readme():
     readme = Path(ROOT / "README.md").read_text(encoding="utf-8")
     assert "evaluate.index" in readme
+
+
+def test_search_reads_the_workspace_index_settings(tmp_path):
+    from lexgraph.cli import _index_config
+
+    assert _index_config(tmp_path) == IndexConfig()  # no params.yaml: the defaults
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["evaluate"]["index"] = {"type": "hnsw", "ef_search": 512}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    assert _index_config(tmp_path) == IndexConfig(type="hnsw", ef_search=512)
+    params["evaluate"]["index"] = {"typ": "flat"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"evaluate\.index\.typ"):
+        _index_config(tmp_path)

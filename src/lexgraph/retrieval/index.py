@@ -57,9 +57,9 @@ class IndexConfig:
 
     type: str = field(default="auto", metadata={"expected": f"one of {', '.join(TYPES)}"})
     exact_below: int = field(default=200_000, metadata={"expected": "an integer >= 0 (auto: flat below this many articles)"})
-    ann: str = field(default="hnsw", metadata={"expected": f"one of {', '.join(ANN_TYPES)} (what auto uses at scale)"})
+    ann: str = field(default="ivf", metadata={"expected": f"one of {', '.join(ANN_TYPES)} (what auto uses at scale)"})
     nlist: int = field(default=0, metadata={"expected": "an integer >= 0 (IVF lists; 0 = 4 * sqrt(n))"})
-    nprobe: int = field(default=64, metadata={"expected": "an integer >= 1 (IVF lists visited per query)"})
+    nprobe: int = field(default=128, metadata={"expected": "an integer >= 1 (IVF lists visited per query)"})
     hnsw_m: int = field(default=32, metadata={"expected": "an integer >= 2 (HNSW links per node)"})
     ef_construction: int = field(default=80, metadata={"expected": "an integer >= 1 (HNSW build beam)"})
     ef_search: int = field(default=256, metadata={"expected": "an integer >= 1 (HNSW query beam; raised to k)"})
