@@ -117,8 +117,13 @@ except ImportError:  # pragma: no cover
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("idf_floor", [0.0, None, 0.3])
-@pytest.mark.parametrize("use_numba", SEARCH_PATHS)
-def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba):
+@pytest.mark.parametrize("use_numba", SEARCH_PATHS + ["numba-touched", "numba-scan"][: 2 * (len(SEARCH_PATHS) > 1)])
+def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
+    if isinstance(use_numba, str):  # force the kernel's per-query mode: only touched documents, or a full scan
+        from lexgraph.retrieval import bm25_numba
+
+        monkeypatch.setattr(bm25_numba, "DENSE_SCAN", 0 if use_numba == "numba-touched" else 10**9)
+        use_numba = True
     docs, ids, queries = random_corpus(seed)
     bm = BM25(k1=1.5, b=0.6, idf_floor=idf_floor).fit(docs, ids)
     bm.use_numba = use_numba

@@ -147,6 +147,13 @@ def sparse_topk(
     return out_cols, out_vals
 
 
+def kernel_scan() -> int:
+    """The numba kernel's ``dense_scan`` ratio (read per call, so tests can force either mode)."""
+    from lexgraph.retrieval import bm25_numba
+
+    return int(bm25_numba.DENSE_SCAN)
+
+
 class BM25:
     """Okapi BM25 retriever; see the module docstring for the exact formula and policies.
 
@@ -394,7 +401,7 @@ class BM25:
                     top = np.empty((len(batch), k), dtype=np.int64)
                     best = np.empty((len(batch), k), dtype=np.float32)
                     kernel(q.indptr.astype(np.int64), q.indices.astype(np.int64), q.data.astype(np.float32),
-                           w.indptr, w.indices, w.data, self.n_docs, k, top, best)
+                           w.indptr, w.indices, w.data, self.n_docs, k, top, best, kernel_scan())
                 else:
                     indptr, cols, vals = self._score_sparse(q)
                     top, best = sparse_topk(indptr, cols, vals, self.n_docs, k)
@@ -412,6 +419,7 @@ class BM25:
         from lexgraph.retrieval.bm25_numba import search_batch
 
         return search_batch
+
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Analyse ``questions`` with the index's analyzer and return the top-``k`` (see :meth:`search_tokens`).
