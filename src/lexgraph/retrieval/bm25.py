@@ -149,9 +149,9 @@ def sparse_topk(
 
 def kernel_scan() -> int:
     """The numba kernel's ``dense_scan`` ratio (read per call, so tests can force either mode)."""
-    from lexgraph.retrieval import bm25_numba
+    from lexgraph.retrieval.bm25_numba import DENSE_SCAN
 
-    return int(bm25_numba.DENSE_SCAN)
+    return int(DENSE_SCAN)
 
 
 class BM25:
