@@ -28,7 +28,8 @@ def main(args, base, params):
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     splits, split = config.splits, config.significance_split
     with atomic_path(args.runs, directory=True) as runs:
-        results = evaluate_systems(config.systems, questions, splits, config.k, runs, args.workspace, device)
+        results = evaluate_systems(config.systems, questions, splits, config.k, runs, args.workspace, device,
+                                   index=config.index)
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
         comparisons, markers, legend = significance_report(

@@ -107,16 +107,34 @@ def brute_force(bm, queries, k):
     return ids, scores
 
 
+try:
+    import numba  # noqa: F401
+
+    SEARCH_PATHS = [False, True]
+except ImportError:  # pragma: no cover
+    SEARCH_PATHS = [False]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("idf_floor", [0.0, None])
-def test_exact_topk_equals_brute_force(seed, idf_floor):
+@pytest.mark.parametrize("idf_floor", [0.0, None, 0.3])
+@pytest.mark.parametrize("use_numba", SEARCH_PATHS + ["numba-touched", "numba-scan"][: 2 * (len(SEARCH_PATHS) > 1)])
+def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
+    if isinstance(use_numba, str):  # force the kernel's per-query mode: only touched documents, or a full scan
+        from lexgraph.retrieval import bm25_numba
+
+        monkeypatch.setattr(bm25_numba, "DENSE_SCAN", 0 if use_numba == "numba-touched" else 10**9)
+        use_numba = True
     docs, ids, queries = random_corpus(seed)
     bm = BM25(k1=1.5, b=0.6, idf_floor=idf_floor).fit(docs, ids)
+    bm.use_numba = use_numba
+    # the numba kernel runs whenever no weight is negative (not with idf_floor=None here: some idf < 0)
+    assert (bm._kernel() is not None) == (use_numba and idf_floor is not None)
     by_id = dict(zip(ids, docs))
     # the dense scores themselves follow the formula
     dense = bm.score_tokens(queries[:10])
     for q, row in zip(queries[:10], dense):
-        expected = [hand_score(q, by_id[i], docs, 1.5, 0.6, floor="none" if idf_floor is None else 0.0) for i in bm.doc_ids]
+        expected = [hand_score(q, by_id[i], docs, 1.5, 0.6, floor="none" if idf_floor is None else idf_floor)
+                    for i in bm.doc_ids]
         np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-5)
     for k in (1, 5, 50, 299, 300, 1000):
         got_ids, got_scores = bm.search_tokens(queries, k, batch_size=7)

@@ -174,6 +174,20 @@ def _show_results(display, question: str, ids, scores, args, qid: str | None = N
     out.flush()
 
 
+def _index_config(workspace: Path):
+    """``evaluate.index`` of the workspace's params.yaml (the settings ``evaluate`` searched
+    with), or the defaults when the workspace has no params.yaml."""
+    from lexgraph.config import load_params
+    from lexgraph.evaluation import EvaluateConfig
+    from lexgraph.retrieval.index import IndexConfig
+
+    path = workspace / "params.yaml"
+    if not path.is_file():
+        return IndexConfig()
+    _, raw = load_params("evaluate", path)
+    return EvaluateConfig.from_params(raw).index
+
+
 def _check_depth(name: str, value: int) -> None:
     if value < 1:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
@@ -205,7 +219,7 @@ def cmd_search(args) -> int:
             check_run_path(args.run, args.questions, workspace)
         ids, questions = read_questions_jsonl(Path(args.questions))
     device = str(resolve_device(args.device, where="--device"))
-    retriever = load_retriever(args.system, workspace, device)
+    retriever = load_retriever(args.system, workspace, device, index=_index_config(workspace))
     display = _display(retriever, workspace) if args.json or not args.questions else None
     if args.questions:
         top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))

@@ -7,6 +7,7 @@ ranks starting at 1. Files written here are byte-deterministic: scores use a fix
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
 from lexgraph.metrics import METRICS
 from lexgraph.retrieval import SYSTEMS
+from lexgraph.retrieval.index import IndexConfig
 
 from lexgraph.data.schema import split_questions  # noqa: E402,F401  (re-exported)
 
@@ -46,10 +48,18 @@ class EvaluateConfig:
                                  metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
     significance_metrics: list[str] = field(default_factory=lambda: ["recall@100", "map"],
                                             metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"})
+    #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
+    index: IndexConfig = field(default_factory=IndexConfig,
+                               metadata={"expected": "a mapping of index settings (lexgraph.retrieval.index.IndexConfig)"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "EvaluateConfig":
-        return section_config(cls, params, SECTION)
+        params = dict(params) if isinstance(params, dict) else params
+        index = params.pop("index", None) if isinstance(params, dict) else None
+        if index is not None and not isinstance(index, dict):
+            raise bad_value(SECTION, "index", index, expectation(EvaluateConfig, "index"))
+        config = section_config(cls, params, SECTION)
+        return dataclasses.replace(config, index=IndexConfig.from_params(index))
 
     def validate(self) -> None:
         def bad(key: str) -> Exception:
@@ -289,19 +299,21 @@ def evaluate_systems(
     runs_dir: str | os.PathLike,
     workspace: str | os.PathLike = ".",
     device: str = "auto",
+    index=None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Search every split with every system, write TREC runs, return rounded metrics.
 
     ``questions`` is the clean questions table; runs go to ``runs_dir/<system>/<split>.trec``.
     The systems are loaded with :func:`lexgraph.retrieval.load_retriever`, exactly as
-    ``lexgraph search`` loads them.
+    ``lexgraph search`` loads them; dense systems search through ``index``
+    (:class:`lexgraph.retrieval.index.IndexConfig`, ``evaluate.index``).
     """
     from lexgraph.metrics import evaluate_run
     from lexgraph.retrieval import load_retriever
 
     results: dict[str, dict[str, dict[str, float]]] = {}
     for system in systems:
-        retriever = load_retriever(system, workspace, device)
+        retriever = load_retriever(system, workspace, device, index=index)
         results[system] = {}
         for split in splits:
             qids, texts, qrels = split_questions(questions, split)

@@ -136,7 +136,7 @@ def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike
 ZEROSHOT_DIR = Path("data/zeroshot")
 
 
-def load_system(workspace: Path, device: str = "auto"):
+def load_system(workspace: Path, device: str = "auto", index=None):
     """The ``zeroshot`` system: the base checkpoint as query encoder (its family's prefix
     and pooling) + the ``zeroshot`` stage's windowed article embeddings."""
     from lexgraph.config import resolve_device
@@ -157,4 +157,5 @@ def load_system(workspace: Path, device: str = "auto"):
     _require(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
     encoder = query_encoder(base, token_pooling, max_length)
-    return DenseRetriever(encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path)
+    return DenseRetriever(encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path,
+                          index=index)

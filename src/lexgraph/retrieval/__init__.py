@@ -14,6 +14,7 @@ built on the workspace's ``data/clean/articles.parquet``.
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -21,8 +22,10 @@ import numpy as np
 
 from lexgraph.errors import LexgraphError
 
-# system name -> "module:function"; the function takes (workspace: Path, device: str)
-# and returns a Retriever. Imported lazily so BM25 never pays for torch imports.
+# system name -> "module:function"; the function takes (workspace: Path, device: str) and,
+# for dense systems, the keyword ``index`` (an IndexConfig: how the article embeddings are
+# searched, ``evaluate.index``), and returns a Retriever. Imported lazily so BM25 never
+# pays for torch or faiss imports.
 SYSTEMS: dict[str, str] = {
     "bm25": "lexgraph.retrieval.bm25:load_system",
     "zeroshot": "lexgraph.zeroshot:load_system",
@@ -44,12 +47,16 @@ class Retriever(Protocol):
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto") -> Retriever:
-    """Load system ``system`` from the artefacts under ``workspace``."""
+def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto", index=None) -> Retriever:
+    """Load system ``system`` from the artefacts under ``workspace``; ``index`` (an
+    :class:`lexgraph.retrieval.index.IndexConfig`, default: its defaults) goes to loaders
+    that take it (the dense systems)."""
     if system not in SYSTEMS:
         raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(SYSTEMS)}")
     module, func = SYSTEMS[system].split(":")
-    retriever = getattr(importlib.import_module(module), func)(Path(workspace), device)
+    loader = getattr(importlib.import_module(module), func)
+    takes_index = "index" in inspect.signature(loader).parameters
+    retriever = loader(Path(workspace), device, index=index) if takes_index else loader(Path(workspace), device)
     check_corpus(retriever, Path(workspace) / ARTICLES)
     return retriever
 

@@ -1,4 +1,4 @@
-"""Dense retrieval over precomputed article embeddings (exact cosine top-k).
+"""Dense retrieval over precomputed article embeddings (cosine top-k through FAISS).
 
 :class:`DenseRetriever` pairs a query encoder with a fixed matrix of article
 embeddings; it is the shared machinery of every dense system:
@@ -9,7 +9,10 @@ embeddings; it is the shared machinery of every dense system:
   final article embeddings (``DenseRetriever(encoder, ids, embeddings, name="gdsr")``).
 
 Scores are cosine similarities; ties are broken by the lower article id, so rankings
-are deterministic.
+are deterministic. Search goes through :class:`lexgraph.retrieval.index.DenseIndex`
+(exact ``IndexFlatIP`` by default, IVF/HNSW at scale, per ``evaluate.index``);
+:func:`exact_top_k` is the torch reference it is tested against, also used by the
+training loops' dev evaluation (small corpora, on the training device).
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ class DenseRetriever:
         device: where queries are encoded and scored (the encoder is moved there).
         batch_size: query-encoding batch size.
         source: the artefact the article embeddings come from (named in errors).
+        index: :class:`lexgraph.retrieval.index.IndexConfig` (``evaluate.index``); the
+            FAISS index is built on the first search.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class DenseRetriever:
         device: torch.device | str = "cpu",
         batch_size: int = 64,
         source: str | Path = "",
+        index=None,
     ) -> None:
         ids = np.asarray(article_ids.cpu() if isinstance(article_ids, torch.Tensor) else article_ids, dtype=np.int64)
         emb = torch.as_tensor(article_embeddings, dtype=torch.float32)  # (na, dim)
@@ -106,7 +112,18 @@ class DenseRetriever:
             query_encoder.to(self.device)
             query_encoder.eval()
         self.article_ids = ids[order]  # (na,)
-        self.article_embeddings = emb[torch.from_numpy(order)].to(self.device)  # (na, dim)
+        self.article_embeddings = emb[torch.from_numpy(order)]  # (na, dim), on the CPU for FAISS
+        self.index_config = index
+        self._index = None
+
+    @property
+    def index(self):
+        """The :class:`~lexgraph.retrieval.index.DenseIndex` (built on first use)."""
+        if self._index is None:
+            from lexgraph.retrieval.index import DenseIndex
+
+            self._index = DenseIndex(self.article_ids, self.article_embeddings.numpy(), self.index_config)
+        return self._index
 
     @property
     def dim(self) -> int:
@@ -123,7 +140,7 @@ class DenseRetriever:
                 f"{self.name}: query embeddings have dim {query_embeddings.size(-1)}, articles {self.dim}; "
                 "the article embeddings were made by another model"
             )
-        return exact_top_k(query_embeddings, self.article_embeddings, self.article_ids, k)
+        return self.index.search(query_embeddings.detach().float().cpu().numpy(), k)
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``questions`` and return int64 ids / float32 cosine scores ``(n, k)``; a
@@ -148,7 +165,7 @@ def _require(path: Path, what: str, stage: str) -> Path:
     return path
 
 
-def load_dsr(workspace: Path, device: str = "auto") -> DenseRetriever:
+def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings."""
     from lexgraph.config import resolve_device
     from lexgraph.embed import load_embeddings
@@ -159,4 +176,5 @@ def load_dsr(workspace: Path, device: str = "auto") -> DenseRetriever:
     emb_path = _require(workspace / ARTICLE_EMBEDDINGS, "the DSR article embeddings", "embed")
     ids, embeddings = load_embeddings(emb_path)
     encoder = QueryEncoder.from_pretrained(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device), source=emb_path)
+    return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device), source=emb_path,
+                          index=index)

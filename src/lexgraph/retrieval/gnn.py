@@ -30,7 +30,7 @@ def _require(path: Path, what: str, stage: str) -> Path:
     return path
 
 
-def _load(name: str, query_dir: Path, model_dir: Path, stage: str, device: str) -> DenseRetriever:
+def _load(name: str, query_dir: Path, model_dir: Path, stage: str, device: str, index=None) -> DenseRetriever:
     from lexgraph.config import resolve_device
     from lexgraph.embed import load_embeddings
     from lexgraph.models.encoders import QueryEncoder
@@ -39,17 +39,18 @@ def _load(name: str, query_dir: Path, model_dir: Path, stage: str, device: str) 
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
     encoder = QueryEncoder.from_pretrained(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path)
+    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path,
+                          index=index)
 
 
-def load_gdsr(workspace: Path, device: str = "auto") -> DenseRetriever:
+def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``gdsr`` system: DSR query encoder + LGE article embeddings."""
     workspace = Path(workspace)
-    return _load("gdsr", workspace / DSR_DIR / "query_encoder", workspace / GDSR_DIR, "train_gnn@lge", device)
+    return _load("gdsr", workspace / DSR_DIR / "query_encoder", workspace / GDSR_DIR, "train_gnn@lge", device, index)
 
 
-def load_qabisar(workspace: Path, device: str = "auto") -> DenseRetriever:
+def load_qabisar(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``qabisar`` system: distilled query encoder + QABISAR article embeddings."""
     workspace = Path(workspace)
     model_dir = workspace / QABISAR_DIR
-    return _load("qabisar", model_dir / "query_encoder", model_dir, "train_gnn@qabisar", device)
+    return _load("qabisar", model_dir / "query_encoder", model_dir, "train_gnn@qabisar", device, index)

@@ -352,7 +352,7 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     return settings
 
 
-def load_hybrid(workspace: Path, device: str = "auto") -> HybridRetriever:
+def load_hybrid(workspace: Path, device: str = "auto", index=None) -> HybridRetriever:
     """The ``hybrid`` system: BM25 + the dense system of ``models/hybrid/hybrid.json``, fused as chosen there."""
     from lexgraph.retrieval import load_retriever
 
@@ -360,7 +360,7 @@ def load_hybrid(workspace: Path, device: str = "auto") -> HybridRetriever:
     path = workspace / HYBRID_DIR / SETTINGS
     settings = read_settings(path)
     sparse = load_retriever(settings["sparse"], workspace, device)
-    dense = load_retriever(settings["dense"], workspace, device)
+    dense = load_retriever(settings["dense"], workspace, device, index=index)
     return HybridRetriever(sparse, dense, Fusion.from_dict(settings["fusion"]), settings["depth"], source=path)
 
 
