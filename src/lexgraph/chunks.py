@@ -117,14 +117,14 @@ def encode_chunk_table(encoder, ids: Sequence[int], texts: Sequence[str], batch_
 
 
 def save_chunk_table(table: ChunkTable, path: str | os.PathLike) -> None:
-    from safetensors.torch import save_file
+    from lexgraph.io import save_safetensors
 
     tensors = {"ids": torch.from_numpy(table.ids), "offsets": torch.from_numpy(table.offsets),
                "tokens": table.tokens.contiguous()}
     if table.vectors is not None:
         tensors["vectors"] = table.vectors.contiguous()
     metadata = {**table.settings, "vectors": str(table.vectors is not None).lower()}
-    save_file(dict(sorted(tensors.items())), str(path), metadata=dict(sorted(metadata.items())))
+    save_safetensors(dict(sorted(tensors.items())), path, metadata=dict(sorted(metadata.items())))
 
 
 def load_chunk_table(path: str | os.PathLike) -> ChunkTable:

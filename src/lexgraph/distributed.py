@@ -16,6 +16,7 @@ runs it. (On CPU keep the intra-op thread count the same when comparing: ``torch
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -70,27 +71,32 @@ def local_device(device):
     return device
 
 
+def _close() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 @contextlib.contextmanager
 def session(device) -> Iterator[Any]:
     """Open the process group for a sharded run when launched with ``WORLD_SIZE`` > 1
-    (NCCL on CUDA, else gloo) and yield this process's device; closes the group it opened."""
+    (NCCL on CUDA, else gloo) and yield this process's device. Ranks meet at a barrier
+    on the way out (rank 0 has written by then). The group stays open for later sessions
+    of the same process (a launcher's rendezvous serves one group) and closes at exit."""
     import torch
     import torch.distributed as dist
 
     device = local_device(device)
-    opened = False
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-        opened = True
+        atexit.register(_close)
         log.info("rank %d of %d on %s", dist.get_rank(), dist.get_world_size(), device)
-    try:
-        yield device
-    finally:
-        if opened:
-            dist.barrier()
-            dist.destroy_process_group()
+    yield device
+    if dist.is_initialized():
+        dist.barrier()
 
 
 def map_batches(fn: Callable[[T], R], batches: Sequence[T], *, distributed: bool = True,
@@ -104,6 +110,8 @@ def map_batches(fn: Callable[[T], R], batches: Sequence[T], *, distributed: bool
     sharded = distributed and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     start, end = shard_range(len(batches), dist.get_rank(), dist.get_world_size()) if sharded else (0, len(batches))
     local = batches[start:end]
+    if sharded:
+        log.info("rank %d: batches %d-%d of %d", dist.get_rank(), start, end, len(batches))
     results = [fn(batch) for batch in (wrap(local) if wrap is not None else local)]
     if not sharded:
         return results

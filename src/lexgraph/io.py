@@ -151,3 +151,24 @@ def require_columns(df, required: Iterable[str], path) -> None:
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise DataError(path, f"missing column(s) {missing}; found {df.columns}")
+
+
+def save_safetensors(tensors: dict[str, Any], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file`` with a reproducible header: the Rust writer keeps
+    ``__metadata__`` in a hash map whose order changes from one process to the next, so
+    the header is rewritten with its metadata keys sorted (same length, same tensors)."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    if not metadata or len(metadata) < 2:
+        return
+    with open(path, "r+b") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        raw = fh.read(size)
+        header = json.loads(raw)
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > size:  # never happens for a reordering of the writer's compact JSON
+            raise ValueError(f"{path}: cannot rewrite the safetensors header in place")
+        fh.seek(8)
+        fh.write(text + b" " * (size - len(text)))
