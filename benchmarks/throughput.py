@@ -40,7 +40,9 @@ slots), so a mode that computes less padding shows a higher utilisation for the 
 Utilisation = useful FLOP/s / the device's dense bf16 peak (H100 SXM 989, H100 PCIe 756,
 H200 989, A100 312 TFLOP/s); on a CPU there is no reliable peak, so achieved GFLOP/s only.
 
-Timing: ``--warmup`` steps, then ``--steps`` timed steps (CUDA synchronised), mean time.
+Timing: ``--warmup`` steps, then ``--steps`` timed steps (CUDA synchronised), mean time;
+the modes of ``train_dsr`` and ``embed`` take turns step by step (``embed``: ``steps // 2``
+passes), so that a load change on a shared machine hits them alike.
 """
 
 from __future__ import annotations
@@ -121,6 +123,25 @@ def timed(step, device: torch.device, warmup: int, steps: int) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - start) / steps
+
+
+def timed_interleaved(steps_by_mode: dict, device: torch.device, warmup: int, steps: int) -> dict[str, float]:
+    """Mean seconds per call of each mode's ``step()``, the modes taking turns (one call each
+    per round) so that a load change on a shared machine hits them alike."""
+    for step in steps_by_mode.values():
+        for _ in range(warmup):
+            step()
+    total = dict.fromkeys(steps_by_mode, 0.0)
+    for _ in range(steps):
+        for mode, step in steps_by_mode.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            total[mode] += time.perf_counter() - start
+    return {mode: seconds / steps for mode, seconds in total.items()}
 
 
 def autocast(device: torch.device):
@@ -337,8 +358,8 @@ def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
         useful.append(6.0 * (n_q * sum(lens) + n_a * sum(chunk_lengths) + n_chunk * len(chunk_lengths))
                       + 3 * attention_flops(lens + chunk_lengths, shape["layers"], shape["hidden"]))
     flops = float(np.mean(useful))
-    rows = []
-    for mode in args.modes:
+
+    def make_step(mode: str):
         turn = iter(range(10**9))
 
         def step():
@@ -351,12 +372,13 @@ def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
             loss.backward()
             optimizer.step()
 
-        seconds = timed(step, device, args.warmup, args.steps)
-        chunks = np.mean([sum(len(doc) for doc in d) for d in draws])
-        rows.append(row("train_dsr", mode, seconds, {"pairs/s": batch / seconds,
-                                                     "chunks/s": chunks / seconds},
-                        flops, peak, f"batch {batch} pairs, {2 * batch} articles, {chunks:.0f} real chunks"))
-    return rows
+        return step
+
+    seconds = timed_interleaved({mode: make_step(mode) for mode in args.modes}, device, args.warmup, args.steps)
+    chunks = np.mean([sum(len(doc) for doc in d) for d in draws])
+    return [row("train_dsr", mode, seconds[mode], {"pairs/s": batch / seconds[mode], "chunks/s": chunks / seconds[mode]},
+                flops, peak, f"batch {batch} pairs, {2 * batch} articles, {chunks:.0f} real chunks")
+            for mode in args.modes]
 
 
 def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
@@ -371,27 +393,26 @@ def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
     flops = (2.0 * (n_a * sum(chunk_lengths) + (matmul_params(enc) - n_a) * len(chunk_lengths))
              + attention_flops(chunk_lengths, shape["layers"], shape["hidden"]))
     batch = args.embed_batch
-    rows = []
-    for mode in args.modes:
-        if mode == "packed":  # the real inference path: TextEncoder.encode with the chunks given
-            enc.chunk = lambda texts: [docs[int(t)] for t in texts]
+    enc.chunk = lambda texts: [docs[int(t)] for t in texts]  # the chunks are given
 
-            def run():
-                enc.encode([str(i) for i in range(n_articles)], batch_size=batch, show_progress=False)
-        else:
-            def run():
-                with torch.no_grad(), autocast(device):
-                    for start in range(0, n_articles, batch):
-                        article_embeddings(enc, docs[start : start + batch], mode, device, tokenizer.pad_token_id,
-                                           grad=False)
+    def make_run(mode: str):
+        if mode == "packed":  # the real inference path: encode() over the whole input
+            return lambda: enc.encode([str(i) for i in range(n_articles)], batch_size=batch, show_progress=False)
 
-        seconds = timed(run, device, min(args.warmup, 1), max(1, args.steps // 2))
-        rows.append(row("embed", mode, seconds, {"articles/s": n_articles / seconds,
-                                                 "chunks/s": len(chunk_lengths) / seconds},
-                        flops, peak, f"{n_articles} articles, {len(chunk_lengths)} chunks, batch {batch}"))
-        if mode == "packed":
-            del enc.chunk
-    return rows
+        def run():
+            with torch.no_grad(), autocast(device):
+                for start in range(0, n_articles, batch):
+                    article_embeddings(enc, docs[start : start + batch], mode, device, tokenizer.pad_token_id,
+                                       grad=False)
+
+        return run
+
+    seconds = timed_interleaved({mode: make_run(mode) for mode in args.modes}, device, min(args.warmup, 1),
+                                max(1, args.steps // 2))
+    return [row("embed", mode, seconds[mode], {"articles/s": n_articles / seconds[mode],
+                                               "chunks/s": len(chunk_lengths) / seconds[mode]},
+                flops, peak, f"{n_articles} articles, {len(chunk_lengths)} chunks, batch {batch}")
+            for mode in args.modes]
 
 
 def row(stage, mode, seconds, rates, flops, peak, note) -> dict:
