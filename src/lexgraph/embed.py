@@ -103,10 +103,11 @@ def embed_all(
     articles,
     headings,
     questions,
-    out_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | None,
     batch_size: int = 64,
     paths: dict[str, Any] | None = None,
     chunk_tables: dict[str, Any] | None = None,
+    distributed: bool = False,
 ) -> dict[str, int]:
     """Encode the three tables with ``model`` (a :class:`~lexgraph.models.encoders.DSR`)
     and write ``{articles,headings,questions}.safetensors`` into ``out_dir``.
@@ -114,13 +115,14 @@ def embed_all(
     ``articles`` needs ``id``/``article``, ``headings`` ``heading_id``/``text``,
     ``questions`` ``id``/``question`` (polars DataFrames). ``chunk_tables``
     (``{"articles"|"headings": ChunkTable}``): cached chunk vectors to aggregate instead of
-    encoding those texts. Returns the row counts.
+    encoding those texts. ``distributed``: the encoders share their batches out across the
+    open process group (:mod:`lexgraph.distributed`); ``out_dir=None`` computes without
+    writing (the ranks other than 0). Returns the row counts.
     """
     from lexgraph.chunks import embed_from_chunks
 
     chunk_tables = chunk_tables or {}
     paths = paths or {}
-    out_dir = Path(out_dir)
     meta = {"normalized": "false", "similarity": "cosine", "dim": str(model.dim)}
     jobs = [
         ("articles", articles, "id", "article", model.encode_articles),
@@ -139,8 +141,11 @@ def embed_all(
                                 column=id_col) from None
             embeddings = embed_from_chunks(model.article_encoder, table, rows, batch_size)  # (n, dim)
         else:
-            embeddings = encode(_texts(df, text_col), batch_size=batch_size, desc=f"embed {name}")  # (n, dim)
-        save_embeddings(out_dir / f"{name}.safetensors", ids, embeddings, {**meta, "encoder": encode.__name__})
+            embeddings = encode(_texts(df, text_col), batch_size=batch_size, desc=f"embed {name}",
+                                distributed=distributed)  # (n, dim)
+        if out_dir is not None:
+            save_embeddings(Path(out_dir) / f"{name}.safetensors", ids, embeddings,
+                            {**meta, "encoder": encode.__name__})
         counts[name] = len(ids)
         log.info("embedded %d %s (dim %d)", len(ids), name, embeddings.size(1))
     return counts
@@ -168,18 +173,25 @@ def run_embed(
     questions = read_parquet(questions_path, ["id", "question"])
     from lexgraph.chunks import check_settings, load_chunk_table
 
-    model = DSR.load(dsr_dir, device=device, with_article_backbone=False)
-    tables = {}
-    if model.article_encoder.freeze_backbone:  # aggregate the encode_chunks cache
-        for name in ("articles", "headings"):
-            path = Path(chunks_dir) / f"{name}.safetensors"
-            tables[name] = load_chunk_table(path)
-            check_settings(tables[name], model.article_encoder, path)
-    else:
-        model = DSR.load(dsr_dir, device=device)
-    paths = {"articles": articles_path, "headings": headings_path, "questions": questions_path}
-    with atomic_path(out, directory=True) as tmp:
-        counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=paths,
-                           chunk_tables=tables)
-    log.info("wrote %s", ", ".join(f"{out}/{name}.safetensors" for name in FILES))
+    from lexgraph.distributed import is_main, session, world_size
+
+    with session(device) as device:  # under torchrun: one shard of the batches per rank, rank 0 writes
+        model = DSR.load(dsr_dir, device=device, with_article_backbone=False)
+        tables = {}
+        if model.article_encoder.freeze_backbone:  # aggregate the encode_chunks cache
+            for name in ("articles", "headings"):
+                path = Path(chunks_dir) / f"{name}.safetensors"
+                tables[name] = load_chunk_table(path)
+                check_settings(tables[name], model.article_encoder, path)
+        else:
+            model = DSR.load(dsr_dir, device=device)
+        paths = {"articles": articles_path, "headings": headings_path, "questions": questions_path}
+        if not is_main():
+            return embed_all(model, articles, headings, questions, None, batch_size=batch_size, paths=paths,
+                             chunk_tables=tables, distributed=True)
+        with atomic_path(out, directory=True) as tmp:
+            counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=paths,
+                               chunk_tables=tables, distributed=True)
+        log.info("wrote %s%s", ", ".join(f"{out}/{name}.safetensors" for name in FILES),
+                 f" ({world_size()} processes)" if world_size() > 1 else "")
     return counts

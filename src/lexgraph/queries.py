@@ -127,12 +127,21 @@ def doc2query_queries(
     seed: int,
     device,
     mixed_precision: bool = True,
+    distributed: bool = True,
 ) -> list[tuple[int, str]]:
-    """``per_article`` sampled doc2query questions per article (seq2seq model)."""
+    """``per_article`` sampled doc2query questions per article (seq2seq model).
+
+    The batch plan is global: articles longest first in batches of ``batch_size``, batch
+    ``b`` sampled under the seed ``(seed, b)``. Under ``torchrun`` (a process group open,
+    ``distributed``) each rank generates a contiguous slice of the batches and every rank
+    gets all queries back (:func:`lexgraph.distributed.map_batches`): the same queries as
+    one process, since an article's samples depend on its batch, never on the process.
+    """
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from lexgraph.config import autocast
+    from lexgraph.distributed import map_batches
     from lexgraph.models.hub import from_pretrained
     from lexgraph.progress import progress
 
@@ -148,12 +157,11 @@ def doc2query_queries(
     # Longest articles first: batches of similar length waste less padding. The order
     # is a pure function of the input, and each batch is seeded by its index.
     order = sorted((i for i in range(len(articles)) if articles[i][1].strip()), key=lambda i: (-len(articles[i][1]), i))
-    generated: dict[int, list[str]] = {}
     log.info("doc2query: %d articles, %d queries each, batches of %d on %s", len(articles), per_article, batch_size, device)
-    for batch_no, start in enumerate(
-        progress(range(0, len(order), batch_size), "doc2query", unit="batch")
-    ):
-        idx = order[start : start + batch_size]
+    batches = list(enumerate(order[start : start + batch_size] for start in range(0, len(order), batch_size)))
+
+    def run(batch: tuple[int, list[int]]) -> list[str]:
+        batch_no, idx = batch
         enc = tokenizer(
             [articles[i][1] for i in idx],
             truncation=True,
@@ -172,7 +180,12 @@ def doc2query_queries(
                 max_length=max_length,
                 num_return_sequences=per_article,
             )  # (batch * per_article, <= max_length)
-        texts = tokenizer.batch_decode(out, skip_special_tokens=True)
+        return tokenizer.batch_decode(out.cpu(), skip_special_tokens=True)
+
+    results = map_batches(run, batches, distributed=distributed,
+                          wrap=lambda local: progress(local, "doc2query", unit="batch"))
+    generated: dict[int, list[str]] = {}
+    for (_, idx), texts in zip(batches, results):
         for row, i in enumerate(idx):
             generated[i] = texts[row * per_article : (row + 1) * per_article]
     return [(articles[i][0], text) for i in range(len(articles)) for text in generated.get(i, [])]
@@ -274,10 +287,14 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, params: dict[str, A
     from lexgraph.config import resolve_device
     from lexgraph.io import write_parquet
 
+    from lexgraph.distributed import is_main, session
+
     cfg = QueriesConfig.from_params(params)
     rows = read_articles(articles)
     dev = resolve_device(device) if cfg.generator == "doc2query" else "cpu"
-    df = generate(rows, cfg, seed=seed, device=dev)
-    write_parquet(df, out)
-    log.info("wrote %s (%d queries)", out, df.height)
+    with session(dev) as dev:  # under torchrun: doc2query batches shared out, rank 0 writes
+        df = generate(rows, cfg, seed=seed, device=dev)
+        if is_main():
+            write_parquet(df, out)
+            log.info("wrote %s (%d queries)", out, df.height)
     return df

@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.family import read_base_info
@@ -198,6 +199,11 @@ def _module_device(module: nn.Module) -> torch.device:
     return next(iter(module.parameters()), torch.empty(0)).device
 
 
+def _bar(desc: str, show: bool):
+    """A progress wrapper for :func:`~lexgraph.distributed.map_batches`."""
+    return lambda batches: progress(batches, desc, unit="batch", disable=not show)
+
+
 def _autocast(device: torch.device):
     from lexgraph.config import autocast
 
@@ -256,12 +262,15 @@ class TextEncoder(nn.Module):
         device: torch.device | str | None = None,
         show_progress: bool = True,
         desc: str | None = None,
+        distributed: bool = False,
     ) -> torch.Tensor:
         """Embed ``texts`` in eval mode without gradients: float32 ``(n, dim)`` on CPU.
 
         ``device`` moves the module there first (default: where it already is). Texts
         are processed longest first in batches of ``batch_size`` and returned in input
         order. Mixed precision on CUDA. The module's train/eval mode is restored.
+        ``distributed``: with a process group open (:func:`lexgraph.distributed.session`),
+        each rank runs a contiguous slice of the batches and every rank gets all rows.
         """
         if device is not None:
             self.to(device)
@@ -272,18 +281,22 @@ class TextEncoder(nn.Module):
             return out
         lengths = self._lengths(texts)
         order = sorted(range(len(texts)), key=lambda i: (-lengths[i], i))
+        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+        def run(idx: list[int]) -> torch.Tensor:
+            inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
+            with _autocast(device):
+                return self(**inputs).float().cpu()  # (batch, dim)
+
         was_training = self.training
         self.eval()
         try:
-            starts = range(0, len(order), batch_size)
-            for start in progress(starts, desc or f"encode {type(self).__name__}", unit="batch", disable=not show_progress):
-                idx = order[start : start + batch_size]
-                inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
-                with _autocast(device):
-                    emb = self(**inputs)  # (batch, dim)
-                out[torch.tensor(idx)] = emb.float().cpu()
+            results = map_batches(run, batches, distributed=distributed, wrap=_bar(desc or f"encode {type(self).__name__}",
+                                                                                  show_progress))
         finally:
             self.train(was_training)
+        for idx, emb in zip(batches, results):
+            out[torch.tensor(idx)] = emb
         return out
 
     # -- persistence ------------------------------------------------------
@@ -457,6 +470,67 @@ def collate_chunks(chunks: Sequence[Sequence[Sequence[int]]], pad_id: int) -> di
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+PAD_MULTIPLE = 8  # trimmed sequence lengths are rounded up to this (tensor-core friendly shapes)
+BUCKET_RATIO = 0.75  # a new length bucket opens below this fraction of the current bucket's longest
+MIN_BUCKET = 16  # ... once the current bucket holds at least this many sequences
+
+
+def trimmed_length(longest: int, limit: int, multiple: int = PAD_MULTIPLE) -> int:
+    """``longest`` rounded up to a multiple of ``multiple``, at most ``limit``."""
+    return min(limit, -(-int(longest) // multiple) * multiple)
+
+
+def length_buckets(lengths: Sequence[int], min_rows: int = MIN_BUCKET, ratio: float = BUCKET_RATIO) -> list[list[int]]:
+    """Group sequence indices by length so that each group pads little.
+
+    Indices are sorted longest first (ties by index) and cut greedily: a new bucket opens
+    at a sequence shorter than ``ratio`` x the current bucket's longest, once the current
+    bucket holds ``min_rows`` sequences. Each bucket is then run trimmed to its longest
+    sequence, so padding is at most ``1 - ratio`` of a bucket (small buckets aside).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    buckets: list[list[int]] = []
+    for i in order:
+        if buckets and (len(buckets[-1]) < min_rows or lengths[i] >= ratio * lengths[buckets[-1][0]]):
+            buckets[-1].append(i)
+        else:
+            buckets.append([i])
+    return buckets
+
+
+def pack_chunks(chunks: Sequence[Sequence[Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Packed chunks: every article's real chunks, one row each, in article order.
+
+    Returns ``input_ids``/``attention_mask`` ``(m, chunk_len)`` (``m`` = real chunks in
+    all, ``chunk_len`` = the longest) and ``chunk_counts`` ``(batch,)``: article ``b`` owns
+    rows ``sum(counts[:b]) : sum(counts[:b + 1])``. No empty chunk slots are stored or
+    encoded (compare :func:`collate_chunks`).
+    """
+    flat = [chunk for doc in chunks for chunk in doc]
+    if any(len(doc) == 0 for doc in chunks):
+        raise ValueError("every article needs at least one chunk")
+    length = max(len(chunk) for chunk in flat)
+    input_ids = torch.full((len(flat), length), pad_id, dtype=torch.long)  # (m, len)
+    attention_mask = torch.zeros((len(flat), length), dtype=torch.long)  # (m, len)
+    for row, chunk in enumerate(flat):
+        input_ids[row, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+        attention_mask[row, : len(chunk)] = 1
+    counts = torch.tensor([len(doc) for doc in chunks], dtype=torch.long)  # (batch,)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "chunk_counts": counts}
+
+
+def scatter_chunks(values: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed per-chunk ``values`` ``(m, ...)`` -> padded ``(batch, max_chunks, ...)`` (zeros in
+    empty slots) and the chunk mask ``(batch, max_chunks)``, for ``counts`` ``(batch,)``."""
+    width = int(counts.max()) if counts.numel() else 0
+    mask = torch.arange(width, device=counts.device).unsqueeze(0) < counts.unsqueeze(1)  # (batch, chunks)
+    if int(counts.sum()) != values.size(0):
+        raise ValueError(f"{values.size(0)} packed chunks but chunk counts sum to {int(counts.sum())}")
+    padded = values.new_zeros(counts.numel(), width, *values.shape[1:])  # (batch, chunks, ...)
+    padded[mask.to(values.device)] = values
+    return padded, mask.to(values.device)
+
+
 class HierarchicalArticleEncoder(TextEncoder):
     """Chunked article encoder: backbone vector per chunk -> chunk Transformer -> pooling.
 
@@ -577,23 +651,56 @@ class HierarchicalArticleEncoder(TextEncoder):
     def _lengths(self, texts: Sequence[str]) -> list[int]:
         return [len(t) for t in texts]
 
-    def chunk_vectors(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(batch, n_chunks, chunk_len)`` ids and mask -> chunk vectors ``(batch, chunks, dim)``,
-        the chunk mask ``(batch, chunks)`` and token counts ``(batch, chunks)``.
+    def pack(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Packed model inputs of ``texts`` (see :func:`pack_chunks`); ``forward`` takes them."""
+        return pack_chunks(self.chunk(texts), self.tokenizer.pad_token_id)
 
-        A chunk whose attention mask is all zero is padding: it is never run through the
-        backbone (its vector is zero, its token count 0).
+    def encode_flat(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, bucket: bool = True) -> torch.Tensor:
+        """Packed real chunks ``(m, chunk_len)`` -> chunk vectors ``(m, dim)``, in input order.
+
+        With ``bucket`` the chunks go through the backbone in length buckets
+        (:func:`length_buckets`), each trimmed to its longest chunk (rounded up to
+        :data:`PAD_MULTIPLE`), so few padding tokens are computed. Padding is masked, so the
+        vectors equal one padded call's up to float rounding. Differentiable.
         """
-        batch, n_chunks, _ = input_ids.shape
-        if n_chunks > self.max_chunks:
-            raise ValueError(f"{n_chunks} chunks per article, the encoder supports at most {self.max_chunks}")
-        tokens = attention_mask.sum(dim=-1)  # (batch, chunks)
-        chunk_mask = tokens > 0  # (batch, chunks)
-        vectors = self._pool(input_ids[chunk_mask], attention_mask[chunk_mask])  # (real_chunks, dim)
-        chunks = vectors.new_zeros(batch, n_chunks, self.dim)  # (batch, chunks, dim)
-        chunks[chunk_mask] = vectors
+        lengths = attention_mask.sum(dim=-1)  # (m,)
+        if not bucket:
+            width = trimmed_length(int(lengths.max()), input_ids.size(1)) if lengths.numel() else 0
+            return self._pool(input_ids[:, :width], attention_mask[:, :width])  # (m, dim)
+        buckets = length_buckets(lengths.tolist(), MIN_BUCKET, BUCKET_RATIO)
+        parts = []
+        for rows in buckets:
+            index = torch.tensor(rows, device=input_ids.device)
+            width = trimmed_length(int(lengths[rows[0]]), input_ids.size(1))
+            parts.append(self._pool(input_ids[index, :width], attention_mask[index, :width]))  # (rows, dim)
+        order = torch.tensor([i for rows in buckets for i in rows], device=input_ids.device)  # (m,)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=order.device)
+        return torch.cat(parts)[inverse]  # (m, dim)
+
+    def chunk_vectors(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk_counts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Padded ``(batch, n_chunks, chunk_len)`` ids and mask, or packed ``(m, chunk_len)``
+        ones with ``chunk_counts`` ``(batch,)`` -> chunk vectors ``(batch, chunks, dim)``, the
+        chunk mask ``(batch, chunks)`` and token counts ``(batch, chunks)``.
+
+        Only real chunks run through the backbone, in length buckets (:meth:`encode_flat`);
+        a padded input's all-zero-mask chunks are empty slots (vector zero, 0 tokens).
+        """
+        if chunk_counts is None:
+            n_chunks = input_ids.size(1)
+            if n_chunks > self.max_chunks:
+                raise ValueError(f"{n_chunks} chunks per article, the encoder supports at most {self.max_chunks}")
+            tokens = attention_mask.sum(dim=-1)  # (batch, chunks)
+            chunk_mask = tokens > 0  # (batch, chunks)
+            vectors = self.encode_flat(input_ids[chunk_mask], attention_mask[chunk_mask])  # (real_chunks, dim)
+            chunks = vectors.new_zeros(*chunk_mask.shape, self.dim)  # (batch, chunks, dim)
+            chunks[chunk_mask] = vectors
+            return chunks, chunk_mask, tokens
+        vectors = self.encode_flat(input_ids, attention_mask)  # (m, dim)
+        chunks, chunk_mask = scatter_chunks(vectors, chunk_counts.to(vectors.device))  # (batch, chunks, dim)
+        tokens, _ = scatter_chunks(attention_mask.sum(dim=-1), chunk_counts.to(vectors.device))  # (batch, chunks)
         return chunks, chunk_mask, tokens
 
     def aggregate(
@@ -626,14 +733,80 @@ class HierarchicalArticleEncoder(TextEncoder):
         summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)  # (batch, dim)
         return summed / keep.sum(dim=1).to(summed.dtype)  # (batch, dim)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``(batch, n_chunks, chunk_len)`` ids and mask -> ``(batch, dim)`` article embeddings."""
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk_counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Padded ``(batch, n_chunks, chunk_len)`` or packed ``(m, chunk_len)`` + ``chunk_counts``
+        (:func:`pack_chunks`) ids and mask -> ``(batch, dim)`` article embeddings."""
         if self.freeze_backbone:
             with torch.no_grad():
-                chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask)
+                chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask, chunk_counts)
         else:
-            chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask)
+            chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask, chunk_counts)
         return self.aggregate(chunks, chunk_mask, tokens)  # (batch, dim)
+
+    @torch.no_grad()
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int = 64,
+        device: torch.device | str | None = None,
+        show_progress: bool = True,
+        desc: str | None = None,
+        distributed: bool = False,
+    ) -> torch.Tensor:
+        """Embed articles: float32 ``(n, dim)`` on CPU, in input order, eval mode, no grad.
+
+        Packed inference: every real chunk of every text, sorted longest first across the
+        whole input, goes through the backbone in batches of ``batch_size`` chunks, each
+        trimmed to its longest chunk; the chunk vectors are then scattered back per article
+        and aggregated (chunk Transformer + pooling) ``batch_size`` articles at a time.
+        ``distributed``: both passes share their batches out across ranks
+        (:func:`lexgraph.distributed.map_batches`).
+        """
+        if device is not None:
+            self.to(device)
+        device = _module_device(self)
+        texts = list(texts)
+        if not texts:
+            return torch.empty(0, self.dim, dtype=torch.float32)
+        chunked = self.chunk(texts)
+        flat = [chunk for doc in chunked for chunk in doc]
+        counts = torch.tensor([len(doc) for doc in chunked], dtype=torch.long)  # (n,)
+        offsets = torch.zeros(len(texts) + 1, dtype=torch.long)
+        offsets[1:] = counts.cumsum(0)
+        order = sorted(range(len(flat)), key=lambda i: (-len(flat[i]), i))
+        chunk_batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        pad_id = self.tokenizer.pad_token_id
+        label = desc or f"encode {type(self).__name__}"
+
+        def backbone(idx: list[int]) -> torch.Tensor:
+            packed = pack_chunks([[flat[i]] for i in idx], pad_id)
+            with _autocast(device):
+                return self._pool(packed["input_ids"].to(device), packed["attention_mask"].to(device)).float().cpu()
+
+        def aggregate(start: int) -> torch.Tensor:
+            end = min(start + batch_size, len(texts))
+            rows = slice(int(offsets[start]), int(offsets[end]))
+            chunks, mask = scatter_chunks(vectors[rows], counts[start:end])  # (b, c, dim), (b, c)
+            tokens, _ = scatter_chunks(lengths[rows], counts[start:end])  # (b, c)
+            with _autocast(device):
+                return self.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
+
+        was_training = self.training
+        self.eval()
+        try:
+            parts = map_batches(backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)",
+                                                                                            show_progress))
+            vectors = torch.empty(len(flat), self.dim, dtype=torch.float32)  # (m, dim)
+            for idx, part in zip(chunk_batches, parts):
+                vectors[torch.tensor(idx)] = part
+            lengths = torch.tensor([len(chunk) for chunk in flat], dtype=torch.long)  # (m,)
+            starts = list(range(0, len(texts), batch_size))
+            out = torch.cat(map_batches(aggregate, starts, distributed=distributed))  # (n, dim)
+        finally:
+            self.train(was_training)
+        return out
 
     # -- persistence ------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:
@@ -745,9 +918,12 @@ class DSR(nn.Module):
         """``(batch, seq)`` -> ``(batch, dim)`` (differentiable)."""
         return self.query_encoder(input_ids, attention_mask)
 
-    def encode_article(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``(batch, chunks, len)`` -> ``(batch, dim)`` (differentiable)."""
-        return self.article_encoder(input_ids, attention_mask)
+    def encode_article(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk_counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Padded ``(batch, chunks, len)`` or packed ``(m, len)`` + ``chunk_counts`` ``(batch,)``
+        -> ``(batch, dim)`` (differentiable)."""
+        return self.article_encoder(input_ids, attention_mask, chunk_counts)
 
     def encode_queries(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> torch.Tensor:
         """Texts -> float32 ``(n, dim)`` with the query encoder (no grad)."""

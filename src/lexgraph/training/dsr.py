@@ -43,7 +43,7 @@ from lexgraph.config import autocast, bad_value, expectation, section_config, se
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
-from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, collate_chunks
+from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, pack_chunks
 from lexgraph.progress import progress
 
 log = logging.getLogger(__name__)
@@ -435,7 +435,7 @@ def train_dsr(
                     cached = data.chunks.padded(data.chunks.rows(columns))  # (2B, c, dim), (2B, c), (2B, c)
                     a = model.article_encoder.aggregate(*(t.to(device) for t in cached))  # (2B, dim)
                 else:
-                    articles = {k: v.to(device) for k, v in collate_chunks([chunks[a] for a in columns], pad_id).items()}
+                    articles = {k: v.to(device) for k, v in pack_chunks([chunks[a] for a in columns], pad_id).items()}
                     a = model.encode_article(**articles)  # (2B, dim)
             loss = model.loss(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
             if not fp16 and not torch.isfinite(loss):  # fp16: the GradScaler skips such steps
