@@ -13,6 +13,7 @@ from lexgraph.config import resolve_device
 from lexgraph.evaluation import EvaluateConfig, evaluate_systems, read_trec, results_markdown, significance_report, split_questions
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.per_query import write_per_query_reports
+from lexgraph.retrieval.rerank import first_stage_of
 
 
 def configure(parser):
@@ -31,8 +32,11 @@ def main(args, base, params):
         results = evaluate_systems(config.systems, questions, splits, config.k, runs, args.workspace, device)
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
+        # a re-ranker is also compared with the first stage it re-ranks
+        first = first_stage_of(args.workspace) if "mvcl" in results else None
+        baselines = list(dict.fromkeys([*config.baselines, *([first] if first in results else [])]))
         comparisons, markers, legend = significance_report(
-            split_runs, qrels, config.baselines, config.significance_metrics, seed=base.seed,
+            split_runs, qrels, baselines, config.significance_metrics, seed=base.seed,
         )
     for system, by_split in results.items():
         write_json(by_split, Path(args.metrics_dir) / f"{system}.json")
