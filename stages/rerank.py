@@ -10,7 +10,9 @@ from pathlib import Path
 from lexgraph.config import resolve_device
 from lexgraph.io import read_parquet, write_json
 from lexgraph.retrieval import load_retriever
-from lexgraph.training.rerank import SCORE_DEPTH, RerankConfig, TokenStore, first_stage_lists, save_model, train
+from lexgraph.training.rerank import (
+    DISABLED, SCORE_DEPTH, RerankConfig, TokenStore, first_stage_lists, save_model, train, write_disabled,
+)
 
 
 def configure(parser):
@@ -23,6 +25,10 @@ def configure(parser):
 
 def main(args, base, params):
     config = RerankConfig.from_params(params)
+    if not config.enabled:
+        write_disabled(args.out)
+        write_json(dict(DISABLED), args.metrics)
+        return
     device = resolve_device(base.device)
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     features = Path(args.features)

@@ -66,6 +66,11 @@ def first_stage_of(workspace: Path) -> str | None:
     import json
 
     path = Path(workspace) / "models/mvcl/mvcl.json"
-    if not path.is_file():
+    if not path.is_file():  # absent, or switched off (rerank.enabled: false)
         return None
     return json.loads(path.read_text(encoding="utf-8")).get("first_stage")
+
+
+def is_switched_off(workspace: Path) -> bool:
+    """True when the ``rerank`` stage ran with ``rerank.enabled: false`` (a placeholder in models/mvcl)."""
+    return (Path(workspace) / "models/mvcl/disabled.json").is_file()

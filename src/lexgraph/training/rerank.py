@@ -74,6 +74,7 @@ def _first_stages() -> tuple[str, ...]:
 class RerankConfig:
     """The ``rerank`` section of params.yaml."""
 
+    enabled: bool = True  # false: encode_rerank and rerank write placeholders in seconds and evaluate skips mvcl
     first_stage: str = field(default="dsr", metadata={"expected": "a retrieval system other than mvcl (bm25, zeroshot, dsr, gdsr, qabisar, hybrid)"})
     k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
     max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
@@ -287,6 +288,22 @@ def _filter_patterns(text: str, families: Sequence[str]) -> list[tuple[int, int,
     return [(s, e, bool(set(element_families(text[s:e])) & set(families))) for s, e in split_sentences(text)]
 
 
+DISABLED = {"enabled": False}
+
+
+def write_disabled(out_dir: str | os.PathLike) -> None:
+    """The placeholder output of a stage when ``rerank.enabled`` is false."""
+    from lexgraph.io import atomic_path
+
+    with atomic_path(out_dir, directory=True) as tmp:
+        (Path(tmp) / "disabled.json").write_text(json.dumps(DISABLED) + "\n", encoding="utf-8")
+    log.info("rerank.enabled is false: %s holds a placeholder (dvc exp run -S rerank.enabled=true builds mvcl)", out_dir)
+
+
+def is_disabled(directory: str | os.PathLike) -> bool:
+    return (Path(directory) / "disabled.json").is_file()
+
+
 def build_features(articles, questions, config: RerankConfig, pretrain_dir: str | os.PathLike,
                    out_dir: str | os.PathLike, device: torch.device) -> dict[str, Any]:
     """Encode and write ``articles``, ``questions`` (train + dev) and ``element_views``
@@ -294,6 +311,10 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
     import polars as pl
 
     from lexgraph.io import atomic_path
+
+    if not config.enabled:
+        write_disabled(out_dir)
+        return dict(DISABLED)
 
     encoder = FrozenTokenEncoder(pretrain_dir, device)
     del_id = encoder.del_id(config.del_token)
@@ -619,6 +640,9 @@ def load_model(directory: str | os.PathLike, device: torch.device):
 
     directory = Path(directory)
     path = directory / SETTINGS
+    if is_disabled(directory):
+        raise LexgraphError(f"{directory}: the MVCL re-ranker is switched off (rerank.enabled: false); "
+                            "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
     if not path.is_file():
         raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
     settings = json.loads(path.read_text(encoding="utf-8"))
