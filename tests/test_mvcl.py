@@ -209,7 +209,16 @@ def _toy(seed=0, n_articles=30, dim=16):
     return articles, queries, views, lists(range(100, 130)), lists(range(130, 140))
 
 
-def test_tiny_training_learns_and_is_deterministic():
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one intra-op thread (on a shared CPU, more threads only wait on each other)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_tiny_training_learns_and_is_deterministic(one_thread):
     config = RerankConfig(k=10, hidden=8, epochs=6, batch_size=8, negatives=2, lr=1e-2, dropout=0.0)
     args = _toy()
     model_a, report_a = train(config, *args, device=torch.device("cpu"), seed=13)
@@ -222,3 +231,29 @@ def test_tiny_training_learns_and_is_deterministic():
     assert report_a["dev_mvcl_only"]["map"] > 0.5
     assert report_a["alpha"] in config.interpolation and set(report_a["history"][0]) >= {
         "train_triple", "train_case", "train_element", "dev_map"}
+
+
+def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
+    from lexgraph.errors import LexgraphError
+    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
+    from lexgraph.training.rerank import load_model, write_disabled
+
+    assert not is_switched_off(tmp_path)
+    write_disabled(tmp_path / "models/mvcl")
+    assert is_switched_off(tmp_path) and first_stage_of(tmp_path) is None
+    with pytest.raises(LexgraphError, match=r"rerank\.enabled: false"):
+        load_model(tmp_path / "models/mvcl", torch.device("cpu"))
+
+
+def test_the_views_pooling_shares_the_interaction_projection():
+    """With the PLM frozen, the case and element losses can only change the ranking through
+    weights the interaction uses: their gradient must reach its projection."""
+    torch.manual_seed(0)
+    model = InteractionModel(input_dim=6, hidden=4, dropout=0.0)
+    x, mask = torch.randn(3, 5, 6), torch.ones(3, 5, dtype=torch.bool)
+    loss = CaseViewLoss(0.1)(model.pool(x, mask), model.pool(x.flip(0), mask), model.pool(x.roll(1, 0), mask))
+    loss.backward()
+    assert model.proj.weight.grad is not None and model.proj.weight.grad.abs().sum() > 0
+    assert model.lstm.weight_ih_l0.grad is None  # the views do not touch the rest
+    names = [n for n, _ in model.named_parameters()]
+    assert len(names) == len(set(id(p) for p in model.parameters()))  # no parameter counted twice

@@ -18,7 +18,8 @@ Re-ranking a list needs a score per candidate: :meth:`InteractionModel.tournamen
 plays every candidate against every other one of the list with that MLP (a round robin
 on the cheap matching vectors) and scores candidate b by the mean margin
 ``logit_0 - logit_1`` of its games as B. The attention pooling of the case and element
-views (:class:`AttentionPooling`) reads the PLM's states of one text directly.
+views (:class:`AttentionPooling`) reads the PLM's states of one text through the same
+projection as the interaction, so the contrastive views train what the interaction reads.
 
 On the sample the PLM (multilingual-e5-small) stays frozen and its token states are
 cached (``lexgraph.training.rerank``); only this module trains.
@@ -40,15 +41,16 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.
 
 
 class AttentionPooling(nn.Module):
-    """``v = sum_t alpha_t W h_t``, ``alpha = softmax_t(w^T tanh(W h_t))`` over unmasked tokens."""
+    """``v = sum_t alpha_t W h_t``, ``alpha = softmax_t(w^T tanh(W h_t))`` over unmasked tokens;
+    ``W`` is the projection it is given (the interaction network's own, shared)."""
 
-    def __init__(self, input_dim: int, hidden: int) -> None:
+    def __init__(self, proj: nn.Linear, hidden: int) -> None:
         super().__init__()
-        self.proj = nn.Linear(input_dim, hidden)
         self.score = nn.Linear(hidden, 1, bias=False)
+        self._proj = [proj]  # shared, not registered twice
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        h = self.proj(states)  # (batch, len, hidden)
+        h = self._proj[0](states)  # (batch, len, hidden)
         alpha = masked_softmax(self.score(torch.tanh(h)).squeeze(-1), mask, dim=1)  # (batch, len)
         return torch.einsum("bl,bld->bd", alpha, h)  # (batch, hidden)
 
@@ -66,7 +68,9 @@ class InteractionModel(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(4 * hidden, hidden // 2, batch_first=True, bidirectional=True)
         self.classifier = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 2))
-        self.pool = AttentionPooling(input_dim, hidden)
+        # the views' pooling reads the tokens through the interaction's projection: with the PLM
+        # frozen, that projection is where the case and element views can shape the ranking
+        self.pool = AttentionPooling(self.proj, hidden)
 
     @property
     def match_dim(self) -> int:
