@@ -257,6 +257,7 @@ def _builders() -> dict:
     from lexgraph.queries import QueriesConfig
     from lexgraph.training.dsr import DSRConfig
     from lexgraph.training.gnn import VARIANTS, GNNSettings
+    from lexgraph.training.rerank import RerankConfig
     from lexgraph.zeroshot import ZeroshotConfig
 
     return {
@@ -275,6 +276,7 @@ def _builders() -> dict:
         "dsr": DSRConfig.from_params,
         "embed": EmbedConfig.from_params,
         "hybrid": HybridConfig.from_params,
+        "rerank": RerankConfig.from_params,
     }
 
 
@@ -315,6 +317,16 @@ CONFIG_CASES = [
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
     ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, gdsr, qabisar or best"),
     ("hybrid", {"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
+    ("rerank", {"first_stage": "mvcl"}, "'rerank.first_stage' = 'mvcl', expected a retrieval system other than mvcl"),
+    ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),
+    ("rerank", {"k": 1}, "'rerank.k' = 1, expected an integer >= 2"),
+    ("rerank", {"hidden": 127}, "'rerank.hidden' = 127, expected an even positive integer"),
+    ("rerank", {"lambda_case": -0.1}, "'rerank.lambda_case' = -0.1, expected a number >= 0"),
+    ("rerank", {"t1": 0}, "'rerank.t1' = 0.0, expected a number > 0"),
+    ("rerank", {"element_patterns": ["deontic"]}, "'rerank.element_patterns' = ['deontic'], expected a non-empty list"),
+    ("rerank", {"interpolation": [0.5, 1.5]}, "'rerank.interpolation' = [0.5, 1.5], expected a non-empty list of distinct numbers in [0, 1]"),
+    ("rerank", {"swap": "yes"}, "'rerank.swap' = 'yes', expected true or false"),
+    ("rerank", {"lamda_ele": 0.0}, "unknown keys 'rerank.lamda_ele' (did you mean 'rerank.lambda_ele'?)"),
 ]
 
 

@@ -54,6 +54,7 @@ SECTIONS: dict[str, str] = {
     "dsr": "train_dsr, encode_chunks (chunking keys)",
     "embed": "embed",
     "hybrid": "hybrid",
+    "rerank": "encode_rerank (encoding keys), rerank",
 }
 
 #: The split held out for evaluation: no tuning or training stage may read it.

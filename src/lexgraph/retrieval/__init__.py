@@ -33,6 +33,7 @@ SYSTEMS: dict[str, str] = {
     "gdsr": "lexgraph.retrieval.gnn:load_gdsr",
     "qabisar": "lexgraph.retrieval.gnn:load_qabisar",
     "hybrid": "lexgraph.retrieval.hybrid:load_hybrid",
+    "mvcl": "lexgraph.retrieval.rerank:load_mvcl",
 }
 
 

@@ -1,0 +1,116 @@
+"""MVCL's interaction network over frozen PLM token states (lexgraph's statute re-ranker).
+
+Wang, Zhang, Chen, Liu, Wang & Wen, "Legal Element-oriented Modeling with Multi-view
+Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), Section
+III-B, in the ESIM form it describes:
+
+1. the PLM's token states of query A, ``(La, 384)``, and candidate B, ``(Lb, 384)``, are
+   projected to ``hidden`` dimensions (``h``);
+2. word-level bidirectional attention ``e = h_a h_b^T`` gives each token of A an aligned
+   vector ``h~`` (softmax over B's tokens) and each token of B one (softmax over A's);
+3. every token is strengthened with ``[h; h~; h - h~; h * h~]`` (4 * hidden);
+4. a bidirectional LSTM runs over each side's strengthened tokens; masked mean and max
+   pooling of both sides give the matching vector ``H_{a,b}`` (4 * hidden);
+5. an MLP over ``H_{a,b} - H_{a,c}`` says which of B and C is the more relevant
+   (:class:`lexgraph.losses.PairwiseTripleLoss`).
+
+Re-ranking a list needs a score per candidate: :meth:`InteractionModel.tournament_scores`
+plays every candidate against every other one of the list with that MLP (a round robin
+on the cheap matching vectors) and scores candidate b by the mean margin
+``logit_0 - logit_1`` of its games as B. The attention pooling of the case and element
+views (:class:`AttentionPooling`) reads the PLM's states of one text through the same
+projection as the interaction, so the contrastive views train what the interaction reads.
+
+On the sample the PLM (multilingual-e5-small) stays frozen and its token states are
+cached (``lexgraph.training.rerank``); only this module trains.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+_NEG = -1e4
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax of ``scores`` over ``dim`` where ``mask`` is True (fully masked rows give 0)."""
+    scores = scores.masked_fill(~mask, _NEG)
+    return torch.softmax(scores, dim=dim) * mask
+
+
+class AttentionPooling(nn.Module):
+    """``v = sum_t alpha_t W h_t``, ``alpha = softmax_t(w^T tanh(W h_t))`` over unmasked tokens;
+    ``W`` is the projection it is given (the interaction network's own, shared)."""
+
+    def __init__(self, proj: nn.Linear, hidden: int) -> None:
+        super().__init__()
+        self.score = nn.Linear(hidden, 1, bias=False)
+        self._proj = [proj]  # shared, not registered twice
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self._proj[0](states)  # (batch, len, hidden)
+        alpha = masked_softmax(self.score(torch.tanh(h)).squeeze(-1), mask, dim=1)  # (batch, len)
+        return torch.einsum("bl,bld->bd", alpha, h)  # (batch, hidden)
+
+
+class InteractionModel(nn.Module):
+    """ESIM-style interaction of a query and a candidate into ``H_{a,b}``, the pairwise
+    MLP, and the attention pooling of the contrastive views."""
+
+    def __init__(self, input_dim: int, hidden: int = 128, dropout: float = 0.1) -> None:
+        super().__init__()
+        if hidden % 2:
+            raise ValueError(f"hidden must be even (a bidirectional LSTM of hidden / 2 per direction), got {hidden}")
+        self.input_dim, self.hidden = int(input_dim), int(hidden)
+        self.proj = nn.Linear(input_dim, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(4 * hidden, hidden // 2, batch_first=True, bidirectional=True)
+        self.classifier = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 2))
+        # the views' pooling reads the tokens through the interaction's projection: with the PLM
+        # frozen, that projection is where the case and element views can shape the ranking
+        self.pool = AttentionPooling(self.proj, hidden)
+
+    @property
+    def match_dim(self) -> int:
+        return 4 * self.hidden
+
+    def _aggregate(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lengths = mask.sum(1).clamp(min=1).cpu()  # (batch,)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])  # (batch, len, hidden)
+        m = mask.unsqueeze(-1).to(out.dtype)  # (batch, len, 1)
+        mean = (out * m).sum(1) / m.sum(1).clamp(min=1)  # (batch, hidden)
+        peak = out.masked_fill(~mask.unsqueeze(-1), _NEG).max(1).values  # (batch, hidden)
+        return torch.cat([mean, peak], dim=-1)  # (batch, 2 * hidden)
+
+    def match(self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor) -> torch.Tensor:
+        """``H_{a,b}`` for paired rows: q ``(batch, Lq, input_dim)``, d ``(batch, Ld, input_dim)``,
+        masks bool ``(batch, L)`` -> ``(batch, 4 * hidden)``."""
+        hq = self.dropout(self.proj(q))  # (batch, Lq, hidden)
+        hd = self.dropout(self.proj(d))  # (batch, Ld, hidden)
+        e = hq @ hd.transpose(1, 2)  # (batch, Lq, Ld)
+        pair = q_mask.unsqueeze(2) & d_mask.unsqueeze(1)  # (batch, Lq, Ld)
+        q_aligned = masked_softmax(e, pair, dim=2) @ hd  # (batch, Lq, hidden)
+        d_aligned = masked_softmax(e, pair, dim=1).transpose(1, 2) @ hq  # (batch, Ld, hidden)
+        mq = torch.cat([hq, q_aligned, hq - q_aligned, hq * q_aligned], dim=-1)  # (batch, Lq, 4 * hidden)
+        md = torch.cat([hd, d_aligned, hd - d_aligned, hd * d_aligned], dim=-1)  # (batch, Ld, 4 * hidden)
+        return torch.cat([self._aggregate(mq, q_mask), self._aggregate(md, d_mask)], dim=-1)  # (batch, 4 * hidden)
+
+    def compare(self, h_ab: torch.Tensor, h_ac: torch.Tensor) -> torch.Tensor:
+        """The MLP's 2-way logits over ``H_{a,b} - H_{a,c}`` (class 0: B is the more relevant)."""
+        return self.classifier(h_ab - h_ac)  # (batch, 2)
+
+    def tournament_scores(self, h: torch.Tensor) -> torch.Tensor:
+        """Scores of the ``n`` candidates of one query from their matching vectors ``(n, 4 * hidden)``:
+        candidate b's mean margin ``logit_0 - logit_1`` of ``MLP(H_b - H_c)`` over every c != b."""
+        n = h.shape[0]
+        if n < 2:
+            return torch.zeros(n, device=h.device)
+        diff = h.unsqueeze(1) - h.unsqueeze(0)  # (n, n, 4 * hidden): [b, c] = H_b - H_c
+        logits = self.classifier(diff)  # (n, n, 2)
+        margin = logits[..., 0] - logits[..., 1]  # (n, n)
+        margin = margin * (1 - torch.eye(n, device=h.device, dtype=margin.dtype))  # no game against itself
+        return margin.sum(1) / (n - 1)  # (n,)

@@ -1,0 +1,33 @@
+"""encode_rerank: the frozen base encoder's token states for the MVCL re-ranker -> data/rerank/
+(articles, train and dev questions, element views of the train questions' gold articles),
+metrics/encode_rerank.json (the legal element indicator's counts)."""
+
+from __future__ import annotations
+
+import sys
+
+from lexgraph.config import resolve_device
+from lexgraph.io import read_parquet, write_json
+from lexgraph.training.rerank import RerankConfig, build_features
+
+
+def configure(parser):
+    parser.add_argument("--articles", default="data/clean/articles.parquet")
+    parser.add_argument("--questions", default="data/clean/questions.parquet")
+    parser.add_argument("--pretrain", default="models/pretrain")
+    parser.add_argument("--out", default="data/rerank")
+    parser.add_argument("--metrics", default="metrics/encode_rerank.json")
+
+
+def main(args, base, params):
+    config = RerankConfig.from_params(params)
+    articles = read_parquet(args.articles, ["id", "article"])
+    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
+    stats = build_features(articles, questions, config, args.pretrain, args.out, resolve_device(base.device))
+    write_json(stats, args.metrics)
+
+
+if __name__ == "__main__":
+    from lexgraph.stage import run_stage
+
+    sys.exit(run_stage("rerank", main, configure, name="encode_rerank", config=RerankConfig.from_params))

@@ -1,0 +1,259 @@
+"""MVCL re-ranker: the three losses against hand computations, the element indicator and
+view, the interaction network's shapes and masking, list fusion, the token store and a
+tiny training run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from lexgraph.elements import element_families, element_sentences, element_view, split_sentences, token_sentence_flags
+from lexgraph.losses.CaseViewLoss import CaseViewLoss
+from lexgraph.losses.ElementViewLoss import ElementViewLoss
+from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
+from lexgraph.models.mvcl import InteractionModel
+from lexgraph.training.rerank import Lists, RerankConfig, TokenStore, fuse_list, train
+
+
+# ---------------------------------------------------------------------------
+# Losses vs hand computations
+# ---------------------------------------------------------------------------
+
+
+def _ce(logits, target):
+    """-log softmax(logits)[target], by hand."""
+    return -(logits[target] - math.log(sum(math.exp(v) for v in logits)))
+
+
+def _linear():
+    lin = nn.Linear(2, 2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 2.0], [0.5, -1.0]]))
+        lin.bias.copy_(torch.tensor([0.1, -0.2]))
+    return lin
+
+
+def test_pairwise_triple_loss_matches_hand_computation_with_and_without_swap():
+    h_ab = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    h_ac = torch.tensor([[0.0, 1.0], [1.0, -0.5]])
+    lin = _linear()
+
+    def logits(d):  # W d + b by hand
+        return [1.0 * d[0] + 2.0 * d[1] + 0.1, 0.5 * d[0] - 1.0 * d[1] - 0.2]
+
+    diffs = [(1.0, -1.0), (-0.5, 1.0)]
+    plain = sum(_ce(logits(d), 0) for d in diffs) / 2
+    swapped = sum(_ce(logits((-d[0], -d[1])), 1) for d in diffs) / 2
+    assert PairwiseTripleLoss(swap=False)(h_ab, h_ac, lin).item() == pytest.approx(plain, rel=1e-6)
+    assert PairwiseTripleLoss(swap=True)(h_ab, h_ac, lin).item() == pytest.approx(0.5 * (plain + swapped), rel=1e-6)
+
+
+def test_case_view_loss_matches_hand_computation():
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    b = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    c = torch.tensor([[0.0, 1.0], [3.0, 0.0]])
+    t1 = 0.5
+    # row 0: cos(a,b) = 1/sqrt(2), cos(a,c) = 0; row 1: cos(a,b) = 1, cos(a,c) = 0
+    expected = (_ce([1 / math.sqrt(2) / t1, 0.0], 0) + _ce([1.0 / t1, 0.0], 0)) / 2
+    assert CaseViewLoss(t1)(a, b, c).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_element_view_loss_matches_hand_computation():
+    texts = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    views = torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, -1.0]])
+    t2 = 0.2
+    r = 1 / math.sqrt(2)
+    cos = [[1.0, r, 0.0], [0.0, r, -1.0], [r, 1.0, -r]]  # cos(t_i, v_j) by hand
+    expected = sum(_ce([x / t2 for x in cos[i]], i) for i in range(3)) / 3
+    assert ElementViewLoss(t2)(texts, views).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_losses_refuse_bad_shapes_and_temperatures():
+    with pytest.raises(ValueError):
+        CaseViewLoss(0.0)
+    with pytest.raises(ValueError):
+        ElementViewLoss(-1.0)
+    with pytest.raises(ValueError):
+        PairwiseTripleLoss()(torch.zeros(2, 3), torch.zeros(3, 3), nn.Linear(3, 2))
+
+
+# ---------------------------------------------------------------------------
+# The legal element indicator and the element view
+# ---------------------------------------------------------------------------
+
+ARTICLE = ("Le locataire doit payer le loyer aux termes convenus. Le bail est écrit. "
+           "Lorsque le bien est vendu, le bail continue; il est interdit de sous-louer.\nFin du titre.")
+
+
+def test_indicator_splits_sentences_and_flags_rule_statements():
+    sentences = [ARTICLE[s:e] for s, e in split_sentences(ARTICLE)]
+    assert sentences == ["Le locataire doit payer le loyer aux termes convenus.", "Le bail est écrit.",
+                         "Lorsque le bien est vendu, le bail continue;", "il est interdit de sous-louer.",
+                         "Fin du titre."]
+    assert [flag for _, _, flag in element_sentences(ARTICLE)] == [True, False, True, True, False]
+    assert element_families("Nul ne peut être puni d'une amende s'il ignorait la loi.") == \
+        ["right", "prohibition", "condition", "sanction"]
+    assert element_families("Sinon, le silence vaut refus.") == []  # "si" only as a whole word
+
+
+def test_token_flags_follow_sentence_spans_and_skip_prefix_and_specials():
+    text = "Il doit. Rien ici."
+    prefix = "p: "
+    # tokens of "p: Il doit. Rien ici." : <s>, "p:", "Il", "doit.", "Rien", "ici.", </s>
+    offsets = [(0, 0), (0, 2), (3, 5), (6, 11), (12, 16), (17, 21), (0, 0)]
+    flags = token_sentence_flags(offsets, element_sentences(text), text_start=len(prefix))
+    assert flags == [None, None, True, True, False, False, None]
+
+
+def test_element_view_replaces_non_element_tokens_by_del_and_keeps_the_budget():
+    ids = [0, 5, 6, 7, 8, 9, 10, 2]
+    flags = [None, True, True, False, False, True, False, None]
+    assert element_view(ids, flags, del_id=99, budget=100) == [0, 5, 6, 99, 99, 9, 99, 2]
+    # L1 = 5 tokens in total: cut, the final separator kept
+    assert element_view(ids, flags, del_id=99, budget=5) == [0, 5, 6, 99, 2]
+    # no element sentence: the text is kept (an all-[DEL] view carries nothing)
+    assert element_view(ids, [None, False, False, False, False, False, False, None], 99, 100) == ids
+    with pytest.raises(ValueError):
+        element_view(ids, flags[:-1], 99, 100)
+
+
+# ---------------------------------------------------------------------------
+# Interaction network
+# ---------------------------------------------------------------------------
+
+
+def test_interaction_shapes_and_padding_invariance():
+    torch.manual_seed(0)
+    model = InteractionModel(input_dim=12, hidden=8, dropout=0.0).eval()
+    q, d = torch.randn(3, 5, 12), torch.randn(3, 7, 12)
+    q_mask = torch.ones(3, 5, dtype=torch.bool)
+    d_mask = torch.ones(3, 7, dtype=torch.bool)
+    d_mask[1, 4:] = False
+    h = model.match(q, q_mask, d, d_mask)
+    assert h.shape == (3, 32) and model.match_dim == 32
+    assert model.compare(h[:2], h[1:]).shape == (2, 2)
+    assert model.pool(d, d_mask).shape == (3, 8)
+    # row 1 alone, without its padding, gives the same matching vector
+    alone = model.match(q[1:2], q_mask[1:2], d[1:2, :4], d_mask[1:2, :4])
+    torch.testing.assert_close(alone, h[1:2], rtol=1e-5, atol=1e-5)
+    # garbage in padded positions changes nothing
+    d2 = d.clone()
+    d2[1, 4:] = 100.0
+    torch.testing.assert_close(model.match(q, q_mask, d2, d_mask), h, rtol=1e-5, atol=1e-5)
+
+
+def test_tournament_scores_are_mean_margins_over_the_other_candidates():
+    torch.manual_seed(1)
+    model = InteractionModel(input_dim=4, hidden=4, dropout=0.0).eval()
+    h = torch.randn(4, model.match_dim)
+    with torch.no_grad():
+        scores = model.tournament_scores(h)
+        games = {(b, c): model.compare(h[b:b + 1], h[c:c + 1])[0] for b in range(4) for c in range(4)}
+    for b in range(4):
+        expected = sum(float(games[b, c][0] - games[b, c][1]) for c in range(4) if c != b) / 3
+        assert float(scores[b]) == pytest.approx(expected, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Fusion of a re-ranked list with its first stage
+# ---------------------------------------------------------------------------
+
+
+def test_fuse_list_reorders_the_head_and_keeps_the_tail_below():
+    ids = np.array([10, 11, 12, 13, 14, -1])
+    first = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.0])
+    mvcl = np.array([0.0, 1.0, 3.0])  # the re-ranker's scores of the top-3
+    out, scores = fuse_list(ids, first, mvcl, alpha=1.0, k=3)
+    assert out.tolist() == [12, 11, 10, 13, 14, -1]
+    assert np.all(np.diff(scores[:5]) <= 0)
+    # alpha = 0 is the first stage itself
+    assert fuse_list(ids, first, mvcl, alpha=0.0, k=3)[0].tolist() == ids.tolist()
+    # alpha = 0.5: z(first) = [1.2247, 0, -1.2247], z(mvcl) = [-1.069, -0.267, 1.336] -> 10: 0.078, 11: -0.134, 12: 0.056
+    assert fuse_list(ids, first, mvcl, alpha=0.5, k=3)[0].tolist() == [10, 12, 11, 13, 14, -1]
+
+
+# ---------------------------------------------------------------------------
+# Token store and a tiny training run
+# ---------------------------------------------------------------------------
+
+
+def test_token_store_round_trip_and_padding(tmp_path):
+    states = [torch.arange(6, dtype=torch.float16).reshape(3, 2), torch.ones(1, 2, dtype=torch.float16)]
+    store = TokenStore.from_list([7, 3], states, dim=2)
+    store.save(tmp_path / "s.safetensors", {"a": "b"})
+    back = TokenStore.load(tmp_path / "s.safetensors")
+    x, mask = back.batch([3, 7], torch.device("cpu"))
+    assert x.shape == (2, 3, 2) and mask.tolist() == [[True, False, False], [True, True, True]]
+    assert x[1].tolist() == [[0, 1], [2, 3], [4, 5]] and x[0, 1:].abs().sum() == 0
+
+
+def _toy(seed=0, n_articles=30, dim=16):
+    """Articles whose token states carry their id's 'topic'; questions share their gold's."""
+    g = torch.Generator().manual_seed(seed)
+    topics = torch.randn(n_articles, dim, generator=g)
+    arts = [(topics[i] + 0.3 * torch.randn(6, dim, generator=g)).half() for i in range(n_articles)]
+    qs = [(topics[i % n_articles] + 0.3 * torch.randn(4, dim, generator=g)).half() for i in range(40)]
+    articles = TokenStore.from_list(list(range(n_articles)), arts, dim)
+    queries = TokenStore.from_list(list(range(100, 140)), qs, dim)
+    views = TokenStore.from_list(list(range(n_articles)), [a[:3] for a in arts], dim)
+
+    def lists(qids):
+        ids = np.array([[(q - 100 + j) % n_articles for j in range(10)] for q in qids])[:, ::-1].copy()  # gold 9th
+        return Lists(list(qids), {q: [(q - 100) % n_articles] for q in qids}, ids,
+                     np.linspace(1, 0, 10)[None].repeat(len(qids), 0))
+
+    return articles, queries, views, lists(range(100, 130)), lists(range(130, 140))
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one intra-op thread (on a shared CPU, more threads only wait on each other)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_tiny_training_learns_and_is_deterministic(one_thread):
+    config = RerankConfig(k=10, hidden=8, epochs=6, batch_size=8, negatives=2, lr=1e-2, dropout=0.0)
+    args = _toy()
+    model_a, report_a = train(config, *args, device=torch.device("cpu"), seed=13)
+    model_b, report_b = train(config, *args, device=torch.device("cpu"), seed=13)
+    for (k, a), b in zip(model_a.state_dict().items(), model_b.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert report_a["history"] == report_b["history"]
+    # the first stage ranks every gold 10th: the trained re-ranker lifts it
+    assert report_a["dev_first_stage"]["map"] == pytest.approx(0.1)
+    assert report_a["dev_mvcl_only"]["map"] > 0.5
+    assert report_a["alpha"] in config.interpolation and set(report_a["history"][0]) >= {
+        "train_triple", "train_case", "train_element", "dev_map"}
+
+
+def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
+    from lexgraph.errors import LexgraphError
+    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
+    from lexgraph.training.rerank import load_model, write_disabled
+
+    assert not is_switched_off(tmp_path)
+    write_disabled(tmp_path / "models/mvcl")
+    assert is_switched_off(tmp_path) and first_stage_of(tmp_path) is None
+    with pytest.raises(LexgraphError, match=r"rerank\.enabled: false"):
+        load_model(tmp_path / "models/mvcl", torch.device("cpu"))
+
+
+def test_the_views_pooling_shares_the_interaction_projection():
+    """With the PLM frozen, the case and element losses can only change the ranking through
+    weights the interaction uses: their gradient must reach its projection."""
+    torch.manual_seed(0)
+    model = InteractionModel(input_dim=6, hidden=4, dropout=0.0)
+    x, mask = torch.randn(3, 5, 6), torch.ones(3, 5, dtype=torch.bool)
+    loss = CaseViewLoss(0.1)(model.pool(x, mask), model.pool(x.flip(0), mask), model.pool(x.roll(1, 0), mask))
+    loss.backward()
+    assert model.proj.weight.grad is not None and model.proj.weight.grad.abs().sum() > 0
+    assert model.lstm.weight_ih_l0.grad is None  # the views do not touch the rest
+    names = [n for n, _ in model.named_parameters()]
+    assert len(names) == len(set(id(p) for p in model.parameters()))  # no parameter counted twice
