@@ -239,9 +239,9 @@ class Base:
     # bitwise-reproducible kernels (set_deterministic); costs GPU speed, nothing measurable on CPU
     deterministic: bool = True
     # the program the training stages' dvc.yaml commands start with: `python`, or a
-    # multi-process launcher such as `accelerate launch --num_processes 4` (README)
+    # multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)
     launcher: str = field(default="python", metadata={"expected": "a command such as python or "
-                                                                   "'accelerate launch --num_processes 2'"})
+                                                                   "'accelerate launch --multi_gpu --num_processes 2'"})
 
     def validate(self) -> None:
         if not 0 <= self.seed < 2**32:
