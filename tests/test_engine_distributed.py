@@ -58,3 +58,32 @@ def test_two_gloo_processes_match_one_process_at_the_same_global_batch(tmp_path)
     assert _close(one, two_accumulated)  # 2 processes x 2 micro-batches of 2
     assert one["best_epoch"] == two["best_epoch"]
     assert not _close(train(Runtime("cpu"), batch=4), two)
+
+
+@pytest.mark.slow
+def test_a_stage_under_torchrun_writes_its_outputs_once(tmp_path):
+    """``base.launcher: torchrun ...`` wraps a stage command: both processes train, the main
+    one alone writes (atomic directory + metrics), the other leaves nothing behind."""
+    import polars as pl
+    import yaml
+
+    texts = [f"Article {i}: le bail du locataire et le contrat du propriétaire, alinéa {i}." for i in range(60)]
+    articles = tmp_path / "articles.parquet"
+    pl.DataFrame({"id": list(range(60)), "article": texts}).write_parquet(articles)
+    section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
+                   max_steps=4, batch_size=8, warmup_steps=1, log_every=2)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"base": {"seed": 1, "device": "cpu"}, "pretrain": section}))
+    out, metrics = tmp_path / "models" / "pretrain", tmp_path / "metrics" / "pretrain.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(ROOT / "stages" / "pretrain.py"), "--params", str(params), "--articles", str(articles),
+           "--out", str(out), "--metrics", str(metrics)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = json.loads(metrics.read_text())
+    assert written["steps"] == 4 and np.isfinite(written["eval_loss"])
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["pretrain"]  # no temp dir left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("lexgraph-rank-")]
+    assert proc.stderr.count("stage pretrain done") == 2  # both processes ran the stage
