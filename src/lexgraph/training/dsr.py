@@ -495,11 +495,6 @@ def run_train_dsr(
             raise DataError(cache, f"article {exc.args[0]} has no cached chunks; run `dvc repro`") from None
     runtime = Runtime(device)
     result = train_dsr(model, data, config, device, seed, runtime)
-    if not runtime.is_main:  # one writer; the others wait for it
-        runtime.wait()
-        return {}
-    with atomic_path(out, directory=True) as tmp:
-        result.model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": round(result.dev_metrics[f"recall@{EVAL_CUTOFF}"], 4)
@@ -510,7 +505,10 @@ def run_train_dsr(
         "synthetic_pairs": len(data.synthetic_pairs),
         "dev": {k: round(v, 4) for k, v in result.dev_metrics.items()} if result.dev_metrics else None,
     }
-    write_json(summary, metrics)
-    write_text(curve_csv(result.history), plot)
+    if runtime.is_main:  # one writer; the others wait for it
+        with atomic_path(out, directory=True) as tmp:
+            result.model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
+        write_json(summary, metrics)
+        write_text(curve_csv(result.history), plot)
     runtime.wait()
     return summary
