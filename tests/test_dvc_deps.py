@@ -77,7 +77,7 @@ def stages() -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(stages()))
 def test_deps_list_every_imported_module(name):
     stage = stages()[name]
-    script = re.search(r"python (stages/\w+\.py)", stage["cmd"]).group(1)
+    script = re.search(r"(?:python|\$\{base\.launcher\}) (stages/\w+\.py)", stage["cmd"]).group(1)
     deps = set(stage.get("deps", []))
     assert script in deps, f"{name}: its script {script} is not in deps"
     needed = closure(ROOT / script) - EXEMPT

@@ -237,6 +237,12 @@ class Base:
     seed: int = 13
     device: str = field(default="auto", metadata={"expected": "auto, cpu, cuda or cuda:N"})
     log_level: str = field(default="INFO", metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
+    # bitwise-reproducible kernels (set_deterministic); costs GPU speed, nothing measurable on CPU
+    deterministic: bool = True
+    # the program the training stages' dvc.yaml commands start with: `python`, or a
+    # multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)
+    launcher: str = field(default="python", metadata={"expected": "a command such as python or "
+                                                                   "'accelerate launch --multi_gpu --num_processes 2'"})
 
     def validate(self) -> None:
         if not 0 <= self.seed < 2**32:
@@ -245,6 +251,8 @@ class Base:
             raise bad_value("base", "device", self.device, expectation(Base, "device"))
         if self.log_level.upper() not in LOG_LEVELS:
             raise bad_value("base", "log_level", self.log_level, expectation(Base, "log_level"))
+        if not self.launcher.strip():
+            raise bad_value("base", "launcher", self.launcher, expectation(Base, "launcher"))
 
 
 def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -287,7 +295,8 @@ def load_params(section: str, path: str | os.PathLike = DEFAULT_PARAMS) -> tuple
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices) and make torch deterministic on CPU."""
+    """Seed python, numpy and torch (all devices). Kernel determinism is
+    :func:`set_deterministic`'s (``base.deterministic``)."""
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     import numpy as np
@@ -299,8 +308,25 @@ def seed_everything(seed: int) -> None:
         return
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def set_deterministic(enabled: bool) -> None:
+    """``base.deterministic``: bitwise-reproducible kernels, or the fastest ones.
+
+    On: ``torch.use_deterministic_algorithms(True)`` (strict: an op without a
+    deterministic implementation raises instead of warning; the attention backward
+    (flash / memory-efficient / cuDNN) then takes its deterministic path, which it does
+    not in warn-only mode), ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (unless already set;
+    read when cuBLAS starts, so set here before any CUDA work), cuDNN deterministic and
+    no cuDNN benchmarking. Off: all of these back to PyTorch's defaults.
+    """
+    import torch
+
+    if enabled:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(enabled)
+    torch.backends.cudnn.deterministic = enabled
+    torch.backends.cudnn.benchmark = False
 
 
 def resolve_device(spec: str = "auto", *, where: str = "params.yaml: 'base.device'"):

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from lexgraph.config import Base, load_params, seed_everything
+from lexgraph.config import Base, load_params, seed_everything, set_deterministic
 from lexgraph.errors import LexgraphError
 
 log = logging.getLogger("lexgraph")
@@ -68,6 +68,7 @@ def run_stage(
         if config is not None:
             config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
+        set_deterministic(base.deterministic)
         seed_everything(base.seed)
         start = time.perf_counter()
         main(args, base, params)

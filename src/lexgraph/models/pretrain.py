@@ -23,8 +23,9 @@ Sequences are the articles, tokenised without special tokens, concatenated into 
 stream (a separator token between articles) and cut into blocks that, wrapped with
 the model's special tokens, hold ``max_length`` tokens. A seeded
 fraction of the blocks is held out to report the eval MLM loss and perplexity. The
-training loop is plain torch: AdamW, linear warm-up then linear decay, gradient
-clipping, mixed precision on CUDA (:func:`lexgraph.config.autocast`).
+training loop is the shared engine (:mod:`lexgraph.training.engine`): AdamW, linear
+warm-up then linear decay, gradient clipping, gradient accumulation, mixed precision on
+CUDA, several processes under ``accelerate launch`` / ``torchrun``.
 
 The output directory is a regular Hugging Face checkpoint: downstream stages load it
 with ``AutoModel.from_pretrained`` and ``AutoTokenizer.from_pretrained``.
@@ -95,6 +96,7 @@ class PretrainConfig:
     warmup_steps: int = 20  # linear warm-up, then linear decay to 0 at max_steps
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
+    accumulation_steps: int = 1  # micro-batches per batch and process (lexgraph.training.engine)
     mixed_precision: bool = True  # autocast on CUDA (bf16 where supported, else fp16)
     log_every: int = 50
 
@@ -112,7 +114,8 @@ class PretrainConfig:
             raise bad("mode", f"one of {', '.join(MODES)}")
         if self.source not in SOURCES:
             raise bad("source", f"one of {', '.join(SOURCES)}")
-        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_steps", "batch_size", "log_every"):
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_steps", "batch_size", "log_every",
+                    "accumulation_steps"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(key, "a positive integer")
@@ -432,21 +435,6 @@ def mlm_loss(model, input_ids, attention_mask, labels):
     return F.cross_entropy(logits.float(), labels[targets])
 
 
-def _optimizer(model, cfg: PretrainConfig):
-    import torch
-
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.learning_rate,
-        eps=cfg.adam_epsilon,
-    )
-
-
 def _eval_loss(model, blocks, tokenizer, cfg: PretrainConfig, device, seed: int) -> float:
     """Mean MLM loss over the eval blocks, with a fixed (seeded) masking."""
     import torch
@@ -473,61 +461,82 @@ def _eval_loss(model, blocks, tokenizer, cfg: PretrainConfig, device, seed: int)
     return total / count if count else float("nan")
 
 
-def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int) -> dict[str, Any]:
-    """Train ``model`` in place with MLM; return the metrics dict."""
-    import torch
-    from transformers import get_linear_schedule_with_warmup
+class MLMTask:
+    """:class:`~lexgraph.training.engine.TrainingTask` of MLM pre-training: one "epoch" of
+    ``max_steps`` batches drawn from seeded epoch permutations of the blocks (refilled as
+    they run out); masking is drawn per batch from its own seeded generator."""
 
-    from lexgraph.config import autocast
-    from lexgraph.progress import progress
+    def __init__(self, model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, runtime, seed: int) -> None:
+        import torch
+
+        self.model, self.tokenizer, self.cfg, self.runtime, self.seed = model, tokenizer, cfg, runtime, seed
+        self.train_blocks, self.eval_blocks = train_blocks, eval_blocks
+        self.order_generator = torch.Generator().manual_seed(seed)
+        self.mask_generator = torch.Generator().manual_seed(seed + 2 + 7919 * runtime.rank)
+
+    def modules(self):
+        return [self.model]
+
+    def train(self) -> None:
+        self.model.train()
+
+    def batches(self, epoch: int):
+        import torch
+
+        order: list[int] = []
+        for _ in range(self.cfg.max_steps):
+            if len(order) < self.cfg.batch_size:  # refill with a fresh epoch permutation
+                order += torch.randperm(len(self.train_blocks), generator=self.order_generator).tolist()
+            batch, order = order[: self.cfg.batch_size], order[self.cfg.batch_size :]
+            yield batch
+
+    def step(self, batch: list[int]):
+        device = self.runtime.device
+        input_ids, attention = collate([self.train_blocks[i] for i in batch], self.tokenizer.pad_token_id)
+        masked, labels = mask_tokens(input_ids, attention, self.tokenizer, self.cfg.mlm_probability,
+                                     self.mask_generator)
+        with self.runtime.autocast():
+            return mlm_loss(self.model, masked.to(device), attention.to(device), labels.to(device))
+
+    def evaluate(self) -> dict[str, float]:
+        return {"eval_loss": _eval_loss(self.model, self.eval_blocks, self.tokenizer, self.cfg, self.runtime.device,
+                                        self.seed)}
+
+    def nan_error(self, value: float, epoch: int, step: int) -> ConfigError:
+        return ConfigError(f"MLM loss became {value} at step {step}; lower params.yaml '{SECTION}.learning_rate'")
+
+
+def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int,
+              runtime=None) -> dict[str, Any]:
+    """Train ``model`` in place with MLM (:func:`lexgraph.training.engine.fit`); return the metrics dict.
+
+    AdamW (no decay on biases and LayerNorm weights), linear warm-up over
+    ``warmup_steps`` then linear decay to 0 at ``max_steps``, gradient clipping, mixed
+    precision on CUDA when ``mixed_precision``."""
+    import torch
+
+    from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
     if not train_blocks:
         raise ConfigError("pretrain: no training blocks (the articles hold too little text)")
+    runtime = runtime or Runtime(device, "auto" if cfg.mixed_precision else "no")
     torch.manual_seed(seed)  # dropout
-    model.to(device)
-    model.train()
-    optimizer = _optimizer(model, cfg)
-    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.max_steps)
-    use_fp16_scaler = device.type == "cuda" and cfg.mixed_precision and not torch.cuda.is_bf16_supported()
-    scaler = torch.amp.GradScaler("cuda", enabled=use_fp16_scaler)
-
-    initial_eval = _eval_loss(model, eval_blocks, tokenizer, cfg, device, seed)
-    log.info("MLM: %d train / %d eval blocks of <= %d tokens, %d steps of %d, eval loss before %.3f",
-             len(train_blocks), len(eval_blocks), cfg.max_length, cfg.max_steps, cfg.batch_size, initial_eval)
-
-    order_gen = torch.Generator().manual_seed(seed)
-    mask_gen = torch.Generator().manual_seed(seed + 2)
-    order: list[int] = []
-    recent: list[float] = []
+    model.to(runtime.device)
+    task = MLMTask(model, tokenizer, train_blocks, eval_blocks, cfg, runtime, seed)
+    optimizer = build_optimizer([ParamGroup(list(model.parameters()), cfg.learning_rate, cfg.weight_decay)], [model],
+                                eps=cfg.adam_epsilon)
+    scheduler = build_scheduler(optimizer, "linear", cfg.warmup_steps, cfg.max_steps)
+    log.info("MLM: %d train / %d eval blocks of <= %d tokens, %d steps of %d",
+             len(train_blocks), len(eval_blocks), cfg.max_length, cfg.max_steps, cfg.batch_size)
     start = time.perf_counter()
-    bar = progress(range(1, cfg.max_steps + 1), "pretrain", unit="step")
-    for step in bar:
-        if len(order) < cfg.batch_size:  # refill with a fresh epoch permutation
-            order += torch.randperm(len(train_blocks), generator=order_gen).tolist()
-        batch_idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        input_ids, attention = collate([train_blocks[i] for i in batch_idx], tokenizer.pad_token_id)
-        masked, labels = mask_tokens(input_ids, attention, tokenizer, cfg.mlm_probability, mask_gen)
-        with autocast(device, cfg.mixed_precision):
-            loss = mlm_loss(model, masked.to(device), attention.to(device), labels.to(device))
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise ConfigError(f"MLM loss became {value} at step {step}; lower params.yaml '{SECTION}.learning_rate'")
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        scheduler.step()
-        recent.append(value)
-        recent = recent[-cfg.log_every :]
-        bar.set_postfix(loss=f"{recent[-1]:.3f}", refresh=False)
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
-            log.info("step %d/%d: train loss %.4f (mean of last %d), lr %.2e",
-                     step, cfg.max_steps, sum(recent) / len(recent), len(recent), scheduler.get_last_lr()[0])
-    bar.close()
+    result = fit(task, optimizer, scheduler, FitConfig(
+        name="pretrain", epochs=1, steps_per_epoch=cfg.max_steps, max_grad_norm=cfg.max_grad_norm,
+        accumulation_steps=cfg.accumulation_steps, select_epoch_zero=True, log_every=cfg.log_every,
+    ), runtime)
     seconds = time.perf_counter() - start
-    eval_loss = _eval_loss(model, eval_blocks, tokenizer, cfg, device, seed)
+    initial_eval = result.initial_metrics["eval_loss"]
+    eval_loss = result.dev_metrics["eval_loss"]
+    recent = result.step_losses[-cfg.log_every :]
     perplexity = math.exp(eval_loss) if math.isfinite(eval_loss) and eval_loss < 700 else float("inf")
     log.info("MLM done in %.1f s: eval loss %.4f (before %.4f), perplexity %.1f", seconds, eval_loss, initial_eval, perplexity)
     return {
@@ -553,32 +562,48 @@ def read_articles(path: str | os.PathLike) -> list[str]:
     return [t for t in df["article"].to_list() if t.strip()]
 
 
-def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device) -> dict[str, Any]:
+def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device,
+             runtime=None) -> dict[str, Any]:
     """Resolve (``none``) or pre-train (``continue``, ``scratch``) the base model and save
     model + tokenizer (+ ``lexgraph_base.json``) atomically into ``out_dir``."""
+    import contextlib
     import tempfile
+    from pathlib import Path
 
     from lexgraph.io import atomic_path
     from lexgraph.models.base import read_base_summary, resolve_base_model, write_base_info
+    from lexgraph.training.engine import Runtime
 
-    with atomic_path(out_dir, directory=True) as tmp:
+    runtime = runtime or Runtime(device, "auto" if cfg.mixed_precision else "no")
+    if runtime.is_main:
+        target = atomic_path(out_dir, directory=True)
+    else:  # several processes: only the main one writes; the others train along in a scratch dir
+        target = contextlib.ExitStack()
+        scratch = Path(target.enter_context(tempfile.TemporaryDirectory(prefix="lexgraph-rank-")))
+    with target as tmp:
+        tmp = tmp if runtime.is_main else scratch
         if cfg.mode == "none":
             info = resolve_base_model(cfg.model, tmp, source=cfg.source, param=f"{SECTION}.model")
             log.info("base model %s from %s, no MLM (pretrain.mode: none)", cfg.model, info["source"])
-            return {"mode": "none", "model": cfg.model, "source": info["source"]}
-        with tempfile.TemporaryDirectory(prefix="lexgraph-base-") as base_dir:
-            tokenizer, model = load_tokenizer_and_model(cfg, texts, seed, base_dir)
-            info = read_base_summary(base_dir)
-        blocks = make_blocks(texts, tokenizer, cfg.max_length)
-        train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
-        metrics = train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed)
-        model.to("cpu")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if info:  # keep the family's prefixes
-            write_base_info(tmp, {**info, "mlm": "continued"})
-    log.info("wrote %s", out_dir)
-    return {"mode": cfg.mode, **metrics}
+            metrics = {"mode": "none", "model": cfg.model, "source": info["source"]}
+        else:
+            with tempfile.TemporaryDirectory(prefix="lexgraph-base-") as base_dir:
+                tokenizer, model = load_tokenizer_and_model(cfg, texts, seed, base_dir)
+                info = read_base_summary(base_dir)
+            blocks = make_blocks(texts, tokenizer, cfg.max_length)
+            train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
+            metrics = train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed,
+                                runtime=runtime)
+            metrics = {"mode": cfg.mode, **metrics}
+            model.to("cpu")
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            if info:  # keep the family's prefixes
+                write_base_info(tmp, {**info, "mlm": "continued"})
+    if runtime.is_main:
+        log.info("wrote %s", out_dir)
+    runtime.wait()
+    return metrics
 
 
 def run(articles: str | os.PathLike, out: str | os.PathLike, metrics_path: str | os.PathLike,
@@ -591,6 +616,11 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, metrics_path: str |
     texts = read_articles(articles)
     if not texts:
         raise DataError(articles, "no non-empty article text to pre-train on")
-    metrics = pretrain(texts, cfg, out, seed=seed, device=resolve_device(device))
-    write_json(metrics, metrics_path)
+    from lexgraph.training.engine import Runtime
+
+    device = resolve_device(device)
+    runtime = Runtime(device, "auto" if cfg.mixed_precision else "no")
+    metrics = pretrain(texts, cfg, out, seed=seed, device=device, runtime=runtime)
+    if runtime.is_main:  # several processes: the main one writes
+        write_json(metrics, metrics_path)
     return metrics

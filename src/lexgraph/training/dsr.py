@@ -39,12 +39,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from lexgraph.config import autocast, bad_value, expectation, section_config, seed_everything
+from lexgraph.config import bad_value, expectation, section_config, seed_everything
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, pack_chunks
-from lexgraph.progress import progress
+from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ class DSRConfig:
     weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
     max_grad_norm: float = field(default=1.0, metadata={"expected": "a number >= 0"})
     eval_batch_size: int = field(default=64, metadata=_POSITIVE)
+    # micro-batches per batch (per process): same updates, less memory per forward
+    accumulation_steps: int = field(default=1, metadata=_POSITIVE)
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
@@ -121,7 +123,7 @@ class DSRConfig:
         if self.synthetic_per_epoch is not None and self.synthetic_per_epoch < 1:
             raise bad("synthetic_per_epoch")
         for key in ("max_chunk_length", "max_document_length", "max_query_length", "chunk_layers", "chunk_heads",
-                    "epochs", "batch_size", "eval_batch_size"):
+                    "epochs", "batch_size", "eval_batch_size", "accumulation_steps"):
             if getattr(self, key) < 1:
                 raise bad(key)
         for key in ("temperature", "lr"):
@@ -340,134 +342,106 @@ class TrainResult:
     n_pairs: int  # pairs seen per epoch
 
 
-def _optimizer(model: DSR, config: DSRConfig) -> torch.optim.Optimizer:
-    """AdamW over the trainable weights; no weight decay on biases and LayerNorm weights;
-    the article side's chunk-level module at ``chunk_lr`` (default ``lr``)."""
-    no_decay: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, nn.LayerNorm):
-            no_decay.update(id(p) for p in module.parameters(recurse=False))
-    for name, param in model.named_parameters():
-        if name.endswith("bias"):
-            no_decay.add(id(param))
-    chunk_level = {id(p) for n, p in model.article_encoder.named_parameters() if not n.startswith("backbone.")}
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = []
-    for lr, members in ((config.lr, [p for p in params if id(p) not in chunk_level]),
-                        (config.chunk_lr or config.lr, [p for p in params if id(p) in chunk_level])):
-        groups += [
-            {"params": [p for p in members if id(p) not in no_decay], "weight_decay": config.weight_decay, "lr": lr},
-            {"params": [p for p in members if id(p) in no_decay], "weight_decay": 0.0, "lr": lr},
-        ]
-    groups = [g for g in groups if g["params"]]
-    log.info("%.1fM trainable parameters", sum(p.numel() for p in params) / 1e6)
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-7)
+class DSRTask:
+    """:class:`~lexgraph.training.engine.TrainingTask` of the DSR: seeded global batches
+    of pairs, one BM25 hard negative per pair, InfoNCE; dev recall@200 selection."""
 
+    def __init__(self, model: DSR, data: TrainingData, config: DSRConfig, runtime, seed: int) -> None:
+        self.model, self.data, self.config, self.runtime, self.seed = model, data, config, runtime, seed
+        self.device = runtime.device
+        self.frozen = data.chunks is not None
+        self.chunks = {} if self.frozen else dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
+        self.pad_id = model.article_encoder.tokenizer.pad_token_id
+        n_synthetic = len(data.synthetic_pairs)
+        if config.synthetic_per_epoch is not None:
+            n_synthetic = min(n_synthetic, config.synthetic_per_epoch)
+        self.n_synthetic = n_synthetic
+        self.epoch_size = len(data.pairs) + n_synthetic
+        self.steps_per_epoch = math.ceil(self.epoch_size / config.batch_size)
+        self.rng: np.random.Generator | None = None
+        self.epoch = 0
 
-def linear_warmup_decay(warmup_steps: int, total_steps: int):
-    """LR multiplier: linear 0 -> 1 over ``warmup_steps``, then linear 1 -> 0 at ``total_steps``."""
+    def modules(self) -> list[nn.Module]:
+        return [self.model]
 
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+    def train(self) -> None:
+        self.model.train()
 
-    return factor
+    def batches(self, epoch: int):
+        """Pairs in a seeded order (a fresh synthetic subset when ``synthetic_per_epoch``);
+        the same generator then draws the negatives of this process's pairs."""
+        data, config = self.data, self.config
+        self.epoch = epoch
+        self.rng = rng = np.random.default_rng([self.seed, epoch])
+        pairs = list(data.pairs)
+        if self.n_synthetic == len(data.synthetic_pairs):
+            pairs += data.synthetic_pairs
+        else:  # a fresh seeded subset every epoch
+            pairs += [data.synthetic_pairs[i] for i in sorted(rng.choice(len(data.synthetic_pairs), self.n_synthetic,
+                                                                          replace=False).tolist())]
+        order = rng.permutation(len(pairs))
+        for step in range(self.steps_per_epoch):
+            yield [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
+
+    def step(self, batch: list[Pair]) -> torch.Tensor:
+        model, data, device = self.model, self.data, self.device
+        negatives = sample_negatives(batch, data.article_ids, self.rng)
+        columns = [p.positive for p in batch] + negatives
+        queries = {k: v.to(device) for k, v in model.query_encoder.tokenize([p.query for p in batch]).items()}
+        mask = InfoNCELoss.shared_positive_mask([p.gold for p in batch], columns, device=device)  # (B, 2B)
+        with self.runtime.autocast():
+            q = model.encode_query(**queries)  # (B, dim)
+            if self.frozen:
+                cached = data.chunks.padded(data.chunks.rows(columns))  # (2B, c, dim), (2B, c), (2B, c)
+                a = model.article_encoder.aggregate(*(t.to(device) for t in cached))  # (2B, dim)
+            else:
+                articles = {k: v.to(device) for k, v in pack_chunks([self.chunks[a] for a in columns],
+                                                                    self.pad_id).items()}
+                a = model.encode_article(**articles)  # (2B, dim)
+        return model.loss(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate_dsr(self.model, self.data, self.config.eval_batch_size) if self.data.dev_qrels else {}
+
+    def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
+        return LexgraphError(
+            f"train_dsr: the loss became {value} at epoch {epoch}, step {step}; "
+            f"lower '{SECTION}.lr' (now {self.config.lr}) or raise '{SECTION}.temperature'"
+        )
 
 
 def train_dsr(
-    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int
+    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None
 ) -> TrainResult:
-    """Train ``model`` in place on ``data`` and return it at its best dev epoch."""
+    """Train ``model`` in place on ``data`` (:func:`lexgraph.training.engine.fit`) and
+    return it at its best dev epoch."""
     if not data.pairs and not data.synthetic_pairs:
         raise DataError("questions", "no training pairs")
-    model.to(device)
+    runtime = runtime or Runtime(device)
+    model.to(runtime.device)
     torch.manual_seed(seed)  # dropout masks
     start = time.perf_counter()
-    frozen = data.chunks is not None
-    chunks = {} if frozen else dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
-    pad_id = model.article_encoder.tokenizer.pad_token_id
-    n_synthetic = len(data.synthetic_pairs)
-    if config.synthetic_per_epoch is not None:
-        n_synthetic = min(n_synthetic, config.synthetic_per_epoch)
-    epoch_size = len(data.pairs) + n_synthetic
-    log.info("%d pairs per epoch (%d real, %d of %d synthetic)", epoch_size, len(data.pairs), n_synthetic,
+    task = DSRTask(model, data, config, runtime, seed)
+    log.info("%d pairs per epoch (%d real, %d of %d synthetic)", task.epoch_size, len(data.pairs), task.n_synthetic,
              len(data.synthetic_pairs))
-    steps_per_epoch = math.ceil(epoch_size / config.batch_size)
-    total = steps_per_epoch * config.epochs
-    optimizer = _optimizer(model, config)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, linear_warmup_decay(int(config.warmup_ratio * total), total)
+    total = task.steps_per_epoch * config.epochs
+    chunk_level = {id(p) for n, p in model.article_encoder.named_parameters() if not n.startswith("backbone.")}
+    params = list(model.parameters())
+    optimizer = build_optimizer(
+        [ParamGroup([p for p in params if id(p) not in chunk_level], config.lr, config.weight_decay),
+         ParamGroup([p for p in params if id(p) in chunk_level], config.chunk_lr or config.lr, config.weight_decay)],
+        [model], eps=1e-7,
     )
-    fp16 = device.type == "cuda" and not torch.cuda.is_bf16_supported()
-    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
-    history: list[dict[str, float]] = []
-    best_state, best_epoch, best_metrics, best_recall = None, 0, None, -1.0
-    if not data.dev_qrels:
-        log.warning("no dev questions: model selection is off, the last epoch is kept")
-    else:  # epoch 0: the untrained model; kept when no epoch beats it
-        best_metrics = evaluate_dsr(model, data, config.eval_batch_size)
-        best_recall = best_metrics[f"recall@{EVAL_CUTOFF}"]
-        best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        history.append({"epoch": 0, "loss": float("nan"), f"dev_recall@{EVAL_CUTOFF}": best_recall})
-        log.info("epoch 0 (untrained): dev recall@%d %.4f", EVAL_CUTOFF, best_recall)
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        rng = np.random.default_rng([seed, epoch])
-        pairs = list(data.pairs)
-        if n_synthetic == len(data.synthetic_pairs):
-            pairs += data.synthetic_pairs
-        else:  # a fresh seeded subset every epoch
-            pairs += [data.synthetic_pairs[i] for i in sorted(rng.choice(len(data.synthetic_pairs), n_synthetic,
-                                                                          replace=False).tolist())]
-        order = rng.permutation(len(pairs))
-        losses = []
-        bar = progress(range(steps_per_epoch), f"train_dsr epoch {epoch}/{config.epochs}", unit="step")
-        for step in bar:
-            batch = [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
-            negatives = sample_negatives(batch, data.article_ids, rng)
-            columns = [p.positive for p in batch] + negatives
-            queries = {k: v.to(device) for k, v in model.query_encoder.tokenize([p.query for p in batch]).items()}
-            mask = InfoNCELoss.shared_positive_mask([p.gold for p in batch], columns, device=device)  # (B, 2B)
-            with autocast(device):
-                q = model.encode_query(**queries)  # (B, dim)
-                if frozen:
-                    cached = data.chunks.padded(data.chunks.rows(columns))  # (2B, c, dim), (2B, c), (2B, c)
-                    a = model.article_encoder.aggregate(*(t.to(device) for t in cached))  # (2B, dim)
-                else:
-                    articles = {k: v.to(device) for k, v in pack_chunks([chunks[a] for a in columns], pad_id).items()}
-                    a = model.encode_article(**articles)  # (2B, dim)
-            loss = model.loss(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
-            if not fp16 and not torch.isfinite(loss):  # fp16: the GradScaler skips such steps
-                raise LexgraphError(
-                    f"train_dsr: the loss became {float(loss)} at epoch {epoch}, step {step + 1}; "
-                    f"lower '{SECTION}.lr' (now {config.lr}) or raise '{SECTION}.temperature'"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        record = {"epoch": epoch, "loss": float(np.mean(losses))}
-        metrics = evaluate_dsr(model, data, config.eval_batch_size) if data.dev_qrels else None
-        record[f"dev_recall@{EVAL_CUTOFF}"] = metrics[f"recall@{EVAL_CUTOFF}"] if metrics else float("nan")
-        history.append(record)
-        log.info("epoch %d: loss %.4f, dev recall@%d %.4f", epoch, record["loss"], EVAL_CUTOFF,
-                 record[f"dev_recall@{EVAL_CUTOFF}"])
-        recall = metrics[f"recall@{EVAL_CUTOFF}"] if metrics else float(epoch)
-        if recall > best_recall:
-            best_recall, best_epoch, best_metrics = recall, epoch, metrics
-            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    model.load_state_dict(best_state)
-    model.eval()
+    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * total), total)
+    fit_config = FitConfig(
+        name="train_dsr", epochs=config.epochs, steps_per_epoch=task.steps_per_epoch,
+        max_grad_norm=config.max_grad_norm, accumulation_steps=config.accumulation_steps,
+        selection_metric=f"recall@{EVAL_CUTOFF}", select_epoch_zero=True,
+    )
+    result = fit(task, optimizer, scheduler, fit_config, runtime)
     seconds = time.perf_counter() - start
-    log.info("best epoch %d (dev recall@%d %s), trained in %.1f s", best_epoch, EVAL_CUTOFF,
-             f"{best_metrics[f'recall@{EVAL_CUTOFF}']:.4f}" if best_metrics else "n/a", seconds)
-    return TrainResult(model, best_epoch, best_metrics, history, seconds, epoch_size)
+    log.info("trained in %.1f s", seconds)
+    return TrainResult(model, result.best_epoch, result.dev_metrics or None, result.history, seconds, task.epoch_size)
 
 
 # ---------------------------------------------------------------------------
@@ -479,7 +453,7 @@ def curve_csv(history: Sequence[dict[str, float]]) -> str:
     """Per-epoch ``epoch,loss,dev_recall@200`` CSV (for ``dvc plots``)."""
     key = f"dev_recall@{EVAL_CUTOFF}"
     lines = [f"epoch,loss,{key}"]
-    lines += [f"{int(r['epoch'])},{r['loss']:.6f},{r[key]:.6f}" for r in history]
+    lines += [f"{int(r['epoch'])},{r['loss']:.6f},{r.get(key, float('nan')):.6f}" for r in history]
     return "\n".join(lines) + "\n"
 
 
@@ -519,9 +493,8 @@ def run_train_dsr(
             data.chunks.rows(data.article_ids)
         except KeyError as exc:
             raise DataError(cache, f"article {exc.args[0]} has no cached chunks; run `dvc repro`") from None
-    result = train_dsr(model, data, config, device, seed)
-    with atomic_path(out, directory=True) as tmp:
-        result.model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
+    runtime = Runtime(device)
+    result = train_dsr(model, data, config, device, seed, runtime)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": round(result.dev_metrics[f"recall@{EVAL_CUTOFF}"], 4)
@@ -532,6 +505,10 @@ def run_train_dsr(
         "synthetic_pairs": len(data.synthetic_pairs),
         "dev": {k: round(v, 4) for k, v in result.dev_metrics.items()} if result.dev_metrics else None,
     }
-    write_json(summary, metrics)
-    write_text(curve_csv(result.history), plot)
+    if runtime.is_main:  # one writer; the others wait for it
+        with atomic_path(out, directory=True) as tmp:
+            result.model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
+        write_json(summary, metrics)
+        write_text(curve_csv(result.history), plot)
+    runtime.wait()
     return summary

@@ -50,13 +50,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from lexgraph.config import autocast, check_types
-from lexgraph.errors import ConfigError, DataError
+from lexgraph.config import check_types
+from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
-from lexgraph.progress import progress
+from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class GNNSettings:
     lr: float = 2e-4
     weight_decay: float = 0.1
     max_grad_norm: float = 1.0
+    accumulation_steps: int = 1  # micro-batches per batch and process (lexgraph.training.engine)
     epochs: int = 10
     temperature: float = 0.01
     encoder_lr: float = 2e-5
@@ -153,7 +154,7 @@ class GNNSettings:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise bad(key, value, "an integer >= 0")
-        for key in ("batch_size", "epochs"):
+        for key in ("batch_size", "epochs", "accumulation_steps"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(key if key != "epochs" else f"epochs_{self.variant}", value, "an integer >= 1")
@@ -462,10 +463,6 @@ def _dev_queries(ts: TrainingSet, encoder, device: torch.device) -> torch.Tensor
     return encoder.encode(ts.dev_texts, batch_size=64, device=device, show_progress=False)
 
 
-def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-
 @dataclass
 class DeviceGraph:
     """The training graph's tensors, moved to the training device once."""
@@ -514,6 +511,51 @@ def batch_loss(
     return criterion(q_graph, q_enc, a_pos, a_neg, mask)
 
 
+class GNNTask:
+    """:class:`~lexgraph.training.engine.TrainingTask` of a graph encoder (and, for
+    qabisar, the query encoder distilled from it)."""
+
+    def __init__(self, ts: TrainingSet, settings: GNNSettings, model: GraphEncoder, encoder, criterion,
+                 graph: DeviceGraph, generator: torch.Generator, runtime, seed: int) -> None:
+        self.ts, self.settings, self.model, self.encoder, self.criterion = ts, settings, model, encoder, criterion
+        self.graph, self.runtime, self.order_generator = graph, runtime, generator
+        # the batch order must be the same on every process; with one process the negatives
+        # come from the same stream (the historical draw order), with several from their own
+        self.draw_generator = generator if runtime.world_size == 1 else \
+            torch.Generator().manual_seed(seed + 1 + runtime.rank)
+        self.steps_per_epoch = math.ceil(ts.pairs.size(0) / settings.batch_size)
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.model] + ([self.encoder] if self.settings.trains_query_encoder else [])
+
+    def train(self) -> None:
+        self.model.train()
+        if self.encoder is not None:
+            self.encoder.train(self.settings.trains_query_encoder)
+
+    def batches(self, epoch: int):
+        order = torch.randperm(self.ts.pairs.size(0), generator=self.order_generator)
+        size = self.settings.batch_size
+        for step in range(self.steps_per_epoch):
+            yield self.ts.pairs[order[step * size : (step + 1) * size]]  # (B, 2)
+
+    def step(self, batch: torch.Tensor):
+        with self.runtime.autocast():
+            return batch_loss(self.model, self.encoder, self.criterion, self.ts, self.graph, batch, self.settings,
+                              self.draw_generator)
+
+    def evaluate(self) -> dict[str, float]:
+        device = self.runtime.device
+        embeddings = full_graph_embeddings(self.model, self.ts, device)
+        return dev_metrics(embeddings, self.ts, _dev_queries(self.ts, self.encoder, device))
+
+    def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
+        return LexgraphError(
+            f"train_gnn {self.settings.variant}: the loss became {value} at epoch {epoch}, step {step}; "
+            f"lower 'gnn.lr' (now {self.settings.lr}) or raise 'gnn.temperature'"
+        )
+
+
 def train_graph_encoder(
     ts: TrainingSet,
     settings: GNNSettings,
@@ -521,16 +563,19 @@ def train_graph_encoder(
     seed: int = 13,
     query_encoder=None,
     show_progress: bool = True,
+    runtime: Runtime | None = None,
 ) -> TrainResult:
-    """Train a :class:`GraphEncoder` (and, for qabisar, ``query_encoder``) on ``ts``.
+    """Train a :class:`GraphEncoder` (and, for qabisar, ``query_encoder``) on ``ts``
+    with :func:`lexgraph.training.engine.fit`.
 
     Model selection: after each epoch the whole graph is encoded and dev questions are
     ranked by cosine against the articles (LGE: fixed DSR dev embeddings; QABISAR: the
     current query encoder); the epoch with the best dev R@200 wins (the last epoch when
-    there is no dev split). Constant learning rates, AdamW, gradient clipping,
-    mixed precision on CUDA.
+    there is no dev split). Constant learning rates, AdamW (weight decay on every
+    weight), gradient clipping, mixed precision on CUDA.
     """
-    device = torch.device(device)
+    runtime = runtime or Runtime(device)
+    device = runtime.device
     qabisar = settings.variant == "qabisar"
     if qabisar and settings.trains_query_encoder and query_encoder is None:
         raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
@@ -542,14 +587,14 @@ def train_graph_encoder(
         if qabisar
         else InfoNCELoss(settings.temperature)
     )
-    groups = [{"params": list(model.parameters()), "lr": settings.lr}]
+    groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
     if settings.trains_query_encoder:
-        groups.append({"params": list(encoder.parameters()), "lr": settings.encoder_lr})
+        groups.append(ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay,
+                                 decay_exempt=False))
     elif encoder is not None:
         encoder.requires_grad_(False)
-    optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay, foreach=True)
-    fp16 = device.type == "cuda" and not torch.cuda.is_bf16_supported()
-    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
+    optimizer = build_optimizer(groups, [model], foreach=True)
+    scheduler = build_scheduler(optimizer, "constant")
 
     graph = DeviceGraph(
         x=ts.x.to(device),  # (nodes, dim)
@@ -557,70 +602,26 @@ def train_graph_encoder(
         edge_type=ts.graph.edge_type.to(device),  # (E,)
         train_queries=ts.train_queries.to(device),  # (Q, dim)
     )
-    params = [p for group in groups for p in group["params"]]
-
     input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries)
     if input_metrics:
         log.info("dev %s of the input (DSR) embeddings: %.4f", SELECTION_METRIC, input_metrics[SELECTION_METRIC])
-    steps_per_epoch = math.ceil(ts.pairs.size(0) / settings.batch_size)
-    history: list[dict[str, float]] = []
-    best = (-1.0, 0, None, None, {})  # (score, epoch, model state, encoder state, metrics)
-
-    for epoch in range(1, settings.epochs + 1):
-        model.train()
-        if encoder is not None:
-            encoder.train(settings.trains_query_encoder)
-        order = torch.randperm(ts.pairs.size(0), generator=generator)
-        totals = {"loss": 0.0, "contrastive": 0.0, "kd": 0.0}
-        bar = progress(range(steps_per_epoch), f"{settings.variant} epoch {epoch}", unit="step",
-                       disable=not show_progress)
-        for step in bar:
-            batch = ts.pairs[order[step * settings.batch_size : (step + 1) * settings.batch_size]]  # (B, 2)
-            with autocast(device):
-                loss, parts = batch_loss(model, encoder, criterion, ts, graph, batch, settings, generator)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            totals["loss"] += float(loss.detach())
-            totals["contrastive"] += parts["contrastive"]
-            totals["kd"] += parts["kd"]
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-
-        record = {"epoch": epoch, **{k: v / steps_per_epoch for k, v in totals.items()}}
-        embeddings = full_graph_embeddings(model, ts, device)
-        metrics = dev_metrics(embeddings, ts, _dev_queries(ts, encoder, device))
-        score = metrics.get(SELECTION_METRIC, float(epoch))  # no dev split: the last epoch wins
-        if metrics:
-            record[f"dev_{SELECTION_METRIC}"] = metrics[SELECTION_METRIC]
-        history.append(record)
-        log.info(
-            "%s epoch %d: loss %.4f (contrastive %.4f, kd %.4f), dev %s %s",
-            settings.variant, epoch, record["loss"], record["contrastive"], record["kd"], SELECTION_METRIC,
-            f"{metrics[SELECTION_METRIC]:.4f}" if metrics else "n/a",
-        )
-        if score > best[0]:
-            enc_state = _state(encoder) if settings.trains_query_encoder else None
-            best = (score, epoch, _state(model), enc_state, metrics)
-
-    _, best_epoch, model_state, encoder_state, best_metrics = best
-    model.load_state_dict(model_state)
-    if encoder_state is not None:
-        encoder.load_state_dict(encoder_state)
-    model.eval()
+    task = GNNTask(ts, settings, model, encoder, criterion, graph, generator, runtime, seed)
+    fit_config = FitConfig(
+        name=settings.variant, epochs=settings.epochs, steps_per_epoch=task.steps_per_epoch,
+        max_grad_norm=settings.max_grad_norm, accumulation_steps=settings.accumulation_steps,
+        selection_metric=SELECTION_METRIC, select_epoch_zero=False, show_progress=show_progress,
+    )
+    result = fit(task, optimizer, scheduler, fit_config, runtime)
     if encoder is not None:
         encoder.eval()
-    log.info("%s: selected epoch %d", settings.variant, best_epoch)
     return TrainResult(
         model=model,
         encoder=encoder,
         article_embeddings=full_graph_embeddings(model, ts, device),
-        best_epoch=best_epoch,
-        dev_metrics=best_metrics,
+        best_epoch=result.best_epoch,
+        dev_metrics=result.dev_metrics,
         input_dev_metrics=input_metrics,
-        history=history,
+        history=result.history,
     )
 
 
@@ -739,8 +740,11 @@ def run_train_gnn(
         encoder = QueryEncoder.from_pretrained(query_dir)
         if encoder.dim != ts.x.size(1):
             raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
-    result = train_graph_encoder(ts, settings, device=device, seed=seed, query_encoder=encoder)
-    save_trained(result, ts, settings, out)
+    runtime = Runtime(device)
+    result = train_graph_encoder(ts, settings, seed=seed, query_encoder=encoder, runtime=runtime)
     summary = training_metrics(result, ts, settings)
-    write_json(summary, metrics)
+    if runtime.is_main:  # one writer; the others wait for it
+        save_trained(result, ts, settings, out)
+        write_json(summary, metrics)
+    runtime.wait()
     return summary

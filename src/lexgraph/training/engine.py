@@ -1,0 +1,425 @@
+"""One training loop for every trained model (DSR, GNN, MLM pre-training), on HF Accelerate.
+
+A training module describes *what* to train with a :class:`TrainingTask` (its modules,
+its global batches per epoch, a ``step(batch) -> loss``, an ``evaluate()`` on dev) and
+builds its optimizer with :func:`build_optimizer` / :func:`build_scheduler`;
+:func:`fit` does the rest, identically for all of them:
+
+* **data parallelism** (several processes under ``accelerate launch`` or ``torchrun``,
+  gloo on CPU, NCCL on GPUs): every process draws the same global batches (same seed)
+  and takes its own contiguous slice of each; the gradients are summed over processes
+  once per optimizer step (one all-reduce of the flattened gradients). Each slice's loss
+  is weighted by its share of the global batch, so for a loss that is a mean over
+  examples the update equals the one-process update on the whole batch, whatever the
+  number of processes (``tests/test_engine_distributed.py`` checks 2 x 4 against 1 x 8).
+  A contrastive loss with in-batch negatives sees only its slice's negatives.
+* **gradient accumulation**: ``accumulation_steps`` cuts each process's slice into that
+  many micro-batches (same weighting), so the global batch, the number of optimizer
+  steps and the learning-rate schedule do not change; only the memory per forward does.
+* **mixed precision** on CUDA through ``Accelerator(mixed_precision=...)`` (``auto``:
+  bf16 where supported, else fp16 with a gradient scaler); CPU runs in float32.
+* one **NaN/inf guard** (the step loss, after the reduction, so every process stops
+  together; with fp16 the scaler skips such steps instead), **gradient clipping**,
+  per-epoch **history** (mean step loss, the task's loss parts, the dev selection metric).
+* **model selection** (:class:`BestState`): ``evaluate()`` runs on the main process
+  after each epoch (and before training when ``select_epoch_zero``: the untrained model
+  competes too, so training never ends below its start); the best epoch's weights are
+  restored at the end. Without a selection metric or dev data the last epoch is kept.
+
+Only the main process writes outputs (:attr:`Runtime.is_main`); the others wait
+(:meth:`Runtime.wait`). Randomness: the engine draws none; tasks seed their own
+generators, so a run is a function of (seed, number of processes, accumulation).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence
+
+import torch
+from torch import nn
+
+from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.progress import progress
+
+log = logging.getLogger(__name__)
+
+MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
+SCHEDULES = ("linear", "constant")
+NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+# ---------------------------------------------------------------------------
+# Runtime: processes, device, precision
+# ---------------------------------------------------------------------------
+
+
+class Runtime:
+    """The Accelerate side of a run: which process this is, its device and precision.
+
+    ``device`` is the stage's resolved ``base.device``; in a multi-process launch each
+    process takes Accelerate's device instead (``cuda:<local rank>``, or the CPU).
+    ``mixed_precision``: auto | no | bf16 | fp16 (CPU: always no).
+    """
+
+    def __init__(self, device: torch.device | str = "cpu", mixed_precision: str = "auto") -> None:
+        from accelerate import Accelerator
+
+        if mixed_precision not in MIXED_PRECISION:
+            raise ConfigError(f"mixed precision {mixed_precision!r}, expected one of {', '.join(MIXED_PRECISION)}")
+        device = torch.device(device)
+        precision = "no"
+        if device.type == "cuda" and mixed_precision != "no":
+            precision = mixed_precision
+            if precision == "auto":
+                precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        self.accelerator = Accelerator(mixed_precision=precision, cpu=device.type == "cpu")
+        self.mixed_precision = precision
+        self.world_size = self.accelerator.num_processes
+        self.rank = self.accelerator.process_index
+        self.device = device if self.world_size == 1 else self.accelerator.device
+        if self.world_size > 1:
+            log.info("process %d of %d on %s (%s)", self.rank, self.world_size, self.device,
+                     self.accelerator.distributed_type)
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def scaler(self):
+        """The fp16 gradient scaler (None in bf16 / float32)."""
+        return self.accelerator.scaler
+
+    def autocast(self):
+        """Mixed-precision context for forward passes (a no-op in float32)."""
+        import contextlib
+
+        if self.mixed_precision == "no":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.mixed_precision == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def wait(self) -> None:
+        """Barrier: every process waits here for the others."""
+        self.accelerator.wait_for_everyone()
+
+    def broadcast(self, value: Any) -> Any:
+        """``value`` of the main process, on every process (any picklable object)."""
+        if self.world_size == 1:
+            return value
+        box = [value]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
+        return tensor
+
+
+def shard(batch: Sequence, index: int, count: int) -> Sequence:
+    """Part ``index`` of ``count`` contiguous, near-equal parts of ``batch`` (the first
+    ``len % count`` parts one longer; a part may be empty)."""
+    n = len(batch)
+    size, extra = divmod(n, count)
+    start = index * size + min(index, extra)
+    return batch[start : start + size + (1 if index < extra else 0)]
+
+
+# ---------------------------------------------------------------------------
+# Optimizer and schedule
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ParamGroup:
+    """Parameters trained at one learning rate. ``decay_exempt``: no weight decay on
+    biases and normalisation-layer weights (the BERT/AdamW rule)."""
+
+    params: list[nn.Parameter]
+    lr: float
+    weight_decay: float = 0.0
+    decay_exempt: bool = True
+
+
+def no_decay_parameters(*modules: nn.Module) -> set[int]:
+    """Ids of the parameters exempt from weight decay: every parameter of a normalisation
+    layer (LayerNorm, GroupNorm, BatchNorm, or a class named ``*LayerNorm``/``*RMSNorm``)
+    and every parameter whose name ends in ``bias``."""
+    exempt: set[int] = set()
+    for root in modules:
+        for module in root.modules():
+            name = type(module).__name__
+            if isinstance(module, NORM_LAYERS) or name.endswith(("LayerNorm", "RMSNorm")):
+                exempt.update(id(p) for p in module.parameters(recurse=False))
+        exempt.update(id(p) for n, p in root.named_parameters() if n.endswith("bias"))
+    return exempt
+
+
+def build_optimizer(
+    groups: Sequence[ParamGroup],
+    modules: Sequence[nn.Module],
+    *,
+    eps: float = 1e-8,
+    betas: tuple[float, float] = (0.9, 0.999),
+    foreach: bool | None = None,
+) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters of ``groups`` (frozen ones skipped); each
+    ``decay_exempt`` group is split into a decayed and an exempt part
+    (:func:`no_decay_parameters` of ``modules``). Empty groups are dropped."""
+    exempt = no_decay_parameters(*modules)
+    out: list[dict[str, Any]] = []
+    for group in groups:
+        params = [p for p in group.params if p.requires_grad]
+        if group.decay_exempt:
+            out += [
+                {"params": [p for p in params if id(p) not in exempt], "weight_decay": group.weight_decay,
+                 "lr": group.lr},
+                {"params": [p for p in params if id(p) in exempt], "weight_decay": 0.0, "lr": group.lr},
+            ]
+        else:
+            out.append({"params": params, "weight_decay": group.weight_decay, "lr": group.lr})
+    out = [g for g in out if g["params"]]
+    if not out:
+        raise ConfigError("nothing to train: every parameter is frozen")
+    log.info("%.1fM trainable parameters", sum(p.numel() for g in out for p in g["params"]) / 1e6)
+    return torch.optim.AdamW(out, lr=out[0]["lr"], betas=betas, eps=eps, foreach=foreach)
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int):
+    """LR multiplier: linear ``1/(w+1) -> 1`` over the ``w = warmup_steps`` first steps
+    (the first step already moves), then linear ``1 -> 0`` at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int = 0, total_steps: int = 1):
+    """``linear`` (:func:`linear_warmup_decay`) or ``constant`` learning rates."""
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"learning-rate schedule {schedule!r}, expected one of {', '.join(SCHEDULES)}")
+    factor = linear_warmup_decay(warmup_steps, total_steps) if schedule == "linear" else (lambda step: 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# ---------------------------------------------------------------------------
+# Model selection
+# ---------------------------------------------------------------------------
+
+
+class BestState:
+    """Keeps the weights of the best epoch by ``metric`` (higher is better, ties keep the
+    earlier epoch). No metric, or an epoch without dev metrics: the latest epoch wins and
+    no copy is kept (the current weights are the answer)."""
+
+    def __init__(self, modules: Sequence[nn.Module], metric: str | None) -> None:
+        self.modules = list(modules)
+        self.metric = metric
+        self.epoch: int | None = None
+        self.score = -math.inf
+        self.metrics: dict[str, float] = {}
+        self._states: list[dict[str, torch.Tensor]] | None = None
+
+    def offer(self, epoch: int, metrics: dict[str, float]) -> bool:
+        """Consider the current weights after ``epoch``; True when they become the best."""
+        if self.metric is None or not metrics:
+            self.epoch, self.metrics, self._states = epoch, dict(metrics), None
+            return True
+        score = float(metrics[self.metric])
+        if score > self.score:
+            self.epoch, self.score, self.metrics = epoch, score, dict(metrics)
+            self._states = [{k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
+                            for m in self.modules]
+            return True
+        return False
+
+    def restore(self) -> None:
+        """Load the best epoch's weights back into the modules."""
+        if self._states is not None:
+            for module, state in zip(self.modules, self._states):
+                module.load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------
+
+
+class TrainingTask(Protocol):
+    """What a training module gives :func:`fit`."""
+
+    def modules(self) -> Sequence[nn.Module]:
+        """The modules whose weights train (and are selected)."""
+
+    def train(self) -> None:
+        """Put the modules in training mode (called at every epoch start)."""
+
+    def batches(self, epoch: int) -> Iterable[Sequence]:
+        """The global batches of ``epoch`` (1-based), the same on every process: seeded
+        by (seed, epoch), never by the process."""
+
+    def step(self, batch: Sequence) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
+        """Loss (a scalar mean over ``batch``) of this process's part of a batch, or
+        ``(loss, parts)`` with float loss components for the history."""
+
+    def evaluate(self) -> dict[str, float]:
+        """Dev metrics of the current weights ({} without dev data). Main process only."""
+
+    def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
+        """The error raised when the loss is not finite."""
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    name: str  # progress / log label
+    epochs: int
+    steps_per_epoch: int  # optimizer steps (global batches) per epoch
+    max_grad_norm: float = 1.0  # 0: no clipping
+    accumulation_steps: int = 1
+    selection_metric: str | None = None  # key of evaluate()'s dict; None: keep the last epoch
+    select_epoch_zero: bool = False  # evaluate (and possibly keep) the untrained model
+    log_every: int = 0  # log the mean loss every N optimizer steps (0: per epoch only)
+    show_progress: bool = True
+
+
+@dataclass
+class FitResult:
+    best_epoch: int
+    dev_metrics: dict[str, float]  # of the best epoch ({} without dev data)
+    history: list[dict[str, float]]  # per epoch: epoch, loss, parts, dev_<metric>
+    step_losses: list[float] = field(default_factory=list)  # global loss of every optimizer step
+    initial_metrics: dict[str, float] = field(default_factory=dict)  # evaluate() before training
+
+
+def _sync_gradients(params: list[nn.Parameter], runtime: Runtime) -> None:
+    """Sum every parameter's gradient over the processes (one flattened all-reduce)."""
+    if runtime.world_size == 1:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (n_params,)
+    runtime.all_reduce_sum(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        offset += n
+
+
+def fit(
+    task: TrainingTask,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    config: FitConfig,
+    runtime: Runtime,
+) -> FitResult:
+    """Train ``task`` for ``config.epochs`` epochs; returns with the best epoch's weights loaded."""
+    if config.accumulation_steps < 1:
+        raise ConfigError(f"accumulation_steps = {config.accumulation_steps}, expected an integer >= 1")
+    modules = list(task.modules())
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    # clipped in the modules' own order (the total norm's float sum is order-sensitive)
+    clip = [p for m in modules for p in m.parameters() if p.requires_grad]
+    scaler = runtime.scaler
+    parts_per_step = runtime.world_size * config.accumulation_steps
+    metric_key = f"dev_{config.selection_metric}" if config.selection_metric else None
+    best = BestState(modules, config.selection_metric)
+    history: list[dict[str, float]] = []
+    step_losses: list[float] = []
+
+    def evaluate() -> dict[str, float]:
+        metrics = task.evaluate() if runtime.is_main else None
+        return runtime.broadcast(metrics) or {}
+
+    initial: dict[str, float] = {}
+    if config.select_epoch_zero:
+        initial = evaluate()
+        if initial:
+            best.offer(0, initial)
+            record = {"epoch": 0, "loss": float("nan")}
+            if metric_key:
+                record[metric_key] = initial[config.selection_metric]
+            history.append(record)
+            if metric_key:
+                log.info("%s epoch 0 (untrained): %s %.4f", config.name, metric_key, initial[config.selection_metric])
+        elif config.selection_metric:
+            log.warning("%s: no dev data, model selection is off: the last epoch is kept", config.name)
+
+    global_step = 0
+    for epoch in range(1, config.epochs + 1):
+        task.train()
+        totals: dict[str, float] = {}
+        n_steps = 0
+        bar = progress(task.batches(epoch), f"{config.name} epoch {epoch}/{config.epochs}",
+                       total=config.steps_per_epoch, unit="step", disable=not config.show_progress)
+        for batch in bar:
+            n_global = len(batch)
+            sums: dict[str, torch.Tensor | float] = {}
+            for micro in range(config.accumulation_steps):
+                local = shard(batch, micro * runtime.world_size + runtime.rank, parts_per_step)
+                if len(local) == 0:
+                    continue
+                out = task.step(local)
+                loss, parts = out if isinstance(out, tuple) else (out, {})
+                weight = len(local) / n_global
+                scaled = loss if weight == 1.0 else loss * weight
+                runtime.accelerator.backward(scaled)  # fp16: scaled by the GradScaler
+                sums["loss"] = sums.get("loss", 0.0) + scaled.detach().float()
+                for key, value in parts.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) * weight
+            keys = ["loss", *sorted(k for k in sums if k != "loss")]
+            if runtime.world_size == 1:
+                values = {k: float(sums.get(k, 0.0)) for k in keys}
+            else:  # every process needs the same names: the task's parts are fixed per task
+                reduced = runtime.all_reduce_sum(torch.tensor(
+                    [float(sums.get(k, 0.0)) for k in keys], dtype=torch.float64, device=runtime.device))
+                values = dict(zip(keys, reduced.tolist()))
+            if scaler is None and not math.isfinite(values["loss"]):
+                raise task.nan_error(values["loss"], epoch, n_steps + 1)
+            _sync_gradients(params, runtime)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            if config.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(clip, config.max_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            n_steps += 1
+            global_step += 1
+            step_losses.append(values["loss"])
+            for key, value in values.items():
+                totals[key] = totals.get(key, 0.0) + value
+            bar.set_postfix(loss=f"{values['loss']:.4f}")
+            if config.log_every and global_step % config.log_every == 0:
+                recent = step_losses[-config.log_every :]
+                log.info("%s step %d: loss %.4f (mean of last %d), lr %.2e", config.name, global_step,
+                         sum(recent) / len(recent), len(recent), scheduler.get_last_lr()[0])
+        if n_steps == 0:
+            raise LexgraphError(f"{config.name}: epoch {epoch} had no batch")
+        record: dict[str, float] = {"epoch": epoch, **{k: v / n_steps for k, v in totals.items()}}
+        metrics = evaluate()
+        if metric_key and metrics:
+            record[metric_key] = metrics[config.selection_metric]
+        history.append(record)
+        log.info("%s epoch %d: loss %.4f%s", config.name, epoch, record["loss"],
+                 f", {metric_key} {record[metric_key]:.4f}" if metric_key in record else "")
+        best.offer(epoch, metrics)
+    best.restore()
+    for module in modules:
+        module.eval()
+    if config.selection_metric:
+        log.info("%s: best epoch %d (%s %s)", config.name, best.epoch, metric_key,
+                 f"{best.score:.4f}" if best.metrics else "n/a")
+    return FitResult(best.epoch, best.metrics, history, step_losses, initial)
