@@ -24,8 +24,9 @@ Legal Case Retrieval", IJCNN 2022, arXiv:2210.05188). Two stages:
 A re-ranked list is the top-``k`` in fused order followed by the rest of the first
 stage's list in its own order, scored below the top-``k``.
 
-:class:`RerankTrainer` has the shape of a training engine's task: ``batches(epoch)``
-(a seeded iterator), ``step(batch) -> loss`` and ``evaluate() -> dev metrics``.
+:class:`RerankTrainer` is a task of the shared training loop
+(:func:`lexgraph.training.engine.fit`): ``batches(epoch)`` (a seeded iterator),
+``step(batch) -> (loss, parts)`` and ``evaluate() -> dev metrics`` (best epoch by ``metric``).
 """
 
 from __future__ import annotations
@@ -195,13 +196,10 @@ class TokenStore:
         return out.to(device), mask.to(device)
 
     def save(self, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-        from safetensors.torch import save_file
-
-        from lexgraph.io import atomic_path
+        from lexgraph.io import save_tensors
 
         tensors = {"ids": torch.as_tensor(self.ids), "offsets": self.offsets.contiguous(), "states": self.states.contiguous()}
-        with atomic_path(path) as tmp:
-            save_file(tensors, str(tmp), metadata=dict(sorted((metadata or {}).items())))
+        save_tensors(tensors, path, metadata)  # reproducible header, written atomically
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TokenStore":
@@ -498,7 +496,22 @@ class RerankTrainer:
         for start in range(0, len(order), size):
             yield [triples[i] for i in order[start:start + size]]
 
-    def step(self, batch: Sequence[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.model]
+
+    def train(self) -> None:
+        self.model.train()
+
+    def step(self, batch: Sequence[tuple[int, int, int]]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The engine's step: the total loss, and its parts for the history."""
+        out = self.losses(batch)
+        return out["loss"], {f"train_{k}": float(v.detach()) for k, v in out.items() if k != "loss"}
+
+    def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
+        return LexgraphError(f"mvcl: the loss is {value} at epoch {epoch}, step {step}; lower rerank.lr "
+                             "or rerank.max_grad_norm")
+
+    def losses(self, batch: Sequence[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
         """The losses of one batch of triples (``loss`` is the total to back-propagate)."""
         m, cfg, dev = self.model, self.config, self.device
         qids, golds, negs = zip(*batch)
@@ -540,10 +553,9 @@ class RerankTrainer:
             run[qid] = [int(a) for a in fused if a >= 0]
         return evaluate_run(run, d.qrels)
 
-    def evaluate(self) -> tuple[dict[str, float], list[np.ndarray]]:
-        """Dev metrics of the re-ranker alone (alpha = 1) and its scores."""
-        scores = self.dev_scores()
-        return self.metrics_at(scores, 1.0), scores
+    def evaluate(self) -> dict[str, float]:
+        """Dev metrics of the re-ranker alone (alpha = 1): what selects the epoch."""
+        return self.metrics_at(self.dev_scores(), 1.0)
 
 
 def _round(d: dict[str, float]) -> dict[str, float]:
@@ -551,50 +563,29 @@ def _round(d: dict[str, float]) -> dict[str, float]:
 
 
 def train(config: RerankConfig, articles: TokenStore, queries: TokenStore, views: TokenStore,
-          train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int):
+          train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int, runtime=None):
     """Train the interaction network; returns ``(model, report)`` with the kept epoch's
     weights, alpha and the dev metrics."""
     from lexgraph.models.mvcl import InteractionModel
-    from lexgraph.progress import progress
+    from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
     torch.manual_seed(seed)  # the initial weights and dropout follow the seed
     model = InteractionModel(articles.dim, config.hidden, config.dropout).to(device)
     trainer = RerankTrainer(model, config, articles, queries, views, train_lists, dev_lists, device, seed)
-    total = trainer.steps_per_epoch() * config.epochs
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    warmup = int(config.warmup_ratio * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then linear decay to 0
-        optimizer, lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+    steps = trainer.steps_per_epoch()
+    # AdamW with weight decay on every parameter, linear warm-up then decay (lexgraph.training.engine)
+    optimizer = build_optimizer([ParamGroup(list(model.parameters()), config.lr, config.weight_decay,
+                                            decay_exempt=False)], [model])
+    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * steps * config.epochs),
+                                steps * config.epochs)
     log.info("mvcl: %d (question, gold) pairs, %d negatives each, %d steps per epoch",
-             len(trainer.pairs), config.negatives, trainer.steps_per_epoch())
-    best = (-math.inf, 0, None, None)
-    history = []
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        sums: dict[str, float] = {}
-        n = 0
-        bar = progress(trainer.batches(epoch), f"mvcl epoch {epoch}", total=trainer.steps_per_epoch(), unit="step")
-        for batch in bar:
-            losses = trainer.step(batch)
-            optimizer.zero_grad()
-            losses["loss"].backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            for key, value in losses.items():
-                sums[key] = sums.get(key, 0.0) + float(value.detach())
-            n += 1
-            bar.set_postfix(loss=f"{float(losses['loss'].detach()):.4f}")
-        dev_metrics, scores = trainer.evaluate()
-        entry = {"epoch": epoch, **{f"train_{k}": round(v / max(n, 1), 4) for k, v in sums.items()},
-                 **{f"dev_{k}": v for k, v in _round(dev_metrics).items()}}
-        history.append(entry)
-        log.info("mvcl epoch %d: %s", epoch, entry)
-        if dev_metrics[config.metric] > best[0]:
-            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            best = (dev_metrics[config.metric], epoch, state, scores)
-    _, best_epoch, state, scores = best
-    model.load_state_dict(state)
+             len(trainer.pairs), config.negatives, steps)
+    result = fit(trainer, optimizer, scheduler,
+                 FitConfig(name="mvcl", epochs=config.epochs, steps_per_epoch=steps,
+                           max_grad_norm=config.max_grad_norm, selection_metric=config.metric),
+                 runtime or Runtime(device))
+    best_epoch, history = result.best_epoch, result.history
+    scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
     by_alpha = {}
     for alpha in config.interpolation:
         by_alpha[alpha] = trainer.metrics_at(scores, alpha)
