@@ -51,3 +51,19 @@ def test_no_metadata(tmp_path):
     with safe_open(str(path), "pt") as f:
         assert not f.metadata()
     assert torch.equal(load_file(path)["x"], torch.ones(2))
+
+
+def test_load_tensors_names_the_file_and_the_remedy(tmp_path):
+    import pytest
+
+    from lexgraph.errors import DataError
+    from lexgraph.io import load_tensors
+
+    path = tmp_path / "e.safetensors"
+    with pytest.raises(DataError, match=r"e\.safetensors.*embeddings file not found; run it"):
+        load_tensors(path, "embeddings file", "run it")
+    save_tensors(_tensors(), path, {"a": "1"})
+    assert torch.equal(load_tensors(path, "embeddings file", "run it")["ids"], torch.arange(5))
+    path.write_bytes(path.read_bytes()[:100])  # truncated inside the header
+    with pytest.raises(DataError, match=r"truncated or corrupt embeddings file \(.*\); run it"):
+        load_tensors(path, "embeddings file", "run it")

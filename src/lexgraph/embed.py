@@ -29,7 +29,7 @@ import torch
 
 from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import atomic_path, read_parquet, save_tensors
+from lexgraph.io import atomic_path, load_tensors, read_parquet, save_tensors
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +64,8 @@ def save_embeddings(
 
 def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
     """Read an embeddings file: ``(ids int64 (n,), embeddings float32 (n, dim))``."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "file not found")
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
-        reason = str(exc).removeprefix("Error while deserializing header: ")
-        raise DataError(path, f"truncated or corrupt embeddings file ({reason}); rerun `dvc repro` "
-                              "(or `dvc checkout`) to restore it") from None
+    tensors = load_tensors(path, "embeddings file", "rerun `dvc repro` (or `dvc checkout`) to restore it")
     if set(tensors) != {"ids", "embeddings"}:
         raise DataError(path, f"expected tensors 'ids' and 'embeddings', found {sorted(tensors)}")
     ids, emb = tensors["ids"], tensors["embeddings"]

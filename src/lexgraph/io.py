@@ -175,3 +175,19 @@ def save_tensors(tensors: dict, target: str | os.PathLike, metadata: dict[str, s
             f.write(struct.pack("<Q", len(text)))
             f.write(text)
             f.write(blob[8 + length :])
+
+
+def load_tensors(target: str | os.PathLike, what: str, remedy: str) -> dict:
+    """Read a safetensors file; a missing, truncated or corrupt one is a one-sentence
+    :class:`DataError` naming ``target``, ``what`` it holds and the ``remedy``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(target)
+    if not path.is_file():
+        raise DataError(path, f"{what} not found; {remedy}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        reason = str(exc).removeprefix("Error while deserializing header: ")
+        raise DataError(path, f"truncated or corrupt {what} ({reason}); {remedy}") from None

@@ -203,16 +203,10 @@ class TokenStore:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TokenStore":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from lexgraph.io import load_tensors
 
         path = Path(path)
-        if not path.is_file():
-            raise DataError(path, "token-state file not found; run `dvc repro encode_rerank`")
-        try:
-            t = load_file(str(path))
-        except (SafetensorError, OSError) as exc:
-            raise DataError(path, f"truncated or corrupt token-state file ({exc}); rerun `dvc repro encode_rerank`") from None
+        t = load_tensors(path, "token-state file", "run `dvc repro encode_rerank`")
         if set(t) != {"ids", "offsets", "states"}:
             raise DataError(path, f"expected tensors 'ids', 'offsets' and 'states', found {sorted(t)}")
         return cls(t["ids"].numpy(), t["offsets"], t["states"])
