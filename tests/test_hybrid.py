@@ -12,6 +12,7 @@ import zlib
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 
 from conftest import ROOT
 from lexgraph.errors import ConfigError, DataError, LexgraphError
@@ -408,8 +409,9 @@ def workspace(tmp_path, monkeypatch):
     questions_table(rows).write_parquet(tmp_path / "data/clean/questions.parquet")
     BM25(k1=1.2, b=0.75).fit_texts(texts, CORPUS.tolist()).save(tmp_path / "models/bm25")
     monkeypatch.setitem(SYSTEMS, "dsr", f"{__name__}:load_table_dsr")
-    params = (ROOT / "params.yaml").read_text(encoding="utf-8")
-    (tmp_path / "params.yaml").write_text(params, encoding="utf-8")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["hybrid"]["dense"] = "dsr"  # the one dense system this workspace fakes
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return tmp_path
 
 
