@@ -37,7 +37,8 @@ def test_push_clone_pull_then_nothing_to_reproduce(tmp_path):
     scratch_copy(origin, env)
     sh(["dvc", "repro", "bm25"], origin, env)
     sh(["git", "add", "-A"], origin, env)
-    sh(["git", "commit", "-q", "-m", "outputs of the cheap stages"], origin, env)
+    # the committed dvc.lock may already be the one `dvc repro` writes (reproduction is exact)
+    sh(["git", "commit", "-q", "--allow-empty", "-m", "outputs of the cheap stages"], origin, env)
     pushed = digest(origin, OUTPUTS)
     assert any(k.startswith("models/bm25/") for k in pushed)
 
