@@ -219,7 +219,9 @@ def one_thread():
 
 
 def test_tiny_training_learns_and_is_deterministic(one_thread):
-    config = RerankConfig(k=10, hidden=8, epochs=6, batch_size=8, negatives=2, lr=1e-2, dropout=0.0)
+    # the paper's plain network (no MaxSim warm start): whatever it ranks well, it learned
+    config = RerankConfig(k=10, hidden=8, epochs=6, batch_size=8, negatives=2, lr=1e-2, dropout=0.0,
+                          alignment="projected", match_features=False, warm_start=False)
     args = _toy()
     model_a, report_a = train(config, *args, device=torch.device("cpu"), seed=13)
     model_b, report_b = train(config, *args, device=torch.device("cpu"), seed=13)
@@ -231,6 +233,74 @@ def test_tiny_training_learns_and_is_deterministic(one_thread):
     assert report_a["dev_mvcl_only"]["map"] > 0.5
     assert report_a["alpha"] in config.interpolation and set(report_a["history"][0]) >= {
         "train_triple", "train_case", "train_element", "dev_map"}
+
+
+def test_alignment_features_match_a_hand_computation_and_ignore_padding():
+    q = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 9.0]]])  # (1, 3, 2): the last token is padding
+    d = torch.tensor([[[1.0, 1.0], [2.0, 0.0], [0.0, -1.0]]])  # (1, 3, 2)
+    q_mask, d_mask = torch.tensor([[True, True, False]]), torch.ones(1, 3, dtype=torch.bool)
+    r = 1 / math.sqrt(2)
+    # cosines: q0 -> (r, 1, 0), q1 -> (r, 0, -1)
+    maxsim_q = (1 + r) / 2  # q0's best 1, q1's best r
+    maxsim_d = (r + 1 + 0) / 3  # d0's best r, d1's 1, d2's 0
+    mean_cos = r  # mean(q) = (.5, .5) without the padding, mean(d) = (1, 0)
+    cos = nn.functional.normalize(q, dim=-1) @ nn.functional.normalize(d, dim=-1).transpose(1, 2)
+    got = InteractionModel.alignment_features(q, q_mask, d, d_mask, cos)
+    assert got[0].tolist() == pytest.approx([maxsim_q, maxsim_d, mean_cos], abs=1e-6)
+
+
+@pytest.mark.parametrize("alignment", ["plm", "projected"])
+def test_plm_alignment_and_features_keep_shapes_and_padding_invariance(alignment):
+    torch.manual_seed(0)
+    model = InteractionModel(input_dim=12, hidden=8, dropout=0.0, alignment=alignment, features=True).eval()
+    q, d = torch.randn(3, 5, 12), torch.randn(3, 7, 12)
+    q_mask, d_mask = torch.ones(3, 5, dtype=torch.bool), torch.ones(3, 7, dtype=torch.bool)
+    d_mask[1, 4:] = False
+    h = model.match(q, q_mask, d, d_mask)
+    assert h.shape == (3, 35) and model.match_dim == 35
+    d2 = d.clone()
+    d2[1, 4:] = 100.0
+    torch.testing.assert_close(model.match(q, q_mask, d2, d_mask), h, rtol=1e-5, atol=1e-5)
+    alone = model.match(q[1:2], q_mask[1:2], d[1:2, :4], d_mask[1:2, :4])
+    torch.testing.assert_close(alone, h[1:2], rtol=1e-5, atol=1e-5)
+
+
+def test_plm_alignment_attends_by_the_plm_cosine():
+    """The aligned vector of a query token is the projected candidate tokens weighted by
+    softmax(cos / temperature) of the PLM's states, whatever the projection."""
+    torch.manual_seed(0)
+    model = InteractionModel(input_dim=3, hidden=2, dropout=0.0, alignment="plm", temperature=0.1).eval()
+    q, d = torch.randn(1, 2, 3), torch.randn(1, 4, 3)
+    ones_q, ones_d = torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)
+    captured = {}
+    model.lstm.register_forward_hook(lambda mod, inp, out: captured.setdefault("x", []).append(inp[0]))
+    model.match(q, ones_q, d, ones_d)
+    from torch.nn.utils.rnn import pad_packed_sequence
+    mq, _ = pad_packed_sequence(captured["x"][0], batch_first=True)  # (1, 2, 4 * hidden): [h; h~; h - h~; h * h~]
+    hd = model.proj(d)[0]  # (4, 2)
+    cos = torch.stack([torch.stack([nn.functional.cosine_similarity(q[0, i], d[0, j], dim=0) for j in range(4)])
+                       for i in range(2)])  # (2, 4)
+    expected = torch.softmax(cos / 0.1, dim=1) @ hd  # (2, 2)
+    torch.testing.assert_close(mq[0, :, 2:4], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_warm_start_ranks_by_maxsim_before_training():
+    """Untrained, with the warm start: margin(b, c) = (maxsim_b - maxsim_c) / temperature, so a
+    candidate's tournament score is (maxsim_b - mean of the others' maxsim) / temperature."""
+    torch.manual_seed(3)
+    model = InteractionModel(input_dim=8, hidden=4, dropout=0.0, alignment="plm", temperature=0.05,
+                             features=True, warm_start=True).eval()
+    q = torch.randn(1, 5, 8).expand(6, -1, -1)
+    d = torch.randn(6, 7, 8)
+    q_mask, d_mask = torch.ones(6, 5, dtype=torch.bool), torch.ones(6, 7, dtype=torch.bool)
+    with torch.no_grad():
+        h = model.match(q, q_mask, d, d_mask)
+        scores = model.tournament_scores(h)
+    cos = nn.functional.normalize(q, dim=-1) @ nn.functional.normalize(d, dim=-1).transpose(1, 2)
+    maxsim = cos.max(2).values.mean(1)  # (6,)
+    expected = (maxsim - (maxsim.sum() - maxsim) / 5) / 0.05
+    torch.testing.assert_close(scores, expected, rtol=1e-4, atol=1e-4)
+    assert torch.argsort(scores, descending=True).tolist() == torch.argsort(maxsim, descending=True).tolist()
 
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):

@@ -321,6 +321,8 @@ CONFIG_CASES = [
     ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),
     ("rerank", {"k": 1}, "'rerank.k' = 1, expected an integer >= 2"),
     ("rerank", {"hidden": 127}, "'rerank.hidden' = 127, expected an even positive integer"),
+    ("rerank", {"alignment": "dot"}, "'rerank.alignment' = 'dot', expected plm (word-level attention on the PLM's states)"),
+    ("rerank", {"align_temperature": 0}, "'rerank.align_temperature' = 0.0, expected a number > 0"),
     ("rerank", {"lambda_case": -0.1}, "'rerank.lambda_case' = -0.1, expected a number >= 0"),
     ("rerank", {"t1": 0}, "'rerank.t1' = 0.0, expected a number > 0"),
     ("rerank", {"element_patterns": ["deontic"]}, "'rerank.element_patterns' = ['deontic'], expected a non-empty list"),

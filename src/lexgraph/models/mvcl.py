@@ -55,26 +55,68 @@ class AttentionPooling(nn.Module):
         return torch.einsum("bl,bld->bd", alpha, h)  # (batch, hidden)
 
 
+class PairClassifier(nn.Module):
+    """MVCL's MLP over ``H_{a,b} - H_{a,c}`` (2 logits, class 0: B is the more relevant), plus,
+    when the matching vectors end with ``n_features`` alignment scores, a linear skip over
+    their difference that adds ``+s/2`` to logit 0 and ``-s/2`` to logit 1 (margin ``+s``)."""
+
+    def __init__(self, match_dim: int, hidden: int, dropout: float, n_features: int = 0) -> None:
+        super().__init__()
+        self.n_features = int(n_features)
+        self.mlp = nn.Sequential(nn.Linear(match_dim, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 2))
+        self.skip = nn.Linear(self.n_features, 1, bias=False) if self.n_features else None
+
+    def forward(self, diff: torch.Tensor) -> torch.Tensor:
+        logits = self.mlp(diff)  # (..., 2)
+        if self.skip is None:
+            return logits
+        s = self.skip(diff[..., -self.n_features:])  # (..., 1)
+        return logits + torch.cat([s, -s], dim=-1) / 2  # (..., 2)
+
+
 class InteractionModel(nn.Module):
     """ESIM-style interaction of a query and a candidate into ``H_{a,b}``, the pairwise
-    MLP, and the attention pooling of the contrastive views."""
+    MLP, and the attention pooling of the contrastive views.
 
-    def __init__(self, input_dim: int, hidden: int = 128, dropout: float = 0.1) -> None:
+    ``alignment`` says where the word-level attention ``e`` is computed: ``"plm"``, on the
+    PLM's own states (cosine over ``temperature``; the aligned vectors are still sums of the
+    projected states ``h``), or ``"projected"``, on ``h`` itself. With ``features`` on,
+    ``H_{a,b}`` ends with three alignment scores of the PLM's states (:data:`FEATURES`) and
+    the classifier has a linear skip over them; ``warm_start`` then initialises that skip to
+    ``1 / temperature`` on MaxSim and the MLP's last layer to zero, so that the untrained
+    network ranks a list by the PLM's MaxSim (ColBERT's late interaction) and training
+    starts from a ranking the frozen PLM already knows."""
+
+    FEATURES = ("maxsim_query", "maxsim_candidate", "mean_cosine")
+
+    def __init__(self, input_dim: int, hidden: int = 128, dropout: float = 0.1, alignment: str = "projected",
+                 temperature: float = 0.05, features: bool = False, warm_start: bool = False) -> None:
         super().__init__()
         if hidden % 2:
             raise ValueError(f"hidden must be even (a bidirectional LSTM of hidden / 2 per direction), got {hidden}")
+        if alignment not in ("plm", "projected"):
+            raise ValueError(f"alignment must be 'plm' or 'projected', got {alignment!r}")
         self.input_dim, self.hidden = int(input_dim), int(hidden)
+        self.alignment, self.temperature, self.features = alignment, float(temperature), bool(features)
         self.proj = nn.Linear(input_dim, hidden)
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(4 * hidden, hidden // 2, batch_first=True, bidirectional=True)
-        self.classifier = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 2))
+        n_features = len(self.FEATURES) if self.features else 0
+        self.classifier = PairClassifier(4 * hidden + n_features, hidden, dropout, n_features)
+        if warm_start and self.features:
+            with torch.no_grad():
+                last = self.classifier.mlp[-1]
+                last.weight.zero_()
+                last.bias.zero_()
+                self.classifier.skip.weight.zero_()
+                self.classifier.skip.weight[0, 0] = 1.0 / self.temperature
         # the views' pooling reads the tokens through the interaction's projection: with the PLM
         # frozen, that projection is where the case and element views can shape the ranking
         self.pool = AttentionPooling(self.proj, hidden)
 
     @property
     def match_dim(self) -> int:
-        return 4 * self.hidden
+        return 4 * self.hidden + (len(self.FEATURES) if self.features else 0)
 
     def _aggregate(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         lengths = mask.sum(1).clamp(min=1).cpu()  # (batch,)
@@ -88,28 +130,52 @@ class InteractionModel(nn.Module):
 
     def match(self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor) -> torch.Tensor:
         """``H_{a,b}`` for paired rows: q ``(batch, Lq, input_dim)``, d ``(batch, Ld, input_dim)``,
-        masks bool ``(batch, L)`` -> ``(batch, 4 * hidden)``."""
+        masks bool ``(batch, L)`` -> ``(batch, match_dim)``."""
         hq = self.dropout(self.proj(q))  # (batch, Lq, hidden)
         hd = self.dropout(self.proj(d))  # (batch, Ld, hidden)
-        e = hq @ hd.transpose(1, 2)  # (batch, Lq, Ld)
         pair = q_mask.unsqueeze(2) & d_mask.unsqueeze(1)  # (batch, Lq, Ld)
+        cos = None
+        if self.alignment == "plm" or self.features:
+            qn = nn.functional.normalize(q, dim=-1)  # (batch, Lq, input_dim)
+            dn = nn.functional.normalize(d, dim=-1)  # (batch, Ld, input_dim)
+            cos = qn @ dn.transpose(1, 2)  # (batch, Lq, Ld)
+        e = cos / self.temperature if self.alignment == "plm" else hq @ hd.transpose(1, 2)  # (batch, Lq, Ld)
         q_aligned = masked_softmax(e, pair, dim=2) @ hd  # (batch, Lq, hidden)
         d_aligned = masked_softmax(e, pair, dim=1).transpose(1, 2) @ hq  # (batch, Ld, hidden)
         mq = torch.cat([hq, q_aligned, hq - q_aligned, hq * q_aligned], dim=-1)  # (batch, Lq, 4 * hidden)
         md = torch.cat([hd, d_aligned, hd - d_aligned, hd * d_aligned], dim=-1)  # (batch, Ld, 4 * hidden)
-        return torch.cat([self._aggregate(mq, q_mask), self._aggregate(md, d_mask)], dim=-1)  # (batch, 4 * hidden)
+        parts = [self._aggregate(mq, q_mask), self._aggregate(md, d_mask)]  # 2 x (batch, 2 * hidden)
+        if self.features:
+            parts.append(self.alignment_features(q, q_mask, d, d_mask, cos))  # (batch, 3)
+        return torch.cat(parts, dim=-1)  # (batch, match_dim)
+
+    @staticmethod
+    def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor,
+                           cos: torch.Tensor) -> torch.Tensor:
+        """:data:`FEATURES` of paired rows ``(batch, 3)``: the mean over A's tokens of their best
+        cosine with B's tokens (MaxSim), the same from B's side, and the cosine of the two
+        mean-pooled texts."""
+        pair = q_mask.unsqueeze(2) & d_mask.unsqueeze(1)  # (batch, Lq, Ld)
+        best = cos.masked_fill(~pair, -2.0)  # (batch, Lq, Ld)
+        qm, dm = q_mask.to(cos.dtype), d_mask.to(cos.dtype)  # (batch, Lq), (batch, Ld)
+        maxsim_q = (best.max(2).values * qm).sum(1) / qm.sum(1).clamp(min=1)  # (batch,)
+        maxsim_d = (best.max(1).values * dm).sum(1) / dm.sum(1).clamp(min=1)  # (batch,)
+        q_mean = (q * qm.unsqueeze(-1)).sum(1) / qm.sum(1, keepdim=True).clamp(min=1)  # (batch, input_dim)
+        d_mean = (d * dm.unsqueeze(-1)).sum(1) / dm.sum(1, keepdim=True).clamp(min=1)  # (batch, input_dim)
+        mean_cos = nn.functional.cosine_similarity(q_mean, d_mean, dim=-1)  # (batch,)
+        return torch.stack([maxsim_q, maxsim_d, mean_cos], dim=-1)  # (batch, 3)
 
     def compare(self, h_ab: torch.Tensor, h_ac: torch.Tensor) -> torch.Tensor:
-        """The MLP's 2-way logits over ``H_{a,b} - H_{a,c}`` (class 0: B is the more relevant)."""
+        """The classifier's 2-way logits over ``H_{a,b} - H_{a,c}`` (class 0: B is the more relevant)."""
         return self.classifier(h_ab - h_ac)  # (batch, 2)
 
     def tournament_scores(self, h: torch.Tensor) -> torch.Tensor:
-        """Scores of the ``n`` candidates of one query from their matching vectors ``(n, 4 * hidden)``:
+        """Scores of the ``n`` candidates of one query from their matching vectors ``(n, match_dim)``:
         candidate b's mean margin ``logit_0 - logit_1`` of ``MLP(H_b - H_c)`` over every c != b."""
         n = h.shape[0]
         if n < 2:
             return torch.zeros(n, device=h.device)
-        diff = h.unsqueeze(1) - h.unsqueeze(0)  # (n, n, 4 * hidden): [b, c] = H_b - H_c
+        diff = h.unsqueeze(1) - h.unsqueeze(0)  # (n, n, match_dim): [b, c] = H_b - H_c
         logits = self.classifier(diff)  # (n, n, 2)
         margin = logits[..., 0] - logits[..., 1]  # (n, n)
         margin = margin * (1 - torch.eye(n, device=h.device, dtype=margin.dtype))  # no game against itself

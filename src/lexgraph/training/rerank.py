@@ -83,6 +83,10 @@ class RerankConfig:
     encode_batch_size: int = field(default=32, metadata={"expected": "a positive integer"})
     hidden: int = field(default=128, metadata={"expected": "an even positive integer"})
     dropout: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
+    alignment: str = field(default="plm", metadata={"expected": "plm (word-level attention on the PLM's states) or projected (on the learned projection)"})
+    align_temperature: float = field(default=0.05, metadata={"expected": "a number > 0 (cosine / temperature of the plm alignment)"})
+    match_features: bool = True  # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
+    warm_start: bool = True  # untrained network = MaxSim ranking (needs match_features); epoch 0 can be kept
     negatives: int = field(default=2, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"})
     swap: bool = True
     lambda_case: float = field(default=0.01, metadata={"expected": "a number >= 0"})
@@ -131,7 +135,9 @@ class RerankConfig:
         for key in ("lambda_case", "lambda_ele", "weight_decay"):
             if getattr(self, key) < 0:
                 raise bad(key)
-        for key in ("t1", "t2", "lr", "max_grad_norm"):
+        if self.alignment not in ("plm", "projected"):
+            raise bad("alignment")
+        for key in ("t1", "t2", "lr", "max_grad_norm", "align_temperature"):
             if getattr(self, key) <= 0:
                 raise bad(key)
         if not 0.0 <= self.warmup_ratio < 1.0:
@@ -556,15 +562,23 @@ def _round(d: dict[str, float]) -> dict[str, float]:
     return {k: round(float(v), 4) for k, v in d.items()}
 
 
+def build_model(input_dim: int, config: RerankConfig):
+    """The interaction network that ``config`` describes, over PLM states of ``input_dim``."""
+    from lexgraph.models.mvcl import InteractionModel
+
+    return InteractionModel(input_dim, config.hidden, config.dropout, alignment=config.alignment,
+                            temperature=config.align_temperature, features=config.match_features,
+                            warm_start=config.warm_start)
+
+
 def train(config: RerankConfig, articles: TokenStore, queries: TokenStore, views: TokenStore,
           train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int, runtime=None):
     """Train the interaction network; returns ``(model, report)`` with the kept epoch's
     weights, alpha and the dev metrics."""
-    from lexgraph.models.mvcl import InteractionModel
     from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
     torch.manual_seed(seed)  # the initial weights and dropout follow the seed
-    model = InteractionModel(articles.dim, config.hidden, config.dropout).to(device)
+    model = build_model(articles.dim, config).to(device)
     trainer = RerankTrainer(model, config, articles, queries, views, train_lists, dev_lists, device, seed)
     steps = trainer.steps_per_epoch()
     # AdamW with weight decay on every parameter, linear warm-up then decay (lexgraph.training.engine)
@@ -576,7 +590,8 @@ def train(config: RerankConfig, articles: TokenStore, queries: TokenStore, views
              len(trainer.pairs), config.negatives, steps)
     result = fit(trainer, optimizer, scheduler,
                  FitConfig(name="mvcl", epochs=config.epochs, steps_per_epoch=steps,
-                           max_grad_norm=config.max_grad_norm, selection_metric=config.metric),
+                           max_grad_norm=config.max_grad_norm, selection_metric=config.metric,
+                           select_epoch_zero=config.warm_start and config.match_features),
                  runtime or Runtime(device))
     best_epoch, history = result.best_epoch, result.history
     scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
@@ -621,8 +636,6 @@ def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/mvcl`` directory."""
     from safetensors.torch import load_file
 
-    from lexgraph.models.mvcl import InteractionModel
-
     directory = Path(directory)
     path = directory / SETTINGS
     if is_disabled(directory):
@@ -633,7 +646,6 @@ def load_model(directory: str | os.PathLike, device: torch.device):
     settings = json.loads(path.read_text(encoding="utf-8"))
     if settings.get("format") != "lexgraph-mvcl":
         raise DataError(path, "not an MVCL settings file (expected format 'lexgraph-mvcl')")
-    cfg = settings["config"]
-    model = InteractionModel(int(settings["input_dim"]), int(cfg["hidden"]), float(cfg["dropout"]))
+    model = build_model(int(settings["input_dim"]), RerankConfig(**settings["config"]))
     model.load_state_dict(load_file(str(directory / WEIGHTS)))
     return model.to(device).eval(), settings
