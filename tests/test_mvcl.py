@@ -4,6 +4,7 @@ tiny training run."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -301,6 +302,22 @@ def test_warm_start_ranks_by_maxsim_before_training():
     expected = (maxsim - (maxsim.sum() - maxsim) / 5) / 0.05
     torch.testing.assert_close(scores, expected, rtol=1e-4, atol=1e-4)
     assert torch.argsort(scores, descending=True).tolist() == torch.argsort(maxsim, descending=True).tolist()
+
+
+def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
+    """A models/mvcl trained with another network shape (here: before the alignment features)
+    gets one line naming the weights file and the command that rebuilds them."""
+    from lexgraph.errors import DataError
+    from lexgraph.training.rerank import build_model, load_model, save_model
+
+    old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
+    save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "mvcl")
+    assert load_model(tmp_path / "mvcl", torch.device("cpu"))[0].match_dim == 16
+    settings = json.loads((tmp_path / "mvcl/mvcl.json").read_text())
+    settings["config"]["match_features"] = True
+    (tmp_path / "mvcl/mvcl.json").write_text(json.dumps(settings))
+    with pytest.raises(DataError, match=r"mvcl\.safetensors: weights that do not fit .*dvc repro rerank"):
+        load_model(tmp_path / "mvcl", torch.device("cpu"))
 
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):

@@ -32,6 +32,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 _NEG = -1e4
+#: Where the word-level attention is computed (:class:`InteractionModel`'s ``alignment``).
+ALIGNMENTS = ("plm", "projected")
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
@@ -94,8 +96,8 @@ class InteractionModel(nn.Module):
         super().__init__()
         if hidden % 2:
             raise ValueError(f"hidden must be even (a bidirectional LSTM of hidden / 2 per direction), got {hidden}")
-        if alignment not in ("plm", "projected"):
-            raise ValueError(f"alignment must be 'plm' or 'projected', got {alignment!r}")
+        if alignment not in ALIGNMENTS:
+            raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         self.input_dim, self.hidden = int(input_dim), int(hidden)
         self.alignment, self.temperature, self.features = alignment, float(temperature), bool(features)
         self.proj = nn.Linear(input_dim, hidden)
@@ -103,7 +105,8 @@ class InteractionModel(nn.Module):
         self.lstm = nn.LSTM(4 * hidden, hidden // 2, batch_first=True, bidirectional=True)
         n_features = len(self.FEATURES) if self.features else 0
         self.classifier = PairClassifier(4 * hidden + n_features, hidden, dropout, n_features)
-        if warm_start and self.features:
+        self.warm_started = bool(warm_start) and self.features  # the untrained network is a ranking worth keeping
+        if self.warm_started:
             with torch.no_grad():
                 last = self.classifier.mlp[-1]
                 last.weight.zero_()

@@ -135,7 +135,9 @@ class RerankConfig:
         for key in ("lambda_case", "lambda_ele", "weight_decay"):
             if getattr(self, key) < 0:
                 raise bad(key)
-        if self.alignment not in ("plm", "projected"):
+        from lexgraph.models.mvcl import ALIGNMENTS
+
+        if self.alignment not in ALIGNMENTS:
             raise bad("alignment")
         for key in ("t1", "t2", "lr", "max_grad_norm", "align_temperature"):
             if getattr(self, key) <= 0:
@@ -591,7 +593,7 @@ def train(config: RerankConfig, articles: TokenStore, queries: TokenStore, views
     result = fit(trainer, optimizer, scheduler,
                  FitConfig(name="mvcl", epochs=config.epochs, steps_per_epoch=steps,
                            max_grad_norm=config.max_grad_norm, selection_metric=config.metric,
-                           select_epoch_zero=config.warm_start and config.match_features),
+                           select_epoch_zero=model.warm_started),
                  runtime or Runtime(device))
     best_epoch, history = result.best_epoch, result.history
     scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
@@ -647,5 +649,9 @@ def load_model(directory: str | os.PathLike, device: torch.device):
     if settings.get("format") != "lexgraph-mvcl":
         raise DataError(path, "not an MVCL settings file (expected format 'lexgraph-mvcl')")
     model = build_model(int(settings["input_dim"]), RerankConfig(**settings["config"]))
-    model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    try:
+        model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    except RuntimeError as exc:  # weights of another network shape (e.g. trained before match_features)
+        raise DataError(directory / WEIGHTS, "weights that do not fit the network mvcl.json describes "
+                        f"({str(exc).splitlines()[0]}); run `dvc repro rerank` to rebuild it") from None
     return model.to(device).eval(), settings
