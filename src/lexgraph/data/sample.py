@@ -5,11 +5,18 @@ The source (``../shared/data/code-civil-fr``: ``articles.jsonl``, ``headings.jso
 and its train/dev/test splits, so that the ``sample`` fetch source reads it with the
 very code that reads a local copy of the hub.
 
-Hierarchy mapping: the sample has two levels, Livre and Titre. ``Livre`` goes to
-BSARD's ``book`` column and the level below it (a Titre, or "Dispositions
-générales") to ``act``; ``part`` stays empty (a missing level), the "Titre
-préliminaire" has no book (another missing level), and ``code`` is "Code civil". A heading value is "<label> : <heading text>",
-e.g. "Livre II : Des biens et des différentes modifications de la propriété".
+Hierarchy mapping: an article's path has 1 to 6 levels below the code (Livre, Titre,
+Sous-titre, Chapitre, Section, Sous-section, Paragraphe; BSARD has the same kind of
+depth). BSARD's corpus has six heading columns below ``code``: ``book``, ``part``,
+``act``, ``chapter``, ``section``, ``subsection``. :func:`map_levels` puts each level in the
+column its label prefers (Livre -> book, Titre -> act, Chapitre -> chapter, ...), moved
+down or up only as far as needed to keep the levels in order and leave a column for each
+level below; a path deeper than six levels keeps its deepest levels in ``subsection``,
+joined by " / ". Only the order of the non-empty columns matters downstream (``clean``
+builds one heading per distinct path), so no level is lost or reordered. ``code`` is
+"Code civil"; ``law_type`` stays empty (no synthetic root). A heading value is "<label> :
+<title>", e.g. "Livre II : Des biens et des différentes modifications de la propriété",
+or the label alone for a heading whose title the source does not know ("Chapitre IV").
 """
 
 from __future__ import annotations
@@ -30,8 +37,50 @@ log = logging.getLogger(__name__)
 CODE_NAME = "Code civil"
 
 
-def _level(label: str) -> str:
-    return "book" if label.startswith("Livre") else "act"
+#: BSARD's heading columns below ``code``, from the top
+LEVEL_COLUMNS: tuple[str, ...] = ("book", "part", "act", "chapter", "section", "subsection")
+#: the column each kind of heading label prefers (first word of the label, lower-cased)
+PREFERRED_COLUMN: dict[str, str] = {
+    "livre": "book",
+    "partie": "part",
+    "titre": "act",
+    "dispositions": "act",
+    "sous-titre": "chapter",
+    "chapitre": "chapter",
+    "section": "section",
+    "sous-section": "subsection",
+    "paragraphe": "subsection",
+}
+
+
+def map_levels(labels: list[str]) -> list[tuple[str, list[int]]]:
+    """Assign the levels of a path (``labels``, from the top) to BSARD's heading columns.
+
+    Returns ``(column, [level indices])`` pairs in column order. Each level goes to its
+    preferred column, clamped so that it comes after the previous level's column and
+    leaves one column for each level below it; levels past the sixth share the last
+    column with the sixth.
+    """
+    n_cols = len(LEVEL_COLUMNS)
+    out: list[tuple[str, list[int]]] = []
+    prev = -1
+    for i, label in enumerate(labels):
+        if prev == n_cols - 1:  # deeper than the columns: fold into the last one
+            out[-1][1].append(i)
+            continue
+        kind = label.split()[0].lower() if label.split() else ""
+        preferred = LEVEL_COLUMNS.index(PREFERRED_COLUMN.get(kind, LEVEL_COLUMNS[0]))
+        below = min(len(labels) - i - 1, n_cols - 1)  # levels below that still need a column
+        col = min(max(preferred, prev + 1), max(n_cols - 1 - below, prev + 1))
+        out.append((LEVEL_COLUMNS[col], [i]))
+        prev = col
+    return out
+
+
+def heading_value(label: str, title: str) -> str:
+    """``"<label> : <title>"``, or the label alone when the title is unknown (``""``)."""
+    title = (title or "").strip()
+    return f"{label} : {title}" if title else label
 
 
 def _records(path: Path, required: tuple[str, ...]):
@@ -68,18 +117,17 @@ def sample_articles(src: Path) -> pl.DataFrame:
     for line_no, rec in _records(path, ("id", "text", "number", "path")):
         row = {c: None for c in ARTICLE_COLUMNS}
         row.update(id=rec["id"], article=rec["text"], law_type=None, code=CODE_NAME)
-        labels = []
-        for depth in range(1, len(rec["path"]) + 1):
-            key = "/".join(rec["path"][:depth])
-            label = rec["path"][depth - 1]
+        labels = list(rec["path"])
+        values = []
+        for depth in range(1, len(labels) + 1):
+            key = "/".join(labels[:depth])
             if key not in headings:
                 raise DataError(src / "headings.json", f"no heading for path {key!r} (articles.jsonl line {line_no})")
-            row[_level(label)] = f"{label} : {headings[key]}"
-            labels.append(label)
+            values.append(heading_value(labels[depth - 1], headings[key]))
+        for column, levels in map_levels(labels):
+            row[column] = " / ".join(values[i] for i in levels)
         row["reference"] = f"Art. {rec['number']}, {CODE_NAME} ({', '.join(labels)})"
-        row["description"] = " > ".join(
-            v for v in (row[c] for c in ("code", "book", "part", "act")) if v
-        )
+        row["description"] = " > ".join([CODE_NAME, *values])
         rows.append(row)
     return pl.DataFrame(rows, schema={c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS})
 
