@@ -31,13 +31,16 @@ METRICS: tuple[str, ...] = (
     "recall@200",
     "recall@500",
     "map",
+    "map@100",
     "r_precision",
     "mrr@10",
+    "mrr@100",
     "ndcg@10",
 )
 
 _RECALL_CUTS = (10, 100, 200, 500)
-_MRR_CUT = 10
+_MAP_CUTS = (100,)  # map@100 and mrr@100: as reported by G-DSR and QABISAR on BSARD
+_MRR_CUTS = (10, 100)
 _NDCG_CUT = 10
 
 
@@ -80,15 +83,19 @@ def recall_at_k(ranked: Sequence[int], relevant: Collection[int], k: int) -> flo
     return sum(doc in gold for doc in _dedup(ranked)[:k]) / len(gold)
 
 
-def average_precision(ranked: Sequence[int], relevant: Collection[int]) -> float:
-    """Average precision over the whole ranked list (trec_eval ``map``).
+def average_precision(ranked: Sequence[int], relevant: Collection[int], k: int | None = None) -> float:
+    """Average precision over the whole ranked list (trec_eval ``map``), or over its top k.
 
     ``AP = (1/R) * sum_{i : rel(i)=1} P@i``, with ``P@i = (1/i) * sum_{j<=i} rel(j)``;
     relevant articles that are never retrieved contribute 0.
+
+    With a cut-off ``k`` only ranks ``i <= k`` enter the sum, still divided by R (not by
+    ``min(R, k)``): ``AP@k = (1/R) * sum_{i<=k : rel(i)=1} P@i``, trec_eval ``map_cut_k``.
     """
     gold = _gold(relevant)
+    ranked = _dedup(ranked) if k is None else _dedup(ranked)[: _check_k(k)]
     hits, total = 0, 0.0
-    for i, doc in enumerate(_dedup(ranked), start=1):
+    for i, doc in enumerate(ranked, start=1):
         if doc in gold:
             hits += 1
             total += hits / i
@@ -168,7 +175,7 @@ def _metric_arrays(
     if extra:
         log.debug("ignoring %d run queries that have no qrels", extra)
 
-    depth = max([_MRR_CUT, _NDCG_CUT, *_RECALL_CUTS, *(h.size for h in hit_rows)])
+    depth = max([*_MAP_CUTS, *_MRR_CUTS, _NDCG_CUT, *_RECALL_CUTS, *(h.size for h in hit_rows)])
     hits = np.zeros((n, depth), dtype=bool)  # (n_queries, depth)
     for row, h in enumerate(hit_rows):
         hits[row, : h.size] = h
@@ -179,12 +186,16 @@ def _metric_arrays(
     out: dict[str, np.ndarray] = {}
     for k in _RECALL_CUTS:
         out[f"recall@{k}"] = cum[:, k - 1] / r
-    out["map"] = np.where(hits, cum / ranks, 0.0).sum(axis=1) / r
+    precision_at_hits = np.where(hits, cum / ranks, 0.0)  # (n_queries, depth): P@i where rel(i) = 1
+    out["map"] = precision_at_hits.sum(axis=1) / r
+    for k in _MAP_CUTS:  # top k only, still divided by R (trec_eval map_cut_k)
+        out[f"map@{k}"] = precision_at_hits[:, :k].sum(axis=1) / r
     # relevant within the top R (R may exceed the depth: then everything retrieved counts)
     out["r_precision"] = cum[np.arange(n), np.minimum(n_rel, depth) - 1] / r
-    top = hits[:, :_MRR_CUT]
-    first = np.argmax(top, axis=1)  # index of the first hit (0 when there is none)
-    out[f"mrr@{_MRR_CUT}"] = np.where(top.any(axis=1), 1.0 / (first + 1), 0.0)
+    for k in _MRR_CUTS:
+        top = hits[:, :k]  # (n_queries, k)
+        first = np.argmax(top, axis=1)  # index of the first hit (0 when there is none)
+        out[f"mrr@{k}"] = np.where(top.any(axis=1), 1.0 / (first + 1), 0.0)
     discount = 1.0 / np.log2(ranks[:_NDCG_CUT] + 1.0)  # (k,)
     dcg = hits[:, :_NDCG_CUT] @ discount  # (n_queries,)
     ideal = np.concatenate([[0.0], np.cumsum(discount)])  # ideal[m] = IDCG with m relevant

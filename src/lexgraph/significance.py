@@ -36,8 +36,9 @@ absolute sums differ by less than ``1e-9 * sum_q |d_q|``, far above rounding err
 far below any genuine difference between sums of metric values.
 
 ranx's metrics ``recall@k``, ``map`` (no cut-off: average precision over the whole list,
-as trec_eval's), ``r-precision``, ``mrr@10`` and ``ndcg@10`` agree with
-:mod:`lexgraph.metrics` to 1e-17 on random depth-500 runs; the tests here take their
+as trec_eval's), ``map@100`` (the top 100 only, divided by all relevant articles, as
+trec_eval's ``map_cut_100``), ``r-precision``, ``mrr@10``, ``mrr@100`` and ``ndcg@10`` agree with
+:mod:`lexgraph.metrics` to 1e-15 on random depth-500 runs; the tests here take their
 per-query scores from lexgraph all the same, so significance and reported means share
 one definition by construction.
 """
