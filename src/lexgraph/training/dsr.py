@@ -17,7 +17,10 @@ Follows G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Sections 3.1–3.2 and 4)
   gradient clipping, mixed precision on CUDA (bf16, or fp16 with a GradScaler);
 * model selection: before training (epoch 0) and after each epoch the whole corpus is
   encoded and dev questions are ranked by exact cosine top-200; the epoch with the best
-  dev recall@200 is kept — epoch 0 included, so training never ends below its start.
+  dev recall@200 is kept — epoch 0 included, so training never ends below its start;
+* refit (``dsr.refit``, G-DSR appendix B): once that epoch E is chosen, the model goes
+  back to its start weights and trains on the train + dev pairs for exactly E epochs,
+  the last one kept (:func:`train_and_refit`); dev then is no longer held out for it.
 
 ``chunk_encoder: frozen`` (embedded sample, CPU): the article side's backbone does not
 train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.chunks`)
@@ -31,7 +34,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -104,6 +107,8 @@ class DSRConfig:
     eval_batch_size: int = field(default=64, metadata=_POSITIVE)
     # micro-batches per batch (per process): same updates, less memory per forward
     accumulation_steps: int = field(default=1, metadata=_POSITIVE)
+    # after choosing the epoch on dev, retrain from the same start on train+dev for that many epochs (G-DSR appendix B)
+    refit: bool = field(default=False, metadata={"expected": "true or false"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
@@ -210,6 +215,7 @@ class TrainingData:
     dev_questions: list[str] = field(default_factory=list)
     dev_qrels: dict[int, set[int]] = field(default_factory=dict)  # question id -> gold ids
     dev_ids: list[int] = field(default_factory=list)
+    dev_pairs: list[Pair] = field(default_factory=list)  # (dev question, gold) pairs: the refit's extra pairs
     chunks: Any = None  # lexgraph.chunks.ChunkTable of the corpus (frozen chunk encoder), else None
 
 
@@ -251,10 +257,21 @@ def build_pairs(questions, negatives, corpus: set[int], path="questions") -> lis
     return pairs
 
 
+def split_pairs(questions, negatives, corpus: set[int], splits: Sequence[str], path="questions") -> list[Pair]:
+    """:func:`build_pairs` of the questions whose split is in ``splits``, split after split."""
+    import polars as pl
+
+    pairs: list[Pair] = []
+    for split in splits:
+        pairs += build_pairs(questions.filter(pl.col("split") == split), negatives, corpus, path)
+    return pairs
+
+
 def load_training_data(
-    articles_path, questions_path, synthetic_path, negatives_path, use_synthetic: bool
+    articles_path, questions_path, synthetic_path, negatives_path, use_synthetic: bool, refit: bool = False
 ) -> TrainingData:
-    """Read the stage inputs into :class:`TrainingData` (train + optional synthetic pairs, dev qrels)."""
+    """Read the stage inputs into :class:`TrainingData` (train + optional synthetic pairs, dev qrels;
+    with ``refit`` the dev pairs too)."""
     import polars as pl
 
     articles = read_parquet(articles_path, ["id", "article"])
@@ -268,7 +285,7 @@ def load_training_data(
     train = questions.filter(pl.col("split") == "train")
     if train.height == 0:
         raise DataError(questions_path, "no question with split 'train'", column="split")
-    pairs = build_pairs(train, negatives, corpus, questions_path)
+    pairs = split_pairs(questions, negatives, corpus, ["train"], questions_path)
     log.info("%d training pairs from %d train questions", len(pairs), train.height)
     synthetic_pairs: list[Pair] = []
     if use_synthetic:
@@ -281,6 +298,10 @@ def load_training_data(
     data.dev_ids = [int(q) for q in dev["id"].to_list()]
     data.dev_questions = [str(q) for q in dev["question"].to_list()]
     data.dev_qrels = {int(q): {int(a) for a in gold} for q, gold in zip(data.dev_ids, dev["article_ids"].to_list())}
+    if refit:  # dev questions have BM25 negatives only when mined (negatives.splits lists dev)
+        data.dev_pairs = split_pairs(questions, negatives, corpus, ["dev"], questions_path)
+        log.info("%d dev pairs for the refit (%d with BM25 negatives, the others a random non-gold article)",
+                 len(data.dev_pairs), sum(1 for p in data.dev_pairs if p.negatives))
     return data
 
 
@@ -411,10 +432,11 @@ class DSRTask:
 
 
 def train_dsr(
-    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None
+    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None,
+    *, select: bool = True,
 ) -> TrainResult:
     """Train ``model`` in place on ``data`` (:func:`lexgraph.training.engine.fit`) and
-    return it at its best dev epoch."""
+    return it at its best dev epoch (``select`` false: no dev evaluation, the last epoch)."""
     if not data.pairs and not data.synthetic_pairs:
         raise DataError("questions", "no training pairs")
     runtime = runtime or Runtime(device)
@@ -436,12 +458,40 @@ def train_dsr(
     fit_config = FitConfig(
         name="train_dsr", epochs=config.epochs, steps_per_epoch=task.steps_per_epoch,
         max_grad_norm=config.max_grad_norm, accumulation_steps=config.accumulation_steps,
-        selection_metric=f"recall@{EVAL_CUTOFF}", select_epoch_zero=True,
+        selection_metric=f"recall@{EVAL_CUTOFF}" if select else None, select_epoch_zero=select,
     )
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     seconds = time.perf_counter() - start
     log.info("trained in %.1f s", seconds)
     return TrainResult(model, result.best_epoch, result.dev_metrics or None, result.history, seconds, task.epoch_size)
+
+
+def train_and_refit(
+    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None
+) -> tuple[TrainResult, TrainResult | None]:
+    """:func:`train_dsr` (the selection run: best epoch E on dev), then, with ``config.refit``
+    and E >= 1, the refit of G-DSR (appendix B): ``model`` back at its start weights (a
+    copy taken before the selection run), trained with the same seed on the train + dev
+    pairs (``data.dev_pairs``; the synthetic ones as before) for exactly E epochs with no
+    model selection, its schedule spanning the refit's steps. E = 0: the untrained model
+    stays, no refit. Returns (selection run, refit run or None); ``model`` ends as the one to keep.
+    """
+    if not config.refit:
+        return train_dsr(model, data, config, device, seed, runtime), None
+    if not data.dev_pairs:
+        raise DataError("questions", f"'{SECTION}.refit' is true but there is no dev question to refit on")
+    start = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    selection = train_dsr(model, data, config, device, seed, runtime)
+    if selection.best_epoch == 0:
+        log.info("refit: the untrained model won on dev, it is kept as is")
+        return selection, None
+    model.load_state_dict(start)
+    both = replace(data, pairs=[*data.pairs, *data.dev_pairs], dev_pairs=[], dev_questions=[], dev_qrels={},
+                   dev_ids=[])
+    log.info("refit on train + dev: %d pairs (%d train, %d dev) for %d epochs", len(both.pairs), len(data.pairs),
+             len(data.dev_pairs), selection.best_epoch)
+    refit = train_dsr(model, both, replace(config, epochs=selection.best_epoch), device, seed, runtime, select=False)
+    return selection, refit
 
 
 # ---------------------------------------------------------------------------
@@ -480,7 +530,7 @@ def run_train_dsr(
     log.info("train_dsr config: %s", asdict(config))
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "pretrained model directory not found (run `dvc repro pretrain`)")
-    data = load_training_data(articles, questions, synthetic, negatives, config.synthetic)
+    data = load_training_data(articles, questions, synthetic, negatives, config.synthetic, config.refit)
     seed_everything(seed)
     model = build_dsr(config, pretrained)
     if config.chunk_encoder == "frozen":
@@ -494,7 +544,7 @@ def run_train_dsr(
         except KeyError as exc:
             raise DataError(cache, f"article {exc.args[0]} has no cached chunks; run `dvc repro`") from None
     runtime = Runtime(device)
-    result = train_dsr(model, data, config, device, seed, runtime)
+    result, refit = train_and_refit(model, data, config, device, seed, runtime)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": round(result.dev_metrics[f"recall@{EVAL_CUTOFF}"], 4)
@@ -505,9 +555,14 @@ def run_train_dsr(
         "synthetic_pairs": len(data.synthetic_pairs),
         "dev": {k: round(v, 4) for k, v in result.dev_metrics.items()} if result.dev_metrics else None,
     }
+    if config.refit:  # dev numbers and curve: the selection run's; a refit model was trained on dev
+        n_refit = len(data.pairs) + len(data.dev_pairs)
+        summary["refit"] = {"epochs": result.best_epoch, "pairs": n_refit} if refit else None
+        summary["dev_metrics_of"] = "selection run"
+        summary["dev_held_out"] = refit is None  # for the written model
     if runtime.is_main:  # one writer; the others wait for it
         with atomic_path(out, directory=True) as tmp:
-            result.model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
+            (refit or result).model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
         write_json(summary, metrics)
         write_text(curve_csv(result.history), plot)
     runtime.wait()

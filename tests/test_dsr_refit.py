@@ -1,0 +1,183 @@
+"""DSR refit on train + dev once the epoch is chosen on dev (G-DSR appendix B):
+``lexgraph.training.dsr.train_and_refit`` and the ``train_dsr`` stage's metrics.
+
+The dev selection is forced by replacing ``evaluate_dsr`` with fixed scores per epoch;
+every optimizer run is recorded by wrapping the engine's ``fit``. Tiny local BERT, CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, replace
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+import torch
+
+import lexgraph.training.dsr as dsr
+from lexgraph.errors import DataError
+from lexgraph.io import write_parquet
+from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder
+from lexgraph.training.dsr import DSRConfig, TrainingData, split_pairs, train_and_refit, train_dsr
+
+CORPUS = {
+    1: "le contrat de bail " * 8,
+    2: "article du mariage et de l'enfant",
+    3: "la loi du divorce",
+    4: "le bail du contrat de la loi",
+    5: "enfant mariage divorce",
+    6: "les articles de la loi " * 5,
+}
+QUESTIONS = pl.DataFrame({
+    "id": [1, 2, 3, 4, 10, 11],
+    "question": ["bail contrat ?", "mariage enfant ?", "divorce loi ?", "contrat loi ?", "bail ?", "enfant ?"],
+    "article_ids": [[1, 4], [2], [3, 5], [4], [1], [2, 5]],
+    "split": ["train"] * 4 + ["dev"] * 2,
+})
+NEGATIVES = pl.DataFrame({  # dev question 10 has BM25 negatives, dev question 11 has none
+    "question_id": [1, 2, 3, 10], "split": ["train", "train", "train", "dev"],
+    "negative_ids": [[2, 3], [6, 1, 2], [1], [3, 6]],
+})
+BATCH = 4
+
+
+def _data() -> TrainingData:
+    dev = QUESTIONS.filter(pl.col("split") == "dev")
+    return TrainingData(
+        pairs=split_pairs(QUESTIONS, NEGATIVES, set(CORPUS), ["train"]), article_ids=list(CORPUS),
+        article_texts=list(CORPUS.values()), dev_questions=dev["question"].to_list(),
+        dev_qrels={int(q): set(g) for q, g in zip(dev["id"].to_list(), dev["article_ids"].to_list())},
+        dev_ids=dev["id"].to_list(), dev_pairs=split_pairs(QUESTIONS, NEGATIVES, set(CORPUS), ["dev"]),
+    )
+
+
+def _config(**kw) -> DSRConfig:
+    base = dict(max_chunk_length=16, max_document_length=32, max_query_length=16, chunk_heads=2, chunk_layers=1,
+                epochs=3, batch_size=BATCH, lr=1e-3, eval_batch_size=4, temperature=0.05, synthetic=False)
+    return DSRConfig(**{**base, **kw})
+
+
+def _fresh(path, config: DSRConfig) -> DSR:
+    torch.manual_seed(0)
+    query = QueryEncoder.from_pretrained(path, max_length=config.max_query_length, token_pooling=config.token_pooling)
+    article = HierarchicalArticleEncoder.from_pretrained(
+        path, max_chunk_length=config.max_chunk_length, max_document_length=config.max_document_length,
+        pooling=config.pooling, num_layers=config.chunk_layers, num_heads=config.chunk_heads,
+        token_pooling=config.token_pooling,
+    )
+    return DSR(query, article, temperature=config.temperature)
+
+
+def _state(model: DSR) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Every ``fit`` call: its FitConfig, training pairs, optimizer steps and final learning rates."""
+    calls = []
+    real_fit = dsr.fit
+
+    def recording_fit(task, optimizer, scheduler, config, runtime):
+        result = real_fit(task, optimizer, scheduler, config, runtime)
+        calls.append(SimpleNamespace(config=config, pairs=list(task.data.pairs), steps=len(result.step_losses),
+                                     last_lr=scheduler.get_last_lr()))
+        return result
+
+    monkeypatch.setattr(dsr, "fit", recording_fit)
+    return calls
+
+
+def _force_dev(monkeypatch, scores: list[float]) -> None:
+    """Dev recall@200 of epoch 0, 1, ... is ``scores[i]`` (more calls: an error)."""
+    calls = iter(scores)
+    monkeypatch.setattr(dsr, "evaluate_dsr", lambda model, data, batch_size: {"recall@200": next(calls)})
+
+
+def test_refit_off_is_the_plain_training_run(tiny_model_dir, runs, monkeypatch):
+    assert DSRConfig().refit is False
+    config = _config(epochs=2)
+    _force_dev(monkeypatch, [0.1, 0.3, 0.2] * 2)  # epoch 1 wins, twice
+    plain = _fresh(tiny_model_dir, config)
+    start = _state(plain)
+    expected = train_dsr(plain, replace(_data(), dev_pairs=[]), config, torch.device("cpu"), seed=7)  # no option
+    model = _fresh(tiny_model_dir, config)
+    result, refit = train_and_refit(model, _data(), _config(epochs=2, refit=False), torch.device("cpu"), seed=7)
+    assert refit is None and len(runs) == 2  # one run each
+    assert result.best_epoch == expected.best_epoch == 1 and repr(result.history) == repr(expected.history)
+    assert _same(_state(model), _state(plain)) and not _same(start, _state(plain))
+
+
+def test_refit_trains_the_chosen_epochs_on_train_and_dev(tiny_model_dir, runs, monkeypatch):
+    data, config = _data(), _config(refit=True)
+    assert [p.key for p in data.dev_pairs] == [("dev", 10), ("dev", 11), ("dev", 11)]
+    assert [p.negatives for p in data.dev_pairs] == [(3, 6), (), ()]  # mined negatives, else random at draw time
+    _force_dev(monkeypatch, [0.1, 0.2, 0.9, 0.3])  # best epoch E = 2 of 3
+    model = _fresh(tiny_model_dir, config)
+    selection, refit = train_and_refit(model, data, config, torch.device("cpu"), seed=7)
+    assert selection.best_epoch == 2 and [h["epoch"] for h in selection.history] == [0, 1, 2, 3]
+    assert refit is not None and refit.model is model and len(runs) == 2
+    first, second = runs
+    n = len(data.pairs) + len(data.dev_pairs)
+    assert n == 9 and refit.n_pairs == n
+    assert first.steps == 3 * math.ceil(len(data.pairs) / BATCH)
+    assert second.config.epochs == 2 and second.steps == 2 * math.ceil(n / BATCH)  # E epochs of train + dev
+    assert second.config.selection_metric is None and not second.config.select_epoch_zero  # no selection
+    assert refit.best_epoch == 2 and [h["epoch"] for h in refit.history] == [1, 2]  # the last epoch kept
+    assert all(lr == 0.0 for lr in second.last_lr)  # the schedule ends with the refit's last step
+    assert {p.key for p in second.pairs} == {p.key for p in data.pairs} | {("dev", 10), ("dev", 11)}
+    # the same as a fresh model, same start and seed, trained E epochs on train + dev
+    reference = _fresh(tiny_model_dir, config)
+    both = replace(data, pairs=data.pairs + data.dev_pairs, dev_pairs=[], dev_questions=[], dev_qrels={}, dev_ids=[])
+    train_dsr(reference, both, replace(config, epochs=2), torch.device("cpu"), seed=7, select=False)
+    assert _same(_state(model), _state(reference))
+
+
+def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, runs, monkeypatch):
+    config = _config(epochs=2, refit=True)
+    _force_dev(monkeypatch, [0.9, 0.1, 0.2])
+    model = _fresh(tiny_model_dir, config)
+    start = _state(model)
+    selection, refit = train_and_refit(model, _data(), config, torch.device("cpu"), seed=7)
+    assert selection.best_epoch == 0 and refit is None and len(runs) == 1
+    assert _same(_state(model), start)
+
+
+def test_refit_without_dev_questions_is_an_error(tiny_model_dir):
+    config = _config(refit=True)
+    with pytest.raises(DataError, match="refit"):
+        train_and_refit(_fresh(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, torch.device("cpu"), 7)
+
+
+def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, monkeypatch):
+    write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
+    write_parquet(QUESTIONS, tmp_path / "q.parquet")
+    write_parquet(NEGATIVES, tmp_path / "n.parquet")
+    summaries = {}
+    for name, refit, scores in (("off", False, [0.1, 0.9, 0.3]), ("on", True, [0.1, 0.9, 0.3]),
+                                ("zero", True, [0.9, 0.1, 0.3])):
+        _force_dev(monkeypatch, scores)
+        out = tmp_path / name
+        dsr.run_train_dsr(
+            articles=tmp_path / "a.parquet", questions=tmp_path / "q.parquet", synthetic=tmp_path / "none",
+            negatives=tmp_path / "n.parquet", pretrained=tiny_model_dir, chunks=tmp_path / "none",
+            out=out / "dsr", metrics=out / "m.json", plot=out / "c.csv",
+            params=asdict(_config(epochs=2, refit=refit)), device=torch.device("cpu"), seed=3,
+        )
+        summaries[name] = json.loads((out / "m.json").read_text())
+        assert (out / "c.csv").read_text().count("\n") == 4  # the selection run's curve: epochs 0, 1, 2
+    assert not {"refit", "dev_metrics_of", "dev_held_out"} & set(summaries["off"])
+    on = summaries["on"]
+    assert on["best_epoch"] == 1 and on["refit"] == {"epochs": 1, "pairs": 9}
+    assert on["dev_metrics_of"] == "selection run" and on["dev_held_out"] is False
+    zero = summaries["zero"]
+    assert zero["best_epoch"] == 0 and zero["refit"] is None and zero["dev_held_out"] is True
+    saved = DSR.load(tmp_path / "on" / "dsr")
+    assert not torch.equal(saved.encode_queries(["bail ?"]), DSR.load(tmp_path / "off" / "dsr").encode_queries(
+        ["bail ?"]))  # the refit model, not the selection run's
