@@ -14,6 +14,7 @@ def configure(parser):
     parser.add_argument("--questions", default="data/clean/questions.parquet")
     parser.add_argument("--negatives", default="data/negatives/negatives.parquet")
     parser.add_argument("--dsr", default="models/dsr", help="trained DSR (its query encoder starts QABISAR's)")
+    parser.add_argument("--hprior", default="models/hprior", help="hprior stage output (the prior the GNN starts from)")
     parser.add_argument("--out", default=None, help="model directory (default: models/gnn_<variant>)")
     parser.add_argument("--metrics", default=None, help="metrics JSON (default: metrics/train_gnn_<variant>.json)")
 
@@ -30,6 +31,7 @@ def main(args, base, params):
         questions=args.questions,
         negatives=args.negatives,
         dsr=args.dsr,
+        hprior=args.hprior,
         out=args.out or f"models/gnn_{args.variant}",
         metrics=args.metrics or f"metrics/train_gnn_{args.variant}.json",
         params=params,

@@ -53,6 +53,7 @@ SECTIONS: dict[str, str] = {
     "queries": "generate_queries",
     "dsr": "train_dsr, encode_chunks (chunking keys)",
     "embed": "embed",
+    "hprior": "hprior",
     "hybrid": "hybrid",
     "rerank": "encode_rerank (encoding keys), rerank",
 }

@@ -77,6 +77,20 @@ def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
     return ids.numpy(), emb
 
 
+def select_rows(
+    ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str
+) -> torch.Tensor:
+    """Rows of ``embeddings`` for ``wanted`` ids, in that order; DataError on a missing id."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    pos = np.searchsorted(sorted_ids, wanted)
+    found = (pos < len(sorted_ids)) & (sorted_ids[np.minimum(pos, len(sorted_ids) - 1)] == wanted)
+    if len(wanted) and (not len(sorted_ids) or not found.all()):
+        missing = int(wanted[np.flatnonzero(~found)[0]]) if len(sorted_ids) else int(wanted[0])
+        raise DataError(path, f"no embedding for {what} id {missing} (re-run the embed stage)", column="ids")
+    return embeddings[torch.from_numpy(order[pos])]  # (len(wanted), dim)
+
+
 def _unique_ids(df, column: str, path) -> np.ndarray:
     ids = df[column].to_numpy().astype(np.int64)
     if len(np.unique(ids)) != len(ids):

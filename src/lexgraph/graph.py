@@ -20,7 +20,9 @@ type   name                    meaning
 2      QUESTION_ARTICLE        train question -> each of its gold articles
 3      ARTICLE_NEXT            article -> next article (by id) under the same heading
                                (only with ``graph.consecutive``)
-4-7    reverse of 0-3          added when ``graph.directed`` is false
+4-7    reverse of 0-3          added when ``graph.directed`` is false; the
+                               question-article edges (2 and 6) always go
+                               both ways: a question node must hear its articles
 =====  ======================  =====================================================
 
 The enum is fixed (8 types whatever the configuration), so edge-type embeddings keep
@@ -89,7 +91,7 @@ STRUCTURE_TYPES = tuple(t for t in EdgeType if t not in BIPARTITE_TYPES)
 class GraphConfig:
     """The ``graph`` section of params.yaml."""
 
-    directed: bool = False  # false: every edge also gets its reverse type
+    directed: bool = True  # true: statute edges point down (G-DSR's DAG); false: reverse types too
     consecutive: bool = False  # article -> next article under the same heading
     questions: bool = True  # train questions as nodes, linked to their gold articles
 
@@ -201,8 +203,8 @@ def build_graph(
         same = art_heading[order[:-1]] == art_heading[order[1:]]
         blocks.append((order[:-1][same], order[1:][same], EdgeType.ARTICLE_NEXT))
 
-    if not config.directed:
-        blocks += [(dst, src, REVERSE[etype]) for src, dst, etype in list(blocks)]
+    blocks += [(dst, src, REVERSE[etype]) for src, dst, etype in list(blocks)
+               if not config.directed or etype == EdgeType.QUESTION_ARTICLE]
 
     src = np.concatenate([b[0] for b in blocks]).astype(np.int64)
     dst = np.concatenate([b[1] for b in blocks]).astype(np.int64)

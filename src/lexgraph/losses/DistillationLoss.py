@@ -11,7 +11,9 @@ questions at test time. Two forms are supported:
       L = (1/B) sum_i KL( softmax(s(q_i^graph, A) / tau) || softmax(s(q_i^enc, A) / tau) )
         = (1/B) sum_i sum_j p_ij (log p_ij - log r_ij),
 
-  with ``s`` the cosine similarity, ``A`` the candidate articles (graph embeddings:
+  with ``s`` the cosine similarity (or the dot product, QABISAR's scoring), ``tau`` the
+  distillation's own temperature (``gnn.kd.temperature``: softer targets than the
+  contrastive 0.01, whose distributions are near one-hot), ``A`` the candidate articles (graph embeddings:
   in-batch positives + BM25 negatives), ``p`` the teacher (graph query) and ``r`` the
   student (encoder query) distribution.
 * ``feature``: mean squared error between the embeddings,
@@ -30,14 +32,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lexgraph.losses.InfoNCELoss import SIMILARITIES, scores
+
 MODES = ("score", "feature")
 
 
 class DistillationLoss(nn.Module):
     """KL (score mode) or MSE (feature mode) from graph-query teacher to encoder-query student."""
 
-    def __init__(self, mode: str = "score", temperature: float = 0.01) -> None:
+    def __init__(self, mode: str = "score", temperature: float = 0.01, similarity: str = "cosine") -> None:
         super().__init__()
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
+        self.cosine = similarity == "cosine"
         if mode not in MODES:
             raise ValueError(f"distillation mode must be one of {MODES}, got {mode!r}")
         if temperature <= 0:
@@ -70,9 +77,8 @@ class DistillationLoss(nn.Module):
             return F.mse_loss(student, teacher)
         if candidates is None:
             raise ValueError("score-mode distillation needs the candidate article embeddings")
-        cand = F.normalize(candidates.float(), dim=-1)  # (C, dim)
-        t_logits = F.normalize(teacher, dim=-1) @ cand.detach().T / self.temperature  # (B, C)
-        s_logits = F.normalize(student, dim=-1) @ cand.T / self.temperature  # (B, C)
+        t_logits = scores(teacher, candidates.detach(), self.cosine) / self.temperature  # (B, C)
+        s_logits = scores(student, candidates, self.cosine) / self.temperature  # (B, C)
         if mask is not None:
             t_logits = t_logits.masked_fill(mask, float("-inf"))  # (B, C)
             s_logits = s_logits.masked_fill(mask, float("-inf"))  # (B, C)

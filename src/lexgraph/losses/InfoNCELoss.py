@@ -18,8 +18,19 @@ import torch.nn.functional as F
 from torch import nn
 
 
+SIMILARITIES = ("cosine", "dot")
+
+
+def scores(queries: torch.Tensor, articles: torch.Tensor, cosine: bool = True) -> torch.Tensor:
+    """``(nq, na)`` float32 similarities: cosine, or the plain dot product (QABISAR's scoring)."""
+    q, a = queries.float(), articles.float()  # (nq, dim), (na, dim)
+    if cosine:
+        q, a = F.normalize(q, dim=-1), F.normalize(a, dim=-1)
+    return q @ a.T  # (nq, na)
+
+
 class InfoNCELoss(nn.Module):
-    """InfoNCE with in-batch and hard negatives, scored by cosine / temperature.
+    """InfoNCE with in-batch and hard negatives, scored by cosine (or dot product) / temperature.
 
     For a batch of ``B`` (query, positive article) pairs and ``N`` extra hard negatives,
     the score matrix is ``S = cos(q_i, a_j) / tau`` of shape ``(B, B + N)`` whose columns
@@ -38,17 +49,19 @@ class InfoNCELoss(nn.Module):
     The diagonal is never masked.
     """
 
-    def __init__(self, temperature: float = 0.01) -> None:
+    def __init__(self, temperature: float = 0.01, similarity: str = "cosine") -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
         self.temperature = float(temperature)
+        self.cosine = similarity == "cosine"
 
     def similarity(self, queries: torch.Tensor, articles: torch.Tensor) -> torch.Tensor:
-        """Cosine similarity divided by the temperature, ``(nq, na)``, in float32."""
-        q = F.normalize(queries.float(), dim=-1)  # (nq, dim)
-        a = F.normalize(articles.float(), dim=-1)  # (na, dim)
-        return q @ a.T / self.temperature  # (nq, na)
+        """Cosine (or, with ``similarity="dot"``, dot-product) similarity divided by the
+        temperature, ``(nq, na)``, in float32."""
+        return scores(queries, articles, self.cosine) / self.temperature  # (nq, na)
 
     def forward(
         self,

@@ -7,9 +7,15 @@ bi-encoder together with
     L = (1 - w) * InfoNCE(q^graph, a^graph) + w * KD(q^graph -> q^enc),
 
 ``InfoNCE`` over in-batch and BM25 negatives with cosine / tau
-(:class:`~lexgraph.losses.InfoNCELoss`) and ``KD`` the distillation term of
+(:class:`~lexgraph.losses.InfoNCELoss`) and ``KD`` the distillation term, at its own
+temperature, of
 :class:`~lexgraph.losses.DistillationLoss` over the same candidate articles; ``w`` is
 ``gnn.kd.weight`` (0.3, i.e. 0.7 / 0.3). ``w = 0`` is the "no distillation" ablation.
+With ``student_contrastive`` (``gnn.kd.student_contrastive``) the contrastive term is the
+mean of the teacher's and the student's InfoNCE against the same graph articles: the
+student is what test questions are encoded with, and the article embeddings then move
+towards what it can match, not only towards what the teacher (which sees its question's
+other gold articles) can.
 """
 
 from __future__ import annotations
@@ -24,13 +30,16 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 class QabisarLoss(nn.Module):
     """``(1 - kd_weight) * contrastive + kd_weight * distillation``."""
 
-    def __init__(self, temperature: float = 0.01, kd_weight: float = 0.3, kd_mode: str = "score") -> None:
+    def __init__(self, temperature: float = 0.01, kd_weight: float = 0.3, kd_mode: str = "score",
+                 kd_temperature: float | None = None, similarity: str = "cosine",
+                 student_contrastive: bool = False) -> None:
         super().__init__()
         if not 0.0 <= kd_weight <= 1.0:
             raise ValueError(f"kd_weight must be in [0, 1], got {kd_weight}")
         self.kd_weight = float(kd_weight)
-        self.contrastive = InfoNCELoss(temperature)
-        self.distillation = DistillationLoss(kd_mode, temperature)
+        self.student_contrastive = bool(student_contrastive)
+        self.contrastive = InfoNCELoss(temperature, similarity)
+        self.distillation = DistillationLoss(kd_mode, kd_temperature or temperature, similarity)
 
     def forward(
         self,
@@ -68,4 +77,8 @@ class QabisarLoss(nn.Module):
             mask[torch.arange(batch), torch.arange(batch)] = False
         kd = self.distillation(graph_queries, encoder_queries, candidates, mask)
         parts["kd"] = float(kd.detach())
+        if self.student_contrastive:  # the student, scored at test time, also against the graph's articles
+            student = self.contrastive(encoder_queries, positives, negatives, other_positives)
+            parts["contrastive_student"] = float(student.detach())
+            contrastive = (contrastive + student) / 2
         return (1.0 - self.kd_weight) * contrastive + self.kd_weight * kd, parts

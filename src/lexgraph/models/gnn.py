@@ -6,20 +6,38 @@ adds train questions and question-article edges, with edge-type embeddings and
 residual multi-head attention. :class:`GraphEncoder` covers both:
 
     h_0     = W_in x                     (identity when hidden == input dim)
-    h_l     = h_{l-1} + drop(elu(conv_l(h_{l-1}, edges)))   (residual; plain conv_L on the last layer)
+    h_l     = h_{l-1} + drop(elu(sum_g conv_{l,g}(h_{l-1}, edges of group g)))   (residual;
+              no ELU/dropout after the last layer)
     output  = W_out h_L                  (identity when hidden == input dim)
 
 so its output lives in the input (query) space and can be scored against query
-embeddings directly. With ``identity_init`` (residual, hidden = input size) every
-convolution starts with zero message weights, so the untrained encoder is the identity
-and training starts from the DSR embeddings instead of a random perturbation of them.
-ELU (as in GAT) rather than ReLU between layers: its slope at 0 is 1, so a zero-initialised
-branch is not stuck at ReLU's zero gradient. Edge features: with ``edge_dim`` set, each edge type gets a
-learnable ``nn.Embedding(num_edge_types, edge_dim)`` vector fed to the convolutions as
-``edge_attr``. Only the attention convolutions (``gatv2``, ``gat``) use edge features;
-asking for them with ``gcn``, ``sage`` or ``graphconv`` raises a ConfigError rather than
-silently ignoring them. ``heads`` only applies to ``gatv2``/``gat`` (heads are
-concatenated: ``hidden`` must be divisible by ``heads``); the other models ignore it.
+embeddings directly. **Edge groups**: each layer has one convolution per group of edge
+types (``edge_groups``), summed, as a relational GNN does: QABISAR's statute edges and
+its question-article edges get their own attention and weights, so each can start, and
+be ablated, on its own. One group (G-DSR) is a plain stack of convolutions.
+
+**Initialisation** (``init``):
+
+* ``random``: PyG's initialisation (the papers');
+* ``identity``: every convolution outputs 0 (zero message weights, Goyal et al. 2017's
+  zero-initialised residual branch), so the untrained encoder is the identity map and
+  training starts from the DSR embeddings;
+* ``prior``: as ``identity``, except the **last** layer's first group (the statute
+  edges), whose messages start as ``prior_weight * x_j`` with uniform attention. With
+  residual connections and no self-loops, an article whose only in-neighbour is its
+  deepest heading then outputs ``x_a + prior_weight * x_heading``: with heading features
+  that average the heading's articles (:mod:`lexgraph.hierarchy`), the untrained
+  encoder *is* the hierarchy prior. The last layer carries it because it has no ELU.
+
+Residual encoders add no self-loops (the residual is the self term); plain stacks do.
+ELU (as in GAT) rather than ReLU between layers: its slope at 0 is 1, so a
+zero-initialised branch is not stuck at ReLU's zero gradient. Heads are concatenated
+(``concat_heads``; ``hidden`` must be divisible by ``heads``) or averaged (each head of
+full width: G-DSR's LGE size). Edge features: with ``edge_dim`` set, each edge type gets
+a learnable ``nn.Embedding(num_edge_types, edge_dim)`` vector fed to the attention as
+``edge_attr``. Only the attention convolutions (``gatv2``, ``gat``) use edge features
+or ``prior`` initialisation; asking for them with ``gcn``, ``sage`` or ``graphconv`` is a
+ConfigError rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -42,22 +60,29 @@ MODELS = ("gatv2", "gat", "gcn", "sage", "graphconv")
 ATTENTION_MODELS = ("gatv2", "gat")
 
 
+INITS = ("random", "identity", "prior")
+
+
 @dataclass(frozen=True)
 class GraphEncoderConfig:
     """Architecture of a :class:`GraphEncoder` (saved as JSON next to its weights)."""
 
     in_dim: int
-    model: str = "gatv2"
-    layers: int = 1
-    hidden: int | None = None  # None: the input dimension
-    heads: int = 1
-    dropout: float = 0.1
-    residual: bool = True
-    edge_dim: int | None = None  # None: no edge-type features
-    identity_init: bool = False  # residual branches start at zero: the encoder starts as the identity
+    model: str
+    layers: int
+    hidden: int | None  # None: the input dimension
+    heads: int
+    concat_heads: bool  # heads concatenated (hidden / heads each) or averaged (hidden each)
+    dropout: float
+    residual: bool
+    edge_dim: int | None  # None: no edge-type features
+    init: str  # random | identity | prior
+    prior_weight: float = 0.0  # init=prior: the statute messages' starting weight
+    edge_groups: tuple[tuple[int, ...], ...] = (tuple(range(NUM_EDGE_TYPES)),)  # a convolution per group
     num_edge_types: int = NUM_EDGE_TYPES
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "edge_groups", tuple(tuple(int(t) for t in g) for g in self.edge_groups))
         if self.model not in MODELS:
             raise ConfigError(f"params.yaml: 'gnn.model' = {self.model!r}, expected one of {', '.join(MODELS)}")
         if not isinstance(self.layers, int) or self.layers < 1:
@@ -66,10 +91,10 @@ class GraphEncoderConfig:
             raise ConfigError(f"params.yaml: 'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
         if not isinstance(self.heads, int) or self.heads < 1:
             raise ConfigError(f"params.yaml: 'gnn.heads' = {self.heads!r}, expected an integer >= 1")
-        if self.model in ATTENTION_MODELS and self.hidden_dim % self.heads:
+        if self.model in ATTENTION_MODELS and self.concat_heads and self.hidden_dim % self.heads:
             raise ConfigError(
                 f"params.yaml: 'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
-                " (attention heads are concatenated)"
+                " (attention heads are concatenated: 'gnn.concat_heads' is true)"
             )
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ConfigError(f"params.yaml: 'gnn.dropout' = {self.dropout!r}, expected a number in [0, 1)")
@@ -83,12 +108,19 @@ class GraphEncoderConfig:
                     f"params.yaml: 'gnn.edge_dim' = {self.edge_dim} needs an attention model (gatv2 or gat); "
                     f"'{self.model}' cannot use edge features: set gnn.edge_dim to null"
                 )
-
-        if self.identity_init and not (self.residual and self.hidden_dim == self.in_dim):
+        if self.init not in INITS:
+            raise ConfigError(f"params.yaml: 'gnn.init' = {self.init!r}, expected one of {', '.join(INITS)}")
+        if self.init != "random" and not (self.residual and self.hidden_dim == self.in_dim):
             raise ConfigError(
-                "params.yaml: 'gnn.identity_init' needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
+                f"params.yaml: 'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
                 f"embedding size ({self.in_dim}) or null"
             )
+        if self.init == "prior" and self.model not in ATTENTION_MODELS:
+            raise ConfigError(
+                f"params.yaml: 'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'"
+            )
+        if not self.edge_groups or any(not g for g in self.edge_groups):
+            raise ValueError(f"edge_groups must be non-empty groups of edge types, got {self.edge_groups}")
 
     @property
     def hidden_dim(self) -> int:
@@ -99,23 +131,27 @@ class GraphEncoderConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
+    def parameter_count(self) -> int:
+        """Trainable parameters of the encoder this config builds."""
+        return sum(p.numel() for p in GraphEncoder(self).parameters())
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def make_conv(model: str, dim: int, heads: int, dropout: float, edge_dim: int | None) -> nn.Module:
-    """One ``dim -> dim`` convolution of the given kind."""
-    if model == "gatv2":
-        return GATv2Conv(dim, dim // heads, heads=heads, dropout=dropout, edge_dim=edge_dim)
-    if model == "gat":
-        return GATConv(dim, dim // heads, heads=heads, dropout=dropout, edge_dim=edge_dim)
-    if model == "gcn":
-        return GCNConv(dim, dim)
-    if model == "sage":
+def make_conv(config: GraphEncoderConfig) -> nn.Module:
+    """One ``hidden -> hidden`` convolution of ``config``'s kind."""
+    dim, heads, self_loops = config.hidden_dim, config.heads, not config.residual
+    if config.model in ATTENTION_MODELS:
+        conv = GATv2Conv if config.model == "gatv2" else GATConv
+        out = dim // heads if config.concat_heads else dim
+        return conv(dim, out, heads=heads, concat=config.concat_heads, dropout=config.dropout,
+                    edge_dim=config.edge_dim, add_self_loops=self_loops)
+    if config.model == "gcn":
+        return GCNConv(dim, dim, add_self_loops=self_loops)
+    if config.model == "sage":
         return SAGEConv(dim, dim)
-    if model == "graphconv":
-        return GraphConv(dim, dim)
-    raise ConfigError(f"params.yaml: 'gnn.model' = {model!r}, expected one of {', '.join(MODELS)}")
+    return GraphConv(dim, dim)
 
 
 def zero_output(conv: nn.Module) -> None:
@@ -136,8 +172,29 @@ def zero_output(conv: nn.Module) -> None:
         nn.init.zeros_(conv.bias)
 
 
+def scaled_identity_messages(conv: nn.Module, weight: float) -> None:
+    """Make attention convolution ``conv`` send ``weight * x_j`` with uniform attention.
+
+    The source map (GATv2's ``lin_l``, GAT's ``lin``) becomes ``weight * I`` for every head
+    (a concatenated head gets its slice of the identity, an averaged head all of it), the
+    attention vectors become 0 (uniform softmax over the in-neighbours) and the biases 0.
+    The target map and the edge projection keep their init: with zero attention they do
+    not change the output, and they receive gradients once attention moves.
+    """
+    zero_output(conv)
+    source = conv.lin_l if isinstance(conv, GATv2Conv) else conv.lin
+    out_dim, in_dim = source.weight.shape
+    eye = torch.eye(in_dim)
+    with torch.no_grad():
+        source.weight.copy_(weight * (eye if out_dim == in_dim else eye.repeat(out_dim // in_dim, 1)))
+        for name in ("att", "att_src", "att_dst", "att_edge"):
+            if getattr(conv, name, None) is not None:
+                getattr(conv, name).zero_()
+
+
 class GraphEncoder(nn.Module):
-    """A stack of graph convolutions mapping node features to node embeddings of the same size."""
+    """A stack of graph convolutions (one per edge group and layer) mapping node features
+    to node embeddings of the same size."""
 
     def __init__(self, config: GraphEncoderConfig) -> None:
         super().__init__()
@@ -149,23 +206,36 @@ class GraphEncoder(nn.Module):
             nn.Embedding(config.num_edge_types, config.edge_dim) if config.edge_dim is not None else None
         )
         self.convs = nn.ModuleList(
-            make_conv(config.model, dim, config.heads, config.dropout, config.edge_dim) for _ in range(config.layers)
+            nn.ModuleList(make_conv(config) for _ in config.edge_groups) for _ in range(config.layers)
         )
-        if config.identity_init:
-            for conv in self.convs:
+        for layer in self.convs if config.init != "random" else ():
+            for conv in layer:
                 zero_output(conv)
+        if config.init == "prior" and config.prior_weight:
+            scaled_identity_messages(self.convs[-1][0], config.prior_weight)
+        for g, group in enumerate(config.edge_groups):
+            self.register_buffer(f"group_{g}", torch.tensor(group, dtype=torch.long), persistent=False)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_type: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` (nodes, in_dim), ``edge_index`` (2, edges), ``edge_type`` (edges,) -> (nodes, in_dim)."""
-        kwargs = {}
-        if self.edge_embedding is not None:
-            if edge_type is None:
-                raise ValueError("this GraphEncoder uses edge-type features: pass edge_type")
-            kwargs["edge_attr"] = self.edge_embedding(edge_type)  # (edges, edge_dim)
+        if edge_type is None:
+            if self.edge_embedding is not None or len(self.config.edge_groups) > 1:
+                raise ValueError("this GraphEncoder uses edge types (features or groups): pass edge_type")
+            masks = [None]
+        else:
+            masks = [torch.isin(edge_type, getattr(self, f"group_{g}")) for g in range(len(self.config.edge_groups))]
+        edge_attr = self.edge_embedding(edge_type) if self.edge_embedding is not None else None  # (edges, edge_dim)
         h = self.lin_in(x)  # (nodes, hidden)
-        for i, conv in enumerate(self.convs):
-            out = conv(h, edge_index, **kwargs)  # (nodes, hidden)
+        for i, layer in enumerate(self.convs):
+            out = sum(self._conv(conv, h, edge_index, edge_attr, mask) for conv, mask in zip(layer, masks))
             if i < len(self.convs) - 1:  # ELU + dropout between layers, none after the last
                 out = F.dropout(F.elu(out), p=self.config.dropout, training=self.training)
             h = h + out if self.config.residual else out  # (nodes, hidden)
         return self.lin_out(h)  # (nodes, in_dim)
+
+    @staticmethod
+    def _conv(conv, h, edge_index, edge_attr, mask) -> torch.Tensor:
+        if mask is not None:
+            edge_index = edge_index[:, mask]  # (2, group edges)
+            edge_attr = edge_attr[mask] if edge_attr is not None else None
+        return conv(h, edge_index, edge_attr=edge_attr) if edge_attr is not None else conv(h, edge_index)

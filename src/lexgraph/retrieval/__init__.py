@@ -30,6 +30,7 @@ SYSTEMS: dict[str, str] = {
     "bm25": "lexgraph.retrieval.bm25:load_system",
     "zeroshot": "lexgraph.zeroshot:load_system",
     "dsr": "lexgraph.retrieval.dense:load_dsr",
+    "hprior": "lexgraph.retrieval.hprior:load_hprior",
     "gdsr": "lexgraph.retrieval.gnn:load_gdsr",
     "qabisar": "lexgraph.retrieval.gnn:load_qabisar",
     "hybrid": "lexgraph.retrieval.hybrid:load_hybrid",

@@ -39,8 +39,9 @@ def exact_top_k(
     article_ids: np.ndarray,
     k: int,
     block_size: int = 256,
+    normalize: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine top-k of each query over all articles.
+    """Exact cosine (``normalize=False``: dot-product) top-k of each query over all articles.
 
     Args:
         queries: ``(nq, dim)`` query embeddings (any scale; normalised here).
@@ -55,8 +56,9 @@ def exact_top_k(
     k = min(int(k), articles.size(0))
     if k < 1:
         raise ValueError(f"k must be positive, got {k}")
-    a = F.normalize(articles.float(), dim=-1)  # (na, dim)
-    q = F.normalize(queries.float().to(a.device), dim=-1)  # (nq, dim)
+    a = F.normalize(articles.float(), dim=-1) if normalize else articles.float()  # (na, dim)
+    q = queries.float().to(a.device)  # (nq, dim)
+    q = F.normalize(q, dim=-1) if normalize else q
     ids_out = np.empty((q.size(0), k), dtype=np.int64)
     scores_out = np.empty((q.size(0), k), dtype=np.float32)
     for start in range(0, q.size(0), block_size):
@@ -81,6 +83,7 @@ class DenseRetriever:
         source: the artefact the article embeddings come from (named in errors).
         index: :class:`lexgraph.retrieval.index.IndexConfig` (``evaluate.index``); the
             FAISS index is built on the first search.
+        normalize: cosine scores; ``False``: dot product (a model trained with it).
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class DenseRetriever:
         batch_size: int = 64,
         source: str | Path = "",
         index=None,
+        normalize: bool = True,
     ) -> None:
         ids = np.asarray(article_ids.cpu() if isinstance(article_ids, torch.Tensor) else article_ids, dtype=np.int64)
         emb = torch.as_tensor(article_embeddings, dtype=torch.float32)  # (na, dim)
@@ -114,6 +118,7 @@ class DenseRetriever:
         self.article_ids = ids[order]  # (na,)
         self.article_embeddings = emb[torch.from_numpy(order)]  # (na, dim), on the CPU for FAISS
         self.index_config = index
+        self.normalize = normalize
         self._index = None
 
     @property
@@ -122,7 +127,8 @@ class DenseRetriever:
         if self._index is None:
             from lexgraph.retrieval.index import DenseIndex
 
-            self._index = DenseIndex(self.article_ids, self.article_embeddings.numpy(), self.index_config)
+            self._index = DenseIndex(self.article_ids, self.article_embeddings.numpy(), self.index_config,
+                                     normalize=self.normalize)
         return self._index
 
     @property

@@ -30,27 +30,43 @@ def _require(path: Path, what: str, stage: str) -> Path:
     return path
 
 
-def _load(name: str, query_dir: Path, model_dir: Path, stage: str, device: str, index=None) -> DenseRetriever:
+def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: str, index=None,
+               normalize: bool = True) -> DenseRetriever:
+    """A :class:`DenseRetriever` from a query encoder directory and an article embeddings file."""
     from lexgraph.config import resolve_device
     from lexgraph.embed import load_embeddings
     from lexgraph.models.encoders import QueryEncoder
 
-    emb_path = _require(model_dir / ARTICLE_EMBEDDINGS, f"the {name} article embeddings", stage)
+    _require(emb_path, f"the {name} article embeddings", stage)
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
     encoder = QueryEncoder.from_pretrained(query_dir)
     return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path,
-                          index=index)
+                          index=index, normalize=normalize)
+
+
+def _cosine(model_dir: Path) -> bool:
+    """Whether the graph model in ``model_dir`` scores by cosine (``gnn.json``'s
+    ``similarity``; dot product otherwise)."""
+    import json
+
+    path = model_dir / "gnn.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("similarity", "cosine") == "cosine"
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        raise LexgraphError(f"{path}: missing or unreadable; run `dvc repro` first") from None
 
 
 def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``gdsr`` system: DSR query encoder + LGE article embeddings."""
     workspace = Path(workspace)
-    return _load("gdsr", workspace / DSR_DIR / "query_encoder", workspace / GDSR_DIR, "train_gnn@lge", device, index)
+    return load_dense("gdsr", workspace / DSR_DIR / "query_encoder", workspace / GDSR_DIR / ARTICLE_EMBEDDINGS,
+                      "train_gnn@lge", device, index, _cosine(workspace / GDSR_DIR))
 
 
 def load_qabisar(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``qabisar`` system: distilled query encoder + QABISAR article embeddings."""
     workspace = Path(workspace)
     model_dir = workspace / QABISAR_DIR
-    return _load("qabisar", model_dir / "query_encoder", model_dir, "train_gnn@qabisar", device, index)
+    return load_dense("qabisar", model_dir / "query_encoder", model_dir / ARTICLE_EMBEDDINGS, "train_gnn@qabisar", device,
+                      index, _cosine(model_dir))

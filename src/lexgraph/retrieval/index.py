@@ -113,16 +113,20 @@ class DenseIndex:
         embeddings: ``(n, d)`` article embeddings (any scale: normalised here).
         config: :class:`IndexConfig` (default: exact below 200k articles).
         seed: IVF k-means seed.
+        normalize: cosine scores (rows and queries normalised); ``False``: plain inner
+            product, for a system trained with dot-product scoring.
     """
 
     def __init__(self, article_ids: np.ndarray, embeddings: np.ndarray, config: IndexConfig | None = None,
-                 seed: int = 13) -> None:
+                 seed: int = 13, normalize: bool = True) -> None:
         faiss = _faiss()
         self.config = config or IndexConfig()
         ids = np.asarray(article_ids, dtype=np.int64)
         order = np.argsort(ids, kind="stable")  # rows in id order: FAISS row -> ascending id
         self.article_ids = ids[order]  # (n,)
-        x = normalise(np.asarray(embeddings)[order])  # (n, d)
+        self.normalize = normalize
+        x = np.asarray(embeddings)[order]  # (n, d)
+        x = normalise(x) if normalize else np.ascontiguousarray(x, dtype=np.float32)
         n, d = x.shape
         self.dim = d
         self.kind = self.config.resolve(n)
@@ -158,7 +162,7 @@ class DenseIndex:
         k = min(int(k), n)
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
-        q = normalise(queries)  # (nq, d)
+        q = normalise(queries) if self.normalize else np.ascontiguousarray(queries, dtype=np.float32)  # (nq, d)
         fetch = min(n, k + TIE_MARGIN)
         if self.kind == "hnsw":
             self.index.hnsw.efSearch = max(self.config.ef_search, fetch)

@@ -18,21 +18,39 @@ only; queries are the fixed DSR question embeddings; only the GNN trains. At tes
 G-DSR scores DSR query embeddings against the GNN's article embeddings.
 
 **qabisar** (Santosh, Sarwat & Grabmair, 2024): the graph also holds the train questions,
-linked to their gold articles (bipartite edges), with edge-type embeddings
-(``edge_dim``). The query encoder (from ``models/dsr/query_encoder``) trains jointly:
+linked to their gold articles (bipartite edges, with their own convolution per layer,
+starting at zero), with edge-type embeddings (``edge_dim``). The query encoder (from
+``models/dsr/query_encoder``) trains jointly, with DSR's parameter groups (no decay on
+biases and LayerNorm weights):
 ``loss = (1 - kd.weight) * InfoNCE(q_graph, a_graph) + kd.weight * KD``, KD distilling
 the graph query (teacher, detached) into the query encoder (student) over the same
 candidate articles (:class:`~lexgraph.losses.QabisarLoss`). At test time an unseen
 question has only the distilled encoder.
 
-**Label leak.** A batch question's node is linked to its gold articles; left in place,
-the question node would read its own labels off its neighbours (and its gold articles
-would receive its embedding), making the contrastive task trivial and teaching nothing
-that transfers to unseen questions, which have no edges. So, for every step, **all
-bipartite edges of the batch's questions (both directions) are removed** before the
-subgraph is sampled: each batch question is scored exactly like an unseen question
-would be, while the articles still carry what the *other* train questions say about
-them. Full-graph inference (article embeddings) uses every train question's edges.
+**Node features.** Every input vector is L2-normalised (scores are cosines). With
+``heading_features: articles`` a heading's feature is the mean of the vectors of every
+article under it (:func:`lexgraph.hierarchy.subtree_means`): one heading -> article hop
+then moves information between sibling articles, also over a directed graph, where
+nothing flows from an article up to its heading. ``title``: the DSR encoding of the
+heading's title (G-DSR's choice).
+
+**Start and selection.** With ``init: prior`` the untrained encoder is the hierarchy
+prior (:mod:`lexgraph.hierarchy`): the heading -> article messages start as
+``w * x_heading``, ``w`` the best deepest-heading weight of the ``hprior`` stage's dev grid
+(``w = 0``, i.e. DSR, when dev prefers no propagation). The untrained model (epoch 0) is
+evaluated on dev and may be kept, so training can only improve on its start on dev.
+
+**The teacher's neighbourhood (QABISAR).** A batch question's node keeps its edges to its
+other gold articles, so the teacher sees its graph neighbourhood as the paper intends;
+only the edges between the question and the articles it is *scored against as
+positives in this batch* are cut (both directions) before the subgraph is sampled.
+Left in place, the question node would read its positive off its own neighbours, and
+the positive would receive the question's embedding: the contrastive task would be
+trivial. The other gold articles stay connected; they are masked out of the question's
+softmax (never negatives) and out of the distillation candidates. What can still pass
+is indirect: over an undirected graph, a sibling of a kept gold article reaches the
+question's node through their shared heading in two hops, which is the signal the graph
+is for. Full-graph inference (article embeddings) uses every train question's edges.
 Dev and test questions never enter the graph, the batches or the node features; dev
 questions are only scored for model selection (dev R@200, as in G-DSR).
 """
@@ -43,16 +61,21 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from functools import partial
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from lexgraph.config import check_types
+from lexgraph.embed import select_rows
 from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
+from lexgraph.hierarchy import best_weight, read_hprior, subtree_means
+from lexgraph.graph import BIPARTITE_TYPES, STRUCTURE_TYPES, NodeType, restrict_graph
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
@@ -61,7 +84,9 @@ from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optim
 log = logging.getLogger(__name__)
 
 VARIANTS = ("lge", "qabisar")
-ARCH_KEYS = ("model", "layers", "hidden", "heads", "dropout", "residual", "edge_dim", "identity_init")
+ARCH_KEYS = ("model", "layers", "hidden", "heads", "concat_heads", "dropout", "residual", "edge_dim", "init")
+HEADING_FEATURES = ("articles", "title")
+SIMILARITIES = ("cosine", "dot")
 SELECTION_METRIC = "recall@200"
 RETRIEVAL_DEPTH = 500  # dev metrics need the top-500 (recall@500); selection uses recall@200
 FORMAT_VERSION = 1
@@ -81,34 +106,44 @@ class GNNSettings:
     """The ``gnn`` section of params.yaml, resolved for one variant."""
 
     variant: str
-    model: str = "gatv2"
-    layers: int = 1
-    hidden: int | None = None
-    heads: int = 1
-    dropout: float = 0.1
-    residual: bool = True
-    edge_dim: int | None = None
-    identity_init: bool = False
-    hard_negatives: int = 1
-    batch_size: int = 512
-    lr: float = 2e-4
-    weight_decay: float = 0.1
-    max_grad_norm: float = 1.0
-    accumulation_steps: int = 1  # micro-batches per batch and process (lexgraph.training.engine)
-    epochs: int = 10
-    temperature: float = 0.01
-    encoder_lr: float = 2e-5
-    kd_weight: float = 0.3
-    kd_mode: str = "score"
-    bipartite: bool = True
-    structure: bool = True
+    model: str
+    layers: int
+    hidden: int | None
+    heads: int
+    concat_heads: bool
+    dropout: float
+    residual: bool
+    edge_dim: int | None
+    init: str  # random | identity | prior (the hprior stage's deepest-heading weight)
+    heading_features: str  # articles (mean of the articles under the heading) | title (its DSR encoding)
+    hard_negatives: int
+    batch_size: int
+    lr: float
+    adam_epsilon: float
+    warmup_ratio: float
+    weight_decay: float
+    max_grad_norm: float
+    accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
+    epochs: int
+    similarity: str  # cosine | dot (QABISAR's)
+    temperature: float
+    encoder_lr: float
+    kd_weight: float
+    kd_mode: str
+    kd_temperature: float
+    kd_student_contrastive: bool  # the student also trains contrastively against the graph's articles
+    bipartite: bool
+    structure: bool
+    refit: bool  # lge: after choosing the epoch on dev, retrain on train+dev for that many (G-DSR appendix B)
 
     @classmethod
     def from_params(cls, params: dict[str, Any], variant: str) -> "GNNSettings":
         """Read ``params`` (the ``gnn`` section); ``params[variant]`` overrides architecture keys."""
         if variant not in VARIANTS:
             raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
-        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "epochs", "kd_weight", "kd_mode")}
+        kd_fields = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
+                     "kd_student_contrastive": "student_contrastive"}
+        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "epochs", *kd_fields)}
         allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
         unknown = sorted(set(params) - allowed, key=str)
         if unknown:
@@ -127,19 +162,21 @@ class GNNSettings:
             raise ConfigError(f"params.yaml: missing key 'gnn.{epochs_key}'")
         values["epochs"] = params[epochs_key]
         kd = params.get("kd") or {}
-        if not isinstance(kd, dict) or set(kd) - {"weight", "mode"}:
-            raise ConfigError(f"params.yaml: 'gnn.kd' = {kd!r}, expected a mapping with 'weight' and 'mode'")
-        if "weight" in kd:
-            values["kd_weight"] = kd["weight"]
-        if "mode" in kd:
-            values["kd_mode"] = kd["mode"]
-        names = {"epochs": epochs_key, "kd_weight": "kd.weight", "kd_mode": "kd.mode",
+        if not isinstance(kd, dict) or set(kd) - set(kd_fields.values()):
+            raise ConfigError(f"params.yaml: 'gnn.kd' = {kd!r}, expected a mapping with "
+                              f"{', '.join(repr(k) for k in kd_fields.values())}")
+        values.update({field_: kd[key] for field_, key in kd_fields.items() if key in kd})
+        missing = sorted((set(cls.__dataclass_fields__) - {"variant"}) - set(values))
+        if missing:
+            names = {**{f: f"kd.{k}" for f, k in kd_fields.items()}, "epochs": epochs_key}
+            raise ConfigError(f"params.yaml: missing key(s) {', '.join(repr('gnn.' + names.get(m, m)) for m in missing)}")
+        names = {"epochs": epochs_key, **{f: f"kd.{k}" for f, k in kd_fields.items()},
                  **{key: f"{variant}.{key}" for key in override}}
         settings = cls(variant=variant, **check_types(cls, values, "gnn", names))
         settings.validate()
         try:  # architecture errors now, not after the data is loaded (the size is checked later)
             hidden = settings.hidden or settings.heads
-            GraphEncoderConfig(in_dim=hidden, **{k: getattr(settings, k) for k in ARCH_KEYS})
+            GraphEncoderConfig(in_dim=settings.hidden or hidden, **{k: getattr(settings, k) for k in ARCH_KEYS})
         except ConfigError as exc:
             if override:
                 raise ConfigError(f"{exc} (with the overrides of 'gnn.{variant}': {override})") from None
@@ -158,22 +195,34 @@ class GNNSettings:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(key if key != "epochs" else f"epochs_{self.variant}", value, "an integer >= 1")
-        for key in ("lr", "encoder_lr", "temperature", "max_grad_norm"):
+        for key in ("lr", "encoder_lr", "temperature", "kd_temperature", "max_grad_norm", "adam_epsilon"):
             value = getattr(self, key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise bad(key, value, "a positive number")
-        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise bad(key.replace("kd_", "kd."), value, "a positive number")
+        if not isinstance(self.weight_decay, (int, float)) or not 0 <= self.weight_decay < math.inf:
             raise bad("weight_decay", self.weight_decay, "a number >= 0")
+        if not isinstance(self.warmup_ratio, (int, float)) or not 0.0 <= self.warmup_ratio < 1.0:
+            raise bad("warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
         if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
             raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
         if self.kd_mode not in ("score", "feature"):
             raise bad("kd.mode", self.kd_mode, "score or feature")
-        for key in ("bipartite", "structure", "residual", "identity_init"):
+        if self.heading_features not in HEADING_FEATURES:
+            raise bad("heading_features", self.heading_features, " or ".join(HEADING_FEATURES))
+        if self.similarity not in SIMILARITIES:
+            raise bad("similarity", self.similarity, " or ".join(SIMILARITIES))
+        for key in ("bipartite", "structure", "residual", "concat_heads", "refit", "kd_student_contrastive"):
             if not isinstance(getattr(self, key), bool):
-                raise bad(key, getattr(self, key), "true or false")
+                raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
 
-    def encoder_config(self, in_dim: int) -> GraphEncoderConfig:
-        return GraphEncoderConfig(in_dim=in_dim, **{k: getattr(self, k) for k in ARCH_KEYS})
+    def encoder_config(self, in_dim: int, prior_weight: float = 0.0) -> GraphEncoderConfig:
+        """The encoder's architecture; QABISAR's question-article edges get their own
+        convolutions (a second edge group), started at zero."""
+        groups = (tuple(int(t) for t in STRUCTURE_TYPES),)
+        if self.variant == "qabisar":
+            groups += (tuple(int(t) for t in BIPARTITE_TYPES),)
+        return GraphEncoderConfig(in_dim=in_dim, **{k: getattr(self, k) for k in ARCH_KEYS},
+                                  prior_weight=prior_weight if self.init == "prior" else 0.0, edge_groups=groups)
 
     @property
     def trains_query_encoder(self) -> bool:
@@ -212,20 +261,6 @@ class TrainingSet:
         return int(self.graph.article_ids.numel())
 
 
-def select_rows(
-    ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str
-) -> torch.Tensor:
-    """Rows of ``embeddings`` for ``wanted`` ids, in that order; DataError on a missing id."""
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    pos = np.searchsorted(sorted_ids, wanted)
-    found = (pos < len(sorted_ids)) & (sorted_ids[np.minimum(pos, len(sorted_ids) - 1)] == wanted)
-    if len(wanted) and (not len(sorted_ids) or not found.all()):
-        missing = int(wanted[np.flatnonzero(~found)[0]]) if len(sorted_ids) else int(wanted[0])
-        raise DataError(path, f"no embedding for {what} id {missing} (re-run the embed stage)", column="ids")
-    return embeddings[torch.from_numpy(order[pos])]  # (len(wanted), dim)
-
-
 def variant_graph(graph, settings: GNNSettings):
     """The graph a variant trains on: LGE has no question nodes; QABISAR ablations drop parts."""
     if settings.variant == "lge":
@@ -249,6 +284,7 @@ def prepare_training_set(
     embeddings: dict[str, tuple[np.ndarray, torch.Tensor]],
     settings: GNNSettings,
     paths: dict[str, Any] | None = None,
+    train_splits: tuple[str, ...] = ("train",),
 ) -> TrainingSet:
     """Assemble a :class:`TrainingSet`.
 
@@ -271,21 +307,28 @@ def prepare_training_set(
     }
     graph = variant_graph(graph, settings)
     questions = questions.filter(pl.col("split").is_in(["train", "dev"]))
-    train = questions.filter(pl.col("split") == "train").sort("id")
-    dev = questions.filter(pl.col("split") == "dev").sort("id")
+    train = questions.filter(pl.col("split").is_in(list(train_splits))).sort("id")
+    dev = questions.filter(pl.col("split") == "dev").sort("id") if "dev" not in train_splits else questions.clear()
     if train.height == 0:
         raise DataError(paths["questions"], "no question with split 'train'", column="split")
 
     # node features: articles, then headings, then (train) questions
     art_ids, art_emb = embeddings["articles"]
-    blocks = [select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article")]
+    unit = partial(F.normalize, dim=-1)
+    articles = unit(select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article").float())
+    blocks = [articles]  # (A, dim)
     if graph.heading_ids.numel():
-        head_ids, head_emb = embeddings["headings"]
-        blocks.append(select_rows(head_ids, head_emb, graph.heading_ids.numpy(), emb_paths["headings"], "heading"))
+        if settings.heading_features == "articles":  # the mean of the (unit) articles under each heading
+            blocks.append(subtree_means(graph, articles))  # (H, dim)
+        else:
+            head_ids, head_emb = embeddings["headings"]
+            blocks.append(unit(select_rows(head_ids, head_emb, graph.heading_ids.numpy(), emb_paths["headings"],
+                                           "heading").float()))
     q_ids, q_emb = embeddings["questions"]
     if graph.question_ids.numel():
-        blocks.append(select_rows(q_ids, q_emb, graph.question_ids.numpy(), emb_paths["questions"], "question"))
-    x = torch.cat(blocks).float()  # (nodes, dim)
+        blocks.append(unit(select_rows(q_ids, q_emb, graph.question_ids.numpy(), emb_paths["questions"],
+                                       "question").float()))
+    x = torch.cat(blocks)  # (nodes, dim)
     if x.size(0) != graph.num_nodes:
         raise DataError(paths.get("graph", "graph.pt"), f"{graph.num_nodes} nodes but {x.size(0)} feature rows")
 
@@ -322,7 +365,8 @@ def prepare_training_set(
     negs = [torch.empty(0, dtype=torch.long) for _ in train_ids]
     if negatives is not None and negatives.height:
         row_of = {int(q): r for r, q in enumerate(train_ids)}
-        for qid, ids in negatives.filter(pl.col("split") == "train").select("question_id", "negative_ids").iter_rows():
+        rows_ = negatives.filter(pl.col("split").is_in(list(train_splits))).select("question_id", "negative_ids")
+        for qid, ids in rows_.iter_rows():
             r = row_of.get(int(qid))
             if r is None or not ids:
                 continue
@@ -366,20 +410,21 @@ def batch_subgraph(
     seeds: torch.Tensor,
     num_hops: int,
     num_nodes: int,
-    cut_questions: torch.Tensor | None = None,
+    cut_pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``num_hops``-hop in-neighbourhood of ``seeds`` (all nodes whose messages reach a seed).
 
-    With ``cut_questions``, the bipartite edges touching those question nodes are removed
-    first (the label-leak rule). Returns ``(subset (n,), edge_index (2, e) relabelled to
-    positions in subset, edge_type (e,))``; ``subset`` is sorted.
+    With ``cut_pairs = (questions (B,), articles (B,))``, the edges between each question
+    node and the article it is scored against (both directions) are removed first (the
+    label-leak rule); the question's other edges stay. Returns ``(subset (n,), edge_index
+    (2, e) relabelled to positions in subset, edge_type (e,))``; ``subset`` is sorted.
     """
     from torch_geometric.utils import k_hop_subgraph
 
-    if cut_questions is not None and cut_questions.numel():
-        bipartite = torch.isin(edge_type, torch.tensor([int(t) for t in BIPARTITE_TYPES], device=edge_type.device))
-        touches = torch.isin(edge_index[0], cut_questions) | torch.isin(edge_index[1], cut_questions)
-        keep = ~(bipartite & touches)  # (E,)
+    if cut_pairs is not None and cut_pairs[0].numel():
+        questions, articles = cut_pairs
+        cut = torch.cat([questions * num_nodes + articles, articles * num_nodes + questions])  # (2B,)
+        keep = ~torch.isin(edge_index[0] * num_nodes + edge_index[1], cut)  # (E,)
         edge_index, edge_type = edge_index[:, keep], edge_type[keep]
     subset, sub_edge_index, _, edge_mask = k_hop_subgraph(
         seeds.unique(), num_hops, edge_index, relabel_nodes=True, num_nodes=num_nodes
@@ -426,6 +471,8 @@ class TrainResult:
     dev_metrics: dict[str, float]
     input_dev_metrics: dict[str, float]
     history: list[dict[str, float]]
+    initial_dev_metrics: dict[str, float]  # the untrained encoder (epoch 0)
+    prior_weight: float
 
 
 def full_graph_embeddings(model: GraphEncoder, ts: TrainingSet, device: torch.device) -> torch.Tensor:
@@ -442,15 +489,16 @@ def full_graph_embeddings(model: GraphEncoder, ts: TrainingSet, device: torch.de
 
 
 def dev_metrics(
-    article_embeddings: torch.Tensor, ts: TrainingSet, queries: torch.Tensor | None
+    article_embeddings: torch.Tensor, ts: TrainingSet, queries: torch.Tensor | None, similarity: str = "cosine"
 ) -> dict[str, float]:
-    """Dev metrics of exact cosine top-500 retrieval with ``queries`` ``(D, dim)``."""
+    """Dev metrics of exact top-500 retrieval with ``queries`` ``(D, dim)`` (cosine or dot)."""
     from lexgraph.metrics import evaluate_run
     from lexgraph.retrieval.dense import exact_top_k
 
     if queries is None or not len(ts.dev_ids):
         return {}
-    ids, _ = exact_top_k(queries, article_embeddings, ts.article_ids, RETRIEVAL_DEPTH)
+    ids, _ = exact_top_k(queries, article_embeddings, ts.article_ids, RETRIEVAL_DEPTH,
+                         normalize=similarity == "cosine")
     run = {int(q): ids[i].tolist() for i, q in enumerate(ts.dev_ids)}
     return evaluate_run(run, ts.dev_qrels)
 
@@ -493,7 +541,7 @@ def batch_loss(
     q_nodes = ts.question_nodes[rows] if qabisar else torch.empty(0, dtype=torch.long)  # (B,) or (0,)
     subset, sub_edge_index, sub_edge_type = batch_subgraph(
         graph.edge_index, graph.edge_type, torch.cat([columns, q_nodes]).to(device), settings.layers,
-        graph.x.size(0), cut_questions=q_nodes.to(device) if qabisar else None,
+        graph.x.size(0), cut_pairs=(q_nodes.to(device), positives.to(device)) if qabisar else None,
     )
     out = model(graph.x[subset], sub_edge_index, sub_edge_type)  # (subset, dim)
     cols = out[torch.searchsorted(subset, columns.to(device))]  # (B + N, dim)
@@ -547,7 +595,7 @@ class GNNTask:
     def evaluate(self) -> dict[str, float]:
         device = self.runtime.device
         embeddings = full_graph_embeddings(self.model, self.ts, device)
-        return dev_metrics(embeddings, self.ts, _dev_queries(self.ts, self.encoder, device))
+        return dev_metrics(embeddings, self.ts, _dev_queries(self.ts, self.encoder, device), self.settings.similarity)
 
     def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
         return LexgraphError(
@@ -564,15 +612,20 @@ def train_graph_encoder(
     query_encoder=None,
     show_progress: bool = True,
     runtime: Runtime | None = None,
+    prior_weight: float = 0.0,
+    select: bool = True,
 ) -> TrainResult:
     """Train a :class:`GraphEncoder` (and, for qabisar, ``query_encoder``) on ``ts``
     with :func:`lexgraph.training.engine.fit`.
 
-    Model selection: after each epoch the whole graph is encoded and dev questions are
-    ranked by cosine against the articles (LGE: fixed DSR dev embeddings; QABISAR: the
-    current query encoder); the epoch with the best dev R@200 wins (the last epoch when
-    there is no dev split). Constant learning rates, AdamW (weight decay on every
-    weight), gradient clipping, mixed precision on CUDA.
+    ``prior_weight``: the hierarchy prior's weight the encoder starts from (``init: prior``);
+    ``select=False`` keeps the last epoch (the refit run, whose dev questions are trained on).
+    Model selection: before training and after each epoch the whole graph is encoded and
+    dev questions are ranked against the articles (LGE: fixed DSR dev embeddings; QABISAR:
+    the current query encoder); the epoch with the best dev R@200 wins, the untrained model
+    (epoch 0) included (the last epoch when there is no dev split). AdamW (the GNN: decay on
+    every weight, G-DSR; the query encoder: DSR's groups, no decay on biases and LayerNorm
+    weights), linear warm-up then decay, gradient clipping, mixed precision on CUDA.
     """
     runtime = runtime or Runtime(device)
     device = runtime.device
@@ -580,36 +633,38 @@ def train_graph_encoder(
     if qabisar and settings.trains_query_encoder and query_encoder is None:
         raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
     generator = torch.Generator().manual_seed(seed)
-    model = GraphEncoder(settings.encoder_config(ts.x.size(1))).to(device)
+    model = GraphEncoder(settings.encoder_config(ts.x.size(1), prior_weight)).to(device)
     encoder = query_encoder.to(device) if (qabisar and query_encoder is not None) else None
     criterion = (
-        QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode)
+        QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
+                    settings.similarity, settings.kd_student_contrastive)
         if qabisar
-        else InfoNCELoss(settings.temperature)
+        else InfoNCELoss(settings.temperature, settings.similarity)
     )
     groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
     if settings.trains_query_encoder:
         groups.append(ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay,
-                                 decay_exempt=False))
+                                 decay_exempt=True))
     elif encoder is not None:
         encoder.requires_grad_(False)
-    optimizer = build_optimizer(groups, [model], foreach=True)
-    scheduler = build_scheduler(optimizer, "constant")
-
-    graph = DeviceGraph(
+    optimizer = build_optimizer(groups, [model] + ([encoder] if encoder is not None else []),
+                                eps=settings.adam_epsilon, foreach=True)
+    task = GNNTask(ts, settings, model, encoder, criterion, None, generator, runtime, seed)
+    total = task.steps_per_epoch * settings.epochs
+    scheduler = build_scheduler(optimizer, "linear", int(settings.warmup_ratio * total), total)
+    task.graph = DeviceGraph(
         x=ts.x.to(device),  # (nodes, dim)
         edge_index=ts.graph.edge_index.to(device),  # (2, E)
         edge_type=ts.graph.edge_type.to(device),  # (E,)
         train_queries=ts.train_queries.to(device),  # (Q, dim)
     )
-    input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries)
+    input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries, settings.similarity)
     if input_metrics:
         log.info("dev %s of the input (DSR) embeddings: %.4f", SELECTION_METRIC, input_metrics[SELECTION_METRIC])
-    task = GNNTask(ts, settings, model, encoder, criterion, graph, generator, runtime, seed)
     fit_config = FitConfig(
         name=settings.variant, epochs=settings.epochs, steps_per_epoch=task.steps_per_epoch,
         max_grad_norm=settings.max_grad_norm, accumulation_steps=settings.accumulation_steps,
-        selection_metric=SELECTION_METRIC, select_epoch_zero=False, show_progress=show_progress,
+        selection_metric=SELECTION_METRIC if select else None, select_epoch_zero=select, show_progress=show_progress,
     )
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     if encoder is not None:
@@ -622,6 +677,8 @@ def train_graph_encoder(
         dev_metrics=result.dev_metrics,
         input_dev_metrics=input_metrics,
         history=result.history,
+        initial_dev_metrics=result.initial_metrics,
+        prior_weight=prior_weight,
     )
 
 
@@ -643,7 +700,8 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
         "variant": settings.variant,
         "graph_encoder": result.model.config.to_dict(),
         "settings": asdict(settings),
-        "similarity": "cosine",
+        "similarity": settings.similarity,
+        "prior_weight": result.prior_weight,
         "best_epoch": result.best_epoch,
         "selection": f"dev {SELECTION_METRIC}",
         # where test-time queries come from
@@ -683,6 +741,8 @@ def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings
         "best_epoch": result.best_epoch,
         "dev": rounded(result.dev_metrics),
         "dev_input_embeddings": rounded(result.input_dev_metrics),
+        "dev_untrained": rounded(result.initial_dev_metrics),
+        "prior_weight": result.prior_weight,
         "train_questions": int(len(ts.train_ids)),
         "train_pairs": int(ts.pairs.size(0)),
         "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
@@ -704,13 +764,17 @@ def run_train_gnn(
     questions: str | os.PathLike,
     negatives: str | os.PathLike,
     dsr: str | os.PathLike,
+    hprior: str | os.PathLike,
     out: str | os.PathLike,
     metrics: str | os.PathLike,
     params: dict[str, Any],
     device: torch.device,
     seed: int,
 ) -> dict[str, Any]:
-    """Read the stage inputs, train, write ``out`` (atomic dir) and ``metrics``."""
+    """Read the stage inputs, train, write ``out`` (atomic dir) and ``metrics``.
+
+    ``hprior``: the ``hprior`` stage's directory; with ``init: prior`` the encoder starts
+    from its best deepest-heading weight on dev (0, i.e. the identity, when dev prefers DSR)."""
     from lexgraph.embed import load_embeddings
     from lexgraph.graph import load_graph
     from lexgraph.io import read_parquet, write_json
@@ -740,9 +804,25 @@ def run_train_gnn(
         encoder = QueryEncoder.from_pretrained(query_dir)
         if encoder.dim != ts.x.size(1):
             raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
+    prior_weight = best_weight(read_hprior(hprior)) if settings.init == "prior" else 0.0
+    if settings.init == "prior":
+        log.info("%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
+                 variant, prior_weight)
     runtime = Runtime(device)
-    result = train_graph_encoder(ts, settings, seed=seed, query_encoder=encoder, runtime=runtime)
+    result = train_graph_encoder(ts, settings, seed=seed, query_encoder=encoder, runtime=runtime,
+                                 prior_weight=prior_weight)
     summary = training_metrics(result, ts, settings)
+    summary["refit"] = None
+    if settings.refit and variant == "qabisar":
+        log.info("gnn.refit: qabisar is not refit (its graph holds train questions only)")
+    elif settings.refit and result.best_epoch >= 1:  # G-DSR appendix B: the chosen epochs on train+dev
+        refit_ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, paths,
+                                        train_splits=("train", "dev"))
+        log.info("refit: %d epochs on %d train+dev pairs", result.best_epoch, refit_ts.pairs.size(0))
+        result = train_graph_encoder(refit_ts, replace(settings, epochs=result.best_epoch), seed=seed,
+                                     runtime=runtime, prior_weight=prior_weight, select=False)
+        summary["refit"] = {"epochs": result.best_epoch, "pairs": int(refit_ts.pairs.size(0)),
+                            "dev_metrics_of": "the selection run (dev is trained on after the refit)"}
     if runtime.is_main:  # one writer; the others wait for it
         save_trained(result, ts, settings, out)
         write_json(summary, metrics)
