@@ -1,0 +1,169 @@
+"""Benchmark: score retrieval systems on the held-out unseen question set (data/unseen/).
+
+    .venv/bin/python benchmarks/unseen.py --out OUT.json [--systems bm25 zeroshot dsr ...]
+        [--baseline dsr] [--questions data/unseen/questions.jsonl] [--workspace .]
+        [--runs-dir DIR] [--k 500] [--resamples 10000] [--seed 0] [--lexgraph PATH]
+
+For every system, runs ``lexgraph search --system S --questions Q --run RUNS/S.trec --k K
+--workspace W`` in a subprocess, reads the TREC run back and scores it with lexgraph's own
+metrics (:func:`lexgraph.metrics.evaluate_run`, :func:`lexgraph.metrics.per_query`). Every
+system is compared with ``--baseline`` on recall@100 and map by
+:func:`lexgraph.significance.compare_systems` (paired Fisher randomisation test, bootstrap
+95 % CI of the mean difference, seeded). A system whose search fails (models missing, not
+built yet) is reported in one line and skipped. Prints a Markdown table and writes the same
+numbers as JSON to ``--out``. The set is a final check only: never tune or select on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Collection, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from lexgraph.evaluation import read_trec  # noqa: E402
+from lexgraph.metrics import evaluate_run, per_query  # noqa: E402
+from lexgraph.significance import compare_systems  # noqa: E402
+
+log = logging.getLogger("unseen")
+
+#: The artefact each system needs in the workspace (``dvc repro`` writes them); with no
+#: ``--systems``, only the systems whose artefact exists are run.
+MODEL_ARTEFACTS: dict[str, str] = {
+    "bm25": "models/bm25",
+    "zeroshot": "data/zeroshot/zeroshot.json",
+    "dsr": "models/dsr",
+    "hprior": "models/hprior",
+    "gdsr": "models/gnn_lge",
+    "qabisar": "models/gnn_qabisar",
+    "hybrid": "models/hybrid",
+}
+COLUMNS = (("R@10", "recall@10"), ("R@100", "recall@100"), ("R@500", "recall@500"),
+           ("mAP", "map"), ("nDCG@10", "ndcg@10"))
+COMPARED = ("recall@100", "map")
+
+Run = Mapping[Any, Sequence[int]]
+Qrels = Mapping[Any, Collection[int]]
+
+
+def read_qrels(path: Path) -> dict[int, list[int]]:
+    """``{question id: gold article ids}`` from a JSON-lines file of ``{id, article_ids, ...}``."""
+    qrels: dict[int, list[int]] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            rec = json.loads(line)
+            if not rec.get("article_ids"):
+                raise ValueError(f"{path}:{n}: question {rec.get('id')!r} has no article_ids")
+            qrels[int(rec["id"])] = [int(a) for a in rec["article_ids"]]
+    if not qrels:
+        raise ValueError(f"{path}: no question")
+    return qrels
+
+
+def search(lexgraph: str, system: str, questions: Path, run: Path, k: int, workspace: Path) -> bool:
+    """Run ``lexgraph search`` for ``system``; False (and one warning line) when it fails."""
+    cmd = [lexgraph, "search", "--system", system, "--questions", str(questions), "--run", str(run),
+           "--k", str(k), "--workspace", str(workspace)]
+    log.info("%s: searching (%s)", system, " ".join(cmd))
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        log.warning("%s: skipped, cannot run %s (%s)", system, lexgraph, exc)
+        return False
+    if done.returncode != 0 or not run.is_file():
+        lines = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+        log.warning("%s: skipped (search exited %d: %s)", system, done.returncode, lines[-1] if lines else "no message")
+        return False
+    return True
+
+
+def score(runs: Mapping[str, Run], qrels: Qrels, baseline: str, n_resamples: int = 10000,
+          seed: int = 0) -> dict[str, Any]:
+    """Metrics of every run and its paired comparison with ``baseline`` (when it was run)."""
+    comparisons = compare_systems(runs, qrels, [baseline], metrics=COMPARED, n_resamples=n_resamples, seed=seed)
+    systems: dict[str, Any] = {}
+    for name, run in runs.items():
+        table = per_query(run, qrels)
+        systems[name] = {
+            "metrics": {m: round(v, 4) for m, v in evaluate_run(run, qrels).items()},
+            "vs_baseline": comparisons[name].get(f"vs_{baseline}"),
+            "per_query": {str(q): {m: round(v[m], 4) for m in COMPARED} for q, v in table.items()},
+        }
+    return {"n_queries": len(qrels), "baseline": baseline if baseline in runs else None,
+            "compared": list(COMPARED), "n_resamples": n_resamples, "seed": seed, "systems": systems}
+
+
+def _delta(entry: Mapping[str, Any] | None, metric: str) -> str:
+    if not entry:
+        return "–"
+    e = entry[metric]
+    return f"{100 * e['diff']:+.1f} (p={e['p_value']:.3f})"
+
+
+def markdown_table(result: Mapping[str, Any]) -> str:
+    """The result of :func:`score` as a Markdown table (metrics in %, deltas in points)."""
+    base = result["baseline"] or "baseline"
+    head = ["system", *(c for c, _ in COLUMNS), f"Δ R@100 vs {base}", f"Δ mAP vs {base}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, entry in result["systems"].items():
+        cells = [name, *(f"{100 * entry['metrics'][m]:.1f}" for _, m in COLUMNS),
+                 _delta(entry["vs_baseline"], "recall@100"), _delta(entry["vs_baseline"], "map")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append(f"\n{result['n_queries']} questions; Δ = system − {base} in points, two-sided paired "
+                 f"randomisation test ({result['n_resamples']} resamples, seed {result['seed']}).")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write the results to")
+    parser.add_argument("--systems", nargs="+", help="systems to run (default: those with models in the workspace)")
+    parser.add_argument("--baseline", default="dsr", help="system every other is compared with (default dsr)")
+    parser.add_argument("--questions", type=Path, default=ROOT / "data/unseen/questions.jsonl")
+    parser.add_argument("--workspace", type=Path, default=ROOT, help="where `dvc repro` wrote models/ and data/")
+    parser.add_argument("--runs-dir", type=Path, help="where to keep the TREC runs (default: a temporary directory)")
+    parser.add_argument("--k", type=int, default=500, help="ranking depth of the runs (default 500)")
+    parser.add_argument("--resamples", type=int, default=10000, help="randomisation and bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lexgraph", default=str(Path(sys.executable).with_name("lexgraph")),
+                        help="the lexgraph executable (default: next to this Python)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse_args(argv)
+    qrels = read_qrels(args.questions)
+    systems = args.systems or [s for s, p in MODEL_ARTEFACTS.items() if (args.workspace / p).exists()]
+    if not systems:
+        log.error("no system has models under %s; run `dvc repro` first or name --systems", args.workspace)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="unseen-runs-") as tmp:
+        runs_dir = args.runs_dir or Path(tmp)
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        runs = {}
+        for system in systems:
+            path = runs_dir / f"{system}.trec"
+            if search(args.lexgraph, system, args.questions, path, args.k, args.workspace):
+                runs[system] = read_trec(path)
+    if not runs:
+        log.error("no system could be run")
+        return 1
+    result = score(runs, qrels, args.baseline, args.resamples, args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    log.info("wrote %s", args.out)
+    print(markdown_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
