@@ -21,15 +21,8 @@ from lexgraph.errors import DataError
 from lexgraph.io import write_parquet
 from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder
 from lexgraph.training.dsr import DSRConfig, TrainingData, split_pairs, train_and_refit, train_dsr
+from tests.test_dsr import CORPUS  # the same six toy articles
 
-CORPUS = {
-    1: "le contrat de bail " * 8,
-    2: "article du mariage et de l'enfant",
-    3: "la loi du divorce",
-    4: "le bail du contrat de la loi",
-    5: "enfant mariage divorce",
-    6: "les articles de la loi " * 5,
-}
 QUESTIONS = pl.DataFrame({
     "id": [1, 2, 3, 4, 10, 11],
     "question": ["bail contrat ?", "mariage enfant ?", "divorce loi ?", "contrat loi ?", "bail ?", "enfant ?"],
