@@ -26,7 +26,9 @@ def brute_force(queries: np.ndarray, articles: np.ndarray, ids: np.ndarray, k: i
     """Reference: cosine scores, ranked by (-score, id) with a full lexsort per query."""
     q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     a = articles / np.linalg.norm(articles, axis=1, keepdims=True)
-    scores = (q @ a.T).astype(np.float32)
+    # per-pair sums, not a matrix product: BLAS may round the same dot product differently
+    # at different positions in the matrix, which would break the exact ties tested here
+    scores = (q[:, None, :] * a[None, :, :]).sum(axis=-1, dtype=np.float32)  # (nq, na)
     out_ids, out_scores = [], []
     for row in scores:
         order = np.lexsort((ids, -row))[:k]

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lexgraph.errors import ConfigError
 from lexgraph.graph import EdgeType, GraphConfig, build_graph
@@ -53,11 +54,22 @@ NEGATIVES = pl.DataFrame(
 )
 
 BASE_PARAMS = {
-    "model": "gatv2", "layers": 1, "hidden": None, "heads": 2, "dropout": 0.0, "residual": True, "edge_dim": None,
-    "qabisar": {"edge_dim": 4}, "hard_negatives": 1, "batch_size": 3, "lr": 1e-2, "weight_decay": 0.1,
-    "max_grad_norm": 1.0, "epochs_lge": 2, "epochs_qabisar": 2, "temperature": 0.05, "encoder_lr": 1e-3,
-    "kd": {"weight": 0.3, "mode": "score"}, "bipartite": True, "structure": True,
+    "model": "gatv2", "layers": 1, "hidden": None, "heads": 2, "concat_heads": True, "dropout": 0.0,
+    "residual": True, "edge_dim": None, "init": "random", "heading_features": "articles",
+    "qabisar": {"edge_dim": 4}, "hard_negatives": 1, "batch_size": 3, "lr": 1e-2, "adam_epsilon": 1e-8,
+    "warmup_ratio": 0.1, "weight_decay": 0.1, "max_grad_norm": 1.0, "accumulation_steps": 1, "epochs_lge": 2,
+    "epochs_qabisar": 2, "similarity": "cosine", "temperature": 0.05, "encoder_lr": 1e-3,
+    "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
+    "bipartite": True, "structure": True, "refit": False,
 }
+
+#: every GraphEncoderConfig field without a default, at a plain setting
+ENCODER = dict(in_dim=DIM, model="gatv2", layers=1, hidden=None, heads=1, concat_heads=True, dropout=0.1,
+               residual=True, edge_dim=None, init="random")
+
+
+def encoder_config(**overrides) -> GraphEncoderConfig:
+    return GraphEncoderConfig(**{**ENCODER, **overrides})
 
 
 def settings(variant: str, **overrides) -> GNNSettings:
@@ -72,10 +84,12 @@ def settings(variant: str, **overrides) -> GNNSettings:
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("edge_dim", [None, 4])
 @pytest.mark.parametrize("hidden", [None, 12])
-def test_forward_shapes(model, edge_dim, hidden):
+@pytest.mark.parametrize("concat_heads", [True, False])
+def test_forward_shapes(model, edge_dim, hidden, concat_heads):
     data = graph(consecutive=True)
     x = torch.randn(data.num_nodes, DIM)  # (nodes, dim)
-    config = dict(in_dim=DIM, model=model, layers=2, hidden=hidden, heads=2, edge_dim=edge_dim)
+    config = dict(ENCODER, model=model, layers=2, hidden=hidden, heads=2, concat_heads=concat_heads,
+                  edge_dim=edge_dim)
     if edge_dim is not None and model not in ("gatv2", "gat"):
         with pytest.raises(ConfigError, match="edge_dim"):
             GraphEncoderConfig(**config)
@@ -83,36 +97,44 @@ def test_forward_shapes(model, edge_dim, hidden):
     encoder = GraphEncoder(GraphEncoderConfig(**config))
     out = encoder(x, data.edge_index, data.edge_type)
     assert out.shape == (data.num_nodes, DIM)
-    assert len(encoder.convs) == 2
+    assert len(encoder.convs) == 2 and all(len(layer) == 1 for layer in encoder.convs)  # one edge group
     assert (encoder.edge_embedding is not None) == (edge_dim is not None)
     if edge_dim is not None:
         assert encoder.edge_embedding.weight.shape == (len(EdgeType), edge_dim)
 
 
 def test_bad_encoder_configs():
+    with pytest.raises(TypeError, match="init"):  # the architecture keys have no defaults
+        GraphEncoderConfig(in_dim=DIM, model="gatv2", layers=1, hidden=None, heads=1, concat_heads=True,
+                           dropout=0.1, residual=True, edge_dim=None)
     with pytest.raises(ConfigError, match="divisible"):
-        GraphEncoderConfig(in_dim=DIM, model="gatv2", heads=3)
+        encoder_config(model="gatv2", heads=3)
+    encoder_config(model="gatv2", heads=3, concat_heads=False)  # averaged heads are full width each
     with pytest.raises(ConfigError, match="gnn.model"):
-        GraphEncoderConfig(in_dim=DIM, model="gin")
+        encoder_config(model="gin")
     with pytest.raises(ConfigError, match="gnn.layers"):
-        GraphEncoderConfig(in_dim=DIM, layers=0)
-    GraphEncoderConfig(in_dim=DIM, model="gcn", heads=3)  # heads are ignored by non-attention models
+        encoder_config(layers=0)
+    with pytest.raises(ConfigError, match="gnn.init"):
+        encoder_config(init="zeros")
+    with pytest.raises(ConfigError, match="'prior' needs an attention model"):
+        encoder_config(model="gcn", init="prior")
+    encoder_config(model="gcn", heads=3)  # heads are ignored by non-attention models
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_identity_init_starts_as_identity_and_learns(model):
     data = graph(consecutive=True)
     edge_dim = 4 if model in ("gatv2", "gat") else None
-    encoder = GraphEncoder(GraphEncoderConfig(in_dim=DIM, model=model, layers=2, heads=2, edge_dim=edge_dim,
-                                              identity_init=True))
+    encoder = GraphEncoder(encoder_config(model=model, layers=2, heads=2, edge_dim=edge_dim, init="identity"))
     x = torch.randn(data.num_nodes, DIM)
     out = encoder(x, data.edge_index, data.edge_type)
     assert torch.equal(out, x)
     out.pow(2).sum().backward()  # any loss: the zeroed message weights still get gradients
-    for conv in encoder.convs:  # no branch is dead: each conv gets a non-zero gradient
-        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in conv.parameters())
-    with pytest.raises(ConfigError, match="identity_init"):
-        GraphEncoderConfig(in_dim=DIM, model=model, residual=False, identity_init=True)
+    for layer in encoder.convs:  # no branch is dead: each conv gets a non-zero gradient
+        for conv in layer:
+            assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in conv.parameters())
+    with pytest.raises(ConfigError, match="gnn.init"):
+        encoder_config(model=model, residual=False, init="identity")
 
 
 # ---------------------------------------------------------------------------
@@ -221,16 +243,40 @@ def test_subgraph_is_exact_l_hop_neighbourhood(directed, hops, seeds):
     assert got == want
 
 
-def test_cut_questions_removes_their_bipartite_edges_only():
-    data = graph()
-    q1 = 12  # train question 1 -> articles 10 (node 0) and 12 (node 2)
+QA, AQ = int(EdgeType.QUESTION_ARTICLE), int(EdgeType.ARTICLE_QUESTION)
+
+
+@pytest.mark.parametrize("directed", [True, False])
+@pytest.mark.parametrize(
+    "questions, articles, cut",
+    [
+        # question 1 (node 12) scored against article 10 (node 0): only that pair's two edges go;
+        # its other gold article 12 (node 2) stays linked both ways
+        ([12], [0], {(12, 0, QA), (0, 12, AQ)}),
+        # questions 1 and 6 (node 14), both scored against article 10
+        ([12, 14], [0, 0], {(12, 0, QA), (0, 12, AQ), (14, 0, QA), (0, 14, AQ)}),
+    ],
+)
+def test_cut_pairs_removes_the_scored_pairs_edges_only(directed, questions, articles, cut):
+    data = graph(directed=directed)
+    all_edges = {(s, d, int(t)) for (s, d), t in zip(data.edge_index.T.tolist(), data.edge_type)}
+    assert cut <= all_edges
+    seeds = torch.tensor([*articles, *questions])
     subset, sub_ei, sub_et = batch_subgraph(
-        data.edge_index, data.edge_type, torch.tensor([0, q1]), 2, data.num_nodes, cut_questions=torch.tensor([q1])
+        data.edge_index, data.edge_type, seeds, 2, data.num_nodes,
+        cut_pairs=(torch.tensor(questions), torch.tensor(articles)),
     )
     triples = {(int(subset[s]), int(subset[d]), int(t)) for (s, d), t in zip(sub_ei.T.tolist(), sub_et)}
-    assert not any(q1 in (s, d) for s, d, _ in triples)
-    assert (14, 0, int(EdgeType.QUESTION_ARTICLE)) in triples  # question 6 still cites article 10
+    kept = all_edges - cut
+    # exactly the 2-hop in-neighbourhood of the seeds once the scored pairs' edges are cut
+    nodes = bfs_in_neighbourhood([(s, d) for s, d, _ in kept], seeds.tolist(), 2)
+    assert set(subset.tolist()) == nodes
+    assert triples == {e for e in kept if e[0] in nodes and e[1] in nodes}
+    assert not triples & cut
+    assert {(12, 2, QA), (2, 12, AQ)} <= triples  # question 1's other gold edge is kept, both ways
     assert (9, 0, int(EdgeType.HEADING_ARTICLE)) in triples
+    if 14 not in questions:
+        assert {(14, 0, QA), (0, 14, AQ)} <= triples  # question 6 still cites article 10
 
 
 @pytest.mark.parametrize("model", ["gatv2", "sage"])
@@ -238,8 +284,8 @@ def test_subgraph_outputs_equal_full_graph_outputs(model):
     data = graph(consecutive=True)
     torch.manual_seed(0)
     x = torch.randn(data.num_nodes, DIM)
-    encoder = GraphEncoder(GraphEncoderConfig(in_dim=DIM, model=model, layers=2, heads=2,
-                                              edge_dim=4 if model == "gatv2" else None)).eval()
+    encoder = GraphEncoder(encoder_config(model=model, layers=2, heads=2,
+                                          edge_dim=4 if model == "gatv2" else None)).eval()
     full = encoder(x, data.edge_index, data.edge_type)
     seeds = torch.tensor([2, 4, 13])
     subset, sub_ei, sub_et = batch_subgraph(data.edge_index, data.edge_type, seeds, 2, data.num_nodes)
@@ -252,18 +298,28 @@ def test_subgraph_outputs_equal_full_graph_outputs(model):
 # ---------------------------------------------------------------------------
 
 
+def unit(v: torch.Tensor) -> torch.Tensor:
+    return F.normalize(v, dim=-1)
+
+
+# the articles under each heading, at any depth (test_graph's hierarchy)
+SUBTREES = {0: [10, 11, 12, 13], 1: [10, 11, 12, 13], 2: [10, 11], 3: [12], 4: [20, 21]}
+
+
+@pytest.mark.parametrize("heading_features", ["articles", "title"])
 @pytest.mark.parametrize("variant", ["lge", "qabisar"])
-def test_training_inputs_hold_train_questions_only(variant):
-    ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), settings(variant))
+def test_training_inputs_hold_train_questions_only(variant, heading_features):
+    ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(),
+                              settings(variant, heading_features=heading_features))
     assert set(ts.train_ids.tolist()) == TRAIN
     assert set(ts.graph.question_ids.tolist()) == (TRAIN if variant == "qabisar" else set())
     assert set(ts.dev_ids.tolist()) == DEV and set(ts.dev_qrels) == DEV
     assert {int(ts.train_ids[r]) for r in ts.pairs[:, 0].tolist()} == TRAIN
-    # no row of any training tensor is a dev/test/synthetic question's embedding
+    # no row of any training tensor is a dev/test/synthetic question's embedding (raw or normalised)
     for qid in DEV | TEST_AND_SYNTHETIC:
-        vec = feature("q", qid)
-        for tensor in (ts.x, ts.train_queries):
-            assert not (tensor == vec).all(dim=1).any(), (qid, variant)
+        for vec in (feature("q", qid), unit(feature("q", qid))):
+            for tensor in (ts.x, ts.train_queries):
+                assert not torch.isclose(tensor, vec, rtol=0, atol=1e-6).all(dim=1).any(), (qid, variant)
     assert not TEST_AND_SYNTHETIC & set(ts.dev_ids.tolist())
     assert ts.dev_texts == ["q3 dev"]
     assert not {"q3 dev", "q4 test", "q5 synthetic"} & set(ts.train_texts)
@@ -273,19 +329,47 @@ def test_training_inputs_hold_train_questions_only(variant):
     # BM25 negatives: only train rows, by node
     negs = {int(ts.train_ids[r]): sorted(ts.graph.article_ids[n].tolist()) for r, n in enumerate(ts.negatives)}
     assert negs == {1: [20, 21], 2: [10, 11, 12], 6: [30]}
-    if variant == "qabisar":  # question nodes carry their own embeddings
+    # node features are L2-normalised: articles their own vectors, headings the mean of the
+    # unit vectors of the articles under them (articles) or their own title encoding (title)
+    for node, aid in enumerate(ts.graph.article_ids.tolist()):
+        torch.testing.assert_close(ts.x[node], unit(feature("a", aid)), rtol=0, atol=1e-6)
+    for row, hid in enumerate(ts.graph.heading_ids.tolist()):
+        want = (torch.stack([unit(feature("a", a)) for a in SUBTREES[hid]]).mean(0)
+                if heading_features == "articles" else unit(feature("h", hid)))
+        torch.testing.assert_close(ts.x[ts.num_articles + row], want, rtol=0, atol=1e-6)
+    if variant == "qabisar":  # question nodes carry their own (normalised) embeddings
         for r, qid in enumerate(ts.train_ids.tolist()):
-            assert torch.equal(ts.x[ts.question_nodes[r]], feature("q", qid))
+            torch.testing.assert_close(ts.x[ts.question_nodes[r]], unit(feature("q", qid)), rtol=0, atol=1e-6)
 
 
 def test_settings_per_variant_and_errors():
     assert settings("lge").edge_dim is None and settings("qabisar").edge_dim == 4
     assert settings("lge").epochs == 2
-    assert settings("qabisar", kd={"weight": 0.0, "mode": "feature"}).kd_weight == 0.0
+    assert settings("qabisar").kd_temperature == 0.1 and settings("qabisar").temperature == 0.05
+    no_kd = {"weight": 0.0, "mode": "feature", "temperature": 0.1, "student_contrastive": False}
+    assert settings("qabisar", kd=no_kd).kd_weight == 0.0
     with pytest.raises(ConfigError, match="unknown keys"):
         settings("lge", epochs=3)
+    with pytest.raises(ConfigError, match="unknown keys.*gnn.identity_init"):
+        settings("lge", identity_init=True)
     with pytest.raises(ConfigError, match="kd.weight"):
-        settings("qabisar", kd={"weight": 1.5, "mode": "score"})
+        settings("qabisar", kd={"weight": 1.5, "mode": "score", "temperature": 0.1, "student_contrastive": False})
+    # no defaults: a missing key is an error naming it
+    for key in ("init", "concat_heads", "heading_features", "adam_epsilon", "warmup_ratio", "similarity", "refit"):
+        params = {k: v for k, v in BASE_PARAMS.items() if k != key}
+        with pytest.raises(ConfigError, match=f"missing key.*'gnn.{key}'"):
+            GNNSettings.from_params(params, "lge")
+    with pytest.raises(ConfigError, match="missing key.*'gnn.kd.temperature'"):
+        settings("qabisar", kd={"weight": 0.3, "mode": "score"})
+    with pytest.raises(ConfigError, match="gnn.heading_features"):
+        settings("lge", heading_features="text")
+    with pytest.raises(ConfigError, match="gnn.similarity"):
+        settings("lge", similarity="euclid")
+    with pytest.raises(ConfigError, match="gnn.warmup_ratio"):
+        settings("lge", warmup_ratio=1.0)
+    # LGE: one convolution per layer over the statute edges; QABISAR: a second one for question-article edges
+    assert settings("lge").encoder_config(DIM).edge_groups == ((0, 1, 3, 4, 5, 7),)
+    assert settings("qabisar").encoder_config(DIM).edge_groups == ((0, 1, 3, 4, 5, 7), (QA, AQ))
     with pytest.raises(ConfigError, match="edge_dim"):
         settings("qabisar", model="gcn").encoder_config(DIM)
 
@@ -330,23 +414,32 @@ def test_lge_training_is_deterministic_and_saves(tmp_path, monkeypatch):
     s = settings("lge")
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), s)
     runs = []
-    for _ in range(2):
+    for select in (True, True, False, False):  # with dev selection, then keeping the last epoch
         torch.manual_seed(7)
-        runs.append(train_graph_encoder(ts, s, "cpu", seed=7, show_progress=False))
-    a, b = runs
+        runs.append(train_graph_encoder(ts, s, "cpu", seed=7, show_progress=False, select=select))
+    a, b, c, d = runs
     assert torch.equal(a.article_embeddings, b.article_embeddings)
+    assert torch.equal(c.article_embeddings, d.article_embeddings)  # the trained model is deterministic too
+    assert not torch.equal(a.article_embeddings, c.article_embeddings)  # training moved the embeddings
     assert a.article_embeddings.shape == (7, DIM) and a.encoder is None
-    assert len(a.history) == 2 and "dev_recall@200" in a.history[0]
+    # epoch 0 (the untrained model) is evaluated and may be selected, then the 2 trained epochs; with
+    # 7 articles every epoch has dev recall@200 = 1: the tie keeps the earliest, the untrained model
+    assert [h["epoch"] for h in a.history] == [0, 1, 2] and all("dev_recall@200" in h for h in a.history)
+    assert a.initial_dev_metrics["recall@200"] == a.history[0]["dev_recall@200"]
+    assert a.best_epoch == 0
+    assert [h["epoch"] for h in c.history] == [1, 2] and c.best_epoch == 2  # no selection: the last epoch
     assert all(int(n) < 7 + 5 for seeds in seen_seeds for n in seeds)  # LGE seeds: articles only
 
-    training.save_trained(a, ts, s, tmp_path / "gnn_lge")
+    training.save_trained(c, ts, s, tmp_path / "gnn_lge")
     assert sorted(p.name for p in (tmp_path / "gnn_lge").iterdir()) == [
         "article_embeddings.safetensors", "gnn.json", "gnn.safetensors"]
     reloaded = training.load_graph_encoder(tmp_path / "gnn_lge")
     torch.testing.assert_close(
-        reloaded(ts.x, ts.graph.edge_index, ts.graph.edge_type)[:7], a.article_embeddings, rtol=1e-5, atol=1e-6)
+        reloaded(ts.x, ts.graph.edge_index, ts.graph.edge_type)[:7], c.article_embeddings, rtol=1e-5, atol=1e-6)
     metrics = training.training_metrics(a, ts, s)
-    assert metrics["train_pairs"] == 4 and metrics["best_epoch"] in (1, 2)
+    assert metrics["train_pairs"] == 4 and metrics["best_epoch"] == 0
+    assert metrics["dev_untrained"]["recall@200"] == round(a.history[0]["dev_recall@200"], 4)
+    assert [h["epoch"] for h in metrics["history"]] == [0, 1, 2]
     json.dumps(metrics)
 
 
@@ -358,26 +451,38 @@ def test_qabisar_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encode
     cuts = []
     original = training.batch_subgraph
 
-    def spy(edge_index, edge_type, seeds, num_hops, num_nodes, cut_questions=None):
-        cuts.append((seeds.clone(), cut_questions.clone()))
-        return original(edge_index, edge_type, seeds, num_hops, num_nodes, cut_questions=cut_questions)
+    def spy(edge_index, edge_type, seeds, num_hops, num_nodes, cut_pairs=None):
+        cuts.append((seeds.clone(), cut_pairs[0].clone(), cut_pairs[1].clone()))
+        return original(edge_index, edge_type, seeds, num_hops, num_nodes, cut_pairs=cut_pairs)
 
     monkeypatch.setattr(training, "batch_subgraph", spy)
     s = settings("qabisar")
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), s)
     encoder = QueryEncoder.from_pretrained(tiny_query_encoder_dir)
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
-    result = train_graph_encoder(ts, s, "cpu", seed=3, query_encoder=encoder, show_progress=False)
+    selected = train_graph_encoder(ts, s, "cpu", seed=3, query_encoder=encoder, show_progress=False)
+    # every epoch ties on the 7-article dev set: the untrained model is kept, its query encoder included
+    assert selected.best_epoch == 0
+    assert all(torch.equal(before[k], v) for k, v in selected.encoder.state_dict().items())
+    encoder = QueryEncoder.from_pretrained(tiny_query_encoder_dir)
+    result = train_graph_encoder(ts, s, "cpu", seed=3, query_encoder=encoder, show_progress=False, select=False)
+    assert result.best_epoch == 2
     assert any(not torch.equal(before[k], v) for k, v in result.encoder.state_dict().items())  # encoder trained
-    for seeds, cut in cuts:  # every batch question is seeded and has its bipartite edges cut
-        assert cut.numel() and set(cut.tolist()) <= set(seeds.tolist())
-        assert set(cut.tolist()) <= {12, 13, 14}
+    # every batch question and its scored article are seeded, and exactly that (question, gold
+    # article) pair is cut: one pair per batch row
+    gold_pairs = {(12, 0), (12, 2), (13, 4), (14, 0)}  # (question node, gold article node)
+    for seeds, questions, articles in cuts:
+        assert questions.numel() and questions.shape == articles.shape
+        assert set(questions.tolist()) | set(articles.tolist()) <= set(seeds.tolist())
+        assert set(zip(questions.tolist(), articles.tolist())) <= gold_pairs
+    assert {p for _, q, a in cuts for p in zip(q.tolist(), a.tolist())} == gold_pairs  # every pair trained on
 
     workspace = tmp_path / "ws"
     training.save_trained(result, ts, s, workspace / "models" / "gnn_qabisar")
     assert (workspace / "models" / "gnn_qabisar" / "query_encoder" / "config.json").is_file()
     QueryEncoder.from_pretrained(tiny_query_encoder_dir).save_pretrained(workspace / "models/dsr/query_encoder")
     (workspace / "models/gnn_lge").mkdir(parents=True)
+    (workspace / "models/gnn_lge/gnn.json").write_text(json.dumps({"similarity": "cosine"}))
     save_embeddings(workspace / "models/gnn_lge/article_embeddings.safetensors", ts.article_ids, result.article_embeddings)
     for load in (load_gdsr, load_qabisar):
         retriever = load(workspace, "cpu")

@@ -85,6 +85,11 @@ def reverse(forward):
     return [(t + 4, d, s) for t, s, d in forward]
 
 
+def question_reverse(forward):
+    """The reverse of the question-article edges only: they go both ways even when directed."""
+    return reverse([e for e in forward if e[0] == EdgeType.QUESTION_ARTICLE])
+
+
 def build(**config):
     return build_graph(ARTICLES, HEADINGS, QUESTIONS, GraphConfig(**config))
 
@@ -105,7 +110,10 @@ def test_nodes_exact():
 
 def test_edges_directed_exact():
     data, _ = build(directed=True)
-    assert edges(data) == sorted(FORWARD)
+    # the hierarchy points down only; question <-> article edges keep both directions
+    assert edges(data) == sorted(FORWARD + question_reverse(FORWARD))
+    assert not any(t in (EdgeType.SUBHEADING_HEADING, EdgeType.ARTICLE_HEADING) for t, _, _ in edges(data))
+    assert GraphConfig().directed is True and edges(build()[0]) == edges(data)  # directed is the default
 
 
 def test_edges_undirected_exact():
@@ -120,10 +128,12 @@ def test_edges_consecutive_exact():
 
 
 def test_without_questions():
-    data, nodes = build(questions=False)
+    data, nodes = build(questions=False)  # directed (the default): no reverse edge at all
     forward = [e for e in FORWARD if e[0] != EdgeType.QUESTION_ARTICLE]
-    assert edges(data) == sorted(forward + reverse(forward))
+    assert edges(data) == sorted(forward)
     assert data.num_nodes == 12 and "question" not in nodes["type"].to_list()
+    undirected, _ = build(questions=False, directed=False)
+    assert edges(undirected) == sorted(forward + reverse(forward))
 
 
 def test_only_train_questions_become_nodes():
@@ -140,15 +150,20 @@ def test_only_train_questions_become_nodes():
 
 
 def test_stats_and_restrict():
-    data, _ = build(consecutive=True)
+    data, _ = build(directed=False, consecutive=True)
     stats = graph_stats(data)
     assert stats["nodes"] == {"article": 7, "heading": 5, "question": 3, "total": 15}
     assert stats["edges"]["heading_article"] == 6 and stats["edges"]["article_heading"] == 6
     assert stats["edges"]["question_article"] == 4 and stats["edges"]["next_article"] == 2
     assert stats["edges"]["total"] == 2 * (len(FORWARD) + len(CONSECUTIVE))
+    directed = graph_stats(build(directed=True, consecutive=True)[0])["edges"]
+    assert directed["heading_article"] == 6 and directed["article_heading"] == 0
+    assert directed["question_article"] == 4 and directed["article_question"] == 4
+    assert directed["article_next"] == 2 and directed["next_article"] == 0
+    assert directed["total"] == len(FORWARD) + len(CONSECUTIVE) + 4
 
     no_q = restrict_graph(data, questions=False)
-    full_no_q, _ = build(consecutive=True, questions=False)
+    full_no_q, _ = build(directed=False, consecutive=True, questions=False)
     assert edges(no_q) == edges(full_no_q) and no_q.num_nodes == 12
 
     no_h = restrict_graph(data, headings=False, consecutive=False)

@@ -248,6 +248,7 @@ def _builders() -> dict:
     from lexgraph.data.fetch import FetchConfig
     from lexgraph.embed import EmbedConfig
     from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.retrieval.hprior import HpriorConfig
     from lexgraph.retrieval.hybrid import HybridConfig
     from lexgraph.data.clean import CleanConfig
     from lexgraph.evaluation import EvaluateConfig
@@ -275,6 +276,7 @@ def _builders() -> dict:
         "queries": QueriesConfig.from_params,
         "dsr": DSRConfig.from_params,
         "embed": EmbedConfig.from_params,
+        "hprior": HpriorConfig.from_params,
         "hybrid": HybridConfig.from_params,
         "rerank": RerankConfig.from_params,
     }
@@ -312,10 +314,14 @@ CONFIG_CASES = [
     ("dsr", {"epochs": DELETE}, "missing key 'dsr.epochs', expected a positive integer"),
     ("dsr", {"query_trainable_layers": "all"}, "'dsr.query_trainable_layers' = 'all', expected null or an integer >= 0"),
     ("gnn", {"layers": 1.5}, "'gnn.layers' = 1.5, expected an integer"),
-    ("gnn", {"kd": {"weight": "half", "mode": "score"}}, "'gnn.kd.weight' = 'half', expected a number"),
+    ("gnn", {"kd": {"weight": "half", "mode": "score", "temperature": 0.05, "student_contrastive": False}},
+     "'gnn.kd.weight' = 'half', expected a number"),
+    ("gnn", {"init": DELETE}, "missing key(s) 'gnn.init'"),
+    ("gnn", {"init": "zeros"}, "'gnn.init' = 'zeros', expected one of random, identity, prior"),
     ("gnn", {"qabisar": {"edge_dim": "16"}}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
-    ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, gdsr, qabisar or best"),
+    ("hprior", {"split": "test"}, "'hprior.split' = 'test', but the 'test' split is held out"),
+    ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar or best"),
     ("hybrid", {"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
     ("rerank", {"first_stage": "mvcl"}, "'rerank.first_stage' = 'mvcl', expected a retrieval system other than mvcl"),
     ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),

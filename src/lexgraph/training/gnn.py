@@ -747,7 +747,9 @@ def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings
         "train_pairs": int(ts.pairs.size(0)),
         "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
         "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
-        "history": [{k: (v if k == "epoch" else round(float(v), 4)) for k, v in h.items()} for h in result.history],
+        # epoch 0 (the untrained model) has no loss: null, not a bare NaN that strict JSON readers refuse
+        "history": [{k: (v if k == "epoch" else round(float(v), 4) if math.isfinite(v) else None) for k, v in h.items()}
+                    for h in result.history],
     }
 
 
