@@ -169,7 +169,7 @@ def length_distribution(articles: Path, tokenizer_dir: Path | None, chunk_length
     token count (for doc2query inputs); per question: its token count."""
     import polars as pl
 
-    from lexgraph.models.encoders import chunk_token_ids
+    from lexgraph.models.packing import chunk_token_ids
 
     texts = pl.read_csv(articles)["article"].fill_null("").to_list()
     questions = []
@@ -200,7 +200,7 @@ def length_distribution(articles: Path, tokenizer_dir: Path | None, chunk_length
 def padding_table(chunks, batch_articles: int, max_chunks: int, chunk_length: int, rng) -> dict[str, float]:
     """Backbone tokens computed per mode, over 200 random batches of ``batch_articles`` articles,
     relative to the useful (real) tokens: the device-independent ceiling of packing's gain."""
-    from lexgraph.models.encoders import length_buckets, trimmed_length
+    from lexgraph.models.packing import length_buckets, trimmed_length
 
     totals = dict.fromkeys(("useful", *MODES), 0.0)
     for _ in range(200):
@@ -294,7 +294,9 @@ def bench_doc2query(args, shape, device, peak, dist) -> list[dict]:
 def build_dsr(shape, tokenizer, device, chunk_length: int, document_length: int):
     from transformers import BertModel
 
-    from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+    from lexgraph.models.dsr import DSR
+    from lexgraph.models.encoders import QueryEncoder
 
     torch.manual_seed(0)
     config = bert_config(shape)
@@ -312,7 +314,7 @@ def synthetic_docs(chunk_lengths, vocab: int, rng, cls_id: int, sep_id: int):
 
 def article_embeddings(enc, docs, mode: str, device, pad_id: int, grad: bool):
     """Article vectors ``(batch, dim)`` of ``docs`` (token-id chunks) in ``mode``."""
-    from lexgraph.models.encoders import collate_chunks, pack_chunks, scatter_chunks
+    from lexgraph.models.packing import collate_chunks, pack_chunks, scatter_chunks
 
     if mode == "packed":
         packed = {k: v.to(device) for k, v in pack_chunks(docs, pad_id).items()}

@@ -8,7 +8,8 @@ import sys
 
 from lexgraph.config import resolve_device
 from lexgraph.io import read_parquet, write_json
-from lexgraph.training.rerank import RerankConfig, build_features
+from lexgraph.models.mvcl_config import RerankConfig
+from lexgraph.models.mvcl_features import build_features
 
 
 def configure(parser):

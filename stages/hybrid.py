@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lexgraph.config import resolve_device
 from lexgraph.io import atomic_path, read_parquet, write_text
-from lexgraph.retrieval import load_retriever
+from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig, dense_systems_needed, to_json, tune, tune_metrics
 
 

@@ -12,7 +12,7 @@ def configure(parser):
 
 def main(args, base, params):
     """Domain-adaptive MLM pre-training on the cleaned articles."""
-    from lexgraph.models.pretrain import run
+    from lexgraph.training.mlm import run
 
     run(args.articles, args.out, args.metrics, params, seed=base.seed, device=base.device)
 

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from lexgraph.config import resolve_device
 from lexgraph.io import read_parquet, write_json
-from lexgraph.retrieval import load_retriever
-from lexgraph.training.rerank import (
-    DISABLED, SCORE_DEPTH, RerankConfig, TokenStore, first_stage_lists, save_model, train, write_disabled,
-)
+from lexgraph.retrieval.systems import load_retriever
+from lexgraph.metrics import DEEPEST
+from lexgraph.models.mvcl import save_model
+from lexgraph.models.mvcl_config import RerankConfig
+from lexgraph.models.mvcl_features import DISABLED, TokenStore, write_disabled
+from lexgraph.training.rerank import first_stage_lists, train
 
 
 def configure(parser):
@@ -37,7 +39,7 @@ def main(args, base, params):
     views = TokenStore.load(features / "element_views.safetensors")
     first = load_retriever(config.first_stage, args.workspace, str(device))
     train_lists = first_stage_lists(first, questions, "train", config.k)
-    dev_lists = first_stage_lists(first, questions, config.split, max(config.k, SCORE_DEPTH))
+    dev_lists = first_stage_lists(first, questions, config.split, max(config.k, DEEPEST))
     model, report = train(config, articles, queries, views, train_lists, dev_lists, device, base.seed)
     save_model(model, config, report, args.out)
     write_json(report, args.metrics)

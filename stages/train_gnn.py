@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.training.gnn import VARIANTS
+from lexgraph.training.gnn_config import VARIANTS
 
 
 def configure(parser):

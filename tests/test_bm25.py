@@ -241,7 +241,7 @@ def test_load_system_and_text_search(tmp_path):
     ids, scores = system.search(["Quelles servitudes entre voisins ?", "fruits de l’usufruit"], 2)
     assert ids[:, 0].tolist() == [1, 2]
     assert ids.shape == scores.shape == (2, 2)
-    from lexgraph.retrieval import load_retriever
+    from lexgraph.retrieval.systems import load_retriever
 
     assert load_retriever("bm25", tmp_path).search(["servitude"], 1)[0].tolist() == [[1]]
 

@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT
 from lexgraph.errors import ConfigError
 from lexgraph.evaluation import EvaluateConfig
-from lexgraph.retrieval.dense import exact_top_k
+from lexgraph.metrics import exact_top_k
 from lexgraph.retrieval.index import DenseIndex, IndexConfig
 
 

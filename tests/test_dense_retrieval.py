@@ -8,7 +8,7 @@ import torch
 
 from lexgraph.embed import save_embeddings
 from lexgraph.errors import LexgraphError
-from lexgraph.retrieval import load_retriever
+from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.dense import DenseRetriever
 
 

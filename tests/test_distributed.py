@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from lexgraph.distributed import map_batches, shard_range
-from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.dsr import DSR
+from lexgraph.models.encoders import QueryEncoder
 
 from test_queries import ARTICLES, tiny_mt5  # noqa: F401  (fixture)
 

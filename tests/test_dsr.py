@@ -15,13 +15,10 @@ import torch
 from lexgraph.embed import embed_all, load_embeddings
 from lexgraph.errors import ConfigError
 from lexgraph.losses import InfoNCELoss
-from lexgraph.models.encoders import (
-    DSR,
-    HierarchicalArticleEncoder,
-    QueryEncoder,
-    chunk_token_ids,
-    collate_chunks,
-)
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.dsr import DSR
+from lexgraph.models.encoders import QueryEncoder
+from lexgraph.models.packing import chunk_token_ids, collate_chunks
 from lexgraph.training.dsr import DSRConfig, TrainingData, build_pairs, train_dsr
 
 from conftest import TINY_WORDS as WORDS  # noqa: E402

@@ -19,7 +19,9 @@ import torch
 import lexgraph.training.dsr as dsr
 from lexgraph.errors import DataError
 from lexgraph.io import write_parquet
-from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.dsr import DSR
+from lexgraph.models.encoders import QueryEncoder
 from lexgraph.training.dsr import DSRConfig, TrainingData, split_pairs, train_and_refit, train_dsr
 from tests.test_dsr import CORPUS  # the same six toy articles
 

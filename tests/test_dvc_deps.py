@@ -31,7 +31,7 @@ def module_file(module: str) -> Path | None:
 
 def imported_modules(path: Path) -> set[str]:
     """``lexgraph.*`` modules imported anywhere in ``path`` (lazy imports and the
-    ``"module:function"`` strings of lexgraph.retrieval.SYSTEMS included)."""
+    included)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -88,5 +88,5 @@ def test_deps_list_every_imported_module(name):
 
 
 def test_closure_follows_lazy_imports(tmp_path):
-    assert "src/lexgraph/retrieval/gnn.py" in closure(ROOT / "stages" / "evaluate.py")  # via SYSTEMS strings
+    assert "src/lexgraph/retrieval/gnn.py" in closure(ROOT / "stages" / "evaluate.py")  # via the registry's imports
     assert "src/lexgraph/models/family.py" in closure(ROOT / "stages" / "train_dsr.py")  # via encoders

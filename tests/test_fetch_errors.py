@@ -213,7 +213,7 @@ from lexgraph.stage import setup_logging
 
 setup_logging("INFO")
 from transformers import AutoTokenizer
-from lexgraph.models.hub import from_pretrained
+from lexgraph.hub import from_pretrained
 
 try:
     from_pretrained(AutoTokenizer.from_pretrained, "camembert-base", param="pretrain.model")

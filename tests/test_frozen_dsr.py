@@ -19,13 +19,11 @@ from lexgraph.chunks import (
 )
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.models.base import write_base_info
-from lexgraph.models.encoders import (
-    DSR,
-    HierarchicalArticleEncoder,
-    QueryEncoder,
-    chunk_token_ids,
-    set_trainable_layers,
-)
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.backbone import set_trainable_layers
+from lexgraph.models.dsr import DSR
+from lexgraph.models.encoders import QueryEncoder
+from lexgraph.models.packing import chunk_token_ids
 from lexgraph.training.dsr import DSRConfig, TrainingData, build_dsr, build_pairs, train_dsr
 
 CORPUS = {
@@ -201,7 +199,7 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
 def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     from lexgraph.embed import load_embeddings
     from lexgraph.io import write_parquet
-    from lexgraph.retrieval import load_retriever
+    from lexgraph.retrieval.systems import load_retriever
     from lexgraph.zeroshot import run_zeroshot
 
     ws = tmp_path / "ws"

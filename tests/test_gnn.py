@@ -1,5 +1,5 @@
 """Graph encoders, distillation, subgraph sampling and GNN training (lexgraph.models.gnn,
-lexgraph.losses, lexgraph.training.gnn, lexgraph.retrieval.gnn)."""
+lexgraph.losses, lexgraph.training.gnn*, lexgraph.retrieval.gnn)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from lexgraph.graph import EdgeType, GraphConfig, build_graph
 from lexgraph.losses import DistillationLoss, InfoNCELoss, QabisarLoss
 from lexgraph.models.gnn import MODELS, GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
-from lexgraph.training.gnn import GNNSettings, batch_subgraph, prepare_training_set, train_graph_encoder
+from lexgraph.training import gnn_io
+from lexgraph.training.gnn import train_graph_encoder
+from lexgraph.training.gnn_config import GNNSettings
+from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
 
 from test_graph import ARTICLES, HEADINGS, QUESTIONS
 
@@ -430,13 +433,13 @@ def test_lge_training_is_deterministic_and_saves(tmp_path, monkeypatch):
     assert [h["epoch"] for h in c.history] == [1, 2] and c.best_epoch == 2  # no selection: the last epoch
     assert all(int(n) < 7 + 5 for seeds in seen_seeds for n in seeds)  # LGE seeds: articles only
 
-    training.save_trained(c, ts, s, tmp_path / "gnn_lge")
+    gnn_io.save_trained(c, ts, s, tmp_path / "gnn_lge")
     assert sorted(p.name for p in (tmp_path / "gnn_lge").iterdir()) == [
         "article_embeddings.safetensors", "gnn.json", "gnn.safetensors"]
-    reloaded = training.load_graph_encoder(tmp_path / "gnn_lge")
+    reloaded = gnn_io.load_graph_encoder(tmp_path / "gnn_lge")
     torch.testing.assert_close(
         reloaded(ts.x, ts.graph.edge_index, ts.graph.edge_type)[:7], c.article_embeddings, rtol=1e-5, atol=1e-6)
-    metrics = training.training_metrics(a, ts, s)
+    metrics = gnn_io.training_metrics(a, ts, s)
     assert metrics["train_pairs"] == 4 and metrics["best_epoch"] == 0
     assert metrics["dev_untrained"]["recall@200"] == round(a.history[0]["dev_recall@200"], 4)
     assert [h["epoch"] for h in metrics["history"]] == [0, 1, 2]
@@ -478,7 +481,7 @@ def test_qabisar_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encode
     assert {p for _, q, a in cuts for p in zip(q.tolist(), a.tolist())} == gold_pairs  # every pair trained on
 
     workspace = tmp_path / "ws"
-    training.save_trained(result, ts, s, workspace / "models" / "gnn_qabisar")
+    gnn_io.save_trained(result, ts, s, workspace / "models" / "gnn_qabisar")
     assert (workspace / "models" / "gnn_qabisar" / "query_encoder" / "config.json").is_file()
     QueryEncoder.from_pretrained(tiny_query_encoder_dir).save_pretrained(workspace / "models/dsr/query_encoder")
     (workspace / "models/gnn_lge").mkdir(parents=True)

@@ -15,7 +15,7 @@ from lexgraph.data.sample import build_sample, heading_value, map_levels
 from lexgraph.graph import EdgeType, GraphConfig, build_graph
 from lexgraph.hierarchy import best_weight, hierarchy_prior, subtree_means
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
-from lexgraph.training.gnn import batch_subgraph
+from lexgraph.training.gnn_data import batch_subgraph
 
 # ---------------------------------------------------------------------------
 # The sample builder

@@ -12,14 +12,15 @@ import zlib
 import numpy as np
 import polars as pl
 import pytest
+
+from lexgraph.metrics import DEEPEST
 import yaml
 
 from conftest import ROOT
 from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.retrieval import SYSTEMS, load_retriever
+from lexgraph.retrieval.systems import SYSTEMS, load_retriever
 from lexgraph.retrieval.hybrid import (
     DENSE_SYSTEMS,
-    SCORE_DEPTH,
     Fusion,
     HybridConfig,
     HybridRetriever,
@@ -214,7 +215,7 @@ def test_profiles_build_and_the_grid_is_ordered():
     for profile in (ROOT / "params.yaml", ROOT / "profiles" / "paper.yaml"):
         params = yaml.safe_load(profile.read_text(encoding="utf-8"))
         config = HybridConfig.from_params(params["hybrid"])
-        assert config.split == "dev" and config.depth >= SCORE_DEPTH
+        assert config.split == "dev" and config.depth >= DEEPEST
         assert "hybrid" in params["evaluate"]["systems"]
     labels = [f.label for f in grid(HybridConfig(rrf_k=[60, 10], norms=["zmuv", "min-max"], weights=[0.5, 0.2]))]
     assert labels == ["rrf k=10", "rrf k=60", "wsum zmuv w=0.2", "wsum zmuv w=0.5", "wsum min-max w=0.2",
@@ -409,7 +410,7 @@ def workspace(tmp_path, monkeypatch):
             for qid, text, gold, split in QUESTIONS]
     questions_table(rows).write_parquet(tmp_path / "data/clean/questions.parquet")
     BM25(k1=1.2, b=0.75).fit_texts(texts, CORPUS.tolist()).save(tmp_path / "models/bm25")
-    monkeypatch.setitem(SYSTEMS, "dsr", f"{__name__}:load_table_dsr")
+    monkeypatch.setitem(SYSTEMS, "dsr", load_table_dsr)
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params["hybrid"]["dense"] = "dsr"  # the one dense system this workspace fakes
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")

@@ -17,7 +17,10 @@ from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
 from lexgraph.models.mvcl import InteractionModel
-from lexgraph.training.rerank import Lists, RerankConfig, TokenStore, fuse_list, train
+from lexgraph.models.mvcl import fuse_list
+from lexgraph.models.mvcl_config import RerankConfig
+from lexgraph.models.mvcl_features import TokenStore
+from lexgraph.training.rerank import Lists, train
 
 
 # ---------------------------------------------------------------------------
@@ -308,7 +311,7 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     """A models/mvcl trained with another network shape (here: before the alignment features)
     gets one line naming the weights file and the command that rebuilds them."""
     from lexgraph.errors import DataError
-    from lexgraph.training.rerank import build_model, load_model, save_model
+    from lexgraph.models.mvcl import build_model, load_model, save_model
 
     old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
     save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "mvcl")
@@ -323,7 +326,8 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
     from lexgraph.errors import LexgraphError
     from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
-    from lexgraph.training.rerank import load_model, write_disabled
+    from lexgraph.models.mvcl import load_model
+    from lexgraph.models.mvcl_features import write_disabled
 
     assert not is_switched_off(tmp_path)
     write_disabled(tmp_path / "models/mvcl")

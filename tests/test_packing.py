@@ -11,16 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lexgraph.models import encoders
-from lexgraph.models.encoders import (
-    HierarchicalArticleEncoder,
-    TextEncoder,
-    collate_chunks,
-    length_buckets,
-    pack_chunks,
-    scatter_chunks,
-    trimmed_length,
-)
+from lexgraph.models import article_encoder
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.encoders import TextEncoder
+from lexgraph.models.packing import collate_chunks, length_buckets, pack_chunks, scatter_chunks, trimmed_length
 
 TEXTS = [
     "le contrat de bail " * 12,  # 4 chunks (truncated)
@@ -86,7 +80,7 @@ def test_length_buckets_by_hand():
 @pytest.mark.parametrize("pooling,token_pooling", [("max", "cls"), ("mean", "mean"), ("token_mean", "cls")])
 def test_packed_padded_and_encode_equal_the_chunk_by_chunk_reference(tiny_model_dir, pooling, token_pooling,
                                                                       min_bucket, monkeypatch):
-    monkeypatch.setattr(encoders, "MIN_BUCKET", min_bucket)
+    monkeypatch.setattr(article_encoder, "MIN_BUCKET", min_bucket)
     enc = _encoder(tiny_model_dir, pooling, token_pooling)
     expected = _reference(enc, TEXTS)  # (5, 16)
     chunks = enc.chunk(TEXTS)
@@ -117,7 +111,7 @@ def test_max_pool_ignores_empty_slots(tiny_model_dir):
 
 
 def test_bucketed_training_gradients_equal_the_padded_ones(tiny_model_dir, monkeypatch):
-    monkeypatch.setattr(encoders, "MIN_BUCKET", 1)
+    monkeypatch.setattr(article_encoder, "MIN_BUCKET", 1)
     calls = []
     monkeypatch.setattr(HierarchicalArticleEncoder, "_pool", lambda self, i, m: calls.append(i.shape) or
                         TextEncoder._pool(self, i, m))

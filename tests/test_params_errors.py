@@ -257,8 +257,8 @@ def _builders() -> dict:
     from lexgraph.negatives import NegativesConfig
     from lexgraph.queries import QueriesConfig
     from lexgraph.training.dsr import DSRConfig
-    from lexgraph.training.gnn import VARIANTS, GNNSettings
-    from lexgraph.training.rerank import RerankConfig
+    from lexgraph.training.gnn_config import VARIANTS, GNNSettings
+    from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.zeroshot import ZeroshotConfig
 
     return {

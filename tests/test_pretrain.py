@@ -12,6 +12,7 @@ import torch
 
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models import pretrain as pt
+from lexgraph.training import mlm
 
 WORDS = (
     "le juge la loi contrat bail propriétaire locataire héritier succession mariage époux enfant "
@@ -55,7 +56,7 @@ def articles_file(tmp_path):
 
 def run_tiny(articles_file, out_dir, params=None, seed=13):
     metrics_path = out_dir.parent / f"{out_dir.name}.json"
-    metrics = pt.run(articles_file, out_dir, metrics_path, dict(TINY, **(params or {})), seed=seed, device="cpu")
+    metrics = mlm.run(articles_file, out_dir, metrics_path, dict(TINY, **(params or {})), seed=seed, device="cpu")
     return metrics, json.loads(metrics_path.read_text())
 
 
@@ -116,7 +117,7 @@ def test_tokenizer_is_cased_keeps_accents_and_avoids_unk():
 def test_blocks_pack_articles_with_separators():
     tok = pt.train_wordpiece_tokenizer(make_articles(100), vocab_size=300)
     texts = make_articles(30, seed=1)
-    blocks = pt.make_blocks(texts, tok, max_length=24)
+    blocks = mlm.make_blocks(texts, tok, max_length=24)
     assert all(len(b) <= 24 for b in blocks) and all(len(b) == 24 for b in blocks[:-1])
     assert all(b[0] == tok.cls_token_id and b[-1] == tok.sep_token_id for b in blocks)
     stream = [i for b in blocks for i in b[1:-1]]
@@ -133,7 +134,7 @@ def test_masking_rates_and_special_tokens():
     ids[:, 0], ids[:, -1] = specials
     attention = torch.ones_like(ids)
     attention[:8, 200:] = 0  # padding is never a target
-    masked, labels = pt.mask_tokens(ids, attention, tok, 0.15, torch.Generator().manual_seed(0))
+    masked, labels = mlm.mask_tokens(ids, attention, tok, 0.15, torch.Generator().manual_seed(0))
     targets = labels != -100
     assert not targets[:, 0].any() and not targets[:, -1].any() and not targets[:8, 200:].any()
     assert torch.equal(labels[targets], ids[targets])
@@ -155,7 +156,7 @@ def test_masked_only_loss_matches_the_model_loss():
     attention = torch.ones_like(ids)
     labels = torch.full_like(ids, -100)
     labels[:, 3], labels[2, 7] = ids[:, 3], ids[2, 7]
-    ours = pt.mlm_loss(model, ids, attention, labels)
+    ours = mlm.mlm_loss(model, ids, attention, labels)
     theirs = model(input_ids=ids, attention_mask=attention, labels=labels).loss
     assert ours.item() == pytest.approx(theirs.item(), abs=1e-5)
 

@@ -160,7 +160,7 @@ def run_encode_chunks(config, pretrained: str | os.PathLike, articles_path: str 
                       headings_path: str | os.PathLike, out: str | os.PathLike, device) -> dict[str, Any]:
     """The ``encode_chunks`` stage: chunk (and, frozen, encode) articles and headings."""
     from lexgraph.io import atomic_path, read_parquet
-    from lexgraph.models.encoders import HierarchicalArticleEncoder
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "base model directory not found (run `dvc repro pretrain`)")

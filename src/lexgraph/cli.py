@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 from lexgraph.errors import DataError, LexgraphError
-from lexgraph.retrieval import SYSTEMS
+from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger("lexgraph")
 
@@ -198,7 +198,7 @@ def cmd_search(args) -> int:
 
     from lexgraph.config import resolve_device
     from lexgraph.evaluation import write_trec
-    from lexgraph.retrieval import load_retriever
+    from lexgraph.retrieval.systems import load_retriever
 
     workspace = Path(args.workspace)
     # every check on the arguments comes before loading a system (seconds to minutes)

@@ -58,6 +58,10 @@ SECTIONS: dict[str, str] = {
     "rerank": "encode_rerank (encoding keys), rerank",
 }
 
+#: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);
+#: :data:`lexgraph.retrieval.systems.SYSTEMS` maps each to its loader (a test keeps them equal).
+SYSTEM_NAMES: tuple[str, ...] = ("bm25", "zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hybrid", "mvcl")
+
 #: The split held out for evaluation: no tuning or training stage may read it.
 HELD_OUT_SPLIT = "test"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -167,7 +167,7 @@ def run_embed(
 ) -> dict[str, int]:
     """The ``embed`` stage: load the DSR, encode, write ``out`` atomically."""
     from lexgraph.config import require
-    from lexgraph.models.encoders import DSR
+    from lexgraph.models.dsr import DSR
 
     batch_size = require(params, "batch_size", "embed", int)
     if batch_size < 1:

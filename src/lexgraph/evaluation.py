@@ -21,8 +21,8 @@ from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.data.schema import SPLITS
 from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
-from lexgraph.metrics import METRICS
-from lexgraph.retrieval import SYSTEMS
+from lexgraph.metrics import DEEPEST, METRICS
+from lexgraph.retrieval.systems import SYSTEMS
 from lexgraph.retrieval.index import IndexConfig
 
 from lexgraph.data.schema import split_questions  # noqa: E402,F401  (re-exported)
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 SECTION = "evaluate"
 #: The deepest rank any metric looks at (recall@500): ``evaluate.k`` must reach it.
-DEEPEST = max(int(m.split("@")[1]) for m in METRICS if "@" in m)
 
 
 @dataclass(frozen=True)
@@ -309,7 +308,7 @@ def evaluate_systems(
     (:class:`lexgraph.retrieval.index.IndexConfig`, ``evaluate.index``).
     """
     from lexgraph.metrics import evaluate_run
-    from lexgraph.retrieval import load_retriever
+    from lexgraph.retrieval.systems import load_retriever
 
     results: dict[str, dict[str, dict[str, float]]] = {}
     for system in systems:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Collection, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Hashable, Mapping, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -228,3 +231,65 @@ def evaluate_run(
         raise ValueError("qrels are empty: there is no query to evaluate")
     _, arrays = _metric_arrays(run, qrels)
     return {name: float(arrays[name].mean()) for name in METRICS}
+
+
+#: The deepest cut-off any metric reads (recall@500): runs are ranked and scored this deep.
+DEEPEST = max(int(name.split("@")[1]) for name in METRICS if "@" in name)
+
+
+# ---------------------------------------------------------------------------
+# Dense runs: exact top-k and the dev evaluation of a dense model
+# ---------------------------------------------------------------------------
+
+
+def exact_top_k(
+    queries: "torch.Tensor",
+    articles: "torch.Tensor",
+    article_ids: np.ndarray,
+    k: int,
+    block_size: int = 256,
+    normalize: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine (``normalize=False``: dot-product) top-k of each query over all articles.
+
+    Args:
+        queries: ``(nq, dim)`` query embeddings (any scale; normalised here).
+        articles: ``(na, dim)`` article embeddings.
+        article_ids: int64 ``(na,)`` id of each article row; must be sorted ascending
+            for the tie-breaking guarantee (``DenseRetriever`` sorts them).
+        k: cut-off; clipped to ``na``.
+    Returns:
+        ``ids`` int64 ``(nq, k')`` and ``scores`` float32 ``(nq, k')``, ``k' = min(k, na)``,
+        best first, equal scores ordered by lower article id.
+    """
+    import torch.nn.functional as F
+
+    k = min(int(k), articles.size(0))
+    if k < 1:
+        raise ValueError(f"k must be positive, got {k}")
+    a = F.normalize(articles.float(), dim=-1) if normalize else articles.float()  # (na, dim)
+    q = queries.float().to(a.device)  # (nq, dim)
+    q = F.normalize(q, dim=-1) if normalize else q
+    ids_out = np.empty((q.size(0), k), dtype=np.int64)
+    scores_out = np.empty((q.size(0), k), dtype=np.float32)
+    for start in range(0, q.size(0), block_size):
+        scores = (q[start : start + block_size] @ a.T).cpu().numpy()  # (block, na)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (block, k)
+        ids_out[start : start + block_size] = article_ids[order]
+        scores_out[start : start + block_size] = np.take_along_axis(scores, order, axis=1)
+    return ids_out, scores_out
+
+
+def dense_run_metrics(
+    queries: "torch.Tensor",
+    articles: "torch.Tensor",
+    article_ids: np.ndarray,
+    qids: Sequence[Hashable],
+    qrels: Mapping[Hashable, Collection[int]],
+    normalize: bool = True,
+) -> dict[str, float]:
+    """Every metric of the exact top-:data:`DEEPEST` run of ``queries`` ``(nq, dim)`` (row ``i``
+    is question ``qids[i]``) over ``articles`` ``(na, dim)``: the dev evaluation of the
+    training loops and of the tuning stages."""
+    ids, _ = exact_top_k(queries, articles, article_ids, DEEPEST, normalize=normalize)
+    return evaluate_run({q: ids[i].tolist() for i, q in enumerate(qids)}, qrels)

@@ -24,7 +24,8 @@ from typing import Collection, Hashable, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from lexgraph.evaluation import DEEPEST, read_trec, split_questions
+from lexgraph.evaluation import read_trec, split_questions
+from lexgraph.metrics import DEEPEST
 from lexgraph.io import atomic_path
 from lexgraph.metrics import per_query
 

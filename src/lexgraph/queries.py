@@ -142,7 +142,7 @@ def doc2query_queries(
 
     from lexgraph.config import autocast
     from lexgraph.distributed import map_batches
-    from lexgraph.models.hub import from_pretrained
+    from lexgraph.hub import from_pretrained
     from lexgraph.progress import progress
 
     param = f"{SECTION}.model"

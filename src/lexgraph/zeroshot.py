@@ -62,7 +62,8 @@ class ZeroshotConfig:
 
 def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
     """The base model as a windowed mean-pooling article encoder."""
-    from lexgraph.models.encoders import HierarchicalArticleEncoder, _max_positions, load_backbone
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+    from lexgraph.models.backbone import _max_positions, load_backbone
 
     backbone, _ = load_backbone(pretrained)
     window = min(config.max_length, _max_positions(backbone.config) or config.max_length)

@@ -48,7 +48,7 @@ from lexgraph.data.schema import (
     parse_article_ids,
 )
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError, LexgraphError
-from lexgraph.models.hub import first_line, hub_access, offline_requested, unreachable_reason
+from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +375,7 @@ def _to_polars(ds) -> pl.DataFrame:
 def fetch_hub(repo: str, revision: str | None, synthetic: bool):
     """BSARD from the hub (or a local directory in the hub's layout, for tests).
 
-    Hub calls run under :func:`lexgraph.models.hub.hub_access`: no retry logs, and when the
+    Hub calls run under :func:`lexgraph.hub.hub_access`: no retry logs, and when the
     hub cannot be reached, cached files only and one sentence instead of a minute of retries."""
     import datasets  # noqa: F401 - imported before hub_access, which sets its log level
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
-from lexgraph.models.hub import from_pretrained, hub_reachable
+from lexgraph.hub import from_pretrained, hub_reachable
 
 log = logging.getLogger(__name__)
 

@@ -22,14 +22,27 @@ views (:class:`AttentionPooling`) reads the PLM's states of one text through the
 projection as the interaction, so the contrastive views train what the interaction reads.
 
 On the sample the PLM (multilingual-e5-small) stays frozen and its token states are
-cached (``lexgraph.training.rerank``); only this module trains.
+cached (:mod:`lexgraph.models.mvcl_features`); only this module trains.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from lexgraph.errors import DataError, LexgraphError
+
+if TYPE_CHECKING:
+    from lexgraph.models.mvcl_config import RerankConfig
+    from lexgraph.models.mvcl_features import TokenStore
 
 _NEG = -1e4
 #: Where the word-level attention is computed (:class:`InteractionModel`'s ``alignment``).
@@ -183,3 +196,106 @@ class InteractionModel(nn.Module):
         margin = logits[..., 0] - logits[..., 1]  # (n, n)
         margin = margin * (1 - torch.eye(n, device=h.device, dtype=margin.dtype))  # no game against itself
         return margin.sum(1) / (n - 1)  # (n,)
+
+
+# ---------------------------------------------------------------------------
+# Scoring and fusing a first-stage list; building, saving and loading the network
+# ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def rerank_scores(model, q_states: torch.Tensor, candidates: Sequence[int], articles: TokenStore,
+                  device: torch.device, batch_size: int = 128) -> np.ndarray:
+    """MVCL tournament scores ``(n,)`` of ``candidates`` for one question ``(Lq, dim)``."""
+    model.eval()
+    if len(candidates) == 0:
+        return np.zeros(0, dtype=np.float32)
+    q = q_states.float().to(device).unsqueeze(0)  # (1, Lq, dim)
+    h = []
+    for start in range(0, len(candidates), batch_size):
+        keys = list(candidates[start:start + batch_size])
+        d, d_mask = articles.batch(keys, device)  # (b, Ld, dim), (b, Ld)
+        qb = q.expand(len(keys), -1, -1)  # (b, Lq, dim)
+        q_mask = torch.ones(qb.shape[:2], dtype=torch.bool, device=device)  # (b, Lq)
+        h.append(model.match(qb, q_mask, d, d_mask).float())
+    return model.tournament_scores(torch.cat(h, 0)).cpu().numpy().astype(np.float32)
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        return x
+    return (x - x.mean()) / max(float(x.std()), 1e-9)
+
+
+def fuse_list(ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """One question's re-ranked list: the first stage's ``ids``/``first`` scores (best first,
+    ``-1`` padding) with the re-ranker's scores ``mvcl`` of its top-``k`` valid entries.
+    Returns ``(ids, scores)`` of the same length: the top-``k`` by
+    ``alpha * z(mvcl) + (1 - alpha) * z(first)`` (ties: the first stage's order), then the
+    rest in the first stage's order, scored below."""
+    ids = np.asarray(ids, dtype=np.int64)
+    valid = np.flatnonzero(ids >= 0)
+    head, tail = valid[:k], valid[k:]
+    if head.size == 0:
+        return ids.copy(), np.zeros(ids.shape, dtype=np.float32)
+    fused = alpha * zscore(mvcl[: head.size]) + (1.0 - alpha) * zscore(first[head])  # (h,)
+    order = np.lexsort((np.arange(head.size), -fused))  # by fused desc, then first-stage rank
+    out_ids = np.full(ids.shape, -1, dtype=np.int64)
+    out_scores = np.zeros(ids.shape, dtype=np.float32)
+    out_ids[: head.size] = ids[head[order]]
+    out_scores[: head.size] = fused[order]
+    if tail.size:
+        floor = float(fused.min()) - 1.0
+        t = np.asarray(first[tail], dtype=np.float64)
+        out_ids[head.size: head.size + tail.size] = ids[tail]
+        out_scores[head.size: head.size + tail.size] = floor - (t[0] - t)  # keeps the tail's order, below the head
+    return out_ids, out_scores
+
+
+def build_model(input_dim: int, config: RerankConfig):
+    """The interaction network that ``config`` describes, over PLM states of ``input_dim``."""
+    return InteractionModel(input_dim, config.hidden, config.dropout, alignment=config.alignment,
+                            temperature=config.align_temperature, features=config.match_features,
+                            warm_start=config.warm_start)
+
+
+def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str | os.PathLike) -> None:
+    """Write ``models/mvcl/`` atomically: the weights and ``mvcl.json`` (settings, first stage, k, alpha)."""
+    from safetensors.torch import save_file
+
+    from lexgraph.io import atomic_path
+    from lexgraph.models.mvcl_config import SETTINGS, WEIGHTS
+
+    settings = {"format": "lexgraph-mvcl", "version": 1, "config": asdict(config), "input_dim": model.input_dim,
+                "first_stage": config.first_stage, "k": config.k, "alpha": report["alpha"], "epoch": report["epoch"]}
+    with atomic_path(out_dir, directory=True) as tmp:
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        save_file(dict(sorted(state.items())), str(Path(tmp) / WEIGHTS))
+        (Path(tmp) / SETTINGS).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def load_model(directory: str | os.PathLike, device: torch.device):
+    """``(model, settings)`` from a ``models/mvcl`` directory."""
+    from safetensors.torch import load_file
+
+    from lexgraph.models.mvcl_config import SETTINGS, WEIGHTS, RerankConfig
+    from lexgraph.models.mvcl_features import is_disabled
+
+    directory = Path(directory)
+    path = directory / SETTINGS
+    if is_disabled(directory):
+        raise LexgraphError(f"{directory}: the MVCL re-ranker is switched off (rerank.enabled: false); "
+                            "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
+    if not path.is_file():
+        raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    if settings.get("format") != "lexgraph-mvcl":
+        raise DataError(path, "not an MVCL settings file (expected format 'lexgraph-mvcl')")
+    model = build_model(int(settings["input_dim"]), RerankConfig(**settings["config"]))
+    try:
+        model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    except RuntimeError as exc:  # weights of another network shape (e.g. trained before match_features)
+        raise DataError(directory / WEIGHTS, "weights that do not fit the network mvcl.json describes "
+                        f"({str(exc).splitlines()[0]}); run `dvc repro rerank` to rebuild it") from None
+    return model.to(device).eval(), settings

@@ -525,7 +525,7 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def load_system(workspace: Path, device: str = "cpu") -> BM25:
-    """Loader registered as ``bm25`` in :data:`lexgraph.retrieval.SYSTEMS` (``device`` is unused)."""
+    """Loader registered as ``bm25`` in :data:`lexgraph.retrieval.systems.SYSTEMS` (``device`` is unused)."""
     directory = Path(workspace) / "models" / "bm25"
     if not directory.is_dir():
         raise LexgraphError(f"{directory}: no BM25 index; run `dvc repro bm25` first")

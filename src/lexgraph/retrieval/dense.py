@@ -23,7 +23,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lexgraph.errors import LexgraphError
 
@@ -31,42 +30,6 @@ log = logging.getLogger(__name__)
 
 DSR_DIR = Path("models/dsr")
 ARTICLE_EMBEDDINGS = Path("data/embed/articles.safetensors")
-
-
-def exact_top_k(
-    queries: torch.Tensor,
-    articles: torch.Tensor,
-    article_ids: np.ndarray,
-    k: int,
-    block_size: int = 256,
-    normalize: bool = True,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine (``normalize=False``: dot-product) top-k of each query over all articles.
-
-    Args:
-        queries: ``(nq, dim)`` query embeddings (any scale; normalised here).
-        articles: ``(na, dim)`` article embeddings.
-        article_ids: int64 ``(na,)`` id of each article row; must be sorted ascending
-            for the tie-breaking guarantee (``DenseRetriever`` sorts them).
-        k: cut-off; clipped to ``na``.
-    Returns:
-        ``ids`` int64 ``(nq, k')`` and ``scores`` float32 ``(nq, k')``, ``k' = min(k, na)``,
-        best first, equal scores ordered by lower article id.
-    """
-    k = min(int(k), articles.size(0))
-    if k < 1:
-        raise ValueError(f"k must be positive, got {k}")
-    a = F.normalize(articles.float(), dim=-1) if normalize else articles.float()  # (na, dim)
-    q = queries.float().to(a.device)  # (nq, dim)
-    q = F.normalize(q, dim=-1) if normalize else q
-    ids_out = np.empty((q.size(0), k), dtype=np.int64)
-    scores_out = np.empty((q.size(0), k), dtype=np.float32)
-    for start in range(0, q.size(0), block_size):
-        scores = (q[start : start + block_size] @ a.T).cpu().numpy()  # (block, na)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (block, k)
-        ids_out[start : start + block_size] = article_ids[order]
-        scores_out[start : start + block_size] = np.take_along_axis(scores, order, axis=1)
-    return ids_out, scores_out
 
 
 class DenseRetriever:

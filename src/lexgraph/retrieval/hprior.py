@@ -26,7 +26,7 @@ from lexgraph.config import bad_value, expectation, refuse_held_out, section_con
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.errors import DataError
 from lexgraph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS
-from lexgraph.metrics import METRICS, evaluate_run
+from lexgraph.metrics import METRICS, dense_run_metrics
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,6 @@ SECTION = "hprior"
 HPRIOR_DIR = Path("models/hprior")
 SETTINGS = HPRIOR_SETTINGS
 ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
-#: depth of the dev runs scored while tuning (the deepest metric cut-off)
-SCORE_DEPTH = max(int(m.split("@")[1]) for m in METRICS if "@" in m)
 
 
 @dataclass(frozen=True)
@@ -72,15 +70,12 @@ def dev_grid(graph, article_ids: np.ndarray, article_vectors: torch.Tensor, quer
     """Every ``(scope, weight)`` of the grid with its metrics on the tuning split, in
     tie-breaking order (scope, then weight, ascending)."""
     from lexgraph.hierarchy import hierarchy_prior
-    from lexgraph.retrieval.dense import exact_top_k
 
     rows = []
     for scope in sorted(config.scopes):
         for weight in sorted(config.weights):
             vectors = hierarchy_prior(graph, article_vectors, weight, scope)  # (A, dim)
-            ids, _ = exact_top_k(queries, vectors, article_ids, SCORE_DEPTH)
-            run = {q: ids[i].tolist() for i, q in enumerate(qids)}
-            metrics = evaluate_run(run, qrels)
+            metrics = dense_run_metrics(queries, vectors, article_ids, qids, qrels)
             rows.append({"scope": scope, "weight": weight, **{k: round(v, 4) for k, v in metrics.items()}})
     return rows
 

@@ -38,7 +38,7 @@ Choosing the fusion (:func:`tune`, the ``hybrid`` stage): every candidate of the
 (RRF for each ``k``; ``wsum`` for each normalisation and weight) fuses the same
 top-``depth`` lists of the questions of ``hybrid.split`` (never ``test``), the fused
 list is scored with :func:`lexgraph.metrics.evaluate_run` at depth
-:data:`SCORE_DEPTH` (500, what ``evaluate.k`` reads), and the best
+:data:`DEEPEST` (500, what ``evaluate.k`` reads), and the best
 ``hybrid.metric`` wins; ties go to the first candidate in grid order (RRF by
 increasing ``k``, then min-max, then z-scores, by increasing ``w``). The dense system
 is ``hybrid.dense``, or with ``best`` the dense system with the best ``hybrid.metric``
@@ -66,7 +66,7 @@ import numpy as np
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.metrics import METRICS, evaluate_run
+from lexgraph.metrics import DEEPEST, METRICS, evaluate_run
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ SPARSE = "bm25"
 DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar")
 NORMS: tuple[str, ...] = ("min-max", "zmuv")
 #: Depth at which a fused dev run is scored: the deepest rank a metric reads (recall@500).
-SCORE_DEPTH = max(int(m.split("@")[1]) for m in METRICS if "@" in m)
 
 HYBRID_DIR = Path("models/hybrid")
 SETTINGS = "hybrid.json"
@@ -97,7 +96,7 @@ class HybridConfig:
     split: str = field(default="dev", metadata={"expected": "dev (or train)"})
     metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
     dense: str = field(default="dsr", metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
-    depth: int = field(default=1000, metadata={"expected": f"an integer >= {SCORE_DEPTH} (articles fused per system)"})
+    depth: int = field(default=1000, metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
     rrf_k: list[int] = field(default_factory=lambda: [10, 20, 30, 60, 100],
                              metadata={"expected": "a list of distinct integers >= 0"})
     norms: list[str] = field(default_factory=lambda: list(NORMS),
@@ -120,7 +119,7 @@ class HybridConfig:
             raise bad("metric")
         if self.dense not in (*DENSE_SYSTEMS, "best"):
             raise bad("dense")
-        if self.depth < SCORE_DEPTH:
+        if self.depth < DEEPEST:
             raise bad("depth")
         if any(k < 0 for k in self.rrf_k) or len(set(self.rrf_k)) < len(self.rrf_k):
             raise bad("rrf_k")
@@ -354,7 +353,7 @@ def read_settings(path: str | Path) -> dict[str, Any]:
 
 def load_hybrid(workspace: Path, device: str = "auto", index=None) -> HybridRetriever:
     """The ``hybrid`` system: BM25 + the dense system of ``models/hybrid/hybrid.json``, fused as chosen there."""
-    from lexgraph.retrieval import load_retriever
+    from lexgraph.retrieval.systems import load_retriever
 
     workspace = Path(workspace)
     path = workspace / HYBRID_DIR / SETTINGS
@@ -379,8 +378,8 @@ def _round(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 def _score(ids: np.ndarray, qids: Sequence[int], qrels: Mapping[int, Sequence[int]]) -> dict[str, float]:
-    """All metrics of a run cut at :data:`SCORE_DEPTH` (padding dropped)."""
-    run = {q: [d for d in row[:SCORE_DEPTH].tolist() if d >= 0] for q, row in zip(qids, ids)}
+    """All metrics of a run cut at :data:`DEEPEST` (padding dropped)."""
+    run = {q: [d for d in row[:DEEPEST].tolist() if d >= 0] for q, row in zip(qids, ids)}
     return evaluate_run(run, qrels)
 
 
@@ -419,7 +418,7 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
     prepared = _Prepared(sparse_top, dense_tops[chosen])
     rows: list[dict[str, Any]] = []
     for fusion in grid(config):
-        ids, _ = prepared.fuse(fusion, SCORE_DEPTH)  # (n, SCORE_DEPTH)
+        ids, _ = prepared.fuse(fusion, DEEPEST)  # (n, DEEPEST)
         metrics = _score(ids, qids, qrels)
         rows.append({**fusion.as_dict(), "label": fusion.label, "score": round(metrics[config.metric], 4),
                      config.split: _round(metrics), "_exact": metrics[config.metric]})
@@ -443,7 +442,7 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
         "split": config.split,
         "metric": config.metric,
         "score": best["score"],
-        "score_depth": SCORE_DEPTH,
+        "score_depth": DEEPEST,
         "n_questions": len(qids),
         config.split: best[config.split],
         "grid": rows,

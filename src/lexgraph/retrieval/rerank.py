@@ -4,8 +4,8 @@
 interpolation weight alpha chosen on dev by the ``rerank`` stage), loads the first-stage
 system from the same workspace, the frozen base encoder (``models/pretrain``) for the
 questions' token states and the cached article token states (``data/rerank``). A search
-takes the first stage's list, re-scores its top-``k`` (:func:`lexgraph.training.rerank.rerank_scores`)
-and fuses (:func:`lexgraph.training.rerank.fuse_list`); ranks below ``k`` keep the first
+takes the first stage's list, re-scores its top-``k`` (:func:`lexgraph.models.mvcl.rerank_scores`)
+and fuses (:func:`lexgraph.models.mvcl.fuse_list`); ranks below ``k`` keep the first
 stage's order.
 """
 
@@ -29,7 +29,7 @@ class MvclRetriever:
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         from lexgraph.progress import progress
-        from lexgraph.training.rerank import fuse_list, rerank_scores
+        from lexgraph.models.mvcl import fuse_list, rerank_scores
 
         depth = max(int(k), self.k)
         ids, scores = self.first.search(questions, depth)
@@ -49,8 +49,10 @@ class MvclRetriever:
 def load_mvcl(workspace: Path, device: str = "auto") -> MvclRetriever:
     """The ``mvcl`` system of ``workspace`` (``models/mvcl``, ``data/rerank``, its first stage)."""
     from lexgraph.config import resolve_device
-    from lexgraph.retrieval import load_retriever
-    from lexgraph.training.rerank import FEATURES_DIR, MODEL_DIR, FrozenTokenEncoder, TokenStore, load_model
+    from lexgraph.retrieval.systems import load_retriever
+    from lexgraph.models.mvcl import load_model
+    from lexgraph.models.mvcl_config import FEATURES_DIR, MODEL_DIR
+    from lexgraph.models.mvcl_features import FrozenTokenEncoder, TokenStore
 
     workspace = Path(workspace)
     dev = resolve_device(device)

@@ -46,14 +46,16 @@ from lexgraph.config import bad_value, expectation, section_config, seed_everyth
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
-from lexgraph.models.encoders import DSR, HierarchicalArticleEncoder, QueryEncoder, pack_chunks
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.dsr import DSR
+from lexgraph.models.encoders import QueryEncoder
+from lexgraph.models.packing import pack_chunks
 from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
 log = logging.getLogger(__name__)
 
 SECTION = "dsr"
 EVAL_CUTOFF = 200  # model selection: dev recall@200 (G-DSR)
-EVAL_DEPTH = 500  # ranked list depth for the dev metrics (every reported cut-off)
 
 
 # ---------------------------------------------------------------------------
@@ -328,10 +330,9 @@ def sample_negatives(pairs: Sequence[Pair], article_ids: Sequence[int], rng: np.
 # ---------------------------------------------------------------------------
 
 
-def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int, k: int = EVAL_DEPTH) -> dict[str, float]:
-    """Dev metrics of ``model``: whole corpus encoded, exact cosine top-``k``."""
-    from lexgraph.metrics import evaluate_run
-    from lexgraph.retrieval.dense import exact_top_k
+def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int) -> dict[str, float]:
+    """Dev metrics of ``model``: whole corpus encoded, exact cosine top-:data:`~lexgraph.metrics.DEEPEST`."""
+    from lexgraph.metrics import dense_run_metrics
 
     order = np.argsort(np.asarray(data.article_ids, dtype=np.int64), kind="stable")
     if data.chunks is not None:  # frozen chunk encoder: aggregate the cached chunk vectors
@@ -343,9 +344,8 @@ def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int, k: int = EVAL_
         articles = model.encode_articles([data.article_texts[i] for i in order], batch_size=batch_size,
                                          desc="dev: encode corpus")  # (na, dim)
     queries = model.encode_queries(data.dev_questions, batch_size=batch_size, desc="dev: encode questions")  # (nq, dim)
-    ids, _ = exact_top_k(queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], k)
-    run = {qid: ranked.tolist() for qid, ranked in zip(data.dev_ids, ids)}
-    return evaluate_run(run, data.dev_qrels)
+    return dense_run_metrics(queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], data.dev_ids,
+                             data.dev_qrels)
 
 
 # ---------------------------------------------------------------------------

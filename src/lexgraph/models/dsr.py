@@ -1,0 +1,132 @@
+"""The dense statute retriever (:class:`DSR`): a query encoder and a hierarchical article
+encoder trained with :class:`~lexgraph.losses.InfoNCELoss` (G-DSR, Section 3), and its I/O."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.losses.InfoNCELoss import InfoNCELoss
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.backbone import FORMAT_VERSION
+from lexgraph.models.encoders import QueryEncoder
+
+log = logging.getLogger(__name__)
+
+DSR_CONFIG = "dsr.json"
+
+
+# ---------------------------------------------------------------------------
+# The dense statute retriever
+# ---------------------------------------------------------------------------
+
+
+class DSR(nn.Module):
+    """Dense statute retriever: a query encoder and a hierarchical article encoder.
+
+    ``similarity(q, a)`` is cosine / temperature (``(nq, na)``) and ``loss`` the InfoNCE
+    objective of :class:`~lexgraph.losses.InfoNCELoss` with the same temperature.
+    """
+
+    def __init__(
+        self, query_encoder: QueryEncoder, article_encoder: HierarchicalArticleEncoder, temperature: float = 0.01
+    ) -> None:
+        super().__init__()
+        if query_encoder.dim != article_encoder.dim:
+            raise ConfigError(
+                f"query encoder dim {query_encoder.dim} != article encoder dim {article_encoder.dim}; "
+                "both must come from models with the same hidden size"
+            )
+        self.query_encoder = query_encoder
+        self.article_encoder = article_encoder
+        self.criterion = InfoNCELoss(temperature)
+
+    @property
+    def temperature(self) -> float:
+        return self.criterion.temperature
+
+    @property
+    def dim(self) -> int:
+        return self.query_encoder.dim
+
+    def encode_query(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(batch, seq)`` -> ``(batch, dim)`` (differentiable)."""
+        return self.query_encoder(input_ids, attention_mask)
+
+    def encode_article(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk_counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Padded ``(batch, chunks, len)`` or packed ``(m, len)`` + ``chunk_counts`` ``(batch,)``
+        -> ``(batch, dim)`` (differentiable)."""
+        return self.article_encoder(input_ids, attention_mask, chunk_counts)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> torch.Tensor:
+        """Texts -> float32 ``(n, dim)`` with the query encoder (no grad)."""
+        return self.query_encoder.encode(texts, batch_size=batch_size, **kwargs)
+
+    def encode_articles(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> torch.Tensor:
+        """Texts -> float32 ``(n, dim)`` with the article encoder (no grad)."""
+        return self.article_encoder.encode(texts, batch_size=batch_size, **kwargs)
+
+    def similarity(self, queries: torch.Tensor, articles: torch.Tensor) -> torch.Tensor:
+        """Cosine / temperature: ``(nq, dim)``, ``(na, dim)`` -> ``(nq, na)``."""
+        return self.criterion.similarity(queries, articles)
+
+    def loss(
+        self,
+        queries: torch.Tensor,
+        positives: torch.Tensor,
+        negatives: torch.Tensor | None = None,
+        other_positives: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """InfoNCE over ``(B, dim)`` queries/positives and optional ``(N, dim)`` negatives."""
+        return self.criterion(queries, positives, negatives, other_positives)
+
+    def save(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:
+        """Write ``query_encoder/``, ``article_encoder/`` and ``dsr.json`` under ``directory``
+        (a frozen chunk encoder is saved as a reference to ``backbone_source`` when given)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.query_encoder.save_pretrained(directory / "query_encoder")
+        self.article_encoder.save_pretrained(directory / "article_encoder", backbone_source=backbone_source)
+        (directory / DSR_CONFIG).write_text(
+            json.dumps(
+                {"format_version": FORMAT_VERSION, "temperature": self.temperature, "dim": self.dim,
+                 "similarity": "cosine", "normalized_embeddings": False},
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+
+    @classmethod
+    def load(
+        cls, directory: str | os.PathLike, device: torch.device | str | None = None, with_article_backbone: bool = True
+    ) -> "DSR":
+        """Load a saved DSR; ``with_article_backbone=False`` skips the article side's chunk
+        encoder (enough to aggregate cached chunk vectors)."""
+        directory = Path(directory)
+        config_path = directory / DSR_CONFIG
+        if not config_path.is_file():
+            raise LexgraphError(f"{config_path}: not found; expected a DSR saved by the train_dsr stage")
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        model = cls(
+            QueryEncoder.from_pretrained(directory / "query_encoder"),
+            HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder", with_backbone=with_article_backbone),
+            temperature=config["temperature"],
+        )
+        model.eval()
+        return model.to(device) if device is not None else model
+
+
+def cosine_scores(queries: torch.Tensor, articles: torch.Tensor) -> torch.Tensor:
+    """Plain cosine similarity ``(nq, dim)``, ``(na, dim)`` -> ``(nq, na)`` in float32."""
+    return F.normalize(queries.float(), dim=-1) @ F.normalize(articles.float(), dim=-1).T  # (nq, na)

@@ -1,0 +1,229 @@
+"""The MVCL re-ranker's cached features (the ``encode_rerank`` stage): the frozen base
+encoder's token states of the articles, the train and dev questions and the element views,
+in float16 token stores; and the placeholders written when ``rerank.enabled`` is false."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from lexgraph.config import autocast
+from lexgraph.elements import PATTERNS, element_sentences, element_view, token_sentence_flags
+from lexgraph.errors import DataError, LexgraphError
+from lexgraph.models.mvcl_config import RerankConfig
+
+log = logging.getLogger(__name__)
+
+
+class TokenStore:
+    """Token states of many texts in one ragged tensor: ``states`` ``(total, dim)``,
+    ``offsets`` ``(n + 1,)``, ``ids`` ``(n,)``; :meth:`batch` pads a selection."""
+
+    def __init__(self, ids: np.ndarray, offsets: torch.Tensor, states: torch.Tensor) -> None:
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.offsets = offsets.long()
+        self.states = states
+        self.row = {int(i): r for r, i in enumerate(self.ids.tolist())}
+
+    @classmethod
+    def from_list(cls, ids: Sequence[int], states: Sequence[torch.Tensor], dim: int) -> "TokenStore":
+        lengths = torch.tensor([s.shape[0] for s in states], dtype=torch.long)
+        offsets = torch.zeros(len(states) + 1, dtype=torch.long)
+        offsets[1:] = torch.cumsum(lengths, 0)
+        flat = torch.cat(list(states), 0) if states else torch.zeros(0, dim, dtype=torch.float16)
+        return cls(np.asarray(ids, dtype=np.int64), offsets, flat)
+
+    @property
+    def dim(self) -> int:
+        return int(self.states.shape[1])
+
+    def __contains__(self, key: int) -> bool:
+        return int(key) in self.row
+
+    def get(self, key: int) -> torch.Tensor:
+        r = self.row[int(key)]
+        return self.states[self.offsets[r]:self.offsets[r + 1]]
+
+    def batch(self, keys: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Padded float32 states ``(n, L, dim)`` and bool mask ``(n, L)`` of ``keys``."""
+        parts = [self.get(k) for k in keys]
+        length = max((p.shape[0] for p in parts), default=1)
+        out = torch.zeros(len(parts), length, self.dim, dtype=torch.float32)  # (n, L, dim)
+        mask = torch.zeros(len(parts), length, dtype=torch.bool)  # (n, L)
+        for i, p in enumerate(parts):
+            out[i, : p.shape[0]] = p.float()
+            mask[i, : p.shape[0]] = True
+        return out.to(device), mask.to(device)
+
+    def save(self, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+        from lexgraph.io import save_tensors
+
+        tensors = {"ids": torch.as_tensor(self.ids), "offsets": self.offsets.contiguous(), "states": self.states.contiguous()}
+        save_tensors(tensors, path, metadata)  # reproducible header, written atomically
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TokenStore":
+        from lexgraph.io import load_tensors
+
+        path = Path(path)
+        t = load_tensors(path, "token-state file", "run `dvc repro encode_rerank`")
+        if set(t) != {"ids", "offsets", "states"}:
+            raise DataError(path, f"expected tensors 'ids', 'offsets' and 'states', found {sorted(t)}")
+        return cls(t["ids"].numpy(), t["offsets"], t["states"])
+
+
+class FrozenTokenEncoder:
+    """The base encoder, frozen: texts -> last-layer token states (float16, no padding)."""
+
+    def __init__(self, directory: str | os.PathLike, device: torch.device) -> None:
+        from lexgraph.models.backbone import load_backbone
+        from lexgraph.models.family import read_base_info
+
+        self.model, self.tokenizer = load_backbone(directory)
+        self.model.eval().requires_grad_(False).to(device)
+        self.device = device
+        info = read_base_info(directory)
+        self.query_prefix, self.passage_prefix = info["query_prefix"], info["passage_prefix"]
+        self.dim = int(self.model.config.hidden_size)
+
+    def tokenize(self, texts: Sequence[str], prefix: str, max_length: int) -> list[dict[str, list]]:
+        enc = self.tokenizer([prefix + t for t in texts], truncation=True, max_length=max_length,
+                             return_offsets_mapping=True)
+        return [{"input_ids": ids, "offsets": off} for ids, off in zip(enc["input_ids"], enc["offset_mapping"])]
+
+    @torch.no_grad()
+    def encode_ids(self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode") -> list[torch.Tensor]:
+        from lexgraph.progress import progress
+
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # similar lengths batch together
+        out: list[torch.Tensor | None] = [None] * len(sequences)
+        pad = self.tokenizer.pad_token_id
+        starts = range(0, len(order), batch_size)
+        for start in progress(starts, desc, total=len(starts), unit="batch", disable=len(order) <= batch_size):
+            rows = order[start:start + batch_size]
+            length = max(len(sequences[i]) for i in rows)
+            ids = torch.full((len(rows), length), pad, dtype=torch.long)  # (b, L)
+            mask = torch.zeros(len(rows), length, dtype=torch.long)  # (b, L)
+            for j, i in enumerate(rows):
+                ids[j, : len(sequences[i])] = torch.tensor(sequences[i])
+                mask[j, : len(sequences[i])] = 1
+            with autocast(self.device):
+                states = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+            states = states.float().cpu().half()  # (b, L, dim)
+            for j, i in enumerate(rows):
+                out[i] = states[j, : len(sequences[i])].clone()
+        return out  # type: ignore[return-value]
+
+    def encode_queries(self, texts: Sequence[str], max_length: int, batch_size: int) -> list[torch.Tensor]:
+        toks = self.tokenize(texts, self.query_prefix, max_length)
+        return self.encode_ids([t["input_ids"] for t in toks], batch_size, "encode questions")
+
+    def del_id(self, token: str) -> int:
+        tid = self.tokenizer.convert_tokens_to_ids(token)
+        if tid is None or tid == self.tokenizer.unk_token_id:
+            raise LexgraphError(f"params.yaml: 'rerank.del_token' = {token!r} is not a token of the base encoder's vocabulary")
+        return int(tid)
+
+
+def _filter_patterns(text: str, families: Sequence[str]) -> list[tuple[int, int, bool]]:
+    from lexgraph.elements import element_families
+
+    if set(families) == set(PATTERNS):
+        return element_sentences(text)
+    from lexgraph.elements import split_sentences
+
+    return [(s, e, bool(set(element_families(text[s:e])) & set(families))) for s, e in split_sentences(text)]
+
+
+DISABLED = {"enabled": False}
+
+
+def write_disabled(out_dir: str | os.PathLike) -> None:
+    """The placeholder output of a stage when ``rerank.enabled`` is false."""
+    from lexgraph.io import atomic_path
+
+    with atomic_path(out_dir, directory=True) as tmp:
+        (Path(tmp) / "disabled.json").write_text(json.dumps(DISABLED) + "\n", encoding="utf-8")
+    log.info("rerank.enabled is false: %s holds a placeholder (dvc exp run -S rerank.enabled=true builds mvcl)", out_dir)
+
+
+def is_disabled(directory: str | os.PathLike) -> bool:
+    return (Path(directory) / "disabled.json").is_file()
+
+
+def build_features(articles, questions, config: RerankConfig, pretrain_dir: str | os.PathLike,
+                   out_dir: str | os.PathLike, device: torch.device) -> dict[str, Any]:
+    """Encode and write ``articles``, ``questions`` (train + dev) and ``element_views``
+    token stores under ``out_dir``; returns the element indicator's statistics."""
+    import polars as pl
+
+    from lexgraph.io import atomic_path
+
+    if not config.enabled:
+        write_disabled(out_dir)
+        return dict(DISABLED)
+
+    encoder = FrozenTokenEncoder(pretrain_dir, device)
+    del_id = encoder.del_id(config.del_token)
+    ids = articles["id"].to_list()
+    texts = articles["article"].to_list()
+    toks = encoder.tokenize(texts, encoder.passage_prefix, config.max_article_length)
+    art_states = encoder.encode_ids([t["input_ids"] for t in toks], config.encode_batch_size, "encode articles")
+
+    # element views of the train questions' gold articles (the B+ of the triples)
+    train = questions.filter(pl.col("split") == "train")
+    gold = sorted({int(a) for row in train["article_ids"].to_list() for a in row})
+    index = {int(i): r for r, i in enumerate(ids)}
+    view_ids, view_seqs = [], []
+    n_sent = n_elem = n_tok = n_del = with_element = 0
+    for aid in gold:
+        if aid not in index:
+            continue
+        r = index[aid]
+        sentences = _filter_patterns(texts[r], config.element_patterns)
+        flags = token_sentence_flags(toks[r]["offsets"], sentences, text_start=len(encoder.passage_prefix))
+        view = element_view(toks[r]["input_ids"], flags, del_id, config.element_budget)
+        view_ids.append(aid)
+        view_seqs.append(view)
+        n_tok += len(view)
+        n_del += sum(t == del_id for t in view)
+    for text in texts:  # the indicator over the whole corpus
+        sentences = _filter_patterns(text, config.element_patterns)
+        n_sent += len(sentences)
+        marked = sum(s[2] for s in sentences)
+        n_elem += marked
+        with_element += marked > 0
+    view_states = encoder.encode_ids(view_seqs, config.encode_batch_size, "encode element views")
+
+    splits = ("train", "dev") if config.split == "dev" else ("train",)
+    q = questions.filter(pl.col("split").is_in(list(splits))).sort("id")
+    q_states = encoder.encode_queries(q["question"].to_list(), config.max_query_length, config.encode_batch_size)
+
+    meta = {"model": str(pretrain_dir), "max_article_length": str(config.max_article_length),
+            "max_query_length": str(config.max_query_length), "element_budget": str(config.element_budget),
+            "del_token": config.del_token, "element_patterns": ",".join(config.element_patterns)}
+    with atomic_path(out_dir, directory=True) as tmp:
+        TokenStore.from_list(ids, art_states, encoder.dim).save(Path(tmp) / "articles.safetensors", meta)
+        TokenStore.from_list(q["id"].to_list(), q_states, encoder.dim).save(Path(tmp) / "questions.safetensors", meta)
+        TokenStore.from_list(view_ids, view_states, encoder.dim).save(Path(tmp) / "element_views.safetensors", meta)
+    stats = {
+        "articles": len(ids),
+        "article_tokens": int(sum(s.shape[0] for s in art_states)),
+        "articles_truncated": int(sum(len(t["input_ids"]) >= config.max_article_length for t in toks)),
+        "questions": q.height,
+        "sentences": n_sent,
+        "element_sentences": n_elem,
+        "element_sentence_fraction": round(n_elem / max(n_sent, 1), 4),
+        "articles_with_element": with_element,
+        "element_views": len(view_ids),
+        "element_view_tokens": n_tok,
+        "element_view_deleted_fraction": round(n_del / max(n_tok, 1), 4),
+    }
+    log.info("element indicator: %s", stats)
+    return stats

@@ -1,0 +1,155 @@
+"""The ``gnn`` section of params.yaml, resolved for one variant (``lge`` = G-DSR's LGE,
+``qabisar``): :class:`GNNSettings`. The loop is :mod:`lexgraph.training.gnn`."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+from lexgraph.config import check_types
+from lexgraph.errors import ConfigError
+from lexgraph.graph import BIPARTITE_TYPES, STRUCTURE_TYPES
+from lexgraph.models.gnn import GraphEncoderConfig
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("lge", "qabisar")
+ARCH_KEYS = ("model", "layers", "hidden", "heads", "concat_heads", "dropout", "residual", "edge_dim", "init")
+HEADING_FEATURES = ("articles", "title")
+SIMILARITIES = ("cosine", "dot")
+SELECTION_METRIC = "recall@200"  # the dev metric that chooses the epoch (G-DSR)
+
+# ---------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GNNSettings:
+    """The ``gnn`` section of params.yaml, resolved for one variant."""
+
+    variant: str
+    model: str
+    layers: int
+    hidden: int | None
+    heads: int
+    concat_heads: bool
+    dropout: float
+    residual: bool
+    edge_dim: int | None
+    init: str  # random | identity | prior (the hprior stage's deepest-heading weight)
+    heading_features: str  # articles (mean of the articles under the heading) | title (its DSR encoding)
+    hard_negatives: int
+    batch_size: int
+    lr: float
+    adam_epsilon: float
+    warmup_ratio: float
+    weight_decay: float
+    max_grad_norm: float
+    accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
+    epochs: int
+    similarity: str  # cosine | dot (QABISAR's)
+    temperature: float
+    encoder_lr: float
+    kd_weight: float
+    kd_mode: str
+    kd_temperature: float
+    kd_student_contrastive: bool  # the student also trains contrastively against the graph's articles
+    bipartite: bool
+    structure: bool
+    refit: bool  # lge: after choosing the epoch on dev, retrain on train+dev for that many (G-DSR appendix B)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], variant: str) -> "GNNSettings":
+        """Read ``params`` (the ``gnn`` section); ``params[variant]`` overrides architecture keys."""
+        if variant not in VARIANTS:
+            raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
+        kd_fields = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
+                     "kd_student_contrastive": "student_contrastive"}
+        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "epochs", *kd_fields)}
+        allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
+        unknown = sorted(set(params) - allowed, key=str)
+        if unknown:
+            raise ConfigError(f"params.yaml: unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; "
+                              f"expected keys of 'gnn': {', '.join(sorted(allowed))}")
+        values: dict[str, Any] = {k: params[k] for k in scalar if k in params}
+        override = params.get(variant) or {}
+        if not isinstance(override, dict) or set(override) - set(ARCH_KEYS):
+            raise ConfigError(
+                f"params.yaml: 'gnn.{variant}' overrides architecture keys only ({', '.join(ARCH_KEYS)}); "
+                f"got {override!r}"
+            )
+        values.update(override)
+        epochs_key = f"epochs_{variant}"
+        if epochs_key not in params:
+            raise ConfigError(f"params.yaml: missing key 'gnn.{epochs_key}'")
+        values["epochs"] = params[epochs_key]
+        kd = params.get("kd") or {}
+        if not isinstance(kd, dict) or set(kd) - set(kd_fields.values()):
+            raise ConfigError(f"params.yaml: 'gnn.kd' = {kd!r}, expected a mapping with "
+                              f"{', '.join(repr(k) for k in kd_fields.values())}")
+        values.update({field_: kd[key] for field_, key in kd_fields.items() if key in kd})
+        missing = sorted((set(cls.__dataclass_fields__) - {"variant"}) - set(values))
+        if missing:
+            names = {**{f: f"kd.{k}" for f, k in kd_fields.items()}, "epochs": epochs_key}
+            raise ConfigError(f"params.yaml: missing key(s) {', '.join(repr('gnn.' + names.get(m, m)) for m in missing)}")
+        names = {"epochs": epochs_key, **{f: f"kd.{k}" for f, k in kd_fields.items()},
+                 **{key: f"{variant}.{key}" for key in override}}
+        settings = cls(variant=variant, **check_types(cls, values, "gnn", names))
+        settings.validate()
+        try:  # architecture errors now, not after the data is loaded (the size is checked later)
+            hidden = settings.hidden or settings.heads
+            GraphEncoderConfig(in_dim=settings.hidden or hidden, **{k: getattr(settings, k) for k in ARCH_KEYS})
+        except ConfigError as exc:
+            if override:
+                raise ConfigError(f"{exc} (with the overrides of 'gnn.{variant}': {override})") from None
+            raise
+        return settings
+
+    def validate(self) -> None:
+        def bad(key: str, value: Any, expected: str) -> ConfigError:
+            return ConfigError(f"params.yaml: 'gnn.{key}' = {value!r}, expected {expected}")
+
+        for key in ("hard_negatives",):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise bad(key, value, "an integer >= 0")
+        for key in ("batch_size", "epochs", "accumulation_steps"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(key if key != "epochs" else f"epochs_{self.variant}", value, "an integer >= 1")
+        for key in ("lr", "encoder_lr", "temperature", "kd_temperature", "max_grad_norm", "adam_epsilon"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise bad(key.replace("kd_", "kd."), value, "a positive number")
+        if not isinstance(self.weight_decay, (int, float)) or not 0 <= self.weight_decay < math.inf:
+            raise bad("weight_decay", self.weight_decay, "a number >= 0")
+        if not isinstance(self.warmup_ratio, (int, float)) or not 0.0 <= self.warmup_ratio < 1.0:
+            raise bad("warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
+        if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
+            raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
+        if self.kd_mode not in ("score", "feature"):
+            raise bad("kd.mode", self.kd_mode, "score or feature")
+        if self.heading_features not in HEADING_FEATURES:
+            raise bad("heading_features", self.heading_features, " or ".join(HEADING_FEATURES))
+        if self.similarity not in SIMILARITIES:
+            raise bad("similarity", self.similarity, " or ".join(SIMILARITIES))
+        for key in ("bipartite", "structure", "residual", "concat_heads", "refit", "kd_student_contrastive"):
+            if not isinstance(getattr(self, key), bool):
+                raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
+
+    def encoder_config(self, in_dim: int, prior_weight: float = 0.0) -> GraphEncoderConfig:
+        """The encoder's architecture; QABISAR's question-article edges get their own
+        convolutions (a second edge group), started at zero."""
+        groups = (tuple(int(t) for t in STRUCTURE_TYPES),)
+        if self.variant == "qabisar":
+            groups += (tuple(int(t) for t in BIPARTITE_TYPES),)
+        return GraphEncoderConfig(in_dim=in_dim, **{k: getattr(self, k) for k in ARCH_KEYS},
+                                  prior_weight=prior_weight if self.init == "prior" else 0.0, edge_groups=groups)
+
+    @property
+    def trains_query_encoder(self) -> bool:
+        return self.variant == "qabisar" and self.kd_weight > 0

@@ -1,0 +1,250 @@
+"""Training inputs of the graph encoders: node features, (question, gold article) pairs,
+BM25 negatives, and each batch's subgraph with QABISAR's label-leak cut
+(:mod:`lexgraph.training.gnn` explains both)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lexgraph.embed import select_rows
+from lexgraph.errors import ConfigError, DataError
+from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
+from lexgraph.hierarchy import subtree_means
+from lexgraph.training.gnn_config import GNNSettings
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------
+# Training inputs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TrainingSet:
+    """Everything a training run reads. Only train questions appear outside ``dev_*``."""
+
+    graph: Any  # PyG Data restricted to the variant (articles first, node order kept)
+    x: torch.Tensor  # (nodes, dim) node features
+    train_ids: np.ndarray  # (Q,) train question ids, row order
+    train_texts: list[str]
+    train_queries: torch.Tensor  # (Q, dim) fixed DSR embeddings of the train questions
+    question_nodes: torch.Tensor  # (Q,) node of each train question, -1 when not in the graph
+    gold: list[set[int]]  # gold article ids of each train question row
+    pairs: torch.Tensor  # (P, 2) (question row, gold article node)
+    negatives: list[torch.Tensor]  # per question row: BM25 negative article nodes
+    dev_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    dev_texts: list[str] = field(default_factory=list)
+    dev_queries: torch.Tensor | None = None  # (D, dim) DSR embeddings of the dev questions
+    dev_qrels: dict[int, set[int]] = field(default_factory=dict)
+
+    @property
+    def article_ids(self) -> np.ndarray:
+        return self.graph.article_ids.numpy()
+
+    @property
+    def num_articles(self) -> int:
+        return int(self.graph.article_ids.numel())
+
+
+def variant_graph(graph, settings: GNNSettings):
+    """The graph a variant trains on: LGE has no question nodes; QABISAR ablations drop parts."""
+    if settings.variant == "lge":
+        return restrict_graph(graph, questions=False)
+    if graph.question_ids.numel() == 0:
+        raise ConfigError(
+            "qabisar needs train-question nodes but the graph has none: set graph.questions: true "
+            "(and check that questions.parquet has a train split)"
+        )
+    graph = restrict_graph(graph, headings=settings.structure, consecutive=settings.structure)
+    if not settings.bipartite:  # question nodes stay, isolated: the teacher sees only its own text
+        keep = ~torch.isin(graph.edge_type, torch.tensor([int(t) for t in BIPARTITE_TYPES]))
+        graph.edge_index, graph.edge_type = graph.edge_index[:, keep], graph.edge_type[keep]
+    return graph
+
+
+def prepare_training_set(
+    graph,
+    questions,
+    negatives,
+    embeddings: dict[str, tuple[np.ndarray, torch.Tensor]],
+    settings: GNNSettings,
+    paths: dict[str, Any] | None = None,
+    train_splits: tuple[str, ...] = ("train",),
+) -> TrainingSet:
+    """Assemble a :class:`TrainingSet`.
+
+    Args:
+        graph: the full graph of ``build_graph`` (``lexgraph.graph.load_graph``).
+        questions: polars DataFrame (``id``, ``question``, ``article_ids``, ``split``);
+            only ``train`` rows are used for training, ``dev`` rows for model selection;
+            every other split is dropped here.
+        negatives: polars DataFrame (``question_id``, ``split``, ``negative_ids``) or None;
+            only ``train`` rows are read.
+        embeddings: ``{"articles"|"headings"|"questions": (ids, (n, dim) embeddings)}``.
+        paths: file names for error messages: ``questions``, ``negatives``, ``graph`` and
+            ``<name>_embeddings``.
+    """
+    import polars as pl
+
+    paths = {"questions": "questions.parquet", "negatives": "negatives.parquet", **(paths or {})}
+    emb_paths = {
+        name: paths.get(f"{name}_embeddings", f"{name}.safetensors") for name in ("articles", "headings", "questions")
+    }
+    graph = variant_graph(graph, settings)
+    questions = questions.filter(pl.col("split").is_in(["train", "dev"]))
+    train = questions.filter(pl.col("split").is_in(list(train_splits))).sort("id")
+    dev = questions.filter(pl.col("split") == "dev").sort("id") if "dev" not in train_splits else questions.clear()
+    if train.height == 0:
+        raise DataError(paths["questions"], "no question with split 'train'", column="split")
+
+    # node features: articles, then headings, then (train) questions
+    art_ids, art_emb = embeddings["articles"]
+    unit = partial(F.normalize, dim=-1)
+    articles = unit(select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article").float())
+    blocks = [articles]  # (A, dim)
+    if graph.heading_ids.numel():
+        if settings.heading_features == "articles":  # the mean of the (unit) articles under each heading
+            blocks.append(subtree_means(graph, articles))  # (H, dim)
+        else:
+            head_ids, head_emb = embeddings["headings"]
+            blocks.append(unit(select_rows(head_ids, head_emb, graph.heading_ids.numpy(), emb_paths["headings"],
+                                           "heading").float()))
+    q_ids, q_emb = embeddings["questions"]
+    if graph.question_ids.numel():
+        blocks.append(unit(select_rows(q_ids, q_emb, graph.question_ids.numpy(), emb_paths["questions"],
+                                       "question").float()))
+    x = torch.cat(blocks)  # (nodes, dim)
+    if x.size(0) != graph.num_nodes:
+        raise DataError(paths.get("graph", "graph.pt"), f"{graph.num_nodes} nodes but {x.size(0)} feature rows")
+
+    train_ids = train["id"].to_numpy().astype(np.int64)
+    article_ids = graph.article_ids.numpy()
+    gold = [set(int(a) for a in (g or [])) for g in train["article_ids"].to_list()]
+    rows, nodes = [], []
+    for r, (qid, g) in enumerate(zip(train_ids, gold)):
+        for a in sorted(g):
+            pos = int(np.searchsorted(article_ids, a))
+            if pos >= len(article_ids) or article_ids[pos] != a:
+                raise DataError(
+                    paths["questions"], f"question {qid} cites article {a}, not in the graph", column="article_ids"
+                )
+            rows.append(r)
+            nodes.append(pos)
+    if not rows:
+        raise DataError(paths["questions"], "the train questions cite no article", column="article_ids")
+    pairs = torch.tensor([rows, nodes], dtype=torch.long).T.contiguous()  # (P, 2)
+
+    q_nodes = torch.full((len(train_ids),), -1, dtype=torch.long)  # (Q,)
+    if graph.question_ids.numel():
+        first_q = int((graph.node_type != NodeType.QUESTION).sum())
+        graph_q = graph.question_ids.numpy()
+        pos = np.searchsorted(graph_q, train_ids)
+        ok = (pos < len(graph_q)) & (graph_q[np.minimum(pos, len(graph_q) - 1)] == train_ids)
+        if not ok.all():
+            raise DataError(
+                paths.get("graph", "graph.pt"),
+                f"train question {int(train_ids[~ok][0])} has no node (rebuild the graph from the same questions)",
+            )
+        q_nodes = torch.from_numpy(pos + first_q).long()
+
+    negs = [torch.empty(0, dtype=torch.long) for _ in train_ids]
+    if negatives is not None and negatives.height:
+        row_of = {int(q): r for r, q in enumerate(train_ids)}
+        rows_ = negatives.filter(pl.col("split").is_in(list(train_splits))).select("question_id", "negative_ids")
+        for qid, ids in rows_.iter_rows():
+            r = row_of.get(int(qid))
+            if r is None or not ids:
+                continue
+            ids = np.asarray([i for i in ids if int(i) not in gold[r]], dtype=np.int64)
+            pos = np.searchsorted(article_ids, ids)
+            ok = (pos < len(article_ids)) & (article_ids[np.minimum(pos, len(article_ids) - 1)] == ids)
+            negs[r] = torch.from_numpy(pos[ok]).long()
+    missing_neg = sum(int(n.numel() == 0) for n in negs)
+    if settings.hard_negatives and missing_neg:
+        log.warning("%d of %d train questions have no BM25 negatives: random articles stand in", missing_neg, len(negs))
+
+    dev_ids = dev["id"].to_numpy().astype(np.int64)
+    dev_queries = None
+    if len(dev_ids):
+        dev_queries = select_rows(q_ids, q_emb, dev_ids, emb_paths["questions"], "question").float()
+    return TrainingSet(
+        graph=graph,
+        x=x,
+        train_ids=train_ids,
+        train_texts=train["question"].to_list(),
+        train_queries=select_rows(q_ids, q_emb, train_ids, emb_paths["questions"], "question").float(),
+        question_nodes=q_nodes,
+        gold=gold,
+        pairs=pairs,
+        negatives=negs,
+        dev_ids=dev_ids,
+        dev_texts=dev["question"].to_list(),
+        dev_queries=dev_queries,
+        dev_qrels={int(q): set(int(a) for a in g) for q, g in zip(dev_ids, dev["article_ids"].to_list())},
+    )
+
+
+# ---------------------------------------------------------------------------
+# Mini-batches
+# ---------------------------------------------------------------------------
+
+
+def batch_subgraph(
+    edge_index: torch.Tensor,
+    edge_type: torch.Tensor,
+    seeds: torch.Tensor,
+    num_hops: int,
+    num_nodes: int,
+    cut_pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``num_hops``-hop in-neighbourhood of ``seeds`` (all nodes whose messages reach a seed).
+
+    With ``cut_pairs = (questions (B,), articles (B,))``, the edges between each question
+    node and the article it is scored against (both directions) are removed first (the
+    label-leak rule); the question's other edges stay. Returns ``(subset (n,), edge_index
+    (2, e) relabelled to positions in subset, edge_type (e,))``; ``subset`` is sorted.
+    """
+    from torch_geometric.utils import k_hop_subgraph
+
+    if cut_pairs is not None and cut_pairs[0].numel():
+        questions, articles = cut_pairs
+        cut = torch.cat([questions * num_nodes + articles, articles * num_nodes + questions])  # (2B,)
+        keep = ~torch.isin(edge_index[0] * num_nodes + edge_index[1], cut)  # (E,)
+        edge_index, edge_type = edge_index[:, keep], edge_type[keep]
+    subset, sub_edge_index, _, edge_mask = k_hop_subgraph(
+        seeds.unique(), num_hops, edge_index, relabel_nodes=True, num_nodes=num_nodes
+    )
+    return subset, sub_edge_index, edge_type[edge_mask]
+
+
+def other_positive_mask(gold: Sequence[set[int]], column_ids: np.ndarray) -> torch.Tensor:
+    """Bool ``(B, C)``: column ``j`` holds another gold article of row ``i``'s question."""
+    mask = np.stack([np.isin(column_ids, np.fromiter(g, np.int64, len(g))) for g in gold])  # (B, C)
+    n = min(mask.shape)
+    mask[np.arange(n), np.arange(n)] = False
+    return torch.from_numpy(mask)
+
+
+def sample_negatives(
+    rows: torch.Tensor, ts: TrainingSet, per_question: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``per_question`` BM25 negatives (article nodes) for each question row; random articles stand in."""
+    if per_question == 0:
+        return torch.empty(0, dtype=torch.long)
+    out = []
+    for r in rows.tolist():
+        pool = ts.negatives[r]
+        if pool.numel():
+            pick = torch.randperm(pool.numel(), generator=generator)[:per_question]
+            out.append(pool[pick])
+        else:
+            out.append(torch.randint(ts.num_articles, (per_question,), generator=generator))
+    return torch.cat(out)  # (<= B * per_question,)

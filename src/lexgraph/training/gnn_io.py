@@ -1,0 +1,101 @@
+"""Saving and loading a trained graph encoder (``models/gnn_<variant>/``) and its training
+metrics (``metrics/train_gnn_<variant>.json``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lexgraph.errors import DataError
+from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
+from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
+from lexgraph.training.gnn_data import TrainingSet
+
+if TYPE_CHECKING:
+    from lexgraph.training.gnn import TrainResult
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+WEIGHTS = "gnn.safetensors"
+CONFIG = "gnn.json"
+ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
+QUERY_ENCODER = "query_encoder"
+
+
+# ---------------------------------------------------------------------------
+# Saving and loading
+# ---------------------------------------------------------------------------
+
+
+def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, directory: str | os.PathLike) -> None:
+    """Write ``models/gnn_<variant>/`` atomically: weights, config, article embeddings
+    (and ``query_encoder/`` for qabisar)."""
+    from safetensors.torch import save_file
+
+    from lexgraph.embed import save_embeddings
+    from lexgraph.io import atomic_path
+
+    config = {
+        "format_version": FORMAT_VERSION,
+        "variant": settings.variant,
+        "graph_encoder": result.model.config.to_dict(),
+        "settings": asdict(settings),
+        "similarity": settings.similarity,
+        "prior_weight": result.prior_weight,
+        "best_epoch": result.best_epoch,
+        "selection": f"dev {SELECTION_METRIC}",
+        # where test-time queries come from
+        "query_encoder": QUERY_ENCODER if result.encoder is not None else "models/dsr/query_encoder",
+    }
+    with atomic_path(directory, directory=True) as tmp:
+        state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS))
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        save_embeddings(tmp / ARTICLE_EMBEDDINGS, ts.article_ids, result.article_embeddings)
+        if result.encoder is not None:
+            result.encoder.save_pretrained(tmp / QUERY_ENCODER)
+
+
+def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
+    """Rebuild a trained :class:`GraphEncoder` from ``models/gnn_<variant>/``."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    config_path = directory / CONFIG
+    if not config_path.is_file():
+        raise DataError(config_path, "not found (run the train_gnn stage)")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
+    model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    return model.to(device).eval()
+
+
+def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings) -> dict[str, Any]:
+    """``metrics/train_gnn_<variant>.json`` (no timings: the file is reproducible)."""
+
+    def rounded(values: dict[str, float]) -> dict[str, float]:
+        return {k: round(float(v), 4) for k, v in values.items()}
+
+    return {
+        "variant": settings.variant,
+        "best_epoch": result.best_epoch,
+        "dev": rounded(result.dev_metrics),
+        "dev_input_embeddings": rounded(result.input_dev_metrics),
+        "dev_untrained": rounded(result.initial_dev_metrics),
+        "prior_weight": result.prior_weight,
+        "train_questions": int(len(ts.train_ids)),
+        "train_pairs": int(ts.pairs.size(0)),
+        "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
+        "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
+        # epoch 0 (the untrained model) has no loss: null, not a bare NaN that strict JSON readers refuse
+        "history": [{k: (v if k == "epoch" else round(float(v), 4) if math.isfinite(v) else None) for k, v in h.items()}
+                    for h in result.history],
+    }
