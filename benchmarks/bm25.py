@@ -59,7 +59,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from lexgraph.data.schema import parse_article_ids  # noqa: E402
 from lexgraph.negatives import mine_from_index  # noqa: E402
-from lexgraph.retrieval.bm25 import BM25, robertson_idf  # noqa: E402
+from lexgraph.retrieval.bm25 import BM25  # noqa: E402
+from lexgraph.retrieval.bm25_kernels import robertson_idf  # noqa: E402
 from lexgraph.text import FrenchAnalyzer  # noqa: E402
 
 DATA = ROOT / "data" / "sample"

@@ -11,7 +11,7 @@ import sys
 
 from lexgraph.chunks import run_encode_chunks
 from lexgraph.config import resolve_device
-from lexgraph.training.dsr import DSRConfig
+from lexgraph.training.dsr_config import DSRConfig
 
 
 def configure(parser):

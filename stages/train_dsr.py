@@ -7,7 +7,8 @@ import logging
 import sys
 
 from lexgraph.config import resolve_device
-from lexgraph.training.dsr import DSRConfig, run_train_dsr
+from lexgraph.training.dsr import run_train_dsr
+from lexgraph.training.dsr_config import DSRConfig
 
 log = logging.getLogger("lexgraph.train_dsr")
 

@@ -10,7 +10,8 @@ import pytest
 
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval import bm25 as bm25_module
-from lexgraph.retrieval.bm25 import BM25, exact_topk, load_system, sparse_topk, tune
+from lexgraph.retrieval.bm25 import BM25, load_system, tune
+from lexgraph.retrieval.bm25_kernels import exact_topk, sparse_topk
 
 # three documents, ids deliberately not in order
 DOCS = [["c", "c", "d", "e"], ["a", "b", "a"], ["b", "c"]]

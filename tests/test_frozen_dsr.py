@@ -24,7 +24,9 @@ from lexgraph.models.backbone import set_trainable_layers
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids
-from lexgraph.training.dsr import DSRConfig, TrainingData, build_dsr, build_pairs, train_dsr
+from lexgraph.training.dsr import train_dsr
+from lexgraph.training.dsr_config import DSRConfig, build_dsr
+from lexgraph.training.dsr_data import TrainingData, build_pairs
 
 CORPUS = {
     1: "le contrat de bail " * 6,  # several chunks

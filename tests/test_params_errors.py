@@ -256,7 +256,7 @@ def _builders() -> dict:
     from lexgraph.models.pretrain import PretrainConfig
     from lexgraph.negatives import NegativesConfig
     from lexgraph.queries import QueriesConfig
-    from lexgraph.training.dsr import DSRConfig
+    from lexgraph.training.dsr_config import DSRConfig
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
     from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.zeroshot import ZeroshotConfig

@@ -27,14 +27,13 @@ train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.c
 and only the chunk-level Transformer (``chunk_lr``) and the query encoder's top
 ``query_trainable_layers`` blocks train. ``finetune`` (paper): everything trains.
 """
-
 from __future__ import annotations
 
 import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,287 +41,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from lexgraph.config import bad_value, expectation, section_config, seed_everything
-from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.io import atomic_path, read_parquet, write_json, write_text
+from lexgraph.config import seed_everything
+from lexgraph.errors import DataError, LexgraphError
+from lexgraph.io import atomic_path, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
-from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
-from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import pack_chunks
 from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
+from lexgraph.training.dsr_config import EVAL_CUTOFF, SECTION, DSRConfig, build_dsr
+from lexgraph.training.dsr_data import Pair, TrainingData, load_training_data, sample_negatives
+
 log = logging.getLogger(__name__)
-
-SECTION = "dsr"
-EVAL_CUTOFF = 200  # model selection: dev recall@200 (G-DSR)
-
-
-# ---------------------------------------------------------------------------
-# Configuration
-# ---------------------------------------------------------------------------
-
-
-_CHOICES = {
-    "article_init": ("pretrain", "base"),
-    "query_init": ("pretrain", "base"),
-    "chunk_encoder": ("finetune", "frozen"),
-    "pooling": ("max", "mean", "token_mean"),
-    "token_pooling": ("cls", "mean"),
-}
-_POSITIVE = {"expected": "a positive integer"}
-
-
-def _one_of(key: str) -> dict[str, str]:
-    return {"expected": f"one of {', '.join(_CHOICES[key])}"}
-
-
-@dataclass(frozen=True)
-class DSRConfig:
-    """The ``dsr`` section of ``params.yaml`` (see the comments there); every key is required."""
-
-    article_init: str = field(default="pretrain", metadata=_one_of("article_init"))
-    query_init: str = field(default="pretrain", metadata=_one_of("query_init"))
-    base_model: str = "random"  # HF name/dir, or `random` (pretrain's config, random weights)
-    synthetic: bool = True
-    # synthetic pairs drawn per epoch (None: all)
-    synthetic_per_epoch: int | None = field(default=None, metadata={"expected": "null or a positive integer"})
-    chunk_encoder: str = field(default="finetune", metadata=_one_of("chunk_encoder"))  # frozen: cached chunk vectors
-    # None: all weights; N: top N blocks (embeddings frozen)
-    query_trainable_layers: int | None = field(default=None, metadata={"expected": "null or an integer >= 0"})
-    chunk_identity_init: bool = False  # identity-initialised (pre-LN, zero residual) chunk Transformer
-    chunk_lr: float | None = field(default=None, metadata={"expected": "null or a positive number"})  # None: lr
-    pooling: str = field(default="max", metadata=_one_of("pooling"))  # over chunks
-    token_pooling: str = field(default="cls", metadata=_one_of("token_pooling"))  # over a question's / chunk's tokens
-    max_chunk_length: int = field(default=128, metadata=_POSITIVE)
-    max_document_length: int = field(default=1024, metadata=_POSITIVE)
-    max_query_length: int = field(default=512, metadata=_POSITIVE)
-    chunk_layers: int = field(default=2, metadata=_POSITIVE)
-    chunk_heads: int = field(default=12, metadata=_POSITIVE)
-    temperature: float = field(default=0.01, metadata={"expected": "a positive number"})
-    epochs: int = field(default=15, metadata=_POSITIVE)
-    batch_size: int = field(default=24, metadata=_POSITIVE)
-    lr: float = field(default=2e-5, metadata={"expected": "a positive number"})
-    warmup_ratio: float = field(default=0.05, metadata={"expected": "a number in [0, 1]"})
-    weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
-    max_grad_norm: float = field(default=1.0, metadata={"expected": "a number >= 0"})
-    eval_batch_size: int = field(default=64, metadata=_POSITIVE)
-    # micro-batches per batch (per process): same updates, less memory per forward
-    accumulation_steps: int = field(default=1, metadata=_POSITIVE)
-    # after choosing the epoch on dev, retrain from the same start on train+dev for that many epochs (G-DSR appendix B)
-    refit: bool = field(default=False, metadata={"expected": "true or false"})
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
-        return section_config(cls, params, SECTION, require_all=True)
-
-    def validate(self) -> None:
-        def bad(key: str) -> ConfigError:
-            return bad_value(SECTION, key, getattr(self, key), expectation(DSRConfig, key))
-
-        for key, allowed in _CHOICES.items():
-            if getattr(self, key) not in allowed:
-                raise bad(key)
-        if self.query_trainable_layers is not None and self.query_trainable_layers < 0:
-            raise bad("query_trainable_layers")
-        if self.chunk_lr is not None and not self.chunk_lr > 0:
-            raise bad("chunk_lr")
-        if self.synthetic_per_epoch is not None and self.synthetic_per_epoch < 1:
-            raise bad("synthetic_per_epoch")
-        for key in ("max_chunk_length", "max_document_length", "max_query_length", "chunk_layers", "chunk_heads",
-                    "epochs", "batch_size", "eval_batch_size", "accumulation_steps"):
-            if getattr(self, key) < 1:
-                raise bad(key)
-        for key in ("temperature", "lr"):
-            if not getattr(self, key) > 0:
-                raise bad(key)
-        for key in ("weight_decay", "max_grad_norm"):
-            if not getattr(self, key) >= 0:
-                raise bad(key)
-        if not 0 <= self.warmup_ratio <= 1:
-            raise bad("warmup_ratio")
-        if self.max_document_length < self.max_chunk_length:
-            raise ConfigError(
-                f"params.yaml: '{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
-                f"'{SECTION}.max_chunk_length' ({self.max_chunk_length})"
-            )
-
-
-# ---------------------------------------------------------------------------
-# Model construction
-# ---------------------------------------------------------------------------
-
-
-def _source(init: str, config: DSRConfig, pretrained: str | os.PathLike) -> tuple[str, bool]:
-    """(name_or_path, random_init) of the backbone for ``init`` = pretrain | base."""
-    if init == "pretrain":
-        return str(pretrained), False
-    if config.base_model == "random":
-        return str(pretrained), True
-    return config.base_model, False
-
-
-def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
-    """A fresh DSR: both backbones from ``pretrained`` (the domain-adapted MLM) or the base model."""
-    if config.chunk_encoder == "frozen" and config.article_init != "pretrain":
-        raise ConfigError(
-            f"params.yaml: '{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
-            f"it needs '{SECTION}.article_init' = pretrain (got {config.article_init!r})"
-        )
-    q_path, q_random = _source(config.query_init, config, pretrained)
-    a_path, a_random = _source(config.article_init, config, pretrained)
-    log.info("query encoder from %s%s, article encoder from %s%s",
-             q_path, " (random init)" if q_random else "", a_path, " (random init)" if a_random else "")
-    query = QueryEncoder.from_pretrained(
-        q_path, max_length=config.max_query_length, token_pooling=config.token_pooling, random_init=q_random,
-        trainable_layers=config.query_trainable_layers,
-    )
-    article = HierarchicalArticleEncoder.from_pretrained(
-        a_path,
-        random_init=a_random,
-        identity_init=config.chunk_identity_init,
-        freeze_backbone=config.chunk_encoder == "frozen",
-        max_chunk_length=config.max_chunk_length,
-        max_document_length=config.max_document_length,
-        pooling=config.pooling,
-        num_layers=config.chunk_layers,
-        num_heads=config.chunk_heads,
-        token_pooling=config.token_pooling,
-    )
-    return DSR(query, article, temperature=config.temperature)
-
-
-# ---------------------------------------------------------------------------
-# Training data
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One (question, gold article) training pair."""
-
-    query: str
-    key: tuple[str, int]  # (split, question id): the negatives' key
-    gold: frozenset[int]  # all gold articles of the question
-    positive: int
-    negatives: tuple[int, ...]  # BM25 negatives of the question (never gold)
-
-
-@dataclass
-class TrainingData:
-    pairs: list[Pair]  # real training pairs, used every epoch
-    article_ids: list[int]  # corpus order
-    article_texts: list[str]
-    synthetic_pairs: list[Pair] = field(default_factory=list)  # sampled per epoch (synthetic_per_epoch)
-    dev_questions: list[str] = field(default_factory=list)
-    dev_qrels: dict[int, set[int]] = field(default_factory=dict)  # question id -> gold ids
-    dev_ids: list[int] = field(default_factory=list)
-    dev_pairs: list[Pair] = field(default_factory=list)  # (dev question, gold) pairs: the refit's extra pairs
-    chunks: Any = None  # lexgraph.chunks.ChunkTable of the corpus (frozen chunk encoder), else None
-
-
-def _negatives_index(negatives, corpus: set[int]) -> dict[tuple[str, int], list[int]]:
-    index: dict[tuple[str, int], list[int]] = {}
-    dropped = 0
-    for qid, split, neg in zip(negatives["question_id"].to_list(), negatives["split"].to_list(),
-                               negatives["negative_ids"].to_list()):
-        kept = [int(a) for a in (neg or []) if int(a) in corpus]
-        dropped += len(neg or []) - len(kept)
-        index.setdefault((str(split), int(qid)), []).extend(kept)
-    if dropped:
-        log.warning("%d negative ids are not in the corpus and were dropped", dropped)
-    return index
-
-
-def build_pairs(questions, negatives, corpus: set[int], path="questions") -> list[Pair]:
-    """Pairs (question, gold article) of a questions table, with their BM25 negatives.
-
-    ``questions`` needs ``id``, ``question``, ``article_ids`` (list[int]), ``split``;
-    ``negatives`` ``question_id``, ``split``, ``negative_ids``. Gold articles missing from
-    ``corpus`` raise :class:`DataError`; negatives that are gold are dropped.
-    """
-    index = _negatives_index(negatives, corpus)
-    pairs: list[Pair] = []
-    rows = zip(questions["id"].to_list(), questions["question"].to_list(),
-               questions["article_ids"].to_list(), questions["split"].to_list())
-    for row, (qid, text, gold, split) in enumerate(rows):
-        gold_ids = [int(a) for a in (gold or [])]
-        if not gold_ids:
-            raise DataError(path, "question without gold article", row=row, column="article_ids")
-        missing = [a for a in gold_ids if a not in corpus]
-        if missing:
-            raise DataError(path, f"gold article ids {missing} are not in the corpus", row=row, column="article_ids")
-        gold_set = frozenset(gold_ids)
-        negs = tuple(dict.fromkeys(a for a in index.get((str(split), int(qid)), []) if a not in gold_set))
-        for article in dict.fromkeys(gold_ids):
-            pairs.append(Pair(str(text), (str(split), int(qid)), gold_set, article, negs))
-    return pairs
-
-
-def split_pairs(questions, negatives, corpus: set[int], splits: Sequence[str], path="questions") -> list[Pair]:
-    """:func:`build_pairs` of the questions whose split is in ``splits``, split after split."""
-    import polars as pl
-
-    pairs: list[Pair] = []
-    for split in splits:
-        pairs += build_pairs(questions.filter(pl.col("split") == split), negatives, corpus, path)
-    return pairs
-
-
-def load_training_data(
-    articles_path, questions_path, synthetic_path, negatives_path, use_synthetic: bool, refit: bool = False
-) -> TrainingData:
-    """Read the stage inputs into :class:`TrainingData` (train + optional synthetic pairs, dev qrels;
-    with ``refit`` the dev pairs too)."""
-    import polars as pl
-
-    articles = read_parquet(articles_path, ["id", "article"])
-    qcols = ["id", "question", "article_ids", "split"]
-    questions = read_parquet(questions_path, qcols)
-    negatives = read_parquet(negatives_path, ["question_id", "split", "negative_ids"])
-    article_ids = [int(a) for a in articles["id"].to_list()]
-    corpus = set(article_ids)
-    if len(corpus) != len(article_ids):
-        raise DataError(articles_path, "article ids are not unique", column="id")
-    train = questions.filter(pl.col("split") == "train")
-    if train.height == 0:
-        raise DataError(questions_path, "no question with split 'train'", column="split")
-    pairs = split_pairs(questions, negatives, corpus, ["train"], questions_path)
-    log.info("%d training pairs from %d train questions", len(pairs), train.height)
-    synthetic_pairs: list[Pair] = []
-    if use_synthetic:
-        synthetic = read_parquet(synthetic_path, qcols)
-        synthetic_pairs = build_pairs(synthetic, negatives, corpus, synthetic_path)
-        log.info("%d synthetic pairs from %s", len(synthetic_pairs), synthetic_path)
-    dev = questions.filter(pl.col("split") == "dev")
-    texts = ["" if t is None else str(t) for t in articles["article"].to_list()]
-    data = TrainingData(pairs, article_ids, texts, synthetic_pairs)
-    data.dev_ids = [int(q) for q in dev["id"].to_list()]
-    data.dev_questions = [str(q) for q in dev["question"].to_list()]
-    data.dev_qrels = {int(q): {int(a) for a in gold} for q, gold in zip(data.dev_ids, dev["article_ids"].to_list())}
-    if refit:  # dev questions have BM25 negatives only when mined (negatives.splits lists dev)
-        data.dev_pairs = split_pairs(questions, negatives, corpus, ["dev"], questions_path)
-        log.info("%d dev pairs for the refit (%d with BM25 negatives, the others a random non-gold article)",
-                 len(data.dev_pairs), sum(1 for p in data.dev_pairs if p.negatives))
-    return data
-
-
-def sample_negatives(pairs: Sequence[Pair], article_ids: Sequence[int], rng: np.random.Generator) -> list[int]:
-    """One hard negative per pair (uniform over its BM25 negatives; a random non-gold
-    article when it has none)."""
-    out = []
-    for pair in pairs:
-        if pair.negatives:
-            out.append(pair.negatives[int(rng.integers(len(pair.negatives)))])
-            continue
-        if len(pair.gold) >= len(article_ids):
-            raise DataError("negatives", f"question {pair.key} cites every article; no negative exists")
-        while True:
-            candidate = int(article_ids[int(rng.integers(len(article_ids)))])
-            if candidate not in pair.gold:
-                out.append(candidate)
-                break
-    return out
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""The ``dsr`` section of params.yaml (:class:`DSRConfig`) and building a fresh DSR from it
+(the loop is :mod:`lexgraph.training.dsr`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+from lexgraph.config import bad_value, expectation, section_config
+from lexgraph.errors import ConfigError
+from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+from lexgraph.models.dsr import DSR
+from lexgraph.models.encoders import QueryEncoder
+
+log = logging.getLogger(__name__)
+
+SECTION = "dsr"
+EVAL_CUTOFF = 200  # model selection: dev recall@200 (G-DSR)
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+
+_CHOICES = {
+    "article_init": ("pretrain", "base"),
+    "query_init": ("pretrain", "base"),
+    "chunk_encoder": ("finetune", "frozen"),
+    "pooling": ("max", "mean", "token_mean"),
+    "token_pooling": ("cls", "mean"),
+}
+_POSITIVE = {"expected": "a positive integer"}
+
+
+def _one_of(key: str) -> dict[str, str]:
+    return {"expected": f"one of {', '.join(_CHOICES[key])}"}
+
+
+@dataclass(frozen=True)
+class DSRConfig:
+    """The ``dsr`` section of ``params.yaml`` (see the comments there); every key is required."""
+
+    article_init: str = field(default="pretrain", metadata=_one_of("article_init"))
+    query_init: str = field(default="pretrain", metadata=_one_of("query_init"))
+    base_model: str = "random"  # HF name/dir, or `random` (pretrain's config, random weights)
+    synthetic: bool = True
+    # synthetic pairs drawn per epoch (None: all)
+    synthetic_per_epoch: int | None = field(default=None, metadata={"expected": "null or a positive integer"})
+    chunk_encoder: str = field(default="finetune", metadata=_one_of("chunk_encoder"))  # frozen: cached chunk vectors
+    # None: all weights; N: top N blocks (embeddings frozen)
+    query_trainable_layers: int | None = field(default=None, metadata={"expected": "null or an integer >= 0"})
+    chunk_identity_init: bool = False  # identity-initialised (pre-LN, zero residual) chunk Transformer
+    chunk_lr: float | None = field(default=None, metadata={"expected": "null or a positive number"})  # None: lr
+    pooling: str = field(default="max", metadata=_one_of("pooling"))  # over chunks
+    token_pooling: str = field(default="cls", metadata=_one_of("token_pooling"))  # over a question's / chunk's tokens
+    max_chunk_length: int = field(default=128, metadata=_POSITIVE)
+    max_document_length: int = field(default=1024, metadata=_POSITIVE)
+    max_query_length: int = field(default=512, metadata=_POSITIVE)
+    chunk_layers: int = field(default=2, metadata=_POSITIVE)
+    chunk_heads: int = field(default=12, metadata=_POSITIVE)
+    temperature: float = field(default=0.01, metadata={"expected": "a positive number"})
+    epochs: int = field(default=15, metadata=_POSITIVE)
+    batch_size: int = field(default=24, metadata=_POSITIVE)
+    lr: float = field(default=2e-5, metadata={"expected": "a positive number"})
+    warmup_ratio: float = field(default=0.05, metadata={"expected": "a number in [0, 1]"})
+    weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
+    max_grad_norm: float = field(default=1.0, metadata={"expected": "a number >= 0"})
+    eval_batch_size: int = field(default=64, metadata=_POSITIVE)
+    # micro-batches per batch (per process): same updates, less memory per forward
+    accumulation_steps: int = field(default=1, metadata=_POSITIVE)
+    # after choosing the epoch on dev, retrain from the same start on train+dev for that many epochs (G-DSR appendix B)
+    refit: bool = field(default=False, metadata={"expected": "true or false"})
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
+        return section_config(cls, params, SECTION, require_all=True)
+
+    def validate(self) -> None:
+        def bad(key: str) -> ConfigError:
+            return bad_value(SECTION, key, getattr(self, key), expectation(DSRConfig, key))
+
+        for key, allowed in _CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise bad(key)
+        if self.query_trainable_layers is not None and self.query_trainable_layers < 0:
+            raise bad("query_trainable_layers")
+        if self.chunk_lr is not None and not self.chunk_lr > 0:
+            raise bad("chunk_lr")
+        if self.synthetic_per_epoch is not None and self.synthetic_per_epoch < 1:
+            raise bad("synthetic_per_epoch")
+        for key in ("max_chunk_length", "max_document_length", "max_query_length", "chunk_layers", "chunk_heads",
+                    "epochs", "batch_size", "eval_batch_size", "accumulation_steps"):
+            if getattr(self, key) < 1:
+                raise bad(key)
+        for key in ("temperature", "lr"):
+            if not getattr(self, key) > 0:
+                raise bad(key)
+        for key in ("weight_decay", "max_grad_norm"):
+            if not getattr(self, key) >= 0:
+                raise bad(key)
+        if not 0 <= self.warmup_ratio <= 1:
+            raise bad("warmup_ratio")
+        if self.max_document_length < self.max_chunk_length:
+            raise ConfigError(
+                f"params.yaml: '{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
+                f"'{SECTION}.max_chunk_length' ({self.max_chunk_length})"
+            )
+
+
+# ---------------------------------------------------------------------------
+# Model construction
+# ---------------------------------------------------------------------------
+
+
+def _source(init: str, config: DSRConfig, pretrained: str | os.PathLike) -> tuple[str, bool]:
+    """(name_or_path, random_init) of the backbone for ``init`` = pretrain | base."""
+    if init == "pretrain":
+        return str(pretrained), False
+    if config.base_model == "random":
+        return str(pretrained), True
+    return config.base_model, False
+
+
+def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
+    """A fresh DSR: both backbones from ``pretrained`` (the domain-adapted MLM) or the base model."""
+    if config.chunk_encoder == "frozen" and config.article_init != "pretrain":
+        raise ConfigError(
+            f"params.yaml: '{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
+            f"it needs '{SECTION}.article_init' = pretrain (got {config.article_init!r})"
+        )
+    q_path, q_random = _source(config.query_init, config, pretrained)
+    a_path, a_random = _source(config.article_init, config, pretrained)
+    log.info("query encoder from %s%s, article encoder from %s%s",
+             q_path, " (random init)" if q_random else "", a_path, " (random init)" if a_random else "")
+    query = QueryEncoder.from_pretrained(
+        q_path, max_length=config.max_query_length, token_pooling=config.token_pooling, random_init=q_random,
+        trainable_layers=config.query_trainable_layers,
+    )
+    article = HierarchicalArticleEncoder.from_pretrained(
+        a_path,
+        random_init=a_random,
+        identity_init=config.chunk_identity_init,
+        freeze_backbone=config.chunk_encoder == "frozen",
+        max_chunk_length=config.max_chunk_length,
+        max_document_length=config.max_document_length,
+        pooling=config.pooling,
+        num_layers=config.chunk_layers,
+        num_heads=config.chunk_heads,
+        token_pooling=config.token_pooling,
+    )
+    return DSR(query, article, temperature=config.temperature)
