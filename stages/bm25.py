@@ -14,9 +14,9 @@ log = logging.getLogger("lexgraph.bm25")
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--tuned", default="metrics/bm25_tune.json", help="bm25_tune's best pair")
-    parser.add_argument("--out", default="models/bm25")
+    parser.add_argument("--articles", required=True)
+    parser.add_argument("--tuned", required=True, help="bm25_tune's best pair")
+    parser.add_argument("--out", required=True)
 
 
 def main(args, base, params):

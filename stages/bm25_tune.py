@@ -12,10 +12,10 @@ from lexgraph.retrieval.bm25_pipeline import Bm25TuneConfig, tune_grid
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--best", default="metrics/bm25_tune.json", help="best pair (metrics JSON)")
-    parser.add_argument("--grid", default="metrics/bm25_tune.csv", help="whole grid (plot data)")
+    parser.add_argument("--articles", required=True)
+    parser.add_argument("--questions", required=True)
+    parser.add_argument("--best", required=True, help="best pair (metrics JSON)")
+    parser.add_argument("--grid", required=True, help="whole grid (plot data)")
 
 
 def main(args, base, params):

@@ -9,11 +9,11 @@ from lexgraph.io import read_parquet, write_json
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--headings", default="data/clean/headings.parquet")
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--out", default="data/graph", help="output directory (graph.pt, nodes.parquet)")
-    parser.add_argument("--metrics", default="metrics/graph.json")
+    parser.add_argument("--articles", required=True)
+    parser.add_argument("--headings", required=True)
+    parser.add_argument("--questions", required=True)
+    parser.add_argument("--out", required=True, help="output directory (graph.pt, nodes.parquet)")
+    parser.add_argument("--metrics", required=True)
 
 
 def main(args, base, params):

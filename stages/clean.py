@@ -10,9 +10,9 @@ from lexgraph.io import atomic_path, read_parquet, write_json
 
 
 def configure(parser):
-    parser.add_argument("--raw", default="data/raw", help="fetch's output directory")
-    parser.add_argument("--out", default="data/clean", help="output directory")
-    parser.add_argument("--metrics", default="metrics/data.json")
+    parser.add_argument("--raw", required=True, help="fetch's output directory")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--metrics", required=True)
 
 
 def main(args, base, params):

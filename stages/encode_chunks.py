@@ -15,10 +15,10 @@ from lexgraph.training.dsr_config import DSRConfig
 
 
 def configure(parser):
-    parser.add_argument("--pretrained", default="models/pretrain", help="base checkpoint (pretrain stage)")
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--headings", default="data/clean/headings.parquet")
-    parser.add_argument("--out", default="data/chunks")
+    parser.add_argument("--pretrained", required=True, help="base checkpoint (pretrain stage)")
+    parser.add_argument("--articles", required=True)
+    parser.add_argument("--headings", required=True)
+    parser.add_argument("--out", required=True)
 
 
 def main(args, base, params):

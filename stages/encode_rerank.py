@@ -13,11 +13,11 @@ from lexgraph.models.mvcl_features import build_features
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--pretrain", default="models/pretrain")
-    parser.add_argument("--out", default="data/rerank")
-    parser.add_argument("--metrics", default="metrics/encode_rerank.json")
+    parser.add_argument("--articles", required=True)
+    parser.add_argument("--questions", required=True)
+    parser.add_argument("--pretrain", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--metrics", required=True)
 
 
 def main(args, base, params):

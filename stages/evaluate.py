@@ -20,10 +20,10 @@ log = logging.getLogger("lexgraph.evaluate")
 
 
 def configure(parser):
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--runs", default="data/runs", help="TREC runs: <runs>/<system>/<split>.trec")
-    parser.add_argument("--metrics-dir", default="metrics")
-    parser.add_argument("--workspace", default=".", help="where the systems' artefacts are (models/, data/)")
+    parser.add_argument("--questions", required=True)
+    parser.add_argument("--runs", required=True, help="TREC runs: <runs>/<system>/<split>.trec")
+    parser.add_argument("--metrics-dir", required=True)
+    parser.add_argument("--workspace", required=True, help="where the systems' artefacts are (models/, data/)")
 
 
 def main(args, base, params):

@@ -10,7 +10,7 @@ from lexgraph.io import atomic_path
 
 
 def configure(parser):
-    parser.add_argument("--out", default="data/raw", help="output directory")
+    parser.add_argument("--out", required=True, help="output directory")
 
 
 def main(args, base, params):

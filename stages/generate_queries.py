@@ -5,8 +5,8 @@ from lexgraph.stage import run_stage
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet", help="clean articles (Parquet)")
-    parser.add_argument("--out", default="data/queries/synthetic.parquet", help="output synthetic questions (Parquet)")
+    parser.add_argument("--articles", required=True, help="clean articles (Parquet)")
+    parser.add_argument("--out", required=True, help="output synthetic questions (Parquet)")
 
 
 def main(args, base, params):

@@ -13,10 +13,10 @@ from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig, dense_syst
 
 
 def configure(parser):
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--workspace", default=".", help="where the systems' artefacts are (models/, data/)")
-    parser.add_argument("--out", default="models/hybrid", help="directory of hybrid.json (the chosen fusion)")
-    parser.add_argument("--metrics", default="metrics/hybrid_tune.json")
+    parser.add_argument("--questions", required=True)
+    parser.add_argument("--workspace", required=True, help="where the systems' artefacts are (models/, data/)")
+    parser.add_argument("--out", required=True, help="directory of hybrid.json (the chosen fusion)")
+    parser.add_argument("--metrics", required=True)
 
 
 def main(args, base, params):

@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--articles", type=Path, required=True, help="clean articles (Parquet)")
     parser.add_argument("--questions", type=Path, required=True, help="clean questions (Parquet)")
     parser.add_argument(
-        "--synthetic", type=Path, default=None,
+        "--synthetic", type=Path, required=True,
         help="synthetic questions (Parquet, questions schema); skipped with a warning when the file is absent",
     )
     parser.add_argument("--out", type=Path, required=True, help="output negatives (Parquet)")

@@ -5,9 +5,9 @@ from lexgraph.stage import run_stage
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet", help="clean articles (Parquet)")
-    parser.add_argument("--out", default="models/pretrain", help="output checkpoint directory (model + tokenizer)")
-    parser.add_argument("--metrics", default="metrics/pretrain.json", help="output metrics (JSON)")
+    parser.add_argument("--articles", required=True, help="clean articles (Parquet)")
+    parser.add_argument("--out", required=True, help="output checkpoint directory (model + tokenizer)")
+    parser.add_argument("--metrics", required=True, help="output metrics (JSON)")
 
 
 def main(args, base, params):

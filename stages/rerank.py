@@ -18,11 +18,11 @@ from lexgraph.training.rerank import first_stage_lists, train
 
 
 def configure(parser):
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--features", default="data/rerank")
-    parser.add_argument("--workspace", default=".", help="where the first-stage system's artefacts are")
-    parser.add_argument("--out", default="models/mvcl")
-    parser.add_argument("--metrics", default="metrics/rerank.json")
+    parser.add_argument("--questions", required=True)
+    parser.add_argument("--features", required=True)
+    parser.add_argument("--workspace", required=True, help="where the first-stage system's artefacts are")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--metrics", required=True)
 
 
 def main(args, base, params):

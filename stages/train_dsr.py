@@ -7,39 +7,20 @@ import logging
 import sys
 
 from lexgraph.config import resolve_device
-from lexgraph.training.dsr import run_train_dsr
+from lexgraph.stage import add_paths, paths_from
+from lexgraph.training.dsr import TrainDsrPaths, run_train_dsr
 from lexgraph.training.dsr_config import DSRConfig
 
 log = logging.getLogger("lexgraph.train_dsr")
 
 
 def configure(parser):
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--synthetic", default="data/queries/synthetic.parquet", help="read when dsr.synthetic is true")
-    parser.add_argument("--negatives", default="data/negatives/negatives.parquet")
-    parser.add_argument("--pretrained", default="models/pretrain", help="domain-adapted MLM checkpoint")
-    parser.add_argument("--chunks", default="data/chunks", help="encode_chunks cache (frozen chunk encoder)")
-    parser.add_argument("--out", default="models/dsr")
-    parser.add_argument("--metrics", default="metrics/train_dsr.json")
-    parser.add_argument("--plot", default="metrics/train_dsr_curve.csv", help="per-epoch loss and dev recall@200")
+    add_paths(parser, TrainDsrPaths)
 
 
 def main(args, base, params):
-    summary = run_train_dsr(
-        articles=args.articles,
-        questions=args.questions,
-        synthetic=args.synthetic,
-        negatives=args.negatives,
-        pretrained=args.pretrained,
-        chunks=args.chunks,
-        out=args.out,
-        metrics=args.metrics,
-        plot=args.plot,
-        params=params,
-        device=resolve_device(base.device),
-        seed=base.seed,
-    )
+    summary = run_train_dsr(paths_from(TrainDsrPaths, args), DSRConfig.from_params(params),
+                            resolve_device(base.device), base.seed)
     log.info("train_dsr: best epoch %s, dev recall@200 %s", summary["best_epoch"], summary["dev_recall@200"])
 
 

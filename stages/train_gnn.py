@@ -4,40 +4,24 @@ from __future__ import annotations
 
 import sys
 
+from lexgraph.stage import add_paths, paths_from
 from lexgraph.training.gnn_config import VARIANTS
+from lexgraph.training.gnn import TrainGnnPaths
 
 
 def configure(parser):
     parser.add_argument("--variant", required=True, choices=VARIANTS)
-    parser.add_argument("--graph", default="data/graph", help="build_graph output directory")
-    parser.add_argument("--embed", default="data/embed", help="embed output directory")
-    parser.add_argument("--questions", default="data/clean/questions.parquet")
-    parser.add_argument("--negatives", default="data/negatives/negatives.parquet")
-    parser.add_argument("--dsr", default="models/dsr", help="trained DSR (its query encoder starts QABISAR's)")
-    parser.add_argument("--hprior", default="models/hprior", help="hprior stage output (the prior the GNN starts from)")
-    parser.add_argument("--out", default=None, help="model directory (default: models/gnn_<variant>)")
-    parser.add_argument("--metrics", default=None, help="metrics JSON (default: metrics/train_gnn_<variant>.json)")
+    add_paths(parser, TrainGnnPaths)
 
 
 def main(args, base, params):
     """Train the graph encoder of one variant."""
     from lexgraph.config import resolve_device
     from lexgraph.training.gnn import run_train_gnn
+    from lexgraph.training.gnn_config import GNNSettings
 
-    run_train_gnn(
-        args.variant,
-        graph=args.graph,
-        embed=args.embed,
-        questions=args.questions,
-        negatives=args.negatives,
-        dsr=args.dsr,
-        hprior=args.hprior,
-        out=args.out or f"models/gnn_{args.variant}",
-        metrics=args.metrics or f"metrics/train_gnn_{args.variant}.json",
-        params=params,
-        device=resolve_device(base.device),
-        seed=base.seed,
-    )
+    run_train_gnn(paths_from(TrainGnnPaths, args), GNNSettings.from_params(params, args.variant),
+                  resolve_device(base.device), base.seed)
 
 
 if __name__ == "__main__":

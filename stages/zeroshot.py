@@ -10,10 +10,10 @@ from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
 
 
 def configure(parser):
-    parser.add_argument("--pretrained", default="models/pretrain", help="base checkpoint (pretrain stage)")
-    parser.add_argument("--articles", default="data/clean/articles.parquet")
-    parser.add_argument("--chunks", default="data/chunks", help="encode_chunks cache, reused when chunked alike")
-    parser.add_argument("--out", default="data/zeroshot")
+    parser.add_argument("--pretrained", required=True, help="base checkpoint (pretrain stage)")
+    parser.add_argument("--articles", required=True)
+    parser.add_argument("--chunks", required=True, help="encode_chunks cache, reused when chunked alike")
+    parser.add_argument("--out", required=True)
 
 
 def main(args, base, params):

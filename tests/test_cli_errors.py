@@ -238,7 +238,7 @@ def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected
         SETUP[case](ws)
     args = argv(ws)
     if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-")):
-        monkeypatch.setattr("lexgraph.retrieval.load_retriever", no_retriever)  # checked before any loading
+        monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)  # checked before any loading
     before = snapshot(ws)
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -252,7 +252,7 @@ def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_device_error_names_the_option(ws, capsys, monkeypatch):
-    monkeypatch.setattr("lexgraph.retrieval.load_retriever", no_retriever)
+    monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)
     before = snapshot(ws)
     assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--device", "cuda")) == 2
     err = capsys.readouterr().err
@@ -263,7 +263,7 @@ def test_device_error_names_the_option(ws, capsys, monkeypatch):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):
-    monkeypatch.setattr("lexgraph.retrieval.load_retriever", no_retriever)
+    monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)
     (ws / "ro").mkdir()
     (ws / "ro").chmod(0o555)
     try:

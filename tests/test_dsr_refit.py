@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 import polars as pl
@@ -161,12 +161,12 @@ def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, mo
                                 ("zero", True, [0.9, 0.1, 0.3])):
         _force_dev(monkeypatch, scores)
         out = tmp_path / name
-        dsr.run_train_dsr(
+        paths = dsr.TrainDsrPaths(
             articles=tmp_path / "a.parquet", questions=tmp_path / "q.parquet", synthetic=tmp_path / "none",
             negatives=tmp_path / "n.parquet", pretrained=tiny_model_dir, chunks=tmp_path / "none",
             out=out / "dsr", metrics=out / "m.json", plot=out / "c.csv",
-            params=asdict(_config(epochs=2, refit=refit)), device=torch.device("cpu"), seed=3,
         )
+        dsr.run_train_dsr(paths, _config(epochs=2, refit=refit), torch.device("cpu"), seed=3)
         summaries[name] = json.loads((out / "m.json").read_text())
         assert (out / "c.csv").read_text().count("\n") == 4  # the selection run's curve: epochs 0, 1, 2
     assert not {"refit", "dev_metrics_of", "dev_held_out"} & set(summaries["off"])

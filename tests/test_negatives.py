@@ -157,7 +157,7 @@ def test_stage_fails_cleanly_without_article_ids(tmp_path, capsys):
     out = tmp_path / "out" / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
@@ -175,7 +175,7 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
     err = capsys.readouterr().err.strip()
     assert "column 'article_ids'" in err and len(err.splitlines()) == 1
@@ -192,7 +192,7 @@ def test_stage_rejects_bad_params(tmp_path, capsys, bad):
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
     assert f"negatives.{key}" in capsys.readouterr().err
     assert not out.exists()

@@ -34,6 +34,7 @@ import os
 import sys
 from pathlib import Path
 
+from lexgraph import layout
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.retrieval.systems import SYSTEMS
 
@@ -122,7 +123,7 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
         if resolved == qpath.resolve() or (path.exists() and qpath.exists() and path.samefile(qpath)):
             raise LexgraphError(f"--run {run} is the --questions file; refusing to overwrite an input, "
                                 "expected a separate output path")
-    for managed in ("data", "models"):
+    for managed in layout.MANAGED_ROOTS:
         root = (workspace / managed).resolve()
         if resolved == root or root in resolved.parents:
             raise LexgraphError(f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
@@ -148,7 +149,7 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
 def _articles(workspace: Path):
     from lexgraph.io import read_parquet
 
-    return read_parquet(workspace / "data" / "clean" / "articles.parquet", ["id", "article", "reference", "path"])
+    return read_parquet(layout.articles(workspace), ["id", "article", "reference", "path"])
 
 
 def _display(retriever, workspace: Path):

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from lexgraph.config import bad_value, expectation, section_config
-from lexgraph.errors import DataError, LexgraphError
+from lexgraph.errors import DataError
 from lexgraph.io import atomic_path, load_tensors, read_parquet, save_tensors
 
 log = logging.getLogger(__name__)
@@ -155,26 +155,26 @@ def embed_all(
     return counts
 
 
-def run_embed(
-    dsr_dir: str | os.PathLike,
-    chunks_dir: str | os.PathLike,
-    articles_path: str | os.PathLike,
-    headings_path: str | os.PathLike,
-    questions_path: str | os.PathLike,
-    out: str | os.PathLike,
-    params: dict[str, Any],
-    device,
-) -> dict[str, int]:
-    """The ``embed`` stage: load the DSR, encode, write ``out`` atomically."""
-    from lexgraph.config import require
+@dataclass(frozen=True)
+class EmbedPaths:
+    """The ``embed`` stage's inputs and output (``dvc.yaml`` names them)."""
+
+    dsr: Path = field(metadata={"help": "trained DSR (train_dsr output directory)"})
+    chunks: Path = field(metadata={"help": "encode_chunks cache (read with a frozen chunk encoder)"})
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    out: Path = field(metadata={"help": "output directory (articles/headings/questions.safetensors)"})
+
+
+def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
+    """The ``embed`` stage: load the DSR, encode, write ``paths.out`` atomically."""
     from lexgraph.models.dsr import DSR
 
-    batch_size = require(params, "batch_size", "embed", int)
-    if batch_size < 1:
-        raise LexgraphError(f"params.yaml: 'embed.batch_size' = {batch_size}, expected a positive integer")
-    articles = read_parquet(articles_path, ["id", "article"])
-    headings = read_parquet(headings_path, ["heading_id", "text"])
-    questions = read_parquet(questions_path, ["id", "question"])
+    batch_size, dsr_dir, out = config.batch_size, paths.dsr, paths.out
+    articles = read_parquet(paths.articles, ["id", "article"])
+    headings = read_parquet(paths.headings, ["heading_id", "text"])
+    questions = read_parquet(paths.questions, ["id", "question"])
     from lexgraph.chunks import check_settings, load_chunk_table
 
     from lexgraph.distributed import is_main, session, world_size
@@ -184,17 +184,17 @@ def run_embed(
         tables = {}
         if model.article_encoder.freeze_backbone:  # aggregate the encode_chunks cache
             for name in ("articles", "headings"):
-                path = Path(chunks_dir) / f"{name}.safetensors"
+                path = paths.chunks / f"{name}.safetensors"
                 tables[name] = load_chunk_table(path)
                 check_settings(tables[name], model.article_encoder, path)
         else:
             model = DSR.load(dsr_dir, device=device)
-        paths = {"articles": articles_path, "headings": headings_path, "questions": questions_path}
+        sources = {"articles": paths.articles, "headings": paths.headings, "questions": paths.questions}
         if not is_main():
-            return embed_all(model, articles, headings, questions, None, batch_size=batch_size, paths=paths,
+            return embed_all(model, articles, headings, questions, None, batch_size=batch_size, paths=sources,
                              chunk_tables=tables, distributed=True)
         with atomic_path(out, directory=True) as tmp:
-            counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=paths,
+            counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=sources,
                                chunk_tables=tables, distributed=True)
         log.info("wrote %s%s", ", ".join(f"{out}/{name}.safetensors" for name in FILES),
                  f" ({world_size()} processes)" if world_size() > 1 else "")

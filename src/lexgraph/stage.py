@@ -22,15 +22,32 @@ section. A :class:`LexgraphError` becomes one line on stderr and exit status 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from lexgraph.config import Base, load_params, seed_everything, set_deterministic
 from lexgraph.errors import LexgraphError
 
 log = logging.getLogger("lexgraph")
+
+P = TypeVar("P")
+
+
+def add_paths(parser: argparse.ArgumentParser, paths: type) -> None:
+    """One required ``--<field>`` option per field of the dataclass ``paths`` (a stage's paths
+    object), with the field's ``metadata["help"]``: dvc.yaml writes them all."""
+    for f in dataclasses.fields(paths):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=Path, required=True,
+                            help=f.metadata.get("help"))
+
+
+def paths_from(paths: type[P], args: argparse.Namespace) -> P:
+    """The paths object of ``args`` (the options :func:`add_paths` declared)."""
+    return paths(**{f.name: getattr(args, f.name) for f in dataclasses.fields(paths)})
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from lexgraph import layout
 from lexgraph.config import section_config
 from lexgraph.errors import ConfigError, DataError
 
@@ -134,7 +135,6 @@ def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike
     return {"articles": len(ids), "windows": windows, **asdict(config)}
 
 
-ZEROSHOT_DIR = Path("data/zeroshot")
 
 
 def load_system(workspace: Path, device: str = "auto", index=None):
@@ -145,8 +145,8 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     from lexgraph.retrieval.dense import DenseRetriever, _require
 
     workspace = Path(workspace)
-    settings_path = _require(workspace / ZEROSHOT_DIR / SETTINGS, "the zeroshot settings", "zeroshot")
-    emb_path = _require(workspace / ZEROSHOT_DIR / ARTICLES, "the zeroshot article embeddings", "zeroshot")
+    settings_path = _require(layout.ZEROSHOT.under(workspace, SETTINGS), "the zeroshot settings", "zeroshot")
+    emb_path = _require(layout.ZEROSHOT.under(workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot")
     try:
         settings = json.loads(settings_path.read_text(encoding="utf-8"))
         base = Path(settings["base"])

@@ -36,6 +36,7 @@ from typing import Any
 
 import polars as pl
 
+from lexgraph import layout
 from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
@@ -60,7 +61,7 @@ class FetchConfig:
     """The ``fetch`` section of params.yaml."""
 
     source: str = field(default="sample", metadata={"expected": f"one of {', '.join(SOURCES)}"})
-    sample_dir: str = "data/sample"
+    sample_dir: str = str(layout.SAMPLE)
     hub_repo: str = "maastrichtlawtech/bsard"
     revision: str | None = None  # a branch, tag or commit of the hub dataset
     local_dir: str | None = field(default=None, metadata={"expected": "null or a directory (for source local)"})
@@ -457,7 +458,7 @@ def fetch(params: dict, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataF
         raise ConfigError(f"params.yaml: 'fetch.source' = {source!r}, expected one of {', '.join(SOURCES)}")
     synthetic = bool(params.get("synthetic", False))
     if source == "sample":
-        articles, questions, negatives = fetch_directory(Path(params.get("sample_dir", "data/sample")), synthetic)
+        articles, questions, negatives = fetch_directory(Path(params.get("sample_dir", layout.SAMPLE)), synthetic)
     elif source == "local":
         if not params.get("local_dir"):
             raise ConfigError("params.yaml: fetch.source is 'local' but 'fetch.local_dir' is not set")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -17,8 +16,6 @@ log = logging.getLogger(__name__)
 
 SECTION = "rerank"
 SYSTEM = "mvcl"
-MODEL_DIR = Path("models/mvcl")
-FEATURES_DIR = Path("data/rerank")
 WEIGHTS = "mvcl.safetensors"
 SETTINGS = "mvcl.json"
 

@@ -58,6 +58,7 @@ from typing import Callable, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from lexgraph import layout
 from lexgraph.errors import LexgraphError
 from lexgraph.progress import progress, progress_bar
 
@@ -450,7 +451,7 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 def load_system(workspace: Path, device: str = "cpu") -> BM25:
     """Loader registered as ``bm25`` in :data:`lexgraph.retrieval.systems.SYSTEMS` (``device`` is unused)."""
-    directory = Path(workspace) / "models" / "bm25"
+    directory = layout.BM25.under(workspace)
     if not directory.is_dir():
         raise LexgraphError(f"{directory}: no BM25 index; run `dvc repro bm25` first")
     bm25 = BM25.load(directory)

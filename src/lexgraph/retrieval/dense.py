@@ -24,12 +24,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from lexgraph import layout
 from lexgraph.errors import LexgraphError
 
 log = logging.getLogger(__name__)
 
-DSR_DIR = Path("models/dsr")
-ARTICLE_EMBEDDINGS = Path("data/embed/articles.safetensors")
 
 
 class DenseRetriever:
@@ -141,8 +140,8 @@ def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetrieve
     from lexgraph.models.encoders import QueryEncoder
 
     workspace = Path(workspace)
-    query_dir = _require(workspace / DSR_DIR / "query_encoder", "the trained DSR query encoder", "embed")
-    emb_path = _require(workspace / ARTICLE_EMBEDDINGS, "the DSR article embeddings", "embed")
+    query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
+    emb_path = _require(layout.EMBED.under(workspace, "articles.safetensors"), "the DSR article embeddings", "embed")
     ids, embeddings = load_embeddings(emb_path)
     encoder = QueryEncoder.from_pretrained(query_dir)
     return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device), source=emb_path,

@@ -15,12 +15,11 @@ import logging
 from pathlib import Path
 
 from lexgraph.errors import LexgraphError
-from lexgraph.retrieval.dense import DSR_DIR, DenseRetriever
+from lexgraph import layout
+from lexgraph.retrieval.dense import DenseRetriever
 
 log = logging.getLogger(__name__)
 
-GDSR_DIR = Path("models/gnn_lge")
-QABISAR_DIR = Path("models/gnn_qabisar")
 ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
 
@@ -60,13 +59,14 @@ def _cosine(model_dir: Path) -> bool:
 def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``gdsr`` system: DSR query encoder + LGE article embeddings."""
     workspace = Path(workspace)
-    return load_dense("gdsr", workspace / DSR_DIR / "query_encoder", workspace / GDSR_DIR / ARTICLE_EMBEDDINGS,
-                      "train_gnn@lge", device, index, _cosine(workspace / GDSR_DIR))
+    model_dir = layout.GNN["lge"].under(workspace)
+    return load_dense("gdsr", layout.DSR.under(workspace, "query_encoder"), model_dir / ARTICLE_EMBEDDINGS,
+                      layout.GNN["lge"].stage, device, index, _cosine(model_dir))
 
 
 def load_qabisar(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
     """The ``qabisar`` system: distilled query encoder + QABISAR article embeddings."""
     workspace = Path(workspace)
-    model_dir = workspace / QABISAR_DIR
-    return load_dense("qabisar", model_dir / "query_encoder", model_dir / ARTICLE_EMBEDDINGS, "train_gnn@qabisar", device,
+    model_dir = layout.GNN["qabisar"].under(workspace)
+    return load_dense("qabisar", model_dir / "query_encoder", model_dir / ARTICLE_EMBEDDINGS, layout.GNN["qabisar"].stage, device,
                       index, _cosine(model_dir))

@@ -31,7 +31,6 @@ from lexgraph.metrics import METRICS, dense_run_metrics
 log = logging.getLogger(__name__)
 
 SECTION = "hprior"
-HPRIOR_DIR = Path("models/hprior")
 SETTINGS = HPRIOR_SETTINGS
 ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
@@ -155,9 +154,9 @@ def save(result: HpriorResult, out_dir: str | Path) -> None:
 
 def load_hprior(workspace: Path, device: str = "auto", index=None):
     """The ``hprior`` system: DSR query encoder + the propagated article vectors."""
-    from lexgraph.retrieval.dense import DSR_DIR
+    from lexgraph import layout
     from lexgraph.retrieval.gnn import load_dense
 
     workspace = Path(workspace)
-    return load_dense("hprior", workspace / DSR_DIR / "query_encoder", workspace / HPRIOR_DIR / ARTICLE_EMBEDDINGS,
+    return load_dense("hprior", layout.DSR.under(workspace, "query_encoder"), layout.HPRIOR.under(workspace, ARTICLE_EMBEDDINGS),
                       "hprior", device, index)

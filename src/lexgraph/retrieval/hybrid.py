@@ -63,6 +63,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from lexgraph import layout
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.errors import ConfigError, DataError, LexgraphError
@@ -77,7 +78,6 @@ DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar"
 NORMS: tuple[str, ...] = ("min-max", "zmuv")
 #: Depth at which a fused dev run is scored: the deepest rank a metric reads (recall@500).
 
-HYBRID_DIR = Path("models/hybrid")
 SETTINGS = "hybrid.json"
 FORMAT = "lexgraph-hybrid"
 FORMAT_VERSION = 1
@@ -356,7 +356,7 @@ def load_hybrid(workspace: Path, device: str = "auto", index=None) -> HybridRetr
     from lexgraph.retrieval.systems import load_retriever
 
     workspace = Path(workspace)
-    path = workspace / HYBRID_DIR / SETTINGS
+    path = layout.HYBRID.under(workspace, SETTINGS)
     settings = read_settings(path)
     sparse = load_retriever(settings["sparse"], workspace, device)
     dense = load_retriever(settings["dense"], workspace, device, index=index)

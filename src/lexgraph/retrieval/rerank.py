@@ -16,6 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
+from lexgraph import layout
+
 
 class MvclRetriever:
     name = "mvcl"
@@ -51,23 +53,23 @@ def load_mvcl(workspace: Path, device: str = "auto") -> MvclRetriever:
     from lexgraph.config import resolve_device
     from lexgraph.retrieval.systems import load_retriever
     from lexgraph.models.mvcl import load_model
-    from lexgraph.models.mvcl_config import FEATURES_DIR, MODEL_DIR
     from lexgraph.models.mvcl_features import FrozenTokenEncoder, TokenStore
 
     workspace = Path(workspace)
     dev = resolve_device(device)
-    model, settings = load_model(workspace / MODEL_DIR, dev)
+    model_dir = layout.MVCL.under(workspace)
+    model, settings = load_model(model_dir, dev)
     first = load_retriever(settings["first_stage"], workspace, device)
-    articles = TokenStore.load(workspace / FEATURES_DIR / "articles.safetensors")
-    encoder = FrozenTokenEncoder(workspace / "models/pretrain", dev)
-    return MvclRetriever(first, model, encoder, articles, settings, dev, str(workspace / MODEL_DIR))
+    articles = TokenStore.load(layout.RERANK_FEATURES.under(workspace, "articles.safetensors"))
+    encoder = FrozenTokenEncoder(layout.PRETRAIN.under(workspace), dev)
+    return MvclRetriever(first, model, encoder, articles, settings, dev, str(model_dir))
 
 
 def first_stage_of(workspace: Path) -> str | None:
     """The first stage named in ``models/mvcl/mvcl.json`` (None when absent)."""
     import json
 
-    path = Path(workspace) / "models/mvcl/mvcl.json"
+    path = layout.MVCL.under(workspace, "mvcl.json")
     if not path.is_file():  # absent, or switched off (rerank.enabled: false)
         return None
     return json.loads(path.read_text(encoding="utf-8")).get("first_stage")
@@ -75,4 +77,4 @@ def first_stage_of(workspace: Path) -> str | None:
 
 def is_switched_off(workspace: Path) -> bool:
     """True when the ``rerank`` stage ran with ``rerank.enabled: false`` (a placeholder in models/mvcl)."""
-    return (Path(workspace) / "models/mvcl/disabled.json").is_file()
+    return layout.MVCL.under(workspace, "disabled.json").is_file()

@@ -17,6 +17,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from lexgraph import layout
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval.bm25 import load_system as load_bm25
 from lexgraph.retrieval.dense import load_dsr
@@ -40,9 +41,6 @@ SYSTEMS: dict[str, Callable[..., "Retriever"]] = {
 }
 
 
-ARTICLES = Path("data/clean/articles.parquet")
-
-
 class Retriever(Protocol):
     name: str
     article_ids: np.ndarray
@@ -60,7 +58,7 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
     loader = SYSTEMS[system]
     takes_index = "index" in inspect.signature(loader).parameters
     retriever = loader(Path(workspace), device, index=index) if takes_index else loader(Path(workspace), device)
-    check_corpus(retriever, Path(workspace) / ARTICLES)
+    check_corpus(retriever, layout.articles(workspace))
     return retriever
 
 

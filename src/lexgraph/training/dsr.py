@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -237,36 +236,35 @@ def curve_csv(history: Sequence[dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_train_dsr(
-    *,
-    articles: str | os.PathLike,
-    questions: str | os.PathLike,
-    synthetic: str | os.PathLike,
-    negatives: str | os.PathLike,
-    pretrained: str | os.PathLike,
-    chunks: str | os.PathLike,
-    out: str | os.PathLike,
-    metrics: str | os.PathLike,
-    plot: str | os.PathLike,
-    params: dict[str, Any],
-    device: torch.device,
-    seed: int,
-) -> dict[str, Any]:
-    """The ``train_dsr`` stage: read inputs, train, write model/metrics/curve atomically.
+@dataclass(frozen=True)
+class TrainDsrPaths:
+    """The ``train_dsr`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
-    ``chunks``: the ``encode_chunks`` cache directory (read with a frozen chunk encoder).
-    """
-    config = DSRConfig.from_params(params)
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    synthetic: Path = field(metadata={"help": "synthetic questions (Parquet; read when dsr.synthetic is true)"})
+    negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
+    pretrained: Path = field(metadata={"help": "the base checkpoint (pretrain stage)"})
+    chunks: Path = field(metadata={"help": "encode_chunks cache (read with a frozen chunk encoder)"})
+    out: Path = field(metadata={"help": "model directory"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+    plot: Path = field(metadata={"help": "per-epoch loss and dev recall@200 (CSV)"})
+
+
+def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device, seed: int) -> dict[str, Any]:
+    """The ``train_dsr`` stage: read inputs, train, write model/metrics/curve atomically."""
     log.info("train_dsr config: %s", asdict(config))
+    pretrained = paths.pretrained
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "pretrained model directory not found (run `dvc repro pretrain`)")
-    data = load_training_data(articles, questions, synthetic, negatives, config.synthetic, config.refit)
+    data = load_training_data(paths.articles, paths.questions, paths.synthetic, paths.negatives, config.synthetic,
+                              config.refit)
     seed_everything(seed)
     model = build_dsr(config, pretrained)
     if config.chunk_encoder == "frozen":
         from lexgraph.chunks import check_settings, load_chunk_table
 
-        cache = Path(chunks) / "articles.safetensors"
+        cache = Path(paths.chunks) / "articles.safetensors"
         data.chunks = load_chunk_table(cache)
         check_settings(data.chunks, model.article_encoder, cache)
         try:
@@ -291,9 +289,9 @@ def run_train_dsr(
         summary["dev_metrics_of"] = "selection run"
         summary["dev_held_out"] = refit is None  # for the written model
     if runtime.is_main:  # one writer; the others wait for it
-        with atomic_path(out, directory=True) as tmp:
+        with atomic_path(paths.out, directory=True) as tmp:
             (refit or result).model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
-        write_json(summary, metrics)
-        write_text(curve_csv(result.history), plot)
+        write_json(summary, paths.metrics)
+        write_text(curve_csv(result.history), paths.plot)
     runtime.wait()
     return summary

@@ -59,8 +59,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -307,40 +306,40 @@ def train_graph_encoder(
 # ---------------------------------------------------------------------------
 
 
-def run_train_gnn(
-    variant: str,
-    *,
-    graph: str | os.PathLike,
-    embed: str | os.PathLike,
-    questions: str | os.PathLike,
-    negatives: str | os.PathLike,
-    dsr: str | os.PathLike,
-    hprior: str | os.PathLike,
-    out: str | os.PathLike,
-    metrics: str | os.PathLike,
-    params: dict[str, Any],
-    device: torch.device,
-    seed: int,
-) -> dict[str, Any]:
-    """Read the stage inputs, train, write ``out`` (atomic dir) and ``metrics``.
+@dataclass(frozen=True)
+class TrainGnnPaths:
+    """The ``train_gnn`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
-    ``hprior``: the ``hprior`` stage's directory; with ``init: prior`` the encoder starts
+    graph: Path = field(metadata={"help": "build_graph output directory"})
+    embed: Path = field(metadata={"help": "embed output directory (the DSR vectors)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
+    dsr: Path = field(metadata={"help": "trained DSR (its query encoder starts QABISAR's)"})
+    hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
+    out: Path = field(metadata={"help": "model directory"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+
+
+def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.device, seed: int) -> dict[str, Any]:
+    """Read the stage inputs, train, write ``paths.out`` (atomic dir) and ``paths.metrics``.
+
+    ``paths.hprior``: the ``hprior`` stage's directory; with ``init: prior`` the encoder starts
     from its best deepest-heading weight on dev (0, i.e. the identity, when dev prefers DSR)."""
     from lexgraph.embed import load_embeddings
     from lexgraph.graph import load_graph
     from lexgraph.io import read_parquet, write_json
 
-    settings = GNNSettings.from_params(params, variant)
-    embed = Path(embed)
-    paths = {f"{name}_embeddings": embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")}
-    paths.update(questions=questions, negatives=negatives, graph=Path(graph) / "graph.pt")
-    full_graph = load_graph(graph)
+    variant = settings.variant
+    questions, negatives = paths.questions, paths.negatives
+    files = {f"{name}_embeddings": paths.embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")}
+    files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt")
+    full_graph = load_graph(paths.graph)
     question_table = read_parquet(questions, ["id", "question", "article_ids", "split"])
     negative_table = None
     if settings.hard_negatives:
         negative_table = read_parquet(negatives, ["question_id", "split", "negative_ids"])
-    tables = {name: load_embeddings(paths[f"{name}_embeddings"]) for name in ("articles", "headings", "questions")}
-    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, paths)
+    tables = {name: load_embeddings(files[f"{name}_embeddings"]) for name in ("articles", "headings", "questions")}
+    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files)
     log.info(
         "%s: %d nodes, %d edges, %d train pairs, %d dev questions, device %s",
         variant, ts.graph.num_nodes, ts.graph.edge_index.size(1), ts.pairs.size(0), len(ts.dev_ids), device,
@@ -349,13 +348,13 @@ def run_train_gnn(
     if variant == "qabisar":
         from lexgraph.models.encoders import QueryEncoder
 
-        query_dir = Path(dsr) / "query_encoder"
+        query_dir = paths.dsr / "query_encoder"
         if not query_dir.is_dir():
             raise DataError(query_dir, "not found (run the train_dsr stage)")
         encoder = QueryEncoder.from_pretrained(query_dir)
         if encoder.dim != ts.x.size(1):
             raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
-    prior_weight = best_weight(read_hprior(hprior)) if settings.init == "prior" else 0.0
+    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.init == "prior" else 0.0
     if settings.init == "prior":
         log.info("%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
                  variant, prior_weight)
@@ -367,7 +366,7 @@ def run_train_gnn(
     if settings.refit and variant == "qabisar":
         log.info("gnn.refit: qabisar is not refit (its graph holds train questions only)")
     elif settings.refit and result.best_epoch >= 1:  # G-DSR appendix B: the chosen epochs on train+dev
-        refit_ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, paths,
+        refit_ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files,
                                         train_splits=("train", "dev"))
         log.info("refit: %d epochs on %d train+dev pairs", result.best_epoch, refit_ts.pairs.size(0))
         result = train_graph_encoder(refit_ts, replace(settings, epochs=result.best_epoch), seed=seed,
@@ -375,7 +374,7 @@ def run_train_gnn(
         summary["refit"] = {"epochs": result.best_epoch, "pairs": int(refit_ts.pairs.size(0)),
                             "dev_metrics_of": "the selection run (dev is trained on after the refit)"}
     if runtime.is_main:  # one writer; the others wait for it
-        save_trained(result, ts, settings, out)
-        write_json(summary, metrics)
+        save_trained(result, ts, settings, paths.out)
+        write_json(summary, paths.metrics)
     runtime.wait()
     return summary

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lexgraph import layout
 from lexgraph.errors import DataError
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
@@ -53,7 +54,7 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
         "best_epoch": result.best_epoch,
         "selection": f"dev {SELECTION_METRIC}",
         # where test-time queries come from
-        "query_encoder": QUERY_ENCODER if result.encoder is not None else "models/dsr/query_encoder",
+        "query_encoder": QUERY_ENCODER if result.encoder is not None else str(layout.DSR.path / "query_encoder"),
     }
     with atomic_path(directory, directory=True) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}

@@ -1,0 +1,67 @@
+"""The workspace layout: where each artefact of ``dvc repro`` lives and which stage writes it.
+
+Stage scripts take every path on their command line, so ``dvc.yaml`` is the only place a
+stage's own inputs and outputs are written. The readers of a finished workspace (the
+system loaders behind ``lexgraph search`` and ``evaluate``, the CLI's guards) find the
+artefacts here; ``tests/test_layout.py`` checks every entry against ``dvc.yaml``'s outs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An output of ``stage`` (a ``dvc.yaml`` stage name, ``name@item`` for a foreach entry),
+    at ``path`` relative to the workspace (a file, or a directory DVC tracks whole)."""
+
+    path: PurePosixPath
+    stage: str
+
+    def __init__(self, path: str, stage: str) -> None:
+        object.__setattr__(self, "path", PurePosixPath(path))
+        object.__setattr__(self, "stage", stage)
+
+    def under(self, workspace: str | Path, *parts: str) -> Path:
+        """``workspace / path / parts``: the artefact (or a file inside it) in a workspace."""
+        return Path(workspace, *self.path.parts, *parts)
+
+
+#: the embedded sample, the ``sample`` source's input (``fetch.sample_dir``; a dvc.yaml dep, not an output)
+SAMPLE = PurePosixPath("data/sample")
+
+RAW = Artifact("data/raw", "fetch")
+CLEAN = Artifact("data/clean", "clean")  # articles.parquet, headings.parquet, questions.parquet
+BM25 = Artifact("models/bm25", "bm25")
+PRETRAIN = Artifact("models/pretrain", "pretrain")
+SYNTHETIC = Artifact("data/queries/synthetic.parquet", "generate_queries")
+NEGATIVES = Artifact("data/negatives/negatives.parquet", "mine_negatives")
+ZEROSHOT = Artifact("data/zeroshot", "zeroshot")
+CHUNKS = Artifact("data/chunks", "encode_chunks")
+DSR = Artifact("models/dsr", "train_dsr")
+EMBED = Artifact("data/embed", "embed")
+GRAPH = Artifact("data/graph", "build_graph")
+HPRIOR = Artifact("models/hprior", "hprior")
+GNN = {variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}") for variant in ("lge", "qabisar")}
+HYBRID = Artifact("models/hybrid", "hybrid")
+RERANK_FEATURES = Artifact("data/rerank", "encode_rerank")
+MVCL = Artifact("models/mvcl", "rerank")
+RUNS = Artifact("data/runs", "evaluate")
+
+#: every artefact above, by name (the layout test walks it)
+ARTIFACTS: dict[str, Artifact] = {
+    "raw": RAW, "clean": CLEAN, "bm25": BM25, "pretrain": PRETRAIN, "synthetic": SYNTHETIC,
+    "negatives": NEGATIVES, "zeroshot": ZEROSHOT, "chunks": CHUNKS, "dsr": DSR, "embed": EMBED,
+    "graph": GRAPH, "hprior": HPRIOR, **{f"gnn_{v}": a for v, a in GNN.items()}, "hybrid": HYBRID,
+    "rerank_features": RERANK_FEATURES, "mvcl": MVCL, "runs": RUNS,
+}
+
+#: the workspace directories `dvc repro` manages (nothing else may write under them)
+MANAGED_ROOTS: tuple[str, ...] = ("data", "models")
+
+
+def articles(workspace: str | Path = ".") -> Path:
+    """The clean articles table of a workspace (what every system must have been built on)."""
+    return CLEAN.under(workspace, "articles.parquet")

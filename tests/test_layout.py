@@ -1,0 +1,84 @@
+"""One home for paths: dvc.yaml writes every stage's paths on its command line, the stage
+scripts have no path defaults, and :mod:`lexgraph.layout` (what the readers of a workspace
+use) names exactly the outputs dvc.yaml declares."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lexgraph import layout
+from tests.conftest import ROOT
+
+
+def expanded_stages() -> dict[str, dict]:
+    """dvc.yaml's stages, a ``foreach`` expanded into ``name@item`` entries."""
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    out = {}
+    for name, stage in spec.items():
+        if "foreach" in stage:
+            for item in stage["foreach"]:
+                text = yaml.safe_dump(stage["do"]).replace("${item}", str(item))
+                out[f"{name}@{item}"] = yaml.safe_load(text)
+        else:
+            out[name] = stage
+    return out
+
+
+def outs_of(stage: dict) -> set[str]:
+    paths = set()
+    for key in ("outs", "metrics", "plots"):
+        for entry in stage.get(key, []) or []:
+            paths.add(next(iter(entry)) if isinstance(entry, dict) else entry)
+    return paths
+
+
+@pytest.mark.parametrize("name", sorted(layout.ARTIFACTS))
+def test_every_layout_artifact_is_an_output_of_its_stage(name):
+    artifact = layout.ARTIFACTS[name]
+    stages = expanded_stages()
+    assert artifact.stage in stages, f"{name}: no stage {artifact.stage!r} in dvc.yaml"
+    assert str(artifact.path) in outs_of(stages[artifact.stage]), (name, outs_of(stages[artifact.stage]))
+
+
+def test_every_directory_output_of_dvc_yaml_is_in_the_layout():
+    named = {str(a.path) for a in layout.ARTIFACTS.values()}
+    for name, stage in expanded_stages().items():
+        for path in outs_of(stage):
+            if not path.startswith("metrics/"):
+                assert path in named, f"{name} writes {path}, which lexgraph.layout does not name"
+
+
+def stage_parser(script: Path) -> argparse.ArgumentParser:
+    spec = importlib.util.spec_from_file_location(f"_stage_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parser = argparse.ArgumentParser()
+    module.configure(parser)
+    return parser
+
+
+@pytest.mark.parametrize("name", sorted(expanded_stages()))
+def test_stage_paths_come_from_dvc_yaml_only(name):
+    stage = expanded_stages()[name]
+    argv = shlex.split(stage["cmd"].replace("${base.launcher}", "python"))
+    script = ROOT / next(a for a in argv if a.startswith("stages/"))
+    parser = stage_parser(script)
+    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    for action in options:
+        assert action.required and action.default is None, f"{script.name}: {action.option_strings[0]} has a default"
+        assert action.option_strings[0] in argv, f"dvc.yaml's {name} does not pass {action.option_strings[0]}"
+
+
+def test_no_artifact_path_literal_outside_the_layout_module():
+    literal = re.compile(r"""["'](?:data|models|metrics)/""")
+    offenders = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "src").rglob("*.py"))
+                 if path.name != "layout.py"
+                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
+    assert offenders == []
