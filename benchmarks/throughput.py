@@ -369,7 +369,7 @@ def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
             with autocast(device):
                 q = model.encode_query(*queries[i])  # (B, dim)
                 a = article_embeddings(model.article_encoder, docs[i], mode, device, pad, grad=True)  # (2B, dim)
-            loss = model.loss(q, a[:batch], a[batch:])
+            loss = model.criterion(q, a[:batch], a[batch:])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -16,7 +16,9 @@ from torch import nn
 from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.models.family import read_base_info
-from lexgraph.models.backbone import FORMAT_VERSION, _autocast, _bar, _max_positions, _module_device, check_safetensors, load_backbone
+from lexgraph.models.backbone import (
+    FORMAT_VERSION, _autocast, _bar, _max_positions, check_safetensors, load_backbone, longest_first,
+)
 from lexgraph.models.encoders import TextEncoder
 from lexgraph.models.packing import (
     BUCKET_RATIO, MIN_BUCKET, chunk_token_ids, collate_chunks, length_buckets, pack_chunks, scatter_chunks, trimmed_length,
@@ -244,17 +246,9 @@ class HierarchicalArticleEncoder(TextEncoder):
             chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask, chunk_counts)
         return self.aggregate(chunks, chunk_mask, tokens)  # (batch, dim)
 
-    @torch.no_grad()
-    def encode(
-        self,
-        texts: Sequence[str],
-        batch_size: int = 64,
-        device: torch.device | str | None = None,
-        show_progress: bool = True,
-        desc: str | None = None,
-        distributed: bool = False,
-    ) -> torch.Tensor:
-        """Embed articles: float32 ``(n, dim)`` on CPU, in input order, eval mode, no grad.
+    def _encode(self, texts: list[str], batch_size: int, device: torch.device, label: str, show_progress: bool,
+                distributed: bool) -> torch.Tensor:
+        """:meth:`TextEncoder.encode`'s work for articles, in eval mode.
 
         Packed inference: every real chunk of every text, sorted longest first across the
         whole input, goes through the backbone in batches of ``batch_size`` chunks, each
@@ -263,21 +257,13 @@ class HierarchicalArticleEncoder(TextEncoder):
         ``distributed``: both passes share their batches out across ranks
         (:func:`lexgraph.distributed.map_batches`).
         """
-        if device is not None:
-            self.to(device)
-        device = _module_device(self)
-        texts = list(texts)
-        if not texts:
-            return torch.empty(0, self.dim, dtype=torch.float32)
         chunked = self.chunk(texts)
         flat = [chunk for doc in chunked for chunk in doc]
         counts = torch.tensor([len(doc) for doc in chunked], dtype=torch.long)  # (n,)
         offsets = torch.zeros(len(texts) + 1, dtype=torch.long)
         offsets[1:] = counts.cumsum(0)
-        order = sorted(range(len(flat)), key=lambda i: (-len(flat[i]), i))
-        chunk_batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        chunk_batches = longest_first([len(chunk) for chunk in flat], batch_size)
         pad_id = self.tokenizer.pad_token_id
-        label = desc or f"encode {type(self).__name__}"
 
         def backbone(idx: list[int]) -> torch.Tensor:
             packed = pack_chunks([[flat[i]] for i in idx], pad_id)
@@ -292,20 +278,13 @@ class HierarchicalArticleEncoder(TextEncoder):
             with _autocast(device):
                 return self.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
 
-        was_training = self.training
-        self.eval()
-        try:
-            parts = map_batches(backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)",
-                                                                                            show_progress))
-            vectors = torch.empty(len(flat), self.dim, dtype=torch.float32)  # (m, dim)
-            for idx, part in zip(chunk_batches, parts):
-                vectors[torch.tensor(idx)] = part
-            lengths = torch.tensor([len(chunk) for chunk in flat], dtype=torch.long)  # (m,)
-            starts = list(range(0, len(texts), batch_size))
-            out = torch.cat(map_batches(aggregate, starts, distributed=distributed))  # (n, dim)
-        finally:
-            self.train(was_training)
-        return out
+        parts = map_batches(backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)", show_progress))
+        vectors = torch.empty(len(flat), self.dim, dtype=torch.float32)  # (m, dim)
+        for idx, part in zip(chunk_batches, parts):
+            vectors[torch.tensor(idx)] = part
+        lengths = torch.tensor([len(chunk) for chunk in flat], dtype=torch.long)  # (m,)
+        starts = list(range(0, len(texts), batch_size))
+        return torch.cat(map_batches(aggregate, starts, distributed=distributed))  # (n, dim)
 
     # -- persistence ------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:

@@ -8,7 +8,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Sequence, Any
 
 import torch
 from torch import nn
@@ -151,6 +151,12 @@ def _module_device(module: nn.Module) -> torch.device:
 def _bar(desc: str, show: bool):
     """A progress wrapper for :func:`~lexgraph.distributed.map_batches`."""
     return lambda batches: progress(batches, desc, unit="batch", disable=not show)
+
+
+def longest_first(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of ``lengths`` sorted longest first (ties: input order), cut into batches."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def _autocast(device: torch.device):

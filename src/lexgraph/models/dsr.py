@@ -80,16 +80,6 @@ class DSR(nn.Module):
         """Cosine / temperature: ``(nq, dim)``, ``(na, dim)`` -> ``(nq, na)``."""
         return self.criterion.similarity(queries, articles)
 
-    def loss(
-        self,
-        queries: torch.Tensor,
-        positives: torch.Tensor,
-        negatives: torch.Tensor | None = None,
-        other_positives: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """InfoNCE over ``(B, dim)`` queries/positives and optional ``(N, dim)`` negatives."""
-        return self.criterion(queries, positives, negatives, other_positives)
-
     def save(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:
         """Write ``query_encoder/``, ``article_encoder/`` and ``dsr.json`` under ``directory``
         (a frozen chunk encoder is saved as a reference to ``backbone_source`` when given)."""

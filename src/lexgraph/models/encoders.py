@@ -58,7 +58,8 @@ from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, set_trainable_layers,
+    FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, longest_first,
+    set_trainable_layers,
 )
 
 log = logging.getLogger(__name__)
@@ -130,28 +131,29 @@ class TextEncoder(nn.Module):
         """
         if device is not None:
             self.to(device)
-        device = _module_device(self)
         texts = list(texts)
-        out = torch.empty(len(texts), self.dim, dtype=torch.float32)  # (n, dim)
         if not texts:
-            return out
-        lengths = self._lengths(texts)
-        order = sorted(range(len(texts)), key=lambda i: (-lengths[i], i))
-        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+            return torch.empty(0, self.dim, dtype=torch.float32)  # (0, dim)
+        was_training = self.training
+        self.eval()
+        try:
+            return self._encode(texts, batch_size, _module_device(self), desc or f"encode {type(self).__name__}",
+                                show_progress, distributed)
+        finally:
+            self.train(was_training)
+
+    def _encode(self, texts: list[str], batch_size: int, device: torch.device, label: str, show_progress: bool,
+                distributed: bool) -> torch.Tensor:
+        """:meth:`encode`'s work on a non-empty list, in eval mode: whole texts, longest first."""
+        out = torch.empty(len(texts), self.dim, dtype=torch.float32)  # (n, dim)
+        batches = longest_first(self._lengths(texts), batch_size)
 
         def run(idx: list[int]) -> torch.Tensor:
             inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
             with _autocast(device):
                 return self(**inputs).float().cpu()  # (batch, dim)
 
-        was_training = self.training
-        self.eval()
-        try:
-            results = map_batches(run, batches, distributed=distributed, wrap=_bar(desc or f"encode {type(self).__name__}",
-                                                                                  show_progress))
-        finally:
-            self.train(was_training)
-        for idx, emb in zip(batches, results):
+        for idx, emb in zip(batches, map_batches(run, batches, distributed=distributed, wrap=_bar(label, show_progress))):
             out[torch.tensor(idx)] = emb
         return out
 

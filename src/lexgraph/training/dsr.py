@@ -148,7 +148,7 @@ class DSRTask:
                 articles = {k: v.to(device) for k, v in pack_chunks([self.chunks[a] for a in columns],
                                                                     self.pad_id).items()}
                 a = model.encode_article(**articles)  # (2B, dim)
-        return model.loss(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
+        return model.criterion(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
 
     def evaluate(self) -> dict[str, float]:
         return evaluate_dsr(self.model, self.data, self.config.eval_batch_size) if self.data.dev_qrels else {}
