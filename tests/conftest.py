@@ -128,3 +128,31 @@ def tiny_model_dir(tmp_path_factory):
     return directory
 
 
+# ---------------------------------------------------------------------------
+# Complete params sections (every key is required: no silent defaults)
+# ---------------------------------------------------------------------------
+
+
+def sample_params() -> dict:
+    """A fresh copy of the repository's params.yaml (the sample profile)."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+
+
+def section(name: str, **overrides) -> dict:
+    """params.yaml's ``name`` section with ``overrides`` applied (a complete section)."""
+    return {**sample_params()[name], **overrides}
+
+
+def write_params(path, **sections) -> "Path":
+    """Write a complete params file to ``path``: params.yaml with each given section's keys
+    replaced (a section passed as a dict is merged over params.yaml's)."""
+    import yaml
+
+    params = sample_params()
+    for name, values in sections.items():
+        params[name] = {**params.get(name, {}), **values} if isinstance(values, dict) else values
+    path = Path(path)
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    return path

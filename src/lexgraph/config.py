@@ -181,11 +181,11 @@ def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] 
     return out
 
 
-def section_config(cls, params: dict[str, Any] | None, section: str, *, require_all: bool = False):
-    """Build dataclass ``cls`` from a params section: unknown keys are errors, every value
-    is checked against its field's annotation (:func:`check_types`), missing keys take
-    the field's default (or are errors with ``require_all``), and ``cls.validate()``
-    runs when defined."""
+def section_config(cls, params: dict[str, Any] | None, section: str):
+    """Build dataclass ``cls`` from a params section: unknown keys are errors, every field is
+    required (a key missing from params.yaml is an error naming it: no silent default), every
+    value is checked against its field's annotation (:func:`check_types`), and
+    ``cls.validate()`` runs when defined."""
     if params is None:
         params = {}
     if not isinstance(params, dict):
@@ -199,10 +199,9 @@ def section_config(cls, params: dict[str, Any] | None, section: str, *, require_
             f"params.yaml: unknown keys {', '.join(repr(f'{section}.{k}') for k in unknown)}{hint}; "
             f"expected keys of '{section}': {', '.join(sorted(fields))}"
         )
-    if require_all:
-        missing = [name for name in fields if name not in params]
-        if missing:
-            raise ConfigError(f"params.yaml: missing key '{section}.{missing[0]}', expected {expectation(cls, missing[0])}")
+    missing = [name for name in fields if name not in params]
+    if missing:
+        raise ConfigError(f"params.yaml: missing key '{section}.{missing[0]}', expected {expectation(cls, missing[0])}")
     cfg = cls(**check_types(cls, params, section))
     if hasattr(cfg, "validate"):
         cfg.validate()

@@ -7,7 +7,6 @@ ranks starting at 1. Files written here are byte-deterministic: scores use a fix
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -53,12 +52,11 @@ class EvaluateConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "EvaluateConfig":
-        params = dict(params) if isinstance(params, dict) else params
-        index = params.pop("index", None) if isinstance(params, dict) else None
-        if index is not None and not isinstance(index, dict):
-            raise bad_value(SECTION, "index", index, expectation(EvaluateConfig, "index"))
-        config = section_config(cls, params, SECTION)
-        return dataclasses.replace(config, index=IndexConfig.from_params(index))
+        if isinstance(params, dict) and isinstance(params.get("index"), dict):  # the nested section, typed first
+            params = {**params, "index": IndexConfig.from_params(params["index"])}
+        elif isinstance(params, dict) and "index" in params:
+            raise bad_value(SECTION, "index", params["index"], expectation(EvaluateConfig, "index"))
+        return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
         def bad(key: str) -> Exception:

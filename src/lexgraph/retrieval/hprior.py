@@ -46,7 +46,7 @@ class HpriorConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "HpriorConfig":
-        return section_config(cls, params, SECTION, require_all=True)
+        return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
         def bad(key: str) -> Exception:

@@ -77,7 +77,7 @@ class DSRConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
-        return section_config(cls, params, SECTION, require_all=True)
+        return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
         def bad(key: str) -> ConfigError:
