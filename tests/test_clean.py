@@ -9,6 +9,7 @@ from lexgraph.data.clean import clean, clean_text
 from lexgraph.data.fetch import fetch
 from lexgraph.data.schema import ARTICLE_COLUMNS
 from lexgraph.errors import DataError
+from tests.conftest import section
 
 
 def raw_articles(rows):
@@ -60,7 +61,7 @@ def test_drops_empty_repealed_and_short_articles_with_reasons():
     )
     q = raw_questions([(1, "Quand payer ?", "1", "train"), (2, "Article abrogé ?", "3,1", "test"), (3, "Vide ?", "2", "dev"),
                        (4, "Payer quand ?", "1", "dev")])  # a split that loses every question is an error
-    articles, _, questions, stats = clean(raw, q, {"min_words": 3, "drop_repealed": True})
+    articles, _, questions, stats = clean(raw, q, section("clean", min_words=3, drop_repealed=True))
     assert articles["id"].to_list() == [1]
     assert stats["articles"]["dropped"] == {"empty": 1, "repealed": 2, "too_short": 1}
     # gold ids pointing at dropped articles are removed; questions left without gold dropped
@@ -80,7 +81,7 @@ def test_hierarchy_nodes_are_unique_by_full_path_and_handle_missing_levels():
         ]
     )
     q = raw_questions([(1, "Question ?", "1", "train")])
-    articles, headings, _, _ = clean(raw, q, {"min_words": 1})
+    articles, headings, _, _ = clean(raw, q, section("clean", min_words=1))
     rows = headings.select("heading_id", "parent_id", "level", "level_name", "path").rows()
     assert rows == [
         (0, -1, 1, "code", ["Code A"]),
@@ -96,7 +97,7 @@ def test_hierarchy_nodes_are_unique_by_full_path_and_handle_missing_levels():
 def test_parses_article_ids_to_unique_int_lists():
     raw = raw_articles([{"id": i, "article": f"Article numéro {i} du code."} for i in (1, 2, 3)])
     q = raw_questions([(1, "  Une   question ? ", " 3, 1,3 ", "train")])
-    _, _, questions, _ = clean(raw, q, {})
+    _, _, questions, _ = clean(raw, q, section("clean"))
     assert questions.row(0, named=True)["article_ids"] == [3, 1]
     assert questions.row(0, named=True)["question"] == "Une question ?"
 
@@ -105,24 +106,24 @@ def test_dangling_article_id_names_row_and_column():
     raw = raw_articles([{"id": i, "article": f"Article numéro {i} du code."} for i in (1, 2)])
     q = raw_questions([(1, "Q1 ?", "1", "train"), (2, "Q2 ?", "2,77", "test")])
     with pytest.raises(DataError, match=r"questions, row 2, column 'article_ids': question 2 cites article id\(s\) \[77\]"):
-        clean(raw, q, {}, ("articles", "questions"))
+        clean(raw, q, section("clean"), ("articles", "questions"))
 
 
 def test_duplicate_article_id():
     raw = raw_articles([{"id": 1, "article": "Un article complet."}, {"id": 1, "article": "Un autre article."}])
     with pytest.raises(DataError, match=r"row 2, column 'id': duplicate article id 1"):
-        clean(raw, raw_questions([(1, "Q ?", "1", "train")]), {})
+        clean(raw, raw_questions([(1, "Q ?", "1", "train")]), section("clean"))
 
 
 def test_duplicate_question_id_across_human_splits():
     raw = raw_articles([{"id": 1, "article": "Un article complet."}])
     with pytest.raises(DataError, match=r"row 2, column 'id': duplicate question id 5"):
-        clean(raw, raw_questions([(5, "Q ?", "1", "train"), (5, "Q bis ?", "1", "test")]), {})
+        clean(raw, raw_questions([(5, "Q ?", "1", "train"), (5, "Q bis ?", "1", "test")]), section("clean"))
 
 
 def test_synthetic_ids_colliding_with_human_ones_are_renumbered(bsard_dir):
-    articles, questions, _ = fetch({"source": "local", "local_dir": str(bsard_dir), "synthetic": True}, seed=1)
-    _, _, clean_q, _ = clean(articles, questions, {})
+    articles, questions, _ = fetch(section("fetch", source="local", local_dir=str(bsard_dir), synthetic=True), seed=1)
+    _, _, clean_q, _ = clean(articles, questions, section("clean"))
     assert clean_q["id"].is_unique().all()
     synthetic = clean_q.filter(pl.col("split") == "synthetic")
     assert synthetic["id"].to_list() == [1 + 9, 2 + 9]  # offset = max raw id (8) + 1

@@ -10,7 +10,8 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT
+
+from conftest import ROOT, section
 from lexgraph.errors import ConfigError
 from lexgraph.evaluation import EvaluateConfig
 from lexgraph.metrics import exact_top_k
@@ -98,19 +99,26 @@ def test_k_beyond_the_corpus_and_zero_vectors():
 
 def test_evaluate_index_settings():
     for path in ("params.yaml", "profiles/paper.yaml"):
-        section = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))["evaluate"]
-        assert EvaluateConfig.from_params(section).index == IndexConfig(**section["index"])
-    assert EvaluateConfig.from_params({}).index == IndexConfig()
-    cfg = EvaluateConfig.from_params({"index": {"type": "ivf", "nprobe": 4}})
-    assert cfg.index.type == "ivf" and cfg.index.nprobe == 4 and cfg.index.hnsw_m == IndexConfig().hnsw_m
+        profile = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))["evaluate"]
+        assert EvaluateConfig.from_params(profile).index == IndexConfig(**profile["index"])
+    sample = section("evaluate")
+    index = sample["index"]
+
+    def evaluate(**index_edits):
+        return EvaluateConfig.from_params({**sample, "index": {**index, **index_edits}})
+
+    cfg = evaluate(type="ivf", nprobe=4)
+    assert cfg.index.type == "ivf" and cfg.index.nprobe == 4 and cfg.index.hnsw_m == index["hnsw_m"]
     with pytest.raises(ConfigError, match=r"'evaluate\.index\.nprob'.*did you mean 'evaluate\.index\.nprobe'"):
-        EvaluateConfig.from_params({"index": {"nprob": 4}})
+        evaluate(nprob=4)
     with pytest.raises(ConfigError, match=r"evaluate\.index\.type"):
-        EvaluateConfig.from_params({"index": {"type": "annoy"}})
+        evaluate(type="annoy")
     with pytest.raises(ConfigError, match=r"evaluate\.index\.nprobe"):
-        EvaluateConfig.from_params({"index": {"nprobe": 0}})
+        evaluate(nprobe=0)
     with pytest.raises(ConfigError, match=r"evaluate\.index"):
-        EvaluateConfig.from_params({"index": "hnsw"})
+        EvaluateConfig.from_params({**sample, "index": "hnsw"})
+    with pytest.raises(ConfigError, match=r"missing key 'evaluate\.index\.nprobe'"):  # no silent default
+        EvaluateConfig.from_params({**sample, "index": {k: v for k, v in index.items() if k != "nprobe"}})
 
 
 SAMPLE = ROOT / "data" / "embed"
@@ -145,10 +153,11 @@ def test_search_reads_the_workspace_index_settings(tmp_path):
 
     assert _index_config(tmp_path) == IndexConfig()  # no params.yaml: the defaults
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    params["evaluate"]["index"] = {"type": "hnsw", "ef_search": 512}
+    params["evaluate"]["index"].update(type="hnsw", ef_search=512)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
-    assert _index_config(tmp_path) == IndexConfig(type="hnsw", ef_search=512)
-    params["evaluate"]["index"] = {"typ": "flat"}
+    assert _index_config(tmp_path) == IndexConfig(**params["evaluate"]["index"])
+    assert _index_config(tmp_path).type == "hnsw" and _index_config(tmp_path).ef_search == 512
+    params["evaluate"]["index"]["typ"] = "flat"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"evaluate\.index\.typ"):
         _index_config(tmp_path)

@@ -192,7 +192,10 @@ def _data() -> TrainingData:
 
 def _config(**kw) -> DSRConfig:
     base = dict(max_chunk_length=16, max_document_length=32, max_query_length=16, chunk_heads=2, chunk_layers=1,
-                epochs=2, batch_size=3, lr=1e-3, eval_batch_size=4, temperature=0.05)
+                epochs=2, batch_size=3, lr=1e-3, eval_batch_size=4, temperature=0.05,
+                # the toy encoder: end to end, [CLS] and max pooling, every layer trains
+                chunk_encoder="finetune", query_trainable_layers=None, chunk_identity_init=False, chunk_lr=None,
+                pooling="max", token_pooling="cls", synthetic_per_epoch=None, warmup_ratio=0.05, synthetic=True)
     base.update(kw)
     return DSRConfig(**base)
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import write_params
 from lexgraph.errors import LexgraphError
 from lexgraph.training.engine import (
     BestState,
@@ -195,7 +196,6 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
     from pathlib import Path
 
     import polars as pl
-    import yaml
 
     from lexgraph.stage import run_stage
 
@@ -205,8 +205,7 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
     section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
                    max_steps=3, batch_size=4, warmup_steps=1, log_every=1, accumulation_steps=2)
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"base": {"seed": 1, "device": "cpu", "deterministic": deterministic},
-                                      "pretrain": section}))
+    write_params(params, base={"seed": 1, "device": "cpu", "deterministic": deterministic}, pretrain=section)
     driver_path = Path(__file__).resolve().parents[1] / "stages" / "pretrain.py"
     spec = importlib.util.spec_from_file_location("stage_pretrain_det", driver_path)
     driver = importlib.util.module_from_spec(spec)

@@ -7,11 +7,10 @@ import sys
 
 import polars as pl
 import pytest
-import yaml
 
 from lexgraph.data.fetch import carve_dev, fetch
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError
-from tests.conftest import ROOT, write_questions
+from tests.conftest import ROOT, write_params, write_questions
 
 PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
 
@@ -105,8 +104,7 @@ def test_non_integer_id(bsard_dir):
 
 
 def _run_stage(tmp_path, params: dict):
-    full = {"base": {"seed": 1, "device": "cpu"}, "fetch": params}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(full), encoding="utf-8")
+    write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"}, fetch=params)
     out = tmp_path / "raw"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "stages/fetch.py"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)],

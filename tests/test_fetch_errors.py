@@ -19,11 +19,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 
 from lexgraph.data.fetch import fetch
 from lexgraph.errors import DataError
-from tests.conftest import ROOT, write_questions
+from tests.conftest import ROOT, write_params, write_questions
 
 PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
 
@@ -145,9 +144,7 @@ def test_hub_table_rows_are_named_by_config_and_split(hub_dir):
 
 
 def run_fetch(tmp_path: Path, fetch_params: dict, env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path]:
-    (tmp_path / "params.yaml").write_text(
-        yaml.safe_dump({"base": {"seed": 1, "device": "cpu"}, "fetch": fetch_params}), encoding="utf-8"
-    )
+    write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"}, fetch=fetch_params)
     out = tmp_path / "raw"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "stages/fetch.py"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)],

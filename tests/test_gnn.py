@@ -59,7 +59,7 @@ NEGATIVES = pl.DataFrame(
 BASE_PARAMS = {
     "model": "gatv2", "layers": 1, "hidden": None, "heads": 2, "concat_heads": True, "dropout": 0.0,
     "residual": True, "edge_dim": None, "init": "random", "heading_features": "articles",
-    "qabisar": {"edge_dim": 4}, "hard_negatives": 1, "batch_size": 3, "lr": 1e-2, "adam_epsilon": 1e-8,
+    "lge": {}, "qabisar": {"edge_dim": 4}, "hard_negatives": 1, "batch_size": 3, "lr": 1e-2, "adam_epsilon": 1e-8,
     "warmup_ratio": 0.1, "weight_decay": 0.1, "max_grad_norm": 1.0, "accumulation_steps": 1, "epochs_lge": 2,
     "epochs_qabisar": 2, "similarity": "cosine", "temperature": 0.05, "encoder_lr": 1e-3,
     "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},

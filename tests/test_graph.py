@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 
+from conftest import write_params
 from lexgraph.errors import DataError
 from lexgraph.graph import (
     EdgeType,
@@ -194,7 +195,8 @@ def test_stage_writes_deterministic_outputs(tmp_path, monkeypatch):
 
     for name, df in (("articles", ARTICLES), ("headings", HEADINGS), ("questions", QUESTIONS)):
         df.write_parquet(tmp_path / f"{name}.parquet")
-    (tmp_path / "params.yaml").write_text("base: {seed: 1}\ngraph: {directed: false, consecutive: true, questions: true}\n")
+    write_params(tmp_path / "params.yaml", base={"seed": 1},
+                 graph={"directed": False, "consecutive": True, "questions": True})
     outs = []
     for run in ("a", "b"):
         argv = ["--params", str(tmp_path / "params.yaml")]

@@ -14,9 +14,10 @@ import polars as pl
 import pytest
 
 from lexgraph.metrics import DEEPEST
+
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, section
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.retrieval.systems import SYSTEMS, load_retriever
 from lexgraph.retrieval.hybrid import (
@@ -203,7 +204,7 @@ def test_fusion_refuses_bad_parameters():
 ], ids=lambda v: "-".join(v) if isinstance(v, dict) else None)
 def test_config_errors_name_params_yaml_and_the_key(edits, fragment):
     with pytest.raises(ConfigError) as info:
-        HybridConfig.from_params({"split": "dev", **edits})
+        HybridConfig.from_params(section("hybrid", **edits))
     message = str(info.value)
     assert message.startswith("params.yaml: ") and fragment in message, message
     assert "\n" not in message

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 
+from conftest import write_params
 from lexgraph.negatives import mine_from_index, mine_negatives
 from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
@@ -40,6 +42,10 @@ QUESTIONS = [
 ]
 
 
+BASE = {"seed": 1, "device": "cpu", "log_level": "WARNING"}
+NEGATIVES = {"k1": 1.0, "b": 0.6, "depth": 500, "k": 3, "splits": ["train", "synthetic"]}
+
+
 def write_fixtures(tmp_path: Path, *, drop_article_ids: bool = False) -> dict[str, Path]:
     articles = pl.DataFrame(
         {"id": [a for a, _ in ARTICLES], "article": [t for _, t in ARTICLES], "reference": ["Art."] * len(ARTICLES)},
@@ -67,11 +73,7 @@ def write_fixtures(tmp_path: Path, *, drop_article_ids: bool = False) -> dict[st
     articles.write_parquet(paths["articles"])
     questions.write_parquet(paths["questions"])
     synthetic.write_parquet(paths["synthetic"])
-    paths["params"].write_text(
-        "base:\n  seed: 1\n  device: cpu\n  log_level: WARNING\n"
-        "negatives:\n  k1: 1.0\n  b: 0.6\n  depth: 500\n  k: 3\n  splits: [train, synthetic]\n",
-        encoding="utf-8",
-    )
+    write_params(paths["params"], base=BASE, negatives=NEGATIVES)
     return paths
 
 
@@ -185,10 +187,8 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
 @pytest.mark.parametrize("bad", ["k: 0", "splits: []", "k1: fast"])
 def test_stage_rejects_bad_params(tmp_path, capsys, bad):
     paths = write_fixtures(tmp_path)
-    text = paths["params"].read_text(encoding="utf-8")
     key = bad.split(":")[0]
-    lines = [f"  {bad}" if line.strip().startswith(f"{key}:") else line for line in text.splitlines()]
-    paths["params"].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_params(paths["params"], base=BASE, negatives={**NEGATIVES, **yaml.safe_load(bad)})
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),

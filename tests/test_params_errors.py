@@ -8,6 +8,8 @@ sentinel bytes, and checks the message and that the outputs are byte-for-byte in
 
 from __future__ import annotations
 
+import copy
+
 import contextlib
 import io
 import runpy
@@ -352,12 +354,49 @@ def test_typed_config_errors(sample_params, section, edits, fragment):
 def test_type_checks_accept_yaml_strings_for_floats_and_refuse_bools_for_ints():
     from lexgraph.negatives import NegativesConfig
 
-    assert NegativesConfig.from_params({"k1": "1.2e0", "b": 1}).k1 == 1.2
-    assert NegativesConfig.from_params({"b": 1}).b == 1.0 and isinstance(NegativesConfig.from_params({"b": 1}).b, float)
+    negatives = read_params(PROFILES[0])["negatives"]
+    assert NegativesConfig.from_params({**negatives, "k1": "1.2e0", "b": 1}).k1 == 1.2
+    config = NegativesConfig.from_params({**negatives, "b": 1})
+    assert config.b == 1.0 and isinstance(config.b, float)
     with pytest.raises(ConfigError, match=r"^params\.yaml: 'negatives\.k' = True, expected a positive integer$"):
-        NegativesConfig.from_params({"k": True})
+        NegativesConfig.from_params({**negatives, "k": True})
     with pytest.raises(ConfigError, match=r"'negatives\.splits' = \['train', 3\], expected a non-empty list"):
-        NegativesConfig.from_params({"splits": ["train", 3]})
+        NegativesConfig.from_params({**negatives, "splits": ["train", 3]})
+
+
+def _keys(values: dict, prefix: str = "") -> list[str]:
+    """Every dotted key of a section (nested mappings too, except gnn's per-variant overrides)."""
+    out = []
+    for key, value in values.items():
+        out.append(prefix + key)
+        if isinstance(value, dict) and value and key not in ("lge", "qabisar"):
+            out += _keys(value, f"{prefix}{key}.")
+    return out
+
+
+def _without(values: dict, dotted: str) -> dict:
+    values = copy.deepcopy(values)
+    *parents, key = dotted.split(".")
+    node = values
+    for part in parents:
+        node = node[part]
+    del node[key]
+    return values
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_no_silent_defaults_every_key_deleted_is_an_error_naming_it(section):
+    """Deleting any one key of params.yaml stops the section's config with one line naming
+    that key (no code default stands in); e.g. deleting rerank.enabled no longer starts MVCL."""
+    build = _builders()[section]
+    values = read_params(PROFILES[0])[section]
+    keys = _keys(values)
+    assert keys, section
+    for dotted in keys:
+        with pytest.raises(ConfigError) as info:
+            build(_without(values, dotted))
+        message = str(info.value)
+        assert f"'{section}.{dotted}'" in message and "missing" in message and "\n" not in message, (dotted, message)
 
 
 def test_unknown_top_level_section_is_refused_when_loading_any_section(tmp_path):
@@ -378,3 +417,53 @@ def test_resolve_device_names_the_setting_it_was_given():
     with pytest.raises(ConfigError, match=r"^--device = 'cuda0', expected auto, cpu, cuda or cuda:N$"):
         resolve_device("cuda0", where="--device")
     assert str(resolve_device("cpu", where="--device")) == "cpu"
+
+
+def _config_classes() -> dict:
+    """Section -> the dataclass whose fields are the section's keys (gnn: GNNSettings' own)."""
+    from lexgraph.data.clean import CleanConfig
+    from lexgraph.data.fetch import FetchConfig
+    from lexgraph.embed import EmbedConfig
+    from lexgraph.evaluation import EvaluateConfig
+    from lexgraph.graph import GraphConfig
+    from lexgraph.models.mvcl_config import RerankConfig
+    from lexgraph.models.pretrain import PretrainConfig
+    from lexgraph.negatives import NegativesConfig
+    from lexgraph.queries import QueriesConfig
+    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.retrieval.hprior import HpriorConfig
+    from lexgraph.retrieval.hybrid import HybridConfig
+    from lexgraph.retrieval.index import IndexConfig
+    from lexgraph.training.dsr_config import DSRConfig
+    from lexgraph.zeroshot import ZeroshotConfig
+
+    return {"base": Base, "fetch": FetchConfig, "clean": CleanConfig, "bm25_tune": Bm25TuneConfig, "bm25": Bm25Config,
+            "evaluate": EvaluateConfig, "evaluate.index": IndexConfig, "zeroshot": ZeroshotConfig,
+            "graph": GraphConfig, "negatives": NegativesConfig, "pretrain": PretrainConfig, "queries": QueriesConfig,
+            "dsr": DSRConfig, "embed": EmbedConfig, "hprior": HpriorConfig, "hybrid": HybridConfig,
+            "rerank": RerankConfig}
+
+
+@pytest.mark.parametrize("section", sorted(_config_classes()))
+def test_code_defaults_equal_params_yaml(section):
+    """A default in a config class can never disagree with params.yaml: every key is required
+    when a stage reads its section, and any default the code keeps (for direct construction)
+    is params.yaml's value."""
+    import dataclasses
+
+    cls = _config_classes()[section]
+    values = read_params(PROFILES[0])
+    for part in section.split("."):
+        values = values[part]
+    expected = dataclasses.asdict(cls.from_params(values) if hasattr(cls, "from_params")
+                                  else section_config(cls, values, section))
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            continue
+        default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+        assert default == expected[f.name], f"{cls.__name__}.{f.name} defaults to {default!r}, " \
+                                            f"params.yaml says {expected[f.name]!r}"

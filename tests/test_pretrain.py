@@ -13,6 +13,7 @@ import torch
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models import pretrain as pt
 from lexgraph.training import mlm
+from tests.conftest import section, write_params
 
 WORDS = (
     "le juge la loi contrat bail propriétaire locataire héritier succession mariage époux enfant "
@@ -20,7 +21,8 @@ WORDS = (
     "réparation article présent code civil peut doit être sans que dans pour par avec"
 ).split()
 
-TINY = dict(
+TINY = section(  # the pretrain section of params.yaml, tiny
+    "pretrain",
     mode="scratch",
     vocab_size=300,
     hidden_size=32,
@@ -165,14 +167,11 @@ def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file,
     import importlib.util
     from pathlib import Path
 
-    import yaml
-
     from lexgraph.stage import run_stage
 
     run_tiny(articles_file, tmp_path / "base")
-    params = tmp_path / "params.yaml"
-    section = dict(TINY, mode="continue", model=str(tmp_path / "base"), max_steps=2)
-    params.write_text(yaml.safe_dump({"base": {"seed": 1, "device": "cpu"}, "pretrain": section}))
+    params = write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"},
+                          pretrain=dict(TINY, mode="continue", model=str(tmp_path / "base"), source="auto", max_steps=2))
     driver_path = Path(__file__).resolve().parents[1] / "stages" / "pretrain.py"
     spec = importlib.util.spec_from_file_location("stage_pretrain", driver_path)
     driver = importlib.util.module_from_spec(spec)
@@ -191,7 +190,7 @@ def test_continue_mode_offline_is_one_sentence(articles_file, tmp_path, monkeypa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(HubUnreachableError) as info:
-        run_tiny(articles_file, tmp_path / "x", {"mode": "continue", "model": "lexgraph-test/no-such-model"})
+        run_tiny(articles_file, tmp_path / "x", {"mode": "continue", "model": "lexgraph-test/no-such-model", "source": "auto"})
     message = str(info.value)
     assert "\n" not in message and "lexgraph-test/no-such-model" in message and "pretrain.model" in message
     assert not (tmp_path / "x").exists()
@@ -207,4 +206,4 @@ def test_bad_params_are_config_errors(params):
 
 
 def test_float_strings_from_yaml_are_accepted():
-    assert pt.PretrainConfig.from_params({"learning_rate": "5e-5"}).learning_rate == 5e-5
+    assert pt.PretrainConfig.from_params(section("pretrain", learning_rate="5e-5")).learning_rate == 5e-5

@@ -13,7 +13,7 @@ import warnings
 
 import polars as pl
 
-from conftest import ROOT
+from conftest import ROOT, write_params
 from lexgraph import progress as progress_module
 from lexgraph.progress import HF_PROGRESS_ENV, progress, progress_bar, quiet_third_party_bars
 
@@ -113,10 +113,8 @@ def test_a_stage_with_piped_output_writes_no_carriage_return(tmp_path):
     pl.DataFrame({"id": [1, 2, 3], "question": ["Qui répare le mur ?", "Quand payer le loyer ?", "bornage"],
                   "article_ids": [[1], [3], [4]], "split": ["dev", "dev", "test"]},
                  schema_overrides={"article_ids": pl.List(pl.Int64)}).write_parquet(tmp_path / "questions.parquet")
-    (tmp_path / "params.yaml").write_text(
-        "base: {seed: 13, device: cpu, log_level: INFO}\n"
-        "bm25_tune: {split: dev, metric: recall@100, k1: [0.5, 1.0, 1.5, 2.0], b: [0.25, 0.5, 0.75]}\n",
-        encoding="utf-8")
+    write_params(tmp_path / "params.yaml", base={"seed": 13, "device": "cpu", "log_level": "INFO"},
+                 bm25_tune={"split": "dev", "metric": "recall@100", "k1": [0.5, 1.0, 1.5, 2.0], "b": [0.25, 0.5, 0.75]})
     proc = _run([str(ROOT / "stages" / "bm25_tune.py"), "--params", "params.yaml", "--articles", "articles.parquet",
                  "--questions", "questions.parquet", "--best", "best.json", "--grid", "grid.csv"], tmp_path)
     assert proc.returncode == 0, proc.stderr.decode()

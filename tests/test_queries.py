@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 import torch
 
+from conftest import section, write_params
 from lexgraph import queries as q
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.stage import run_stage
@@ -69,7 +70,8 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": [a for a, _ in ARTICLES], "article": [t for _, t in ARTICLES]}).write_parquet(articles)
     params = tmp_path / "params.yaml"
-    params.write_text("base: {seed: 3}\nqueries: {generator: crop, per_article: 4, min_words: 2, max_words: 5, first_id: 500}\n")
+    write_params(params, base={"seed": 3},
+                 queries={"generator": "crop", "per_article": 4, "min_words": 2, "max_words": 5, "first_id": 500})
     out = tmp_path / "queries" / "synthetic.parquet"
     argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
     assert run_stage("queries", *_driver(), argv) == 0
@@ -86,14 +88,14 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
 
 
 def test_none_generator_writes_empty_file_with_schema(tmp_path):
-    df = q.generate(ARTICLES, q.QueriesConfig.from_params({"generator": "none"}), seed=0)
+    df = q.generate(ARTICLES, q.QueriesConfig.from_params(section("queries", generator="none")), seed=0)
     assert df.height == 0 and dict(df.schema) == SCHEMA
 
 
 @pytest.mark.parametrize("params", [{"generator": "t5"}, {"min_words": 9, "max_words": 3}, {"top_p": 0}, {"n": 1}])
 def test_bad_params_are_config_errors(params):
     with pytest.raises(ConfigError):
-        q.QueriesConfig.from_params(params)
+        q.QueriesConfig.from_params(section("queries", **params))
 
 
 # --------------------------------------------------------------------------- doc2query
@@ -137,7 +139,7 @@ def test_doc2query_passes_generation_arguments(tiny_mt5, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(MT5ForConditionalGeneration, "generate", recording_generate)
-    cfg = q.QueriesConfig.from_params(dict(D2Q, model=str(tiny_mt5)))
+    cfg = q.QueriesConfig.from_params(section("queries", **D2Q, model=str(tiny_mt5)))
     df = q.generate(ARTICLES, cfg, seed=5)
 
     assert len(calls) == 2  # 4 non-empty articles in batches of 2
@@ -161,7 +163,7 @@ def test_doc2query_hub_unreachable_is_one_sentence(monkeypatch, tmp_path, capsys
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    cfg = q.QueriesConfig.from_params(dict(D2Q, model="lexgraph-test/no-such-doc2query"))
+    cfg = q.QueriesConfig.from_params(section("queries", **D2Q, model="lexgraph-test/no-such-doc2query"))
     with pytest.raises(HubUnreachableError) as info:
         q.generate(ARTICLES, cfg, seed=0)
     assert "\n" not in str(info.value) and "lexgraph-test/no-such-doc2query" in str(info.value)
@@ -171,7 +173,7 @@ def test_doc2query_hub_unreachable_is_one_sentence(monkeypatch, tmp_path, capsys
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": [1], "article": ["Un article."]}).write_parquet(articles)
     params = tmp_path / "params.yaml"
-    params.write_text("queries: {generator: doc2query, model: lexgraph-test/no-such-doc2query}\n")
+    write_params(params, queries={"generator": "doc2query", "model": "lexgraph-test/no-such-doc2query"})
     out = tmp_path / "synthetic.parquet"
     argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
     assert run_stage("queries", *_driver(), argv) == 2

@@ -47,7 +47,7 @@ class ZeroshotConfig:
 
     token_pooling: str = "mean"  # cls | mean: the model family's pooling
     max_length: int = 512  # tokens per window (and per question)
-    max_document_length: int = 8192  # tokens per article over all windows (longer: truncated)
+    max_document_length: int = 2048  # tokens per article over all windows (longer: truncated)
     batch_size: int = 16  # windows per encoder call
 
     def validate(self) -> None:

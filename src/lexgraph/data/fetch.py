@@ -63,7 +63,7 @@ class FetchConfig:
     source: str = field(default="sample", metadata={"expected": f"one of {', '.join(SOURCES)}"})
     sample_dir: str = str(layout.SAMPLE)
     hub_repo: str = "maastrichtlawtech/bsard"
-    revision: str | None = None  # a branch, tag or commit of the hub dataset
+    revision: str | None = "main"  # a branch, tag or commit of the hub dataset
     local_dir: str | None = field(default=None, metadata={"expected": "null or a directory (for source local)"})
     dev_fraction: float = field(default=0.1, metadata={"expected": "a number in (0, 1)"})
     synthetic: bool = False

@@ -28,19 +28,19 @@ def _first_stages() -> tuple[str, ...]:
 class RerankConfig:
     """The ``rerank`` section of params.yaml."""
 
-    enabled: bool = True  # false: encode_rerank and rerank write placeholders in seconds and evaluate skips mvcl
+    enabled: bool = False  # false: encode_rerank and rerank write placeholders in seconds and evaluate skips mvcl
     first_stage: str = field(default="dsr", metadata={"expected": "a retrieval system other than mvcl (bm25, zeroshot, dsr, gdsr, qabisar, hybrid)"})
     k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
     max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
     max_article_length: int = field(default=128, metadata={"expected": "an integer >= 8"})
     encode_batch_size: int = field(default=32, metadata={"expected": "a positive integer"})
-    hidden: int = field(default=128, metadata={"expected": "an even positive integer"})
+    hidden: int = field(default=64, metadata={"expected": "an even positive integer"})
     dropout: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
     alignment: str = field(default="plm", metadata={"expected": "plm (word-level attention on the PLM's states) or projected (on the learned projection)"})
     align_temperature: float = field(default=0.05, metadata={"expected": "a number > 0 (cosine / temperature of the plm alignment)"})
     match_features: bool = True  # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
     warm_start: bool = True  # untrained network = MaxSim ranking (needs match_features); epoch 0 can be kept
-    negatives: int = field(default=2, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"})
+    negatives: int = field(default=1, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"})
     swap: bool = True
     lambda_case: float = field(default=0.01, metadata={"expected": "a number >= 0"})
     lambda_ele: float = field(default=0.01, metadata={"expected": "a number >= 0"})
@@ -50,9 +50,9 @@ class RerankConfig:
                                         metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"})
     element_budget: int = field(default=128, metadata={"expected": "an integer >= 8 (L1: tokens of the element view)"})
     del_token: str = field(default="<mask>", metadata={"expected": "a token of the base encoder's vocabulary"})
-    epochs: int = field(default=3, metadata={"expected": "a positive integer"})
+    epochs: int = field(default=5, metadata={"expected": "a positive integer"})
     batch_size: int = field(default=16, metadata={"expected": "a positive integer (triples per step)"})
-    lr: float = field(default=1.0e-3, metadata={"expected": "a number > 0"})
+    lr: float = field(default=0.0003, metadata={"expected": "a number > 0"})
     warmup_ratio: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
     weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
     max_grad_norm: float = field(default=1.0, metadata={"expected": "a number > 0"})

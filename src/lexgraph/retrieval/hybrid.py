@@ -95,7 +95,7 @@ class HybridConfig:
 
     split: str = field(default="dev", metadata={"expected": "dev (or train)"})
     metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    dense: str = field(default="dsr", metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
+    dense: str = field(default="best", metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
     depth: int = field(default=1000, metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
     rrf_k: list[int] = field(default_factory=lambda: [10, 20, 30, 60, 100],
                              metadata={"expected": "a list of distinct integers >= 0"})

@@ -76,6 +76,10 @@ class GNNSettings:
             raise ConfigError(f"params.yaml: unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; "
                               f"expected keys of 'gnn': {', '.join(sorted(allowed))}")
         values: dict[str, Any] = {k: params[k] for k in scalar if k in params}
+        for name in VARIANTS:  # the per-variant override mappings are part of the section ({} for none)
+            if name not in params:
+                raise ConfigError(f"params.yaml: missing key 'gnn.{name}', expected a mapping of architecture "
+                                  f"overrides for {name} ({{}} for none)")
         override = params.get(variant) or {}
         if not isinstance(override, dict) or set(override) - set(ARCH_KEYS):
             raise ConfigError(
@@ -87,7 +91,10 @@ class GNNSettings:
         if epochs_key not in params:
             raise ConfigError(f"params.yaml: missing key 'gnn.{epochs_key}'")
         values["epochs"] = params[epochs_key]
-        kd = params.get("kd") or {}
+        if "kd" not in params:
+            raise ConfigError("params.yaml: missing key 'gnn.kd', expected a mapping of the distillation settings "
+                              "(weight, mode, temperature, student_contrastive)")
+        kd = params["kd"] or {}
         if not isinstance(kd, dict) or set(kd) - set(kd_fields.values()):
             raise ConfigError(f"params.yaml: 'gnn.kd' = {kd!r}, expected a mapping with "
                               f"{', '.join(repr(k) for k in kd_fields.values())}")
