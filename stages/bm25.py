@@ -19,8 +19,7 @@ def configure(parser):
     parser.add_argument("--out", required=True)
 
 
-def main(args, base, params):
-    config = Bm25Config.from_params(params)
+def main(args, base, config):
     with open(args.tuned, encoding="utf-8") as fh:
         tuned = json.load(fh)
     k1, b = resolve_k1_b(asdict(config), tuned)

@@ -18,8 +18,7 @@ def configure(parser):
     parser.add_argument("--grid", required=True, help="whole grid (plot data)")
 
 
-def main(args, base, params):
-    config = Bm25TuneConfig.from_params(params)
+def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     grid, best = tune_grid(articles, questions, asdict(config))

@@ -16,8 +16,7 @@ def configure(parser):
     parser.add_argument("--metrics", required=True)
 
 
-def main(args, base, params):
-    config = GraphConfig.from_params(params)
+def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article", "heading_id"])
     headings = read_parquet(args.headings, ["heading_id", "parent_id", "label", "text"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])

@@ -15,8 +15,7 @@ def configure(parser):
     parser.add_argument("--metrics", required=True)
 
 
-def main(args, base, params):
-    config = CleanConfig.from_params(params)
+def main(args, base, config):
     raw = Path(args.raw)
     articles_path, questions_path = raw / "articles.parquet", raw / "questions.parquet"
     raw_articles = read_parquet(articles_path, ["id", "article"])

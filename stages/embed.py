@@ -14,8 +14,8 @@ def configure(parser):
     add_paths(parser, EmbedPaths)
 
 
-def main(args, base, params):
-    run_embed(paths_from(EmbedPaths, args), EmbedConfig.from_params(params), resolve_device(base.device))
+def main(args, base, config):
+    run_embed(paths_from(EmbedPaths, args), config, resolve_device(base.device))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ def configure(parser):
     parser.add_argument("--out", required=True)
 
 
-def main(args, base, params):
-    config = DSRConfig.from_params(params)
+def main(args, base, config):
     run_encode_chunks(config, args.pretrained, args.articles, args.headings, args.out, resolve_device(base.device))
 
 

@@ -20,8 +20,7 @@ def configure(parser):
     parser.add_argument("--metrics", required=True)
 
 
-def main(args, base, params):
-    config = RerankConfig.from_params(params)
+def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     stats = build_features(articles, questions, config, args.pretrain, args.out, resolve_device(base.device))

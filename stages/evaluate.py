@@ -26,8 +26,7 @@ def configure(parser):
     parser.add_argument("--workspace", required=True, help="where the systems' artefacts are (models/, data/)")
 
 
-def main(args, base, params):
-    config = EvaluateConfig.from_params(params)
+def main(args, base, config):
     device = str(resolve_device(base.device))
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     splits, split = config.splits, config.significance_split

@@ -13,8 +13,7 @@ def configure(parser):
     parser.add_argument("--out", required=True, help="output directory")
 
 
-def main(args, base, params):
-    config = FetchConfig.from_params(params)
+def main(args, base, config):
     articles, questions, negatives = fetch(asdict(config), base.seed)
     with atomic_path(args.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)

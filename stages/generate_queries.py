@@ -9,11 +9,11 @@ def configure(parser):
     parser.add_argument("--out", required=True, help="output synthetic questions (Parquet)")
 
 
-def main(args, base, params):
+def main(args, base, config):
     """Synthetic queries per article: random crops, doc2query or none."""
     from lexgraph.queries import run
 
-    run(args.articles, args.out, params, seed=base.seed, device=base.device)
+    run(args.articles, args.out, config, seed=base.seed, device=base.device)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ def configure(parser):
     parser.add_argument("--metrics", required=True, help="metrics JSON")
 
 
-def main(args, base, params):
+def main(args, base, config):
     from lexgraph.embed import load_embeddings
     from lexgraph.graph import load_graph
     from lexgraph.io import read_parquet, write_json
 
-    config = HpriorConfig.from_params(params)
     embed = Path(args.embed)
     paths = {"articles": embed / "articles.safetensors", "questions_embeddings": embed / "questions.safetensors",
              "questions": args.questions}

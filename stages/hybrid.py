@@ -19,8 +19,7 @@ def configure(parser):
     parser.add_argument("--metrics", required=True)
 
 
-def main(args, base, params):
-    config = HybridConfig.from_params(params)
+def main(args, base, config):
     device = str(resolve_device(base.device))
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     sparse = load_retriever(SPARSE, args.workspace, device)

@@ -28,9 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output negatives (Parquet)")
 
 
-def main(args: argparse.Namespace, base: Base, params: dict) -> None:
+def main(args: argparse.Namespace, base: Base, config: NegativesConfig) -> None:
     """Mine BM25 hard negatives (top-depth BM25 articles minus gold, best k kept)."""
-    write_parquet(run(params, args.articles, args.questions, args.synthetic), args.out)
+    write_parquet(run(config, args.articles, args.questions, args.synthetic), args.out)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@ def configure(parser):
     parser.add_argument("--metrics", required=True, help="output metrics (JSON)")
 
 
-def main(args, base, params):
+def main(args, base, config):
     """Domain-adaptive MLM pre-training on the cleaned articles."""
     from lexgraph.training.mlm import run
 
-    run(args.articles, args.out, args.metrics, params, seed=base.seed, device=base.device)
+    run(args.articles, args.out, args.metrics, config, seed=base.seed, device=base.device)
 
 
 if __name__ == "__main__":

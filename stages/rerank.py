@@ -25,8 +25,7 @@ def configure(parser):
     parser.add_argument("--metrics", required=True)
 
 
-def main(args, base, params):
-    config = RerankConfig.from_params(params)
+def main(args, base, config):
     if not config.enabled:
         write_disabled(args.out)
         write_json(dict(DISABLED), args.metrics)

@@ -18,9 +18,8 @@ def configure(parser):
     add_paths(parser, TrainDsrPaths)
 
 
-def main(args, base, params):
-    summary = run_train_dsr(paths_from(TrainDsrPaths, args), DSRConfig.from_params(params),
-                            resolve_device(base.device), base.seed)
+def main(args, base, config):
+    summary = run_train_dsr(paths_from(TrainDsrPaths, args), config, resolve_device(base.device), base.seed)
     log.info("train_dsr: best epoch %s, dev recall@200 %s", summary["best_epoch"], summary["dev_recall@200"])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from lexgraph.stage import add_paths, paths_from
-from lexgraph.training.gnn_config import VARIANTS
+from lexgraph.training.gnn_config import VARIANTS, GNNSettings
 from lexgraph.training.gnn import TrainGnnPaths
 
 
@@ -14,17 +14,15 @@ def configure(parser):
     add_paths(parser, TrainGnnPaths)
 
 
-def main(args, base, params):
-    """Train the graph encoder of one variant."""
+def main(args, base, config):
+    """Train the graph encoder of one variant (``config``: both variants' settings, checked up front)."""
     from lexgraph.config import resolve_device
     from lexgraph.training.gnn import run_train_gnn
-    from lexgraph.training.gnn_config import GNNSettings
 
-    run_train_gnn(paths_from(TrainGnnPaths, args), GNNSettings.from_params(params, args.variant),
-                  resolve_device(base.device), base.seed)
+    run_train_gnn(paths_from(TrainGnnPaths, args), config[args.variant], resolve_device(base.device), base.seed)
 
 
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("gnn", main, configure, name="train_gnn"))
+    sys.exit(run_stage("gnn", main, configure, name="train_gnn", config=GNNSettings.per_variant))

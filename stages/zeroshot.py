@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.config import resolve_device, section_config
+from lexgraph.config import resolve_device
 from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
 
 
@@ -16,11 +16,11 @@ def configure(parser):
     parser.add_argument("--out", required=True)
 
 
-def main(args, base, params):
-    run_zeroshot(args.pretrained, args.articles, args.out, params, resolve_device(base.device), args.chunks)
+def main(args, base, config):
+    run_zeroshot(args.pretrained, args.articles, args.out, config, resolve_device(base.device), args.chunks)
 
 
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("zeroshot", main, configure, config=lambda p: section_config(ZeroshotConfig, p, "zeroshot")))
+    sys.exit(run_stage("zeroshot", main, configure, config=ZeroshotConfig.from_params))

@@ -13,6 +13,7 @@ from torch import nn
 
 from conftest import write_params
 from lexgraph.errors import LexgraphError
+from lexgraph.models.pretrain import PretrainConfig
 from lexgraph.training.engine import (
     BestState,
     FitConfig,
@@ -212,6 +213,6 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
     spec.loader.exec_module(driver)
     metrics = tmp_path / "pretrain.json"
     argv = ["--params", str(params), "--articles", str(articles), "--out", str(tmp_path / "out"), "--metrics", str(metrics)]
-    assert run_stage("pretrain", driver.main, driver.configure, argv) == 0
+    assert run_stage("pretrain", driver.main, driver.configure, argv, config=PretrainConfig.from_params) == 0
     assert torch.are_deterministic_algorithms_enabled() == deterministic
     assert math.isfinite(json.loads(metrics.read_text())["eval_loss"])

@@ -202,7 +202,7 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     from lexgraph.embed import load_embeddings
     from lexgraph.io import write_parquet
     from lexgraph.retrieval.systems import load_retriever
-    from lexgraph.zeroshot import run_zeroshot
+    from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
 
     ws = tmp_path / "ws"
     import shutil
@@ -211,7 +211,7 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     write_base_info(ws / "models" / "pretrain", {"query_prefix": "article: ", "passage_prefix": "loi: "})
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     params = {"token_pooling": "mean", "max_length": 12, "max_document_length": 96, "batch_size": 4}
-    run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", ws / "data" / "zeroshot", params, "cpu")
+    run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", ws / "data" / "zeroshot", ZeroshotConfig.from_params(params), "cpu")
     ids, emb = load_embeddings(ws / "data" / "zeroshot" / "articles.safetensors")
     assert ids.tolist() == list(CORPUS) and emb.shape == (6, 16)
     # by hand: windows of 12 tokens ([CLS] loi : ... [SEP]), mean-pooled, averaged by token count
@@ -226,10 +226,10 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     expected = (torch.stack(means) * lengths[:, None]).sum(0) / lengths.sum()
     torch.testing.assert_close(emb[0], expected, atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="zeroshot.max_length"):
-        run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", tmp_path / "z", {**params, "max_length": 0},
+        run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", tmp_path / "z", ZeroshotConfig.from_params({**params, "max_length": 0}),
                      "cpu")
     with pytest.raises(ConfigError, match="unknown key"):
-        run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", tmp_path / "z", {**params, "window": 3},
+        run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", tmp_path / "z", ZeroshotConfig.from_params({**params, "window": 3}),
                      "cpu")
     retriever = load_retriever("zeroshot", ws, "cpu")
     found, scores = retriever.search(["le contrat de bail", "le mariage"], 3)
@@ -242,12 +242,12 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
 
     from lexgraph.embed import load_embeddings
     from lexgraph.io import write_parquet
-    from lexgraph.zeroshot import run_zeroshot
+    from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
 
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0], "text": ["Livre I"]}), tmp_path / "h.parquet")
     params = {"token_pooling": "mean", "max_length": 12, "max_document_length": 48, "batch_size": 4}
-    run_zeroshot(tiny_model_dir, tmp_path / "a.parquet", tmp_path / "plain", params, "cpu")
+    run_zeroshot(tiny_model_dir, tmp_path / "a.parquet", tmp_path / "plain", ZeroshotConfig.from_params(params), "cpu")
     _, plain = load_embeddings(tmp_path / "plain" / "articles.safetensors")
     for chunk_length, reused in ((12, True), (16, False)):
         cache = tmp_path / f"chunks{chunk_length}"
@@ -255,7 +255,7 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
                           tmp_path / "h.parquet", cache, "cpu")
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="lexgraph.zeroshot"):
-            run_zeroshot(tiny_model_dir, tmp_path / "a.parquet", tmp_path / "z", params, "cpu", chunks=cache)
+            run_zeroshot(tiny_model_dir, tmp_path / "a.parquet", tmp_path / "z", ZeroshotConfig.from_params(params), "cpu", chunks=cache)
         assert ("reusing the chunk vectors" in caplog.text) == reused
         _, got = load_embeddings(tmp_path / "z" / "articles.safetensors")
         torch.testing.assert_close(got, plain, atol=1e-5, rtol=1e-5)  # same vectors either way

@@ -15,6 +15,7 @@ from conftest import write_params
 from lexgraph.negatives import mine_from_index, mine_negatives
 from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
+from lexgraph.negatives import NegativesConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,7 +133,7 @@ def test_stage_writes_expected_parquet(tmp_path):
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
             "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 0
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     df = pl.read_parquet(out)
     assert df.schema == {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(pl.Int64)}
     # train questions in input order (the dev one is skipped), then the synthetic one
@@ -147,10 +148,10 @@ def test_stage_writes_expected_parquet(tmp_path):
     assert df.filter(pl.col("question_id") == 1)["negative_ids"].list.len().to_list() == [3, 3]
     first = out.read_bytes()
     # deterministic; an absent synthetic file is skipped with a warning
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 0
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     assert out.read_bytes() == first
     argv[argv.index("--synthetic") + 1] = str(tmp_path / "absent.parquet")
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 0
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     assert pl.read_parquet(out)["split"].to_list() == ["train"] * 4
 
 
@@ -160,7 +161,7 @@ def test_stage_fails_cleanly_without_article_ids(tmp_path, capsys):
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
             "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "article_ids" in err and str(paths["questions"]) in err
@@ -178,7 +179,7 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
             "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "column 'article_ids'" in err and len(err.splitlines()) == 1
     assert not out.exists()
@@ -193,7 +194,7 @@ def test_stage_rejects_bad_params(tmp_path, capsys, bad):
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
             "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     assert f"negatives.{key}" in capsys.readouterr().err
     assert not out.exists()
 
@@ -206,7 +207,7 @@ def test_stage_rejects_duplicate_question_ids(tmp_path, capsys):
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
             "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv) == 2
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "more than once" in err and "synthetic.parquet" in err
     assert not out.exists()

@@ -58,7 +58,8 @@ def articles_file(tmp_path):
 
 def run_tiny(articles_file, out_dir, params=None, seed=13):
     metrics_path = out_dir.parent / f"{out_dir.name}.json"
-    metrics = mlm.run(articles_file, out_dir, metrics_path, dict(TINY, **(params or {})), seed=seed, device="cpu")
+    metrics = mlm.run(articles_file, out_dir, metrics_path, pt.PretrainConfig.from_params(dict(TINY, **(params or {}))),
+                      seed=seed, device="cpu")
     return metrics, json.loads(metrics_path.read_text())
 
 
@@ -178,7 +179,7 @@ def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file,
     spec.loader.exec_module(driver)
     out, metrics = tmp_path / "adapted", tmp_path / "metrics" / "pretrain.json"
     argv = ["--params", str(params), "--articles", str(articles_file), "--out", str(out), "--metrics", str(metrics)]
-    assert run_stage("pretrain", driver.main, driver.configure, argv) == 0
+    assert run_stage("pretrain", driver.main, driver.configure, argv, config=pt.PretrainConfig.from_params) == 0
     written = json.loads(metrics.read_text())
     assert written["mode"] == "continue" and math.isfinite(written["eval_loss"])
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()

@@ -74,7 +74,7 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
                  queries={"generator": "crop", "per_article": 4, "min_words": 2, "max_words": 5, "first_id": 500})
     out = tmp_path / "queries" / "synthetic.parquet"
     argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
-    assert run_stage("queries", *_driver(), argv) == 0
+    assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 0
     df = pl.read_parquet(out)
     assert dict(df.schema) == SCHEMA
     assert df["id"].to_list() == list(range(500, 500 + df.height))
@@ -83,7 +83,7 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
     assert all(len(ids) == 1 for ids in df["article_ids"])
     assert df.select(pl.col("article_ids").list.first(), "question").is_duplicated().sum() == 0
     first = out.read_bytes()
-    assert run_stage("queries", *_driver(), argv) == 0
+    assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 0
     assert out.read_bytes() == first  # byte-identical rerun
 
 
@@ -176,7 +176,7 @@ def test_doc2query_hub_unreachable_is_one_sentence(monkeypatch, tmp_path, capsys
     write_params(params, queries={"generator": "doc2query", "model": "lexgraph-test/no-such-doc2query"})
     out = tmp_path / "synthetic.parquet"
     argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
-    assert run_stage("queries", *_driver(), argv) == 2
+    assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lexgraph queries: error: could not load")
     assert not out.exists()

@@ -163,13 +163,12 @@ def mine_negatives(
     )
 
 
-def run(params: NegativesConfig | dict, articles_path, questions_path, synthetic_path=None) -> pl.DataFrame:
-    """The ``mine_negatives`` stage: validate ``negatives`` params, read inputs, mine."""
+def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=None) -> pl.DataFrame:
+    """The ``mine_negatives`` stage: read inputs, mine with ``config``."""
     from pathlib import Path
 
     from lexgraph.io import read_parquet
 
-    config = params if isinstance(params, NegativesConfig) else NegativesConfig.from_params(params)
     k1, b, depth, k, splits = config.k1, config.b, config.depth, config.k, config.splits
 
     articles = read_parquet(articles_path, ARTICLE_COLUMNS)

@@ -281,7 +281,7 @@ def generate(articles: Sequence[tuple[int, str]], cfg: QueriesConfig, *, seed: i
     return to_frame(pairs, cfg.generator, cfg.first_id)
 
 
-def run(articles: str | os.PathLike, out: str | os.PathLike, params: dict[str, Any], *, seed: int,
+def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig, *, seed: int,
         device: str = "auto"):
     """The ``generate_queries`` stage: clean articles -> synthetic questions Parquet."""
     from lexgraph.config import resolve_device
@@ -289,7 +289,6 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, params: dict[str, A
 
     from lexgraph.distributed import is_main, session
 
-    cfg = QueriesConfig.from_params(params)
     rows = read_articles(articles)
     dev = resolve_device(device) if cfg.generator == "doc2query" else "cpu"
     with session(dev) as dev:  # under torchrun: doc2query batches shared out, rank 0 writes

@@ -67,14 +67,16 @@ def setup_logging(level: str = "INFO") -> None:
 
 def run_stage(
     section: str,
-    main: Callable[[argparse.Namespace, Base, dict], None],
+    main: Callable[[argparse.Namespace, Base, Any], None],
     configure: Callable[[argparse.ArgumentParser], None],
     argv: list[str] | None = None,
     name: str | None = None,
-    config: Callable[[dict], Any] | None = None,
+    *,
+    config: Callable[[dict], Any],
 ) -> int:
     """Run a stage driver; ``name`` (default: ``section``) labels its log and error lines;
-    ``config`` (the section's ``XConfig.from_params``) validates the section up front."""
+    ``config`` (the section's ``XConfig.from_params``) builds the typed config up front, and
+    ``main(args, base, config)`` receives it."""
     name = name or section
     parser = argparse.ArgumentParser(description=(main.__doc__ or "").strip() or None)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
@@ -82,13 +84,12 @@ def run_stage(
     args = parser.parse_args(argv)
     try:
         base, params = load_params(section, args.params)
-        if config is not None:
-            config(params)  # a bad value fails here, before seeding (torch) and any work
+        settings = config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
         set_deterministic(base.deterministic)
         seed_everything(base.seed)
         start = time.perf_counter()
-        main(args, base, params)
+        main(args, base, settings)
         log.info("stage %s done in %.1f s", name, time.perf_counter() - start)
     except LexgraphError as exc:
         print(f"lexgraph {name}: error: {exc}", file=sys.stderr)

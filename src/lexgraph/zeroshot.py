@@ -50,6 +50,10 @@ class ZeroshotConfig:
     max_document_length: int = 2048  # tokens per article over all windows (longer: truncated)
     batch_size: int = 16  # windows per encoder call
 
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> "ZeroshotConfig":
+        return section_config(cls, params, SECTION)
+
     def validate(self) -> None:
         if self.token_pooling not in ("cls", "mean"):
             raise ConfigError(f"params.yaml: '{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
@@ -104,14 +108,13 @@ def reusable_cache(chunks_dir: str | os.PathLike | None, encoder, ids: np.ndarra
 
 
 def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike, out: str | os.PathLike,
-                 params: dict[str, Any], device, chunks: str | os.PathLike | None = None) -> dict[str, Any]:
+                 config: ZeroshotConfig, device, chunks: str | os.PathLike | None = None) -> dict[str, Any]:
     """The ``zeroshot`` stage: embed every article with the base model (reusing the
     ``chunks`` cache when it holds these very windows)."""
     from lexgraph.chunks import embed_from_chunks, encode_chunk_table
     from lexgraph.embed import save_embeddings
     from lexgraph.io import atomic_path, read_parquet
 
-    config = section_config(ZeroshotConfig, params, SECTION)
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "base model directory not found (run `dvc repro pretrain`)")
     articles = read_parquet(articles_path, ["id", "article"])

@@ -116,6 +116,12 @@ class GNNSettings:
             raise
         return settings
 
+    @classmethod
+    def per_variant(cls, params: dict[str, Any]) -> dict[str, "GNNSettings"]:
+        """``{variant: settings}`` of the ``gnn`` section for every variant (what the
+        ``train_gnn`` stage checks before any work, whichever variant it runs)."""
+        return {variant: cls.from_params(params, variant) for variant in VARIANTS}
+
     def validate(self) -> None:
         def bad(key: str, value: Any, expected: str) -> ConfigError:
             return ConfigError(f"params.yaml: 'gnn.{key}' = {value!r}, expected {expected}")

@@ -322,12 +322,11 @@ def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLi
 
 
 def run(articles: str | os.PathLike, out: str | os.PathLike, metrics_path: str | os.PathLike,
-        params: dict[str, Any], *, seed: int, device: str = "auto") -> dict[str, Any]:
+        cfg: PretrainConfig, *, seed: int, device: str = "auto") -> dict[str, Any]:
     """The ``pretrain`` stage: articles file -> checkpoint directory + metrics JSON."""
     from lexgraph.config import resolve_device
     from lexgraph.io import write_json
 
-    cfg = PretrainConfig.from_params(params)
     texts = read_articles(articles)
     if not texts:
         raise DataError(articles, "no non-empty article text to pre-train on")
