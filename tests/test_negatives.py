@@ -12,10 +12,9 @@ import pytest
 import yaml
 
 from conftest import write_params
-from lexgraph.negatives import mine_from_index, mine_negatives
+from lexgraph.negatives import NegativesConfig, mine_from_index, mine_negatives
 from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
-from lexgraph.negatives import NegativesConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
