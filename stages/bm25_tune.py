@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 
 import polars as pl
 
@@ -21,7 +20,7 @@ def configure(parser):
 def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    grid, best = tune_grid(articles, questions, asdict(config))
+    grid, best = tune_grid(articles, questions, config)
     write_json(best, args.best)
     with atomic_path(args.grid) as tmp:
         pl.DataFrame(grid).write_csv(tmp, float_precision=6)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 
 from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.io import atomic_path
@@ -14,7 +13,7 @@ def configure(parser):
 
 
 def main(args, base, config):
-    articles, questions, negatives = fetch(asdict(config), base.seed)
+    articles, questions, negatives = fetch(config, base.seed)
     with atomic_path(args.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from lexgraph.data.clean import clean, clean_text
-from lexgraph.data.fetch import fetch
+from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.data.schema import ARTICLE_COLUMNS
 from lexgraph.errors import DataError
 from tests.conftest import section
@@ -122,7 +122,7 @@ def test_duplicate_question_id_across_human_splits():
 
 
 def test_synthetic_ids_colliding_with_human_ones_are_renumbered(bsard_dir):
-    articles, questions, _ = fetch(section("fetch", source="local", local_dir=str(bsard_dir), synthetic=True), seed=1)
+    articles, questions, _ = fetch(FetchConfig.from_params(section("fetch", source="local", local_dir=str(bsard_dir), synthetic=True)), seed=1)
     _, _, clean_q, _ = clean(articles, questions, section("clean"))
     assert clean_q["id"].is_unique().all()
     synthetic = clean_q.filter(pl.col("split") == "synthetic")

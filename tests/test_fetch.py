@@ -8,15 +8,20 @@ import sys
 import polars as pl
 import pytest
 
-from lexgraph.data.fetch import carve_dev, fetch
+from lexgraph.data.fetch import FetchConfig, carve_dev, fetch
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError
-from tests.conftest import ROOT, write_params, write_questions
+from tests.conftest import ROOT, section, write_params, write_questions
 
 PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
 
 
+def fetch_config(values: dict) -> FetchConfig:
+    """The ``fetch`` section of params.yaml with ``values`` (a complete, typed section)."""
+    return FetchConfig.from_params(section("fetch", **values))
+
+
 def test_sample_source_reads_embedded_sample_with_its_ids_and_splits():
-    articles, questions, negatives = fetch({"source": "sample", "sample_dir": str(ROOT / "data/sample")}, seed=1)
+    articles, questions, negatives = fetch(fetch_config({"source": "sample", "sample_dir": str(ROOT / "data/sample")}), seed=1)
     assert articles.height == 2760
     assert articles["id"].to_list() == list(range(1, 2761))
     counts = dict(questions.group_by("split").len().iter_rows())
@@ -28,7 +33,7 @@ def test_sample_source_reads_embedded_sample_with_its_ids_and_splits():
 
 
 def test_local_source_carves_dev_and_reads_negatives(bsard_dir):
-    articles, questions, negatives = fetch({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True}, seed=3)
+    articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True}), seed=3)
     assert articles.height == 5 and articles["code"].to_list()[3] == "Code B"
     splits = dict(questions.group_by("split").len().iter_rows())
     assert splits["train"] + splits.get("dev", 0) == 6 and splits["test"] == 2 and splits["synthetic"] == 2
@@ -39,8 +44,8 @@ def test_local_source_carves_dev_and_reads_negatives(bsard_dir):
 def test_hub_source_through_datasets_load_dataset(hub_dir):
     """The real `datasets.load_dataset` path, pointed at a local copy of the hub's layout."""
     params = {**PARAMS, "source": "hub", "hub_repo": str(hub_dir), "synthetic": True}
-    articles, questions, negatives = fetch(params, seed=3)
-    local = fetch({**PARAMS, "local_dir": str(hub_dir), "synthetic": True}, seed=3)
+    articles, questions, negatives = fetch(fetch_config(params), seed=3)
+    local = fetch(fetch_config({**PARAMS, "local_dir": str(hub_dir), "synthetic": True}), seed=3)
     assert articles.sort("id").equals(local[0].sort("id"))
     assert questions.sort("split", "id").equals(local[1].sort("split", "id"))
     assert negatives.sort("split", "question_id").equals(local[2].sort("split", "question_id"))
@@ -49,7 +54,7 @@ def test_hub_source_through_datasets_load_dataset(hub_dir):
 def test_hub_unreachable_is_one_sentence(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubUnreachableError) as err:
-        fetch({**PARAMS, "source": "hub", "hub_repo": "maastrichtlawtech/bsard"}, seed=1)
+        fetch(fetch_config({**PARAMS, "source": "hub", "hub_repo": "maastrichtlawtech/bsard"}), seed=1)
     msg = str(err.value)
     assert "fetch.source=local" in msg and "\n" not in msg
 
@@ -73,20 +78,20 @@ def test_dev_carve_is_deterministic_and_leak_free():
 
 def test_unknown_source():
     with pytest.raises(ConfigError, match="fetch.source.*expected one of sample, hub, local"):
-        fetch({**PARAMS, "source": "ftp"}, seed=1)
+        fetch(fetch_config({**PARAMS, "source": "ftp"}), seed=1)
 
 
 def test_missing_column(bsard_dir):
     text = (bsard_dir / "articles.csv").read_text(encoding="utf-8").replace("id,article,", "ident,article,", 1)
     (bsard_dir / "articles.csv").write_text(text, encoding="utf-8")
     with pytest.raises(DataError, match=r"articles\.csv: missing column\(s\) \['id'\]"):
-        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+        fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir)}), seed=1)
 
 
 def test_empty_file(bsard_dir):
     (bsard_dir / "questions_train.csv").write_text("", encoding="utf-8")
     with pytest.raises(DataError, match=r"questions_train\.csv: file is empty"):
-        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+        fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir)}), seed=1)
 
 
 def test_bad_encoding(bsard_dir):
@@ -94,13 +99,13 @@ def test_bad_encoding(bsard_dir):
         "id,question,article_ids\n1,Où est le mur ?,3\n".encode("latin-1")
     )
     with pytest.raises(DataError, match=r"questions_test\.csv: not valid UTF-8 at byte \d+ \(line 2\)"):
-        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+        fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir)}), seed=1)
 
 
 def test_non_integer_id(bsard_dir):
     write_questions(bsard_dir / "questions_test.csv", [(7, "ok ?", "3"), ("sept", "pas ok ?", "3")])
     with pytest.raises(DataError, match=r"questions_test\.csv, row 2, column 'id': id 'sept' is not an integer"):
-        fetch({**PARAMS, "local_dir": str(bsard_dir)}, seed=1)
+        fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir)}), seed=1)
 
 
 def _run_stage(tmp_path, params: dict):

@@ -20,15 +20,20 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from lexgraph.data.fetch import fetch
+from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.errors import DataError
-from tests.conftest import ROOT, write_params, write_questions
+from tests.conftest import ROOT, section, write_params, write_questions
 
 PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
 
 
+def fetch_config(values: dict) -> FetchConfig:
+    """The ``fetch`` section of params.yaml with ``values`` (a complete, typed section)."""
+    return FetchConfig.from_params(section("fetch", **values))
+
+
 def fetch_local(root: Path, **extra):
-    return fetch({**PARAMS, "local_dir": str(root), **extra}, seed=1)
+    return fetch(fetch_config({**PARAMS, "local_dir": str(root), **extra}), seed=1)
 
 
 def error_of(root: Path, **extra) -> str:
@@ -118,7 +123,7 @@ def test_embedded_sample_error_names_the_sample_file(tmp_path):
     path.write_text("\n".join(lines + [lines[2]]) + "\n", encoding="utf-8")  # row 2 again
     qid = lines[2].split(",", 1)[0]
     with pytest.raises(DataError) as err:
-        fetch({"source": "sample", "sample_dir": str(sample)}, seed=1)
+        fetch(fetch_config({"source": "sample", "sample_dir": str(sample)}), seed=1)
     assert str(err.value) == (
         f"{path}, row {len(lines)}, column 'id': question id {qid} is already used by row 2 of {path} (line 3); "
         f"expected each question id once across the train, dev and test questions (row {len(lines)} starts on "
@@ -133,7 +138,7 @@ def test_hub_table_rows_are_named_by_config_and_split(hub_dir):
     hub_dir.rename(repo)
     write_questions(repo / "questions_test.csv", [(7, "a ?", "3"), (1, "b ?", "5")])
     with pytest.raises(DataError) as err:
-        fetch({**PARAMS, "source": "hub", "hub_repo": str(repo)}, seed=1)
+        fetch(fetch_config({**PARAMS, "source": "hub", "hub_repo": str(repo)}), seed=1)
     assert str(err.value) == (
         f"{repo}@main (questions/test), row 2, column 'id': question id 1 is already used by row 1 of "
         f"{repo}@main (questions/train); expected each question id once across the train, dev and test questions"

@@ -82,3 +82,12 @@ def test_no_artifact_path_literal_outside_the_layout_module():
                  if path.name != "layout.py"
                  for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
     assert offenders == []
+
+
+def test_only_the_config_layer_words_params_yaml_errors():
+    """Messages that name params.yaml come from lexgraph.config (params_error, bad_value)."""
+    literal = re.compile(r"""(ConfigError|LexgraphError|DataError)\(\s*f?["']params\.yaml""")
+    offenders = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "src").rglob("*.py"))
+                 if path.name != "config.py"
+                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
+    assert offenders == []

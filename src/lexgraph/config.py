@@ -74,6 +74,12 @@ _NONE = type(None)
 # ---------------------------------------------------------------------------
 
 
+def params_error(detail: str) -> ConfigError:
+    """The one-sentence error about a setting, naming params.yaml (the file the user edits):
+    every module words it through here (or :func:`bad_value`)."""
+    return ConfigError(f"{DEFAULT_PARAMS}: {detail}")
+
+
 def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
     """The one-sentence error for a bad ``section.key`` value."""
     return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")

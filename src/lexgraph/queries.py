@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from lexgraph.errors import ConfigError, DataError
-from lexgraph.config import section_config
+from lexgraph.config import params_error, section_config
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class QueriesConfig:
 
     def validate(self) -> None:
         def bad(key: str, expected: str) -> ConfigError:
-            return ConfigError(f"params.yaml: '{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
+            return params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
 
         if self.generator not in GENERATORS:
             raise bad("generator", f"one of {', '.join(GENERATORS)}")

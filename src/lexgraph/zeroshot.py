@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from lexgraph import layout
-from lexgraph.config import section_config
-from lexgraph.errors import ConfigError, DataError
+from lexgraph.config import params_error, section_config
+from lexgraph.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,13 @@ class ZeroshotConfig:
 
     def validate(self) -> None:
         if self.token_pooling not in ("cls", "mean"):
-            raise ConfigError(f"params.yaml: '{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
+            raise params_error(f"'{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
         for key in ("max_length", "max_document_length", "batch_size"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"params.yaml: '{SECTION}.{key}' = {value!r}, expected a positive integer")
+                raise params_error(f"'{SECTION}.{key}' = {value!r}, expected a positive integer")
         if self.max_document_length < self.max_length:
-            raise ConfigError(f"params.yaml: '{SECTION}.max_document_length' must be >= '{SECTION}.max_length'")
+            raise params_error(f"'{SECTION}.max_document_length' must be >= '{SECTION}.max_length'")
 
 
 def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):

@@ -37,7 +37,7 @@ from typing import Any
 import polars as pl
 
 from lexgraph import layout
-from lexgraph.config import bad_value, expectation, section_config
+from lexgraph.config import bad_value, expectation, params_error, section_config
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
     CORPUS_FILES,
@@ -48,7 +48,7 @@ from lexgraph.data.schema import (
     REQUIRED_QUESTION_COLUMNS,
     parse_article_ids,
 )
-from lexgraph.errors import ConfigError, DataError, HubUnreachableError, LexgraphError
+from lexgraph.errors import DataError, HubUnreachableError, LexgraphError
 from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
 
 log = logging.getLogger(__name__)
@@ -439,7 +439,7 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
     text also appears in ``test`` is never put in dev.
     """
     if not 0 < fraction < 1:
-        raise ConfigError(f"params.yaml: 'fetch.dev_fraction' = {fraction!r}, expected a number in (0, 1)")
+        raise params_error(f"'fetch.dev_fraction' = {fraction!r}, expected a number in (0, 1)")
     test_texts = set(normalise_question(q) for q in test["question"].to_list())
     keys = [normalise_question(q) for q in train["question"].to_list()]
     digest = [int(hashlib.sha256(f"{seed}\x1f{k}".encode()).hexdigest()[:15], 16) / 16**15 for k in keys]
@@ -451,22 +451,16 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
 # --------------------------------------------------------------------------- stage
 
 
-def fetch(params: dict, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Run the configured source; return (articles, questions with ``split``, negatives)."""
-    source = params.get("source")
-    if source not in SOURCES:
-        raise ConfigError(f"params.yaml: 'fetch.source' = {source!r}, expected one of {', '.join(SOURCES)}")
-    synthetic = bool(params.get("synthetic", False))
-    if source == "sample":
-        articles, questions, negatives = fetch_directory(Path(params.get("sample_dir", layout.SAMPLE)), synthetic)
-    elif source == "local":
-        if not params.get("local_dir"):
-            raise ConfigError("params.yaml: fetch.source is 'local' but 'fetch.local_dir' is not set")
-        articles, questions, negatives = fetch_directory(Path(params["local_dir"]), synthetic)
+    if config.source == "sample":
+        articles, questions, negatives = fetch_directory(Path(config.sample_dir), config.synthetic)
+    elif config.source == "local":
+        articles, questions, negatives = fetch_directory(Path(config.local_dir), config.synthetic)
     else:
-        articles, questions, negatives = fetch_hub(params["hub_repo"], params.get("revision"), synthetic)
+        articles, questions, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic)
     if "dev" not in questions:
-        train, dev = carve_dev(questions["train"], questions["test"], float(params.get("dev_fraction", 0.1)), seed)
+        train, dev = carve_dev(questions["train"], questions["test"], config.dev_fraction, seed)
         log.info("carved a dev split of %d questions from %d train questions", dev.height, questions["train"].height)
         questions["train"], questions["dev"] = train, dev
     table = pl.concat(

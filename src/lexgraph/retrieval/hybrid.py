@@ -64,9 +64,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lexgraph import layout
-from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
+from lexgraph.config import bad_value, expectation, params_error, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
-from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.errors import DataError, LexgraphError
 from lexgraph.metrics import DEEPEST, METRICS, evaluate_run
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,7 @@ class HybridConfig:
         if any(not 0.0 <= w <= 1.0 for w in self.weights) or len(set(self.weights)) < len(self.weights):
             raise bad("weights")
         if not self.rrf_k and not (self.norms and self.weights):
-            raise ConfigError(
-                f"params.yaml: '{SECTION}.rrf_k' = {self.rrf_k!r} and '{SECTION}.norms' = {self.norms!r}, "
+            raise params_error(f"'{SECTION}.rrf_k' = {self.rrf_k!r} and '{SECTION}.norms' = {self.norms!r}, "
                 f"'{SECTION}.weights' = {self.weights!r} leave no fusion to try; expected a non-empty "
                 f"'{SECTION}.rrf_k', or non-empty '{SECTION}.norms' and '{SECTION}.weights'"
             )
@@ -396,7 +395,7 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
     refuse_held_out(SECTION, "split", config.split, expectation(HybridConfig, "split"))
     qids, texts, qrels = split_questions(questions, config.split)
     if not qids:
-        raise ConfigError(f"params.yaml: '{SECTION}.split' = {config.split!r}, but that split has no questions")
+        raise params_error(f"'{SECTION}.split' = {config.split!r}, but that split has no questions")
     missing = [name for name in dense_systems_needed(config) if name not in dense]
     if missing:
         raise ValueError(f"tune needs the dense systems {', '.join(missing)}")

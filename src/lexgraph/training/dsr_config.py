@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from lexgraph.config import bad_value, expectation, section_config
+from lexgraph.config import bad_value, expectation, params_error, section_config
 from lexgraph.errors import ConfigError
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
@@ -105,8 +105,7 @@ class DSRConfig:
         if not 0 <= self.warmup_ratio <= 1:
             raise bad("warmup_ratio")
         if self.max_document_length < self.max_chunk_length:
-            raise ConfigError(
-                f"params.yaml: '{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
+            raise params_error(f"'{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
                 f"'{SECTION}.max_chunk_length' ({self.max_chunk_length})"
             )
 
@@ -128,8 +127,7 @@ def _source(init: str, config: DSRConfig, pretrained: str | os.PathLike) -> tupl
 def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
     """A fresh DSR: both backbones from ``pretrained`` (the domain-adapted MLM) or the base model."""
     if config.chunk_encoder == "frozen" and config.article_init != "pretrain":
-        raise ConfigError(
-            f"params.yaml: '{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
+        raise params_error(f"'{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
             f"it needs '{SECTION}.article_init' = pretrain (got {config.article_init!r})"
         )
     q_path, q_random = _source(config.query_init, config, pretrained)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from lexgraph.config import check_types
+from lexgraph.config import check_types, params_error
 from lexgraph.errors import ConfigError
 from lexgraph.graph import BIPARTITE_TYPES, STRUCTURE_TYPES
 from lexgraph.models.gnn import GraphEncoderConfig
@@ -73,36 +73,35 @@ class GNNSettings:
         allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
         unknown = sorted(set(params) - allowed, key=str)
         if unknown:
-            raise ConfigError(f"params.yaml: unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; "
+            raise params_error(f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; "
                               f"expected keys of 'gnn': {', '.join(sorted(allowed))}")
         values: dict[str, Any] = {k: params[k] for k in scalar if k in params}
         for name in VARIANTS:  # the per-variant override mappings are part of the section ({} for none)
             if name not in params:
-                raise ConfigError(f"params.yaml: missing key 'gnn.{name}', expected a mapping of architecture "
+                raise params_error(f"missing key 'gnn.{name}', expected a mapping of architecture "
                                   f"overrides for {name} ({{}} for none)")
         override = params.get(variant) or {}
         if not isinstance(override, dict) or set(override) - set(ARCH_KEYS):
-            raise ConfigError(
-                f"params.yaml: 'gnn.{variant}' overrides architecture keys only ({', '.join(ARCH_KEYS)}); "
+            raise params_error(f"'gnn.{variant}' overrides architecture keys only ({', '.join(ARCH_KEYS)}); "
                 f"got {override!r}"
             )
         values.update(override)
         epochs_key = f"epochs_{variant}"
         if epochs_key not in params:
-            raise ConfigError(f"params.yaml: missing key 'gnn.{epochs_key}'")
+            raise params_error(f"missing key 'gnn.{epochs_key}'")
         values["epochs"] = params[epochs_key]
         if "kd" not in params:
-            raise ConfigError("params.yaml: missing key 'gnn.kd', expected a mapping of the distillation settings "
+            raise params_error("missing key 'gnn.kd', expected a mapping of the distillation settings "
                               "(weight, mode, temperature, student_contrastive)")
         kd = params["kd"] or {}
         if not isinstance(kd, dict) or set(kd) - set(kd_fields.values()):
-            raise ConfigError(f"params.yaml: 'gnn.kd' = {kd!r}, expected a mapping with "
+            raise params_error(f"'gnn.kd' = {kd!r}, expected a mapping with "
                               f"{', '.join(repr(k) for k in kd_fields.values())}")
         values.update({field_: kd[key] for field_, key in kd_fields.items() if key in kd})
         missing = sorted((set(cls.__dataclass_fields__) - {"variant"}) - set(values))
         if missing:
             names = {**{f: f"kd.{k}" for f, k in kd_fields.items()}, "epochs": epochs_key}
-            raise ConfigError(f"params.yaml: missing key(s) {', '.join(repr('gnn.' + names.get(m, m)) for m in missing)}")
+            raise params_error(f"missing key(s) {', '.join(repr('gnn.' + names.get(m, m)) for m in missing)}")
         names = {"epochs": epochs_key, **{f: f"kd.{k}" for f, k in kd_fields.items()},
                  **{key: f"{variant}.{key}" for key in override}}
         settings = cls(variant=variant, **check_types(cls, values, "gnn", names))
@@ -124,7 +123,7 @@ class GNNSettings:
 
     def validate(self) -> None:
         def bad(key: str, value: Any, expected: str) -> ConfigError:
-            return ConfigError(f"params.yaml: 'gnn.{key}' = {value!r}, expected {expected}")
+            return params_error(f"'gnn.{key}' = {value!r}, expected {expected}")
 
         for key in ("hard_negatives",):
             value = getattr(self, key)

@@ -19,6 +19,7 @@ import os
 import time
 from typing import Any, Sequence
 
+from lexgraph.config import params_error
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.models.pretrain import SECTION, PretrainConfig, load_tokenizer_and_model
 
@@ -41,7 +42,7 @@ def make_blocks(texts: Sequence[str], tokenizer, max_length: int) -> list[list[i
     prefix, suffix = special_affixes(tokenizer)
     inner = max_length - len(prefix) - len(suffix)
     if inner < 1:
-        raise ConfigError(f"params.yaml: '{SECTION}.max_length' = {max_length} leaves no room for text")
+        raise params_error(f"'{SECTION}.max_length' = {max_length} leaves no room for text")
     sep = tokenizer.sep_token_id
     stream: list[int] = []
     batch = 1000
@@ -65,7 +66,7 @@ def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
     for start in range(len(full) - len(plain) + 1):
         if full[start : start + len(plain)] == plain:
             return full[:start], full[start + len(plain) :]
-    raise ConfigError("params.yaml: the pretrain tokenizer adds special tokens inside the text; expected a prefix/suffix template")
+    raise params_error("the pretrain tokenizer adds special tokens inside the text; expected a prefix/suffix template")
 
 
 def split_blocks(blocks: list[list[int]], eval_fraction: float, max_eval: int, seed: int):
