@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, write_params
 
 from engine_worker import train
 from lexgraph.training.engine import Runtime
@@ -65,15 +65,13 @@ def test_a_stage_under_torchrun_writes_its_outputs_once(tmp_path):
     """``base.launcher: torchrun ...`` wraps a stage command: both processes train, the main
     one alone writes (atomic directory + metrics), the other leaves nothing behind."""
     import polars as pl
-    import yaml
 
     texts = [f"Article {i}: le bail du locataire et le contrat du propriétaire, alinéa {i}." for i in range(60)]
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": list(range(60)), "article": texts}).write_parquet(articles)
     section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
                    max_steps=4, batch_size=8, warmup_steps=1, log_every=2)
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"base": {"seed": 1, "device": "cpu"}, "pretrain": section}))
+    params = write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"}, pretrain=section)
     out, metrics = tmp_path / "models" / "pretrain", tmp_path / "metrics" / "pretrain.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
