@@ -19,13 +19,11 @@ import torch
 import lexgraph.training.dsr as dsr
 from lexgraph.errors import DataError
 from lexgraph.io import write_parquet
-from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
-from lexgraph.models.encoders import QueryEncoder
 from lexgraph.training.dsr import train_and_refit, train_dsr
 from lexgraph.training.dsr_config import DSRConfig
 from lexgraph.training.dsr_data import TrainingData, split_pairs
-from tests.test_dsr import CORPUS  # the same six toy articles
+from tests.test_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 
 QUESTIONS = pl.DataFrame({
     "id": [1, 2, 3, 4, 10, 11],
@@ -57,17 +55,6 @@ def _config(**kw) -> DSRConfig:
                 chunk_encoder="finetune", query_trainable_layers=None, chunk_identity_init=False, chunk_lr=None,
                 pooling="max", token_pooling="cls", synthetic_per_epoch=None, warmup_ratio=0.05)
     return DSRConfig(**{**base, **kw})
-
-
-def _fresh(path, config: DSRConfig) -> DSR:
-    torch.manual_seed(0)
-    query = QueryEncoder.from_pretrained(path, max_length=config.max_query_length, token_pooling=config.token_pooling)
-    article = HierarchicalArticleEncoder.from_pretrained(
-        path, max_chunk_length=config.max_chunk_length, max_document_length=config.max_document_length,
-        pooling=config.pooling, num_layers=config.chunk_layers, num_heads=config.chunk_heads,
-        token_pooling=config.token_pooling,
-    )
-    return DSR(query, article, temperature=config.temperature)
 
 
 def _state(model: DSR) -> dict[str, torch.Tensor]:
@@ -104,10 +91,10 @@ def test_refit_off_is_the_plain_training_run(tiny_model_dir, runs, monkeypatch):
     assert DSRConfig().refit is False
     config = _config(epochs=2)
     _force_dev(monkeypatch, [0.1, 0.3, 0.2] * 2)  # epoch 1 wins, twice
-    plain = _fresh(tiny_model_dir, config)
+    plain = _fresh_dsr(tiny_model_dir, config)
     start = _state(plain)
     expected = train_dsr(plain, replace(_data(), dev_pairs=[]), config, torch.device("cpu"), seed=7)  # no option
-    model = _fresh(tiny_model_dir, config)
+    model = _fresh_dsr(tiny_model_dir, config)
     result, refit = train_and_refit(model, _data(), _config(epochs=2, refit=False), torch.device("cpu"), seed=7)
     assert refit is None and len(runs) == 2  # one run each
     assert result.best_epoch == expected.best_epoch == 1 and repr(result.history) == repr(expected.history)
@@ -119,7 +106,7 @@ def test_refit_trains_the_chosen_epochs_on_train_and_dev(tiny_model_dir, runs, m
     assert [p.key for p in data.dev_pairs] == [("dev", 10), ("dev", 11), ("dev", 11)]
     assert [p.negatives for p in data.dev_pairs] == [(3, 6), (), ()]  # mined negatives, else random at draw time
     _force_dev(monkeypatch, [0.1, 0.2, 0.9, 0.3])  # best epoch E = 2 of 3
-    model = _fresh(tiny_model_dir, config)
+    model = _fresh_dsr(tiny_model_dir, config)
     selection, refit = train_and_refit(model, data, config, torch.device("cpu"), seed=7)
     assert selection.best_epoch == 2 and [h["epoch"] for h in selection.history] == [0, 1, 2, 3]
     assert refit is not None and refit.model is model and len(runs) == 2
@@ -133,7 +120,7 @@ def test_refit_trains_the_chosen_epochs_on_train_and_dev(tiny_model_dir, runs, m
     assert all(lr == 0.0 for lr in second.last_lr)  # the schedule ends with the refit's last step
     assert {p.key for p in second.pairs} == {p.key for p in data.pairs} | {("dev", 10), ("dev", 11)}
     # the same as a fresh model, same start and seed, trained E epochs on train + dev
-    reference = _fresh(tiny_model_dir, config)
+    reference = _fresh_dsr(tiny_model_dir, config)
     both = replace(data, pairs=data.pairs + data.dev_pairs, dev_pairs=[], dev_questions=[], dev_qrels={}, dev_ids=[])
     train_dsr(reference, both, replace(config, epochs=2), torch.device("cpu"), seed=7, select=False)
     assert _same(_state(model), _state(reference))
@@ -142,7 +129,7 @@ def test_refit_trains_the_chosen_epochs_on_train_and_dev(tiny_model_dir, runs, m
 def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, runs, monkeypatch):
     config = _config(epochs=2, refit=True)
     _force_dev(monkeypatch, [0.9, 0.1, 0.2])
-    model = _fresh(tiny_model_dir, config)
+    model = _fresh_dsr(tiny_model_dir, config)
     start = _state(model)
     selection, refit = train_and_refit(model, _data(), config, torch.device("cpu"), seed=7)
     assert selection.best_epoch == 0 and refit is None and len(runs) == 1
@@ -152,7 +139,7 @@ def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, ru
 def test_refit_without_dev_questions_is_an_error(tiny_model_dir):
     config = _config(refit=True)
     with pytest.raises(DataError, match="refit"):
-        train_and_refit(_fresh(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, torch.device("cpu"), 7)
+        train_and_refit(_fresh_dsr(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, torch.device("cpu"), 7)
 
 
 def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, monkeypatch):
