@@ -208,3 +208,15 @@ def test_directed_graph_points_down_but_questions_hear_their_articles():
     both = toy_graph(directed=False, questions=True)
     assert int(both.edge_type.numel()) == int(down.edge_type.numel()) + 3 + 6  # + reverse subheading, article edges
     assert np.array_equal(np.sort(down.edge_index.numpy(), axis=1).shape, down.edge_index.shape)
+
+
+def test_the_paper_profiles_lge_has_the_papers_size():
+    """G-DSR reports about 28M parameters for its legislative graph encoder at 768 dimensions."""
+    import yaml
+
+    from lexgraph.training.gnn_config import GNNSettings
+    from tests.conftest import ROOT
+
+    params = yaml.safe_load((ROOT / "profiles" / "paper.yaml").read_text(encoding="utf-8"))["gnn"]
+    count = GNNSettings.from_params(params, "lge").encoder_config(768, prior_weight=1.0).parameter_count()
+    assert 27_000_000 <= count <= 29_000_000, count

@@ -34,6 +34,8 @@ from lexgraph.io import atomic_path, load_tensors, read_parquet, save_tensors
 log = logging.getLogger(__name__)
 
 FILES = ("articles", "headings", "questions")
+#: the file a graph encoder or the hierarchy prior writes its final article vectors to
+ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
 
 @dataclass(frozen=True)

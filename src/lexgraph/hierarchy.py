@@ -118,12 +118,14 @@ def read_hprior(model_dir: str | Path) -> dict[str, Any]:
     return report
 
 
+def first_best(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """The first of ``rows`` with the best ``metric`` (a grid in tie-breaking order)."""
+    top = max(r[metric] for r in rows)
+    return next(r for r in rows if r[metric] == top)
+
+
 def best_weight(report: dict[str, Any], scope: int = 0) -> float:
     """The weight with the best dev metric among the report's rows at ``scope`` (its grid
     is in tie-breaking order: the first best wins); 0 (DSR) when dev prefers it."""
     rows = [r for r in report["grid"] if r["scope"] == scope]
-    if not rows:
-        return 0.0
-    metric = report["metric"]
-    top = max(r[metric] for r in rows)
-    return float(next(r["weight"] for r in rows if r[metric] == top))
+    return float(first_best(rows, report["metric"])["weight"]) if rows else 0.0

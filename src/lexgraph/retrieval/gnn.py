@@ -16,11 +16,11 @@ from pathlib import Path
 
 from lexgraph.errors import LexgraphError
 from lexgraph import layout
+from lexgraph.embed import ARTICLE_EMBEDDINGS
 from lexgraph.retrieval.dense import DenseRetriever
 
 log = logging.getLogger(__name__)
 
-ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
 
 def _require(path: Path, what: str, stage: str) -> Path:

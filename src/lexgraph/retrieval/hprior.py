@@ -25,14 +25,14 @@ import torch
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.errors import DataError
-from lexgraph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS
+from lexgraph.embed import ARTICLE_EMBEDDINGS
+from lexgraph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.metrics import METRICS, dense_run_metrics
 
 log = logging.getLogger(__name__)
 
 SECTION = "hprior"
 SETTINGS = HPRIOR_SETTINGS
-ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,6 @@ def dev_grid(graph, article_ids: np.ndarray, article_vectors: torch.Tensor, quer
     return rows
 
 
-def choose(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
-    """The first row with the best ``metric`` (the grid is in tie-breaking order)."""
-    best = max(r[metric] for r in rows)
-    return next(r for r in rows if r[metric] == best)
-
-
 @dataclass
 class HpriorResult:
     scope: int
@@ -112,7 +106,7 @@ def tune(graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], question
     queries = select_rows(*embeddings["questions"], np.asarray(qids, dtype=np.int64), paths["questions_embeddings"],
                           "question")  # (Q, dim)
     rows = dev_grid(graph, article_ids, vectors, queries, qids, qrels, config)
-    best = choose(rows, config.metric)
+    best = first_best(rows, config.metric)
     dsr = next((r for r in rows if r["weight"] == 0), None)
     log.info("hprior: scope %d, weight %g on %s (%s %.4f; DSR %s)", best["scope"], best["weight"], config.split,
              config.metric, best[config.metric], f"{dsr[config.metric]:.4f}" if dsr else "not in the grid")

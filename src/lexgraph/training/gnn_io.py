@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lexgraph import layout
+from lexgraph.embed import ARTICLE_EMBEDDINGS
 from lexgraph.errors import DataError
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
@@ -27,7 +28,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 WEIGHTS = "gnn.safetensors"
 CONFIG = "gnn.json"
-ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 QUERY_ENCODER = "query_encoder"
 
 
