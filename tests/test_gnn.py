@@ -20,7 +20,7 @@ from lexgraph.models.gnn import MODELS, GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn import train_graph_encoder
-from lexgraph.training.gnn_config import GNNSettings
+from lexgraph.training.gnn_config import ARCH_KEYS, GNNSettings
 from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
 
 from test_graph import ARTICLES, HEADINGS, QUESTIONS
@@ -346,7 +346,7 @@ def test_training_inputs_hold_train_questions_only(variant, heading_features):
 
 
 def test_settings_per_variant_and_errors():
-    assert settings("lge").edge_dim is None and settings("qabisar").edge_dim == 4
+    assert settings("lge").encoder.edge_dim is None and settings("qabisar").encoder.edge_dim == 4
     assert settings("lge").epochs == 2
     assert settings("qabisar").kd_temperature == 0.1 and settings("qabisar").temperature == 0.05
     no_kd = {"weight": 0.0, "mode": "feature", "temperature": 0.1, "student_contrastive": False}
@@ -371,10 +371,18 @@ def test_settings_per_variant_and_errors():
     with pytest.raises(ConfigError, match="gnn.warmup_ratio"):
         settings("lge", warmup_ratio=1.0)
     # LGE: one convolution per layer over the statute edges; QABISAR: a second one for question-article edges
-    assert settings("lge").encoder_config(DIM).edge_groups == ((0, 1, 3, 4, 5, 7),)
-    assert settings("qabisar").encoder_config(DIM).edge_groups == ((0, 1, 3, 4, 5, 7), (QA, AQ))
-    with pytest.raises(ConfigError, match="edge_dim"):
-        settings("qabisar", model="gcn").encoder_config(DIM)
+    assert settings("lge").encoder.edge_groups == ((0, 1, 3, 4, 5, 7),)
+    assert settings("qabisar").encoder.edge_groups == ((0, 1, 3, 4, 5, 7), (QA, AQ))
+    with pytest.raises(ConfigError, match="edge_dim"):  # refused when params are read, before any data
+        settings("qabisar", model="gcn")
+    # the settings embed the encoder's config: the architecture keys live there only
+    arch = settings("lge").encoder
+    assert isinstance(arch, GraphEncoderConfig) and arch.in_dim is None
+    assert not set(ARCH_KEYS) & set(GNNSettings.__dataclass_fields__)
+    assert arch.with_input(DIM, prior_weight=1.5).in_dim == DIM
+    assert arch.with_input(DIM, prior_weight=1.5).prior_weight == (1.5 if arch.init == "prior" else 0.0)
+    with pytest.raises(ValueError, match="with_input"):
+        GraphEncoder(arch)
 
 
 def test_qabisar_needs_question_nodes():

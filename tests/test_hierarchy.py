@@ -218,5 +218,5 @@ def test_the_paper_profiles_lge_has_the_papers_size():
     from tests.conftest import ROOT
 
     params = yaml.safe_load((ROOT / "profiles" / "paper.yaml").read_text(encoding="utf-8"))["gnn"]
-    count = GNNSettings.from_params(params, "lge").encoder_config(768, prior_weight=1.0).parameter_count()
+    count = GNNSettings.from_params(params, "lge").encoder.with_input(768, prior_weight=1.0).parameter_count()
     assert 27_000_000 <= count <= 29_000_000, count

@@ -43,7 +43,7 @@ ConfigError rather than silently ignored.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -67,7 +67,7 @@ INITS = ("random", "identity", "prior")
 class GraphEncoderConfig:
     """Architecture of a :class:`GraphEncoder` (saved as JSON next to its weights)."""
 
-    in_dim: int
+    in_dim: int | None  # None: not known yet (the embeddings give it: :meth:`with_input`)
     model: str
     layers: int
     hidden: int | None  # None: the input dimension
@@ -91,7 +91,10 @@ class GraphEncoderConfig:
             raise params_error(f"'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
         if not isinstance(self.heads, int) or self.heads < 1:
             raise params_error(f"'gnn.heads' = {self.heads!r}, expected an integer >= 1")
-        if self.model in ATTENTION_MODELS and self.concat_heads and self.hidden_dim % self.heads:
+        if self.in_dim is not None and (not isinstance(self.in_dim, int) or self.in_dim < 1):
+            raise ValueError(f"in_dim must be a positive integer, got {self.in_dim!r}")
+        known = self.in_dim is not None or self.hidden is not None  # the width is known
+        if known and self.model in ATTENTION_MODELS and self.concat_heads and self.hidden_dim % self.heads:
             raise params_error(f"'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
                 " (attention heads are concatenated: 'gnn.concat_heads' is true)"
             )
@@ -107,7 +110,7 @@ class GraphEncoderConfig:
                 )
         if self.init not in INITS:
             raise params_error(f"'gnn.init' = {self.init!r}, expected one of {', '.join(INITS)}")
-        if self.init != "random" and not (self.residual and self.hidden_dim == self.in_dim):
+        if self.init != "random" and not (self.residual and (self.in_dim is None or self.hidden_dim == self.in_dim)):
             raise params_error(f"'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
                 f"embedding size ({self.in_dim}) or null"
             )
@@ -119,7 +122,14 @@ class GraphEncoderConfig:
 
     @property
     def hidden_dim(self) -> int:
+        if self.hidden is None and self.in_dim is None:
+            raise ValueError("the width of a GraphEncoderConfig without in_dim is not known yet")
         return self.hidden if self.hidden is not None else self.in_dim
+
+    def with_input(self, in_dim: int, prior_weight: float = 0.0) -> "GraphEncoderConfig":
+        """This architecture for ``in_dim``-dimensional node features; ``prior_weight``
+        applies to ``init: prior`` only (0 otherwise)."""
+        return replace(self, in_dim=in_dim, prior_weight=prior_weight if self.init == "prior" else 0.0)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "GraphEncoderConfig":
@@ -193,6 +203,8 @@ class GraphEncoder(nn.Module):
 
     def __init__(self, config: GraphEncoderConfig) -> None:
         super().__init__()
+        if config.in_dim is None:
+            raise ValueError("a GraphEncoder needs the input dimension: build it from config.with_input(in_dim)")
         self.config = config
         dim = config.hidden_dim
         self.lin_in = nn.Linear(config.in_dim, dim) if dim != config.in_dim else nn.Identity()

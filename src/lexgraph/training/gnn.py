@@ -159,7 +159,7 @@ def batch_loss(
     mask = other_positive_mask([ts.gold[r] for r in rows.tolist()], ts.article_ids[columns.numpy()]).to(device)
     q_nodes = ts.question_nodes[rows] if qabisar else torch.empty(0, dtype=torch.long)  # (B,) or (0,)
     subset, sub_edge_index, sub_edge_type = batch_subgraph(
-        graph.edge_index, graph.edge_type, torch.cat([columns, q_nodes]).to(device), settings.layers,
+        graph.edge_index, graph.edge_type, torch.cat([columns, q_nodes]).to(device), settings.encoder.layers,
         graph.x.size(0), cut_pairs=(q_nodes.to(device), positives.to(device)) if qabisar else None,
     )
     out = model(graph.x[subset], sub_edge_index, sub_edge_type)  # (subset, dim)
@@ -252,7 +252,7 @@ def train_graph_encoder(
     if qabisar and settings.trains_query_encoder and query_encoder is None:
         raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
     generator = torch.Generator().manual_seed(seed)
-    model = GraphEncoder(settings.encoder_config(ts.x.size(1), prior_weight)).to(device)
+    model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
     encoder = query_encoder.to(device) if (qabisar and query_encoder is not None) else None
     criterion = (
         QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
@@ -354,8 +354,8 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
         encoder = QueryEncoder.from_pretrained(query_dir)
         if encoder.dim != ts.x.size(1):
             raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
-    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.init == "prior" else 0.0
-    if settings.init == "prior":
+    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
+    if settings.encoder.init == "prior":
         log.info("%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
                  variant, prior_weight)
     runtime = Runtime(device)

@@ -32,15 +32,8 @@ class GNNSettings:
     """The ``gnn`` section of params.yaml, resolved for one variant."""
 
     variant: str
-    model: str
-    layers: int
-    hidden: int | None
-    heads: int
-    concat_heads: bool
-    dropout: float
-    residual: bool
-    edge_dim: int | None
-    init: str  # random | identity | prior (the hprior stage's deepest-heading weight)
+    encoder: GraphEncoderConfig  # the architecture keys (gnn.model … gnn.init, with gnn.<variant>'s
+    #                              overrides); in_dim and the prior weight are set when training starts
     heading_features: str  # articles (mean of the articles under the heading) | title (its DSR encoding)
     hard_negatives: int
     batch_size: int
@@ -69,7 +62,8 @@ class GNNSettings:
             raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
         kd_fields = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
                      "kd_student_contrastive": "student_contrastive"}
-        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "epochs", *kd_fields)}
+        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "encoder", "epochs", *kd_fields)}
+        scalar |= set(ARCH_KEYS)
         allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
         unknown = sorted(set(params) - allowed, key=str)
         if unknown:
@@ -98,21 +92,25 @@ class GNNSettings:
             raise params_error(f"'gnn.kd' = {kd!r}, expected a mapping with "
                               f"{', '.join(repr(k) for k in kd_fields.values())}")
         values.update({field_: kd[key] for field_, key in kd_fields.items() if key in kd})
-        missing = sorted((set(cls.__dataclass_fields__) - {"variant"}) - set(values))
+        missing = sorted((set(cls.__dataclass_fields__) - {"variant", "encoder"} | set(ARCH_KEYS)) - set(values))
         if missing:
             names = {**{f: f"kd.{k}" for f, k in kd_fields.items()}, "epochs": epochs_key}
             raise params_error(f"missing key(s) {', '.join(repr('gnn.' + names.get(m, m)) for m in missing)}")
         names = {"epochs": epochs_key, **{f: f"kd.{k}" for f, k in kd_fields.items()},
                  **{key: f"{variant}.{key}" for key in override}}
-        settings = cls(variant=variant, **check_types(cls, values, "gnn", names))
-        settings.validate()
-        try:  # architecture errors now, not after the data is loaded (the size is checked later)
-            hidden = settings.hidden or settings.heads
-            GraphEncoderConfig(in_dim=settings.hidden or hidden, **{k: getattr(settings, k) for k in ARCH_KEYS})
+        arch = check_types(GraphEncoderConfig, {k: values.pop(k) for k in ARCH_KEYS}, "gnn", names)
+        values = check_types(cls, values, "gnn", names)
+        groups = (tuple(int(t) for t in STRUCTURE_TYPES),)
+        if variant == "qabisar":  # QABISAR's question-article edges get their own convolutions
+            groups += (tuple(int(t) for t in BIPARTITE_TYPES),)
+        try:  # architecture errors now, not after the data is loaded (the width is checked then)
+            encoder = GraphEncoderConfig(in_dim=None, **arch, edge_groups=groups)
         except ConfigError as exc:
             if override:
                 raise ConfigError(f"{exc} (with the overrides of 'gnn.{variant}': {override})") from None
             raise
+        settings = cls(variant=variant, encoder=encoder, **values)
+        settings.validate()
         return settings
 
     @classmethod
@@ -149,18 +147,9 @@ class GNNSettings:
             raise bad("heading_features", self.heading_features, " or ".join(HEADING_FEATURES))
         if self.similarity not in SIMILARITIES:
             raise bad("similarity", self.similarity, " or ".join(SIMILARITIES))
-        for key in ("bipartite", "structure", "residual", "concat_heads", "refit", "kd_student_contrastive"):
+        for key in ("bipartite", "structure", "refit", "kd_student_contrastive"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
-
-    def encoder_config(self, in_dim: int, prior_weight: float = 0.0) -> GraphEncoderConfig:
-        """The encoder's architecture; QABISAR's question-article edges get their own
-        convolutions (a second edge group), started at zero."""
-        groups = (tuple(int(t) for t in STRUCTURE_TYPES),)
-        if self.variant == "qabisar":
-            groups += (tuple(int(t) for t in BIPARTITE_TYPES),)
-        return GraphEncoderConfig(in_dim=in_dim, **{k: getattr(self, k) for k in ARCH_KEYS},
-                                  prior_weight=prior_weight if self.init == "prior" else 0.0, edge_groups=groups)
 
     @property
     def trains_query_encoder(self) -> bool:
