@@ -383,6 +383,10 @@ def test_settings_per_variant_and_errors():
     assert arch.with_input(DIM, prior_weight=1.5).prior_weight == (1.5 if arch.init == "prior" else 0.0)
     with pytest.raises(ValueError, match="with_input"):
         GraphEncoder(arch)
+    # gnn.json records them flat, as params.yaml spells them (the override applied)
+    record = settings("qabisar").to_dict()
+    assert "encoder" not in record and record["edge_dim"] == 4 and record["variant"] == "qabisar"
+    assert set(record) == set(ARCH_KEYS) | set(GNNSettings.__dataclass_fields__) - {"encoder"}
 
 
 def test_qabisar_needs_question_nodes():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -150,6 +150,13 @@ class GNNSettings:
         for key in ("bipartite", "structure", "refit", "kd_student_contrastive"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as params.yaml spells them, flat (the architecture keys inline, as
+        ``gnn`` writes them), for the model's ``gnn.json``."""
+        values = asdict(self)
+        encoder = values.pop("encoder")
+        return {"variant": values.pop("variant"), **{k: encoder[k] for k in ARCH_KEYS}, **values}
 
     @property
     def trains_query_encoder(self) -> bool:

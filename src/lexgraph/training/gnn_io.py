@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +47,7 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
         "format_version": FORMAT_VERSION,
         "variant": settings.variant,
         "graph_encoder": result.model.config.to_dict(),
-        "settings": asdict(settings),
+        "settings": settings.to_dict(),
         "similarity": settings.similarity,
         "prior_weight": result.prior_weight,
         "best_epoch": result.best_epoch,
