@@ -138,6 +138,73 @@ def _regress(ws: Path, expected: str | None = None, metrics: dict | None = None,
     return ["regress", "--expected", str(ws / "exp.yaml"), "--metrics-dir", str(ws / "metrics")]
 
 
+# issue 18, round three: paths DVC owns, hard links and read-only files (mode bits hold even for root)
+
+
+def _cached_run(ws: Path, store: str = ".dvc/cache", content: str = PREVIOUS_RUN) -> Path:
+    """An earlier run (or another file) as DVC caches it: named by its hash, read-only."""
+    path = ws / store / "files" / "md5" / "3b" / "8d5e3c0d61b07b1e7d6d9b0f3a2e5c1"
+    path.parent.mkdir(parents=True)
+    path.write_text(content, encoding="utf-8")
+    path.chmod(0o444)
+    return path
+
+
+def _into_cache(ws: Path, content: str = PREVIOUS_RUN) -> str:
+    return str(_cached_run(ws, content=content))
+
+
+def _symlink_into_cache(ws: Path) -> str:
+    (ws / "cached.trec").symlink_to(_cached_run(ws))
+    return str(ws / "cached.trec")
+
+
+def _configured_cache(ws: Path, name: str = "config", value: str = "../dvc-store") -> str:
+    (ws / ".dvc").mkdir(exist_ok=True)
+    (ws / ".dvc" / name).write_text(f"[core]\n    analytics = false\n[cache]\n    dir = {value}\n", encoding="utf-8")
+    return str(_cached_run(ws, "dvc-store"))
+
+
+def _dvc_yaml_output(ws: Path) -> str:
+    (ws / "dvc.yaml").write_text("stages:\n  export:\n    cmd: python export.py\n    outs:\n"
+                                 "      - exports/runs:\n          persist: true\n", encoding="utf-8")
+    (ws / "exports" / "runs").mkdir(parents=True)
+    (ws / "exports" / "runs" / "bm25.trec").write_text(PREVIOUS_RUN, encoding="utf-8")
+    return str(ws / "exports" / "runs" / "bm25.trec")
+
+
+def _dvc_yaml_template(ws: Path) -> str:
+    (ws / "dvc.yaml").write_text("stages:\n  report:\n    foreach: [bm25, dsr]\n    do:\n"
+                                 "      cmd: python report.py ${item}\n      plots:\n"
+                                 "        - reports/${item}.trec:\n            cache: false\n", encoding="utf-8")
+    return str(ws / "reports" / "hybrid.trec")
+
+
+def _dvc_file_output(ws: Path) -> str:
+    (ws / "shared" / "runs").mkdir(parents=True)
+    (ws / "shared" / "runs.dvc").write_text("outs:\n- md5: 0123456789abcdef0123456789abcdef.dir\n  path: runs\n",
+                                            encoding="utf-8")
+    return str(ws / "shared" / "runs" / "new.trec")
+
+
+def _hardlinked_run(ws: Path) -> str:
+    (ws / "elsewhere").mkdir()
+    os.link(ws / "out.trec", ws / "elsewhere" / "same.trec")
+    return str(ws / "out.trec")
+
+
+def _read_only_run(ws: Path) -> str:
+    (ws / "out.trec").chmod(0o444)
+    return str(ws / "out.trec")
+
+
+def _read_only_dir(ws: Path) -> str:
+    (ws / "ro").mkdir()
+    (ws / "ro").chmod(0o555)
+    return str(ws / "ro" / "r.trec")
+
+
+
 GOOD_YAML = "tolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.4, map: 0.1}\n"
 
 CASES = [
@@ -201,6 +268,37 @@ CASES = [
     ("stale-dense", "dense_ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr"),
      ["data/embed/articles.safetensors was built on a different corpus than", "data/clean/articles.parquet", "920",
       "run `dvc repro`"]),
+    # 10. --run inside DVC's cache or over a DVC-tracked output (issue 18: `--run .dvc/cache/...` overwrote a
+    # cached run), a hard-linked or read-only file, a read-only directory (refused even for root)
+    ("run-into-dvc-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _into_cache(ws)),
+     ["--run", ".dvc/cache/files/md5/3b/", "is inside", ".dvc, a directory only dvc writes",
+      "refusing to write there, expected a path outside DVC's cache and the outputs it tracks"]),
+    ("run-symlink-into-dvc-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink_into_cache(ws)),
+     ["--run", "cached.trec is inside", ".dvc, a directory only dvc writes", "expected a path outside DVC's cache"]),
+    ("run-into-configured-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws)),
+     ["--run", "dvc-store/files/md5/3b/", "is inside DVC's cache", "dvc-store (cache.dir of", ".dvc/config)",
+      "expected a path outside DVC's cache"]),
+    ("run-into-configured-cache-local", "ws",
+     lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws, "config.local", str(ws / "dvc-store"))),
+     ["--run", "is inside DVC's cache", "(cache.dir of", ".dvc/config.local)"]),
+    ("run-is-dvc-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_output(ws)),
+     ["--run", "bm25.trec is inside exports/runs, an output of stage 'export' in", "dvc.yaml",
+      "expected a path outside DVC's cache and the outputs it tracks"]),
+    ("run-is-dvc-foreach-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_template(ws)),
+     ["--run", "hybrid.trec matches reports/${item}.trec, an output of stage 'report' in", "dvc.yaml"]),
+    ("run-is-dvc-file-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_file_output(ws)),
+     ["--run", "new.trec is inside runs, tracked by", "shared/runs.dvc"]),
+    ("run-is-dvc-lock", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "dvc.lock")),
+     ["--run", "is dvc.lock, one of DVC's own files"]),
+    ("run-is-hardlinked", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlinked_run(ws)),
+     ["--run", "out.trec has 2 hard links", "refusing to overwrite it", "expected a new path"]),
+    ("run-is-read-only", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_run(ws)),
+     ["--run", "out.trec is read-only (mode 0444)", "refusing to overwrite it", "expected a writable path"]),
+    ("run-in-read-only-directory", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_dir(ws)),
+     ["--run", "directory", "ro is not writable (mode 0555)", "expected a writable path"]),
+    ("regress-update-into-dvc-cache", "ws",
+     lambda ws: [*_regress(ws), "--update", "--expected", _into_cache(ws, GOOD_YAML)],
+     ["--expected", ".dvc, a directory only dvc writes", "refusing to rewrite it"]),
     # 9. regress on bad files
     ("regress-missing-expected", "ws", lambda ws: _regress(ws),
      ["exp.yaml", "file not found", "expected a YAML file like regression/sample.yaml"]),
@@ -237,7 +335,7 @@ def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected
     if case in SETUP:
         SETUP[case](ws)
     args = argv(ws)
-    if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-")):
+    if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-", "regress-update")):
         monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)  # checked before any loading
     before = snapshot(ws)
     assert main(args) == 2
@@ -261,8 +359,7 @@ def test_device_error_names_the_option(ws, capsys, monkeypatch):
     assert snapshot(ws) == before
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
-def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):
+def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):  # mode bits hold for root too (issue 18)
     monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)
     (ws / "ro").mkdir()
     (ws / "ro").chmod(0o555)
@@ -360,3 +457,4 @@ def test_process_level_stale_models_error(ws):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "lexgraph search: error: models/bm25 was built on a different corpus than data/clean/articles.parquet")
+

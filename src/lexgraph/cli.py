@@ -2,11 +2,13 @@
 
 ``lexgraph search --system bm25 --questions FILE.jsonl --run OUT.trec [--k 500]``
     batch mode: each line of FILE has ``id`` (a string without spaces or an integer,
-    unique) and ``question`` (a non-empty string); writes a TREC run. ``--run`` must be a
-    new file or an earlier run: never the questions file, a directory, a file that is not
-    a TREC run, or a path under the workspace's ``data/`` or ``models/``. A question that
-    no article matches (BM25: none of its terms is in the corpus) gets no ranking, with a
-    warning naming its id.
+    unique) and ``question`` (a non-empty string); writes a TREC run. ``--run`` must
+    be a new file or an earlier run: never the questions file, a directory, a file that is
+    not a TREC run, a read-only file or one with several hard links, a path under the
+    workspace's ``data/`` or ``models/``, or a path DVC owns (its cache, a ``.dvc``
+    directory, an output of ``dvc.yaml``, ``dvc.lock`` or a ``*.dvc`` file:
+    :mod:`lexgraph.tracked`). A question that no article matches (BM25: none of its terms
+    is in the corpus) gets no ranking, with a warning naming its id.
 ``lexgraph search --system bm25 --questions FILE.jsonl --json [--top 10]``
     batch mode to stdout: one JSON object per question (with ``--run`` too: both).
 ``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?" [--json]``
@@ -110,10 +112,25 @@ def _looks_like_trec_run(path: Path) -> bool:
     return True
 
 
+def _read_only(path: Path) -> str | None:
+    """Why ``path`` may not be written, or None: not writable for this process, or no write
+    bit set for anyone (root writes such a file anyway; DVC's cache files are mode 0444)."""
+    mode = path.stat().st_mode
+    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)) or not mode & 0o222:
+        return f"mode {mode & 0o7777:04o}"
+    return None
+
+
 def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
     """Refuse a ``--run`` target that is not a writable new file or earlier TREC run: a
-    directory, an unwritable place, the questions file, a file under the workspace's
-    DVC-managed ``data/`` or ``models/``, or any existing file that is not a TREC run."""
+    directory, the questions file, a file under the workspace's ``data/`` or ``models/``,
+    a path DVC owns (its cache, a ``.dvc`` directory, an output that ``dvc.yaml``, ``dvc.lock``
+    or a ``*.dvc`` file tracks: :func:`lexgraph.tracked.dvc_owner`), a place that is not
+    writable or a read-only file (no write bit: refused even for root, who ignores mode
+    bits), a file with several hard links (it may share its inode with DVC's cache), or
+    any existing file that is not a TREC run. Symlinks are resolved first."""
+    from lexgraph.tracked import dvc_owner
+
     path = Path(run)
     if path.is_dir():
         raise LexgraphError(f"--run {run} is a directory; expected the path of the TREC run file to write")
@@ -128,18 +145,30 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
         if resolved == root or root in resolved.parents:
             raise LexgraphError(f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
                                 "expected a path outside data/ and models/")
+    owner = dvc_owner(path, workspace)
+    if owner:
+        raise LexgraphError(f"--run {run} {owner}; refusing to write there, expected a path outside DVC's "
+                            "cache and the outputs it tracks")
     parent = resolved.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
         raise LexgraphError(f"--run {run}: {parent} is not a directory; expected a writable path for the TREC run")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise LexgraphError(f"--run {run}: directory {parent} is not writable; expected a writable path")
+    locked = _read_only(parent)
+    if locked:
+        raise LexgraphError(f"--run {run}: directory {parent} is not writable ({locked}); expected a writable path")
     if path.exists():
         if not path.is_file():
             raise LexgraphError(f"--run {run} is not a regular file; expected the path of the TREC run file to write")
-        if not os.access(path, os.W_OK):
-            raise LexgraphError(f"--run {run} is read-only; refusing to overwrite it, expected a writable path")
+        links = path.stat().st_nlink
+        if links > 1:
+            raise LexgraphError(f"--run {run} has {links} hard links (it may share its content with DVC's cache "
+                                "or another file); refusing to overwrite it, expected a new path or a file with "
+                                "a single link")
+        locked = _read_only(path)
+        if locked:
+            raise LexgraphError(f"--run {run} is read-only ({locked}); refusing to overwrite it, "
+                                "expected a writable path")
         if not _looks_like_trec_run(path):
             raise LexgraphError(f"--run {run} exists and is not a TREC run; refusing to overwrite it, "
                                 "expected a new path or an earlier run")
@@ -268,6 +297,12 @@ def cmd_regress(args) -> int:
     from lexgraph.regression import check, expected_from_metrics
 
     if args.update:
+        from lexgraph.tracked import dvc_owner
+
+        owner = dvc_owner(args.expected)
+        if owner:
+            raise LexgraphError(f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
+                                "expected-scores file you keep in git (like regression/sample.yaml)")
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
         log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
