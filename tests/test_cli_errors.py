@@ -204,6 +204,8 @@ def _read_only_dir(ws: Path) -> str:
     return str(ws / "ro" / "r.trec")
 
 
+SURROGATE_LINE = '{"id": "a", "question": "Qui paie le loyer \\udc80 ?"}'
+
 
 GOOD_YAML = "tolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.4, map: 0.1}\n"
 
@@ -299,6 +301,39 @@ CASES = [
     ("regress-update-into-dvc-cache", "ws",
      lambda ws: [*_regress(ws), "--update", "--expected", _into_cache(ws, GOOD_YAML)],
      ["--expected", ".dvc, a directory only dvc writes", "refusing to rewrite it"]),
+    # 11. questions: a repeated key, control characters in an id, lone surrogates (issue 18)
+    ("question-key-twice", "ws",
+     lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"},
+                               '{"id": "b", "question": "loyer", "question": "bail"}'), str(ws / "out.trec")),
+     ["q.jsonl, row 2: key \"question\" appears twice", "expected each key once"]),
+    ("id-key-twice", "ws", lambda ws: _batch(ws, _q(ws, '{"id": "a", "id": "b", "question": "loyer"}'),
+                                              str(ws / "out.trec")),
+     ["q.jsonl, row 1: key \"id\" appears twice", "expected each key once"]),
+    ("id-nul", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a\u0000b", "question": "loyer"}), str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "control", "'\\x00' at character 2",
+      "expected a non-empty id without whitespace or control characters"]),
+    ("id-escape-character", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u001b[31m", "question": "loyer"}),
+                                                     str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "'\\x1b' at character 2", "expected a non-empty id"]),
+    ("id-line-separator", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u2028", "question": "loyer"}),
+                                                   str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "whitespace", "expected a non-empty id"]),
+    ("id-zero-width", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u200b1", "question": "loyer"}),
+                                               str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "'\\u200b' at character 2"]),
+    ("id-lone-surrogate", "ws", lambda ws: _batch(ws, _q(ws, '{"id": "a\\ud800", "question": "loyer"}'),
+                                                   str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "lone surrogate"]),
+    ("question-lone-surrogate", "ws", lambda ws: _batch(ws, _q(ws, {"id": "b", "question": "loyer"}, SURROGATE_LINE),
+                                                         str(ws / "out.trec")),
+     ["q.jsonl, row 2, column 'question'", "'\\udc80' at character 19", "lone surrogate",
+      "expected valid Unicode text"]),
+    ("question-lone-surrogate-json", "ws",
+     lambda ws: ["search", "--questions", _q(ws, SURROGATE_LINE), "--json", "--workspace", str(ws)],
+     ["q.jsonl, row 1, column 'question'", "lone surrogate"]),
+    ("question-argument-surrogate", "ws", lambda ws: ["search", "loyer \udcff", "--workspace", str(ws)],
+     ["the question argument holds '\\udcff' at character 7", "lone surrogate",
+      "expected a question in valid UTF-8 text"]),
     # 9. regress on bad files
     ("regress-missing-expected", "ws", lambda ws: _regress(ws),
      ["exp.yaml", "file not found", "expected a YAML file like regression/sample.yaml"]),
@@ -457,4 +492,56 @@ def test_process_level_stale_models_error(ws):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "lexgraph search: error: models/bm25 was built on a different corpus than data/clean/articles.parquet")
+
+
+def test_process_level_undecodable_question_argument(ws):
+    """Bytes that are not UTF-8 on the command line become lone surrogates in ``sys.argv``."""
+    before = snapshot(ws)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"lexgraph.cli", b"search", b"le loyer \xff ?"], cwd=ws,
+                          capture_output=True, env=env, timeout=120)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == ("lexgraph search: error: the question argument holds '\\udcff' at "
+                                            "character 10, a lone surrogate that is not valid Unicode text (bytes "
+                                            "that are not UTF-8?); expected a question in valid UTF-8 text")
+    assert snapshot(ws) == before
+
+
+STDIN = {  # standard input holding a line that is not UTF-8, as a byte stream and as decoded text
+    "bytes": lambda io: io.TextIOWrapper(io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8"),
+    "surrogateescape": lambda io: io.TextIOWrapper(io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8",
+                                                   errors="surrogateescape"),  # Python's UTF-8 mode (C locale)
+    "text": lambda io: io.StringIO("loyer\nle bail \udcff ?\n"),  # already decoded with surrogateescape
+}
+
+
+@pytest.mark.parametrize("stdin", sorted(STDIN))
+@pytest.mark.parametrize("flags", [[], ["--json"]], ids=["text", "json"])
+def test_undecodable_interactive_question(ws, flags, stdin, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", STDIN[stdin](io))
+    before = snapshot(ws)
+    assert main(["search", *flags, "--workspace", str(ws)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "lexgraph search: error: " in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("lexgraph search: error: standard input, line 2: "), lines[0]
+    assert "expected one question per line in UTF-8 text" in lines[0]
+    assert ("'\\udcff' at character 9, a lone surrogate" if stdin == "text" else "not valid UTF-8") in lines[0]
+    assert snapshot(ws) == before
+
+
+def test_line_separators_inside_a_question_are_text(ws, capsys):
+    """U+2028, U+2029 and U+0085 are valid inside a JSON string: the file's lines end at \\n only."""
+    questions = ["Qui paie\u2028le loyer ?", "le bail\u0085et le contrat", "le mur\u2029mitoyen"]
+    qfile = ws / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"id": f"q{i}", "question": q}, ensure_ascii=False) + "\n"
+                             for i, q in enumerate(questions)), encoding="utf-8")
+    assert main(_batch(ws, str(qfile), str(ws / "new.trec"), "--json", "--top", "1")) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.split("\n") if line]  # JSON lines: \n only
+    assert [r["question"] for r in records] == questions
+    assert [r["hits"][0]["id"] for r in records] == [3, 2, 1]
+    assert {line.split()[0] for line in (ws / "new.trec").read_text(encoding="utf-8").splitlines()} == {"q0", "q1", "q2"}
 

@@ -1,8 +1,10 @@
 """The ``lexgraph`` command.
 
 ``lexgraph search --system bm25 --questions FILE.jsonl --run OUT.trec [--k 500]``
-    batch mode: each line of FILE has ``id`` (a string without spaces or an integer,
-    unique) and ``question`` (a non-empty string); writes a TREC run. ``--run`` must
+    batch mode: each line of FILE (lines end at ``\n`` only) is a JSON object with ``id``
+    (a string or an integer, unique, without whitespace or control characters) and
+    ``question`` (a non-empty string of valid Unicode text), each key once; writes a TREC
+    run. ``--run`` must
     be a new file or an earlier run: never the questions file, a directory, a file that is
     not a TREC run, a read-only file or one with several hard links, a path under the
     workspace's ``data/`` or ``models/``, or a path DVC owns (its cache, a ``.dvc``
@@ -38,34 +40,44 @@ from pathlib import Path
 
 from lexgraph import layout
 from lexgraph.errors import DataError, LexgraphError
+from lexgraph.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
 from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger("lexgraph")
 
 
 def _show(value) -> str:
-    return json.dumps(value, ensure_ascii=False)[:60]
+    """``value`` as JSON for a message, at most 60 characters; lone surrogates and control
+    characters escaped (the message goes to a terminal)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if not text.isprintable():
+        text = json.dumps(value)
+    return text[:60]
 
 
 def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
     """``(ids, questions)`` from a JSON-lines file whose lines have ``id`` and ``question``.
 
-    ``id``: a string without spaces or an integer, unique in the file; ``question``: a
-    non-empty string. Errors name the file, its row (line) and the key.
+    ``id``: a string or an integer, unique in the file, without whitespace or control
+    characters (it is written into the TREC run); ``question``: a non-empty string of valid
+    Unicode text. A key may appear once per object. Lines end at ``\n`` only (U+2028 and
+    U+0085 are text inside a JSON string; :func:`lexgraph.inputs.json_lines`). Errors name
+    the file, its row (line) and the key.
     """
     if not path.is_file():
         raise DataError(path, "file not found; expected the --questions JSON-lines file" if not path.exists()
                         else "not a file; expected the --questions JSON-lines file")
     ids, questions, first_row = [], [], {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, line in json_lines(text):
         try:
-            rec = json.loads(line)
+            rec = json_object(line)
+        except DuplicateKeyError as exc:
+            raise DataError(path, f"key {_show(exc.key)} appears twice; expected each key once per line",
+                            row=n) from None
         except json.JSONDecodeError as exc:
             raise DataError(path, f"not valid JSON ({exc.msg})", row=n) from None
         if not isinstance(rec, dict) or "id" not in rec or "question" not in rec:
@@ -75,14 +87,19 @@ def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
         if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
             raise DataError(path, f"got {_show(raw_id)}, expected a string or an integer", row=n, column="id")
         qid = str(raw_id)
-        if not qid or any(ch.isspace() for ch in qid):
-            raise DataError(path, f"id {_show(raw_id)} must be non-empty without spaces", row=n, column="id")
+        problem = id_problem(qid)
+        if problem:
+            raise DataError(path, f"id {_show(raw_id)} {problem}; expected a non-empty id without whitespace "
+                            "or control characters", row=n, column="id")
         if qid in first_row:
             raise DataError(path, f"id {_show(qid)} already used on row {first_row[qid]}; expected unique ids",
                             row=n, column="id")
         if not isinstance(question, str) or not question.strip():
             raise DataError(path, f"got {_show(question)}, expected a non-empty string", row=n,
                             column="question")
+        problem = text_problem(question)
+        if problem:
+            raise DataError(path, f"the question {problem}; expected valid Unicode text", row=n, column="question")
         first_row[qid] = n
         ids.append(qid)
         questions.append(question)
@@ -223,6 +240,45 @@ def _check_depth(name: str, value: int) -> None:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
 
 
+def _question_argument(question: str) -> None:
+    if not question.strip():
+        raise LexgraphError("the question argument is empty; expected a non-empty question "
+                            "(or none, for interactive mode)")
+    problem = text_problem(question)
+    if problem:
+        raise LexgraphError(f"the question argument {problem} (bytes that are not UTF-8?); expected a question "
+                            "in valid UTF-8 text")
+
+
+def _read_interactive(args, prompt: str, lineno: int) -> str | None:
+    """The next question typed on standard input (stripped), or None at its end. On a
+    terminal in text mode, ``input`` (line editing); elsewhere one line of the binary stream,
+    decoded here so that an error names its own line (a text stream decodes ahead)."""
+    try:
+        if sys.stdin.isatty() and not args.json:
+            question = input(prompt)
+        else:
+            out = sys.stdout if not args.json else sys.stderr if sys.stdin.isatty() and sys.stderr.isatty() else None
+            if out is not None:  # with --json, stdout carries only JSON lines: the prompt goes to a terminal's stderr
+                out.write(prompt.lstrip("\n") if args.json else prompt)
+                out.flush()
+            stream = getattr(sys.stdin, "buffer", None)
+            line = sys.stdin.readline() if stream is None else stream.readline().decode("utf-8")
+            if not line:
+                return None
+            question = line
+    except EOFError:
+        return None
+    except UnicodeDecodeError as exc:
+        raise LexgraphError(f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
+                            "question per line in UTF-8 text") from None
+    problem = text_problem(question)
+    if problem:
+        raise LexgraphError(f"standard input, line {lineno}: the question {problem}; expected one question per "
+                            "line in UTF-8 text")
+    return question.strip()
+
+
 def cmd_search(args) -> int:
     import numpy as np
 
@@ -238,9 +294,8 @@ def cmd_search(args) -> int:
         raise LexgraphError("--questions needs --run OUT.trec, --json or both")
     if args.run and not args.questions:
         raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
-    if args.question is not None and not args.question.strip():
-        raise LexgraphError("the question argument is empty; expected a non-empty question "
-                            "(or none, for interactive mode)")
+    if args.question is not None:
+        _question_argument(args.question)
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)
     ids = questions = None
@@ -272,20 +327,10 @@ def cmd_search(args) -> int:
         _show_results(display, args.question, top[0], scores[0], args)
         return 0
     prompt = "\nquestion (empty line to quit)> "
+    lineno = 0
     while True:  # interactive
-        try:
-            if args.json:  # stdout carries only JSON lines: the prompt goes to stderr, on a terminal only
-                if sys.stdin.isatty() and sys.stderr.isatty():
-                    sys.stderr.write(prompt.lstrip("\n"))
-                    sys.stderr.flush()
-                line = sys.stdin.readline()
-                if not line:
-                    return 0
-                question = line.strip()
-            else:
-                question = input(prompt).strip()
-        except EOFError:
-            return 0
+        lineno += 1
+        question = _read_interactive(args, prompt, lineno)
         if not question:
             return 0
         top, scores = retriever.search([question], args.top)
