@@ -545,3 +545,23 @@ def test_line_separators_inside_a_question_are_text(ws, capsys):
     assert [r["hits"][0]["id"] for r in records] == [3, 2, 1]
     assert {line.split()[0] for line in (ws / "new.trec").read_text(encoding="utf-8").splitlines()} == {"q0", "q1", "q2"}
 
+
+def test_json_into_a_closed_pipe_stops_quietly(ws):
+    """`lexgraph search --questions FILE --json | head -1`: the reader goes away after one line;
+    the command stops with status 141 (128 + SIGPIPE), no message, no traceback."""
+    write_questions(ws / "many.jsonl", [{"id": f"q{i}", "question": "Qui paie le loyer du mur mitoyen ?"}
+                                        for i in range(3000)])  # ~1.5 MB of JSON lines: far beyond a pipe's buffer
+    before = snapshot(ws)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "lexgraph.cli", "search", "--questions", "many.jsonl", "--json",
+                             "--top", "3"], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode("utf-8", "replace")
+        assert proc.wait(timeout=120) == 141, err
+    finally:
+        proc.kill()
+    assert json.loads(first)["id"] == "q0"
+    assert "Traceback" not in err and "Error" not in err and "error" not in err and "Exception" not in err, err
+    assert snapshot(ws) == before

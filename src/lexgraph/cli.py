@@ -26,7 +26,9 @@
 Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``),
 after every argument has been checked. Errors a user can act on print one line,
 ``lexgraph <command>: error: ...``, and exit with status 2; ``regress`` exits with 1 when
-a metric is out of tolerance.
+a metric is out of tolerance. When the reader of stdout goes away (``--json | head -1``)
+the command stops quietly with status 141 (128 + SIGPIPE, as a shell reports for a Unix
+tool that SIGPIPE ended).
 """
 
 from __future__ import annotations
@@ -398,6 +400,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lexgraph {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+#: exit status when the reader of stdout goes away: 128 + SIGPIPE (13), what a shell reports
+#: for a Unix tool that SIGPIPE ended (`yes | head -1` under `set -o pipefail`)
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_closed() -> int:
+    """Stop quietly when the reader of stdout went away (``lexgraph search --json | head -1``):
+    no message, no traceback, as Unix tools do. Python's recipe (``signal`` docs, "Note on
+    SIGPIPE"): point stdout at /dev/null so that the interpreter's last flush of what is still
+    buffered does not fail again, then exit with :data:`EXIT_BROKEN_PIPE`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is no file (replaced, closed)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":
