@@ -4,7 +4,7 @@
     batch mode: each line of FILE (lines end at ``\n`` only) is a JSON object with ``id``
     (a string or an integer, unique, without whitespace or control characters) and
     ``question`` (a non-empty string of valid Unicode text), each key once; writes a TREC
-    run. ``--run`` must
+    run, ranked to depth ``--k`` as the ``evaluate`` stage writes its runs. ``--run`` must
     be a new file or an earlier run: never the questions file, a directory, a file that is
     not a TREC run, a read-only file or one with several hard links, a path under the
     workspace's ``data/`` or ``models/``, or a path DVC owns (its cache, a ``.dvc``
@@ -22,6 +22,10 @@
     JSON line per question, the prompt on stderr and only on a terminal).
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance.
+
+Shown hits (text or ``--json``) are real results only (:func:`lexgraph.display.ranked_entries`):
+with BM25 a question's hits stop at the last article that matches one of its terms, even
+when ``--top`` asks for more, and a log line says how many match.
 
 Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``),
 after every argument has been checked. Errors a user can act on print one line,
@@ -242,6 +246,38 @@ def _check_depth(name: str, value: int) -> None:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
 
 
+def _results(retriever, ids, scores):
+    """``(n, k)`` bool: the entries of ``retriever``'s results that are results
+    (:func:`lexgraph.display.ranked_entries`: ``-1`` padding never, and for BM25 no
+    article scoring 0, which matches no term of the question)."""
+    from lexgraph.display import ranked_entries
+    from lexgraph.retrieval.bm25 import BM25
+
+    return ranked_entries(ids, scores, drop_zero=isinstance(retriever, BM25))
+
+
+def _show_many(retriever, display, questions, qids, top, scores, args, source: str) -> None:
+    """Show each question's hits, up to ``--top`` and only real ones (:func:`_results`): a
+    question that fewer articles match stops at the last one that does, and a log line
+    says so (with ``--top`` beyond what the question matches, BM25 would otherwise fill it
+    with articles scoring 0, in article-id order)."""
+    real = _results(retriever, top[:, : args.top], scores[:, : args.top])  # (n, top)
+    short = []
+    for i, question in enumerate(questions):
+        keep = real[i]
+        if keep.any() and not keep.all():
+            short.append((qids[i] if qids is not None else None, int(keep.sum())))
+        _show_results(display, question, top[i, : args.top][keep], scores[i, : args.top][keep], args,
+                      qid=qids[i] if qids is not None else None)
+    if short and qids is None:
+        log.info("only %d article(s) match any term of the question (the others score 0); shown: those, "
+                 "not --top %d", short[0][1], args.top)
+    elif short:
+        log.info("fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
+                 "score 0); their hits stop at the last article that does", args.top, len(short), source,
+                 ", ".join(str(q) for q, _ in short[:10]), ", …" if len(short) > 10 else "")
+
+
 def _question_argument(question: str) -> None:
     if not question.strip():
         raise LexgraphError("the question argument is empty; expected a non-empty question "
@@ -282,8 +318,6 @@ def _read_interactive(args, prompt: str, lineno: int) -> str | None:
 
 
 def cmd_search(args) -> int:
-    import numpy as np
-
     from lexgraph.config import resolve_device
     from lexgraph.evaluation import write_trec
     from lexgraph.retrieval.systems import load_retriever
@@ -310,23 +344,22 @@ def cmd_search(args) -> int:
     display = _display(retriever, workspace) if args.json or not args.questions else None
     if args.questions:
         top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
-        matched = np.array([row.size > 0 and row[0] >= 0 for row in top], dtype=bool)  # (n,)
+        matched = _results(retriever, top, scores).any(axis=1)  # (n,)
         if not matched.all():
             unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
             log.warning("no article matches any term of %d question(s) of %s (ids: %s%s)%s", len(unmatched),
                         args.questions, ", ".join(unmatched[:10]), ", …" if len(unmatched) > 10 else "",
                         "; the run has nothing for them" if args.run else "")
-        if args.run:
+        if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
             write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched, : args.k],
                        scores[matched, : args.k], args.system)
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
-            for qid, question, row_ids, row_scores in zip(ids, questions, top, scores):
-                _show_results(display, question, row_ids[: args.top], row_scores[: args.top], args, qid=qid)
+            _show_many(retriever, display, questions, ids, top, scores, args, args.questions)
         return 0
     if args.question is not None:
         top, scores = retriever.search([args.question], args.top)
-        _show_results(display, args.question, top[0], scores[0], args)
+        _show_many(retriever, display, [args.question], None, top, scores, args, "the command line")
         return 0
     prompt = "\nquestion (empty line to quit)> "
     lineno = 0
@@ -336,7 +369,7 @@ def cmd_search(args) -> int:
         if not question:
             return 0
         top, scores = retriever.search([question], args.top)
-        _show_results(display, question, top[0], scores[0], args)
+        _show_many(retriever, display, [question], None, top, scores, args, "standard input")
 
 
 def cmd_regress(args) -> int:
