@@ -69,7 +69,9 @@ def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
 
 
 def test_one_question_prints_reference_path_and_snippet(ws, capsys):
-    assert main(["search", "--system", "bm25", "Qui paie le loyer ?", "--top", "2", "--workspace", str(ws)]) == 0
+    # article 2 matches "bail"; article 1 only "paie", whose idf is 0 (in 2 of the 3 articles): score 0, not shown
+    assert main(["search", "--system", "bm25", "Qui paie le loyer du bail au bailleur ?", "--top", "3",
+                 "--workspace", str(ws)]) == 0
     out = capsys.readouterr().out
     assert "  1. Art. 3   (score " in out and "Code A › Livre 1" in out and "Le locataire **paie** le **loyer**" in out
     assert out.index("  1. Art. 3") < out.index("  2. Art. ") and "  3. " not in out
@@ -166,3 +168,46 @@ def test_regress_update_rewrites_values_and_keeps_tolerances(tmp_path, capsys):
         "dsr": {"tolerance": 0.03, "dev": {"recall@100": 0.7}, "test": {"recall@100": 0.72}},
     }
     assert main(["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 0
+
+
+def test_hits_stop_at_the_last_article_that_matches(ws, capsys, caplog, monkeypatch):
+    """`--top 5000` on a question that one article of three matches: one hit, not the whole corpus
+    with the rest at score 0 and no matched term (issue 18); the same rule for one question, the
+    interactive mode and batch JSON (lexgraph.display.ranked_entries), and a log line says so."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="lexgraph"):
+        assert main(["search", "loyer", "--top", "5000", "--json", "--workspace", str(ws)]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert [(h["id"], h["matched_terms"]) for h in hits] == [(3, ["loyer"])] and hits[0]["score"] > 0
+    assert "only 1 article(s) match any term of the question (the others score 0)" in caplog.text
+
+    assert main(["search", "loyer", "--top", "5000", "--workspace", str(ws)]) == 0
+    out = capsys.readouterr().out
+    assert "  1. Art. 3" in out and "  2. " not in out
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("loyer\ncontrat de bail\n\n"))
+    assert main(["search", "--json", "--top", "50", "--workspace", str(ws)]) == 0
+    assert [[h["id"] for h in json.loads(line)["hits"]] for line in capsys.readouterr().out.splitlines()] == [[3], [2]]
+
+    qfile = ws / "q.jsonl"
+    qfile.write_text(json.dumps({"id": "a", "question": "loyer"}) + "\n"
+                     + json.dumps({"id": "b", "question": "réparation du mur ou loyer"}) + "\n", encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lexgraph"):
+        assert main(["search", "--questions", str(qfile), "--json", "--top", "50", "--workspace", str(ws)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [[h["id"] for h in r["hits"]] for r in records] == [[3], [1, 3]]
+    assert all(h["score"] > 0 and h["matched_terms"] for r in records for h in r["hits"])
+    assert "fewer than --top 50 articles match any term of 2 question(s)" in caplog.text and "(ids: a, b;" in caplog.text
+
+
+def test_run_keeps_its_depth(ws):
+    """The TREC run is ranked to depth --k as the evaluate stage writes its runs (the articles
+    scoring 0 after the matching ones included): byte for byte what it was before issue 18."""
+    qfile = ws / "q.jsonl"
+    qfile.write_text(json.dumps({"id": "a", "question": "loyer"}) + "\n", encoding="utf-8")
+    assert main(["search", "--questions", str(qfile), "--run", str(ws / "r.trec"), "--k", "3",
+                 "--workspace", str(ws)]) == 0
+    assert (ws / "r.trec").read_text(encoding="utf-8") == ("a Q0 3 1 0.542532 bm25\na Q0 1 2 0.000000 bm25\n"
+                                                          "a Q0 2 3 0.000000 bm25\n")

@@ -138,6 +138,75 @@ def _regress(ws: Path, expected: str | None = None, metrics: dict | None = None,
     return ["regress", "--expected", str(ws / "exp.yaml"), "--metrics-dir", str(ws / "metrics")]
 
 
+# issue 18, round three: paths DVC owns, hard links and read-only files (mode bits hold even for root)
+
+
+def _cached_run(ws: Path, store: str = ".dvc/cache", content: str = PREVIOUS_RUN) -> Path:
+    """An earlier run (or another file) as DVC caches it: named by its hash, read-only."""
+    path = ws / store / "files" / "md5" / "3b" / "8d5e3c0d61b07b1e7d6d9b0f3a2e5c1"
+    path.parent.mkdir(parents=True)
+    path.write_text(content, encoding="utf-8")
+    path.chmod(0o444)
+    return path
+
+
+def _into_cache(ws: Path, content: str = PREVIOUS_RUN) -> str:
+    return str(_cached_run(ws, content=content))
+
+
+def _symlink_into_cache(ws: Path) -> str:
+    (ws / "cached.trec").symlink_to(_cached_run(ws))
+    return str(ws / "cached.trec")
+
+
+def _configured_cache(ws: Path, name: str = "config", value: str = "../dvc-store") -> str:
+    (ws / ".dvc").mkdir(exist_ok=True)
+    (ws / ".dvc" / name).write_text(f"[core]\n    analytics = false\n[cache]\n    dir = {value}\n", encoding="utf-8")
+    return str(_cached_run(ws, "dvc-store"))
+
+
+def _dvc_yaml_output(ws: Path) -> str:
+    (ws / "dvc.yaml").write_text("stages:\n  export:\n    cmd: python export.py\n    outs:\n"
+                                 "      - exports/runs:\n          persist: true\n", encoding="utf-8")
+    (ws / "exports" / "runs").mkdir(parents=True)
+    (ws / "exports" / "runs" / "bm25.trec").write_text(PREVIOUS_RUN, encoding="utf-8")
+    return str(ws / "exports" / "runs" / "bm25.trec")
+
+
+def _dvc_yaml_template(ws: Path) -> str:
+    (ws / "dvc.yaml").write_text("stages:\n  report:\n    foreach: [bm25, dsr]\n    do:\n"
+                                 "      cmd: python report.py ${item}\n      plots:\n"
+                                 "        - reports/${item}.trec:\n            cache: false\n", encoding="utf-8")
+    return str(ws / "reports" / "hybrid.trec")
+
+
+def _dvc_file_output(ws: Path) -> str:
+    (ws / "shared" / "runs").mkdir(parents=True)
+    (ws / "shared" / "runs.dvc").write_text("outs:\n- md5: 0123456789abcdef0123456789abcdef.dir\n  path: runs\n",
+                                            encoding="utf-8")
+    return str(ws / "shared" / "runs" / "new.trec")
+
+
+def _hardlinked_run(ws: Path) -> str:
+    (ws / "elsewhere").mkdir()
+    os.link(ws / "out.trec", ws / "elsewhere" / "same.trec")
+    return str(ws / "out.trec")
+
+
+def _read_only_run(ws: Path) -> str:
+    (ws / "out.trec").chmod(0o444)
+    return str(ws / "out.trec")
+
+
+def _read_only_dir(ws: Path) -> str:
+    (ws / "ro").mkdir()
+    (ws / "ro").chmod(0o555)
+    return str(ws / "ro" / "r.trec")
+
+
+SURROGATE_LINE = '{"id": "a", "question": "Qui paie le loyer \\udc80 ?"}'
+
+
 GOOD_YAML = "tolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.4, map: 0.1}\n"
 
 CASES = [
@@ -201,6 +270,70 @@ CASES = [
     ("stale-dense", "dense_ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr"),
      ["data/embed/articles.safetensors was built on a different corpus than", "data/clean/articles.parquet", "920",
       "run `dvc repro`"]),
+    # 10. --run inside DVC's cache or over a DVC-tracked output (issue 18: `--run .dvc/cache/...` overwrote a
+    # cached run), a hard-linked or read-only file, a read-only directory (refused even for root)
+    ("run-into-dvc-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _into_cache(ws)),
+     ["--run", ".dvc/cache/files/md5/3b/", "is inside", ".dvc, a directory only dvc writes",
+      "refusing to write there, expected a path outside DVC's cache and the outputs it tracks"]),
+    ("run-symlink-into-dvc-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink_into_cache(ws)),
+     ["--run", "cached.trec is inside", ".dvc, a directory only dvc writes", "expected a path outside DVC's cache"]),
+    ("run-into-configured-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws)),
+     ["--run", "dvc-store/files/md5/3b/", "is inside DVC's cache", "dvc-store (cache.dir of", ".dvc/config)",
+      "expected a path outside DVC's cache"]),
+    ("run-into-configured-cache-local", "ws",
+     lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws, "config.local", str(ws / "dvc-store"))),
+     ["--run", "is inside DVC's cache", "(cache.dir of", ".dvc/config.local)"]),
+    ("run-is-dvc-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_output(ws)),
+     ["--run", "bm25.trec is inside exports/runs, an output of stage 'export' in", "dvc.yaml",
+      "expected a path outside DVC's cache and the outputs it tracks"]),
+    ("run-is-dvc-foreach-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_template(ws)),
+     ["--run", "hybrid.trec matches reports/${item}.trec, an output of stage 'report' in", "dvc.yaml"]),
+    ("run-is-dvc-file-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_file_output(ws)),
+     ["--run", "new.trec is inside runs, tracked by", "shared/runs.dvc"]),
+    ("run-is-dvc-lock", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "dvc.lock")),
+     ["--run", "is dvc.lock, one of DVC's own files"]),
+    ("run-is-hardlinked", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlinked_run(ws)),
+     ["--run", "out.trec has 2 hard links", "refusing to overwrite it", "expected a new path"]),
+    ("run-is-read-only", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_run(ws)),
+     ["--run", "out.trec is read-only (mode 0444)", "refusing to overwrite it", "expected a writable path"]),
+    ("run-in-read-only-directory", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_dir(ws)),
+     ["--run", "directory", "ro is not writable (mode 0555)", "expected a writable path"]),
+    ("regress-update-into-dvc-cache", "ws",
+     lambda ws: [*_regress(ws), "--update", "--expected", _into_cache(ws, GOOD_YAML)],
+     ["--expected", ".dvc, a directory only dvc writes", "refusing to rewrite it"]),
+    # 11. questions: a repeated key, control characters in an id, lone surrogates (issue 18)
+    ("question-key-twice", "ws",
+     lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"},
+                               '{"id": "b", "question": "loyer", "question": "bail"}'), str(ws / "out.trec")),
+     ["q.jsonl, row 2: key \"question\" appears twice", "expected each key once"]),
+    ("id-key-twice", "ws", lambda ws: _batch(ws, _q(ws, '{"id": "a", "id": "b", "question": "loyer"}'),
+                                              str(ws / "out.trec")),
+     ["q.jsonl, row 1: key \"id\" appears twice", "expected each key once"]),
+    ("id-nul", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a\u0000b", "question": "loyer"}), str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "control", "'\\x00' at character 2",
+      "expected a non-empty id without whitespace or control characters"]),
+    ("id-escape-character", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u001b[31m", "question": "loyer"}),
+                                                     str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "'\\x1b' at character 2", "expected a non-empty id"]),
+    ("id-line-separator", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u2028", "question": "loyer"}),
+                                                   str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "whitespace", "expected a non-empty id"]),
+    ("id-zero-width", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u200b1", "question": "loyer"}),
+                                               str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "'\\u200b' at character 2"]),
+    ("id-lone-surrogate", "ws", lambda ws: _batch(ws, _q(ws, '{"id": "a\\ud800", "question": "loyer"}'),
+                                                   str(ws / "out.trec")),
+     ["q.jsonl, row 1, column 'id'", "lone surrogate"]),
+    ("question-lone-surrogate", "ws", lambda ws: _batch(ws, _q(ws, {"id": "b", "question": "loyer"}, SURROGATE_LINE),
+                                                         str(ws / "out.trec")),
+     ["q.jsonl, row 2, column 'question'", "'\\udc80' at character 19", "lone surrogate",
+      "expected valid Unicode text"]),
+    ("question-lone-surrogate-json", "ws",
+     lambda ws: ["search", "--questions", _q(ws, SURROGATE_LINE), "--json", "--workspace", str(ws)],
+     ["q.jsonl, row 1, column 'question'", "lone surrogate"]),
+    ("question-argument-surrogate", "ws", lambda ws: ["search", "loyer \udcff", "--workspace", str(ws)],
+     ["the question argument holds '\\udcff' at character 7", "lone surrogate",
+      "expected a question in valid UTF-8 text"]),
     # 9. regress on bad files
     ("regress-missing-expected", "ws", lambda ws: _regress(ws),
      ["exp.yaml", "file not found", "expected a YAML file like regression/sample.yaml"]),
@@ -237,7 +370,7 @@ def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected
     if case in SETUP:
         SETUP[case](ws)
     args = argv(ws)
-    if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-")):
+    if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-", "regress-update")):
         monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)  # checked before any loading
     before = snapshot(ws)
     assert main(args) == 2
@@ -261,8 +394,7 @@ def test_device_error_names_the_option(ws, capsys, monkeypatch):
     assert snapshot(ws) == before
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
-def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):
+def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):  # mode bits hold for root too (issue 18)
     monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)
     (ws / "ro").mkdir()
     (ws / "ro").chmod(0o555)
@@ -360,3 +492,76 @@ def test_process_level_stale_models_error(ws):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "lexgraph search: error: models/bm25 was built on a different corpus than data/clean/articles.parquet")
+
+
+def test_process_level_undecodable_question_argument(ws):
+    """Bytes that are not UTF-8 on the command line become lone surrogates in ``sys.argv``."""
+    before = snapshot(ws)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"lexgraph.cli", b"search", b"le loyer \xff ?"], cwd=ws,
+                          capture_output=True, env=env, timeout=120)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == ("lexgraph search: error: the question argument holds '\\udcff' at "
+                                            "character 10, a lone surrogate that is not valid Unicode text (bytes "
+                                            "that are not UTF-8?); expected a question in valid UTF-8 text")
+    assert snapshot(ws) == before
+
+
+STDIN = {  # standard input holding a line that is not UTF-8, as a byte stream and as decoded text
+    "bytes": lambda io: io.TextIOWrapper(io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8"),
+    "surrogateescape": lambda io: io.TextIOWrapper(io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8",
+                                                   errors="surrogateescape"),  # Python's UTF-8 mode (C locale)
+    "text": lambda io: io.StringIO("loyer\nle bail \udcff ?\n"),  # already decoded with surrogateescape
+}
+
+
+@pytest.mark.parametrize("stdin", sorted(STDIN))
+@pytest.mark.parametrize("flags", [[], ["--json"]], ids=["text", "json"])
+def test_undecodable_interactive_question(ws, flags, stdin, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", STDIN[stdin](io))
+    before = snapshot(ws)
+    assert main(["search", *flags, "--workspace", str(ws)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "lexgraph search: error: " in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("lexgraph search: error: standard input, line 2: "), lines[0]
+    assert "expected one question per line in UTF-8 text" in lines[0]
+    assert ("'\\udcff' at character 9, a lone surrogate" if stdin == "text" else "not valid UTF-8") in lines[0]
+    assert snapshot(ws) == before
+
+
+def test_line_separators_inside_a_question_are_text(ws, capsys):
+    """U+2028, U+2029 and U+0085 are valid inside a JSON string: the file's lines end at \\n only."""
+    questions = ["Qui paie\u2028le loyer ?", "le bail\u0085et le contrat", "le mur\u2029mitoyen"]
+    qfile = ws / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"id": f"q{i}", "question": q}, ensure_ascii=False) + "\n"
+                             for i, q in enumerate(questions)), encoding="utf-8")
+    assert main(_batch(ws, str(qfile), str(ws / "new.trec"), "--json", "--top", "1")) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.split("\n") if line]  # JSON lines: \n only
+    assert [r["question"] for r in records] == questions
+    assert [r["hits"][0]["id"] for r in records] == [3, 2, 1]
+    assert {line.split()[0] for line in (ws / "new.trec").read_text(encoding="utf-8").splitlines()} == {"q0", "q1", "q2"}
+
+
+def test_json_into_a_closed_pipe_stops_quietly(ws):
+    """`lexgraph search --questions FILE --json | head -1`: the reader goes away after one line;
+    the command stops with status 141 (128 + SIGPIPE), no message, no traceback."""
+    write_questions(ws / "many.jsonl", [{"id": f"q{i}", "question": "Qui paie le loyer du mur mitoyen ?"}
+                                        for i in range(3000)])  # ~1.5 MB of JSON lines: far beyond a pipe's buffer
+    before = snapshot(ws)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "lexgraph.cli", "search", "--questions", "many.jsonl", "--json",
+                             "--top", "3"], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode("utf-8", "replace")
+        assert proc.wait(timeout=120) == 141, err
+    finally:
+        proc.kill()
+    assert json.loads(first)["id"] == "q0"
+    assert "Traceback" not in err and "Error" not in err and "error" not in err and "Exception" not in err, err
+    assert snapshot(ws) == before

@@ -1,12 +1,16 @@
 """The ``lexgraph`` command.
 
 ``lexgraph search --system bm25 --questions FILE.jsonl --run OUT.trec [--k 500]``
-    batch mode: each line of FILE has ``id`` (a string without spaces or an integer,
-    unique) and ``question`` (a non-empty string); writes a TREC run. ``--run`` must be a
-    new file or an earlier run: never the questions file, a directory, a file that is not
-    a TREC run, or a path under the workspace's ``data/`` or ``models/``. A question that
-    no article matches (BM25: none of its terms is in the corpus) gets no ranking, with a
-    warning naming its id.
+    batch mode: each line of FILE (lines end at ``\n`` only) is a JSON object with ``id``
+    (a string or an integer, unique, without whitespace or control characters) and
+    ``question`` (a non-empty string of valid Unicode text), each key once; writes a TREC
+    run, ranked to depth ``--k`` as the ``evaluate`` stage writes its runs. ``--run`` must
+    be a new file or an earlier run: never the questions file, a directory, a file that is
+    not a TREC run, a read-only file or one with several hard links, a path under the
+    workspace's ``data/`` or ``models/``, or a path DVC owns (its cache, a ``.dvc``
+    directory, an output of ``dvc.yaml``, ``dvc.lock`` or a ``*.dvc`` file:
+    :mod:`lexgraph.tracked`). A question that no article matches (BM25: none of its terms
+    is in the corpus) gets no ranking, with a warning naming its id.
 ``lexgraph search --system bm25 --questions FILE.jsonl --json [--top 10]``
     batch mode to stdout: one JSON object per question (with ``--run`` too: both).
 ``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?" [--json]``
@@ -19,10 +23,16 @@
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance.
 
+Shown hits (text or ``--json``) are real results only (:func:`lexgraph.display.ranked_entries`):
+with BM25 a question's hits stop at the last article that matches one of its terms, even
+when ``--top`` asks for more, and a log line says how many match.
+
 Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``),
 after every argument has been checked. Errors a user can act on print one line,
 ``lexgraph <command>: error: ...``, and exit with status 2; ``regress`` exits with 1 when
-a metric is out of tolerance.
+a metric is out of tolerance. When the reader of stdout goes away (``--json | head -1``)
+the command stops quietly with status 141 (128 + SIGPIPE, as a shell reports for a Unix
+tool that SIGPIPE ended).
 """
 
 from __future__ import annotations
@@ -36,34 +46,44 @@ from pathlib import Path
 
 from lexgraph import layout
 from lexgraph.errors import DataError, LexgraphError
+from lexgraph.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
 from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger("lexgraph")
 
 
 def _show(value) -> str:
-    return json.dumps(value, ensure_ascii=False)[:60]
+    """``value`` as JSON for a message, at most 60 characters; lone surrogates and control
+    characters escaped (the message goes to a terminal)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if not text.isprintable():
+        text = json.dumps(value)
+    return text[:60]
 
 
 def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
     """``(ids, questions)`` from a JSON-lines file whose lines have ``id`` and ``question``.
 
-    ``id``: a string without spaces or an integer, unique in the file; ``question``: a
-    non-empty string. Errors name the file, its row (line) and the key.
+    ``id``: a string or an integer, unique in the file, without whitespace or control
+    characters (it is written into the TREC run); ``question``: a non-empty string of valid
+    Unicode text. A key may appear once per object. Lines end at ``\n`` only (U+2028 and
+    U+0085 are text inside a JSON string; :func:`lexgraph.inputs.json_lines`). Errors name
+    the file, its row (line) and the key.
     """
     if not path.is_file():
         raise DataError(path, "file not found; expected the --questions JSON-lines file" if not path.exists()
                         else "not a file; expected the --questions JSON-lines file")
     ids, questions, first_row = [], [], {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, line in json_lines(text):
         try:
-            rec = json.loads(line)
+            rec = json_object(line)
+        except DuplicateKeyError as exc:
+            raise DataError(path, f"key {_show(exc.key)} appears twice; expected each key once per line",
+                            row=n) from None
         except json.JSONDecodeError as exc:
             raise DataError(path, f"not valid JSON ({exc.msg})", row=n) from None
         if not isinstance(rec, dict) or "id" not in rec or "question" not in rec:
@@ -73,14 +93,19 @@ def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
         if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
             raise DataError(path, f"got {_show(raw_id)}, expected a string or an integer", row=n, column="id")
         qid = str(raw_id)
-        if not qid or any(ch.isspace() for ch in qid):
-            raise DataError(path, f"id {_show(raw_id)} must be non-empty without spaces", row=n, column="id")
+        problem = id_problem(qid)
+        if problem:
+            raise DataError(path, f"id {_show(raw_id)} {problem}; expected a non-empty id without whitespace "
+                            "or control characters", row=n, column="id")
         if qid in first_row:
             raise DataError(path, f"id {_show(qid)} already used on row {first_row[qid]}; expected unique ids",
                             row=n, column="id")
         if not isinstance(question, str) or not question.strip():
             raise DataError(path, f"got {_show(question)}, expected a non-empty string", row=n,
                             column="question")
+        problem = text_problem(question)
+        if problem:
+            raise DataError(path, f"the question {problem}; expected valid Unicode text", row=n, column="question")
         first_row[qid] = n
         ids.append(qid)
         questions.append(question)
@@ -110,10 +135,25 @@ def _looks_like_trec_run(path: Path) -> bool:
     return True
 
 
+def _read_only(path: Path) -> str | None:
+    """Why ``path`` may not be written, or None: not writable for this process, or no write
+    bit set for anyone (root writes such a file anyway; DVC's cache files are mode 0444)."""
+    mode = path.stat().st_mode
+    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)) or not mode & 0o222:
+        return f"mode {mode & 0o7777:04o}"
+    return None
+
+
 def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
     """Refuse a ``--run`` target that is not a writable new file or earlier TREC run: a
-    directory, an unwritable place, the questions file, a file under the workspace's
-    DVC-managed ``data/`` or ``models/``, or any existing file that is not a TREC run."""
+    directory, the questions file, a file under the workspace's ``data/`` or ``models/``,
+    a path DVC owns (its cache, a ``.dvc`` directory, an output that ``dvc.yaml``, ``dvc.lock``
+    or a ``*.dvc`` file tracks: :func:`lexgraph.tracked.dvc_owner`), a place that is not
+    writable or a read-only file (no write bit: refused even for root, who ignores mode
+    bits), a file with several hard links (it may share its inode with DVC's cache), or
+    any existing file that is not a TREC run. Symlinks are resolved first."""
+    from lexgraph.tracked import dvc_owner
+
     path = Path(run)
     if path.is_dir():
         raise LexgraphError(f"--run {run} is a directory; expected the path of the TREC run file to write")
@@ -128,18 +168,30 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
         if resolved == root or root in resolved.parents:
             raise LexgraphError(f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
                                 "expected a path outside data/ and models/")
+    owner = dvc_owner(path, workspace)
+    if owner:
+        raise LexgraphError(f"--run {run} {owner}; refusing to write there, expected a path outside DVC's "
+                            "cache and the outputs it tracks")
     parent = resolved.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
         raise LexgraphError(f"--run {run}: {parent} is not a directory; expected a writable path for the TREC run")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise LexgraphError(f"--run {run}: directory {parent} is not writable; expected a writable path")
+    locked = _read_only(parent)
+    if locked:
+        raise LexgraphError(f"--run {run}: directory {parent} is not writable ({locked}); expected a writable path")
     if path.exists():
         if not path.is_file():
             raise LexgraphError(f"--run {run} is not a regular file; expected the path of the TREC run file to write")
-        if not os.access(path, os.W_OK):
-            raise LexgraphError(f"--run {run} is read-only; refusing to overwrite it, expected a writable path")
+        links = path.stat().st_nlink
+        if links > 1:
+            raise LexgraphError(f"--run {run} has {links} hard links (it may share its content with DVC's cache "
+                                "or another file); refusing to overwrite it, expected a new path or a file with "
+                                "a single link")
+        locked = _read_only(path)
+        if locked:
+            raise LexgraphError(f"--run {run} is read-only ({locked}); refusing to overwrite it, "
+                                "expected a writable path")
         if not _looks_like_trec_run(path):
             raise LexgraphError(f"--run {run} exists and is not a TREC run; refusing to overwrite it, "
                                 "expected a new path or an earlier run")
@@ -194,9 +246,78 @@ def _check_depth(name: str, value: int) -> None:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
 
 
-def cmd_search(args) -> int:
-    import numpy as np
+def _results(retriever, ids, scores):
+    """``(n, k)`` bool: the entries of ``retriever``'s results that are results
+    (:func:`lexgraph.display.ranked_entries`: ``-1`` padding never, and for BM25 no
+    article scoring 0, which matches no term of the question)."""
+    from lexgraph.display import ranked_entries
+    from lexgraph.retrieval.bm25 import BM25
 
+    return ranked_entries(ids, scores, drop_zero=isinstance(retriever, BM25))
+
+
+def _show_many(retriever, display, questions, qids, top, scores, args, source: str) -> None:
+    """Show each question's hits, up to ``--top`` and only real ones (:func:`_results`): a
+    question that fewer articles match stops at the last one that does, and a log line
+    says so (with ``--top`` beyond what the question matches, BM25 would otherwise fill it
+    with articles scoring 0, in article-id order)."""
+    real = _results(retriever, top[:, : args.top], scores[:, : args.top])  # (n, top)
+    short = []
+    for i, question in enumerate(questions):
+        keep = real[i]
+        if keep.any() and not keep.all():
+            short.append((qids[i] if qids is not None else None, int(keep.sum())))
+        _show_results(display, question, top[i, : args.top][keep], scores[i, : args.top][keep], args,
+                      qid=qids[i] if qids is not None else None)
+    if short and qids is None:
+        log.info("only %d article(s) match any term of the question (the others score 0); shown: those, "
+                 "not --top %d", short[0][1], args.top)
+    elif short:
+        log.info("fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
+                 "score 0); their hits stop at the last article that does", args.top, len(short), source,
+                 ", ".join(str(q) for q, _ in short[:10]), ", …" if len(short) > 10 else "")
+
+
+def _question_argument(question: str) -> None:
+    if not question.strip():
+        raise LexgraphError("the question argument is empty; expected a non-empty question "
+                            "(or none, for interactive mode)")
+    problem = text_problem(question)
+    if problem:
+        raise LexgraphError(f"the question argument {problem} (bytes that are not UTF-8?); expected a question "
+                            "in valid UTF-8 text")
+
+
+def _read_interactive(args, prompt: str, lineno: int) -> str | None:
+    """The next question typed on standard input (stripped), or None at its end. On a
+    terminal in text mode, ``input`` (line editing); elsewhere one line of the binary stream,
+    decoded here so that an error names its own line (a text stream decodes ahead)."""
+    try:
+        if sys.stdin.isatty() and not args.json:
+            question = input(prompt)
+        else:
+            out = sys.stdout if not args.json else sys.stderr if sys.stdin.isatty() and sys.stderr.isatty() else None
+            if out is not None:  # with --json, stdout carries only JSON lines: the prompt goes to a terminal's stderr
+                out.write(prompt.lstrip("\n") if args.json else prompt)
+                out.flush()
+            stream = getattr(sys.stdin, "buffer", None)
+            line = sys.stdin.readline() if stream is None else stream.readline().decode("utf-8")
+            if not line:
+                return None
+            question = line
+    except EOFError:
+        return None
+    except UnicodeDecodeError as exc:
+        raise LexgraphError(f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
+                            "question per line in UTF-8 text") from None
+    problem = text_problem(question)
+    if problem:
+        raise LexgraphError(f"standard input, line {lineno}: the question {problem}; expected one question per "
+                            "line in UTF-8 text")
+    return question.strip()
+
+
+def cmd_search(args) -> int:
     from lexgraph.config import resolve_device
     from lexgraph.evaluation import write_trec
     from lexgraph.retrieval.systems import load_retriever
@@ -209,9 +330,8 @@ def cmd_search(args) -> int:
         raise LexgraphError("--questions needs --run OUT.trec, --json or both")
     if args.run and not args.questions:
         raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
-    if args.question is not None and not args.question.strip():
-        raise LexgraphError("the question argument is empty; expected a non-empty question "
-                            "(or none, for interactive mode)")
+    if args.question is not None:
+        _question_argument(args.question)
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)
     ids = questions = None
@@ -224,43 +344,32 @@ def cmd_search(args) -> int:
     display = _display(retriever, workspace) if args.json or not args.questions else None
     if args.questions:
         top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
-        matched = np.array([row.size > 0 and row[0] >= 0 for row in top], dtype=bool)  # (n,)
+        matched = _results(retriever, top, scores).any(axis=1)  # (n,)
         if not matched.all():
             unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
             log.warning("no article matches any term of %d question(s) of %s (ids: %s%s)%s", len(unmatched),
                         args.questions, ", ".join(unmatched[:10]), ", …" if len(unmatched) > 10 else "",
                         "; the run has nothing for them" if args.run else "")
-        if args.run:
+        if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
             write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched, : args.k],
                        scores[matched, : args.k], args.system)
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
-            for qid, question, row_ids, row_scores in zip(ids, questions, top, scores):
-                _show_results(display, question, row_ids[: args.top], row_scores[: args.top], args, qid=qid)
+            _show_many(retriever, display, questions, ids, top, scores, args, args.questions)
         return 0
     if args.question is not None:
         top, scores = retriever.search([args.question], args.top)
-        _show_results(display, args.question, top[0], scores[0], args)
+        _show_many(retriever, display, [args.question], None, top, scores, args, "the command line")
         return 0
     prompt = "\nquestion (empty line to quit)> "
+    lineno = 0
     while True:  # interactive
-        try:
-            if args.json:  # stdout carries only JSON lines: the prompt goes to stderr, on a terminal only
-                if sys.stdin.isatty() and sys.stderr.isatty():
-                    sys.stderr.write(prompt.lstrip("\n"))
-                    sys.stderr.flush()
-                line = sys.stdin.readline()
-                if not line:
-                    return 0
-                question = line.strip()
-            else:
-                question = input(prompt).strip()
-        except EOFError:
-            return 0
+        lineno += 1
+        question = _read_interactive(args, prompt, lineno)
         if not question:
             return 0
         top, scores = retriever.search([question], args.top)
-        _show_results(display, question, top[0], scores[0], args)
+        _show_many(retriever, display, [question], None, top, scores, args, "standard input")
 
 
 def cmd_regress(args) -> int:
@@ -268,6 +377,12 @@ def cmd_regress(args) -> int:
     from lexgraph.regression import check, expected_from_metrics
 
     if args.update:
+        from lexgraph.tracked import dvc_owner
+
+        owner = dvc_owner(args.expected)
+        if owner:
+            raise LexgraphError(f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
+                                "expected-scores file you keep in git (like regression/sample.yaml)")
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
         log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
@@ -318,6 +433,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lexgraph {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+#: exit status when the reader of stdout goes away: 128 + SIGPIPE (13), what a shell reports
+#: for a Unix tool that SIGPIPE ended (`yes | head -1` under `set -o pipefail`)
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_closed() -> int:
+    """Stop quietly when the reader of stdout went away (``lexgraph search --json | head -1``):
+    no message, no traceback, as Unix tools do. Python's recipe (``signal`` docs, "Note on
+    SIGPIPE"): point stdout at /dev/null so that the interpreter's last flush of what is still
+    buffered does not fail again, then exit with :data:`EXIT_BROKEN_PIPE`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is no file (replaced, closed)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

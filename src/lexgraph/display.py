@@ -24,6 +24,8 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import IO, Mapping, Sequence
 
+import numpy as np
+
 from lexgraph.errors import LexgraphError
 from lexgraph.text import ELISIONS, FrenchAnalyzer
 
@@ -148,6 +150,20 @@ def mark(snippet: str, highlights: Sequence[Sequence[int]], style: str = "plain"
     return "".join(out)
 
 
+def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
+    """``(n, k)`` bool: which entries of a system's results ``ids``/``scores`` (both ``(n, k)``)
+    are results. An id of ``-1`` is padding (a row of them: nothing matches the question);
+    with ``drop_zero`` (a term-matching system: BM25) an entry scoring exactly 0 is padding
+    too: the article matches no term of the question and only fills the ``k`` asked for, in
+    article-id order. The same rule as the hybrid fusion's (``lexgraph.retrieval.hybrid``:
+    BM25 entries scoring 0 are never fused); ``lexgraph search`` shows only these."""
+    ids = np.asarray(ids)
+    keep = ids >= 0  # (n, k)
+    if drop_zero:
+        keep &= np.asarray(scores) != 0
+    return keep
+
+
 class Display:
     """Builds :class:`Hit` lists for a system's results over the clean articles table."""
 
@@ -221,5 +237,5 @@ def render_json(question: str, hits: Sequence[Hit], qid: str | None = None, syst
     return json.dumps(record, ensure_ascii=False)
 
 
-__all__ = ["Display", "Hit", "TermMatcher", "article_number", "make_snippet", "mark", "render_json", "render_text",
-           "use_ansi"]
+__all__ = ["Display", "Hit", "TermMatcher", "article_number", "make_snippet", "mark", "ranked_entries", "render_json",
+           "render_text", "use_ansi"]
