@@ -132,18 +132,28 @@ def _prefill(out_dir: Path, argv: list[str]) -> None:
                 (path / "sentinel").write_bytes(SENTINEL)
 
 
-def run_failing_stage(tmp_path: Path, stage: str, params: dict, *, in_process: bool = False) -> str:
+#: ``params`` for :func:`run_failing_stage`: params.yaml is a directory
+PARAMS_DIRECTORY = object()
+
+
+def run_failing_stage(tmp_path: Path, stage: str, params: dict | bytes, *, in_process: bool = False) -> str:
     """Run ``stages/<stage>.py`` (a subprocess, or in this process through ``runpy`` as
-    ``__main__``); assert exit 2, one error line, no traceback, intact outputs; return
-    the error line."""
+    ``__main__``) with ``params`` as params.yaml (a mapping, the file's bytes, or
+    :data:`PARAMS_DIRECTORY`); assert exit 2, one error line, no traceback, intact inputs
+    and outputs; return the error line."""
     label, template = STAGES[stage]
     params_path = tmp_path / "params.yaml"
-    params_path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    if params is PARAMS_DIRECTORY:
+        params_path.mkdir()
+    elif isinstance(params, bytes):
+        params_path.write_bytes(params)
+    else:
+        params_path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     inputs, outputs = tmp_path / "in", tmp_path / "out"
     inputs.mkdir(exist_ok=True)
     argv = [a.replace("{in}", str(inputs)).replace("{out}", str(outputs)) for a in template]
     _prefill(outputs, argv)
-    before = _snapshot(outputs)
+    before, inputs_before = _snapshot(outputs), _snapshot(tmp_path / "in") | {"params": _snapshot(tmp_path)}
     script = ROOT / "stages" / f"{stage}.py"
     if in_process:  # an exception other than SystemExit would fail the test: no traceback either way
         stderr = io.StringIO()
@@ -163,6 +173,7 @@ def run_failing_stage(tmp_path: Path, stage: str, params: dict, *, in_process: b
     lines = [line for line in err.splitlines() if line.startswith(f"lexgraph {label}: error: ")]
     assert len(lines) == 1, err
     assert _snapshot(outputs) == before, "a failed stage changed its outputs"
+    assert _snapshot(tmp_path / "in") | {"params": _snapshot(tmp_path)} == inputs_before, "a failed stage changed its inputs"
     return lines[0]
 
 
@@ -184,6 +195,104 @@ def test_bad_param_stops_the_stage_with_one_actionable_line(request, tmp_path, s
     assert "params.yaml" in line
     for fragment in fragments:
         assert fragment in line, line
+
+
+# ---------------------------------------------------------------------------
+# params.yaml itself: a key given twice, bytes that are not UTF-8, a directory (issue 18)
+# ---------------------------------------------------------------------------
+
+PARAMS_TEXT = (ROOT / "params.yaml").read_text(encoding="utf-8")
+
+
+def _line(text: str, prefix: str, nth: int = 1) -> int:
+    """The 1-based number of the ``nth`` line of ``text`` that starts with ``prefix``."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if line.startswith(prefix)][nth - 1]
+
+
+def _after(text: str, prefix: str, new: str) -> str:
+    """``text`` with the line ``new`` inserted after its first line starting with ``prefix``."""
+    lines = text.splitlines(keepends=True)
+    n = _line(text, prefix)
+    return "".join(lines[:n] + [new + "\n"] + lines[n:])
+
+
+# (id, stage run, params.yaml text, the repeated dotted key, prefix of its first line, of its second line)
+DUPLICATES = [
+    ("key", "clean", _after(PARAMS_TEXT, "  min_words: 3", "  min_words: 50"), "clean.min_words",
+     "  min_words: 3", "  min_words: 50"),
+    ("section", "clean", PARAMS_TEXT + "\nclean:\n  min_words: 50\n  drop_repealed: true\n", "clean",
+     "clean:", "clean:"),
+    ("another-stages-key", "bm25_tune", _after(PARAMS_TEXT, "  temperature: 0.01", "  temperature: .inf"),
+     "gnn.temperature", "  temperature: 0.01", "  temperature: .inf"),
+    ("nested-key", "clean", _after(PARAMS_TEXT, "    weight: 0.0", "    weight: 0.3"), "gnn.kd.weight",
+     "    weight: 0.0", "    weight: 0.3"),
+]
+
+
+@pytest.mark.parametrize("stage, text, key, first, second", [c[1:] for c in DUPLICATES], ids=[c[0] for c in DUPLICATES])
+def test_a_key_given_twice_stops_every_stage_naming_the_key_and_its_lines(request, tmp_path, stage, text, key, first,
+                                                                           second):
+    """Outside DVC (torchrun, python stages/x.py) PyYAML kept the last value silently; DVC
+    refuses such a file, and so does lexgraph's own loader, whichever stage runs."""
+    first_line = _line(text, first)
+    second_line = _line(text, second, 2 if first == second else 1)
+    line = run_failing_stage(tmp_path, stage, text.encode("utf-8"), in_process=request.node.callspec.id != "section")
+    assert line.endswith(f"params.yaml: key '{key}' appears twice, again on line {second_line} (first on line "
+                         f"{first_line}); expected each key once (a repeated key would silently replace the first)"), line
+
+
+def test_params_that_are_not_utf8_name_the_file_and_the_byte(tmp_path):
+    raw = PARAMS_TEXT.encode("utf-8").replace(b"# articles with fewer", b"# articl\xe9s with fewer")  # a Latin-1 e-acute
+    offset = raw.index(b"\xe9")
+    line = run_failing_stage(tmp_path, "clean", raw)
+    assert line.endswith(f"params.yaml: not valid UTF-8 (invalid continuation byte at byte {offset}); "
+                         "expected a UTF-8 text file"), line
+
+
+def test_params_that_are_a_directory_say_so(tmp_path):
+    line = run_failing_stage(tmp_path, "clean", PARAMS_DIRECTORY, in_process=True)
+    assert line.endswith("params.yaml: is a directory; expected the parameters file (YAML, like the repository's "
+                         "params.yaml)"), line
+
+
+def test_params_that_are_not_yaml_are_one_line(tmp_path):
+    line = run_failing_stage(tmp_path, "clean", b"base: {seed: [1\n", in_process=True)
+    assert line.endswith("params.yaml: not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, "
+                         "column 1)"), line
+
+
+@pytest.fixture
+def search_ws(tmp_path):
+    """A BM25 workspace for `lexgraph search`, which reads the workspace's params.yaml (evaluate.index)."""
+    from test_cli_errors import ARTICLES, write_articles
+
+    from lexgraph.retrieval.bm25 import BM25
+
+    write_articles(tmp_path, ARTICLES)
+    BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", ["not-utf8", "directory", "key-twice"])
+def test_search_reads_params_with_the_same_rules(search_ws, case, capsys):
+    from lexgraph.cli import main
+
+    params = search_ws / "params.yaml"
+    if case == "directory":
+        params.mkdir()
+        expected = f"{params}: is a directory; expected the parameters file"
+    elif case == "not-utf8":
+        params.write_bytes(b"evaluate:\n  k: 500 # r\xe9sultats\n")
+        expected = f"{params}: not valid UTF-8 (invalid continuation byte at byte 22)"
+    else:
+        params.write_text(_after(PARAMS_TEXT, "    exact_below:", "    exact_below: 0"), encoding="utf-8")
+        expected = f"{params}: key 'evaluate.index.exact_below' appears twice, again on line"
+    before = _snapshot(search_ws)
+    assert main(["search", "loyer", "--workspace", str(search_ws)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("lexgraph search: error: ")]
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in err, err
+    assert _snapshot(search_ws) == before
 
 
 def write_raw(tmp_path, texts: list[str], questions: list[tuple[int, str, str, str]]):

@@ -31,6 +31,7 @@ from typing import Any, Union
 import yaml
 
 from lexgraph.errors import ConfigError
+from lexgraph.inputs import DuplicateKeyError, load_yaml, yaml_problem
 
 log = logging.getLogger(__name__)
 
@@ -266,15 +267,30 @@ class Base:
 
 
 def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
-    """The whole params file, its top-level sections checked against :data:`SECTIONS`."""
+    """The whole params file, its top-level sections checked against :data:`SECTIONS`: a
+    directory, bytes that are not UTF-8, invalid YAML and a key given twice (PyYAML would
+    keep the last value silently; DVC refuses such a file) are errors naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected the parameters file (YAML, like the repository's "
+                          f"params.yaml)")
     if not path.is_file():
         raise ConfigError(f"{path}: parameters file not found (run from the repository root)")
-    with path.open(encoding="utf-8") as fh:
-        try:
-            params = yaml.safe_load(fh)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start}); expected a UTF-8 text "
+                          f"file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}); expected a readable parameters file") from None
+    try:
+        params = load_yaml(text)
+    except DuplicateKeyError as exc:
+        first = f" (first on line {exc.first_line})" if exc.first_line is not None else ""
+        raise ConfigError(f"{path}: key '{exc.dotted}' appears twice, again on line {exc.line}{first}; expected "
+                          f"each key once (a repeated key would silently replace the first)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if params is None:
         params = {}
     if not isinstance(params, dict):

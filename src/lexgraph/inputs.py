@@ -25,12 +25,21 @@ import yaml
 
 
 class DuplicateKeyError(ValueError):
-    """A mapping repeats a key; ``key`` and ``line`` (1-based, where known) say which."""
+    """A mapping repeats a key: ``key``, ``line`` (1-based, where known) and ``first_line``
+    (its first occurrence) say which; ``parents`` are the keys of the mappings that hold it,
+    from the top (:func:`load_yaml` fills them in), so :attr:`dotted` is the key as a user
+    names it (``gnn.temperature``)."""
 
-    def __init__(self, key: Any, line: int | None = None, where: str = "") -> None:
+    def __init__(self, key: Any, line: int | None = None, where: str = "", parents: tuple[str, ...] = (),
+                 first_line: int | None = None) -> None:
         at = f" on line {line}" if line is not None else ""
         super().__init__(f"key {key!r} appears twice{where}{at}; expected each key once")
-        self.key, self.line = key, line
+        self.key, self.line, self.parents, self.first_line = key, line, tuple(parents), first_line
+
+    @property
+    def dotted(self) -> str:
+        """The repeated key with the keys above it: ``gnn.kd.weight``."""
+        return ".".join([*self.parents, str(self.key)])
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -45,14 +54,57 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # PyYAML reports unhashable keys itself
             if key in seen:
-                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1, first_line=seen[key] + 1)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load(text)``, refusing duplicate keys (:class:`DuplicateKeyError`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """``yaml.safe_load(text)``, refusing duplicate keys (:class:`DuplicateKeyError`, its
+    ``parents`` filled in)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        if exc.line is not None:
+            exc.parents = _parents_of_line(text, exc.line)
+        raise
+
+
+def _parents_of_line(text: str, line: int) -> tuple[str, ...]:
+    """The keys of the mappings above the repeated key that starts on ``line`` (1-based)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: composing keeps duplicates
+    except yaml.YAMLError:
+        return ()
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())] if root is not None else []
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            names = [k.value if isinstance(k, yaml.ScalarNode) else None for k, _ in node.value]
+            for key_node, _ in node.value:
+                if (key_node.start_mark.line + 1 == line and isinstance(key_node, yaml.ScalarNode)
+                        and names.count(key_node.value) > 1):
+                    return path
+            stack += [(v, (*path, str(n))) for n, (_, v) in zip(names, node.value)]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(v, (*path, str(i))) for i, v in enumerate(node.value)]
+    return ()
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line saying what is wrong with a YAML text and where (PyYAML's own message spans
+    several lines, with the text quoted): ``expected ',' or ']', but got '<stream end>' at
+    line 2, column 1``."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"unacceptable character {chr(exc.character)!r} at character {exc.position + 1}"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -104,3 +156,4 @@ def id_problem(value: str) -> str | None:
         if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn"):
             return f"holds the control or unassigned character {ch!r} at character {i + 1}"
     return None
+
