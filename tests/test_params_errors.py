@@ -54,6 +54,10 @@ STAGES = {
                           "--plot", "{out}/train_dsr_curve.csv"]),
     "hybrid": ("hybrid", ["--questions", "{in}/questions.parquet", "--workspace", "{in}", "--out", "{out}/hybrid",
                           "--metrics", "{out}/hybrid_tune.json"]),
+    "train_gnn": ("train_gnn", ["--variant", "lge", "--graph", "{in}/graph", "--embed", "{in}/embed",
+                                "--questions", "{in}/questions.parquet", "--negatives", "{in}/negatives.parquet",
+                                "--dsr", "{in}/dsr", "--hprior", "{in}/hprior", "--out", "{out}/gnn_lge",
+                                "--metrics", "{out}/train_gnn_lge.json"]),
 }
 
 DELETE = object()
@@ -97,6 +101,27 @@ CASES = [
     ("dsr.lr", "train_dsr", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
     ("hybrid.split-test", "hybrid", {"hybrid.split": "test"},
      ["'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"]),
+    # numbers that type-check but mean nothing (issue 18): refused by the config layer, naming the key
+    ("dsr.temperature-inf", "train_dsr", {"dsr.temperature": float("inf")},
+     ["'dsr.temperature' = inf, expected a positive number, finite (not nan or inf)"]),
+    ("dsr.lr-nan-string", "train_dsr", {"dsr.lr": "nan"}, ["'dsr.lr' = 'nan', expected a positive number, finite"]),
+    ("pretrain.weight_decay-nan", "pretrain", {"pretrain.weight_decay": float("nan")},
+     ["'pretrain.weight_decay' = nan, expected a finite number (not nan or inf)"]),
+    ("pretrain.weight_decay-negative", "pretrain", {"pretrain.weight_decay": -0.5},
+     ["'pretrain.weight_decay' = -0.5, expected a number >= 0"]),
+    ("bm25.k1-inf", "bm25", {"bm25.k1": float("inf")},
+     ["'bm25.k1' = inf, expected a number >= 0 or 'tuned', finite (not nan or inf)"]),
+    ("bm25_tune.k1-inf", "bm25_tune", {"bm25_tune.k1": [1.2, float("inf")]},
+     ["'bm25_tune.k1' = [1.2, inf], expected a non-empty list of numbers >= 0, finite (not nan or inf)"]),
+    ("negatives.k1-inf", "mine_negatives", {"negatives.k1": float("inf")},
+     ["'negatives.k1' = inf, expected a number >= 0, finite (not nan or inf)"]),
+    ("gnn.temperature-inf", "train_gnn", {"gnn.temperature": float("inf")},
+     ["'gnn.temperature' = inf, expected a finite number (not nan or inf)"]),
+    ("gnn.weight_decay-nan", "train_gnn", {"gnn.weight_decay": float("nan")},
+     ["'gnn.weight_decay' = nan, expected a finite number (not nan or inf)"]),
+    ("gnn.layers-100", "train_gnn", {"gnn.layers": 100},
+     ["'gnn.layers' = 100, expected an integer in [1, 8] (one hop per layer: an article's farthest heading is 8 "
+      "hops up the hierarchy's 8 levels"]),
 ]
 
 
@@ -183,7 +208,8 @@ def sample_params() -> dict:
 
 
 #: cases also run as a real subprocess (exit status and stderr of the process itself)
-SUBPROCESS = {"base.seed-word", "section-typo", "clean.min_words-word", "bm25_tune.split-test", "negatives.splits-test"}
+SUBPROCESS = {"base.seed-word", "section-typo", "clean.min_words-word", "bm25_tune.split-test", "negatives.splits-test",
+              "gnn.layers-100"}
 
 
 @pytest.mark.parametrize("stage, edits, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -293,6 +319,42 @@ def test_search_reads_params_with_the_same_rules(search_ws, case, capsys):
     lines = [line for line in err.splitlines() if line.startswith("lexgraph search: error: ")]
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in err, err
     assert _snapshot(search_ws) == before
+
+
+# ---------------------------------------------------------------------------
+# Numbers that type-check but mean nothing: every float key refuses nan and infinities
+# ---------------------------------------------------------------------------
+
+
+def _float_keys(values: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose params.yaml value is a float or a list of floats (nested mappings too)."""
+    out = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out += _float_keys(value, f"{prefix}{key}.")
+        elif isinstance(value, float) or (isinstance(value, list) and value and isinstance(value[0], float)):
+            out.append(prefix + key)
+    return out
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_number_must_be_finite(section):
+    """nan, inf and -inf (YAML's .nan/.inf, or 'nan'/'inf' strings from `dvc exp run -S`) are
+    refused for every float key of every section, naming it, before any stage work."""
+    build = _builders()[section]
+    values = read_params(PROFILES[0])[section]
+    for dotted in _float_keys(values):
+        for bad in (float("nan"), float("inf"), float("-inf"), "nan", "inf", "1e999"):
+            edited = copy.deepcopy(values)
+            *parents, key = dotted.split(".")
+            node = edited
+            for part in parents:
+                node = node[part]
+            node[key] = [bad] if isinstance(node[key], list) else bad
+            with pytest.raises(ConfigError) as info:
+                build(edited)
+            message = str(info.value)
+            assert f"'{section}.{dotted}'" in message and "finite" in message and "\n" not in message, (dotted, message)
 
 
 def write_raw(tmp_path, texts: list[str], questions: list[tuple[int, str, str, str]]):
@@ -425,6 +487,15 @@ CONFIG_CASES = [
     ("dsr", {"epochs": DELETE}, "missing key 'dsr.epochs', expected a positive integer"),
     ("dsr", {"query_trainable_layers": "all"}, "'dsr.query_trainable_layers' = 'all', expected null or an integer >= 0"),
     ("gnn", {"layers": 1.5}, "'gnn.layers' = 1.5, expected an integer"),
+    ("gnn", {"layers": 9}, "'gnn.layers' = 9, expected an integer in [1, 8]"),
+    ("gnn", {"lge": {"layers": 12}}, "'gnn.layers' = 12, expected an integer in [1, 8]"),
+    ("gnn", {"lr": "inf"}, "'gnn.lr' = 'inf', expected a finite number (not nan or inf)"),
+    ("pretrain", {"max_grad_norm": -1.0}, "'pretrain.max_grad_norm' = -1.0, expected a number >= 0 (0: no clipping)"),
+    ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
+    ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
+    ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
+    ("rerank", {"weight_decay": "inf"}, "'rerank.weight_decay' = 'inf', expected a number >= 0, finite"),
+    ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
     ("gnn", {"kd": {"weight": "half", "mode": "score", "temperature": 0.05, "student_contrastive": False}},
      "'gnn.kd.weight' = 'half', expected a number"),
     ("gnn", {"init": DELETE}, "missing key(s) 'gnn.init'"),
@@ -576,3 +647,4 @@ def test_code_defaults_equal_params_yaml(section):
         default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
         assert default == expected[f.name], f"{cls.__name__}.{f.name} defaults to {default!r}, " \
                                             f"params.yaml says {expected[f.name]!r}"
+

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import math
 import os
 import random
 import re
@@ -109,6 +110,11 @@ class _Mismatch(Exception):
     pass
 
 
+class _NotFinite(_Mismatch):
+    """A number that is nan or infinite: the type is right, the value meaningless (an
+    infinite temperature trains nothing, a nan learning rate poisons every weight)."""
+
+
 def _conform(value: Any, hint: Any) -> Any:
     """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
     as floats; ints accepted as floats); raises :class:`_Mismatch`."""
@@ -120,12 +126,15 @@ def _conform(value: Any, hint: Any) -> Any:
             if _NONE in args:
                 return None
             raise _Mismatch
+        not_finite = None
         for arg in (a for a in args if a is not _NONE):
             try:
                 return _conform(value, arg)
+            except _NotFinite as exc:
+                not_finite = exc
             except _Mismatch:
                 continue
-        raise _Mismatch
+        raise not_finite or _Mismatch()
     if hint is _NONE:
         if value is None:
             return None
@@ -141,12 +150,16 @@ def _conform(value: Any, hint: Any) -> Any:
     if hint is float:
         if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise _Mismatch from None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _Mismatch
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            raise _Mismatch
+        if not math.isfinite(number):  # .nan, .inf, and the strings 'nan', 'inf', '1e999' float() reads
+            raise _NotFinite
+        return number
     if hint is str:
         if isinstance(value, str):
             return value
@@ -172,6 +185,14 @@ def expectation(cls, name: str) -> str:
     return f.metadata.get("expected") or _describe(typing.get_type_hints(cls)[name])
 
 
+def _finite(cls, name: str) -> str:
+    """The expectation of a field given nan or an infinity."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if "expected" in f.metadata or typing.get_origin(typing.get_type_hints(cls)[name]) in (list, tuple, abc.Sequence):
+        return f"{expectation(cls, name)}, finite (not nan or inf)"
+    return "a finite number (not nan or inf)"
+
+
 def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] | None = None) -> dict[str, Any]:
     """``values`` (field name -> value) checked against the annotations of dataclass
     ``cls`` and conformed (``'5e-5'`` -> ``5e-05``); ``keys`` maps a field to the key
@@ -183,6 +204,8 @@ def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] 
             continue
         try:
             out[name] = _conform(value, hints[name])
+        except _NotFinite:
+            raise bad_value(section, (keys or {}).get(name, name), value, _finite(cls, name)) from None
         except _Mismatch:
             raise bad_value(section, (keys or {}).get(name, name), value, expectation(cls, name)) from None
     return out
