@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 
 import contextlib
+import json
 import io
 import runpy
 import subprocess
@@ -648,3 +649,143 @@ def test_code_defaults_equal_params_yaml(section):
         assert default == expected[f.name], f"{cls.__name__}.{f.name} defaults to {default!r}, " \
                                             f"params.yaml says {expected[f.name]!r}"
 
+
+# ---------------------------------------------------------------------------
+# JSON one stage wrote and another reads: truncated, empty or wrong-shaped (issue 18)
+# ---------------------------------------------------------------------------
+
+TUNED = {"metric": "recall@100", "split": "dev", "k1": 1.0, "b": 0.1, "score": 0.5}
+
+# (id, the bytes of metrics/bm25_tune.json, what the line says about it)
+TUNED_CASES = [
+    ("truncated", json.dumps(TUNED)[:30].encode(), "not valid JSON, truncated or corrupt (Unterminated string"),
+    ("empty-object", b"{}", "key 'k1' is missing (a number >= 0)"),
+    ("empty-file", b"", "is empty"),
+    ("a-list", b"[1.0, 0.1]", "holds [1.0, 0.1], not a JSON object"),
+    ("k1-word", json.dumps({**TUNED, "k1": "fast"}).encode(), "key 'k1' = \"fast\", not a number >= 0"),
+    ("b-nan", json.dumps({**TUNED, "b": float("nan")}).encode(), "key 'b' = NaN, not a number in [0, 1]"),
+    ("not-utf8", b'{"k1": 1.0, "b": 0.1, "note": "\xe9"}', "not valid UTF-8 (invalid continuation byte at byte 31)"),
+    ("missing", None, "not found"),
+]
+
+
+@pytest.mark.parametrize("raw, problem", [c[1:] for c in TUNED_CASES], ids=[c[0] for c in TUNED_CASES])
+def test_bm25_stops_on_a_damaged_bm25_tune_result(request, tmp_path, sample_params, raw, problem):
+    """`bm25.k1: tuned` reads bm25_tune's best pair: a damaged file is one line naming it, what
+    was expected and that bm25_tune must rerun (was a traceback: JSONDecodeError, KeyError)."""
+    tuned = tmp_path / "in" / "bm25_tune.json"
+    tuned.parent.mkdir(parents=True)
+    if raw is not None:
+        tuned.write_bytes(raw)
+    line = run_failing_stage(tmp_path, "bm25", sample_params, in_process=request.node.callspec.id != "truncated")
+    assert line.startswith(f"lexgraph bm25: error: {tuned}: {problem}"), line
+    assert line.endswith("; expected bm25_tune's best pair, an object with k1 and b (e.g. {\"k1\": 1.0, \"b\": 0.1, "
+                         "...}); rerun `dvc repro bm25_tune`"), line
+
+
+def test_bm25_with_both_numbers_given_does_not_read_bm25_tune(tmp_path, sample_params):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bm25_tune.json").write_bytes(b"{")
+    params = _edit(copy.deepcopy(sample_params), {"bm25.k1": 1.2, "bm25.b": 0.75})
+    line = run_failing_stage(tmp_path, "bm25", params, in_process=True)
+    assert "articles.parquet" in line and "bm25_tune.json" not in line, line
+
+
+def _read_hprior(path):
+    from lexgraph.hierarchy import best_weight, read_hprior
+
+    return best_weight(read_hprior(path.parent))
+
+
+def _dsr(path):
+    from lexgraph.models.dsr import DSR
+
+    return DSR.load(path.parent)
+
+
+def _gnn(path):
+    from lexgraph.training.gnn_io import load_graph_encoder
+
+    return load_graph_encoder(path.parent)
+
+
+def _cosine(path):
+    from lexgraph.retrieval.gnn import _cosine
+
+    return _cosine(path.parent)
+
+
+def _first_stage(path):
+    from lexgraph.retrieval.rerank import first_stage_of
+
+    return first_stage_of(path.parents[2])  # <workspace>/models/mvcl/mvcl.json
+
+
+def _mvcl(path):
+    from lexgraph.models.mvcl import load_model
+
+    return load_model(path.parent, "cpu")
+
+
+def _base_info(path):
+    from lexgraph.models.family import read_base_info
+
+    return read_base_info(path.parent)
+
+
+def _backbone_ref(path):
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+
+    return HierarchicalArticleEncoder.from_pretrained(path.parent)
+
+
+GRAPH_ENCODER = {"in_dim": 4, "model": "gatv2", "layers": 1, "hidden": None, "heads": 1, "concat_heads": True,
+                 "dropout": 0.0, "residual": True, "edge_dim": None, "init": "random"}
+
+# (id, reader(path), the file (under the workspace), its text, what the line says, the stage to rerun)
+ARTEFACTS = [
+    ("hprior-truncated", _read_hprior, "models/hprior/hprior.json", '{"format": "lexgraph-hprior/1", "grid": [',
+     "not valid JSON, truncated or corrupt", "hprior"),
+    ("hprior-row", _read_hprior, "models/hprior/hprior.json",
+     json.dumps({"format": "lexgraph-hprior/1", "metric": "recall@100", "grid": [{"scope": 0, "weight": 0.5}]}),
+     "key 'grid.0' = {\"scope\": 0, \"weight\": 0.5}, not a row with an integer 'scope' and numbers 'weight' and "
+     "'recall@100'", "hprior"),
+    ("dsr-truncated", _dsr, "models/dsr/dsr.json", '{"temperature": 0.0', "not valid JSON, truncated or corrupt",
+     "train_dsr"),
+    ("dsr-empty", _dsr, "models/dsr/dsr.json", "{}", "key 'temperature' is missing (a positive number)", "train_dsr"),
+    ("gnn-truncated", _gnn, "models/gnn_lge/gnn.json", '{"graph_encoder": {', "not valid JSON, truncated or corrupt",
+     "train_gnn"),
+    ("gnn-bad-architecture", _gnn, "models/gnn_lge/gnn.json",
+     json.dumps({"graph_encoder": {**GRAPH_ENCODER, "layers": 100}}), "key 'graph_encoder' does not build an encoder",
+     "train_gnn"),
+    ("gnn-similarity-truncated", _cosine, "models/gnn_lge/gnn.json", '{"similarity": "cos',
+     "not valid JSON, truncated or corrupt", "train_gnn"),
+    ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank"),
+    ("mvcl-first-stage-unknown", _first_stage, "models/mvcl/mvcl.json", '{"first_stage": "bm26"}',
+     "key 'first_stage' = \"bm26\", not a retrieval system other than mvcl", "rerank"),
+    ("mvcl-settings", _mvcl, "models/mvcl/mvcl.json", '{"format": "lexgraph-mvcl"}', "key 'input_dim' is missing",
+     "rerank"),
+    ("base-info", _base_info, "models/pretrain/lexgraph_base.json", '{"query_prefix": ',
+     "not valid JSON, truncated or corrupt", "pretrain"),
+    ("backbone-reference", _backbone_ref, "models/dsr/article_encoder/backbone.json", '{"path": 3}',
+     "key 'path' = 3, not a directory", None),
+]
+
+
+@pytest.mark.parametrize("read, name, text, problem, stage", [c[1:] for c in ARTEFACTS], ids=[c[0] for c in ARTEFACTS])
+def test_a_damaged_artefact_json_is_one_line_naming_it(tmp_path, read, name, text, problem, stage):
+    """Every JSON file a stage reads from another (hprior.json, dsr.json, gnn.json, mvcl.json,
+    lexgraph_base.json, ...): truncated, empty or of the wrong shape is a DataError naming the
+    file, what is wrong and the stage to rerun, never a JSONDecodeError/KeyError traceback
+    (nor, for gnn.json, a message blaming params.yaml)."""
+    path = tmp_path / name
+    path.parent.mkdir(parents=True)
+    path.write_text(text, encoding="utf-8")
+    before = _snapshot(tmp_path)
+    with pytest.raises(DataError) as info:
+        read(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {problem}"), message
+    assert "; expected " in message and "\n" not in message and "params.yaml" not in message, message
+    assert f"rerun `dvc repro {stage}`" in message if stage else "rerun `dvc repro`" in message, message
+    assert _snapshot(tmp_path) == before

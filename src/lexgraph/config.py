@@ -82,6 +82,12 @@ def params_error(detail: str) -> ConfigError:
     return ConfigError(f"{DEFAULT_PARAMS}: {detail}")
 
 
+def without_params_file(exc: Exception) -> str:
+    """A settings error's words without the leading ``params.yaml: ``, for a saved artefact
+    (``gnn.json``, ``mvcl.json``) that holds the settings: the caller names that file instead."""
+    return str(exc).removeprefix(f"{DEFAULT_PARAMS}: ")
+
+
 def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
     """The one-sentence error for a bad ``section.key`` value."""
     return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")

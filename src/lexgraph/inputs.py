@@ -12,16 +12,24 @@ One home for the checks that are easy to get subtly wrong in each reader separat
   written into TREC runs, whitespace-separated) or a text (it must encode as UTF-8).
 
 Each returns or raises plain ``ValueError`` / a reason string; the caller words the
-one-line error naming its file, row and key.
+one-line error naming its file, row and key. One exception, for JSON files a stage writes
+and a later stage reads (``metrics/bm25_tune.json``, ``models/*/*.json``), which a user
+damages by hand or an interrupted copy truncates: :func:`read_json_object` raises the
+one-line :class:`~lexgraph.errors.DataError` itself (the file, what is wrong, what was
+expected, which stage to rerun), since every such reader words it the same way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import yaml
+
+from lexgraph.errors import DataError
 
 
 class DuplicateKeyError(ValueError):
@@ -157,3 +165,58 @@ def id_problem(value: str) -> str | None:
             return f"holds the control or unassigned character {ch!r} at character {i + 1}"
     return None
 
+
+# ---------------------------------------------------------------------------
+# JSON one stage writes and another reads
+# ---------------------------------------------------------------------------
+
+#: ``(test, what it expects)`` of one key of a JSON object: :func:`read_json_object`'s ``keys``.
+KeyCheck = tuple[Callable[[Any], bool], str]
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number that is not a bool, nan or infinite (``json`` reads ``NaN`` and ``Infinity``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)[:60]
+
+
+def read_json_object(path: str | Path, *, what: str, fix: str, keys: dict[str, KeyCheck] | None = None,
+                     optional: dict[str, KeyCheck] | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``, a file another stage wrote; ``keys`` maps the keys the
+    caller reads to their check, ``optional`` those it reads when present. A missing file or a directory, bytes that are not UTF-8, an
+    empty or truncated file, another JSON value than an object, a missing key or a value
+    that fails its check: a :class:`DataError` naming the file, saying what is wrong and
+    ``what`` was expected, then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
+    path = Path(path)
+
+    def bad(problem: str) -> DataError:
+        return DataError(path, f"{problem}; expected {what}; {fix}")
+
+    if path.is_dir():
+        raise bad("is a directory")
+    if not path.is_file():
+        raise bad("not found")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise bad(f"cannot be read ({exc.strerror})") from None
+    if not text.strip():
+        raise bad("is empty")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise bad(f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise bad(f"holds {_show(value)}, not a JSON object")
+    for key, (test, expected) in (keys or {}).items():
+        if key not in value:
+            raise bad(f"key '{key}' is missing ({expected})")
+    for key, (test, expected) in {**(keys or {}), **(optional or {})}.items():
+        if key in value and not test(value[key]):
+            raise bad(f"key '{key}' = {_show(value[key])}, not {expected}")
+    return value
