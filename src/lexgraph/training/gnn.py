@@ -253,6 +253,8 @@ def train_graph_encoder(
         raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
     generator = torch.Generator().manual_seed(seed)
     model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
+    log.info("%s graph encoder: %s, %d layer(s), %d head(s), %.2fM parameters", settings.variant, settings.encoder.model,
+             settings.encoder.layers, settings.encoder.heads, sum(p.numel() for p in model.parameters()) / 1e6)
     encoder = query_encoder.to(device) if (qabisar and query_encoder is not None) else None
     criterion = (
         QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
