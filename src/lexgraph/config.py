@@ -160,7 +160,10 @@ def _conform(value: Any, hint: Any) -> Any:
             except ValueError:
                 raise _Mismatch from None
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond float's range (10**400)
+                raise _NotFinite from None
         else:
             raise _Mismatch
         if not math.isfinite(number):  # .nan, .inf, and the strings 'nan', 'inf', '1e999' float() reads
