@@ -430,7 +430,8 @@ def row(stage, mode, seconds, rates, flops, peak, note) -> dict:
 
 
 def parse_args(argv=None):
-    import yaml
+    from lexgraph.config import read_params
+    from lexgraph.errors import LexgraphError
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -452,7 +453,10 @@ def parse_args(argv=None):
         parser.add_argument(f"--{key}", type=int, help="overrides the profile's value")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
-    profile = yaml.safe_load(args.profile.read_text(encoding="utf-8"))
+    try:  # lexgraph's own reader: a repeated key, bad bytes or an unknown section is one line
+        profile = read_params(args.profile)
+    except LexgraphError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     defaults = {
         "pretrain_batch": profile["pretrain"]["batch_size"], "pretrain_length": profile["pretrain"]["max_length"],
         "d2q_batch": profile["queries"]["batch_size"], "d2q_returns": profile["queries"]["per_article"],

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
 from lexgraph.io import atomic_path, read_parquet
-from lexgraph.retrieval.bm25_pipeline import Bm25Config, build_index, resolve_k1_b
+from lexgraph.retrieval.bm25_pipeline import Bm25Config, build_index, read_tuned, resolve_k1_b
 
 log = logging.getLogger("lexgraph.bm25")
 
@@ -19,9 +18,7 @@ def configure(parser):
 
 
 def main(args, base, config):
-    with open(args.tuned, encoding="utf-8") as fh:
-        tuned = json.load(fh)
-    k1, b = resolve_k1_b(config, tuned)
+    k1, b = resolve_k1_b(config, read_tuned(args.tuned, config))
     log.info("bm25: k1=%.2f b=%.2f", k1, b)
     index = build_index(read_parquet(args.articles, ["id", "article"]), k1, b)
     with atomic_path(args.out, directory=True) as tmp:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 
 import contextlib
+import json
 import io
 import runpy
 import subprocess
@@ -54,6 +55,10 @@ STAGES = {
                           "--plot", "{out}/train_dsr_curve.csv"]),
     "hybrid": ("hybrid", ["--questions", "{in}/questions.parquet", "--workspace", "{in}", "--out", "{out}/hybrid",
                           "--metrics", "{out}/hybrid_tune.json"]),
+    "train_gnn": ("train_gnn", ["--variant", "lge", "--graph", "{in}/graph", "--embed", "{in}/embed",
+                                "--questions", "{in}/questions.parquet", "--negatives", "{in}/negatives.parquet",
+                                "--dsr", "{in}/dsr", "--hprior", "{in}/hprior", "--out", "{out}/gnn_lge",
+                                "--metrics", "{out}/train_gnn_lge.json"]),
 }
 
 DELETE = object()
@@ -97,6 +102,27 @@ CASES = [
     ("dsr.lr", "train_dsr", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
     ("hybrid.split-test", "hybrid", {"hybrid.split": "test"},
      ["'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"]),
+    # numbers that type-check but mean nothing (issue 18): refused by the config layer, naming the key
+    ("dsr.temperature-inf", "train_dsr", {"dsr.temperature": float("inf")},
+     ["'dsr.temperature' = inf, expected a positive number, finite (not nan or inf)"]),
+    ("dsr.lr-nan-string", "train_dsr", {"dsr.lr": "nan"}, ["'dsr.lr' = 'nan', expected a positive number, finite"]),
+    ("pretrain.weight_decay-nan", "pretrain", {"pretrain.weight_decay": float("nan")},
+     ["'pretrain.weight_decay' = nan, expected a finite number (not nan or inf)"]),
+    ("pretrain.weight_decay-negative", "pretrain", {"pretrain.weight_decay": -0.5},
+     ["'pretrain.weight_decay' = -0.5, expected a number >= 0"]),
+    ("bm25.k1-inf", "bm25", {"bm25.k1": float("inf")},
+     ["'bm25.k1' = inf, expected a number >= 0 or 'tuned', finite (not nan or inf)"]),
+    ("bm25_tune.k1-inf", "bm25_tune", {"bm25_tune.k1": [1.2, float("inf")]},
+     ["'bm25_tune.k1' = [1.2, inf], expected a non-empty list of numbers >= 0, finite (not nan or inf)"]),
+    ("negatives.k1-inf", "mine_negatives", {"negatives.k1": float("inf")},
+     ["'negatives.k1' = inf, expected a number >= 0, finite (not nan or inf)"]),
+    ("gnn.temperature-inf", "train_gnn", {"gnn.temperature": float("inf")},
+     ["'gnn.temperature' = inf, expected a finite number (not nan or inf)"]),
+    ("gnn.weight_decay-nan", "train_gnn", {"gnn.weight_decay": float("nan")},
+     ["'gnn.weight_decay' = nan, expected a finite number (not nan or inf)"]),
+    ("gnn.layers-100", "train_gnn", {"gnn.layers": 100},
+     ["'gnn.layers' = 100, expected an integer in [1, 8] (one hop per layer: an article's farthest heading is 8 "
+      "hops up the hierarchy's 8 levels"]),
 ]
 
 
@@ -132,18 +158,28 @@ def _prefill(out_dir: Path, argv: list[str]) -> None:
                 (path / "sentinel").write_bytes(SENTINEL)
 
 
-def run_failing_stage(tmp_path: Path, stage: str, params: dict, *, in_process: bool = False) -> str:
+#: ``params`` for :func:`run_failing_stage`: params.yaml is a directory
+PARAMS_DIRECTORY = object()
+
+
+def run_failing_stage(tmp_path: Path, stage: str, params: dict | bytes, *, in_process: bool = False) -> str:
     """Run ``stages/<stage>.py`` (a subprocess, or in this process through ``runpy`` as
-    ``__main__``); assert exit 2, one error line, no traceback, intact outputs; return
-    the error line."""
+    ``__main__``) with ``params`` as params.yaml (a mapping, the file's bytes, or
+    :data:`PARAMS_DIRECTORY`); assert exit 2, one error line, no traceback, intact inputs
+    and outputs; return the error line."""
     label, template = STAGES[stage]
     params_path = tmp_path / "params.yaml"
-    params_path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    if params is PARAMS_DIRECTORY:
+        params_path.mkdir()
+    elif isinstance(params, bytes):
+        params_path.write_bytes(params)
+    else:
+        params_path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     inputs, outputs = tmp_path / "in", tmp_path / "out"
     inputs.mkdir(exist_ok=True)
     argv = [a.replace("{in}", str(inputs)).replace("{out}", str(outputs)) for a in template]
     _prefill(outputs, argv)
-    before = _snapshot(outputs)
+    before, inputs_before = _snapshot(outputs), _snapshot(tmp_path / "in") | {"params": _snapshot(tmp_path)}
     script = ROOT / "stages" / f"{stage}.py"
     if in_process:  # an exception other than SystemExit would fail the test: no traceback either way
         stderr = io.StringIO()
@@ -163,6 +199,7 @@ def run_failing_stage(tmp_path: Path, stage: str, params: dict, *, in_process: b
     lines = [line for line in err.splitlines() if line.startswith(f"lexgraph {label}: error: ")]
     assert len(lines) == 1, err
     assert _snapshot(outputs) == before, "a failed stage changed its outputs"
+    assert _snapshot(tmp_path / "in") | {"params": _snapshot(tmp_path)} == inputs_before, "a failed stage changed its inputs"
     return lines[0]
 
 
@@ -172,7 +209,8 @@ def sample_params() -> dict:
 
 
 #: cases also run as a real subprocess (exit status and stderr of the process itself)
-SUBPROCESS = {"base.seed-word", "section-typo", "clean.min_words-word", "bm25_tune.split-test", "negatives.splits-test"}
+SUBPROCESS = {"base.seed-word", "section-typo", "clean.min_words-word", "bm25_tune.split-test", "negatives.splits-test",
+              "gnn.layers-100"}
 
 
 @pytest.mark.parametrize("stage, edits, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -184,6 +222,140 @@ def test_bad_param_stops_the_stage_with_one_actionable_line(request, tmp_path, s
     assert "params.yaml" in line
     for fragment in fragments:
         assert fragment in line, line
+
+
+# ---------------------------------------------------------------------------
+# params.yaml itself: a key given twice, bytes that are not UTF-8, a directory (issue 18)
+# ---------------------------------------------------------------------------
+
+PARAMS_TEXT = (ROOT / "params.yaml").read_text(encoding="utf-8")
+
+
+def _line(text: str, prefix: str, nth: int = 1) -> int:
+    """The 1-based number of the ``nth`` line of ``text`` that starts with ``prefix``."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if line.startswith(prefix)][nth - 1]
+
+
+def _after(text: str, prefix: str, new: str) -> str:
+    """``text`` with the line ``new`` inserted after its first line starting with ``prefix``."""
+    lines = text.splitlines(keepends=True)
+    n = _line(text, prefix)
+    return "".join(lines[:n] + [new + "\n"] + lines[n:])
+
+
+# (id, stage run, params.yaml text, the repeated dotted key, prefix of its first line, of its second line)
+DUPLICATES = [
+    ("key", "clean", _after(PARAMS_TEXT, "  min_words: 3", "  min_words: 50"), "clean.min_words",
+     "  min_words: 3", "  min_words: 50"),
+    ("section", "clean", PARAMS_TEXT + "\nclean:\n  min_words: 50\n  drop_repealed: true\n", "clean",
+     "clean:", "clean:"),
+    ("another-stages-key", "bm25_tune", _after(PARAMS_TEXT, "  temperature: 0.01", "  temperature: .inf"),
+     "gnn.temperature", "  temperature: 0.01", "  temperature: .inf"),
+    ("nested-key", "clean", _after(PARAMS_TEXT, "    weight: 0.0", "    weight: 0.3"), "gnn.kd.weight",
+     "    weight: 0.0", "    weight: 0.3"),
+]
+
+
+@pytest.mark.parametrize("stage, text, key, first, second", [c[1:] for c in DUPLICATES], ids=[c[0] for c in DUPLICATES])
+def test_a_key_given_twice_stops_every_stage_naming_the_key_and_its_lines(request, tmp_path, stage, text, key, first,
+                                                                           second):
+    """Outside DVC (torchrun, python stages/x.py) PyYAML kept the last value silently; DVC
+    refuses such a file, and so does lexgraph's own loader, whichever stage runs."""
+    first_line = _line(text, first)
+    second_line = _line(text, second, 2 if first == second else 1)
+    line = run_failing_stage(tmp_path, stage, text.encode("utf-8"), in_process=request.node.callspec.id != "section")
+    assert line.endswith(f"params.yaml: key '{key}' appears twice, again on line {second_line} (first on line "
+                         f"{first_line}); expected each key once (a repeated key would silently replace the first)"), line
+
+
+def test_params_that_are_not_utf8_name_the_file_and_the_byte(tmp_path):
+    raw = PARAMS_TEXT.encode("utf-8").replace(b"# articles with fewer", b"# articl\xe9s with fewer")  # a Latin-1 e-acute
+    offset = raw.index(b"\xe9")
+    line = run_failing_stage(tmp_path, "clean", raw)
+    assert line.endswith(f"params.yaml: not valid UTF-8 (invalid continuation byte at byte {offset}); "
+                         "expected a UTF-8 text file"), line
+
+
+def test_params_that_are_a_directory_say_so(tmp_path):
+    line = run_failing_stage(tmp_path, "clean", PARAMS_DIRECTORY, in_process=True)
+    assert line.endswith("params.yaml: is a directory; expected the parameters file (YAML, like the repository's "
+                         "params.yaml)"), line
+
+
+def test_params_that_are_not_yaml_are_one_line(tmp_path):
+    line = run_failing_stage(tmp_path, "clean", b"base: {seed: [1\n", in_process=True)
+    assert line.endswith("params.yaml: not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, "
+                         "column 1)"), line
+
+
+@pytest.fixture
+def search_ws(tmp_path):
+    """A BM25 workspace for `lexgraph search`, which reads the workspace's params.yaml (evaluate.index)."""
+    from test_cli_errors import ARTICLES, write_articles
+
+    from lexgraph.retrieval.bm25 import BM25
+
+    write_articles(tmp_path, ARTICLES)
+    BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", ["not-utf8", "directory", "key-twice"])
+def test_search_reads_params_with_the_same_rules(search_ws, case, capsys):
+    from lexgraph.cli import main
+
+    params = search_ws / "params.yaml"
+    if case == "directory":
+        params.mkdir()
+        expected = f"{params}: is a directory; expected the parameters file"
+    elif case == "not-utf8":
+        params.write_bytes(b"evaluate:\n  k: 500 # r\xe9sultats\n")
+        expected = f"{params}: not valid UTF-8 (invalid continuation byte at byte 22)"
+    else:
+        params.write_text(_after(PARAMS_TEXT, "    exact_below:", "    exact_below: 0"), encoding="utf-8")
+        expected = f"{params}: key 'evaluate.index.exact_below' appears twice, again on line"
+    before = _snapshot(search_ws)
+    assert main(["search", "loyer", "--workspace", str(search_ws)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("lexgraph search: error: ")]
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in err, err
+    assert _snapshot(search_ws) == before
+
+
+# ---------------------------------------------------------------------------
+# Numbers that type-check but mean nothing: every float key refuses nan and infinities
+# ---------------------------------------------------------------------------
+
+
+def _float_keys(values: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose params.yaml value is a float or a list of floats (nested mappings too)."""
+    out = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out += _float_keys(value, f"{prefix}{key}.")
+        elif isinstance(value, float) or (isinstance(value, list) and value and isinstance(value[0], float)):
+            out.append(prefix + key)
+    return out
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_number_must_be_finite(section):
+    """nan, inf and -inf (YAML's .nan/.inf, or 'nan'/'inf' strings from `dvc exp run -S`) are
+    refused for every float key of every section, naming it, before any stage work."""
+    build = _builders()[section]
+    values = read_params(PROFILES[0])[section]
+    for dotted in _float_keys(values):
+        for bad in (float("nan"), float("inf"), float("-inf"), "nan", "inf", "1e999", 10**400):
+            edited = copy.deepcopy(values)
+            *parents, key = dotted.split(".")
+            node = edited
+            for part in parents:
+                node = node[part]
+            node[key] = [bad] if isinstance(node[key], list) else bad
+            with pytest.raises(ConfigError) as info:
+                build(edited)
+            message = str(info.value)
+            assert f"'{section}.{dotted}'" in message and "finite" in message and "\n" not in message, (dotted, message)
 
 
 def write_raw(tmp_path, texts: list[str], questions: list[tuple[int, str, str, str]]):
@@ -316,6 +488,15 @@ CONFIG_CASES = [
     ("dsr", {"epochs": DELETE}, "missing key 'dsr.epochs', expected a positive integer"),
     ("dsr", {"query_trainable_layers": "all"}, "'dsr.query_trainable_layers' = 'all', expected null or an integer >= 0"),
     ("gnn", {"layers": 1.5}, "'gnn.layers' = 1.5, expected an integer"),
+    ("gnn", {"layers": 9}, "'gnn.layers' = 9, expected an integer in [1, 8]"),
+    ("gnn", {"lge": {"layers": 12}}, "'gnn.layers' = 12, expected an integer in [1, 8]"),
+    ("gnn", {"lr": "inf"}, "'gnn.lr' = 'inf', expected a finite number (not nan or inf)"),
+    ("pretrain", {"max_grad_norm": -1.0}, "'pretrain.max_grad_norm' = -1.0, expected a number >= 0 (0: no clipping)"),
+    ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
+    ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
+    ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
+    ("rerank", {"weight_decay": "inf"}, "'rerank.weight_decay' = 'inf', expected a number >= 0, finite"),
+    ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
     ("gnn", {"kd": {"weight": "half", "mode": "score", "temperature": 0.05, "student_contrastive": False}},
      "'gnn.kd.weight' = 'half', expected a number"),
     ("gnn", {"init": DELETE}, "missing key(s) 'gnn.init'"),
@@ -467,3 +648,144 @@ def test_code_defaults_equal_params_yaml(section):
         default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
         assert default == expected[f.name], f"{cls.__name__}.{f.name} defaults to {default!r}, " \
                                             f"params.yaml says {expected[f.name]!r}"
+
+
+# ---------------------------------------------------------------------------
+# JSON one stage wrote and another reads: truncated, empty or wrong-shaped (issue 18)
+# ---------------------------------------------------------------------------
+
+TUNED = {"metric": "recall@100", "split": "dev", "k1": 1.0, "b": 0.1, "score": 0.5}
+
+# (id, the bytes of metrics/bm25_tune.json, what the line says about it)
+TUNED_CASES = [
+    ("truncated", json.dumps(TUNED)[:30].encode(), "not valid JSON, truncated or corrupt (Unterminated string"),
+    ("empty-object", b"{}", "key 'k1' is missing (a number >= 0)"),
+    ("empty-file", b"", "is empty"),
+    ("a-list", b"[1.0, 0.1]", "holds [1.0, 0.1], not a JSON object"),
+    ("k1-word", json.dumps({**TUNED, "k1": "fast"}).encode(), "key 'k1' = \"fast\", not a number >= 0"),
+    ("b-nan", json.dumps({**TUNED, "b": float("nan")}).encode(), "key 'b' = NaN, not a number in [0, 1]"),
+    ("not-utf8", b'{"k1": 1.0, "b": 0.1, "note": "\xe9"}', "not valid UTF-8 (invalid continuation byte at byte 31)"),
+    ("missing", None, "not found"),
+]
+
+
+@pytest.mark.parametrize("raw, problem", [c[1:] for c in TUNED_CASES], ids=[c[0] for c in TUNED_CASES])
+def test_bm25_stops_on_a_damaged_bm25_tune_result(request, tmp_path, sample_params, raw, problem):
+    """`bm25.k1: tuned` reads bm25_tune's best pair: a damaged file is one line naming it, what
+    was expected and that bm25_tune must rerun (was a traceback: JSONDecodeError, KeyError)."""
+    tuned = tmp_path / "in" / "bm25_tune.json"
+    tuned.parent.mkdir(parents=True)
+    if raw is not None:
+        tuned.write_bytes(raw)
+    line = run_failing_stage(tmp_path, "bm25", sample_params, in_process=request.node.callspec.id != "truncated")
+    assert line.startswith(f"lexgraph bm25: error: {tuned}: {problem}"), line
+    assert line.endswith("; expected bm25_tune's best pair, an object with k1 and b (e.g. {\"k1\": 1.0, \"b\": 0.1, "
+                         "...}); rerun `dvc repro bm25_tune`"), line
+
+
+def test_bm25_with_both_numbers_given_does_not_read_bm25_tune(tmp_path, sample_params):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bm25_tune.json").write_bytes(b"{")
+    params = _edit(copy.deepcopy(sample_params), {"bm25.k1": 1.2, "bm25.b": 0.75})
+    line = run_failing_stage(tmp_path, "bm25", params, in_process=True)
+    assert "articles.parquet" in line and "bm25_tune.json" not in line, line
+
+
+def _read_hprior(path):
+    from lexgraph.hierarchy import best_weight, read_hprior
+
+    return best_weight(read_hprior(path.parent))
+
+
+def _dsr(path):
+    from lexgraph.models.dsr import DSR
+
+    return DSR.load(path.parent)
+
+
+def _gnn(path):
+    from lexgraph.training.gnn_io import load_graph_encoder
+
+    return load_graph_encoder(path.parent)
+
+
+def _cosine(path):
+    from lexgraph.retrieval.gnn import _cosine
+
+    return _cosine(path.parent)
+
+
+def _first_stage(path):
+    from lexgraph.retrieval.rerank import first_stage_of
+
+    return first_stage_of(path.parents[2])  # <workspace>/models/mvcl/mvcl.json
+
+
+def _mvcl(path):
+    from lexgraph.models.mvcl import load_model
+
+    return load_model(path.parent, "cpu")
+
+
+def _base_info(path):
+    from lexgraph.models.family import read_base_info
+
+    return read_base_info(path.parent)
+
+
+def _backbone_ref(path):
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+
+    return HierarchicalArticleEncoder.from_pretrained(path.parent)
+
+
+GRAPH_ENCODER = {"in_dim": 4, "model": "gatv2", "layers": 1, "hidden": None, "heads": 1, "concat_heads": True,
+                 "dropout": 0.0, "residual": True, "edge_dim": None, "init": "random"}
+
+# (id, reader(path), the file (under the workspace), its text, what the line says, the stage to rerun)
+ARTEFACTS = [
+    ("hprior-truncated", _read_hprior, "models/hprior/hprior.json", '{"format": "lexgraph-hprior/1", "grid": [',
+     "not valid JSON, truncated or corrupt", "hprior"),
+    ("hprior-row", _read_hprior, "models/hprior/hprior.json",
+     json.dumps({"format": "lexgraph-hprior/1", "metric": "recall@100", "grid": [{"scope": 0, "weight": 0.5}]}),
+     "key 'grid.0' = {\"scope\": 0, \"weight\": 0.5}, not a row with an integer 'scope' and numbers 'weight' and "
+     "'recall@100'", "hprior"),
+    ("dsr-truncated", _dsr, "models/dsr/dsr.json", '{"temperature": 0.0', "not valid JSON, truncated or corrupt",
+     "train_dsr"),
+    ("dsr-empty", _dsr, "models/dsr/dsr.json", "{}", "key 'temperature' is missing (a positive number)", "train_dsr"),
+    ("gnn-truncated", _gnn, "models/gnn_lge/gnn.json", '{"graph_encoder": {', "not valid JSON, truncated or corrupt",
+     "train_gnn"),
+    ("gnn-bad-architecture", _gnn, "models/gnn_lge/gnn.json",
+     json.dumps({"graph_encoder": {**GRAPH_ENCODER, "layers": 100}}), "key 'graph_encoder' does not build an encoder",
+     "train_gnn"),
+    ("gnn-similarity-truncated", _cosine, "models/gnn_lge/gnn.json", '{"similarity": "cos',
+     "not valid JSON, truncated or corrupt", "train_gnn"),
+    ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank"),
+    ("mvcl-first-stage-unknown", _first_stage, "models/mvcl/mvcl.json", '{"first_stage": "bm26"}',
+     "key 'first_stage' = \"bm26\", not a retrieval system other than mvcl", "rerank"),
+    ("mvcl-settings", _mvcl, "models/mvcl/mvcl.json", '{"format": "lexgraph-mvcl"}', "key 'input_dim' is missing",
+     "rerank"),
+    ("base-info", _base_info, "models/pretrain/lexgraph_base.json", '{"query_prefix": ',
+     "not valid JSON, truncated or corrupt", "pretrain"),
+    ("backbone-reference", _backbone_ref, "models/dsr/article_encoder/backbone.json", '{"path": 3}',
+     "key 'path' = 3, not a directory", None),
+]
+
+
+@pytest.mark.parametrize("read, name, text, problem, stage", [c[1:] for c in ARTEFACTS], ids=[c[0] for c in ARTEFACTS])
+def test_a_damaged_artefact_json_is_one_line_naming_it(tmp_path, read, name, text, problem, stage):
+    """Every JSON file a stage reads from another (hprior.json, dsr.json, gnn.json, mvcl.json,
+    lexgraph_base.json, ...): truncated, empty or of the wrong shape is a DataError naming the
+    file, what is wrong and the stage to rerun, never a JSONDecodeError/KeyError traceback
+    (nor, for gnn.json, a message blaming params.yaml)."""
+    path = tmp_path / name
+    path.parent.mkdir(parents=True)
+    path.write_text(text, encoding="utf-8")
+    before = _snapshot(tmp_path)
+    with pytest.raises(DataError) as info:
+        read(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {problem}"), message
+    assert "; expected " in message and "\n" not in message and "params.yaml" not in message, message
+    assert f"rerun `dvc repro {stage}`" in message if stage else "rerun `dvc repro`" in message, message
+    assert _snapshot(tmp_path) == before

@@ -114,3 +114,56 @@ def test_update_refuses_a_malformed_expected_file(tmp_path, metrics, capsys):
     assert main(["regress", "--update", "--expected", str(bad), "--metrics-dir", str(metrics)]) == 2
     assert "bad.yaml: not valid YAML" in capsys.readouterr().err
     assert bad.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------
+# An expected file that checks nothing, or repeats a key, is refused (issue 18)
+# ---------------------------------------------------------------------------
+
+# (id, expected file, what the error line says about it)
+CHECKS_NOTHING = [
+    ("empty-split", "systems:\n  bm25: {test: {}}\n",
+     "key 'systems.bm25.test' = {} checks no metric; expected at least one {metric: value}, e.g. {recall@100: 0.39}"),
+    ("system-without-split", "systems:\n  bm25: {}\n",
+     "key 'systems.bm25' = {} checks no split; expected at least one split with metrics"),
+    ("system-with-a-tolerance-only", "systems:\n  bm25: {tolerance: 0.5}\n",
+     "key 'systems.bm25' = {\"tolerance\": 0.5} checks no split"),
+    ("one-empty-split-among-others", "systems:\n  bm25: {test: {map: 0.1034}, dev: {}}\n",
+     "key 'systems.bm25.dev' = {} checks no metric"),
+    ("system-twice", "systems:\n  bm25: {test: {map: 0.9}}\n  bm25: {test: {map: 0.1034}}\n",
+     "key 'systems.bm25' appears twice, again on line 3 (first on line 2); expected each key once (the second "
+     "would silently replace the first)"),
+    ("split-twice", "systems:\n  bm25:\n    test: {map: 0.9}\n    test: {map: 0.1034}\n",
+     "key 'systems.bm25.test' appears twice, again on line 4 (first on line 3)"),
+    ("metric-twice", "systems:\n  bm25:\n    test: {map: 0.9, map: 0.1034}\n",
+     "key 'systems.bm25.test.map' appears twice, again on line 3 (first on line 3)"),
+    ("tolerance-twice", "tolerance: 0.5\ntolerance: 0.001\nsystems:\n  bm25: {test: {map: 0.1034}}\n",
+     "key 'tolerance' appears twice, again on line 2 (first on line 1)"),
+]
+
+
+@pytest.mark.parametrize("text, problem", [c[1:] for c in CHECKS_NOTHING], ids=[c[0] for c in CHECKS_NOTHING])
+def test_an_expected_file_that_checks_nothing_or_repeats_a_key_is_refused(tmp_path, metrics, capsys, text, problem):
+    """`bm25: {test: {}}` printed "all metrics ... reproduce" and exited 0; a system listed
+    twice silently replaced the first block. Both are one line naming the file and the key."""
+    expected = tmp_path / "exp.yaml"
+    expected.write_text(text, encoding="utf-8")
+    before = {p: p.read_bytes() for p in [expected, *sorted(metrics.iterdir())]}
+    assert main(["regress", "--expected", str(expected), "--metrics-dir", str(metrics)]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("lexgraph regress: error: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"lexgraph regress: error: {expected}: {problem}"), captured.err
+    assert "Traceback" not in captured.err and "reproduce" not in captured.out
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_update_refuses_a_repeated_key_but_fills_empty_splits(tmp_path, metrics, capsys):
+    expected = tmp_path / "exp.yaml"
+    expected.write_text("systems:\n  bm25: {test: {map: 0.9}}\n  bm25: {dev: {map: 0.1}}\n", encoding="utf-8")
+    before = expected.read_bytes()
+    assert main(["regress", "--update", "--expected", str(expected), "--metrics-dir", str(metrics)]) == 2
+    assert f"{expected}: key 'systems.bm25' appears twice" in capsys.readouterr().err
+    assert expected.read_bytes() == before
+    expected.write_text("systems:\n  bm25: {test: {}}\n", encoding="utf-8")  # a placeholder --update fills
+    assert main(["regress", "--update", "--expected", str(expected), "--metrics-dir", str(metrics)]) == 0
+    assert yaml.safe_load(expected.read_text(encoding="utf-8"))["systems"]["bm25"]["test"]["map"] == 0.1034

@@ -235,7 +235,7 @@ def _index_config(workspace: Path):
     from lexgraph.retrieval.index import IndexConfig
 
     path = workspace / "params.yaml"
-    if not path.is_file():
+    if not path.exists():  # a directory or an unreadable file is an error (load_params says which), not defaults
         return IndexConfig()
     _, raw = load_params("evaluate", path)
     return EvaluateConfig.from_params(raw).index

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import math
 import os
 import random
 import re
@@ -31,6 +32,7 @@ from typing import Any, Union
 import yaml
 
 from lexgraph.errors import ConfigError
+from lexgraph.inputs import DuplicateKeyError, load_yaml, yaml_problem
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,12 @@ def params_error(detail: str) -> ConfigError:
     return ConfigError(f"{DEFAULT_PARAMS}: {detail}")
 
 
+def without_params_file(exc: Exception) -> str:
+    """A settings error's words without the leading ``params.yaml: ``, for a saved artefact
+    (``gnn.json``, ``mvcl.json``) that holds the settings: the caller names that file instead."""
+    return str(exc).removeprefix(f"{DEFAULT_PARAMS}: ")
+
+
 def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
     """The one-sentence error for a bad ``section.key`` value."""
     return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")
@@ -108,6 +116,11 @@ class _Mismatch(Exception):
     pass
 
 
+class _NotFinite(_Mismatch):
+    """A number that is nan or infinite: the type is right, the value meaningless (an
+    infinite temperature trains nothing, a nan learning rate poisons every weight)."""
+
+
 def _conform(value: Any, hint: Any) -> Any:
     """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
     as floats; ints accepted as floats); raises :class:`_Mismatch`."""
@@ -119,12 +132,15 @@ def _conform(value: Any, hint: Any) -> Any:
             if _NONE in args:
                 return None
             raise _Mismatch
+        not_finite = None
         for arg in (a for a in args if a is not _NONE):
             try:
                 return _conform(value, arg)
+            except _NotFinite as exc:
+                not_finite = exc
             except _Mismatch:
                 continue
-        raise _Mismatch
+        raise not_finite or _Mismatch()
     if hint is _NONE:
         if value is None:
             return None
@@ -140,12 +156,19 @@ def _conform(value: Any, hint: Any) -> Any:
     if hint is float:
         if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise _Mismatch from None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _Mismatch
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond float's range (10**400)
+                raise _NotFinite from None
+        else:
+            raise _Mismatch
+        if not math.isfinite(number):  # .nan, .inf, and the strings 'nan', 'inf', '1e999' float() reads
+            raise _NotFinite
+        return number
     if hint is str:
         if isinstance(value, str):
             return value
@@ -171,6 +194,14 @@ def expectation(cls, name: str) -> str:
     return f.metadata.get("expected") or _describe(typing.get_type_hints(cls)[name])
 
 
+def _finite(cls, name: str) -> str:
+    """The expectation of a field given nan or an infinity."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if "expected" in f.metadata or typing.get_origin(typing.get_type_hints(cls)[name]) in (list, tuple, abc.Sequence):
+        return f"{expectation(cls, name)}, finite (not nan or inf)"
+    return "a finite number (not nan or inf)"
+
+
 def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] | None = None) -> dict[str, Any]:
     """``values`` (field name -> value) checked against the annotations of dataclass
     ``cls`` and conformed (``'5e-5'`` -> ``5e-05``); ``keys`` maps a field to the key
@@ -182,6 +213,8 @@ def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] 
             continue
         try:
             out[name] = _conform(value, hints[name])
+        except _NotFinite:
+            raise bad_value(section, (keys or {}).get(name, name), value, _finite(cls, name)) from None
         except _Mismatch:
             raise bad_value(section, (keys or {}).get(name, name), value, expectation(cls, name)) from None
     return out
@@ -266,15 +299,30 @@ class Base:
 
 
 def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
-    """The whole params file, its top-level sections checked against :data:`SECTIONS`."""
+    """The whole params file, its top-level sections checked against :data:`SECTIONS`: a
+    directory, bytes that are not UTF-8, invalid YAML and a key given twice (PyYAML would
+    keep the last value silently; DVC refuses such a file) are errors naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected the parameters file (YAML, like the repository's "
+                          f"params.yaml)")
     if not path.is_file():
         raise ConfigError(f"{path}: parameters file not found (run from the repository root)")
-    with path.open(encoding="utf-8") as fh:
-        try:
-            params = yaml.safe_load(fh)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start}); expected a UTF-8 text "
+                          f"file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}); expected a readable parameters file") from None
+    try:
+        params = load_yaml(text)
+    except DuplicateKeyError as exc:
+        first = f" (first on line {exc.first_line})" if exc.first_line is not None else ""
+        raise ConfigError(f"{path}: key '{exc.dotted}' appears twice, again on line {exc.line}{first}; expected "
+                          f"each key once (a repeated key would silently replace the first)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if params is None:
         params = {}
     if not isinstance(params, dict):

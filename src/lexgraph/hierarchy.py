@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from lexgraph.errors import DataError
 from lexgraph.graph import EdgeType, NodeType
+from lexgraph.inputs import finite_number, read_json_object
 
 #: the ``hprior`` stage's report (``models/hprior/hprior.json``)
 HPRIOR_FORMAT = "lexgraph-hprior/1"
@@ -105,16 +106,24 @@ def hierarchy_prior(graph, article_vectors: torch.Tensor, weight: float, scope: 
 
 
 def read_hprior(model_dir: str | Path) -> dict[str, Any]:
-    """The ``hprior`` stage's report in ``model_dir`` (a DataError when missing or unreadable)."""
+    """The ``hprior`` stage's report in ``model_dir``: a missing, truncated or wrong-shaped
+    file (the format, the metric, a grid of ``{scope, weight, <metric>}`` rows) is a
+    DataError naming it."""
     path = Path(model_dir) / HPRIOR_SETTINGS
-    if not path.is_file():
-        raise DataError(path, "not found (run the hprior stage)")
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(path, f"not a readable hprior report ({exc}); rerun `dvc repro hprior`") from None
-    if not isinstance(report, dict) or report.get("format") != HPRIOR_FORMAT or not report.get("grid"):
-        raise DataError(path, f"not a {HPRIOR_FORMAT} report; rerun `dvc repro hprior`")
+    fix = "rerun `dvc repro hprior`"
+    what = f"the hprior stage's {HPRIOR_FORMAT} report"
+    report = read_json_object(path, what=what, fix=fix, keys={
+        "format": (lambda v: v == HPRIOR_FORMAT, repr(HPRIOR_FORMAT)),
+        "metric": (lambda v: isinstance(v, str) and bool(v), "a metric name"),
+        "grid": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of rows"),
+    })
+    metric = report["metric"]
+    for n, row in enumerate(report["grid"]):
+        ok = (isinstance(row, dict) and isinstance(row.get("scope"), int) and not isinstance(row["scope"], bool)
+              and finite_number(row.get("weight")) and finite_number(row.get(metric)))
+        if not ok:
+            raise DataError(path, f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' and "
+                                  f"numbers 'weight' and '{metric}'; expected {what}; {fix}")
     return report
 
 

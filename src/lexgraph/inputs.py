@@ -12,25 +12,42 @@ One home for the checks that are easy to get subtly wrong in each reader separat
   written into TREC runs, whitespace-separated) or a text (it must encode as UTF-8).
 
 Each returns or raises plain ``ValueError`` / a reason string; the caller words the
-one-line error naming its file, row and key.
+one-line error naming its file, row and key. One exception, for JSON files a stage writes
+and a later stage reads (``metrics/bm25_tune.json``, ``models/*/*.json``), which a user
+damages by hand or an interrupted copy truncates: :func:`read_json_object` raises the
+one-line :class:`~lexgraph.errors.DataError` itself (the file, what is wrong, what was
+expected, which stage to rerun), since every such reader words it the same way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import yaml
 
+from lexgraph.errors import DataError
+
 
 class DuplicateKeyError(ValueError):
-    """A mapping repeats a key; ``key`` and ``line`` (1-based, where known) say which."""
+    """A mapping repeats a key: ``key``, ``line`` (1-based, where known) and ``first_line``
+    (its first occurrence) say which; ``parents`` are the keys of the mappings that hold it,
+    from the top (:func:`load_yaml` fills them in), so :attr:`dotted` is the key as a user
+    names it (``gnn.temperature``)."""
 
-    def __init__(self, key: Any, line: int | None = None, where: str = "") -> None:
+    def __init__(self, key: Any, line: int | None = None, where: str = "", parents: tuple[str, ...] = (),
+                 first_line: int | None = None) -> None:
         at = f" on line {line}" if line is not None else ""
         super().__init__(f"key {key!r} appears twice{where}{at}; expected each key once")
-        self.key, self.line = key, line
+        self.key, self.line, self.parents, self.first_line = key, line, tuple(parents), first_line
+
+    @property
+    def dotted(self) -> str:
+        """The repeated key with the keys above it: ``gnn.kd.weight``."""
+        return ".".join([*self.parents, str(self.key)])
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -45,14 +62,57 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # PyYAML reports unhashable keys itself
             if key in seen:
-                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1, first_line=seen[key] + 1)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load(text)``, refusing duplicate keys (:class:`DuplicateKeyError`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """``yaml.safe_load(text)``, refusing duplicate keys (:class:`DuplicateKeyError`, its
+    ``parents`` filled in)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        if exc.line is not None:
+            exc.parents = _parents_of_line(text, exc.line)
+        raise
+
+
+def _parents_of_line(text: str, line: int) -> tuple[str, ...]:
+    """The keys of the mappings above the repeated key that starts on ``line`` (1-based)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: composing keeps duplicates
+    except yaml.YAMLError:
+        return ()
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())] if root is not None else []
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            names = [k.value if isinstance(k, yaml.ScalarNode) else None for k, _ in node.value]
+            for key_node, _ in node.value:
+                if (key_node.start_mark.line + 1 == line and isinstance(key_node, yaml.ScalarNode)
+                        and names.count(key_node.value) > 1):
+                    return path
+            stack += [(v, (*path, str(n))) for n, (_, v) in zip(names, node.value)]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(v, (*path, str(i))) for i, v in enumerate(node.value)]
+    return ()
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line saying what is wrong with a YAML text and where (PyYAML's own message spans
+    several lines, with the text quoted): ``expected ',' or ']', but got '<stream end>' at
+    line 2, column 1``."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"unacceptable character {chr(exc.character)!r} at character {exc.position + 1}"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -104,3 +164,59 @@ def id_problem(value: str) -> str | None:
         if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn"):
             return f"holds the control or unassigned character {ch!r} at character {i + 1}"
     return None
+
+
+# ---------------------------------------------------------------------------
+# JSON one stage writes and another reads
+# ---------------------------------------------------------------------------
+
+#: ``(test, what it expects)`` of one key of a JSON object: :func:`read_json_object`'s ``keys``.
+KeyCheck = tuple[Callable[[Any], bool], str]
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number that is not a bool, nan or infinite (``json`` reads ``NaN`` and ``Infinity``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)[:60]
+
+
+def read_json_object(path: str | Path, *, what: str, fix: str, keys: dict[str, KeyCheck] | None = None,
+                     optional: dict[str, KeyCheck] | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``, a file another stage wrote; ``keys`` maps the keys the
+    caller reads to their check, ``optional`` those it reads when present. A missing file or a directory, bytes that are not UTF-8, an
+    empty or truncated file, another JSON value than an object, a missing key or a value
+    that fails its check: a :class:`DataError` naming the file, saying what is wrong and
+    ``what`` was expected, then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
+    path = Path(path)
+
+    def bad(problem: str) -> DataError:
+        return DataError(path, f"{problem}; expected {what}; {fix}")
+
+    if path.is_dir():
+        raise bad("is a directory")
+    if not path.is_file():
+        raise bad("not found")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise bad(f"cannot be read ({exc.strerror})") from None
+    if not text.strip():
+        raise bad("is empty")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise bad(f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise bad(f"holds {_show(value)}, not a JSON object")
+    for key, (test, expected) in (keys or {}).items():
+        if key not in value:
+            raise bad(f"key '{key}' is missing ({expected})")
+    for key, (test, expected) in {**(keys or {}), **(optional or {})}.items():
+        if key in value and not test(value[key]):
+            raise bad(f"key '{key}' = {_show(value[key])}, not {expected}")
+    return value

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from lexgraph.errors import DataError
+from lexgraph.inputs import DuplicateKeyError, load_yaml, yaml_problem
 
 log = logging.getLogger(__name__)
 
@@ -51,27 +52,36 @@ def _show(value: Any) -> str:
 # ---------------------------------------------------------------------------
 
 
-def read_expected(path: str | Path) -> dict[str, Any]:
-    """The expected-scores YAML, checked: every value a number, every table well formed."""
+def read_expected(path: str | Path, *, checks: bool = True) -> dict[str, Any]:
+    """The expected-scores YAML, checked: every value a number, every table well formed, no
+    key given twice (the second would silently replace the first) and, with ``checks``,
+    something to check: every system lists a split and every split a metric (an empty one
+    would pass unseen; ``--update`` fills them, so it reads with ``checks=False``)."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(path, "is a directory; expected a YAML file like regression/sample.yaml")
     if not path.is_file():
         raise DataError(path, "expected-scores file not found; expected a YAML file like regression/sample.yaml "
                               "(`lexgraph regress --update` writes one from metrics/)")
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except DuplicateKeyError as exc:
+        first = f" (first on line {exc.first_line})" if exc.first_line is not None else ""
+        raise DataError(path, f"key '{exc.dotted}' appears twice, again on line {exc.line}{first}; expected each "
+                              "key once (the second would silently replace the first)") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise DataError(path, f"not valid YAML ({problem}{where})") from None
+        raise DataError(path, f"not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("systems"), dict) or not spec["systems"]:
         raise DataError(path, "expected a mapping with key 'systems' (system -> split -> {metric: value})")
     _tolerance_table(spec.get("tolerance", DEFAULT_TOLERANCE), path, "tolerance")
     for system, by_split in spec["systems"].items():
         if not isinstance(by_split, dict):
             raise DataError(path, f"key 'systems.{system}' = {_show(by_split)}, expected a mapping of splits")
+        if checks and not set(by_split) - {"tolerance"}:
+            raise DataError(path, f"key 'systems.{system}' = {_show(by_split)} checks no split; expected at least "
+                                  "one split with metrics, e.g. test: {recall@100: 0.39}")
         for split, metrics in by_split.items():
             key = f"systems.{system}.{split}"
             if split == "tolerance":
@@ -79,6 +89,9 @@ def read_expected(path: str | Path) -> dict[str, Any]:
                 continue
             if not isinstance(metrics, dict):
                 raise DataError(path, f"key '{key}' = {_show(metrics)}, expected a mapping {{metric: value}}")
+            if checks and not metrics:
+                raise DataError(path, f"key '{key}' = {{}} checks no metric; expected at least one "
+                                      "{metric: value}, e.g. {recall@100: 0.39}")
             for metric, want in metrics.items():
                 if not _is_number(want) or not 0 <= want <= 1:
                     raise DataError(path, f"key '{key}.{metric}' = {_show(want)}, expected a number in [0, 1]")
@@ -229,8 +242,8 @@ def expected_from_metrics(metrics_dir: str | Path, expected_file: str | Path) ->
     if not metrics_dir.is_dir():
         raise DataError(metrics_dir, "metrics directory not found; expected the metrics/ that `dvc repro` writes")
     if expected_file.is_file():
+        spec = read_expected(expected_file, checks=False)
         text = expected_file.read_text(encoding="utf-8")
-        spec = read_expected(expected_file)
     else:
         text, spec = "", {}
     header = [line for line in text.splitlines() if line.startswith("#")]

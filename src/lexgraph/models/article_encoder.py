@@ -14,7 +14,9 @@ import torch
 from torch import nn
 
 from lexgraph.distributed import map_batches
-from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.config import without_params_file
+from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.inputs import read_json_object
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
     FORMAT_VERSION, _autocast, _bar, _max_positions, check_safetensors, load_backbone, longest_first,
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 HIERARCHICAL_CONFIG = "hierarchical.json"
 HIERARCHICAL_WEIGHTS = "hierarchical.safetensors"
 CHUNK_POOLING = ("max", "mean", "token_mean")
+_RESTORE = "rerun `dvc repro` (or `dvc checkout`) to restore it"
 BACKBONE_REF = "backbone.json"  # a frozen chunk encoder saved by reference to its base checkpoint
 
 
@@ -329,7 +332,9 @@ class HierarchicalArticleEncoder(TextEncoder):
         reference = directory / BACKBONE_REF
         backbone_path: str | os.PathLike = name_or_path
         if reference.is_file() and not random_init:
-            backbone_path = json.loads(reference.read_text(encoding="utf-8"))["path"]
+            backbone_path = read_json_object(reference, what="the frozen chunk encoder's checkpoint directory",
+                                             keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
+                                             fix=_RESTORE)["path"]
             if with_backbone and not Path(backbone_path).is_dir():
                 raise LexgraphError(
                     f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
@@ -341,10 +346,15 @@ class HierarchicalArticleEncoder(TextEncoder):
         else:
             backbone, tokenizer, config = None, AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
         if saved_config.is_file() and not random_init:
-            config_values = json.loads(saved_config.read_text(encoding="utf-8"))
+            config_values = read_json_object(saved_config, what="the chunk-level module's settings", fix=_RESTORE)
             config_values.pop("format_version", None)
             config_values.update(settings)
-            encoder = cls(backbone, tokenizer, config=config, **config_values)
+            try:
+                encoder = cls(backbone, tokenizer, config=config, **config_values)
+            except (TypeError, ValueError, ConfigError) as exc:
+                detail = without_params_file(exc)  # the file, not params.yaml, holds the value
+                raise DataError(saved_config, f"settings that do not build a chunk-level module ({detail}); "
+                                              f"expected the settings train_dsr saved; {_RESTORE}") from None
             check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
             missing, unexpected = encoder.load_state_dict(weights, strict=False)

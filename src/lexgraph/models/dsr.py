@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.inputs import finite_number, read_json_object
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import FORMAT_VERSION
@@ -107,7 +108,9 @@ class DSR(nn.Module):
         config_path = directory / DSR_CONFIG
         if not config_path.is_file():
             raise LexgraphError(f"{config_path}: not found; expected a DSR saved by the train_dsr stage")
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = read_json_object(config_path, what="the DSR settings train_dsr writes", keys={
+            "temperature": (lambda v: finite_number(v) and v > 0, "a positive number")},
+            fix="rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it")
         model = cls(
             QueryEncoder.from_pretrained(directory / "query_encoder"),
             HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder", with_backbone=with_article_backbone),

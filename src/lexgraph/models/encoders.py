@@ -56,6 +56,7 @@ from torch import nn
 
 from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.inputs import read_json_object
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
     FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, longest_first,
@@ -65,6 +66,13 @@ from lexgraph.models.backbone import (
 log = logging.getLogger(__name__)
 
 QUERY_CONFIG = "query_encoder.json"
+_SAVED_KEYS = {  # query_encoder.json: the settings from_pretrained reads back
+    "prefix": (lambda v: isinstance(v, str), "a string"),
+    "max_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
+    "token_pooling": (lambda v: v in TOKEN_POOLING, " or ".join(TOKEN_POOLING)),
+    "trainable_layers": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+                         "null or an integer >= 0"),
+}
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +269,8 @@ class QueryEncoder(TextEncoder):
         """
         backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
         settings = Path(name_or_path) / QUERY_CONFIG
-        saved = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        saved = read_json_object(settings, what="the query encoder's settings (an object)", optional=_SAVED_KEYS,
+                                 fix="rerun `dvc repro` (or `dvc checkout`) to restore it") if settings.exists() else {}
         prefix = saved.get("prefix", read_base_info(name_or_path)["query_prefix"])
         return cls(
             backbone,

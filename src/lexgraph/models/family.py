@@ -12,15 +12,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lexgraph.errors import DataError
+from lexgraph.inputs import read_json_object
+
 BASE_INFO = "lexgraph_base.json"
+_RESTORE = "rerun `dvc repro pretrain` (or `dvc checkout`) to restore it"
 E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
 
 
 def read_base_info(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """Prefixes of a base checkpoint (``lexgraph_base.json``; none when absent)."""
-    path = Path(name_or_path) / BASE_INFO
-    info = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return {"query_prefix": str(info.get("query_prefix", "")), "passage_prefix": str(info.get("passage_prefix", ""))}
+    info = read_base_summary(name_or_path)
+    for key in ("query_prefix", "passage_prefix"):
+        if not isinstance(info.get(key, ""), str):
+            raise DataError(Path(name_or_path) / BASE_INFO, f"key '{key}' = {json.dumps(info[key])[:60]}, not a "
+                            f"string; expected the base checkpoint's settings; {_RESTORE}")
+    return {"query_prefix": info.get("query_prefix", ""), "passage_prefix": info.get("passage_prefix", "")}
 
 
 def family_prefixes(name: str) -> dict[str, str]:
@@ -37,5 +44,9 @@ def write_base_info(directory: str | os.PathLike, info: dict[str, Any]) -> None:
 
 
 def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
+    """``lexgraph_base.json`` of a checkpoint directory ({} when absent; a damaged one is a
+    DataError naming it)."""
     path = Path(directory) / BASE_INFO
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.exists():
+        return {}
+    return read_json_object(path, what="the base checkpoint's settings (an object)", fix=_RESTORE)

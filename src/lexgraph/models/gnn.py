@@ -52,6 +52,7 @@ from torch import nn
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GraphConv, SAGEConv
 
 from lexgraph.config import params_error
+from lexgraph.data.schema import HIERARCHY_LEVELS
 from lexgraph.graph import NUM_EDGE_TYPES
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,12 @@ ATTENTION_MODELS = ("gatv2", "gat")
 
 
 INITS = ("random", "identity", "prior")
+
+#: The deepest useful stack: each layer is one hop, and an article's farthest heading is
+#: ``len(HIERARCHY_LEVELS)`` = 8 hops up its chain (law type, code, book, part, act,
+#: chapter, section, subsection), so after 8 layers every heading above it has been heard;
+#: more layers add parameters and over-smoothing, not information (the papers use 1-3).
+MAX_LAYERS = len(HIERARCHY_LEVELS)
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,10 @@ class GraphEncoderConfig:
         object.__setattr__(self, "edge_groups", tuple(tuple(int(t) for t in g) for g in self.edge_groups))
         if self.model not in MODELS:
             raise params_error(f"'gnn.model' = {self.model!r}, expected one of {', '.join(MODELS)}")
-        if not isinstance(self.layers, int) or self.layers < 1:
-            raise params_error(f"'gnn.layers' = {self.layers!r}, expected an integer >= 1")
+        if not isinstance(self.layers, int) or isinstance(self.layers, bool) or not 1 <= self.layers <= MAX_LAYERS:
+            raise params_error(f"'gnn.layers' = {self.layers!r}, expected an integer in [1, {MAX_LAYERS}] (one hop per "
+                               f"layer: an article's farthest heading is {MAX_LAYERS} hops up the hierarchy's "
+                               f"{MAX_LAYERS} levels, so a deeper stack adds parameters, not information)")
         if self.hidden is not None and (not isinstance(self.hidden, int) or self.hidden < 1):
             raise params_error(f"'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
         if not isinstance(self.heads, int) or self.heads < 1:

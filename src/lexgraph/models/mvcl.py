@@ -38,7 +38,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from lexgraph.config import without_params_file
 from lexgraph.errors import DataError, LexgraphError
+from lexgraph.inputs import read_json_object
 
 if TYPE_CHECKING:
     from lexgraph.models.mvcl_config import RerankConfig
@@ -289,10 +291,19 @@ def load_model(directory: str | os.PathLike, device: torch.device):
                             "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
     if not path.is_file():
         raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
-    settings = json.loads(path.read_text(encoding="utf-8"))
-    if settings.get("format") != "lexgraph-mvcl":
-        raise DataError(path, "not an MVCL settings file (expected format 'lexgraph-mvcl')")
-    model = build_model(int(settings["input_dim"]), RerankConfig(**settings["config"]))
+    rebuild = "rerun `dvc repro rerank` (or `dvc checkout`) to restore it"
+    settings = read_json_object(path, what="the MVCL settings the rerank stage writes", fix=rebuild, keys={
+        "format": (lambda v: v == "lexgraph-mvcl", "'lexgraph-mvcl'"),
+        "input_dim": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
+        "config": (lambda v: isinstance(v, dict), "an object of rerank settings"),
+        "first_stage": (lambda v: isinstance(v, str), "a system name"),
+    })
+    try:
+        model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
+    except (TypeError, ValueError, LexgraphError) as exc:
+        detail = without_params_file(exc)  # the file, not params.yaml, holds the value
+        raise DataError(path, f"key 'config' does not build the network ({detail}); expected the rerank settings "
+                              f"the rerank stage saved; {rebuild}") from None
     try:
         model.load_state_dict(load_file(str(directory / WEIGHTS)))
     except RuntimeError as exc:  # weights of another network shape (e.g. trained before match_features)

@@ -112,8 +112,8 @@ class PretrainConfig:
             raise bad("mode", f"one of {', '.join(MODES)}")
         if self.source not in SOURCES:
             raise bad("source", f"one of {', '.join(SOURCES)}")
-        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_steps", "batch_size", "log_every",
-                    "accumulation_steps"):
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_eval_blocks", "max_steps",
+                    "batch_size", "log_every", "accumulation_steps"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(key, "a positive integer")
@@ -131,6 +131,10 @@ class PretrainConfig:
             raise bad("adam_epsilon", "a positive number")
         if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
             raise bad("learning_rate", "a positive number")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise bad("weight_decay", "a number >= 0")
+        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
+            raise bad("max_grad_norm", "a number >= 0 (0: no clipping)")
 
 
 # ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import polars as pl
 
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import split_questions
+from lexgraph.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.metrics import METRICS, evaluate_run
 from lexgraph.retrieval.bm25 import BM25, tune
 from lexgraph.text import FrenchAnalyzer
@@ -85,5 +86,23 @@ def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, config: Bm25TuneC
 
 def resolve_k1_b(config: Bm25Config, tuned: dict) -> tuple[float, float]:
     """``bm25.k1``/``bm25.b``: the number (checked by :class:`Bm25Config`), or ``tuned`` for
-    bm25_tune's best pair."""
+    bm25_tune's best pair (:func:`read_tuned`)."""
     return tuple(float(tuned[key] if getattr(config, key) == "tuned" else getattr(config, key)) for key in ("k1", "b"))
+
+
+#: what bm25_tune's best pair must hold for the keys the bm25 stage reads
+TUNED_KEYS: dict[str, KeyCheck] = {
+    "k1": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
+    "b": (lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+}
+
+
+def read_tuned(path, config: Bm25Config) -> dict[str, Any]:
+    """bm25_tune's best pair (``metrics/bm25_tune.json``), its ``k1``/``b`` checked where
+    ``bm25.k1``/``bm25.b`` is ``tuned`` (not read at all when neither is): a truncated,
+    empty or wrong-shaped file is one line naming it and the stage to rerun."""
+    needed = {key: check for key, check in TUNED_KEYS.items() if getattr(config, key) == "tuned"}
+    if not needed:
+        return {}
+    return read_json_object(path, what="bm25_tune's best pair, an object with k1 and b (e.g. "
+                            '{"k1": 1.0, "b": 0.1, ...})', fix="rerun `dvc repro bm25_tune`", keys=needed)

@@ -47,13 +47,12 @@ def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: s
 def _cosine(model_dir: Path) -> bool:
     """Whether the graph model in ``model_dir`` scores by cosine (``gnn.json``'s
     ``similarity``; dot product otherwise)."""
-    import json
+    from lexgraph.inputs import read_json_object
 
-    path = model_dir / "gnn.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("similarity", "cosine") == "cosine"
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        raise LexgraphError(f"{path}: missing or unreadable; run `dvc repro` first") from None
+    settings = read_json_object(model_dir / "gnn.json", what="the graph encoder settings train_gnn writes",
+                                optional={"similarity": (lambda v: v in ("cosine", "dot"), "cosine or dot")},
+                                fix="rerun `dvc repro train_gnn` (or `dvc checkout`) to restore it")
+    return settings.get("similarity", "cosine") == "cosine"
 
 
 def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:

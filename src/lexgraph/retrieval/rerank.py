@@ -67,12 +67,15 @@ def load_mvcl(workspace: Path, device: str = "auto") -> MvclRetriever:
 
 def first_stage_of(workspace: Path) -> str | None:
     """The first stage named in ``models/mvcl/mvcl.json`` (None when absent)."""
-    import json
+    from lexgraph.config import SYSTEM_NAMES
+    from lexgraph.inputs import read_json_object
 
     path = layout.MVCL.under(workspace, "mvcl.json")
-    if not path.is_file():  # absent, or switched off (rerank.enabled: false)
+    if not path.exists():  # absent, or switched off (rerank.enabled: false)
         return None
-    return json.loads(path.read_text(encoding="utf-8")).get("first_stage")
+    return read_json_object(path, what="the MVCL settings the rerank stage writes", keys={
+        "first_stage": (lambda v: v in SYSTEM_NAMES and v != "mvcl", "a retrieval system other than mvcl")},
+        fix="rerun `dvc repro rerank` (or `dvc checkout`) to restore it")["first_stage"]
 
 
 def is_switched_off(workspace: Path) -> bool:

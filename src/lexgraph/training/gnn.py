@@ -253,6 +253,8 @@ def train_graph_encoder(
         raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
     generator = torch.Generator().manual_seed(seed)
     model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
+    log.info("%s graph encoder: %s, %d layer(s), %d head(s), %.2fM parameters", settings.variant, settings.encoder.model,
+             settings.encoder.layers, settings.encoder.heads, sum(p.numel() for p in model.parameters()) / 1e6)
     encoder = query_encoder.to(device) if (qabisar and query_encoder is not None) else None
     criterion = (
         QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
@@ -333,6 +335,8 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
     questions, negatives = paths.questions, paths.negatives
     files = {f"{name}_embeddings": paths.embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")}
     files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt")
+    # hprior's report first: a damaged one stops the stage before the graph and embeddings load
+    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
     full_graph = load_graph(paths.graph)
     question_table = read_parquet(questions, ["id", "question", "article_ids", "split"])
     negative_table = None
@@ -354,7 +358,6 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
         encoder = QueryEncoder.from_pretrained(query_dir)
         if encoder.dim != ts.x.size(1):
             raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
-    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
     if settings.encoder.init == "prior":
         log.info("%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
                  variant, prior_weight)

@@ -14,7 +14,9 @@ import torch
 
 from lexgraph import layout
 from lexgraph.embed import ARTICLE_EMBEDDINGS
-from lexgraph.errors import DataError
+from lexgraph.config import without_params_file
+from lexgraph.errors import DataError, LexgraphError
+from lexgraph.inputs import read_json_object
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
 from lexgraph.training.gnn_data import TrainingSet
@@ -72,8 +74,16 @@ def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str 
     config_path = directory / CONFIG
     if not config_path.is_file():
         raise DataError(config_path, "not found (run the train_gnn stage)")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
+    rebuild = "rerun `dvc repro train_gnn` (or `dvc checkout`) to restore it"
+    config = read_json_object(config_path, what="the graph encoder settings train_gnn writes", fix=rebuild,
+                              keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")})
+    try:  # the settings' own errors name params.yaml: here the file is the culprit
+        architecture = GraphEncoderConfig.from_dict(config["graph_encoder"])
+    except (TypeError, ValueError, LexgraphError) as exc:
+        detail = without_params_file(exc)  # the file, not params.yaml, holds the value
+        raise DataError(config_path, f"key 'graph_encoder' does not build an encoder ({detail}); expected the "
+                                     f"architecture train_gnn saved; {rebuild}") from None
+    model = GraphEncoder(architecture)
     model.load_state_dict(load_file(str(directory / WEIGHTS)))
     return model.to(device).eval()
 
