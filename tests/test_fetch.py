@@ -73,6 +73,18 @@ def test_dev_carve_is_deterministic_and_leak_free():
     assert sorted(other["id"].to_list()) != sorted(a_dev["id"].to_list())
 
 
+def test_dev_carve_keeps_questions_that_are_the_same_question_together():
+    """Texts equal under NFKC (full-width letters) are one question: never split between train
+    and dev (fetch would then refuse the pair as leakage)."""
+    qs = [f"question numéro {i} ?" for i in range(50)] + ["Le bail est-il résilié ?", "\uff2ce bail est-il résilié"]
+    train = pl.DataFrame({"id": list(range(len(qs))), "question": qs})
+    test = pl.DataFrame({"id": [999], "question": ["Autre question ?"]})
+    for seed in range(30):
+        _, dev = carve_dev(train, test, 0.3, seed=seed)
+        in_dev = set(dev["id"].to_list())
+        assert (50 in in_dev) == (51 in in_dev), seed
+
+
 # ----------------------------------------------------------------------------- bad inputs
 
 

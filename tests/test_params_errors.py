@@ -79,7 +79,7 @@ CASES = [
     ("clean.drop_repealed-int", "clean", {"clean.drop_repealed": 1},
      ["'clean.drop_repealed' = 1, expected true or false"]),
     ("clean.unknown", "clean", {"clean.min_word": 3},
-     ["unknown keys 'clean.min_word' (did you mean 'clean.min_words'?)", "expected keys of 'clean': drop_repealed, min_words"]),
+     ["unknown keys 'clean.min_word' (did you mean 'clean.min_words'?)", "expected keys of 'clean': allow_test_changes, drop_repealed, min_words"]),
     ("fetch.dev_fraction", "fetch", {"fetch.dev_fraction": "ten percent"},
      ["'fetch.dev_fraction' = 'ten percent', expected a number in (0, 1)"]),
     ("bm25_tune.split-test", "bm25_tune", {"bm25_tune.split": "test"},
@@ -379,7 +379,7 @@ def test_clean_that_keeps_no_article_fails_naming_the_reasons_and_the_key(tmp_pa
     """clean.min_words above every article's length: an error, not an empty corpus for build_graph."""
     raw = write_raw(tmp_path, ["Le preneur paie le loyer.", "Le bail est un contrat.", "(Abrogé)"],
                     [(1, "Quand payer le loyer ?", "1", "train")])
-    params = {"base": sample_params["base"], "clean": {"min_words": 50, "drop_repealed": True}}
+    params = {"base": sample_params["base"], "clean": {"min_words": 50, "drop_repealed": True, "allow_test_changes": False}}
     line = run_failing_stage(tmp_path, "clean", params)
     assert line.endswith(
         f"{raw / 'articles.parquet'}: cleaning dropped all 3 articles (2 shorter than 'clean.min_words' = 50 words, "
@@ -393,7 +393,7 @@ def test_clean_that_leaves_a_split_without_questions_fails(tmp_path, sample_para
     raw = write_raw(tmp_path, ["Le preneur est tenu de payer le prix du bail aux termes convenus entre les parties.",
                                "Court."],
                     [(1, "Quand payer le loyer ?", "1", "train"), (2, "Quoi ?", "2", "test")])
-    params = {"base": sample_params["base"], "clean": {"min_words": 5, "drop_repealed": True}}
+    params = {"base": sample_params["base"], "clean": {"min_words": 5, "drop_repealed": True, "allow_test_changes": False}}
     line = run_failing_stage(tmp_path, "clean", params)
     assert line.endswith(
         f"{raw / 'questions.parquet'}: cleaning dropped all 1 questions of split 'test' (every article they cite "

@@ -12,6 +12,12 @@
 - Questions: ``article_ids`` parsed to a list of ints (duplicates removed, order kept);
   an id absent from the raw corpus is an error; an id whose article was dropped is
   removed (and counted); questions left without any relevant article are dropped.
+- The test set is the benchmark: cleaning that would drop a test question, or any of a test
+  question's gold articles, is an error naming the questions, the articles and the rule that
+  dropped them, unless ``clean.allow_test_changes`` is true (then a warning lists them).
+  Train and dev questions may lose gold articles or be dropped (counted in the stats).
+- A question text in two of the train, dev and test splits is an error
+  (:mod:`lexgraph.data.integrity`, as in ``fetch``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import polars as pl
 
 from lexgraph.config import bad_value, expectation, section_config
+from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS, parse_article_ids
 from lexgraph.errors import DataError
 
@@ -40,6 +47,7 @@ class CleanConfig:
 
     min_words: int = field(default=3, metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
     drop_repealed: bool = True  # drop articles whose whole text is a repeal notice
+    allow_test_changes: bool = False  # may cleaning drop test questions or their gold articles?
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "CleanConfig":
@@ -99,12 +107,13 @@ def hierarchy_path(row: dict) -> list[tuple[str, str]]:
 
 
 def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
-    """Return (articles, headings, stats) from the raw corpus table."""
+    """Return (articles, headings, stats, {dropped article id: reason}) from the raw corpus table."""
     dup = (~raw["id"].is_first_distinct()).arg_true()
     if len(dup):
         row = int(dup[0])
         raise DataError(path, f"duplicate article id {raw['id'][row]}; ids must be unique", row=row + 1, column="id")
     dropped: Counter = Counter()
+    reasons: dict[int, str] = {}
     artefacts = 0
     heading_index: dict[tuple[str, ...], int] = {}
     headings: list[dict] = []
@@ -112,14 +121,11 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
     for rec in raw.sort("id").iter_rows(named=True):
         text, n = clean_text(rec["article"])
         artefacts += n
-        if not text:
-            dropped["empty"] += 1
-            continue
-        if drop_repealed and is_repeal_notice(text):
-            dropped["repealed"] += 1
-            continue
-        if len(text.split()) < min_words:
-            dropped["too_short"] += 1
+        reason = ("empty" if not text else "repealed" if drop_repealed and is_repeal_notice(text)
+                  else "too_short" if len(text.split()) < min_words else None)
+        if reason:
+            dropped[reason] += 1
+            reasons[rec["id"]] = reason
             continue
         levels = hierarchy_path(rec)
         values = tuple(v for _, v in levels)
@@ -165,7 +171,7 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
         },
     )
     stats = {"in": raw.height, "out": articles.height, "dropped": dict(sorted(dropped.items())), "artefacts_removed": artefacts}
-    return articles, heads, stats
+    return articles, heads, stats, reasons
 
 
 def article_ids_of(value, path, row: int) -> list[int]:
@@ -177,8 +183,9 @@ def article_ids_of(value, path, row: int) -> list[int]:
 
 
 def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_article_ids: set[int]):
-    """Return (questions, stats); the ``row`` in errors is the 1-based row of the raw table."""
-    out, stats = [], {}
+    """Return (questions, stats, test changes); the ``row`` in errors is the 1-based row of the
+    raw table. A test change is ``(row, question id, gold ids removed, question dropped)``."""
+    out, stats, test_changes = [], {}, []
     removed_gold = 0
     seen: dict[int, str] = {}
     synthetic_offset = None
@@ -207,6 +214,8 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
             )
         kept = [a for a in ids if a in kept_article_ids]
         removed_gold += len(ids) - len(kept)
+        if split == "test" and len(kept) < len(ids):
+            test_changes.append((i, qid, [a for a in ids if a not in kept_article_ids], not kept))
         if not kept:
             st["dropped_no_gold"] += 1
             continue
@@ -223,7 +232,33 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
             }
         )
     questions = pl.DataFrame(out, schema=CLEAN_QUESTION_SCHEMA)
-    return questions, {"by_split": stats, "gold_ids_removed": removed_gold}
+    return questions, {"by_split": stats, "gold_ids_removed": removed_gold}, test_changes
+
+
+def refuse_shared_texts(raw: pl.DataFrame, path) -> None:
+    """No question text in two of the train, dev and test splits of the raw table (rows 1-based)."""
+    rows = [(i, rec) for i, rec in enumerate(raw.select("id", "question", "split").iter_rows(named=True), 1)
+            if rec["split"] in HUMAN_SPLITS]
+    hit = shared_text((rec["split"], rec["question"]) for _, rec in rows)
+    if hit:
+        (i, rec), (j, other) = rows[hit[0]], rows[hit[1]]
+        raise DataError(path, f"question {rec['id']} ({rec['split']}) has the same text as question {other['id']} "
+                              f"({other['split']}, row {j}); {SHARED_TEXT_RULE}", row=i, column="question")
+
+
+RULES = {"empty": "empty after cleaning", "repealed": "a repeal notice, 'clean.drop_repealed' = true",
+         "too_short": "shorter than 'clean.min_words' = {min_words} words"}
+
+
+def describe_test_changes(changes: list, reasons: dict[int, str], config: CleanConfig, limit: int = 5) -> str:
+    """``test question 8 (row 330) would be dropped, losing gold article(s) 2163 (empty after cleaning); …``"""
+    parts = []
+    for row, qid, removed, dropped in changes[:limit]:
+        why = ", ".join(f"{a} ({RULES[reasons[a]].format(min_words=config.min_words)})" for a in removed)
+        fate = "would be dropped, losing" if dropped else "would lose"
+        parts.append(f"test question {qid} (row {row}) {fate} gold article(s) {why}")
+    more = f"; and {len(changes) - limit} more test question(s)" if len(changes) > limit else ""
+    return "; ".join(parts) + more
 
 
 def _nothing_left(path, total: int, dropped: Counter, config: CleanConfig) -> DataError:
@@ -251,12 +286,14 @@ def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: Clean
     ``params``: the ``clean`` section (a :class:`CleanConfig` or its mapping). A corpus
     that cleaning empties is a :class:`DataError` (nothing downstream could run on it)."""
     config = params if isinstance(params, CleanConfig) else CleanConfig.from_params(params)
-    articles, headings, art_stats = clean_articles(raw_articles, paths[0], config.min_words, config.drop_repealed)
+    articles, headings, art_stats, reasons = clean_articles(raw_articles, paths[0], config.min_words,
+                                                            config.drop_repealed)
     if articles.height == 0:
         raise _nothing_left(paths[0], raw_articles.height, Counter(art_stats.get("dropped", {})), config)
-    questions, q_stats = clean_questions(
+    questions, q_stats, test_changes = clean_questions(
         raw_questions, paths[1], set(raw_articles["id"].to_list()), set(articles["id"].to_list())
     )
+    refuse_shared_texts(raw_questions, paths[1])
     emptied = [s for s, st in q_stats["by_split"].items() if st["in"] and not st["out"]]
     if emptied:
         split = emptied[0]
@@ -266,6 +303,13 @@ def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: Clean
             f"they cite was dropped from the corpus, {articles.height}/{raw_articles.height} articles kept); lower "
             f"'clean.min_words' (= {config.min_words}) in params.yaml",
         )
+    if test_changes and not config.allow_test_changes:
+        raise DataError(paths[1], f"cleaning would change the test set: {describe_test_changes(test_changes, reasons, config)}; "
+                                  "expected every test question kept with all its gold articles: fix those articles in "
+                                  "the source corpus, or set 'clean.allow_test_changes' to true in params.yaml")
+    if test_changes:
+        log.warning("clean: the test set changes ('clean.allow_test_changes' = true): %s",
+                    describe_test_changes(test_changes, reasons, config))
     stats = {
         "articles": art_stats,
         "headings": {"nodes": headings.height, "by_level": dict(Counter(headings["level_name"].to_list()))},

@@ -14,17 +14,21 @@ Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
 When a source has no dev split, one is carved from train deterministically (a hash of
 the seed and the normalised question text decides) and without leaks: questions with
 the same text always land in the same split, and no dev question repeats a test one.
+Whatever the source, no question text may be in two of the train, dev and test splits
+(``lexgraph.data.integrity``: train → test leakage is an error naming both rows).
 
 Every row is validated here, where the file the user edits is known: an error names that
 file (``data/sample/questions_dev.csv``, or the hub dataset and config), the 1-based data
-row (the header is not a row) with the line it starts on, and the column. ``clean`` checks
-the same things again on ``data/raw``, where they can no longer fail for a fetched table.
+row (the header is not a row) with the line it starts on, and the column. A CSV must have
+comma-separated columns, each named once, and every row the header's number of fields; ids
+are integers without whitespace or control characters; a JSON file (the negatives, or
+JSON-lines tables on the hub) names each key of an object once. ``clean`` checks the same
+things again on ``data/raw``, where they can no longer fail for a fetched table.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import io
 import json
@@ -48,8 +52,11 @@ from lexgraph.data.schema import (
     REQUIRED_QUESTION_COLUMNS,
     parse_article_ids,
 )
+from lexgraph.data.integrity import (HUMAN_SPLITS, check_csv_layout, csv_layout, duplicated_column, expected_columns,
+                                     integer_id, question_key, refuse_shared_texts)
 from lexgraph.errors import DataError, HubUnreachableError, LexgraphError
 from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
+from lexgraph.inputs import DuplicateKeyError, id_problem, json_object
 
 log = logging.getLogger(__name__)
 
@@ -112,25 +119,6 @@ class Source:
         return f"row {index + 1} of {self.path}" + (f" (line {line})" if line is not None else "")
 
 
-def record_lines(text: str, height: int) -> tuple[int, ...] | None:
-    """The line on which each data row of the CSV ``text`` starts, or None if the count of
-    records does not match the ``height`` of the parsed table."""
-    reader = csv.reader(io.StringIO(text, newline=""))
-    starts, blank, end = [], [], 0
-    try:
-        for record in reader:
-            starts.append(end + 1)
-            blank.append(not record)
-            end = reader.line_num
-    except csv.Error:
-        return None
-    starts, blank = starts[1:], blank[1:]  # the header
-    if len(starts) == height:
-        return tuple(starts)
-    kept = tuple(line for line, is_blank in zip(starts, blank) if not is_blank)
-    return kept if len(kept) == height else None
-
-
 def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> tuple[pl.DataFrame, Source]:
     """Read a UTF-8 CSV with every value as text; check required columns and ids; add absent
     optional columns. Returns the table and its :class:`Source` (for row-level messages)."""
@@ -144,11 +132,14 @@ def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, .
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(path, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV") from exc
+    layout = csv_layout(text)
+    if layout is not None:
+        check_csv_layout(path, layout, required, columns)
     try:
         df = pl.read_csv(io.StringIO(text), infer_schema=False)
     except pl.exceptions.PolarsError as exc:
-        raise DataError(path, f"not a readable CSV ({exc})") from exc
-    source = Source(path, record_lines(text, df.height))
+        raise DataError(path, f"not a readable CSV ({first_line(exc)}); {expected_columns(required, columns)}") from exc
+    source = Source(path, layout.row_lines(df.height) if layout is not None else None)
     return conform(df, required, columns, source), source
 
 
@@ -162,6 +153,10 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
 
     ``source``: a :class:`Source`, or the path/label to name in messages."""
     source = source if isinstance(source, Source) else Source(source)
+    repeated = duplicated_column(df.columns)
+    if repeated:
+        raise DataError(source.path, f"column {repeated[0]!r} appears twice in the header (the second read as "
+                                     f"{repeated[1]!r}); expected each column once")
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise DataError(source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}")
@@ -169,21 +164,19 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
         raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
     df = df.select([pl.col(c).cast(pl.Utf8) if c != "id" else pl.col(c) for c in columns])
-    ids = df["id"].cast(pl.Utf8).str.strip_chars()
+    ids = df["id"].cast(pl.Utf8)
     parsed = ids.cast(pl.Int64, strict=False)
-    bad = (parsed.is_null()).arg_true()
-    if len(bad):
-        row = int(bad[0])
-        if ids[row] is None or ids[row] == "":
+    for row, (value, number) in enumerate(zip(ids.to_list(), parsed.to_list())):
+        if not value:
             raise source.error(row, "the id is empty; expected an integer id", column="id")
-        raise source.error(row, f"id {ids[row]!r} is not an integer; expected an integer id", column="id")
+        problem = id_problem(value)  # whitespace and control characters are refused, not stripped
+        if problem or number is None:
+            raise source.error(row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id",
+                               column="id")
     return df.with_columns(parsed.alias("id"))
 
 
 # --------------------------------------------------------------------------- validation
-
-#: question splits whose ids must be unique together (synthetic ones are renumbered by clean)
-HUMAN_SPLITS = ("train", "dev", "test")
 
 
 def first_duplicate(ids: list[int]) -> tuple[int, int] | None:
@@ -253,6 +246,8 @@ def _negatives_from_json(obj: Any, split: str, path: Any) -> pl.DataFrame:
     elif isinstance(obj, list):
         items = []
         for i, rec in enumerate(obj, 1):
+            if not isinstance(rec, dict):
+                raise DataError(path, "expected a JSON object with keys question_id and article_ids", row=i)
             qid = next((rec[k] for k in ("question_id", "id", "qid") if k in rec), None)
             ids = next((rec[k] for k in ("article_ids", "negatives", "negative_ids") if k in rec), None)
             if qid is None or ids is None:
@@ -264,13 +259,25 @@ def _negatives_from_json(obj: Any, split: str, path: Any) -> pl.DataFrame:
         if isinstance(ids, str):
             ids = [x for x in ids.replace(" ", "").split(",") if x]
         try:
-            rows.append((int(qid), [int(x) for x in ids]))
+            rows.append((integer_id(qid), [integer_id(x) for x in ids]))
         except (TypeError, ValueError) as exc:
             raise DataError(path, f"question {qid!r}: negatives must be integer article ids ({exc})") from exc
     return pl.DataFrame(
         {"question_id": [r[0] for r in rows], "split": [split] * len(rows), "article_ids": [r[1] for r in rows]},
         schema=NEGATIVES_SCHEMA,
     )
+
+
+def read_negatives(path: Path, split: str, label: Any) -> pl.DataFrame:
+    """A BM25 negatives JSON file (``label`` names it in errors); a key repeated in one object
+    is refused (``json.loads`` would keep the last one)."""
+    try:
+        obj = json_object(Path(path).read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:
+        raise DataError(label, str(exc)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(label, f"not valid UTF-8 JSON ({exc})") from exc
+    return _negatives_from_json(obj, split, label)
 
 
 def empty_negatives() -> pl.DataFrame:
@@ -280,8 +287,9 @@ def empty_negatives() -> pl.DataFrame:
 # --------------------------------------------------------------------------- sources
 
 
-def fetch_directory(root: Path, synthetic: bool) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame]:
-    """Read the hub's file layout from a directory (sources ``sample`` and ``local``)."""
+def fetch_directory(root: Path, synthetic: bool):
+    """Read the hub's file layout from a directory (sources ``sample`` and ``local``): the
+    articles, each split's questions with their :class:`Source`, and the negatives."""
     if not root.is_dir():
         raise DataError(root, "directory not found; expected the BSARD files (articles.csv, questions_train.csv, …)")
     corpus = next((root / f for f in CORPUS_FILES if (root / f).is_file()), None)
@@ -301,17 +309,12 @@ def fetch_directory(root: Path, synthetic: bool) -> tuple[pl.DataFrame, dict[str
             continue
         sources[split] = read_csv_source(path, REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS)
     validate_questions(sources, set(articles["id"].to_list()), corpus_source)
-    questions = {split: df for split, (df, _) in sources.items()}
     negatives = [empty_negatives()]
     for split, rel in NEGATIVE_FILES.items():
         path = root / rel
         if path.is_file() and (synthetic or split == "train"):
-            try:
-                obj = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise DataError(path, f"not valid UTF-8 JSON ({exc})") from exc
-            negatives.append(_negatives_from_json(obj, split, path))
-    return articles, questions, pl.concat(negatives)
+            negatives.append(read_negatives(path, split, path))
+    return articles, sources, pl.concat(negatives)
 
 
 def _hub_error(repo: str, exc: BaseException, online: bool, requested: bool) -> HubUnreachableError:
@@ -334,6 +337,10 @@ def _load_config(repo: str, config: str, revision: str | None, fail):
         return datasets.load_dataset(repo, config, revision=revision)
     except (ConnectionError, TimeoutError, HfHubHTTPError, datasets.exceptions.DatasetNotFoundError) as exc:
         raise fail(exc) from exc
+    except datasets.exceptions.DatasetGenerationError as exc:  # a data file its builder cannot parse
+        cause = exc.__cause__ or exc
+        raise DataError(f"{repo}@{revision or 'main'} ({config})", f"its files could not be read ({first_line(cause)}); "
+                        "expected UTF-8 CSV or JSON-lines files in BSARD's schema, each column or key once") from None
     except ValueError as exc:  # unknown config name: the hub layout changed
         raise LexgraphError(f"'{repo}' has no config '{config}' ({first_line(exc)}); the hub layout may have changed "
                             "(pin fetch.revision to a known commit in params.yaml)") from exc
@@ -405,7 +412,6 @@ def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fail):
             source = Source(f"{where} (questions/{split})")
             sources[split] = conform(_to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, source), source
     validate_questions(sources, set(articles["id"].to_list()), corpus_source)
-    questions = {split: df for split, (df, _) in sources.items()}
     # The negatives are JSON files in a repo whose first config is CSV: `datasets` infers one
     # builder (csv) for every config of such a repo, so they are downloaded and parsed directly.
     negatives = [empty_negatives()]
@@ -416,18 +422,16 @@ def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fail):
         if path is None:
             log.warning("%s: no file %s; continuing without %s negatives", where, rel, split)
             continue
-        try:
-            obj = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{where}/{rel}", f"not valid UTF-8 JSON ({exc})") from exc
-        negatives.append(_negatives_from_json(obj, split, f"{where}/{rel}"))
-    return articles, questions, pl.concat(negatives)
+        negatives.append(read_negatives(path, split, f"{where}/{rel}"))
+    return articles, sources, pl.concat(negatives)
 
 
 # --------------------------------------------------------------------------- dev split
 
 
 def normalise_question(text: str) -> str:
+    """The text whose hash places a question in train or dev (NFC, casefolded, punctuation as
+    spaces): kept as it was so that a carved dev split stays the one earlier releases carved."""
     text = unicodedata.normalize("NFC", text or "").casefold()
     return " ".join("".join(ch if ch.isalnum() else " " for ch in text).split())
 
@@ -435,16 +439,20 @@ def normalise_question(text: str) -> str:
 def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split ``train`` into (train, dev) by a seeded hash of the normalised question text.
 
-    Questions with identical normalised text share a hash and so a split; a question whose
-    text also appears in ``test`` is never put in dev.
+    Questions that are the same question (:func:`lexgraph.data.integrity.question_key`) land in
+    the same split (the lowest hash of the group decides); a question whose text also appears
+    in ``test`` is never put in dev (fetch then refuses it as train → test leakage).
     """
     if not 0 < fraction < 1:
         raise params_error(f"'fetch.dev_fraction' = {fraction!r}, expected a number in (0, 1)")
-    test_texts = set(normalise_question(q) for q in test["question"].to_list())
-    keys = [normalise_question(q) for q in train["question"].to_list()]
-    digest = [int(hashlib.sha256(f"{seed}\x1f{k}".encode()).hexdigest()[:15], 16) / 16**15 for k in keys]
-    is_dev = [d < fraction and k not in test_texts for d, k in zip(digest, keys)]
-    mask = pl.Series(is_dev)
+    test_keys = set(question_key(q) for q in test["question"].to_list())
+    texts = train["question"].to_list()
+    keys = [question_key(q) for q in texts]
+    digest: dict[str, float] = {}
+    for key, text in zip(keys, texts):
+        value = int(hashlib.sha256(f"{seed}\x1f{normalise_question(text)}".encode()).hexdigest()[:15], 16) / 16**15
+        digest[key] = min(value, digest.get(key, 1.0))
+    mask = pl.Series([digest[k] < fraction and k not in test_keys for k in keys], dtype=pl.Boolean)
     return train.filter(~mask), train.filter(mask)
 
 
@@ -454,15 +462,19 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
 def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Run the configured source; return (articles, questions with ``split``, negatives)."""
     if config.source == "sample":
-        articles, questions, negatives = fetch_directory(Path(config.sample_dir), config.synthetic)
+        articles, sources, negatives = fetch_directory(Path(config.sample_dir), config.synthetic)
     elif config.source == "local":
-        articles, questions, negatives = fetch_directory(Path(config.local_dir), config.synthetic)
+        articles, sources, negatives = fetch_directory(Path(config.local_dir), config.synthetic)
     else:
-        articles, questions, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic)
+        articles, sources, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic)
+    questions = {split: df for split, (df, _) in sources.items()}
     if "dev" not in questions:
         train, dev = carve_dev(questions["train"], questions["test"], config.dev_fraction, seed)
         log.info("carved a dev split of %d questions from %d train questions", dev.height, questions["train"].height)
         questions["train"], questions["dev"] = train, dev
+    rows = {qid: (source, i) for split, (df, source) in sources.items() if split in HUMAN_SPLITS
+            for i, qid in enumerate(df["id"].to_list())}
+    refuse_shared_texts(questions, rows)  # after the dev split is assigned, carved or read
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"
     )

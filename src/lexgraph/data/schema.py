@@ -67,19 +67,21 @@ NEGATIVE_FILES: dict[str, str] = {
 
 def parse_article_ids(value) -> list[int]:
     """A question's ``article_ids`` cell as BSARD writes it (``"12,15"``; ``;`` also
-    separates) → the ids in order. Raises :class:`ValueError` with the reason (no id, or a
-    part that is not an integer); callers turn it into an error naming their file and row."""
-    if value is None or not str(value).strip():
+    separates; spaces around an id are ignored) → the ids in order. Raises :class:`ValueError`
+    with the reason; callers turn it into an error naming their file and row. Refused: a cell
+    that holds no id (``""``, ``","``: one error for both), an empty item (``"12,,15"``,
+    ``"12,"``: an id was lost), and an item that is not plain digits 0-9 (``"x4"``, ``"1_0"``,
+    ``"٣"`` or ``"+3"``, which Python's ``int`` would read as 10, 3 and 3)."""
+    parts = [] if value is None else [part.strip() for part in str(value).replace(";", ",").split(",")]
+    if not any(parts):
         raise ValueError("no relevant article ids")
     out: list[int] = []
-    for part in str(value).replace(";", ",").split(","):
-        part = part.strip()
+    for n, part in enumerate(parts, 1):
         if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise ValueError(f"article id {part!r} is not an integer") from None
+            raise ValueError(f"article ids {str(value)!r} have an empty item (item {n} of {len(parts)})")
+        if not (part.isascii() and part.isdigit()):
+            raise ValueError(f"article id {part!r} is not an integer")
+        out.append(int(part))
     return out
 
 
