@@ -274,6 +274,39 @@ def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):
     assert "--run" in err and "is not writable" in err and not (ws / "ro" / "r.trec").exists()
 
 
+def test_full_disk_while_writing_the_run(ws, capsys, monkeypatch):
+    """ENOSPC half-way through writing --run (issue 18): one line naming the run and the
+    reason, exit 2, the earlier run byte-identical and no temporary left."""
+    import builtins
+    import errno
+
+    real_open = builtins.open
+
+    class FullDisk:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def writelines(self, lines):
+            self.fh.write("a Q0 3 1 0.5")  # part of the first line reaches the disk
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("lexgraph.evaluation.open", lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False)
+    before = snapshot(ws)
+    assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"))) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "lexgraph search: error: " in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"{ws / 'out.trec'}: not written, no space left on device; free space and rerun" in lines[0]
+    assert snapshot(ws) == before  # the earlier run as it was, no .out.trec.*.tmp left
+
+
 # ---------------------------------------------------------------------------
 # 3. a question nothing matches gets no results
 # ---------------------------------------------------------------------------

@@ -67,3 +67,109 @@ def test_load_tensors_names_the_file_and_the_remedy(tmp_path):
     path.write_bytes(path.read_bytes()[:100])  # truncated inside the header
     with pytest.raises(DataError, match=r"truncated or corrupt embeddings file \(.*\); run it"):
         load_tensors(path, "embeddings file", "run it")
+
+
+# ---------------------------------------------------------------------------
+# issue 18: a write that fails (full disk, quota, read-only, permission, I/O) is one
+# sentence naming the output and what to do; the previous output stays byte-identical
+# ---------------------------------------------------------------------------
+
+import errno  # noqa: E402
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+from lexgraph.errors import DataError  # noqa: E402
+from lexgraph.io import atomic_path  # noqa: E402
+
+WRITE_ERRORS = [
+    (errno.ENOSPC, "no space left on device; free space and rerun"),
+    (errno.EDQUOT, "disk quota exceeded"),
+    (errno.EROFS, "read-only file system"),
+    (errno.EACCES, "permission denied; make"),
+    (errno.EIO, "input/output error"),
+    (errno.EFBIG, "file too large"),
+]
+
+
+def _previous(tmp_path, directory: bool):
+    """An earlier output (a file, or a directory with a file) and its bytes."""
+    target = tmp_path / ("out" if directory else "out.json")
+    if directory:
+        target.mkdir()
+        (target / "kept.bin").write_bytes(b"previous run")
+        return target, {"kept.bin": b"previous run"}
+    target.write_bytes(b'{"previous": true}\n')
+    return target, {"": target.read_bytes()}
+
+
+def _bytes(target, directory: bool):
+    return {p.name: p.read_bytes() for p in target.iterdir()} if directory else {"": target.read_bytes()}
+
+
+@pytest.mark.parametrize("directory", [False, True], ids=["file", "directory"])
+@pytest.mark.parametrize("code, words", WRITE_ERRORS, ids=[errno.errorcode[c] for c, _ in WRITE_ERRORS])
+def test_failed_write_names_the_output_and_the_reason(tmp_path, code, words, directory):
+    target, before = _previous(tmp_path, directory)
+    with pytest.raises(DataError) as err:
+        with atomic_path(target, directory=directory) as tmp:
+            with open(tmp / "new.bin" if directory else tmp, "wb") as fh:
+                fh.write(b"half of the new outp")  # mid-write
+                raise OSError(code, os.strerror(code))
+    message = str(err.value)
+    assert message.startswith(f"{target}: not written, ") and words in message and "\n" not in message
+    assert "previous version is left as it was" in message
+    assert _bytes(target, directory) == before  # the earlier output, byte for byte
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # the temporary is gone
+
+
+def test_failed_write_of_a_rust_writer_is_named_too(tmp_path):
+    """safetensors and polars report the errno inside their own exception's text."""
+    target, before = _previous(tmp_path, False)
+    with pytest.raises(DataError, match=r"out\.json: not written, no space left on device"):
+        with atomic_path(target):
+            raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert _bytes(target, False) == before and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_failed_write_creating_the_temporary(tmp_path, monkeypatch):
+    import tempfile
+
+    target, before = _previous(tmp_path, False)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / ".out.json.x.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    with pytest.raises(DataError, match=r"out\.json: not written, no space left on device"):
+        with atomic_path(target):
+            raise AssertionError("not reached")
+    assert _bytes(target, False) == before
+
+
+def test_an_input_error_inside_the_block_is_not_relabelled(tmp_path):
+    """An OSError about another file (an input read within the block) is not a write failure."""
+    target, before = _previous(tmp_path, True)
+    with pytest.raises(FileNotFoundError):
+        with atomic_path(target, directory=True):
+            open(tmp_path / "missing-input.csv", encoding="utf-8")
+    assert _bytes(target, True) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_failed_directory_swap_puts_the_previous_output_back(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    target, before = _previous(tmp_path, True)
+    rename = Path.rename
+
+    def failing(self, dest):
+        if Path(dest) == target and self.name.endswith(".tmp"):  # the new output's move into place
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(self))
+        return rename(self, dest)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(DataError, match="input/output error"):
+        with atomic_path(target, directory=True) as tmp:
+            (tmp / "new.bin").write_bytes(b"this run")
+    monkeypatch.undo()
+    assert _bytes(target, True) == before and [p.name for p in tmp_path.iterdir()] == ["out"]

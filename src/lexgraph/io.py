@@ -5,15 +5,20 @@ whole output is complete, so a failure never leaves half-written outputs behind,
 directory output is replaced as a whole: no file of a previous run survives a rerun.
 This is what makes ``persist: true`` on every output of ``dvc.yaml`` safe (DVC then no
 longer deletes outputs before a stage runs, so a stage that fails keeps its previous
-outputs; see README, "When a stage fails").
+outputs; see README, "When a stage fails"). A write that fails (disk full, quota,
+read-only file system, permission, I/O error) is a :class:`DataError` naming the output,
+the reason and what to do, e.g. "data/runs: not written, no space left on device; free
+space and rerun".
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -21,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from lexgraph.errors import DataError
+from lexgraph.errors import DataError, LexgraphError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,51 @@ def _restore_interrupted_swap(target: Path) -> None:
         old.rename(target)
 
 
+#: what to do when writing an output fails with one of these errnos (else: the system's words)
+_WRITE_REMEDIES = {
+    errno.ENOSPC: "no space left on device; free space and rerun",
+    errno.EDQUOT: "disk quota exceeded; free space (or raise the quota) and rerun",
+    errno.EROFS: "read-only file system; write to a writable location (or remount it read-write) and rerun",
+    errno.EACCES: "permission denied; make {dir} writable and rerun",
+    errno.EPERM: "operation not permitted; make {dir} writable and rerun",
+    errno.EIO: "input/output error (a failing disk or a lost network mount); check the device and rerun",
+    errno.EFBIG: "file too large for the file system; write to another file system and rerun",
+    errno.ENAMETOOLONG: "file name too long; choose a shorter path",
+}
+_OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")  # how Rust writers (safetensors, polars) report one
+
+
+def _write_errno(exc: BaseException) -> int | None:
+    """The errno of a failed write: an :class:`OSError`'s own, or the ``(os error N)`` that a
+    Rust writer (safetensors, polars) puts in its message; ``None`` if there is none."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    match = _OS_ERROR_CODE.search(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def _write_error(target: Path, exc: BaseException, tmp: Path | None) -> DataError | None:
+    """A failed write as one sentence naming ``target`` (``None``: not a write failure, e.g. an
+    input that the block could not read, or already a :class:`LexgraphError`)."""
+    if isinstance(exc, LexgraphError) or not isinstance(exc, Exception):
+        return None
+    code = _write_errno(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        where = Path(os.fsdecode(exc.filename))
+        ours = where in (target, target.parent) or where.name.startswith(f".{target.name}.") or (
+            tmp is not None and (where == tmp or tmp in where.parents))
+        if not ours:
+            return None  # about another file: not ours to relabel
+    elif code is None:
+        return None
+    if code in _WRITE_REMEDIES:
+        what = _WRITE_REMEDIES[code].format(dir=target.parent)
+    else:
+        reason = os.strerror(code).lower() if code else (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        what = f"{reason}; fix that and rerun"
+    return DataError(target, f"not written, {what} (any previous version is left as it was)")
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; move it onto ``target`` on success.
@@ -81,39 +131,64 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
     With ``directory=True`` the yielded path is an (empty, existing) directory and the
     whole directory replaces ``target`` (no file of the previous ``target`` survives). On
     any exception, Ctrl-C, SIGTERM or SIGHUP included, the temporary is removed and
-    ``target`` is left as it was.
+    ``target`` is left as it was. A write that fails for want of disk space, quota or
+    permission (any :class:`OSError` about the output, or a writer's ``(os error N)``)
+    raises a :class:`DataError` naming ``target``, the reason and what to do.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if directory:
-        _restore_interrupted_swap(target)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    else:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        tmp = Path(name)
-    umask = os.umask(0)
-    os.umask(umask)
+    tmp: Path | None = None
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if directory:
+            _restore_interrupted_swap(target)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        else:
+            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            os.close(fd)
+            tmp = Path(name)
+        umask = os.umask(0)
+        os.umask(umask)
         with _sigterm_interrupts():
             yield tmp
             tmp.chmod((0o777 if directory else 0o666) & ~umask)
             if directory:
-                old = target.with_name(f".{target.name}.old")
-                shutil.rmtree(old, ignore_errors=True)
-                with _signals_deferred():
-                    if target.exists() or target.is_symlink():
-                        target.rename(old)
-                    tmp.rename(target)
-                    shutil.rmtree(old, ignore_errors=True)
+                _swap_directory(tmp, target)
             else:
                 os.replace(tmp, target)
-    except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            _remove(tmp)
+        error = _write_error(target, exc, tmp)
+        if error is not None:
+            raise error from exc
         raise
+
+
+def _remove(path: Path) -> None:
+    """Remove a file or directory tree, quietly (a cleanup must not hide the first error)."""
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _swap_directory(tmp: Path, target: Path) -> None:
+    """Move the directory ``tmp`` onto ``target``: the previous one goes to ``.<name>.old``
+    first and comes back if the second rename fails."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    with _signals_deferred():
+        moved = target.exists() or target.is_symlink()
+        if moved:
+            target.rename(old)
+        try:
+            tmp.rename(target)
+        except BaseException:
+            if moved:
+                old.rename(target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_json(obj: Any, target: str | os.PathLike) -> None:
