@@ -173,3 +173,101 @@ def test_failed_directory_swap_puts_the_previous_output_back(tmp_path, monkeypat
             (tmp / "new.bin").write_bytes(b"this run")
     monkeypatch.undo()
     assert _bytes(target, True) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+# ---------------------------------------------------------------------------
+# issue 18: temporaries that killed writers left are removed by the next write; those of
+# live writers (a concurrent run of the same target) are not
+# ---------------------------------------------------------------------------
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+
+WRITER = """
+import sys
+from pathlib import Path
+from lexgraph.io import atomic_path
+target, kind, text = sys.argv[1:]
+with atomic_path(target, directory=kind == "dir") as tmp:
+    (tmp / "part.txt" if kind == "dir" else tmp).write_text(text, encoding="utf-8")
+    print(tmp, flush=True)
+    sys.stdin.readline()  # half-way: until told to finish (or killed)
+"""
+
+
+def _writer(target: Path, kind: str, text: str) -> tuple[subprocess.Popen, Path]:
+    """A process half-way through ``atomic_path(target)``, and its temporary."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(target), kind, text], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_next_write_removes_what_killed_writers_left(tmp_path, caplog):
+    (tmp_path / "run.trec").write_text("previous\n", encoding="utf-8")
+    writers = [_writer(target, kind, "half") for target, kind in ((tmp_path / "run.trec", "file"),
+                                                                   (tmp_path / "bm25", "dir"))]
+    for proc, _ in writers:  # both half-way, then killed outright
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed = [tmp for _, tmp in writers]
+    assert all(tmp.exists() for tmp in killed) and killed[1].is_dir()  # the litter of kill -9
+    legacy_old, legacy_new = tmp_path / ".run.trec.abcd_123.tmp", tmp_path / ".run.trec.zyxw9876.tmp"
+    legacy_old.write_text("left by a run before this naming", encoding="utf-8")
+    os.utime(legacy_old, (time.time() - 2 * 86400,) * 2)
+    legacy_new.write_text("perhaps still written by an older lexgraph", encoding="utf-8")
+    elsewhere = tmp_path / f".run.trec.otherhost-1.{_dead_pid()}.abcdefgh.tmp"  # another host's: pid unknowable
+    elsewhere.write_text("", encoding="utf-8")
+
+    from lexgraph.io import write_text
+
+    write_text("this run\n", tmp_path / "run.trec")
+    assert not any(tmp.exists() for tmp in killed)
+    assert not legacy_old.exists() and legacy_new.exists() and elsewhere.exists()
+    assert (tmp_path / "run.trec").read_text(encoding="utf-8") == "this run\n"
+    assert sum("left by an interrupted run" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_temporaries_of_live_writers_are_kept(tmp_path):
+    """Two writers of one target at once (two `lexgraph search --run same.trec`): neither removes
+    the other's temporary, both finish, the last one's output stays."""
+    from lexgraph.io import write_text
+
+    target = tmp_path / "same.trec"
+    child, child_tmp = _writer(target, "file", "child\n")
+    try:
+        with atomic_path(tmp_path / "mine.trec") as own:  # this process's own, half-way too
+            own.write_text("mine\n", encoding="utf-8")
+            write_text("parent\n", target)
+            assert own.exists() and child_tmp.exists()
+        assert target.read_text(encoding="utf-8") == "parent\n"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0
+    finally:
+        child.kill()
+    assert target.read_text(encoding="utf-8") == "child\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.trec", "same.trec"]
+
+
+def test_temporary_names_carry_host_and_pid_and_stay_legal(tmp_path):
+    from lexgraph.io import _host
+
+    with atomic_path(tmp_path / "run.trec") as tmp:
+        assert tmp.name.startswith(f".run.trec.{_host()}.{os.getpid()}.") and tmp.name.endswith(".tmp")
+    long = "é" * 120 + ".trec"  # 245 bytes: the temporary's name is cut, not refused
+    with atomic_path(tmp_path / long) as tmp:
+        tmp.write_text("x", encoding="utf-8")
+        assert len(os.fsencode(tmp.name)) <= 255
+    assert (tmp_path / long).read_text(encoding="utf-8") == "x"

@@ -9,20 +9,34 @@ outputs; see README, "When a stage fails"). A write that fails (disk full, quota
 read-only file system, permission, I/O error) is a :class:`DataError` naming the output,
 the reason and what to do, e.g. "data/runs: not written, no space left on device; free
 space and rerun".
+
+Temporaries are named ``.<name>.<host>.<pid>.<random>.tmp`` (``<host>``: the host name and
+the pid namespace, so that a pid means one process). A writer killed outright (``kill
+-9``, OOM, power loss) leaves its temporary behind; every write removes, in its output's
+directory, the temporaries of this naming whose ``<host>`` is this one and whose
+``<pid>`` no longer runs (``os.kill(pid, 0)`` finds no process). A temporary of a live
+process (a concurrent ``lexgraph search --run`` of the same file, this process) or of
+another host (a shared file system) is never touched: two writers of one target both
+finish, the last rename wins. Temporaries of the older naming (``.<name>.<random>.tmp``,
+no pid to ask) are removed when they belong to the output being written and are older
+than :data:`LEGACY_TMP_AGE_S` (a day).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -124,6 +138,81 @@ def _write_error(target: Path, exc: BaseException, tmp: Path | None) -> DataErro
     return DataError(target, f"not written, {what} (any previous version is left as it was)")
 
 
+#: temporaries of the older naming (no pid in it) are removed once older than this
+LEGACY_TMP_AGE_S = 24 * 3600
+_LEGACY_TMP = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")  # tempfile's 8 random characters
+_NAME_MAX = 255  # bytes of a file name on the usual file systems
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    """This host (and pid namespace: pids of two containers are not comparable), as a
+    file-name token without dots."""
+    token = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
+    with contextlib.suppress(OSError, ValueError):
+        token += "-" + format(int(re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))), "x")
+    return token
+
+
+def _tmp_prefix(name: str) -> str:
+    """``.<name>.<host>.<pid>.`` (``name`` cut so that the whole stays a legal file name)."""
+    tag = f".{_host()}.{os.getpid()}."
+    room = _NAME_MAX - len(os.fsencode(tag)) - 1 - 8 - len(".tmp")
+    raw = os.fsencode(name)
+    return f".{os.fsdecode(raw[:room]) if len(raw) > room else name}{tag}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (in doubt: yes)."""
+    if pid <= 0 or pid == os.getpid():
+        return pid > 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's process
+        return True
+    return True
+
+
+def _legacy_target(name: str) -> str | None:
+    """The output a temporary of the older naming was for (nested ones unwrapped)."""
+    match = _LEGACY_TMP.fullmatch(name)
+    if match is None:
+        return None
+    while match:
+        name = match.group(1)
+        match = _LEGACY_TMP.fullmatch(name)
+    return name
+
+
+def _sweep_stale_temporaries(target: Path) -> None:
+    """Remove the temporaries that killed writers left next to ``target`` (module docstring)."""
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        parts = name[: -len(".tmp")].rsplit(".", 3)
+        if len(parts) == 4 and parts[1] == _host() and parts[2].isdigit() and len(parts[3]) == 8:
+            if _alive(int(parts[2])):
+                continue
+            why = f"its writer, pid {parts[2]}, is gone"
+        elif _legacy_target(name) == target.name:
+            with contextlib.suppress(OSError):
+                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+                if age < LEGACY_TMP_AGE_S:
+                    continue
+            why = "older than a day"
+        else:
+            continue
+        log.warning("%s: removing a temporary left by an interrupted run (%s)", target.parent / name, why)
+        _remove(target.parent / name)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; move it onto ``target`` on success.
@@ -139,11 +228,12 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
     tmp: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_temporaries(target)
         if directory:
             _restore_interrupted_swap(target)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target.name), suffix=".tmp", dir=target.parent))
         else:
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            fd, name = tempfile.mkstemp(prefix=_tmp_prefix(target.name), suffix=".tmp", dir=target.parent)
             os.close(fd)
             tmp = Path(name)
         umask = os.umask(0)
