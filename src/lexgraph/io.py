@@ -7,7 +7,7 @@ This is what makes ``persist: true`` on every output of ``dvc.yaml`` safe (DVC t
 longer deletes outputs before a stage runs, so a stage that fails keeps its previous
 outputs; see README, "When a stage fails"). A write that fails (disk full, quota,
 read-only file system, permission, I/O error) is a :class:`DataError` naming the output,
-the reason and what to do, e.g. "data/runs: not written, no space left on device; free
+the reason and what to do, e.g. "run.trec: not written, no space left on device; free
 space and rerun".
 
 Temporaries are named ``.<name>.<host>.<pid>.<random>.tmp`` (``<host>``: the host name and
