@@ -271,3 +271,46 @@ def test_temporary_names_carry_host_and_pid_and_stay_legal(tmp_path):
         tmp.write_text("x", encoding="utf-8")
         assert len(os.fsencode(tmp.name)) <= 255
     assert (tmp_path / long).read_text(encoding="utf-8") == "x"
+
+
+# ---------------------------------------------------------------------------
+# issue 18: reading a file that is a loop, a directory, a broken link, corrupt
+# ---------------------------------------------------------------------------
+
+
+def test_read_json_names_what_is_wrong(tmp_path):
+    from lexgraph.io import check_file, read_json
+
+    path = tmp_path / "settings.json"
+    assert read_json(path, "the settings", "rerun it", optional=True, default={}) == {}
+    with pytest.raises(DataError, match=r"settings\.json: the settings not found; rerun it$"):
+        read_json(path, "the settings", "rerun it")
+    path.symlink_to("settings.json")
+    with pytest.raises(DataError, match=r"settings\.json: the settings is a symbolic link loop, expected a readable "
+                                        r"file; rerun it$"):
+        read_json(path, "the settings", "rerun it", optional=True)  # a loop is not an absent file
+    path.unlink()
+    path.symlink_to("gone.json")
+    with pytest.raises(DataError, match=r"is a broken symbolic link \(to 'gone\.json'\)"):
+        read_json(path, "the settings", "rerun it", optional=True)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(DataError, match=r"the settings is a directory, expected a readable file"):
+        read_json(path, "the settings", "rerun it")
+    path.rmdir()
+    path.write_text('{"a": ', encoding="utf-8")
+    with pytest.raises(DataError, match=r"truncated or corrupt the settings \(.*\); rerun it$"):
+        read_json(path, "the settings", "rerun it")
+    with pytest.raises(DataError, match=r"settings\.json: the model directory is a file, expected a readable "
+                                        r"directory"):
+        check_file(path, "the model directory", "rerun it", directory=True)
+
+
+def test_load_tensors_on_a_symbolic_link_loop(tmp_path):
+    from lexgraph.io import load_tensors
+
+    path = tmp_path / "e.safetensors"
+    path.symlink_to("e.safetensors")
+    with pytest.raises(DataError, match=r"e\.safetensors: embeddings file is a symbolic link loop, expected a "
+                                        r"readable file; run it"):
+        load_tensors(path, "embeddings file", "run it")

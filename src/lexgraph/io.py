@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -342,15 +343,78 @@ def save_tensors(tensors: dict, target: str | os.PathLike, metadata: dict[str, s
             f.write(blob[8 + length :])
 
 
+def _unreadable(path: Path, directory: bool = False) -> str | None:
+    """Why ``path`` is not a readable file (``directory``: directory); ``None`` if it is;
+    ``"missing"`` if nothing is there (a broken symbolic link is not nothing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"a broken symbolic link (to '{os.readlink(path)}')"
+        return "missing"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if exc.errno == errno.ENOTDIR:
+            return "below a path that is not a directory"
+        return f"unreadable ({exc.strerror or exc})"
+    if directory and not stat.S_ISDIR(mode):
+        return "a file" if stat.S_ISREG(mode) else "not a directory"
+    if not directory and not stat.S_ISREG(mode):
+        return "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    try:
+        if directory:
+            os.listdir(path)
+        else:
+            with open(path, "rb"):
+                pass
+    except PermissionError:
+        return "not readable (permission denied)"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    return None
+
+
+def check_file(path: str | os.PathLike, what: str, remedy: str, *, optional: bool = False,
+               directory: bool = False) -> bool:
+    """Check that ``path`` is a readable file (``directory=True``: directory); a missing one
+    (unless ``optional``: then ``False``), a symbolic link loop, a directory instead of a
+    file, an unreadable one is a one-sentence :class:`DataError` naming ``path``, ``what``
+    it holds and the ``remedy``. ``True`` when it is there."""
+    path = Path(path)
+    reason = _unreadable(path, directory)
+    if reason is None:
+        return True
+    if reason == "missing":
+        if optional:
+            return False
+        raise DataError(path, f"{what} not found; {remedy}")
+    expected = "a readable directory" if directory else "a readable file"
+    raise DataError(path, f"{what} is {reason}, expected {expected}; {remedy}")
+
+
+def read_json(path: str | os.PathLike, what: str, remedy: str, *, optional: bool = False, default: Any = None) -> Any:
+    """The JSON document in ``path`` (:func:`check_file` first; ``default`` when it is
+    optional and absent); unreadable, truncated or corrupt: a one-sentence :class:`DataError`."""
+    path = Path(path)
+    if not check_file(path, what, remedy, optional=optional):
+        return default
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(path, f"{what} is unreadable ({exc.strerror or exc}); {remedy}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(path, f"truncated or corrupt {what} ({exc}); {remedy}") from None
+
+
 def load_tensors(target: str | os.PathLike, what: str, remedy: str) -> dict:
-    """Read a safetensors file; a missing, truncated or corrupt one is a one-sentence
-    :class:`DataError` naming ``target``, ``what`` it holds and the ``remedy``."""
+    """Read a safetensors file; a missing, unreadable, truncated or corrupt one is a
+    one-sentence :class:`DataError` naming ``target``, ``what`` it holds and the ``remedy``."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(target)
-    if not path.is_file():
-        raise DataError(path, f"{what} not found; {remedy}")
+    check_file(path, what, remedy)
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as exc:

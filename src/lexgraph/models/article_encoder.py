@@ -14,10 +14,13 @@ import torch
 from torch import nn
 
 from lexgraph.distributed import map_batches
-from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.hub import check_model_files, check_safetensors, first_line
+from lexgraph.io import read_json
+from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, _autocast, _bar, _max_positions, check_safetensors, load_backbone, longest_first,
+    FORMAT_VERSION, _autocast, _bar, _max_positions, load_backbone, longest_first,
 )
 from lexgraph.models.encoders import TextEncoder
 from lexgraph.models.packing import (
@@ -325,26 +328,42 @@ class HierarchicalArticleEncoder(TextEncoder):
         from transformers import AutoConfig, AutoTokenizer
 
         directory = Path(name_or_path)
+        remedy = restore_hint(directory)
         saved_config = directory / HIERARCHICAL_CONFIG
         reference = directory / BACKBONE_REF
         backbone_path: str | os.PathLike = name_or_path
-        if reference.is_file() and not random_init:
-            backbone_path = json.loads(reference.read_text(encoding="utf-8"))["path"]
+        ref = None if random_init else read_json(reference, "the frozen chunk encoder reference", remedy, optional=True)
+        if ref is not None:
+            if not isinstance(ref, dict) or not isinstance(ref.get("path"), str):
+                raise DataError(reference, f"expected a JSON object with a 'path' string; {remedy}")
+            backbone_path = ref["path"]
             if with_backbone and not Path(backbone_path).is_dir():
                 raise LexgraphError(
                     f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
-                    "run `dvc repro` (or `dvc checkout`) to restore it"
+                    f"{restore_hint(backbone_path)}"
                 )
         if with_backbone:
             backbone, tokenizer = load_backbone(backbone_path, random_init=random_init)
             config = backbone.config
         else:
-            backbone, tokenizer, config = None, AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
-        if saved_config.is_file() and not random_init:
-            config_values = json.loads(saved_config.read_text(encoding="utf-8"))
+            check_model_files(directory, weights=False)
+            try:
+                tokenizer, config = AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
+            except Exception as exc:  # noqa: BLE001 - a saved directory that does not load is damaged input
+                raise DataError(directory, f"not a loadable tokenizer and config ({type(exc).__name__}: "
+                                f"{first_line(exc)}); {remedy}") from exc
+            backbone = None
+        config_values = None if random_init else read_json(saved_config, "the article encoder settings", remedy,
+                                                           optional=True)
+        if config_values is not None:
+            if not isinstance(config_values, dict):
+                raise DataError(saved_config, f"expected a JSON object; {remedy}")
             config_values.pop("format_version", None)
             config_values.update(settings)
-            encoder = cls(backbone, tokenizer, config=config, **config_values)
+            try:
+                encoder = cls(backbone, tokenizer, config=config, **config_values)
+            except TypeError as exc:  # a key this version does not know, or one missing
+                raise DataError(saved_config, f"settings that do not fit this version ({exc}); {remedy}") from None
             check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
             missing, unexpected = encoder.load_state_dict(weights, strict=False)

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.errors import ConfigError, DataError
+from lexgraph.io import read_json
+from lexgraph.layout import restore_hint
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import FORMAT_VERSION
@@ -105,9 +107,10 @@ class DSR(nn.Module):
         encoder (enough to aggregate cached chunk vectors)."""
         directory = Path(directory)
         config_path = directory / DSR_CONFIG
-        if not config_path.is_file():
-            raise LexgraphError(f"{config_path}: not found; expected a DSR saved by the train_dsr stage")
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        remedy = restore_hint(config_path)
+        config = read_json(config_path, "the DSR settings (saved by the train_dsr stage)", remedy)
+        if not isinstance(config, dict) or not isinstance(config.get("temperature"), (int, float)):
+            raise DataError(config_path, f"expected a JSON object with a numeric 'temperature'; {remedy}")
         model = cls(
             QueryEncoder.from_pretrained(directory / "query_encoder"),
             HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder", with_backbone=with_article_backbone),

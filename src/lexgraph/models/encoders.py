@@ -56,6 +56,8 @@ from torch import nn
 
 from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.io import read_json
+from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
     FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, longest_first,
@@ -261,7 +263,7 @@ class QueryEncoder(TextEncoder):
         """
         backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
         settings = Path(name_or_path) / QUERY_CONFIG
-        saved = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        saved = read_json(settings, "the query encoder settings", restore_hint(settings), optional=True, default={})
         prefix = saved.get("prefix", read_base_info(name_or_path)["query_prefix"])
         return cls(
             backbone,

@@ -12,14 +12,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lexgraph.errors import DataError
+from lexgraph.io import read_json
+from lexgraph.layout import restore_hint
+
 BASE_INFO = "lexgraph_base.json"
 E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
 
 
 def read_base_info(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """Prefixes of a base checkpoint (``lexgraph_base.json``; none when absent)."""
-    path = Path(name_or_path) / BASE_INFO
-    info = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    info = read_base_summary(name_or_path)
     return {"query_prefix": str(info.get("query_prefix", "")), "passage_prefix": str(info.get("passage_prefix", ""))}
 
 
@@ -37,5 +40,9 @@ def write_base_info(directory: str | os.PathLike, info: dict[str, Any]) -> None:
 
 
 def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
+    """``lexgraph_base.json`` of a checkpoint directory (``{}`` when absent; damaged: :class:`DataError`)."""
     path = Path(directory) / BASE_INFO
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    info = read_json(path, "the base model's conventions", restore_hint(path), optional=True, default={})
+    if not isinstance(info, dict):
+        raise DataError(path, f"expected a JSON object, found {type(info).__name__}; {restore_hint(path)}")
+    return info

@@ -277,8 +277,7 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 
 def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/mvcl`` directory."""
-    from safetensors.torch import load_file
-
+    from lexgraph.io import load_tensors, read_json
     from lexgraph.models.mvcl_config import SETTINGS, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
 
@@ -287,14 +286,17 @@ def load_model(directory: str | os.PathLike, device: torch.device):
     if is_disabled(directory):
         raise LexgraphError(f"{directory}: the MVCL re-ranker is switched off (rerank.enabled: false); "
                             "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
-    if not path.is_file():
-        raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
-    settings = json.loads(path.read_text(encoding="utf-8"))
-    if settings.get("format") != "lexgraph-mvcl":
+    remedy = "rerun `dvc repro rerank` (or `dvc checkout`) to restore it"
+    settings = read_json(path, "the MVCL re-ranker settings", remedy)
+    if not isinstance(settings, dict) or settings.get("format") != "lexgraph-mvcl":
         raise DataError(path, "not an MVCL settings file (expected format 'lexgraph-mvcl')")
-    model = build_model(int(settings["input_dim"]), RerankConfig(**settings["config"]))
     try:
-        model.load_state_dict(load_file(str(directory / WEIGHTS)))
+        model = build_model(int(settings["input_dim"]), RerankConfig(**settings["config"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(path, f"inconsistent MVCL settings ({type(exc).__name__}: {exc}); {remedy}") from None
+    weights = load_tensors(directory / WEIGHTS, "MVCL weights", remedy)
+    try:
+        model.load_state_dict(weights)
     except RuntimeError as exc:  # weights of another network shape (e.g. trained before match_features)
         raise DataError(directory / WEIGHTS, "weights that do not fit the network mvcl.json describes "
                         f"({str(exc).splitlines()[0]}); run `dvc repro rerank` to rebuild it") from None

@@ -67,15 +67,23 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
 
 def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
     """Rebuild a trained :class:`GraphEncoder` from ``models/gnn_<variant>/``."""
-    from safetensors.torch import load_file
+    from lexgraph.io import load_tensors, read_json
 
     directory = Path(directory)
     config_path = directory / CONFIG
-    if not config_path.is_file():
-        raise DataError(config_path, "not found (run the train_gnn stage)")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
-    model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    remedy = layout.restore_hint(directory)
+    config = read_json(config_path, "the graph encoder settings", remedy)
+    try:
+        model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(config_path, f"no usable 'graph_encoder' settings ({type(exc).__name__}: {exc}); "
+                        f"{remedy}") from None
+    weights = load_tensors(directory / WEIGHTS, "graph encoder weights", remedy)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise DataError(directory / WEIGHTS, f"weights that do not fit {CONFIG} ({str(exc).splitlines()[0]}); "
+                        f"{remedy}") from None
     return model.to(device).eval()
 
 
