@@ -259,7 +259,26 @@ CASES = [
      ["--run", "out.trec is not a directory", "expected a writable path"]),
     # 7. damaged artefacts
     ("truncated-query-encoder", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
-     ["models/dsr/query_encoder/model.safetensors", "truncated or corrupt", "`dvc repro`", "`dvc checkout`"]),
+     ["models/dsr/query_encoder/model.safetensors", "truncated or corrupt", "`dvc repro train_dsr`", "`dvc checkout`"]),
+    # 7b. unreadable entries of the model directory (issue 18): named, with the stage that writes them
+    ("query-encoder-tokenizer-loop", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder/tokenizer.json", "is a symbolic link loop, expected a readable file",
+      "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it"]),
+    ("query-encoder-config-is-a-directory", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder/config.json", "is a directory, expected a readable file", "`dvc repro train_dsr`"]),
+    ("query-encoder-config-missing", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder/config.json", "config.json not found", "`dvc repro train_dsr`"]),
+    ("query-encoder-config-broken-link", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder/config.json", "is a broken symbolic link", "`dvc repro train_dsr`"]),
+    ("query-encoder-without-vocabulary", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder", "no tokenizer vocabulary, expected one of tokenizer.json", "`dvc repro train_dsr`"]),
+    ("query-encoder-without-weights", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder", "no model weights, expected model.safetensors", "`dvc repro train_dsr`"]),
+    ("query-encoder-corrupt-settings", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder/query_encoder.json", "truncated or corrupt", "`dvc repro train_dsr`"]),
+    ("query-encoder-is-a-file", "dense_ws", lambda ws: _dsr_search(ws),
+     ["models/dsr/query_encoder", "the model directory is a file, expected a readable directory",
+      "`dvc repro train_dsr`"]),
     ("truncated-embeddings", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
      ["data/embed/articles.safetensors", "truncated or corrupt", "`dvc repro`"]),
     ("truncated-bm25-index", "ws", lambda ws: ["search", "loyer", "--workspace", str(ws)],
@@ -354,7 +373,38 @@ CASES = [
      ["metrics/bm25.json", "not valid JSON"]),
 ]
 
+def _dsr_search(ws: Path) -> list[str]:
+    return _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr")
+
+
+def _replace(path: Path, how: str) -> None:
+    """Damage ``path`` (an entry of a model directory): ``loop``, ``directory``, ``missing``,
+    ``dangling`` (a link to nothing), ``file`` (a file where a directory belongs)."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    if how == "loop":
+        path.symlink_to(path.name)  # tokenizer.json -> tokenizer.json
+    elif how == "directory":
+        path.mkdir()
+    elif how == "dangling":
+        path.symlink_to("gone.json")
+    elif how == "file":
+        path.write_text("not a model\n", encoding="utf-8")
+
+
+QUERY_ENCODER = "models/dsr/query_encoder"
+
 SETUP = {  # extra damage done to the workspace before a case runs
+    "query-encoder-tokenizer-loop": lambda ws: _replace(ws / QUERY_ENCODER / "tokenizer.json", "loop"),
+    "query-encoder-config-is-a-directory": lambda ws: _replace(ws / QUERY_ENCODER / "config.json", "directory"),
+    "query-encoder-config-missing": lambda ws: _replace(ws / QUERY_ENCODER / "config.json", "missing"),
+    "query-encoder-config-broken-link": lambda ws: _replace(ws / QUERY_ENCODER / "config.json", "dangling"),
+    "query-encoder-without-vocabulary": lambda ws: _replace(ws / QUERY_ENCODER / "tokenizer.json", "missing"),
+    "query-encoder-without-weights": lambda ws: _replace(ws / QUERY_ENCODER / "model.safetensors", "missing"),
+    "query-encoder-corrupt-settings": lambda ws: truncate(ws / QUERY_ENCODER / "query_encoder.json"),
+    "query-encoder-is-a-file": lambda ws: _replace(ws / QUERY_ENCODER, "file"),
     "truncated-query-encoder": lambda ws: truncate(ws / "models/dsr/query_encoder/model.safetensors"),
     "truncated-embeddings": lambda ws: truncate(ws / "data/embed/articles.safetensors"),
     "truncated-bm25-index": lambda ws: truncate(ws / "models/bm25/index.npz"),
@@ -404,6 +454,39 @@ def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):  # mode bits hol
         (ws / "ro").chmod(0o755)
     err = capsys.readouterr().err
     assert "--run" in err and "is not writable" in err and not (ws / "ro" / "r.trec").exists()
+
+
+def test_full_disk_while_writing_the_run(ws, capsys, monkeypatch):
+    """ENOSPC half-way through writing --run (issue 18): one line naming the run and the
+    reason, exit 2, the earlier run byte-identical and no temporary left."""
+    import builtins
+    import errno
+
+    real_open = builtins.open
+
+    class FullDisk:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def writelines(self, lines):
+            self.fh.write("a Q0 3 1 0.5")  # part of the first line reaches the disk
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("lexgraph.evaluation.open", lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False)
+    before = snapshot(ws)
+    assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"))) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "lexgraph search: error: " in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"{ws / 'out.trec'}: not written, no space left on device; free space and rerun" in lines[0]
+    assert snapshot(ws) == before  # the earlier run as it was, no .out.trec.*.tmp left
 
 
 # ---------------------------------------------------------------------------

@@ -91,3 +91,14 @@ def test_only_the_config_layer_words_params_yaml_errors():
                  if path.name != "config.py"
                  for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
     assert offenders == []
+
+
+def test_producer_names_the_stage_that_writes_a_path():
+    assert layout.producer("/ws/models/dsr/query_encoder/config.json").stage == "train_dsr"
+    assert layout.producer("models/gnn_qabisar/query_encoder").stage == "train_gnn@qabisar"
+    assert layout.producer("/srv/data/embed/models/pretrain/vocab.txt").stage == "pretrain"  # the rightmost
+    assert layout.producer("data/queries/synthetic.parquet").stage == "generate_queries"
+    assert layout.producer("/home/me/checkpoints/camembert") is None
+    assert layout.restore_hint("ws/models/dsr/query_encoder") == (
+        "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it")
+    assert layout.restore_hint("/elsewhere") == "rerun `dvc repro` (or `dvc checkout`) to restore it"

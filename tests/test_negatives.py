@@ -210,3 +210,34 @@ def test_stage_rejects_duplicate_question_ids(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "more than once" in err and "synthetic.parquet" in err
     assert not out.exists()
+
+
+def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkeypatch):
+    """ENOSPC while the stage writes its output (issue 18): one line naming the output and
+    the reason, exit 2, the previous output byte-identical, no temporary left."""
+    import errno
+    import os
+
+    paths = write_fixtures(tmp_path)
+    out = tmp_path / "data" / "negatives" / "negatives.parquet"
+    driver = load_driver()
+    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
+            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    previous = out.read_bytes()
+    capsys.readouterr()
+
+    def full_disk(self, file, *args, **kwargs):
+        with open(file, "wb") as fh:
+            fh.write(b"PAR1 half a file")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", full_disk)
+    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("lexgraph negatives: error: ")]
+    assert len(lines) == 1, err
+    assert f"{out}: not written, no space left on device; free space and rerun" in lines[0]
+    assert out.read_bytes() == previous
+    assert [p.name for p in out.parent.iterdir()] == ["negatives.parquet"]

@@ -1,5 +1,9 @@
 """Loading Hugging Face checkpoints by name or directory, with one-sentence errors.
 
+:func:`check_model_files` checks a local checkpoint directory before transformers reads it
+(every entry readable, config, tokenizer vocabulary, weights, JSON and safetensors headers
+intact), so that a damaged one is named with what to do.
+
 :func:`from_pretrained` wraps any ``from_pretrained`` loader; :func:`hub_reachable` probes
 the hub once (a few seconds at most) so that an offline machine is told at once instead
 of waiting through the hub client's retries; :func:`hub_access` wraps any hub call (models
@@ -19,7 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
+from lexgraph import layout
 from lexgraph.errors import DataError, HubUnreachableError
+from lexgraph.inputs import read_json_object
+from lexgraph.io import check_file
 
 log = logging.getLogger(__name__)
 
@@ -115,22 +122,84 @@ def unreachable_reason(name: str, requested: bool) -> str:
             "local Hugging Face cache")
 
 
+# ---------------------------------------------------------------------------
+# Checks of a local checkpoint directory
+# ---------------------------------------------------------------------------
+
+#: files a tokenizer is built from: a local checkpoint needs one (transformers would otherwise
+#: build a tokenizer that knows its special tokens only)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model",
+                   "tokenizer.model")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+#: entries of a checkpoint directory that must be readable files (not loops, directories, ...)
+FILE_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".bin")
+
+
+def check_safetensors(path: str | os.PathLike, remedy: str | None = None) -> None:
+    """Raise a :class:`DataError` naming ``path`` if it is not a complete safetensors file
+    (missing, unreadable, truncated, corrupt header); reads the header only. ``remedy``
+    defaults to rerunning the stage that writes ``path`` (:func:`lexgraph.layout.restore_hint`)."""
+    from safetensors import SafetensorError, safe_open
+
+    remedy = remedy or layout.restore_hint(path)
+    check_file(path, "the weights file", remedy)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            fh.keys()
+    except (SafetensorError, OSError) as exc:
+        reason = str(exc).removeprefix("Error while deserializing header: ")
+        raise DataError(path, f"truncated or corrupt weights file ({reason}); {remedy}") from None
+
+
+def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None = 1 << 20, *, weights: bool = True,
+                      remedy: str | None = None) -> None:
+    """Check a local Hugging Face directory before transformers loads it, so that a damaged
+    one is named in one sentence with the ``remedy`` (default: rerun the stage that writes
+    it): the directory itself, every file-like entry (a symbolic link loop, a directory
+    where a file belongs, an unreadable file), ``config.json``, a tokenizer vocabulary,
+    weights (``weights=False``: not needed), every ``*.safetensors`` header and the JSON
+    files up to ``max_json_bytes`` (``None``: all)."""
+    directory = Path(directory)
+    remedy = remedy or layout.restore_hint(directory)
+    check_file(directory, "the model directory", remedy, directory=True)
+    entries = sorted(directory.iterdir())
+    for path in entries:
+        if path.suffix in FILE_SUFFIXES:
+            check_file(path, "this model file", remedy)
+    check_file(directory / "config.json", "the model's config.json", remedy)
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES) and not any(
+            p.suffix == ".model" for p in entries):
+        raise DataError(directory, f"no tokenizer vocabulary, expected one of {', '.join(TOKENIZER_FILES)}; {remedy}")
+    if weights and not any((directory / name).is_file() for name in WEIGHT_FILES):
+        raise DataError(directory, f"no model weights, expected {WEIGHT_FILES[0]}; {remedy}")
+    for path in entries:
+        if path.suffix == ".safetensors":
+            check_safetensors(path, remedy)
+    for path in entries:
+        if path.suffix == ".json" and (max_json_bytes is None or path.stat().st_size <= max_json_bytes):
+            read_json_object(path, what="a JSON object", fix=remedy)  # a 17 MB tokenizer.json: parsed only to diagnose a failed load
+
+
 def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwargs) -> Any:
     """``loader(name, **kwargs)`` (a ``from_pretrained``) with one-sentence errors.
 
-    A local directory that cannot be loaded raises :class:`DataError`; a hub name that
-    cannot be fetched (offline, hub unreachable, unknown model) raises
-    :class:`HubUnreachableError` saying what to do. ``param`` is the dotted params key
-    holding ``name``, quoted in the message.
+    A local directory that cannot be loaded (a file missing, unreadable or corrupt) raises
+    :class:`DataError` saying what to do; a hub name that cannot be fetched (offline, hub
+    unreachable, unknown model) raises :class:`HubUnreachableError` saying what to do.
+    ``param`` is the dotted params key holding ``name``, quoted in the message.
     """
     from huggingface_hub.errors import HfHubHTTPError
 
     if Path(name).is_dir():
+        remedy = (layout.restore_hint(name) if layout.producer(name) else
+                  f"expected a readable Hugging Face checkpoint directory (params '{param}')")
+        check_model_files(name, remedy=remedy)
         try:
             return loader(name, **kwargs)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a local checkpoint that does not load is damaged input
+            check_model_files(name, max_json_bytes=None, remedy=remedy)
             raise DataError(name, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
-                            f"{first_line(exc)})") from exc
+                            f"{first_line(exc)}); {remedy}") from exc
     requested = offline_requested()
     with hub_access() as online:
         try:

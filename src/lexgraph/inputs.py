@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from lexgraph.errors import DataError
+from lexgraph.io import unreadable
 
 
 class DuplicateKeyError(ValueError):
@@ -184,21 +185,26 @@ def _show(value: Any) -> str:
 
 
 def read_json_object(path: str | Path, *, what: str, fix: str, keys: dict[str, KeyCheck] | None = None,
-                     optional: dict[str, KeyCheck] | None = None) -> dict[str, Any]:
+                     optional: dict[str, KeyCheck] | None = None, missing_ok: bool = False) -> dict[str, Any] | None:
     """The JSON object in ``path``, a file another stage wrote; ``keys`` maps the keys the
-    caller reads to their check, ``optional`` those it reads when present. A missing file or a directory, bytes that are not UTF-8, an
-    empty or truncated file, another JSON value than an object, a missing key or a value
-    that fails its check: a :class:`DataError` naming the file, saying what is wrong and
-    ``what`` was expected, then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
+    caller reads to their check, ``optional`` those it reads when present. Nothing at
+    ``path`` (``missing_ok``): None. Otherwise a missing file, a directory, a symbolic link
+    loop or a broken one, an unreadable file, bytes that are not UTF-8, an empty or
+    truncated file, another JSON value than an object, a missing key or a value that fails
+    its check: a :class:`DataError` naming the file, saying what is wrong and ``what`` was
+    expected, then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
     path = Path(path)
 
     def bad(problem: str) -> DataError:
         return DataError(path, f"{problem}; expected {what}; {fix}")
 
-    if path.is_dir():
-        raise bad("is a directory")
-    if not path.is_file():
+    reason = unreadable(path)
+    if reason == "missing":
+        if missing_ok:
+            return None
         raise bad("not found")
+    if reason is not None:
+        raise bad(f"is {reason}")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

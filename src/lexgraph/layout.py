@@ -65,3 +65,26 @@ MANAGED_ROOTS: tuple[str, ...] = ("data", "models")
 def articles(workspace: str | Path = ".") -> Path:
     """The clean articles table of a workspace (what every system must have been built on)."""
     return CLEAN.under(workspace, "articles.parquet")
+
+
+def producer(path: str | Path) -> Artifact | None:
+    """The artefact that ``path`` is or lies in, recognised by the artefact's relative path
+    anywhere in ``path`` (the rightmost match, the longest on a tie); ``None`` outside the
+    layout (e.g. a checkpoint directory a user named in params.yaml)."""
+    parts = Path(path).parts  # not resolved: a symbolic link loop must not fail here
+    best: tuple[tuple[int, int], Artifact] | None = None
+    for artifact in ARTIFACTS.values():
+        n = len(artifact.path.parts)
+        for start in range(len(parts) - n, -1, -1):
+            if parts[start : start + n] == artifact.path.parts:
+                if best is None or (start, n) > best[0]:
+                    best = ((start, n), artifact)
+                break
+    return best[1] if best else None
+
+
+def restore_hint(path: str | Path) -> str:
+    """What to do about a missing or damaged artefact file: rerun the stage that writes it."""
+    artifact = producer(path)
+    stage = f" {artifact.stage}" if artifact else ""
+    return f"rerun `dvc repro{stage}` (or `dvc checkout`) to restore it"

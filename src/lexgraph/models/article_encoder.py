@@ -16,10 +16,12 @@ from torch import nn
 from lexgraph.distributed import map_batches
 from lexgraph.config import without_params_file
 from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.hub import check_model_files, check_safetensors, first_line
 from lexgraph.inputs import read_json_object
+from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, _autocast, _bar, _max_positions, check_safetensors, load_backbone, longest_first,
+    FORMAT_VERSION, _autocast, _bar, _max_positions, load_backbone, longest_first,
 )
 from lexgraph.models.encoders import TextEncoder
 from lexgraph.models.packing import (
@@ -31,7 +33,6 @@ log = logging.getLogger(__name__)
 HIERARCHICAL_CONFIG = "hierarchical.json"
 HIERARCHICAL_WEIGHTS = "hierarchical.safetensors"
 CHUNK_POOLING = ("max", "mean", "token_mean")
-_RESTORE = "rerun `dvc repro` (or `dvc checkout`) to restore it"
 BACKBONE_REF = "backbone.json"  # a frozen chunk encoder saved by reference to its base checkpoint
 
 
@@ -328,25 +329,32 @@ class HierarchicalArticleEncoder(TextEncoder):
         from transformers import AutoConfig, AutoTokenizer
 
         directory = Path(name_or_path)
+        remedy = restore_hint(directory)
         saved_config = directory / HIERARCHICAL_CONFIG
         reference = directory / BACKBONE_REF
         backbone_path: str | os.PathLike = name_or_path
-        if reference.is_file() and not random_init:
+        if not random_init and (reference.exists() or reference.is_symlink()):
             backbone_path = read_json_object(reference, what="the frozen chunk encoder's checkpoint directory",
                                              keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
-                                             fix=_RESTORE)["path"]
+                                             fix=remedy)["path"]
             if with_backbone and not Path(backbone_path).is_dir():
                 raise LexgraphError(
                     f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
-                    "run `dvc repro` (or `dvc checkout`) to restore it"
+                    f"{restore_hint(backbone_path)}"
                 )
         if with_backbone:
             backbone, tokenizer = load_backbone(backbone_path, random_init=random_init)
             config = backbone.config
         else:
-            backbone, tokenizer, config = None, AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
-        if saved_config.is_file() and not random_init:
-            config_values = read_json_object(saved_config, what="the chunk-level module's settings", fix=_RESTORE)
+            check_model_files(directory, weights=False)
+            try:
+                tokenizer, config = AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
+            except Exception as exc:  # noqa: BLE001 - a saved directory that does not load is damaged input
+                raise DataError(directory, f"not a loadable tokenizer and config ({type(exc).__name__}: "
+                                f"{first_line(exc)}); {remedy}") from exc
+            backbone = None
+        if not random_init and (saved_config.exists() or saved_config.is_symlink()):
+            config_values = read_json_object(saved_config, what="the chunk-level module's settings", fix=remedy)
             config_values.pop("format_version", None)
             config_values.update(settings)
             try:
@@ -354,7 +362,7 @@ class HierarchicalArticleEncoder(TextEncoder):
             except (TypeError, ValueError, ConfigError) as exc:
                 detail = without_params_file(exc)  # the file, not params.yaml, holds the value
                 raise DataError(saved_config, f"settings that do not build a chunk-level module ({detail}); "
-                                              f"expected the settings train_dsr saved; {_RESTORE}") from None
+                                              f"expected the settings train_dsr saved; {remedy}") from None
             check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
             missing, unexpected = encoder.load_state_dict(weights, strict=False)

@@ -4,7 +4,6 @@ shares (device, autocast, progress, longest-first batches)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -13,7 +12,9 @@ from typing import Sequence, Any
 import torch
 from torch import nn
 
-from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.hub import check_model_files, first_line
+from lexgraph.layout import producer, restore_hint
 from lexgraph.progress import progress
 
 log = logging.getLogger(__name__)
@@ -54,36 +55,10 @@ def _no_pooler_kwargs(config) -> dict[str, Any]:
     return {"add_pooling_layer": False} if config.model_type in {"bert", "camembert", "roberta", "xlm-roberta"} else {}
 
 
-RESTORE = "rerun `dvc repro` (or `dvc checkout`) to restore it"
-
-
-def check_safetensors(path: str | os.PathLike) -> None:
-    """Raise a :class:`LexgraphError` naming ``path`` if it is not a complete safetensors
-    file (truncated, corrupt header); reads the header only."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            fh.keys()
-    except (SafetensorError, OSError) as exc:
-        reason = str(exc).removeprefix("Error while deserializing header: ")
-        raise LexgraphError(f"{path}: truncated or corrupt weights file ({reason}); {RESTORE}") from None
-
-
-def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None = 1 << 20) -> None:
-    """Check a local Hugging Face directory's weights (every ``*.safetensors``, header
-    only) and JSON files (those up to ``max_json_bytes``; ``None``: all) before
-    transformers loads them, so a damaged file is named in one sentence."""
-    directory = Path(directory)
-    for path in sorted(directory.glob("*.safetensors")):
-        check_safetensors(path)
-    for path in sorted(directory.glob("*.json")):
-        if max_json_bytes is not None and path.stat().st_size > max_json_bytes:
-            continue  # e.g. a 17 MB tokenizer.json: parsed only to diagnose a failed load
-        try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise LexgraphError(f"{path}: truncated or corrupt JSON ({exc}); {RESTORE}") from None
+def is_local(name_or_path: str | os.PathLike) -> bool:
+    """Whether ``name_or_path`` means a local directory rather than a hub model name: something
+    is there (even a broken link or a loop), the path is absolute, or it is a workspace artefact."""
+    return os.path.lexists(name_or_path) or Path(name_or_path).is_absolute() or producer(name_or_path) is not None
 
 
 def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False):
@@ -92,14 +67,15 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
     ``random_init=True`` builds a randomly initialised model with the same config and
     tokenizer as ``name_or_path`` (the "base" ablation of the sample profile); the
     caller seeds torch beforehand for reproducibility. A local directory's files are
-    checked first (:func:`check_model_files`).
+    checked first (:func:`check_model_files`), and any failure to load it is a
+    :class:`DataError` naming it and the stage that writes it.
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    local = Path(name_or_path).is_dir()
+    local = is_local(name_or_path)
     if local:
-        check_model_files(name_or_path)
+        check_model_files(name_or_path, weights=not random_init)
     try:
         config = AutoConfig.from_pretrained(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
@@ -120,16 +96,16 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
                 log.warning("%s: weights newly initialised: %s", name_or_path, sorted(info["missing_keys"]))
             if info.get("unexpected_keys"):
                 log.debug("%s: unused weights: %s", name_or_path, sorted(info["unexpected_keys"]))
-    except OSError as exc:
-        if local:
-            check_model_files(name_or_path, max_json_bytes=None)
-        raise LexgraphError(
-            f"cannot load the transformer '{name_or_path}' ({exc.__class__.__name__}): expected a local "
-            "Hugging Face directory (config.json, weights, tokenizer) or a hub model name with the hub reachable"
-        ) from exc
-    except Exception:
-        if local:  # a damaged large file (tokenizer.json) fails inside transformers/tokenizers: name it
-            check_model_files(name_or_path, max_json_bytes=None)
+    except Exception as exc:  # noqa: BLE001 - a local checkpoint that does not load is damaged input
+        if local:  # name the damaged file if there is one (a large tokenizer.json is parsed only now)
+            check_model_files(name_or_path, max_json_bytes=None, weights=not random_init)
+            raise DataError(name_or_path, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
+                            f"{first_line(exc)}); {restore_hint(name_or_path)}") from exc
+        if isinstance(exc, OSError):
+            raise LexgraphError(
+                f"cannot load the transformer '{name_or_path}' ({exc.__class__.__name__}): expected a local "
+                "Hugging Face directory (config.json, weights, tokenizer) or a hub model name with the hub reachable"
+            ) from exc
         raise
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError(f"tokenizer of '{name_or_path}' lacks a CLS, SEP or PAD token; a BERT-like model is expected")

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from lexgraph.config import params_error
-from lexgraph.errors import HubUnreachableError
+from lexgraph.errors import DataError, HubUnreachableError
 from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
-from lexgraph.hub import from_pretrained, hub_reachable
+from lexgraph.hub import check_model_files, from_pretrained, hub_reachable
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,13 @@ def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "
     out_dir = Path(out_dir)
     info: dict[str, Any] = {"model": str(name), **family_prefixes(name)}
     if source in ("auto", "local") and Path(name).is_dir():
-        shutil.copytree(name, out_dir, dirs_exist_ok=True)
+        check_model_files(name, remedy=f"expected a readable Hugging Face checkpoint directory (params '{param}')")
+        try:
+            shutil.copytree(name, out_dir, dirs_exist_ok=True)
+        except OSError as exc:  # shutil.Error lists every file it could not copy
+            detail = exc.args[0][0][2] if isinstance(exc, shutil.Error) and exc.args and exc.args[0] else exc
+            raise DataError(name, f"could not copy the checkpoint ({detail}); expected a readable Hugging Face "
+                            f"checkpoint directory (params '{param}')") from None
         info.update(read_base_summary(out_dir))
         info.update(source="local")
         write_base_info(out_dir, info)

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lexgraph.errors import ConfigError, LexgraphError
+from lexgraph.errors import ConfigError
 from lexgraph.inputs import finite_number, read_json_object
+from lexgraph.layout import restore_hint
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import FORMAT_VERSION
@@ -106,11 +107,9 @@ class DSR(nn.Module):
         encoder (enough to aggregate cached chunk vectors)."""
         directory = Path(directory)
         config_path = directory / DSR_CONFIG
-        if not config_path.is_file():
-            raise LexgraphError(f"{config_path}: not found; expected a DSR saved by the train_dsr stage")
         config = read_json_object(config_path, what="the DSR settings train_dsr writes", keys={
             "temperature": (lambda v: finite_number(v) and v > 0, "a positive number")},
-            fix="rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it")
+            fix=restore_hint(config_path))
         model = cls(
             QueryEncoder.from_pretrained(directory / "query_encoder"),
             HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder", with_backbone=with_article_backbone),

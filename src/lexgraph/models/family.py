@@ -14,9 +14,9 @@ from typing import Any
 
 from lexgraph.errors import DataError
 from lexgraph.inputs import read_json_object
+from lexgraph.layout import restore_hint
 
 BASE_INFO = "lexgraph_base.json"
-_RESTORE = "rerun `dvc repro pretrain` (or `dvc checkout`) to restore it"
 E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
 
 
@@ -25,8 +25,9 @@ def read_base_info(name_or_path: str | os.PathLike) -> dict[str, Any]:
     info = read_base_summary(name_or_path)
     for key in ("query_prefix", "passage_prefix"):
         if not isinstance(info.get(key, ""), str):
-            raise DataError(Path(name_or_path) / BASE_INFO, f"key '{key}' = {json.dumps(info[key])[:60]}, not a "
-                            f"string; expected the base checkpoint's settings; {_RESTORE}")
+            path = Path(name_or_path) / BASE_INFO
+            raise DataError(path, f"key '{key}' = {json.dumps(info[key])[:60]}, not a "
+                            f"string; expected the base checkpoint's settings; {restore_hint(path)}")
     return {"query_prefix": info.get("query_prefix", ""), "passage_prefix": info.get("passage_prefix", "")}
 
 
@@ -47,6 +48,5 @@ def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
     """``lexgraph_base.json`` of a checkpoint directory ({} when absent; a damaged one is a
     DataError naming it)."""
     path = Path(directory) / BASE_INFO
-    if not path.exists():
-        return {}
-    return read_json_object(path, what="the base checkpoint's settings (an object)", fix=_RESTORE)
+    return read_json_object(path, what="the base checkpoint's settings (an object)", fix=restore_hint(path),
+                            missing_ok=True) or {}

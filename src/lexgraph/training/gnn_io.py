@@ -68,23 +68,26 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
 
 def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
     """Rebuild a trained :class:`GraphEncoder` from ``models/gnn_<variant>/``."""
-    from safetensors.torch import load_file
+    from lexgraph.io import load_tensors
 
     directory = Path(directory)
     config_path = directory / CONFIG
-    if not config_path.is_file():
-        raise DataError(config_path, "not found (run the train_gnn stage)")
-    rebuild = "rerun `dvc repro train_gnn` (or `dvc checkout`) to restore it"
+    rebuild = layout.restore_hint(directory)
     config = read_json_object(config_path, what="the graph encoder settings train_gnn writes", fix=rebuild,
                               keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")})
     try:  # the settings' own errors name params.yaml: here the file is the culprit
         architecture = GraphEncoderConfig.from_dict(config["graph_encoder"])
+        model = GraphEncoder(architecture)
     except (TypeError, ValueError, LexgraphError) as exc:
         detail = without_params_file(exc)  # the file, not params.yaml, holds the value
         raise DataError(config_path, f"key 'graph_encoder' does not build an encoder ({detail}); expected the "
                                      f"architecture train_gnn saved; {rebuild}") from None
-    model = GraphEncoder(architecture)
-    model.load_state_dict(load_file(str(directory / WEIGHTS)))
+    weights = load_tensors(directory / WEIGHTS, "graph encoder weights", rebuild)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise DataError(directory / WEIGHTS, f"weights that do not fit {CONFIG} ({str(exc).splitlines()[0]}); "
+                        f"{rebuild}") from None
     return model.to(device).eval()
 
 
