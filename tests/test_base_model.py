@@ -106,7 +106,7 @@ DAMAGE = {
     "tokenizer-loop": ("tokenizer.json", "loop", "tokenizer.json: this model file is a symbolic link loop"),
     "config-directory": ("config.json", "directory", "config.json: this model file is a directory, expected a readable file"),
     "config-missing": ("config.json", "missing", "config.json: the model's config.json not found"),
-    "config-corrupt": ("config.json", "truncate", "config.json: truncated or corrupt JSON file"),
+    "config-corrupt": ("config.json", "truncate", "config.json: not valid JSON, truncated or corrupt"),
     "weights-missing": ("model.safetensors", "missing", "no model weights, expected model.safetensors"),
     "weights-loop": ("model.safetensors", "loop", "model.safetensors: this model file is a symbolic link loop"),
     "vocabulary-missing": ("tokenizer.json", "missing", "no tokenizer vocabulary"),

@@ -754,10 +754,10 @@ ARTEFACTS = [
      "train_dsr"),
     ("dsr-empty", _dsr, "models/dsr/dsr.json", "{}", "key 'temperature' is missing (a positive number)", "train_dsr"),
     ("gnn-truncated", _gnn, "models/gnn_lge/gnn.json", '{"graph_encoder": {', "not valid JSON, truncated or corrupt",
-     "train_gnn"),
+     "train_gnn@lge"),
     ("gnn-bad-architecture", _gnn, "models/gnn_lge/gnn.json",
      json.dumps({"graph_encoder": {**GRAPH_ENCODER, "layers": 100}}), "key 'graph_encoder' does not build an encoder",
-     "train_gnn"),
+     "train_gnn@lge"),
     ("gnn-similarity-truncated", _cosine, "models/gnn_lge/gnn.json", '{"similarity": "cos',
      "not valid JSON, truncated or corrupt", "train_gnn"),
     ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank"),
@@ -768,7 +768,7 @@ ARTEFACTS = [
     ("base-info", _base_info, "models/pretrain/lexgraph_base.json", '{"query_prefix": ',
      "not valid JSON, truncated or corrupt", "pretrain"),
     ("backbone-reference", _backbone_ref, "models/dsr/article_encoder/backbone.json", '{"path": 3}',
-     "key 'path' = 3, not a directory", None),
+     "key 'path' = 3, not a directory", "train_dsr"),
 ]
 
 

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 from lexgraph import layout
 from lexgraph.errors import DataError, HubUnreachableError
-from lexgraph.inputs import read_json_object
+from lexgraph.inputs import read_json
 from lexgraph.io import check_file
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None =
             check_safetensors(path, remedy)
     for path in entries:
         if path.suffix == ".json" and (max_json_bytes is None or path.stat().st_size <= max_json_bytes):
-            read_json_object(path, what="a JSON object", fix=remedy)  # a 17 MB tokenizer.json: parsed only to diagnose a failed load
+            read_json(path, what="a JSON file", fix=remedy)  # a 17 MB tokenizer.json: parsed only to diagnose a failed load
 
 
 def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwargs) -> Any:

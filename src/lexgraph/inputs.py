@@ -184,39 +184,48 @@ def _show(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)[:60]
 
 
+def read_json(path: str | Path, *, what: str, fix: str, missing_ok: bool = False) -> Any:
+    """The JSON value in ``path``, a file another stage wrote. Nothing at ``path``
+    (``missing_ok``): None. Otherwise a missing file, a directory, a symbolic link loop or
+    a broken one, an unreadable file, bytes that are not UTF-8, an empty or truncated file:
+    a :class:`DataError` naming the file, saying what is wrong and ``what`` was expected,
+    then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
+    path = Path(path)
+    reason = unreadable(path)
+    if reason == "missing" and missing_ok:
+        return None
+    problem = "not found" if reason == "missing" else f"is {reason}" if reason else None
+    if problem is None:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        except OSError as exc:
+            problem = f"cannot be read ({exc.strerror})"
+        else:
+            if not text.strip():
+                problem = "is empty"
+            else:
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    problem = (f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, "
+                               f"column {exc.colno})")
+    raise DataError(path, f"{problem}; expected {what}; {fix}")
+
+
 def read_json_object(path: str | Path, *, what: str, fix: str, keys: dict[str, KeyCheck] | None = None,
                      optional: dict[str, KeyCheck] | None = None, missing_ok: bool = False) -> dict[str, Any] | None:
-    """The JSON object in ``path``, a file another stage wrote; ``keys`` maps the keys the
-    caller reads to their check, ``optional`` those it reads when present. Nothing at
-    ``path`` (``missing_ok``): None. Otherwise a missing file, a directory, a symbolic link
-    loop or a broken one, an unreadable file, bytes that are not UTF-8, an empty or
-    truncated file, another JSON value than an object, a missing key or a value that fails
-    its check: a :class:`DataError` naming the file, saying what is wrong and ``what`` was
-    expected, then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
-    path = Path(path)
+    """:func:`read_json` of a JSON object; ``keys`` maps the keys the caller reads to their
+    check, ``optional`` those it reads when present. Another JSON value than an object, a
+    missing key or a value that fails its check is a :class:`DataError` worded the same way."""
+    value = read_json(path, what=what, fix=fix, missing_ok=missing_ok)
+    if value is None and missing_ok:
+        return None
 
     def bad(problem: str) -> DataError:
         return DataError(path, f"{problem}; expected {what}; {fix}")
 
-    reason = unreadable(path)
-    if reason == "missing":
-        if missing_ok:
-            return None
-        raise bad("not found")
-    if reason is not None:
-        raise bad(f"is {reason}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise bad(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise bad(f"cannot be read ({exc.strerror})") from None
-    if not text.strip():
-        raise bad("is empty")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad(f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     if not isinstance(value, dict):
         raise bad(f"holds {_show(value)}, not a JSON object")
     for key, (test, expected) in (keys or {}).items():

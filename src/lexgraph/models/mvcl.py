@@ -288,7 +288,7 @@ def load_model(directory: str | os.PathLike, device: torch.device):
     if is_disabled(directory):
         raise LexgraphError(f"{directory}: the MVCL re-ranker is switched off (rerank.enabled: false); "
                             "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
     rebuild = "rerun `dvc repro rerank` (or `dvc checkout`) to restore it"
     settings = read_json_object(path, what="the MVCL settings the rerank stage writes", fix=rebuild, keys={
