@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lexgraph.config import resolve_device
 from lexgraph.io import atomic_path, read_parquet, write_text
+from lexgraph.retrieval.dense import shared_query_encoders
 from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig, dense_systems_needed, to_json, tune, tune_metrics
 
@@ -22,9 +23,10 @@ def configure(parser):
 def main(args, base, config):
     device = str(resolve_device(base.device))
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    sparse = load_retriever(SPARSE, args.workspace, device)
-    dense = {name: load_retriever(name, args.workspace, device) for name in dense_systems_needed(config)}
-    report = tune(questions, sparse, dense, config)
+    with shared_query_encoders():  # dsr, hprior and gdsr: one DSR query encoder, the questions encoded once
+        sparse = load_retriever(SPARSE, args.workspace, device)
+        dense = {name: load_retriever(name, args.workspace, device) for name in dense_systems_needed(config)}
+        report = tune(questions, sparse, dense, config)
     with atomic_path(args.out, directory=True) as tmp:
         write_text(to_json(report), Path(tmp) / SETTINGS)
     write_text(to_json(tune_metrics(report)), args.metrics)

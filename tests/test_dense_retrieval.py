@@ -86,3 +86,65 @@ def test_embeddings_file_round_trip(tmp_path):
     ids, loaded = load_embeddings(tmp_path / "x.safetensors")
     assert ids.tolist() == [9, 8, 7, 6, 5] and ids.dtype == np.int64
     assert torch.equal(loaded, emb)
+
+
+@pytest.fixture
+def query_encoder_dir(tmp_path, tiny_model_dir):
+    """A saved query encoder on the tiny BERT (as models/dsr/query_encoder)."""
+    from lexgraph.models.encoders import QueryEncoder
+
+    directory = tmp_path / "query_encoder"
+    QueryEncoder.from_pretrained(tiny_model_dir, token_pooling="mean").save_pretrained(directory)
+    return directory
+
+
+def test_shared_query_encoders_load_once_and_encode_each_question_list_once(query_encoder_dir, monkeypatch):
+    """dsr, hprior and gdsr read one query encoder: within shared_query_encoders it is
+    loaded once and a list of questions is encoded once, with the numbers (ids and score
+    bits) that separate encoders give; outside the block nothing is shared."""
+    from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.retrieval.dense import load_query_encoder, shared_query_encoders
+
+    ids, emb = np.arange(10, 16), torch.randn(6, 16, generator=torch.Generator().manual_seed(0))
+    questions = ["le bail", "la loi du contrat de mariage", "divorce", "enfant"]
+    alone = [DenseRetriever(load_query_encoder(query_encoder_dir), ids, e).search(questions, 4) for e in (emb, emb * 2)]
+    assert load_query_encoder(query_encoder_dir) is not load_query_encoder(query_encoder_dir)
+
+    calls = []
+    encode = QueryEncoder.encode
+    monkeypatch.setattr(QueryEncoder, "encode", lambda self, texts, **kw: calls.append(list(texts)) or encode(self, texts, **kw))
+    with shared_query_encoders():
+        first = load_query_encoder(query_encoder_dir)
+        with shared_query_encoders():  # nested: the same sharing
+            assert load_query_encoder(str(query_encoder_dir) + "/") is first
+        a, b = DenseRetriever(first, ids, emb, name="a"), DenseRetriever(load_query_encoder(query_encoder_dir), ids, emb * 2)
+        shared = [a.search(questions, 4), b.search(questions, 4)]
+        a.encode(questions).zero_()  # callers get a copy
+        again = a.search(questions, 4)
+        a.search(questions[:2], 4)
+    assert calls == [questions, questions[:2]]
+    for (got_ids, got_scores), (want_ids, want_scores) in zip([*shared, again], [*alone, alone[0]]):
+        np.testing.assert_array_equal(got_ids, want_ids)
+        assert got_scores.tobytes() == want_scores.tobytes()
+    calls.clear()
+    a.search(questions, 4)  # after the block: encoded again
+    assert calls == [questions] and load_query_encoder(query_encoder_dir) is not first
+
+
+def test_only_shared_encoders_are_memoised(query_encoder_dir):
+    """An encoder not loaded through load_query_encoder in the block (a stand-in, zeroshot's
+    base model) encodes every time."""
+    from lexgraph.retrieval.dense import shared_query_encoders
+
+    class Counting(FixedEncoder):
+        calls = 0
+
+        def encode(self, texts, batch_size=64, show_progress=False):
+            Counting.calls += 1
+            return super().encode(texts, batch_size, show_progress)
+
+    retriever = DenseRetriever(Counting(np.eye(3, 4)), [1, 2, 3], torch.eye(3, 4))
+    with shared_query_encoders():
+        first = retriever.search(["q0", "q2"], 2)
+        second = retriever.search(["q0", "q2"], 2)
+    assert Counting.calls == 2 and np.array_equal(first[0], second[0])

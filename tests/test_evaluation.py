@@ -126,3 +126,38 @@ def test_results_markdown():
         "\n"
         + results_table(METRICS_BY_SYSTEM, "test", n_questions=222)
     )
+
+
+def test_evaluate_systems_shares_a_query_encoder_between_systems(tmp_path, tiny_model_dir, monkeypatch):
+    """Systems with one query-encoder directory (dsr, hprior, gdsr, hybrid's dense half)
+    load it once and encode each split once; their runs are those of separate encoders."""
+    import polars as pl
+    import torch
+
+    from lexgraph.evaluation import evaluate_systems
+    from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.retrieval.dense import DenseRetriever, load_query_encoder
+    from lexgraph.retrieval.systems import SYSTEMS
+
+    directory = tmp_path / "query_encoder"
+    QueryEncoder.from_pretrained(tiny_model_dir, token_pooling="mean").save_pretrained(directory)
+    ids, emb = np.arange(1, 9), torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    for name, scale in (("dsr", 1.0), ("gdsr", -1.0)):
+        monkeypatch.setitem(SYSTEMS, name, lambda ws, device, s=scale, n=name:
+                            DenseRetriever(load_query_encoder(directory), ids, emb * s, name=n))
+    questions = pl.DataFrame({"id": [1, 2, 3], "question": ["le bail", "la loi", "divorce"],
+                              "article_ids": [[1], [2, 3], [8]], "split": ["dev", "dev", "test"]})
+    separate = {}
+    for name in ("dsr", "gdsr"):
+        separate |= evaluate_systems([name], questions, ["dev", "test"], 500, tmp_path / "alone", tmp_path, "cpu")
+    loads, encodes = [], []
+    load, encode = QueryEncoder.from_pretrained.__func__, QueryEncoder.encode
+    monkeypatch.setattr(QueryEncoder, "from_pretrained", classmethod(lambda cls, *a, **kw: loads.append(a) or load(cls, *a, **kw)))
+    monkeypatch.setattr(QueryEncoder, "encode", lambda self, texts, **kw: encodes.append(list(texts)) or encode(self, texts, **kw))
+    shared = evaluate_systems(["dsr", "gdsr"], questions, ["dev", "test"], 500, tmp_path / "shared", tmp_path, "cpu")
+    assert len(loads) == 1 and encodes == [["le bail", "la loi"], ["divorce"]]
+    assert shared == separate
+    for name in ("dsr", "gdsr"):
+        for split in ("dev", "test"):
+            assert (tmp_path / "shared" / name / f"{split}.trec").read_bytes() == \
+                (tmp_path / "alone" / name / f"{split}.trec").read_bytes()

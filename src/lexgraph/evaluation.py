@@ -303,25 +303,29 @@ def evaluate_systems(
     ``questions`` is the clean questions table; runs go to ``runs_dir/<system>/<split>.trec``.
     The systems are loaded with :func:`lexgraph.retrieval.load_retriever`, exactly as
     ``lexgraph search`` loads them; dense systems search through ``index``
-    (:class:`lexgraph.retrieval.index.IndexConfig`, ``evaluate.index``).
+    (:class:`lexgraph.retrieval.index.IndexConfig`, ``evaluate.index``). Systems with the
+    same query encoder share it and each split's questions are encoded once per encoder
+    (:func:`lexgraph.retrieval.dense.shared_query_encoders`).
     """
     from lexgraph.metrics import evaluate_run
+    from lexgraph.retrieval.dense import shared_query_encoders
     from lexgraph.retrieval.systems import load_retriever
 
     results: dict[str, dict[str, dict[str, float]]] = {}
-    for system in systems:
-        retriever = load_retriever(system, workspace, device, index=index)
-        results[system] = {}
-        for split in splits:
-            qids, texts, qrels = split_questions(questions, split)
-            if not qids:
-                log.warning("no questions in split %s; skipped", split)
-                continue
-            ids, scores = retriever.search(texts, k)
-            write_trec(Path(runs_dir) / system / f"{split}.trec", [str(q) for q in qids], ids, scores, system)
-            run = {q: row.tolist() for q, row in zip(qids, ids)}
-            results[system][split] = round_metrics(evaluate_run(run, qrels))
-            log.info("%s/%s: %s", system, split, results[system][split])
+    with shared_query_encoders():  # dsr, hprior, gdsr and hybrid: one DSR query encoder, each split encoded once
+        for system in systems:
+            retriever = load_retriever(system, workspace, device, index=index)
+            results[system] = {}
+            for split in splits:
+                qids, texts, qrels = split_questions(questions, split)
+                if not qids:
+                    log.warning("no questions in split %s; skipped", split)
+                    continue
+                ids, scores = retriever.search(texts, k)
+                write_trec(Path(runs_dir) / system / f"{split}.trec", [str(q) for q in qids], ids, scores, system)
+                run = {q: row.tolist() for q, row in zip(qids, ids)}
+                results[system][split] = round_metrics(evaluate_run(run, qrels))
+                log.info("%s/%s: %s", system, split, results[system][split])
     return results
 
 

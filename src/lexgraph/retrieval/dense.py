@@ -9,7 +9,12 @@ embeddings; it is the shared machinery of every dense system:
   final article embeddings (``DenseRetriever(encoder, ids, embeddings, name="gdsr")``).
 
 Scores are cosine similarities; ties are broken by the lower article id, so rankings
-are deterministic. Search goes through :class:`lexgraph.retrieval.index.DenseIndex`
+are deterministic.
+
+Within :func:`shared_query_encoders` (the ``hybrid`` and ``evaluate`` stages), systems
+whose query encoder comes from the same directory share one loaded encoder and encode
+a list of questions once: ``dsr``, ``hprior`` and ``gdsr`` all read
+``models/dsr/query_encoder``, and the ``hybrid`` system's dense half is one of them. Search goes through :class:`lexgraph.retrieval.index.DenseIndex`
 (exact ``IndexFlatIP`` by default, IVF/HNSW at scale, per ``evaluate.index``);
 :func:`exact_top_k` is the torch reference it is tested against, also used by the
 training loops' dev evaluation (small corpora, on the training device).
@@ -18,8 +23,9 @@ training loops' dev evaluation (small corpora, on the training device).
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +35,49 @@ from lexgraph.errors import LexgraphError
 
 log = logging.getLogger(__name__)
 
+
+class _Shared:
+    """What :func:`shared_query_encoders` shares: loaded encoders by directory, and their
+    encodings by ``(encoder, batch size, device, questions)``."""
+
+    def __init__(self) -> None:
+        self.encoders: dict[str, object] = {}
+        self.encodings: dict[tuple, torch.Tensor] = {}
+
+    def holds(self, encoder) -> bool:
+        return any(encoder is shared for shared in self.encoders.values())
+
+
+_SHARED: _Shared | None = None
+
+
+@contextmanager
+def shared_query_encoders() -> Iterator[None]:
+    """Within the block, :func:`load_query_encoder` returns one encoder per directory and
+    :meth:`DenseRetriever.encode` encodes a given list of questions once per shared
+    encoder, batch size and device (later calls get a copy of the first result, the very
+    numbers a new encoding would give). For stages that only search: an encoder must not
+    be trained inside the block. Blocks nest (the outermost one's sharing is used)."""
+    global _SHARED
+    outer = _SHARED
+    _SHARED = outer or _Shared()
+    try:
+        yield
+    finally:
+        _SHARED = outer
+
+
+def load_query_encoder(directory: str | Path):
+    """``QueryEncoder.from_pretrained(directory)``; within :func:`shared_query_encoders`
+    the encoder already loaded from that directory, if any."""
+    from lexgraph.models.encoders import QueryEncoder
+
+    if _SHARED is None:
+        return QueryEncoder.from_pretrained(directory)
+    key = str(Path(directory).resolve())
+    if key not in _SHARED.encoders:
+        _SHARED.encoders[key] = QueryEncoder.from_pretrained(directory)
+    return _SHARED.encoders[key]
 
 
 class DenseRetriever:
@@ -98,8 +147,17 @@ class DenseRetriever:
         return int(self.article_embeddings.size(1))
 
     def encode(self, questions: Sequence[str], show_progress: bool = False) -> torch.Tensor:
-        """Questions -> float32 ``(n, dim)`` query embeddings."""
-        return self.query_encoder.encode(list(questions), batch_size=self.batch_size, show_progress=show_progress)
+        """Questions -> float32 ``(n, dim)`` query embeddings (encoded once per list of
+        questions within :func:`shared_query_encoders`, when the encoder is shared)."""
+        texts = list(questions)
+        shared = _SHARED
+        if shared is None or not shared.holds(self.query_encoder):
+            return self.query_encoder.encode(texts, batch_size=self.batch_size, show_progress=show_progress)
+        key = (id(self.query_encoder), self.batch_size, str(self.device), tuple(texts))
+        if key not in shared.encodings:
+            shared.encodings[key] = self.query_encoder.encode(texts, batch_size=self.batch_size, device=self.device,
+                                                              show_progress=show_progress)
+        return shared.encodings[key].clone()
 
     def search_embeddings(self, query_embeddings: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k for already encoded queries ``(n, dim)``: ``(ids, scores)`` each ``(n, k)``."""
@@ -137,12 +195,11 @@ def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetrieve
     """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings."""
     from lexgraph.config import resolve_device
     from lexgraph.embed import load_embeddings
-    from lexgraph.models.encoders import QueryEncoder
 
     workspace = Path(workspace)
     query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
     emb_path = _require(layout.EMBED.under(workspace, "articles.safetensors"), "the DSR article embeddings", "embed")
     ids, embeddings = load_embeddings(emb_path)
-    encoder = QueryEncoder.from_pretrained(query_dir)
+    encoder = load_query_encoder(query_dir)
     return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device), source=emb_path,
                           index=index)

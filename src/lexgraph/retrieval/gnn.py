@@ -17,7 +17,7 @@ from pathlib import Path
 from lexgraph.errors import LexgraphError
 from lexgraph import layout
 from lexgraph.embed import ARTICLE_EMBEDDINGS
-from lexgraph.retrieval.dense import DenseRetriever
+from lexgraph.retrieval.dense import DenseRetriever, load_query_encoder
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +34,11 @@ def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: s
     """A :class:`DenseRetriever` from a query encoder directory and an article embeddings file."""
     from lexgraph.config import resolve_device
     from lexgraph.embed import load_embeddings
-    from lexgraph.models.encoders import QueryEncoder
 
     _require(emb_path, f"the {name} article embeddings", stage)
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
-    encoder = QueryEncoder.from_pretrained(query_dir)
+    encoder = load_query_encoder(query_dir)
     return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path,
                           index=index, normalize=normalize)
 
