@@ -69,7 +69,7 @@ import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -489,15 +489,14 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     return settings
 
 
-def load_hybrid(workspace: Path, device: str = "auto", index=None) -> HybridRetriever:
-    """The ``hybrid`` system: BM25 + the dense system of ``models/hybrid/hybrid.json``, fused as chosen there."""
-    from lexgraph.retrieval.systems import load_retriever
-
+def load_hybrid(workspace: Path, device: str = "auto", index=None, *, load: Callable[..., Any]) -> HybridRetriever:
+    """The ``hybrid`` system: BM25 + the dense system of ``models/hybrid/hybrid.json``, fused as chosen there;
+    ``load`` loads a component by name (the registry's ``load_retriever``, which passes itself)."""
     workspace = Path(workspace)
     path = layout.HYBRID.under(workspace, SETTINGS)
     settings = read_settings(path)
-    sparse = load_retriever(settings["sparse"], workspace, device)
-    dense = load_retriever(settings["dense"], workspace, device, index=index)
+    sparse = load(settings["sparse"], workspace, device)
+    dense = load(settings["dense"], workspace, device, index=index)
     return HybridRetriever(sparse, dense, Fusion.from_dict(settings["fusion"]), settings["depth"], source=path)
 
 

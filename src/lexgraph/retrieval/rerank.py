@@ -12,7 +12,7 @@ stage's order.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -48,10 +48,10 @@ class MvclRetriever:
         return out_ids[:, :k], out_scores[:, :k]
 
 
-def load_mvcl(workspace: Path, device: str = "auto") -> MvclRetriever:
-    """The ``mvcl`` system of ``workspace`` (``models/mvcl``, ``data/rerank``, its first stage)."""
+def load_mvcl(workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+    """The ``mvcl`` system of ``workspace`` (``models/mvcl``, ``data/rerank``, its first stage, loaded
+    by name with ``load``: the registry's ``load_retriever``, which passes itself)."""
     from lexgraph.config import resolve_device
-    from lexgraph.retrieval.systems import load_retriever
     from lexgraph.models.mvcl import load_model
     from lexgraph.models.mvcl_features import FrozenTokenEncoder, TokenStore
 
@@ -59,7 +59,7 @@ def load_mvcl(workspace: Path, device: str = "auto") -> MvclRetriever:
     dev = resolve_device(device)
     model_dir = layout.MVCL.under(workspace)
     model, settings = load_model(model_dir, dev)
-    first = load_retriever(settings["first_stage"], workspace, device)
+    first = load(settings["first_stage"], workspace, device)
     articles = TokenStore.load(layout.RERANK_FEATURES.under(workspace, "articles.safetensors"))
     encoder = FrozenTokenEncoder(layout.PRETRAIN.under(workspace), dev)
     return MvclRetriever(first, model, encoder, articles, settings, dev, str(model_dir))

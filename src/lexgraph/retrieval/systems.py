@@ -28,7 +28,9 @@ from lexgraph.retrieval.rerank import load_mvcl
 from lexgraph.zeroshot import load_system as load_zeroshot
 
 # system name -> loader: (workspace: Path, device: str) and, for dense systems, the keyword
-# ``index`` (an IndexConfig: how the article embeddings are searched, ``evaluate.index``)
+# ``index`` (an IndexConfig: how the article embeddings are searched, ``evaluate.index``); the
+# systems built on others (hybrid, mvcl) take ``load``, given load_retriever itself, so that
+# their modules need not import this registry back
 SYSTEMS: dict[str, Callable[..., "Retriever"]] = {
     "bm25": load_bm25,
     "zeroshot": load_zeroshot,
@@ -56,8 +58,10 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
     if system not in SYSTEMS:
         raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(SYSTEMS)}")
     loader = SYSTEMS[system]
-    takes_index = "index" in inspect.signature(loader).parameters
-    retriever = loader(Path(workspace), device, index=index) if takes_index else loader(Path(workspace), device)
+    parameters = inspect.signature(loader).parameters
+    options = {**({"index": index} if "index" in parameters else {}),
+               **({"load": load_retriever} if "load" in parameters else {})}
+    retriever = loader(Path(workspace), device, **options)
     check_corpus(retriever, layout.articles(workspace))
     return retriever
 
