@@ -69,7 +69,7 @@ try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip i
 except ImportError:  # pragma: no cover - other scipy layouts: fall back to the public operator
     _csr_matmat = None
 
-from lexgraph.retrieval.bm25_kernels import kernel_scan, robertson_idf, sparse_topk
+from lexgraph.retrieval.bm25_kernels import bm25_weights, kernel_scan, robertson_idf, sparse_topk
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +172,17 @@ class BM25:
         vocab = {t: i for i, t in enumerate(terms)}
         lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
         n_tokens = int(lengths.sum())
-        term_idx = np.fromiter((vocab[t] for t in chain.from_iterable(docs)), dtype=np.int64, count=n_tokens)
-        doc_idx = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)
-        tf = sp.coo_matrix(
-            (np.ones(n_tokens, dtype=np.int32), (term_idx, doc_idx)), shape=(len(terms), len(docs))
-        ).tocsr()
+        idx = np.int32 if max(len(terms), len(docs)) < np.iinfo(np.int32).max else np.int64  # 4 bytes a token
+        term_idx = np.fromiter((vocab[t] for t in chain.from_iterable(docs)), dtype=idx, count=n_tokens)
+        doc_idx = np.repeat(np.arange(len(docs), dtype=idx), lengths)
+        coo = sp.coo_matrix((np.ones(n_tokens, dtype=np.int32), (term_idx, doc_idx)), shape=(len(terms), len(docs)))
+        del term_idx, doc_idx
+        tf = coo.tocsr()  # sums repeated (term, document) pairs: canonical, indices sorted
+        del coo
         tf.sum_duplicates()
         tf.sort_indices()
+        # compact copies: tocsr's arrays are sized by the tokens, the postings are fewer
+        tf = sp.csr_matrix((tf.data.copy(), tf.indices.copy(), tf.indptr), shape=tf.shape)
 
         self.doc_ids, self.terms, self.vocab = sorted_ids, terms, vocab
         self._set_tf(tf, lengths)
@@ -193,9 +197,8 @@ class BM25:
 
     def _set_tf(self, tf: sp.csr_matrix, lengths: np.ndarray) -> None:
         idx_dtype = np.int32 if tf.nnz < np.iinfo(np.int32).max else np.int64
-        tf = sp.csr_matrix(
-            (tf.data.astype(np.int32), tf.indices.astype(idx_dtype), tf.indptr.astype(idx_dtype)), shape=tf.shape
-        )
+        tf = sp.csr_matrix((tf.data.astype(np.int32, copy=False), tf.indices.astype(idx_dtype, copy=False),
+                            tf.indptr.astype(idx_dtype, copy=False)), shape=tf.shape)
         self._tf = tf
         self.doc_len = lengths.astype(np.int64, copy=False)
         self.doc_freq = np.diff(tf.indptr).astype(np.int64)
@@ -203,19 +206,9 @@ class BM25:
         self._compute_weights()
 
     def _compute_weights(self) -> None:
-        tf = self._tf
-        k1, b = self.k1, self.b
-        avgdl = self.avgdl or 1.0
-        counts = tf.data.astype(np.float64)
-        norm = k1 * (1.0 - b + b * self.doc_len[tf.indices] / avgdl)  # per posting
-        term_of = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            w = self.idf[term_of] * counts * (k1 + 1.0) / (counts + norm)
-        w32 = w.astype(np.float32)
-        self._weights = sp.csr_matrix((w32, tf.indices, tf.indptr), shape=tf.shape)
+        w32, self._positive = bm25_weights(self._tf, self.doc_len, self.idf, self.k1, self.b)
+        self._weights = sp.csr_matrix((w32, self._tf.indices, self._tf.indptr), shape=self._tf.shape)
         self._zero_idf = self.idf == 0.0  # (n_terms,) every weight of such a term is 0
-        # the numba kernel's precondition: every weight of the other terms is > 0 in float32
-        self._positive = bool(np.all(w32[~self._zero_idf[term_of]] > 0))
 
     def reweight(self, k1: float, b: float) -> "BM25":
         """Switch to new ``k1``/``b`` from the stored counts (no re-tokenising, no refit)."""
