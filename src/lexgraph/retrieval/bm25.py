@@ -172,13 +172,16 @@ class BM25:
         vocab = {t: i for i, t in enumerate(terms)}
         lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
         n_tokens = int(lengths.sum())
-        idx = np.int32 if max(len(terms), len(docs)) < np.iinfo(np.int32).max else np.int64  # 4 bytes a token
+        idx = np.int32 if max(len(terms), n_tokens) < np.iinfo(np.int32).max else np.int64  # 4 bytes a token
         term_idx = np.fromiter((vocab[t] for t in chain.from_iterable(docs)), dtype=idx, count=n_tokens)
-        doc_idx = np.repeat(np.arange(len(docs), dtype=idx), lengths)
-        coo = sp.coo_matrix((np.ones(n_tokens, dtype=np.int32), (term_idx, doc_idx)), shape=(len(terms), len(docs)))
-        del term_idx, doc_idx
-        tf = coo.tocsr()  # sums repeated (term, document) pairs: canonical, indices sorted
-        del coo
+        indptr = np.zeros(len(docs) + 1, dtype=idx)
+        np.cumsum(lengths, out=indptr[1:])
+        # the tokens as a (documents x terms) matrix with repeats; its transpose, converted, lists
+        # each term's documents in increasing order, a repeated (term, document) pair adjacent
+        by_doc = sp.csr_matrix((np.ones(n_tokens, dtype=np.int32), term_idx, indptr), shape=(len(docs), len(terms)))
+        del term_idx, indptr
+        tf = by_doc.T.tocsr()
+        del by_doc
         tf.sum_duplicates()
         tf.sort_indices()
         # compact copies: tocsr's arrays are sized by the tokens, the postings are fewer

@@ -11,7 +11,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-WEIGHT_SLICE = 1 << 20  # postings weighted at a time by bm25_weights (bounds its float64 temporaries)
+WEIGHT_SLICE = 1 << 16  # postings weighted at a time by bm25_weights (bounds its float64 temporaries)
 
 
 def robertson_idf(df: np.ndarray, n_docs: int, idf_floor: float | None = 0.0) -> np.ndarray:
@@ -39,11 +39,20 @@ def bm25_weights(tf, doc_len: np.ndarray, idf: np.ndarray, k1: float, b: float) 
         lo, hi = int(indptr[t0]), int(indptr[t1])
         if lo == hi:
             continue
+        # in place, the very operations (order and rounding) of
+        # idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl)): four float64 arrays alive
         counts = tf.data[lo:hi].astype(np.float64)
-        norm = k1 * (1.0 - b + b * doc_len[tf.indices[lo:hi]] / avgdl)  # per posting
+        norm = np.multiply(doc_len[tf.indices[lo:hi]], b, dtype=np.float64)
+        norm /= avgdl
+        norm += 1.0 - b
+        norm *= k1
         idf_p = np.repeat(idf[t0:t1], np.diff(indptr[t0 : t1 + 1]))
+        w = idf_p * counts
+        w *= k1 + 1.0
+        norm += counts
         with np.errstate(invalid="ignore", divide="ignore"):
-            w32[lo:hi] = idf_p * counts * (k1 + 1.0) / (counts + norm)
+            w /= norm
+        w32[lo:hi] = w
         positive = positive and bool(np.all(w32[lo:hi][idf_p != 0.0] > 0))
     return w32, positive
 
