@@ -38,7 +38,7 @@ out of the product: they add 0 to every score. Documents are stored in increasin
 article-id order and ties, at the cut-off too, are broken by the lower article id, so
 results are deterministic. With the kernel, a top-100 query takes ~0.02 ms on one CPU core
 on a 22k-article French corpus and ~0.05 ms on the 90k articles of every French code
-(``benchmarks/bm25.py``; README, "BM25 benchmark").
+(``benchmarks/bm25.py``; README, "BM25 at BSARD's size and on every French code").
 
 Scores are float32 (weights are computed in float64, then rounded); the float32
 sums can differ from a float64 reference in the last bits, so two documents whose
