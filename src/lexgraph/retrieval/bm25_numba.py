@@ -9,12 +9,13 @@ Scoring. Each query's scores are accumulated in one float32 array, term by term 
 query matrix's column order and posting by posting, each posting adding ``count * weight``:
 the order and the precision of scipy's ``csr_matmat``. The weights are the BM25 "impacts",
 ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``, precomputed per posting when
-the index is built (:meth:`BM25._compute_weights`).
+the index is built (:func:`lexgraph.retrieval.bm25_kernels.bm25_weights`).
 
 Selection. Every weight is > 0 once zero-idf terms are left out, so every score is >= 0
 and a positive float32 orders like its bit pattern read as an integer. A candidate is one
-uint64 key, ``score bits << 32 | (2**32 - 1 - doc)``: a larger key is a better document
-(higher score, then lower id), so the top-k is the k largest keys and keys never tie.
+uint64 key, ``score bits << 32 | (2**32 - 1 - doc)`` (``doc`` the column, in increasing
+article-id order, < 2**32): a larger key is a better document (higher score, then lower id),
+so the top-k is the k largest keys and keys never tie.
 Candidates above a floor are appended to a buffer of ``k + max(k, 64)`` keys; when it is
 full, an in-place quickselect keeps its ``k`` largest and the floor rises to the smallest
 of them. At the end the buffer's ``k`` largest are sorted. A query with fewer than ``k``
