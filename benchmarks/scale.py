@@ -1,7 +1,7 @@
 """Scale benchmark: dense search (FAISS Flat / IVF / HNSW) and BM25 (lexgraph vs bm25s) on a
 synthetic corpus of ``--n`` articles (default 1,000,000) built from the project's sample.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/scale.py [--n 1000000] [--skip-bm25] [--skip-dense]
+    .venv/bin/python benchmarks/scale.py [--n 1000000] [--skip-bm25] [--skip-dense]
 
 Needs ``faiss-cpu`` (a main dependency) and, for the BM25 peer, the ``dev`` extras (bm25s,
 numba). Reads ``data/sample`` (texts) and ``data/embed/{articles,questions}.safetensors``
@@ -33,15 +33,12 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 K = 100
 K1, B = 1.2, 0.75

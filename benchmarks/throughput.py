@@ -59,7 +59,6 @@ import torch
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 log = logging.getLogger("throughput")
 

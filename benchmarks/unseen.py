@@ -25,12 +25,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from lexgraph.evaluation import read_trec
+from lexgraph.metrics import evaluate_run, per_query
+from lexgraph.significance import compare_systems
 
-from lexgraph.evaluation import read_trec  # noqa: E402
-from lexgraph.metrics import evaluate_run, per_query  # noqa: E402
-from lexgraph.significance import compare_systems  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("unseen")
 

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import string
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str):
+    """The script ``benchmarks/<name>.py`` as a module (``benchmarks_<name>``), loaded from its
+    path once: the scripts are not a package, and tests must not edit ``sys.path``."""
+    module_name = f"benchmarks_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
 
 HUB_README = """---
 configs:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import ROOT, load_benchmark
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval import bm25 as bm25_module
 from lexgraph.retrieval.bm25 import BM25, load_system, tune
@@ -145,6 +148,25 @@ def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
         assert got_ids.dtype == np.int64 and got_scores.dtype == np.float32
 
 
+@pytest.mark.skipif(len(SEARCH_PATHS) == 1, reason="numba is not installed")
+@pytest.mark.parametrize("scan", [0, 64, 10**9])  # touched documents only, per query by postings, always scan
+def test_numba_kernel_equals_scipy_path_on_a_larger_corpus(scan, monkeypatch):
+    """Thousands of candidates per query: the kernel's buffer is compacted many times, and the
+    scan visits full 64-document blocks and a partial last one (3,001 documents)."""
+    from lexgraph.retrieval import bm25_numba
+
+    monkeypatch.setattr(bm25_numba, "DENSE_SCAN", scan)
+    docs, ids, queries = random_corpus(11, n_docs=3001, vocab=400)
+    bm = BM25(k1=1.2, b=0.75).fit(docs, ids)
+    for k in (1, 7, 64, 100, 1000, 3001):
+        bm.use_numba = True
+        fast = bm.search_tokens(queries, k, batch_size=16)
+        bm.use_numba = False
+        slow = bm.search_tokens(queries, k)
+        np.testing.assert_array_equal(fast[0], slow[0])
+        np.testing.assert_array_equal(fast[1], slow[1])
+
+
 def test_ties_break_by_lower_article_id():
     docs = [["x", "y"], ["x", "y"], ["x", "y"], ["z"], ["x", "y"]] + [["w"]] * 6  # x: df=4 of 11, idf > 0
     bm = BM25().fit(docs, [50, 7, 30, 1, 12, 60, 61, 62, 63, 64, 65])
@@ -277,3 +299,106 @@ def test_tune_grid_and_restores_parameters():
         assert r["score"] == pytest.approx(recall(run, qrels))
     assert (bm.k1, bm.b) == (1.2, 0.75)
     np.testing.assert_array_equal(bm.score_tokens(queries), before)
+
+
+# ---------------------------------------------------------------------- against bm25s
+
+SAMPLE = ROOT / "data" / "sample"
+
+
+def fr_codes_dir() -> Path:
+    """Every French code in force (fr-codes-2020: ``articles.jsonl.gz``, 90,078 articles):
+    ``$LEXGRAPH_FR_CODES``, else ``../shared/data/fr-codes-2020`` relative to the repository."""
+    return Path(os.environ.get("LEXGRAPH_FR_CODES", ROOT.parent / "shared" / "data" / "fr-codes-2020"))
+
+
+def sample_questions() -> list[str]:
+    bench = load_benchmark("bm25")
+    return [r["question"] for r in bench.read_questions(SAMPLE)]
+
+
+def assert_topk_as_bm25s(docs, ids, queries, k=100, k1=1.5, b=0.75) -> int:
+    """lexgraph's top-k equals bm25s's (method robertson: negative idf clamped to 0, scores
+    without the (k1 + 1) factor) ranked by lexgraph's tie rule (-score, then lower id), and
+    bm25s's own top-k scores are ours (its order among equal scores is its own).
+
+    The two sum float32 weights rounded differently, so two documents whose exact scores
+    differ by less than float32's resolution can come out tied in one and one ulp apart in the
+    other (see the bm25 module docstring): a list may differ only where the two documents
+    swapped have the same bm25s score to 1e-6. Returns the number of queries with such a swap.
+    """
+    bm25s = pytest.importorskip("bm25s")
+    ours = BM25(k1=k1, b=b).fit(docs, ids)
+    assert (ours._kernel() is not None) == (len(SEARCH_PATHS) > 1)  # lexgraph's numba kernel when numba imports
+    got_ids, got_scores = ours.search_tokens(queries, k)
+    order = np.argsort(ids, kind="stable")  # bm25s numbers documents in the order given
+    by_index = np.asarray(ids, dtype=np.int64)[order]
+    # bm25s's numpy backend: the same index and scores as its numba one, without a numba compile per test run
+    ref = bm25s.BM25(method="robertson", k1=k1, b=b, backend="numpy")
+    ref.index([docs[i] for i in order], show_progress=False)
+    swapped = 0
+    for i, q in enumerate(queries):
+        full = ref.get_scores(q).astype(np.float64) * (k1 + 1)
+        top = np.lexsort((by_index, -full))[:k]
+        ours_ref = full[np.searchsorted(by_index, got_ids[i])]  # bm25s's scores of our documents
+        np.testing.assert_allclose(got_scores[i], ours_ref, rtol=1e-6, atol=1e-7, err_msg=f"query {i}: {q}")
+        same = got_ids[i] == by_index[top]
+        if not same.all():
+            swapped += 1
+            np.testing.assert_allclose(ours_ref[~same], full[top][~same], rtol=1e-6, err_msg=f"query {i}: {q}")
+    _, bs_scores = ref.retrieve(queries, k=k, show_progress=False, n_threads=1)
+    np.testing.assert_allclose(bs_scores * (k1 + 1), got_scores, rtol=1e-6, atol=1e-7)
+    return swapped
+
+
+def test_topk_identical_to_bm25s_on_the_sample_and_a_synthetic_corpus():
+    from lexgraph.text import FrenchAnalyzer
+
+    bench = load_benchmark("bm25")
+    articles = bench.read_articles(SAMPLE)
+    analyzer = FrenchAnalyzer()
+    docs = analyzer.analyze_many([text for _, text in articles])
+    queries = analyzer.analyze_many(sample_questions())
+    assert len(docs) == 2760 and len(queries) == 330
+    # one question (106) has a near tie: articles 588 and 509 score 6.44397992 and 6.44397980 by the
+    # formula in float64; bm25s's float32 rounding ties them (509 first by id), lexgraph's does not
+    assert assert_topk_as_bm25s(docs, [i for i, _ in articles], queries) <= 1
+    # Zipf-like terms (some in more than half of the documents: idf clamped to 0) and exact duplicates (ties)
+    docs, ids, queries = random_corpus(7, n_docs=2000, vocab=300)
+    assert assert_topk_as_bm25s(docs, ids, [q for q in queries if q], k=50) == 0
+
+
+@pytest.mark.slow
+def test_topk_identical_to_bm25s_on_every_french_code():
+    """The 90k articles of every French code in force, searched with the sample's questions."""
+    from lexgraph.text import FrenchAnalyzer
+
+    corpus = fr_codes_dir()
+    if not (corpus / "articles.jsonl.gz").is_file():
+        pytest.skip(f"no fr-codes-2020 corpus at {corpus} (set LEXGRAPH_FR_CODES to the folder holding "
+                    "articles.jsonl.gz)")
+    articles = load_benchmark("bm25").read_articles(corpus)
+    analyzer = FrenchAnalyzer()
+    docs = analyzer.analyze_many([text for _, text in articles])
+    assert len(docs) == 90_078
+    assert assert_topk_as_bm25s(docs, [i for i, _ in articles], analyzer.analyze_many(sample_questions())) == 0
+
+
+def test_benchmark_reads_json_lines_corpora(tmp_path):
+    """benchmarks/bm25.py --corpus: a .jsonl[.gz] file or a folder holding articles.jsonl[.gz]
+    (fr-codes-2020's layout), searched with the sample's questions since it has none."""
+    import gzip
+    import json
+
+    bench = load_benchmark("bm25")
+    rows = [{"id": 2, "code": "Code civil", "number": "1", "path": [], "text": "Le bail.\n\nLe loyer."},
+            {"id": 1, "code": "Code rural", "number": "L1", "path": ["Livre Ier : X"], "text": "La vente."}]
+    with gzip.open(tmp_path / "articles.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    want = [(2, "Le bail.\n\nLe loyer."), (1, "La vente.")]
+    assert bench.read_articles(tmp_path) == want
+    assert bench.read_articles(tmp_path / "articles.jsonl.gz") == want
+    assert bench.read_questions(tmp_path) == []  # main() then takes the sample's questions
+    texts, ids = bench.build_corpus(want, 2, seed=0)
+    assert ids == [2, 1, 12, 11] and texts[:2] == ["Le bail. Le loyer.", "La vente."]
+    assert len(bench.read_questions(SAMPLE)) == 330

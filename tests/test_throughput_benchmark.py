@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import throughput  # noqa: E402
+from conftest import load_benchmark
+
+throughput = load_benchmark("throughput")
 
 
 def test_matmul_params_counts_linears_and_attention_projections_not_embeddings():

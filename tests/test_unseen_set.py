@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import polars as pl
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import unseen  # noqa: E402
+from conftest import ROOT, load_benchmark
+
+unseen = load_benchmark("unseen")
 
 QUESTIONS = ROOT / "data/unseen/questions.jsonl"
 SAMPLE = ROOT / "data/sample"

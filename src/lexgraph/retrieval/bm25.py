@@ -32,11 +32,13 @@ best (:func:`sparse_topk`: a partition finds each query's k-th best score, then 
 documents at or above it are sorted). When ``numba`` is installed and no weight is
 negative, a compiled kernel (:mod:`lexgraph.retrieval.bm25_numba`) does the same per
 query with one float32 accumulator, in the same order and precision: identical results,
-no Python per query. Query terms whose idf is 0 (floored) are left out of the product:
-they add 0 to every score. Documents are stored in increasing article-id
-order and ties, at the cut-off too, are broken by the lower article id, so results
-are deterministic. On a 22k-article French corpus a query takes ~0.1 ms on one CPU
-core (``benchmarks/bm25.py``).
+no Python per query (a whole batch in one call; the top-k kept in a buffer of candidate
+keys with a rising floor, see that module). Query terms whose idf is 0 (floored) are left
+out of the product: they add 0 to every score. Documents are stored in increasing
+article-id order and ties, at the cut-off too, are broken by the lower article id, so
+results are deterministic. With the kernel, a top-100 query takes ~0.02 ms on one CPU core
+on a 22k-article French corpus and ~0.05 ms on the 90k articles of every French code
+(``benchmarks/bm25.py``; README, "BM25 at BSARD's size and on every French code").
 
 Scores are float32 (weights are computed in float64, then rounded); the float32
 sums can differ from a float64 reference in the last bits, so two documents whose
@@ -67,7 +69,7 @@ try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip i
 except ImportError:  # pragma: no cover - other scipy layouts: fall back to the public operator
     _csr_matmat = None
 
-from lexgraph.retrieval.bm25_kernels import kernel_scan, robertson_idf, sparse_topk
+from lexgraph.retrieval.bm25_kernels import bm25_weights, kernel_scan, robertson_idf, sparse_topk
 
 log = logging.getLogger(__name__)
 
@@ -170,13 +172,20 @@ class BM25:
         vocab = {t: i for i, t in enumerate(terms)}
         lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
         n_tokens = int(lengths.sum())
-        term_idx = np.fromiter((vocab[t] for t in chain.from_iterable(docs)), dtype=np.int64, count=n_tokens)
-        doc_idx = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)
-        tf = sp.coo_matrix(
-            (np.ones(n_tokens, dtype=np.int32), (term_idx, doc_idx)), shape=(len(terms), len(docs))
-        ).tocsr()
+        idx = np.int32 if max(len(terms), n_tokens) < np.iinfo(np.int32).max else np.int64  # 4 bytes a token
+        term_idx = np.fromiter((vocab[t] for t in chain.from_iterable(docs)), dtype=idx, count=n_tokens)
+        indptr = np.zeros(len(docs) + 1, dtype=idx)
+        np.cumsum(lengths, out=indptr[1:])
+        # the tokens as a (documents x terms) matrix with repeats; its transpose, converted, lists
+        # each term's documents in increasing order, a repeated (term, document) pair adjacent
+        by_doc = sp.csr_matrix((np.ones(n_tokens, dtype=np.int32), term_idx, indptr), shape=(len(docs), len(terms)))
+        del term_idx, indptr
+        tf = by_doc.T.tocsr()
+        del by_doc
         tf.sum_duplicates()
         tf.sort_indices()
+        # compact copies: tocsr's arrays are sized by the tokens, the postings are fewer
+        tf = sp.csr_matrix((tf.data.copy(), tf.indices.copy(), tf.indptr), shape=tf.shape)
 
         self.doc_ids, self.terms, self.vocab = sorted_ids, terms, vocab
         self._set_tf(tf, lengths)
@@ -191,9 +200,8 @@ class BM25:
 
     def _set_tf(self, tf: sp.csr_matrix, lengths: np.ndarray) -> None:
         idx_dtype = np.int32 if tf.nnz < np.iinfo(np.int32).max else np.int64
-        tf = sp.csr_matrix(
-            (tf.data.astype(np.int32), tf.indices.astype(idx_dtype), tf.indptr.astype(idx_dtype)), shape=tf.shape
-        )
+        tf = sp.csr_matrix((tf.data.astype(np.int32, copy=False), tf.indices.astype(idx_dtype, copy=False),
+                            tf.indptr.astype(idx_dtype, copy=False)), shape=tf.shape)
         self._tf = tf
         self.doc_len = lengths.astype(np.int64, copy=False)
         self.doc_freq = np.diff(tf.indptr).astype(np.int64)
@@ -201,19 +209,9 @@ class BM25:
         self._compute_weights()
 
     def _compute_weights(self) -> None:
-        tf = self._tf
-        k1, b = self.k1, self.b
-        avgdl = self.avgdl or 1.0
-        counts = tf.data.astype(np.float64)
-        norm = k1 * (1.0 - b + b * self.doc_len[tf.indices] / avgdl)  # per posting
-        term_of = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            w = self.idf[term_of] * counts * (k1 + 1.0) / (counts + norm)
-        w32 = w.astype(np.float32)
-        self._weights = sp.csr_matrix((w32, tf.indices, tf.indptr), shape=tf.shape)
+        w32, self._positive = bm25_weights(self._tf, self.doc_len, self.idf, self.k1, self.b)
+        self._weights = sp.csr_matrix((w32, self._tf.indices, self._tf.indptr), shape=self._tf.shape)
         self._zero_idf = self.idf == 0.0  # (n_terms,) every weight of such a term is 0
-        # the numba kernel's precondition: every weight of the other terms is > 0 in float32
-        self._positive = bool(np.all(w32[~self._zero_idf[term_of]] > 0))
 
     def reweight(self, k1: float, b: float) -> "BM25":
         """Switch to new ``k1``/``b`` from the stored counts (no re-tokenising, no refit)."""
@@ -238,23 +236,21 @@ class BM25:
     # ------------------------------------------------------------------ searching
 
     def _query_matrix(self, tokenised_queries: Sequence[Sequence[str]]) -> sp.csr_matrix:
-        """``(n_queries, n_terms)`` float32 counts of the in-vocabulary query tokens."""
-        rows: list[int] = []
-        cols: list[int] = []
-        vocab = self.vocab
-        dead = self._zero_idf  # terms whose weights are all 0 add nothing: left out of the product
-        for i, toks in enumerate(tokenised_queries):
-            for t in toks:
-                j = vocab.get(t)
-                if j is not None and not dead[j]:
-                    rows.append(i)
-                    cols.append(j)
-        q = sp.coo_matrix(
-            (np.ones(len(rows), dtype=np.float32), (np.asarray(rows, np.int64), np.asarray(cols, np.int64))),
-            shape=(len(tokenised_queries), self.n_terms),
-        ).tocsr()
-        q.sum_duplicates()
-        return q
+        """``(n_queries, n_terms)`` float32 counts of the in-vocabulary query tokens, in
+        canonical CSR form (each row's terms ascending, repeated terms summed)."""
+        n = len(tokenised_queries)
+        get = self.vocab.get
+        lengths = np.fromiter((len(toks) for toks in tokenised_queries), dtype=np.int64, count=n)
+        terms = np.fromiter((get(t, -1) for toks in tokenised_queries for t in toks), dtype=np.int64,
+                            count=int(lengths.sum()))
+        rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        keep = terms >= 0
+        keep[keep] = ~self._zero_idf[terms[keep]]  # terms whose weights are all 0 add nothing: left out
+        width = max(self.n_terms, 1)
+        keys, counts = np.unique(rows[keep] * width + terms[keep], return_counts=True)  # sorted (row, term)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // width, minlength=n), out=indptr[1:])
+        return sp.csr_matrix((counts.astype(np.float32), keys % width, indptr), shape=(n, self.n_terms))
 
     def _score_sparse(self, q: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Scores of the matched documents of each query, as CSR arrays ``(indptr, cols, scores)``.
@@ -298,42 +294,42 @@ class BM25:
         tokenised_queries: Sequence[Sequence[str]],
         k: int,
         *,
-        batch_size: int = 256,
+        batch_size: int | None = None,
         progress: bool | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` articles for each tokenised query: ``(ids int64 (n, k), scores float32 (n, k))``.
 
         Best first; ties broken by the lower article id (documents matching no query
         term score 0 and are ranked by id too). ``k`` larger than the corpus is reduced
-        to the corpus size. ``progress=None`` shows a bar for more than 2,000 queries.
+        to the corpus size. Queries go ``batch_size`` at a time (default 4,096 with the
+        numba kernel, which needs no per-batch product, 256 on the scipy path, whose product
+        grows with the batch). ``progress=None`` shows a bar for more than 2,000 queries.
         """
         self._require_fitted()
         if int(k) != k or k < 1:
             raise LexgraphError(f"BM25.search: k = {k!r}, expected a positive integer")
         k = min(int(k), self.n_docs)
         n = len(tokenised_queries)
-        ids = np.empty((n, k), dtype=np.int64)
+        cols = np.empty((n, k), dtype=np.int64)
         scores = np.empty((n, k), dtype=np.float32)
         if progress is None:
             progress = n > 2000
         kernel = self._kernel()
+        if batch_size is None:
+            batch_size = 256 if kernel is None else 4096
+        w = self._weights
         with progress_bar(n, "bm25 search", unit="q", disable=not progress) as bar:
             for start in range(0, n, batch_size):
-                batch = tokenised_queries[start : start + batch_size]
-                q = self._query_matrix(batch)
+                stop = min(n, start + batch_size)
+                q = self._query_matrix(tokenised_queries[start:stop])
                 if kernel is not None:
-                    w = self._weights
-                    top = np.empty((len(batch), k), dtype=np.int64)
-                    best = np.empty((len(batch), k), dtype=np.float32)
-                    kernel(q.indptr.astype(np.int64), q.indices.astype(np.int64), q.data.astype(np.float32),
-                           w.indptr, w.indices, w.data, self.n_docs, k, top, best, kernel_scan())
+                    kernel(q.indptr.astype(np.int64), q.indices.astype(np.int64), q.data, w.indptr, w.indices,
+                           w.data, self.n_docs, k, cols[start:stop], scores[start:stop], kernel_scan())
                 else:
-                    indptr, cols, vals = self._score_sparse(q)
-                    top, best = sparse_topk(indptr, cols, vals, self.n_docs, k)
-                ids[start : start + len(batch)] = self.doc_ids[top]
-                scores[start : start + len(batch)] = best
-                bar.update(len(batch))
-        return ids, scores
+                    indptr, top, vals = self._score_sparse(q)
+                    cols[start:stop], scores[start:stop] = sparse_topk(indptr, top, vals, self.n_docs, k)
+                bar.update(stop - start)
+        return self.doc_ids[cols], scores
 
     def _kernel(self):
         """The numba search kernel when numba imports, :attr:`use_numba` is set and every

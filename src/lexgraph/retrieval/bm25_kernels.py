@@ -1,6 +1,7 @@
-"""BM25's scoring kernels: Robertson's idf and the exact top-k of a score matrix, dense or
-sparse (with the numba kernel of :mod:`lexgraph.retrieval.bm25_numba` when it imports);
-:class:`lexgraph.retrieval.bm25.BM25` builds on them."""
+"""BM25's scoring kernels: Robertson's idf, the per-posting BM25 weights, and the exact
+top-k of a score matrix, dense or sparse (with the numba kernel of
+:mod:`lexgraph.retrieval.bm25_numba` when it imports); :class:`lexgraph.retrieval.bm25.BM25`
+builds on them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+WEIGHT_SLICE = 1 << 16  # postings weighted at a time by bm25_weights (bounds its float64 temporaries)
+
 
 def robertson_idf(df: np.ndarray, n_docs: int, idf_floor: float | None = 0.0) -> np.ndarray:
     """``ln((N - df + 0.5) / (df + 0.5))`` per term; negative values replaced by ``idf_floor``."""
@@ -18,6 +21,40 @@ def robertson_idf(df: np.ndarray, n_docs: int, idf_floor: float | None = 0.0) ->
     if idf_floor is not None:
         idf = np.where(idf < 0.0, float(idf_floor), idf)
     return idf
+
+
+def bm25_weights(tf, doc_len: np.ndarray, idf: np.ndarray, k1: float, b: float) -> tuple[np.ndarray, bool]:
+    """The float32 BM25 weight of every posting of the CSR count matrix ``tf`` (terms x
+    documents), ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` computed in
+    float64 then rounded, and whether every weight of a term whose idf is not 0 is > 0 (the
+    numba kernel's precondition). Done by slices of whole terms of about
+    :data:`WEIGHT_SLICE` postings, so the float64 temporaries stay small whatever the corpus."""
+    avgdl = float(doc_len.mean()) if doc_len.size else 0.0
+    avgdl = avgdl or 1.0
+    indptr = tf.indptr
+    w32 = np.empty(tf.nnz, dtype=np.float32)
+    positive = True
+    starts = np.searchsorted(indptr, np.arange(0, tf.nnz, WEIGHT_SLICE), side="right") - 1
+    for t0, t1 in zip(starts, [*starts[1:], tf.shape[0]]):
+        lo, hi = int(indptr[t0]), int(indptr[t1])
+        if lo == hi:
+            continue
+        # in place, the very operations (order and rounding) of
+        # idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl)): four float64 arrays alive
+        counts = tf.data[lo:hi].astype(np.float64)
+        norm = np.multiply(doc_len[tf.indices[lo:hi]], b, dtype=np.float64)
+        norm /= avgdl
+        norm += 1.0 - b
+        norm *= k1
+        idf_p = np.repeat(idf[t0:t1], np.diff(indptr[t0 : t1 + 1]))
+        w = idf_p * counts
+        w *= k1 + 1.0
+        norm += counts
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w /= norm
+        w32[lo:hi] = w
+        positive = positive and bool(np.all(w32[lo:hi][idf_p != 0.0] > 0))
+    return w32, positive
 
 
 def exact_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

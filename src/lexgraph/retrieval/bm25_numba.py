@@ -1,18 +1,37 @@
 """Optional numba kernel for :meth:`lexgraph.retrieval.bm25.BM25.search_tokens`.
 
 Same result, bit for bit, as the scipy path (``q @ weights`` then
-:func:`lexgraph.retrieval.bm25.sparse_topk`) when every weight is ``>= 0`` (the default
-``idf_floor=0.0``): each query's scores are accumulated in one float32 array, term by
-term in the query matrix's column order and posting by posting, which is the order and
-the precision of scipy's ``csr_matmat``; then the ``k`` best positive scores are chosen
-by (-score, id) with a size-``k`` heap over the documents the query touched, and a query
-with fewer than ``k`` positive scores is filled with the lowest-id documents scoring 0
-(what densifying and :func:`exact_topk` give). Every weight is > 0 once zero-idf terms are
-left out, so a document is new to a query exactly when its score is still 0 (a branch-free
-test); only touched documents are reset. A query whose postings exceed 1/64 of the
-corpus skips that bookkeeping and scans the accumulator in id order instead (sequential
-memory beats visiting a large random subset). A query costs its postings plus one pass over the
-documents it touched, with no Python per query.
+:func:`lexgraph.retrieval.bm25_kernels.sparse_topk`) when every weight is ``>= 0`` (the
+default ``idf_floor=0.0``). All the queries of a batch go through one call, one after the
+other on one thread, with buffers allocated once per call.
+
+Scoring. Each query's scores are accumulated in one float32 array, term by term in the
+query matrix's column order and posting by posting, each posting adding ``count * weight``:
+the order and the precision of scipy's ``csr_matmat``. The weights are the BM25 "impacts",
+``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``, precomputed per posting when
+the index is built (:func:`lexgraph.retrieval.bm25_kernels.bm25_weights`).
+
+Selection. Every weight is > 0 once zero-idf terms are left out, so every score is >= 0
+and a positive float32 orders like its bit pattern read as an integer. A candidate is one
+uint64 key, ``score bits << 32 | (2**32 - 1 - doc)`` (``doc`` the column, in increasing
+article-id order, < 2**32): a larger key is a better document (higher score, then lower id),
+so the top-k is the k largest keys and keys never tie.
+Candidates above a floor are appended to a buffer of ``k + max(k, 64)`` keys; when it is
+full, an in-place quickselect keeps its ``k`` largest and the floor rises to the smallest
+of them. At the end the buffer's ``k`` largest are sorted. A query with fewer than ``k``
+positive scores is filled with the lowest-id documents scoring 0 (what densifying and
+:func:`exact_topk` give).
+
+Two ways to find the candidates, chosen per query by its number of postings:
+
+* **scan** (postings > n_docs / :data:`DENSE_SCAN`, nearly every query of a real corpus):
+  the accumulator is read in id order, 64 documents at a time; a branch-free (vectorised)
+  test skips a block with no score above the floor, and in the other blocks a bit mask
+  visits only the documents above it. In id order a later document never wins a tie, so the
+  floor compares scores alone. The accumulator is then zeroed in one pass.
+* **touched** (selective queries): a document is new to a query exactly when its score is
+  still 0 (a branch-free test), so the documents with a posting are listed once while
+  accumulating; only they are visited (full keys against the floor) and reset.
 
 Used only when ``numba`` imports; ``search_batch`` is ``None`` otherwise (numba is not a
 dependency of lexgraph).
@@ -32,84 +51,74 @@ except ImportError:  # pragma: no cover - numba is optional
 #: kernel's ``dense_scan`` argument: 0 never scans, a huge value always does)
 DENSE_SCAN = 64
 
+_BLOCK = 64  # documents per block of the scan (one uint64 bit mask)
+_LOW = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+# count of trailing zero bits by a De Bruijn sequence: ((x & -x) * _DEBRUIJN) >> 58 indexes _CTZ
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_CTZ = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22, 45, 39,
+                 33, 30, 24, 18, 12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26, 40,
+                 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6], dtype=np.int64)
 
-def _worse(s1, d1, s2, d2):
-    """(score s1, id d1) ranks below (s2, d2): lower score, or equal score and higher id."""
-    return s1 < s2 or (s1 == s2 and d1 > d2)
+
+def _key(score_bits, doc):
+    """A candidate's uint64 key: higher score first, then lower id; distinct for distinct ``doc``."""
+    return (np.uint64(score_bits) << _SHIFT) | (_LOW - np.uint64(doc))
 
 
-def _sift_down(hs, hd, size, i):
-    """Restore the heap below ``i``: the worst (lowest-ranked) entry at the root."""
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            return
-        child = left
-        right = left + 1
-        if right < size and _worse(hs[right], hd[right], hs[left], hd[left]):
-            child = right
-        if _worse(hs[child], hd[child], hs[i], hd[i]):
-            hs[i], hs[child] = hs[child], hs[i]
-            hd[i], hd[child] = hd[child], hd[i]
-            i = child
+def _lowest_bit(mask):
+    """Index of the lowest set bit of a non-zero uint64."""
+    return _CTZ[((mask & (~mask + np.uint64(1))) * _DEBRUIJN) >> np.uint64(58)]
+
+
+def _keep_largest(buf, n, k):
+    """Reorder ``buf[:n]`` (distinct keys, ``n > k``) so that ``buf[:k]`` are its ``k`` largest,
+    in no order (quickselect, median-of-three pivot); returns the smallest of them."""
+    lo = 0
+    hi = n - 1
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        a, b, c = buf[lo], buf[mid], buf[hi]
+        if (a > b) == (b > c):
+            p = mid
+        elif (b > a) == (a > c):
+            p = lo
         else:
-            return
-
-
-def _push(s, d, size, hs, hd, k):
-    """Offer (score s, id d) to the size-``k`` heap ``(hs, hd)`` holding ``size``; returns the new size."""
-    if size < k:  # fill, then heapify once full
-        hs[size] = s
-        hd[size] = d
-        size += 1
-        if size == k:
-            for r in range(k // 2 - 1, -1, -1):
-                _sift_down(hs, hd, k, r)
-    elif _worse(hs[0], hd[0], s, d):
-        hs[0] = s
-        hd[0] = d
-        _sift_down(hs, hd, k, 0)
-    return size
-
-
-def _select_scan(acc, hs, hd, k):
-    """The positive scores of ``acc`` in id order into the heap; returns its size. In id order
-    a score equal to the heap's worst never beats it (its id is higher): only ``>`` enters."""
-    size = 0
-    floor = np.float32(0.0)  # 0 while filling, then the heap's worst score
-    for d in range(acc.size):
-        s = acc[d]
-        if s > floor:
-            size = _push(s, d, size, hs, hd, k)
-            if size == k:
-                floor = hs[0]
-    return size
-
-
-def _select_touched(acc, touched, n, hs, hd, k):
-    """The positive scores of documents ``touched[:n]`` (any order) into the heap; returns its size."""
-    size = 0
-    floor = np.float32(0.0)
-    for i in range(n):
-        d = touched[i]
-        s = acc[d]
-        if s > floor or (s == floor and s > 0.0):  # a tie with the worst may beat it by a lower id
-            size = _push(s, d, size, hs, hd, k)
-            if size == k:
-                floor = hs[0]
-    return size
+            p = hi
+        pivot = buf[p]
+        buf[p] = buf[hi]
+        buf[hi] = pivot
+        store = lo
+        for i in range(lo, hi):  # branch-free Lomuto partition: the larger keys first
+            x = buf[i]
+            buf[i] = buf[store]
+            buf[store] = x
+            store += x > pivot
+        buf[hi] = buf[store]
+        buf[store] = pivot  # buf[lo:store] > pivot > buf[store + 1 : hi + 1]
+        if store == k - 1 or store == k:
+            break
+        if store > k:
+            hi = store - 1
+        else:
+            lo = store + 1
+    smallest = buf[0]
+    for i in range(1, k):
+        smallest = min(smallest, buf[i])
+    return smallest
 
 
 def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_docs, k, out_cols, out_vals,
                   dense_scan):
     nq = q_indptr.shape[0] - 1
     acc = np.zeros(n_docs, dtype=np.float32)  # (n_docs,) scores of the current query
+    bits = acc.view(np.int32)  # the same scores as integers: same order, since they are >= 0
+    n_blocks = n_docs // _BLOCK
+    blocks = bits[: n_blocks * _BLOCK].reshape(n_blocks, _BLOCK)
     touched = np.empty(n_docs + 1, dtype=np.int32)  # documents with a posting, each once
-    hs = np.empty(k, dtype=np.float32)  # heap of the k best (score, id) so far, worst at the root
-    hd = np.empty(k, dtype=np.int64)
+    cap = k + max(k, _BLOCK)
+    buf = np.empty(cap, dtype=np.uint64)  # candidate keys
     for row in range(nq):
-        # a query whose postings cover a good part of the corpus scans the accumulator in
-        # order (sequential memory); a selective one visits only the documents it touched
         n_post = 0
         for p in range(q_indptr[row], q_indptr[row + 1]):
             n_post += w_indptr[q_indices[p] + 1] - w_indptr[q_indices[p]]
@@ -127,21 +136,55 @@ def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_do
                     touched[n_touched] = d  # kept (counted) only on the document's first posting
                     n_touched += acc[d] == 0.0
                     acc[d] += v * w_data[j]
+        n = 0  # keys in buf
         if scan:
-            size = _select_scan(acc, hs, hd, k)
+            floor = np.int32(0)  # scores (as bits) <= floor cannot enter
+            for blk in range(n_blocks + 1):
+                base = blk * _BLOCK
+                mask = np.uint64(0)
+                if blk < n_blocks:
+                    hit = 0
+                    for i in range(_BLOCK):  # vectorised: most blocks stop here
+                        hit |= blocks[blk, i] > floor
+                    if hit == 0:
+                        continue
+                    for i in range(_BLOCK):
+                        mask |= np.uint64(blocks[blk, i] > floor) << np.uint64(i)
+                else:
+                    for i in range(n_docs - base):
+                        mask |= np.uint64(bits[base + i] > floor) << np.uint64(i)
+                while mask:
+                    d = base + _lowest_bit(mask)
+                    mask &= mask - np.uint64(1)
+                    if bits[d] > floor:  # the floor may have risen within the block
+                        buf[n] = _key(bits[d], d)
+                        n += 1
+                        if n == cap:
+                            floor = np.int32(_keep_largest(buf, n, k) >> _SHIFT)
+                            n = k
         else:
-            size = _select_touched(acc, touched, n_touched, hs, hd, k)
-        # best first: ascending id, then a stable sort by descending score
-        by_id = np.argsort(hd[:size])
-        cand = hd[:size][by_id]
-        neg = -hs[:size][by_id]
-        order = np.argsort(neg, kind="mergesort")
-        for i in range(size):
-            out_cols[row, i] = cand[order[i]]
-            out_vals[row, i] = -neg[order[i]]
-        if size < k:  # fewer positive scores than k: the lowest-id documents scoring 0
+            floor_key = np.uint64(0)  # keys <= floor_key cannot enter
+            for i in range(n_touched):
+                d = touched[i]
+                key = _key(bits[d], d)
+                if key > floor_key:
+                    buf[n] = key
+                    n += 1
+                    if n == cap:
+                        floor_key = _keep_largest(buf, n, k)
+                        n = k
+        if n > k:
+            _keep_largest(buf, n, k)
+            n = k
+        best = buf[:n]
+        best.sort()  # ascending: read backwards for best first
+        for i in range(n):
+            d = np.int64(_LOW - (best[n - 1 - i] & _LOW))
+            out_cols[row, i] = d
+            out_vals[row, i] = acc[d]
+        if n < k:  # fewer positive scores than k: the lowest-id documents scoring 0
             d = 0
-            i = size
+            i = n
             while i < k:
                 if not acc[d] > 0.0:
                     out_cols[row, i] = d
@@ -156,11 +199,9 @@ def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_do
 
 
 if numba is not None:
-    _worse = numba.njit(inline="always")(_worse)
-    _sift_down = numba.njit(_sift_down)
-    _push = numba.njit(inline="always")(_push)
-    _select_scan = numba.njit(_select_scan)
-    _select_touched = numba.njit(_select_touched)
+    _key = numba.njit(inline="always")(_key)
+    _lowest_bit = numba.njit(inline="always")(_lowest_bit)
+    _keep_largest = numba.njit(_keep_largest)
     search_batch = numba.njit(cache=True, nogil=True)(_search_batch)
 else:  # pragma: no cover
     search_batch = None
