@@ -13,12 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_benchmark(name: str):
-    """The script ``benchmarks/<name>.py`` as a module (``benchmarks_<name>``), loaded from its
-    path once: the scripts are not a package, and tests must not edit ``sys.path``."""
-    module_name = f"benchmarks_{name}"
+def load_benchmark(name: str, folder: str = "benchmarks"):
+    """The script ``<folder>/<name>.py`` (a benchmark or a stage driver) as a module
+    (``<folder>_<name>``), loaded from its path once: the scripts are not a package, and
+    tests must not edit ``sys.path``."""
+    module_name = f"{folder}_{name}"
     if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, ROOT / "benchmarks" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(module_name, ROOT / folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)

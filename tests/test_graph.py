@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 import torch
 
-from conftest import write_params
+from conftest import load_benchmark, write_params
 from lexgraph.errors import DataError
 from lexgraph.graph import (
     EdgeType,
@@ -190,8 +189,7 @@ def test_bad_references_raise():
 
 
 def test_stage_writes_deterministic_outputs(tmp_path, monkeypatch):
-    sys.path.insert(0, str(ROOT / "stages"))
-    import build_graph as stage  # noqa: E402
+    stage = load_benchmark("build_graph", folder="stages")
 
     for name, df in (("articles", ARTICLES), ("headings", HEADINGS), ("questions", QUESTIONS)):
         df.write_parquet(tmp_path / f"{name}.parquet")

@@ -39,7 +39,11 @@ dependency of lexgraph).
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 try:
     import numba
@@ -198,10 +202,23 @@ def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_do
                 acc[touched[i]] = 0.0
 
 
+def _compiled_with_cache(function, **options):
+    """``numba.njit(cache=True)`` where numba can keep its cache (a writable ``__pycache__``
+    beside this file, ``NUMBA_CACHE_DIR`` or a user-wide folder); on a read-only install with
+    no writable HOME numba finds none ("no locator available") and the kernel is compiled
+    afresh in each process instead (about a second), rather than failing."""
+    try:
+        return numba.njit(cache=True, **options)(function)
+    except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available for file ..."
+        log.info("BM25 kernel: %s; compiling it in this process (set NUMBA_CACHE_DIR to a writable folder "
+                 "to keep the compiled kernel)", exc)
+        return numba.njit(**options)(function)
+
+
 if numba is not None:
     _key = numba.njit(inline="always")(_key)
     _lowest_bit = numba.njit(inline="always")(_lowest_bit)
     _keep_largest = numba.njit(_keep_largest)
-    search_batch = numba.njit(cache=True, nogil=True)(_search_batch)
+    search_batch = _compiled_with_cache(_search_batch, nogil=True)
 else:  # pragma: no cover
     search_batch = None
