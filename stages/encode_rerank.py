@@ -23,7 +23,7 @@ def configure(parser):
 def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    stats = build_features(articles, questions, config, args.pretrain, args.out, resolve_device(base.device))
+    stats = build_features(articles, questions, config, args.pretrain, args.out, resolve_device(base.device), base.seed)
     write_json(stats, args.metrics)
 
 

@@ -1,6 +1,6 @@
-"""MVCL re-ranker: the three losses against hand computations, the element indicator and
-view, the interaction network's shapes and masking, list fusion, the token store and a
-tiny training run."""
+"""MVCL re-ranker: the three losses against hand computations (each view's negatives
+counted), the interaction network's shapes, masking and scaled attention, list fusion, the
+token store and a tiny training run. The element indicator and view: tests/test_elements.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import torch
 from torch import nn
 
-from lexgraph.elements import element_families, element_sentences, element_view, split_sentences, token_sentence_flags
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
@@ -56,24 +55,70 @@ def test_pairwise_triple_loss_matches_hand_computation_with_and_without_swap():
     assert PairwiseTripleLoss(swap=True)(h_ab, h_ac, lin).item() == pytest.approx(0.5 * (plain + swapped), rel=1e-6)
 
 
-def test_case_view_loss_matches_hand_computation():
+def test_case_view_loss_matches_hand_computation_with_in_batch_negatives():
     a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
     b = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
     c = torch.tensor([[0.0, 1.0], [3.0, 0.0]])
     t1 = 0.5
-    # row 0: cos(a,b) = 1/sqrt(2), cos(a,c) = 0; row 1: cos(a,b) = 1, cos(a,c) = 0
-    expected = (_ce([1 / math.sqrt(2) / t1, 0.0], 0) + _ce([1.0 / t1, 0.0], 0)) / 2
+    r = 1 / math.sqrt(2)
+    # candidates [b_1, b_2, c_1, c_2]; cos(a_i, .) by hand
+    cos = [[r, 0.0, 0.0, 1.0],  # a_1 = (1, 0)
+           [r, 1.0, 1.0, 0.0]]  # a_2 = (0, 1)
+    expected = (_ce([x / t1 for x in cos[0]], 0) + _ce([x / t1 for x in cos[1]], 1)) / 2
     assert CaseViewLoss(t1)(a, b, c).item() == pytest.approx(expected, rel=1e-6)
+    # b_2 excluded from a_1's negatives (say, another gold article of question 1)
+    exclude = torch.zeros(2, 4, dtype=torch.bool)
+    exclude[0, 1] = True
+    expected = (_ce([cos[0][k] / t1 for k in (0, 2, 3)], 0) + _ce([x / t1 for x in cos[1]], 1)) / 2
+    assert CaseViewLoss(t1)(a, b, c, exclude).item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_element_view_loss_matches_hand_computation():
+def _negatives(loss, temperature):
+    """With cos(anchor, positive) = 1 and cos(anchor, negative) = 0 for every negative,
+    ``loss = log(1 + n * exp(-1 / T))``: the number of negatives ``n`` it saw."""
+    return (math.exp(loss) - 1) * math.exp(1 / temperature)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_case_view_loss_counts_2n_minus_1_in_batch_negatives(n):
+    """a_i = b_i = e_i, c_i = e_{n+i}: a_i is orthogonal to every case but its own b_i, so
+    the loss counts its negatives: its own c_i and the other triples' b_j and c_j."""
+    eye = torch.eye(2 * n)
+    a, b, c = eye[:n], eye[:n].clone(), eye[n:]
+    assert _negatives(CaseViewLoss(0.5)(a, b, c).item(), 0.5) == pytest.approx(2 * n - 1, rel=1e-5)
+    if n > 1:  # masking k false negatives of every row leaves 2n - 1 - k
+        exclude = torch.zeros(n, 2 * n, dtype=torch.bool)
+        exclude[:, 2 * n - 1] = True  # c_n for every row (row n - 1 loses its own c)
+        exclude[0, 1] = True  # b_2 for row 0
+        exclude[1, 1] = True  # row 1's own positive: never excluded
+        loss = CaseViewLoss(0.5)(a, b, c, exclude)
+        per_row = [2 * n - 1 - 2] + [2 * n - 1 - 1] * (n - 1)  # row 0: two masked; the others: one
+        expected = sum(math.log(1 + k * math.exp(-2.0)) for k in per_row) / n
+        assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_element_view_loss_matches_hand_computation_with_2n_minus_2_negatives():
     texts = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     views = torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, -1.0]])
     t2 = 0.2
     r = 1 / math.sqrt(2)
-    cos = [[1.0, r, 0.0], [0.0, r, -1.0], [r, 1.0, -r]]  # cos(t_i, v_j) by hand
-    expected = sum(_ce([x / t2 for x in cos[i]], i) for i in range(3)) / 3
+    cos_v = [[1.0, r, 0.0], [0.0, r, -1.0], [r, 1.0, -r]]  # cos(t_i, t+_j) by hand
+    cos_t = [[1.0, 0.0, r], [0.0, 1.0, r], [r, r, 1.0]]  # cos(t_i, t_j) by hand
+    expected = 0.0
+    for i in range(3):  # the positive t+_i, then t+_j and t_j for j != i
+        logits = [cos_v[i][i]] + [cos_v[i][j] for j in range(3) if j != i] + [cos_t[i][j] for j in range(3) if j != i]
+        assert len(logits) == 1 + 2 * 3 - 2
+        expected += _ce([x / t2 for x in logits], 0) / 3
     assert ElementViewLoss(t2)(texts, views).item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 3, 6])
+def test_element_view_loss_counts_2n_minus_2_negatives(n):
+    """t_i = t+_i = e_i: t_i is orthogonal to every other text and view, and parallel to its
+    own view and to itself; counting exp(1/T) once (the positive) and n_neg zeros shows that
+    t_i itself is left out and the other n - 1 texts and n - 1 views are the negatives."""
+    eye = torch.eye(n)
+    assert _negatives(ElementViewLoss(0.25)(eye, eye.clone()).item(), 0.25) == pytest.approx(2 * n - 2, rel=1e-5)
 
 
 def test_losses_refuse_bad_shapes_and_temperatures():
@@ -83,46 +128,6 @@ def test_losses_refuse_bad_shapes_and_temperatures():
         ElementViewLoss(-1.0)
     with pytest.raises(ValueError):
         PairwiseTripleLoss()(torch.zeros(2, 3), torch.zeros(3, 3), nn.Linear(3, 2))
-
-
-# ---------------------------------------------------------------------------
-# The legal element indicator and the element view
-# ---------------------------------------------------------------------------
-
-ARTICLE = ("Le locataire doit payer le loyer aux termes convenus. Le bail est écrit. "
-           "Lorsque le bien est vendu, le bail continue; il est interdit de sous-louer.\nFin du titre.")
-
-
-def test_indicator_splits_sentences_and_flags_rule_statements():
-    sentences = [ARTICLE[s:e] for s, e in split_sentences(ARTICLE)]
-    assert sentences == ["Le locataire doit payer le loyer aux termes convenus.", "Le bail est écrit.",
-                         "Lorsque le bien est vendu, le bail continue;", "il est interdit de sous-louer.",
-                         "Fin du titre."]
-    assert [flag for _, _, flag in element_sentences(ARTICLE)] == [True, False, True, True, False]
-    assert element_families("Nul ne peut être puni d'une amende s'il ignorait la loi.") == \
-        ["right", "prohibition", "condition", "sanction"]
-    assert element_families("Sinon, le silence vaut refus.") == []  # "si" only as a whole word
-
-
-def test_token_flags_follow_sentence_spans_and_skip_prefix_and_specials():
-    text = "Il doit. Rien ici."
-    prefix = "p: "
-    # tokens of "p: Il doit. Rien ici." : <s>, "p:", "Il", "doit.", "Rien", "ici.", </s>
-    offsets = [(0, 0), (0, 2), (3, 5), (6, 11), (12, 16), (17, 21), (0, 0)]
-    flags = token_sentence_flags(offsets, element_sentences(text), text_start=len(prefix))
-    assert flags == [None, None, True, True, False, False, None]
-
-
-def test_element_view_replaces_non_element_tokens_by_del_and_keeps_the_budget():
-    ids = [0, 5, 6, 7, 8, 9, 10, 2]
-    flags = [None, True, True, False, False, True, False, None]
-    assert element_view(ids, flags, del_id=99, budget=100) == [0, 5, 6, 99, 99, 9, 99, 2]
-    # L1 = 5 tokens in total: cut, the final separator kept
-    assert element_view(ids, flags, del_id=99, budget=5) == [0, 5, 6, 99, 2]
-    # no element sentence: the text is kept (an all-[DEL] view carries nothing)
-    assert element_view(ids, [None, False, False, False, False, False, False, None], 99, 100) == ids
-    with pytest.raises(ValueError):
-        element_view(ids, flags[:-1], 99, 100)
 
 
 # ---------------------------------------------------------------------------
@@ -286,6 +291,57 @@ def test_plm_alignment_attends_by_the_plm_cosine():
                        for i in range(2)])  # (2, 4)
     expected = torch.softmax(cos / 0.1, dim=1) @ hd  # (2, 2)
     torch.testing.assert_close(mq[0, :, 2:4], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_projected_alignment_is_a_scaled_dot_product():
+    """``alignment: projected``: the aligned vector of a query token is the projected candidate
+    tokens weighted by softmax(h_q . h_d / sqrt(hidden)), computed here by hand, entry by entry."""
+    torch.manual_seed(0)
+    hidden = 4
+    model = InteractionModel(input_dim=3, hidden=hidden, dropout=0.0, alignment="projected").eval()
+    q, d = torch.randn(1, 2, 3), torch.randn(1, 3, 3)
+    ones_q, ones_d = torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 3, dtype=torch.bool)
+    captured = {}
+    model.lstm.register_forward_hook(lambda mod, inp, out: captured.setdefault("x", []).append(inp[0]))
+    model.match(q, ones_q, d, ones_d)
+    from torch.nn.utils.rnn import pad_packed_sequence
+    mq, _ = pad_packed_sequence(captured["x"][0], batch_first=True)  # (1, 2, 4 * hidden)
+    W, b = model.proj.weight.detach().tolist(), model.proj.bias.detach().tolist()
+
+    def proj(x):  # W x + b by hand
+        return [sum(W[o][i] * x[i] for i in range(3)) + b[o] for o in range(hidden)]
+
+    hq = [proj(q[0, i].tolist()) for i in range(2)]
+    hd = [proj(d[0, j].tolist()) for j in range(3)]
+    for i in range(2):
+        e = [sum(x * y for x, y in zip(hq[i], hd[j])) / math.sqrt(hidden) for j in range(3)]
+        w = [math.exp(x) / sum(math.exp(y) for y in e) for x in e]
+        aligned = [sum(w[j] * hd[j][o] for j in range(3)) for o in range(hidden)]
+        assert mq[0, i, hidden:2 * hidden].tolist() == pytest.approx(aligned, abs=1e-5)
+        unscaled = [math.exp(x * 2) / sum(math.exp(y * 2) for y in e) for x in e]  # without 1/sqrt(4) = 1/2
+        assert max(abs(x - y) for x, y in zip(w, unscaled)) > 1e-3  # the scaling shows
+
+
+def test_case_view_negatives_leave_out_the_questions_gold_articles():
+    """In a batch, an article of another triple that is gold for the question is no negative:
+    question 100 has golds 0 and 1 and appears twice; question 101 has gold 2."""
+    from lexgraph.training.rerank import RerankTrainer
+
+    articles, queries, views, _, dev = _toy()
+    train = Lists([100, 101], {100: [0, 1], 101: [2]}, np.array([[0, 1, 5, 6], [2, 0, 7, 8]]), np.ones((2, 4)))
+    trainer = RerankTrainer(InteractionModel(16, 4), RerankConfig(k=4), articles, queries, views, train, dev,
+                            torch.device("cpu"), seed=0)
+    qids, golds, negs = (100, 100, 101), (0, 1, 2), (5, 0, 7)  # columns: b = 0, 1, 2; c = 5, 0, 7
+    exclude = trainer.case_exclusions(qids, golds, negs)
+    assert exclude.tolist() == [[True, True, False, False, True, False],
+                                [True, True, False, False, True, False],
+                                [False, False, True, False, False, False]]
+    # the loss keeps each row's own positive: row 0 has 6 - 3 = 3 negatives (b_3, c_1, c_3)
+    eye = torch.eye(6)
+    a, b, c = eye[[0, 1, 2]], eye[[0, 1, 2]], eye[[3, 4, 5]]
+    loss = CaseViewLoss(0.5)(a, b, c, exclude).item()
+    expected = (2 * math.log(1 + 3 * math.exp(-2.0)) + math.log(1 + 5 * math.exp(-2.0))) / 3
+    assert loss == pytest.approx(expected, rel=1e-5)
 
 
 def test_warm_start_ranks_by_maxsim_before_training():

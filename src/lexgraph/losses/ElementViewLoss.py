@@ -3,14 +3,19 @@
 Wang, Zhang, Chen, Liu, Wang & Wen, "Legal Element-oriented Modeling with Multi-view
 Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), Section
 III-D: a legal element indicator marks the sentences of a text T that hold a legal
-element; the positive view T+ replaces the tokens of the other sentences by ``[DEL]``
-(``lexgraph.elements.element_view``). T and T+ are pooled into vectors (attention
-pooling); T+ is the positive of T and the views of the other texts of the batch are its
-negatives, with cosine similarity and temperature T2 (an InfoNCE over the batch):
+element; the positive view T+ deletes a random subset of the other sentences, totalling
+at most L1 tokens, by replacing their tokens with ``[DEL]``
+(``lexgraph.elements.element_view``). The N texts of a batch and their N views are pooled
+into vectors (attention pooling); for the anchor t_i, its own view t+_i is the positive
+and the **2N - 2** other texts and views of the batch, t_j and t+_j for every j != i, are
+its negatives (t_i itself is left out), with cosine similarity and temperature T2:
 
-    L_ele = -(1/N) * sum_i log( exp(cos(t_i, t+_i) / T2) / sum_j exp(cos(t_i, t+_j) / T2) )
+    L_ele = -(1/N) * sum_i log( exp(cos(t_i, t+_i) / T2)
+                                / ( exp(cos(t_i, t+_i) / T2)
+                                    + sum_{j != i} [exp(cos(t_i, t+_j) / T2) + exp(cos(t_i, t_j) / T2)] ) )
 
-The batch must hold distinct texts (a repeated text would be its own negative).
+The anchors are the N original texts. The batch must hold distinct texts (a repeated
+text would be its own negative).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from torch import nn
 
 
 class ElementViewLoss(nn.Module):
-    """InfoNCE of each text against its element view, the batch's other views as negatives."""
+    """InfoNCE of each text against its element view, the batch's other texts and views as
+    the 2N - 2 negatives."""
 
     def __init__(self, temperature: float = 0.1) -> None:
         super().__init__()
@@ -32,8 +38,11 @@ class ElementViewLoss(nn.Module):
     def forward(self, texts: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
         if texts.shape != views.shape or texts.dim() != 2:
             raise ValueError(f"texts and views must be (batch, dim) of one shape, got {tuple(texts.shape)} and {tuple(views.shape)}")
-        t = F.normalize(texts.float(), dim=-1)  # (batch, dim)
-        v = F.normalize(views.float(), dim=-1)  # (batch, dim)
-        logits = t @ v.T / self.temperature  # (batch, batch): row i, column j = cos(t_i, t+_j) / T2
-        target = torch.arange(t.shape[0], device=t.device)  # (batch,): the diagonal
-        return F.cross_entropy(logits, target)
+        n = texts.shape[0]
+        t = F.normalize(texts.float(), dim=-1)  # (N, dim)
+        v = F.normalize(views.float(), dim=-1)  # (N, dim)
+        logits = t @ torch.cat([v, t], 0).T / self.temperature  # (N, 2N): columns t+_1..t+_N, t_1..t_N
+        target = torch.arange(n, device=t.device)  # (N,): t+_i is column i
+        self_column = torch.zeros_like(logits, dtype=torch.bool)  # (N, 2N)
+        self_column[target, target + n] = True  # cos(t_i, t_i) is no negative
+        return F.cross_entropy(logits.masked_fill(self_column, float("-inf")), target)

@@ -6,8 +6,9 @@ III-B, in the ESIM form it describes:
 
 1. the PLM's token states of query A, ``(La, 384)``, and candidate B, ``(Lb, 384)``, are
    projected to ``hidden`` dimensions (``h``);
-2. word-level bidirectional attention ``e = h_a h_b^T`` gives each token of A an aligned
-   vector ``h~`` (softmax over B's tokens) and each token of B one (softmax over A's);
+2. word-level bidirectional attention ``e = h_a h_b^T / sqrt(hidden)`` (scaled dot
+   product, ``alignment: projected``) gives each token of A an aligned vector ``h~``
+   (softmax over B's tokens) and each token of B one (softmax over A's);
 3. every token is strengthened with ``[h; h~; h - h~; h * h~]`` (4 * hidden);
 4. a bidirectional LSTM runs over each side's strengthened tokens; masked mean and max
    pooling of both sides give the matching vector ``H_{a,b}`` (4 * hidden);
@@ -28,6 +29,7 @@ cached (:mod:`lexgraph.models.mvcl_features`); only this module trains.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -97,12 +99,13 @@ class InteractionModel(nn.Module):
 
     ``alignment`` says where the word-level attention ``e`` is computed: ``"plm"``, on the
     PLM's own states (cosine over ``temperature``; the aligned vectors are still sums of the
-    projected states ``h``), or ``"projected"``, on ``h`` itself. With ``features`` on,
-    ``H_{a,b}`` ends with three alignment scores of the PLM's states (:data:`FEATURES`) and
-    the classifier has a linear skip over them; ``warm_start`` then initialises that skip to
-    ``1 / temperature`` on MaxSim and the MLP's last layer to zero, so that the untrained
-    network ranks a list by the PLM's MaxSim (ColBERT's late interaction) and training
-    starts from a ranking the frozen PLM already knows."""
+    projected states ``h``), or ``"projected"``, on ``h`` itself, scaled by
+    ``1 / sqrt(hidden)``. With ``features`` on, ``H_{a,b}`` ends with three alignment
+    scores of the PLM's states (:data:`FEATURES`) and the classifier has a linear skip over
+    them; ``warm_start`` then initialises that skip to ``1 / temperature`` on MaxSim and
+    the MLP's last layer to zero, so that the untrained network ranks a list by the PLM's
+    MaxSim (ColBERT's late interaction) and training starts from a ranking the frozen PLM
+    already knows."""
 
     FEATURES = ("maxsim_query", "maxsim_candidate", "mean_cosine")
 
@@ -157,7 +160,10 @@ class InteractionModel(nn.Module):
             qn = nn.functional.normalize(q, dim=-1)  # (batch, Lq, input_dim)
             dn = nn.functional.normalize(d, dim=-1)  # (batch, Ld, input_dim)
             cos = qn @ dn.transpose(1, 2)  # (batch, Lq, Ld)
-        e = cos / self.temperature if self.alignment == "plm" else hq @ hd.transpose(1, 2)  # (batch, Lq, Ld)
+        if self.alignment == "plm":
+            e = cos / self.temperature  # (batch, Lq, Ld)
+        else:
+            e = hq @ hd.transpose(1, 2) / math.sqrt(self.hidden)  # (batch, Lq, Ld): scaled dot product
         q_aligned = masked_softmax(e, pair, dim=2) @ hd  # (batch, Lq, hidden)
         d_aligned = masked_softmax(e, pair, dim=1).transpose(1, 2) @ hq  # (batch, Ld, hidden)
         mq = torch.cat([hq, q_aligned, hq - q_aligned, hq * q_aligned], dim=-1)  # (batch, Lq, 4 * hidden)

@@ -29,7 +29,7 @@ class RerankConfig:
     """The ``rerank`` section of params.yaml."""
 
     enabled: bool = False  # false: encode_rerank and rerank write placeholders in seconds and evaluate skips mvcl
-    first_stage: str = field(default="dsr", metadata={"expected": "a retrieval system other than mvcl (bm25, zeroshot, dsr, gdsr, qabisar, hybrid)"})
+    first_stage: str = field(default="hybrid", metadata={"expected": "a retrieval system other than mvcl (bm25, zeroshot, dsr, hprior, gdsr, qabisar, hybrid)"})
     k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
     max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
     max_article_length: int = field(default=128, metadata={"expected": "an integer >= 8"})
@@ -48,7 +48,7 @@ class RerankConfig:
     t2: float = field(default=0.1, metadata={"expected": "a number > 0 (element-view temperature)"})
     element_patterns: list[str] = field(default_factory=lambda: list(PATTERNS),
                                         metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"})
-    element_budget: int = field(default=128, metadata={"expected": "an integer >= 8 (L1: tokens of the element view)"})
+    element_budget: int = field(default=32, metadata={"expected": "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"})
     del_token: str = field(default="<mask>", metadata={"expected": "a token of the base encoder's vocabulary"})
     epochs: int = field(default=5, metadata={"expected": "a positive integer"})
     batch_size: int = field(default=16, metadata={"expected": "a positive integer (triples per step)"})
@@ -75,10 +75,10 @@ class RerankConfig:
             raise bad("first_stage")
         if self.k < 2:
             raise bad("k")
-        for key in ("max_query_length", "max_article_length", "element_budget"):
+        for key in ("max_query_length", "max_article_length"):
             if getattr(self, key) < 8:
                 raise bad(key)
-        for key in ("encode_batch_size", "negatives", "epochs", "batch_size", "eval_batch_size"):
+        for key in ("element_budget", "encode_batch_size", "negatives", "epochs", "batch_size", "eval_batch_size"):
             if getattr(self, key) < 1:
                 raise bad(key)
         if self.hidden < 2 or self.hidden % 2:

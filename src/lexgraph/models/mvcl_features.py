@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from lexgraph.config import autocast, params_error
-from lexgraph.elements import PATTERNS, element_sentences, element_view, token_sentence_flags
+from lexgraph.elements import PATTERNS, element_sentences, element_view, token_sentences
 from lexgraph.errors import DataError
 from lexgraph.models.mvcl_config import RerankConfig
 
@@ -158,9 +158,11 @@ def is_disabled(directory: str | os.PathLike) -> bool:
 
 
 def build_features(articles, questions, config: RerankConfig, pretrain_dir: str | os.PathLike,
-                   out_dir: str | os.PathLike, device: torch.device) -> dict[str, Any]:
+                   out_dir: str | os.PathLike, device: torch.device, seed: int) -> dict[str, Any]:
     """Encode and write ``articles``, ``questions`` (train + dev) and ``element_views``
-    token stores under ``out_dir``; returns the element indicator's statistics."""
+    token stores under ``out_dir``; returns the element indicator's statistics. The element
+    view of article ``i`` deletes the sentences drawn from ``(seed, i)``
+    (:func:`lexgraph.elements.deleted_sentences`)."""
     import polars as pl
 
     from lexgraph.io import atomic_path
@@ -181,18 +183,20 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
     gold = sorted({int(a) for row in train["article_ids"].to_list() for a in row})
     index = {int(i): r for r, i in enumerate(ids)}
     view_ids, view_seqs = [], []
-    n_sent = n_elem = n_tok = n_del = with_element = 0
+    n_sent = n_elem = n_tok = n_del = with_element = with_deletion = 0
     for aid in gold:
         if aid not in index:
             continue
         r = index[aid]
         sentences = _filter_patterns(texts[r], config.element_patterns)
-        flags = token_sentence_flags(toks[r]["offsets"], sentences, text_start=len(encoder.passage_prefix))
-        view = element_view(toks[r]["input_ids"], flags, del_id, config.element_budget)
+        sentence_of = token_sentences(toks[r]["offsets"], sentences, text_start=len(encoder.passage_prefix))
+        view, deleted = element_view(toks[r]["input_ids"], sentence_of, [s[2] for s in sentences], del_id,
+                                     config.element_budget, seed, aid)
         view_ids.append(aid)
         view_seqs.append(view)
         n_tok += len(view)
         n_del += sum(t == del_id for t in view)
+        with_deletion += bool(deleted)
     for text in texts:  # the indicator over the whole corpus
         sentences = _filter_patterns(text, config.element_patterns)
         n_sent += len(sentences)
@@ -207,7 +211,8 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
 
     meta = {"model": str(pretrain_dir), "max_article_length": str(config.max_article_length),
             "max_query_length": str(config.max_query_length), "element_budget": str(config.element_budget),
-            "del_token": config.del_token, "element_patterns": ",".join(config.element_patterns)}
+            "del_token": config.del_token, "element_patterns": ",".join(config.element_patterns),
+            "view_seed": str(seed)}
     with atomic_path(out_dir, directory=True) as tmp:
         TokenStore.from_list(ids, art_states, encoder.dim).save(Path(tmp) / "articles.safetensors", meta)
         TokenStore.from_list(q["id"].to_list(), q_states, encoder.dim).save(Path(tmp) / "questions.safetensors", meta)
@@ -222,6 +227,7 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
         "element_sentence_fraction": round(n_elem / max(n_sent, 1), 4),
         "articles_with_element": with_element,
         "element_views": len(view_ids),
+        "element_views_with_deletion": with_deletion,
         "element_view_tokens": n_tok,
         "element_view_deleted_fraction": round(n_del / max(n_tok, 1), 4),
     }

@@ -15,9 +15,12 @@ Legal Case Retrieval", IJCNN 2022, arXiv:2210.05188). Two stages:
   article) with ``negatives`` non-gold articles drawn, fresh every epoch, from the first
   stage's top-``k`` for that question. The loss is
   ``L + lambda_case * L_case + lambda_ele * L_ele`` (:mod:`lexgraph.losses`); AdamW
-  with linear warm-up and decay. After every epoch the dev questions' top-``k`` are
-  re-ranked and the best epoch by ``metric`` is kept. Finally the re-ranker's score is
-  interpolated with the first stage's (both z-normalised over the question's top-``k``):
+  with linear warm-up and decay. The case view's negatives are in-batch (its own C- and
+  the other triples' B+ and C-, less the question's own gold articles); the element view
+  contrasts the batch's distinct gold articles with their element views (2N - 2
+  negatives). After every epoch the dev questions' top-``k`` are re-ranked and the best
+  epoch by ``metric`` is kept. Finally the re-ranker's score is interpolated with the
+  first stage's (both z-normalised over the question's top-``k``):
   ``alpha * z(mvcl) + (1 - alpha) * z(first)``, alpha chosen on dev among
   ``interpolation`` (ties: the first listed); alpha = 0 is the first stage itself.
 
@@ -139,7 +142,8 @@ class RerankTrainer:
         out = {"triple": self.triple_loss(h_ab, h_ac, m.classifier)}
         total = out["triple"]
         if cfg.lambda_case > 0:
-            out["case"] = self.case_loss(m.pool(q, q_mask), m.pool(b, b_mask), m.pool(c, c_mask))
+            out["case"] = self.case_loss(m.pool(q, q_mask), m.pool(b, b_mask), m.pool(c, c_mask),
+                                         self.case_exclusions(qids, golds, negs))
             total = total + cfg.lambda_case * out["case"]
         unique = [g for g in dict.fromkeys(golds) if g in self.views]
         if cfg.lambda_ele > 0 and len(unique) >= 2:
@@ -149,6 +153,14 @@ class RerankTrainer:
             total = total + cfg.lambda_ele * out["element"]
         out["loss"] = total
         return out
+
+    def case_exclusions(self, qids: Sequence[int], golds: Sequence[int], negs: Sequence[int]) -> torch.Tensor:
+        """The case view's false negatives ``(N, 2N)``: column k of ``[B+; C-]`` is no
+        negative of triple i when its article is a gold article of question i."""
+        cases = list(golds) + list(negs)  # 2N articles: b_1..b_N, c_1..c_N
+        qrels = self.train_lists.qrels
+        rows = [[a in qrels[q] for a in cases] for q in qids]
+        return torch.tensor(rows, dtype=torch.bool, device=self.device)  # (N, 2N)
 
     def dev_scores(self) -> list[np.ndarray]:
         """The re-ranker's scores of every dev question's top-``k``."""
