@@ -406,14 +406,3 @@ def load_tensors(target: str | os.PathLike, what: str, remedy: str) -> dict:
     except (SafetensorError, OSError) as exc:
         reason = str(exc).removeprefix("Error while deserializing header: ")
         raise DataError(path, f"truncated or corrupt {what} ({reason}); {remedy}") from None
-
-
-def load_state(model, target: str | os.PathLike, what: str, remedy: str):
-    """``model.load_state_dict`` of the safetensors file ``target`` (:func:`load_tensors`);
-    weights of another shape than ``model``'s are a one-sentence :class:`DataError` too."""
-    try:
-        model.load_state_dict(load_tensors(target, what, remedy))
-    except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors
-        raise DataError(target, f"weights that do not fit the network its settings describe "
-                                f"({str(exc).splitlines()[0]}); {remedy}") from None
-    return model
