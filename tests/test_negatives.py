@@ -126,13 +126,19 @@ def test_mine_negatives_dataframe():
     assert out.filter(pl.col("question_id") == 5)["negative_ids"].to_list() == [[]]
 
 
-def test_stage_writes_expected_parquet(tmp_path):
+def run_stage_once(tmp_path):
+    """Run the mine_negatives stage on the fixtures: ``(driver, argv, out)``."""
     paths = write_fixtures(tmp_path)
     out = tmp_path / "data" / "negatives" / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
             "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    return driver, argv, out
+
+
+def test_stage_writes_expected_parquet(tmp_path):
+    driver, argv, out = run_stage_once(tmp_path)
     df = pl.read_parquet(out)
     assert df.schema == {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(pl.Int64)}
     # train questions in input order (the dev one is skipped), then the synthetic one
@@ -218,12 +224,7 @@ def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkey
     import errno
     import os
 
-    paths = write_fixtures(tmp_path)
-    out = tmp_path / "data" / "negatives" / "negatives.parquet"
-    driver = load_driver()
-    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    driver, argv, out = run_stage_once(tmp_path)
     previous = out.read_bytes()
     capsys.readouterr()
 
