@@ -43,14 +43,13 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from lexgraph.config import without_params_file
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.inputs import read_json_object
+from lexgraph.models.mvcl_config import ALIGNMENTS
 
 if TYPE_CHECKING:
     from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.models.mvcl_features import TokenStore
 
 _NEG = -1e4
-#: Where the word-level attention is computed (:class:`InteractionModel`'s ``alignment``).
-ALIGNMENTS = ("plm", "projected")
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:

@@ -14,6 +14,10 @@ from lexgraph.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
+#: Where MVCL's word-level attention is computed (``rerank.alignment``; the
+#: ``InteractionModel`` of :mod:`lexgraph.models.mvcl`).
+ALIGNMENTS = ("plm", "projected")
+
 SECTION = "rerank"
 SYSTEM = "mvcl"
 WEIGHTS = "mvcl.safetensors"
@@ -88,8 +92,6 @@ class RerankConfig:
         for key in ("lambda_case", "lambda_ele", "weight_decay"):
             if getattr(self, key) < 0:
                 raise bad(key)
-        from lexgraph.models.mvcl import ALIGNMENTS
-
         if self.alignment not in ALIGNMENTS:
             raise bad("alignment")
         for key in ("t1", "t2", "lr", "max_grad_norm", "align_temperature"):
