@@ -284,7 +284,7 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 
 def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/mvcl`` directory."""
-    from lexgraph.io import load_tensors
+    from lexgraph.models.weights import load_state
     from lexgraph.models.mvcl_config import SETTINGS, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
 
@@ -308,10 +308,5 @@ def load_model(directory: str | os.PathLike, device: torch.device):
         detail = without_params_file(exc)  # the file, not params.yaml, holds the value
         raise DataError(path, f"key 'config' does not build the network ({detail}); expected the rerank settings "
                               f"the rerank stage saved; {rebuild}") from None
-    weights = load_tensors(directory / WEIGHTS, "MVCL weights", rebuild)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as exc:  # weights of another network shape (e.g. trained before match_features)
-        raise DataError(directory / WEIGHTS, "weights that do not fit the network mvcl.json describes "
-                        f"({str(exc).splitlines()[0]}); run `dvc repro rerank` to rebuild it") from None
-    return model.to(device).eval(), settings
+    # weights of another network shape (e.g. trained before match_features) are one line too
+    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, rebuild).to(device).eval(), settings

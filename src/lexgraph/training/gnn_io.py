@@ -68,7 +68,7 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
 
 def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
     """Rebuild a trained :class:`GraphEncoder` from ``models/gnn_<variant>/``."""
-    from lexgraph.io import load_tensors
+    from lexgraph.models.weights import load_state
 
     directory = Path(directory)
     config_path = directory / CONFIG
@@ -82,13 +82,7 @@ def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str 
         detail = without_params_file(exc)  # the file, not params.yaml, holds the value
         raise DataError(config_path, f"key 'graph_encoder' does not build an encoder ({detail}); expected the "
                                      f"architecture train_gnn saved; {rebuild}") from None
-    weights = load_tensors(directory / WEIGHTS, "graph encoder weights", rebuild)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as exc:
-        raise DataError(directory / WEIGHTS, f"weights that do not fit {CONFIG} ({str(exc).splitlines()[0]}); "
-                        f"{rebuild}") from None
-    return model.to(device).eval()
+    return load_state(model, directory / WEIGHTS, "graph encoder weights", CONFIG, rebuild).to(device).eval()
 
 
 def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings) -> dict[str, Any]:
