@@ -155,8 +155,8 @@ def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
     are results. An id of ``-1`` is padding (a row of them: nothing matches the question);
     with ``drop_zero`` (a term-matching system: BM25) an entry scoring exactly 0 is padding
     too: the article matches no term of the question and only fills the ``k`` asked for, in
-    article-id order. The same rule as the hybrid fusion's (``lexgraph.retrieval.hybrid``:
-    BM25 entries scoring 0 are never fused); ``lexgraph search`` shows only these."""
+    article-id order. The one rule for it: the hybrid fusion fuses only these
+    (``lexgraph.retrieval.hybrid``), and ``lexgraph search`` shows only these."""
     ids = np.asarray(ids)
     keep = ids >= 0  # (n, k)
     if drop_zero:

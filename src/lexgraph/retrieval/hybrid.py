@@ -76,6 +76,7 @@ import numpy as np
 from lexgraph import layout
 from lexgraph.config import bad_value, expectation, params_error, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
+from lexgraph.display import ranked_entries
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.metrics import DEEPEST, METRICS, evaluate_run
 
@@ -209,9 +210,7 @@ def _rows(ids: np.ndarray, scores: np.ndarray, drop_zero: bool) -> list[tuple[np
     scores = np.asarray(scores, dtype=np.float64)  # (n, depth)
     if ids.ndim != 2 or ids.shape != scores.shape:
         raise ValueError(f"ids and scores must both be (n, depth) arrays, got {ids.shape} and {scores.shape}")
-    keep = ids >= 0  # (n, depth)
-    if drop_zero:
-        keep &= scores != 0.0
+    keep = ranked_entries(ids, scores, drop_zero)  # (n, depth)
     return [(ids[i][keep[i]], scores[i][keep[i]]) for i in range(ids.shape[0])]
 
 
