@@ -430,10 +430,9 @@ def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fail):
 
 
 def normalise_question(text: str) -> str:
-    """The text whose hash places a question in train or dev (NFC, casefolded, punctuation as
-    spaces): kept as it was so that a carved dev split stays the one earlier releases carved."""
-    text = unicodedata.normalize("NFC", text or "").casefold()
-    return " ".join("".join(ch if ch.isalnum() else " " for ch in text).split())
+    """The text whose hash places a question in train or dev: :func:`question_key` in NFC,
+    not NFKC, so that a carved dev split stays the one earlier releases carved."""
+    return question_key(text, form="NFC")
 
 
 def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:

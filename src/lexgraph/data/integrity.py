@@ -134,10 +134,10 @@ def integer_id(value: Any) -> int:
 # --------------------------------------------------------------------------- question texts
 
 
-def question_key(text: str | None) -> str:
-    """The text two questions share when they are the same question: NFKC, casefolded,
-    punctuation as spaces, spacing collapsed."""
-    text = unicodedata.normalize("NFKC", text or "").casefold()
+def question_key(text: str | None, form: str = "NFKC") -> str:
+    """The text two questions share when they are the same question: Unicode normal form
+    ``form`` (NFKC), casefolded, punctuation as spaces, spacing collapsed."""
+    text = unicodedata.normalize(form, text or "").casefold()
     return " ".join("".join(ch if ch.isalnum() else " " for ch in text).split())
 
 
