@@ -404,3 +404,23 @@ def test_the_views_pooling_shares_the_interaction_projection():
     assert model.lstm.weight_ih_l0.grad is None  # the views do not touch the rest
     names = [n for n, _ in model.named_parameters()]
     assert len(names) == len(set(id(p) for p in model.parameters()))  # no parameter counted twice
+
+
+def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread):
+    # a grid without alpha = 1: the re-ranker alone is not a system that can be kept, so
+    # selecting the epoch by it would differ from selecting by what `mvcl` returns
+    config = RerankConfig(k=10, hidden=8, epochs=4, batch_size=8, negatives=2, lr=1e-2, dropout=0.0,
+                          interpolation=[0.0, 0.3, 0.6])
+    model, report = train(config, *_toy(), device=torch.device("cpu"), seed=13)
+    history = report["history"]
+    assert [h["epoch"] for h in history] == [0, 1, 2, 3, 4]  # warm start: epoch 0 is a candidate
+    fused = [h["dev_map"] for h in history]
+    best = max(fused)
+    assert report["epoch"] == history[fused.index(best)]["epoch"]  # the earliest best epoch
+    kept = history[fused.index(best)]
+    assert report["alpha"] == kept["alpha"] and report["dev"]["map"] == pytest.approx(best, abs=1e-4)
+    # the kept alpha is the best of the grid for the kept weights, recomputed after training
+    assert report["dev_by_alpha"][str(report["alpha"])] == max(report["dev_by_alpha"].values())
+    # the history also records the re-ranker alone, which is not what selects
+    assert all("dev_map_alone" in h for h in history)
+    assert any(abs(h["dev_map_alone"] - h["dev_map"]) > 1e-3 for h in history)

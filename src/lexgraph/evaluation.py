@@ -44,7 +44,7 @@ class EvaluateConfig:
     significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
     baselines: list[str] = field(default_factory=lambda: ["bm25", "dsr"],
                                  metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
-    significance_metrics: list[str] = field(default_factory=lambda: ["recall@100", "map"],
+    significance_metrics: list[str] = field(default_factory=lambda: ["recall@100", "map", "ndcg@10"],
                                             metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"})
     #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
     index: IndexConfig = field(default_factory=IndexConfig,

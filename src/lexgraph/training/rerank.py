@@ -18,18 +18,20 @@ Legal Case Retrieval", IJCNN 2022, arXiv:2210.05188). Two stages:
   with linear warm-up and decay. The case view's negatives are in-batch (its own C- and
   the other triples' B+ and C-, less the question's own gold articles); the element view
   contrasts the batch's distinct gold articles with their element views (2N - 2
-  negatives). After every epoch the dev questions' top-``k`` are re-ranked and the best
-  epoch by ``metric`` is kept. Finally the re-ranker's score is interpolated with the
-  first stage's (both z-normalised over the question's top-``k``):
-  ``alpha * z(mvcl) + (1 - alpha) * z(first)``, alpha chosen on dev among
-  ``interpolation`` (ties: the first listed); alpha = 0 is the first stage itself.
+  negatives). The re-ranker's score is interpolated with the first stage's (both
+  z-normalised over the question's top-``k``): ``alpha * z(mvcl) + (1 - alpha) * z(first)``;
+  alpha = 0 is the first stage itself. After every epoch (and before training, with
+  ``warm_start``) the dev questions' top-``k`` are re-ranked and fused at every alpha of
+  ``interpolation``; the epoch and alpha kept are the pair whose fused lists have the best
+  ``metric`` (ties: the earlier epoch, the first listed alpha): what is selected is what
+  the ``mvcl`` system returns.
 
 A re-ranked list is the top-``k`` in fused order followed by the rest of the first
 stage's list in its own order, scored below the top-``k``.
 
 :class:`RerankTrainer` is a task of the shared training loop
 (:func:`lexgraph.training.engine.fit`): ``batches(epoch)`` (a seeded iterator),
-``step(batch) -> (loss, parts)`` and ``evaluate() -> dev metrics`` (best epoch by ``metric``).
+``step(batch) -> (loss, parts)`` and ``evaluate() -> dev metrics`` (of the fused lists at the epoch's best alpha).
 """
 
 
@@ -87,6 +89,7 @@ class RerankTrainer:
         self.case_loss = CaseViewLoss(config.t1)
         self.element_loss = ElementViewLoss(config.t2)
         self.pairs: list[tuple[int, int, np.ndarray]] = []  # (qid, gold, negative pool)
+        self.epoch_log: list[dict[str, float]] = []  # per evaluate(): the best alpha, the re-ranker alone
         for qid, row in zip(train.qids, train.ids):
             gold = set(train.qrels[qid])
             pool = np.array([a for a in row[: config.k].tolist() if a >= 0 and a not in gold and a in articles],
@@ -181,9 +184,23 @@ class RerankTrainer:
             run[qid] = [int(a) for a in fused if a >= 0]
         return evaluate_run(run, d.qrels)
 
+    def by_alpha(self, scores: Sequence[np.ndarray]) -> tuple[float, dict[float, dict[str, float]]]:
+        """Dev metrics of the fused lists at every ``interpolation`` weight, and the weight
+        with the best ``metric`` (ties: the first listed)."""
+        grid = list(self.config.interpolation)
+        metrics = {a: self.metrics_at(scores, a) for a in grid}
+        best = max(grid, key=lambda a: (metrics[a][self.config.metric], -grid.index(a)))
+        return best, metrics
+
     def evaluate(self) -> dict[str, float]:
-        """Dev metrics of the re-ranker alone (alpha = 1): what selects the epoch."""
-        return self.metrics_at(self.dev_scores(), 1.0)
+        """Dev metrics of the system that would be kept: the fused lists at this epoch's best
+        alpha. Epoch and alpha are thus chosen together, by what ``mvcl`` returns, not by the
+        re-ranker alone (which the history records too, as ``dev_<metric>_alone``)."""
+        scores = self.dev_scores()
+        alpha, metrics = self.by_alpha(scores)
+        alone = metrics[1.0] if 1.0 in metrics else self.metrics_at(scores, 1.0)
+        self.epoch_log.append({"alpha": alpha, f"dev_{self.config.metric}_alone": alone[self.config.metric]})
+        return metrics[alpha]
 
 
 def _round(d: dict[str, float]) -> dict[str, float]:
@@ -212,12 +229,11 @@ def train(config: RerankConfig, articles: TokenStore, queries: TokenStore, views
                            max_grad_norm=config.max_grad_norm, selection_metric=config.metric,
                            select_epoch_zero=model.warm_started),
                  runtime or Runtime(device))
-    best_epoch, history = result.best_epoch, result.history
+    best_epoch = result.best_epoch
+    history = [{**h, **{k: round(float(v), 4) if k != "alpha" else v for k, v in e.items()}}
+               for h, e in zip(result.history, trainer.epoch_log)]
     scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
-    by_alpha = {}
-    for alpha in config.interpolation:
-        by_alpha[alpha] = trainer.metrics_at(scores, alpha)
-    alpha = max(config.interpolation, key=lambda a: (by_alpha[a][config.metric], -config.interpolation.index(a)))
+    alpha, by_alpha = trainer.by_alpha(scores)
     report = {
         "first_stage": config.first_stage,
         "k": config.k,
