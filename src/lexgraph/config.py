@@ -318,9 +318,8 @@ def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
     try:
         params = load_yaml(text)
     except DuplicateKeyError as exc:
-        first = f" (first on line {exc.first_line})" if exc.first_line is not None else ""
-        raise ConfigError(f"{path}: key '{exc.dotted}' appears twice, again on line {exc.line}{first}; expected "
-                          f"each key once (a repeated key would silently replace the first)") from None
+        raise ConfigError(f"{path}: {exc.located}; expected each key once (a repeated key would silently replace "
+                          "the first)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if params is None:

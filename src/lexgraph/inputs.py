@@ -50,6 +50,14 @@ class DuplicateKeyError(ValueError):
         """The repeated key with the keys above it: ``gnn.kd.weight``."""
         return ".".join([*self.parents, str(self.key)])
 
+    @property
+    def located(self) -> str:
+        """The repeated key and its lines, for a one-line error naming a YAML file:
+        ``key 'gnn.kd.weight' appears twice, again on line 26 (first on line 25)``."""
+        again = f", again on line {self.line}" if self.line is not None else ""
+        first = f" (first on line {self.first_line})" if self.first_line is not None else ""
+        return f"key '{self.dotted}' appears twice{again}{first}"
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated within one mapping."""

@@ -68,9 +68,8 @@ def read_expected(path: str | Path, *, checks: bool = True) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     except DuplicateKeyError as exc:
-        first = f" (first on line {exc.first_line})" if exc.first_line is not None else ""
-        raise DataError(path, f"key '{exc.dotted}' appears twice, again on line {exc.line}{first}; expected each "
-                              "key once (the second would silently replace the first)") from None
+        raise DataError(path, f"{exc.located}; expected each key once (the second would silently replace the "
+                              "first)") from None
     except yaml.YAMLError as exc:
         raise DataError(path, f"not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("systems"), dict) or not spec["systems"]:
