@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from lexgraph.distributed import map_batches
-from lexgraph.config import without_params_file
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.hub import check_model_files, check_safetensors, first_line
 from lexgraph.inputs import read_json_object
 from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
+from lexgraph.models.weights import built_from
 from lexgraph.models.backbone import (
     FORMAT_VERSION, _autocast, _bar, _max_positions, load_backbone, longest_first,
 )
@@ -357,12 +357,9 @@ class HierarchicalArticleEncoder(TextEncoder):
             config_values = read_json_object(saved_config, what="the chunk-level module's settings", fix=remedy)
             config_values.pop("format_version", None)
             config_values.update(settings)
-            try:
+            with built_from(saved_config, "settings that do not build a chunk-level module",
+                            "the settings train_dsr saved", remedy, errors=(TypeError, ValueError, ConfigError)):
                 encoder = cls(backbone, tokenizer, config=config, **config_values)
-            except (TypeError, ValueError, ConfigError) as exc:
-                detail = without_params_file(exc)  # the file, not params.yaml, holds the value
-                raise DataError(saved_config, f"settings that do not build a chunk-level module ({detail}); "
-                                              f"expected the settings train_dsr saved; {remedy}") from None
             check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))
             missing, unexpected = encoder.load_state_dict(weights, strict=False)

@@ -40,8 +40,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from lexgraph.config import without_params_file
-from lexgraph.errors import DataError, LexgraphError
+from lexgraph.errors import LexgraphError
 from lexgraph.inputs import read_json_object
 from lexgraph.models.mvcl_config import ALIGNMENTS
 
@@ -284,8 +283,8 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 
 def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/mvcl`` directory."""
-    from lexgraph.models.weights import load_state
-    from lexgraph.models.mvcl_config import SETTINGS, WEIGHTS, RerankConfig
+    from lexgraph.models.weights import built_from, load_state
+    from lexgraph.models.mvcl_config import RESTORE, SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
 
     directory = Path(directory)
@@ -295,18 +294,14 @@ def load_model(directory: str | os.PathLike, device: torch.device):
                             "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
     if not path.exists() and not path.is_symlink():
         raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
-    rebuild = "rerun `dvc repro rerank` (or `dvc checkout`) to restore it"
-    settings = read_json_object(path, what="the MVCL settings the rerank stage writes", fix=rebuild, keys={
+    settings = read_json_object(path, what=SETTINGS_WHAT, fix=RESTORE, keys={
         "format": (lambda v: v == "lexgraph-mvcl", "'lexgraph-mvcl'"),
         "input_dim": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
         "config": (lambda v: isinstance(v, dict), "an object of rerank settings"),
         "first_stage": (lambda v: isinstance(v, str), "a system name"),
     })
-    try:
+    with built_from(path, "key 'config' does not build the network", "the rerank settings the rerank stage saved",
+                    RESTORE):
         model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
-    except (TypeError, ValueError, LexgraphError) as exc:
-        detail = without_params_file(exc)  # the file, not params.yaml, holds the value
-        raise DataError(path, f"key 'config' does not build the network ({detail}); expected the rerank settings "
-                              f"the rerank stage saved; {rebuild}") from None
     # weights of another network shape (e.g. trained before match_features) are one line too
-    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, rebuild).to(device).eval(), settings
+    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, RESTORE).to(device).eval(), settings

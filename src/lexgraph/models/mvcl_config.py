@@ -22,6 +22,9 @@ SECTION = "rerank"
 SYSTEM = "mvcl"
 WEIGHTS = "mvcl.safetensors"
 SETTINGS = "mvcl.json"
+#: what ``models/mvcl/mvcl.json`` is, and how to get it back: the words of its readers' errors
+SETTINGS_WHAT = "the MVCL settings the rerank stage writes"
+RESTORE = "rerun `dvc repro rerank` (or `dvc checkout`) to restore it"
 
 
 def _first_stages() -> tuple[str, ...]:

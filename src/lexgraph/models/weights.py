@@ -1,11 +1,30 @@
-"""Loading a saved network's weights with a one-line error (the GNN and MVCL loaders)."""
+"""Loading a saved network with one-line errors (the GNN, MVCL and chunk-level loaders):
+building it from the settings file saved beside it (:func:`built_from`), then loading its
+weights (:func:`load_state`)."""
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
-from lexgraph.errors import DataError
+from lexgraph.config import without_params_file
+from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import load_tensors
+
+
+@contextmanager
+def built_from(settings_file: str | os.PathLike, problem: str, expected: str, remedy: str,
+               errors: tuple[type[Exception], ...] = (TypeError, ValueError, LexgraphError)) -> Iterator[None]:
+    """Build a network inside the block from what ``settings_file`` holds: one of ``errors``
+    raised there is a one-sentence :class:`DataError` naming that file,
+    ``<problem> (<detail>); expected <expected>; <remedy>``. The detail drops a leading
+    ``params.yaml: `` (settings errors name params.yaml, but here the file holds the value)."""
+    try:
+        yield
+    except errors as exc:
+        raise DataError(settings_file, f"{problem} ({without_params_file(exc)}); expected {expected}; "
+                                       f"{remedy}") from None
 
 
 def load_state(model, target: str | os.PathLike, what: str, settings: str, remedy: str):

@@ -69,13 +69,13 @@ def first_stage_of(workspace: Path) -> str | None:
     """The first stage named in ``models/mvcl/mvcl.json`` (None when absent)."""
     from lexgraph.config import SYSTEM_NAMES
     from lexgraph.inputs import read_json_object
+    from lexgraph.models.mvcl_config import RESTORE, SETTINGS, SETTINGS_WHAT
 
-    path = layout.MVCL.under(workspace, "mvcl.json")
+    path = layout.MVCL.under(workspace, SETTINGS)
     if not path.exists():  # absent, or switched off (rerank.enabled: false)
         return None
-    return read_json_object(path, what="the MVCL settings the rerank stage writes", keys={
-        "first_stage": (lambda v: v in SYSTEM_NAMES and v != "mvcl", "a retrieval system other than mvcl")},
-        fix="rerun `dvc repro rerank` (or `dvc checkout`) to restore it")["first_stage"]
+    return read_json_object(path, what=SETTINGS_WHAT, fix=RESTORE, keys={
+        "first_stage": (lambda v: v in SYSTEM_NAMES and v != "mvcl", "a retrieval system other than mvcl")})["first_stage"]
 
 
 def is_switched_off(workspace: Path) -> bool:

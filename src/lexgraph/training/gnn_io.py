@@ -14,8 +14,6 @@ import torch
 
 from lexgraph import layout
 from lexgraph.embed import ARTICLE_EMBEDDINGS
-from lexgraph.config import without_params_file
-from lexgraph.errors import DataError, LexgraphError
 from lexgraph.inputs import read_json_object
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
@@ -68,20 +66,16 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
 
 def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
     """Rebuild a trained :class:`GraphEncoder` from ``models/gnn_<variant>/``."""
-    from lexgraph.models.weights import load_state
+    from lexgraph.models.weights import built_from, load_state
 
     directory = Path(directory)
     config_path = directory / CONFIG
     rebuild = layout.restore_hint(directory)
     config = read_json_object(config_path, what="the graph encoder settings train_gnn writes", fix=rebuild,
                               keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")})
-    try:  # the settings' own errors name params.yaml: here the file is the culprit
-        architecture = GraphEncoderConfig.from_dict(config["graph_encoder"])
-        model = GraphEncoder(architecture)
-    except (TypeError, ValueError, LexgraphError) as exc:
-        detail = without_params_file(exc)  # the file, not params.yaml, holds the value
-        raise DataError(config_path, f"key 'graph_encoder' does not build an encoder ({detail}); expected the "
-                                     f"architecture train_gnn saved; {rebuild}") from None
+    with built_from(config_path, "key 'graph_encoder' does not build an encoder", "the architecture train_gnn saved",
+                    rebuild):
+        model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
     return load_state(model, directory / WEIGHTS, "graph encoder weights", CONFIG, rebuild).to(device).eval()
 
 
