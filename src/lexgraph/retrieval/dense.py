@@ -14,10 +14,12 @@ are deterministic.
 Within :func:`shared_query_encoders` (the ``hybrid`` and ``evaluate`` stages), systems
 whose query encoder comes from the same directory share one loaded encoder and encode
 a list of questions once: ``dsr``, ``hprior`` and ``gdsr`` all read
-``models/dsr/query_encoder``, and the ``hybrid`` system's dense half is one of them. Search goes through :class:`lexgraph.retrieval.index.DenseIndex`
-(exact ``IndexFlatIP`` by default, IVF/HNSW at scale, per ``evaluate.index``);
-:func:`exact_top_k` is the torch reference it is tested against, also used by the
-training loops' dev evaluation (small corpora, on the training device).
+``models/dsr/query_encoder``, and the ``hybrid`` system's dense half is one of them.
+
+Search goes through :class:`lexgraph.retrieval.index.DenseIndex` (exact ``IndexFlatIP``
+by default, IVF/HNSW at scale, per ``evaluate.index``); :func:`exact_top_k` is the torch
+reference it is tested against, also used by the training loops' dev evaluation (small
+corpora, on the training device).
 """
 
 from __future__ import annotations
