@@ -48,7 +48,8 @@ def main(args, base, config):
         )
     for system, by_split in results.items():
         write_json(by_split, Path(args.metrics_dir) / f"{system}.json")
-    write_json({"split": split, "tests": comparisons}, Path(args.metrics_dir) / "significance.json")
+    write_json({"split": split, "adjustment": "holm over every test of the split's table (p_holm; p_value raw)",
+                "tests": comparisons}, Path(args.metrics_dir) / "significance.json")
     counts = dict(questions.filter(pl.col("split").is_in(splits)).group_by("split").len().iter_rows())
     write_text(results_markdown(results, splits, counts, {split: markers}, {split: legend}),
                Path(args.metrics_dir) / "results.md")

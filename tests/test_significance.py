@@ -14,6 +14,7 @@ from lexgraph.significance import (
     baseline_letters,
     bootstrap_ci,
     compare_systems,
+    holm_adjust,
     marker_legend,
     paired_randomization_test,
     per_query_scores,
@@ -100,6 +101,37 @@ def test_randomization_test_is_deterministic_and_symmetric():
 def test_identical_systems_have_p_one():
     scores = np.random.default_rng(0).uniform(size=40)
     assert paired_randomization_test(scores, scores.copy(), n_resamples=2000, seed=0) == 1.0
+
+
+def test_p_value_is_never_zero():
+    """No resample reaches the observed difference (20 positive differences: only the
+    all-plus and all-minus sign vectors do, chance 2^-19 per resample): the p-value is the
+    +1-corrected (0 + 1) / (B + 1) of Phipson & Smyth (2010), not 0."""
+    diff = np.linspace(0.1, 0.3, 20)
+    b = np.zeros(20)
+    for n_resamples in (1, 10, 1000):
+        p = paired_randomization_test(b + diff, b, n_resamples=n_resamples, seed=0)
+        assert p > 0.0
+        assert p == pytest.approx(1 / (n_resamples + 1))
+
+
+def test_holm_adjust_worked_example():
+    # by hand: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04;
+    # running maximum 0.02, 0.03, 0.06, 0.06; back in the given order:
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([0.5, 0.4]) == pytest.approx([0.8, 0.8])  # 0.4 x 2, then max(0.8, 0.5 x 1)
+    assert holm_adjust([0.7, 0.6]) == pytest.approx([1.0, 1.0])  # 0.6 x 2 = 1.2, capped at 1
+    assert holm_adjust([0.02]) == [0.02]  # a family of one is not adjusted
+    assert holm_adjust([]) == []
+    with pytest.raises(ValueError):
+        holm_adjust([0.1, 1.2])
+
+
+def test_holm_adjust_agrees_with_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    p = np.random.default_rng(3).uniform(0, 0.2, size=25)
+    _, expected, _, _ = multitest.multipletests(p, method="holm")
+    assert holm_adjust(p.tolist()) == pytest.approx(expected.tolist())
 
 
 def test_randomization_test_rejects_bad_input():
@@ -207,7 +239,8 @@ def test_compare_systems_structure_and_markers():
             baseline = key.removeprefix("vs_")
             assert list(by_metric) == ["recall@100", "map"]
             for metric, entry in by_metric.items():
-                assert set(entry) == {"system", "baseline", "diff", "p_value", "ci95", "significant", "n_queries"}
+                assert set(entry) == {"system", "baseline", "diff", "p_value", "p_holm", "ci95", "significant",
+                                      "n_queries"}
                 assert entry["n_queries"] == 40
                 assert entry["system"] == round(means[system][metric], 4)
                 assert entry["baseline"] == round(means[baseline][metric], 4)
@@ -216,7 +249,8 @@ def test_compare_systems_structure_and_markers():
                 assert lo <= entry["diff"] <= hi
                 for value in (entry["system"], entry["baseline"], entry["diff"], entry["p_value"], lo, hi):
                     assert round(value, 4) == value
-                assert entry["significant"] == (entry["p_value"] < 0.05)
+                assert entry["p_holm"] >= entry["p_value"] > 0
+                assert entry["significant"] == (entry["p_holm"] < 0.05)
 
     for metric in ("recall@100", "map"):
         for baseline in ("bm25", "dsr"):
@@ -230,6 +264,18 @@ def test_compare_systems_structure_and_markers():
         expected = "ᵇ" if dsr_vs_bm25["significant"] and dsr_vs_bm25["diff"] > 0 else ""
         assert significance_markers(cmp, "dsr", metric, baselines) == expected
     assert significance_markers(cmp, "gdsr", "ndcg@10", baselines) == ""  # metric not compared
+
+    # Holm over the family: 3 pairs x 2 metrics = 6 distinct tests (A vs B is B vs A)
+    family = {(frozenset((s, k.removeprefix("vs_"))), m): e["p_value"]
+              for s, versus in cmp.items() for k, by_metric in versus.items() for m, e in by_metric.items()}
+    assert len(family) == 6
+    keys = list(family)
+    by_hand = holm_adjust([family[k] for k in keys])
+    for system, versus in cmp.items():
+        for key, by_metric in versus.items():
+            for metric, entry in by_metric.items():
+                index = keys.index((frozenset((system, key.removeprefix("vs_"))), metric))
+                assert entry["p_holm"] == pytest.approx(by_hand[index], abs=1e-4)
 
     # deterministic for a seed
     again = compare_systems(runs, qrels, baselines, metrics=("recall@100", "map"), n_resamples=2000, seed=0)
@@ -257,5 +303,5 @@ def test_baseline_letters_and_legend():
         "ddd": "a",
     }
     legend = marker_legend(["bm25", "dsr"])
-    assert "ᵇ bm25" in legend and "ᵈ dsr" in legend and "p < 0.05" in legend
+    assert "ᵇ bm25" in legend and "ᵈ dsr" in legend and "p < 0.05 after Holm's adjustment" in legend
     assert marker_legend([]) == ""

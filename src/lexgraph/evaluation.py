@@ -274,7 +274,10 @@ def significance_report(
     n_resamples: int = 10000,
 ) -> tuple[dict, dict[str, dict[str, str]], str]:
     """Paired tests of every system against ``baselines`` on one split:
-    ``(comparisons, markers[system][metric], legend)`` (see :mod:`lexgraph.significance`)."""
+    ``(comparisons, markers[system][metric], legend)`` (see :mod:`lexgraph.significance`).
+
+    The split's tests are one family (one results table): each entry carries its raw
+    ``p_value`` and its Holm-adjusted ``p_holm``, and the markers use ``p_holm``."""
     from lexgraph.significance import compare_systems, marker_legend, significance_markers
 
     present = [b for b in baselines if b in runs]

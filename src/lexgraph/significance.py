@@ -10,12 +10,19 @@ look at the per-query differences ``d_q = system(q) - baseline(q)``.
   Carterette, "A comparison of statistical significance tests for information retrieval
   evaluation", CIKM 2007. Under the null hypothesis the two systems are exchangeable on
   every query, so each ``d_q`` keeps or flips its sign with probability 1/2, and
-  ``p = (1/B) * #{resamples b : |sum_q s_bq * d_q| >= |sum_q d_q|}`` over ``B`` random
-  sign vectors ``s_b``. This is the test of ``ranx.compare(..., stat_test="fisher")``
-  (Bassani, "ranx: A Blazing-Fast Python Library for Ranking Evaluation and Comparison",
-  ECIR 2022), which swaps the two systems' scores per query with probability 1/2 and
-  counts ``p`` the same way, without the +1 correction; on tie-free scores the two agree
-  within Monte-Carlo error (checked by the tests).
+  ``p = (1 + #{resamples b : |sum_q s_bq * d_q| >= |sum_q d_q|}) / (1 + B)`` over ``B``
+  random sign vectors ``s_b``: the Monte-Carlo p-value with the +1 correction (Phipson &
+  Smyth, "Permutation p-values should never be zero", Stat. Appl. Genet. Mol. Biol. 2010:
+  the observed sign vector is one of the resamples, so ``p >= 1 / (B + 1)``, never 0). This
+  is the test of ``ranx.compare(..., stat_test="fisher")`` (Bassani, "ranx: A Blazing-Fast
+  Python Library for Ranking Evaluation and Comparison", ECIR 2022), which swaps the two
+  systems' scores per query with probability 1/2 and counts ``p`` the same way but without
+  the +1; on tie-free scores the two agree within Monte-Carlo error (checked by the tests).
+* **multiplicity** -- Holm's step-down adjustment (Holm, "A simple sequentially rejective
+  multiple test procedure", Scand. J. Statist. 1979) over one family of tests: every
+  distinct test of one :func:`compare_systems` call, i.e. every test whose marker can appear
+  in one results table (A vs B and B vs A are one test: same p-value). The markers use the
+  adjusted p-values; the raw ones are kept beside them.
 * **confidence interval** -- percentile bootstrap of the mean paired difference.
 
 Why not ranx's ``fisher_randomization_test`` itself (ranx 0.3.21), despite the project's
@@ -58,6 +65,7 @@ __all__ = [
     "per_query_scores",
     "paired_randomization_test",
     "bootstrap_ci",
+    "holm_adjust",
     "compare_systems",
     "baseline_letters",
     "significance_markers",
@@ -131,7 +139,8 @@ def paired_randomization_test(a, b, n_resamples: int = 10000, seed: int = 0) -> 
     order). Each of ``n_resamples`` resamples flips the sign of every difference
     ``a_q - b_q`` independently with probability 1/2 (swaps the two systems on that
     query); the p-value is the fraction of resamples whose absolute mean difference is at
-    least the observed one, ties included, without the +1 correction (as ranx).
+    least the observed one, ties included, with the +1 correction of Phipson & Smyth (2010):
+    ``(hits + 1) / (n_resamples + 1)``, so never 0 (at least ``1 / (n_resamples + 1)``).
     Identical systems give exactly 1. Deterministic for a given ``seed``, and symmetric:
     swapping ``a`` and ``b`` gives the same p-value.
     """
@@ -145,7 +154,27 @@ def paired_randomization_test(a, b, n_resamples: int = 10000, seed: int = 0) -> 
         size = min(_CHUNK, n_resamples - start)
         signs = 1.0 - 2.0 * rng.integers(0, 2, size=(size, diff.size))  # (chunk, n_queries) of +-1
         hits += int(np.count_nonzero(np.abs(signs @ diff) >= threshold))
-    return hits / n_resamples
+    return (hits + 1) / (n_resamples + 1)
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values of one family, in the order given.
+
+    With the ``m`` p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted value
+    of ``p_(i)`` is ``min(1, max_{j <= i} (m - j + 1) * p_(j))`` (Holm 1979; the
+    "adjusted p-value" form of Wright, "Adjusted P-values for simultaneous inference",
+    Biometrics 1992): rejecting where it is below ``alpha`` is Holm's procedure at family-wise
+    level ``alpha``. Equal p-values keep their given order (a stable sort).
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1 or np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p-values must be a 1-D sequence of numbers in [0, 1], got {p_values!r}")
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])  # (m,) in ascending order of p
+    adjusted = np.empty(m, dtype=np.float64)
+    adjusted[order] = np.minimum(stepped, 1.0)
+    return adjusted.tolist()
 
 
 def bootstrap_ci(
@@ -202,12 +231,14 @@ def compare_systems(
     (in that order) and every baseline present in ``runs`` other than the system itself;
     baselines absent from ``runs`` are skipped with a warning. Each entry holds
     ``system`` and ``baseline`` (mean scores), ``diff`` (mean paired difference,
-    system minus baseline), ``p_value`` (:func:`paired_randomization_test`), ``ci95``
-    (``[low, high]``, :func:`bootstrap_ci` of the difference), ``significant``
-    (``p_value < alpha``, two-sided) and ``n_queries``. Floats are rounded to 4 decimals
-    (``significant`` is decided before rounding). All queries of ``qrels`` count; a query
-    missing from a run scores 0. Every test uses the same ``seed``, so an entry does not
-    depend on which other systems are compared.
+    system minus baseline), ``p_value`` (raw, :func:`paired_randomization_test`),
+    ``p_holm`` (:func:`holm_adjust` over this call's family: every distinct test, the pair
+    A/B counted once whichever is the system), ``ci95`` (``[low, high]``,
+    :func:`bootstrap_ci` of the difference), ``significant`` (``p_holm < alpha``,
+    two-sided) and ``n_queries``. One call is one family: call it once per results table.
+    Floats are rounded to 4 decimals (``significant`` is decided before rounding). All
+    queries of ``qrels`` count; a query missing from a run scores 0. Every test uses the
+    same ``seed``, so a raw p-value does not depend on which other systems are compared.
     """
     if not qrels:
         raise ValueError("qrels are empty: there is no query to compare on")
@@ -225,6 +256,7 @@ def compare_systems(
         table = per_query(run, qrels)
         scores[name] = {m: np.array([table[q][m] for q in qids], dtype=np.float64) for m in metrics}
 
+    raw: dict[tuple[frozenset, str], float] = {}  # one p-value per distinct test of the family
     out: dict[str, dict[str, dict[str, dict]]] = {}
     for system in runs:
         out[system] = {}
@@ -235,19 +267,27 @@ def compare_systems(
             for m in metrics:
                 a, b = scores[system][m], scores[baseline][m]
                 diff = a - b
-                p_value = paired_randomization_test(a, b, n_resamples=n_resamples, seed=seed)
+                key = (frozenset((system, baseline)), m)
+                if key not in raw:  # symmetric: B vs A has A vs B's p-value
+                    raw[key] = paired_randomization_test(a, b, n_resamples=n_resamples, seed=seed)
                 low, high = bootstrap_ci(diff, n_resamples=n_resamples, confidence=0.95, seed=seed)
                 entries[m] = {
                     "system": _round(a.mean()),
                     "baseline": _round(b.mean()),
                     "diff": _round(diff.mean()),
-                    "p_value": _round(p_value),
+                    "p_value": _round(raw[key]),
                     "ci95": [_round(low), _round(high)],
-                    "significant": bool(p_value < alpha),
                     "n_queries": len(qids),
                 }
-                log.debug("%s vs %s, %s: diff %.4f, p %.4f", system, baseline, m, diff.mean(), p_value)
+                log.debug("%s vs %s, %s: diff %.4f, p %.4f", system, baseline, m, diff.mean(), raw[key])
             out[system][f"vs_{baseline}"] = entries
+    adjusted = dict(zip(raw, holm_adjust(list(raw.values()))))
+    for system, versus in out.items():
+        for key, entries in versus.items():
+            for m, entry in entries.items():
+                p_holm = adjusted[(frozenset((system, key.removeprefix("vs_"))), m)]
+                entry.update(p_holm=_round(p_holm), significant=bool(p_holm < alpha))
+    log.info("%d distinct paired tests, Holm-adjusted as one family", len(raw))
     return out
 
 
@@ -281,7 +321,7 @@ def significance_markers(
     """Superscript letters of the baselines ``system`` significantly improves on, for ``metric``.
 
     ``comparisons`` is the output of :func:`compare_systems`. A baseline is marked when
-    its entry is significant and ``diff > 0`` (significantly worse results are not
+    its entry is significant (Holm-adjusted p below alpha) and ``diff > 0`` (significantly worse results are not
     marked); the letters follow :func:`baseline_letters` and the order of ``baselines``,
     like the superscripts of a ranx report. Missing comparisons give no marker.
     """
@@ -301,6 +341,7 @@ def marker_legend(baselines: Sequence[str], alpha: float = 0.05) -> str:
         return ""
     pairs = ", ".join(f"{_SUPERSCRIPT[letter]} {name}" for name, letter in letters.items())
     return (
-        f"Superscripts mark a significant improvement (two-sided paired Fisher randomisation "
-        f"test, p < {alpha:g}) over: {pairs}."
+        f"Superscripts mark a significant improvement over: {pairs} (two-sided paired Fisher "
+        f"randomisation test, p < {alpha:g} after Holm's adjustment over all the tests of this "
+        f"table; raw and adjusted p-values in metrics/significance.json)."
     )
