@@ -204,7 +204,7 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": list(range(40)), "article": texts}).write_parquet(articles)
     section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
-                   max_steps=3, batch_size=4, warmup_steps=1, log_every=1, accumulation_steps=2)
+                   max_steps=3, batch_size=4, warmup_ratio=0.34, log_every=1, accumulation_steps=2)
     params = tmp_path / "params.yaml"
     write_params(params, base={"seed": 1, "device": "cpu", "deterministic": deterministic}, pretrain=section)
     driver_path = Path(__file__).resolve().parents[1] / "stages" / "pretrain.py"

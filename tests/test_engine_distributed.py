@@ -70,7 +70,7 @@ def test_a_stage_under_torchrun_writes_its_outputs_once(tmp_path):
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": list(range(60)), "article": texts}).write_parquet(articles)
     section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
-                   max_steps=4, batch_size=8, warmup_steps=1, log_every=2)
+                   max_steps=4, batch_size=8, warmup_ratio=0.25, log_every=2)
     params = write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"}, pretrain=section)
     out, metrics = tmp_path / "models" / "pretrain", tmp_path / "metrics" / "pretrain.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}

@@ -32,7 +32,7 @@ TINY = section(  # the pretrain section of params.yaml, tiny
     max_steps=8,
     batch_size=8,
     learning_rate=3e-3,
-    warmup_steps=1,
+    warmup_ratio=0.125,  # 1 of 8 steps
     eval_fraction=0.1,
     log_every=4,
 )
@@ -208,3 +208,22 @@ def test_bad_params_are_config_errors(params):
 
 def test_float_strings_from_yaml_are_accepted():
     assert pt.PretrainConfig.from_params(section("pretrain", learning_rate="5e-5")).learning_rate == 5e-5
+
+
+def test_warmup_is_a_share_of_max_steps_and_scales_with_a_shortened_run():
+    """The paper profile's warm-up is a ratio: shrinking max_steps shrinks it instead of refusing
+    the run; the default 0.1 of 600 and the paper's 0.01 of 50000 keep their step counts."""
+    from pathlib import Path
+
+    from lexgraph.config import read_params
+
+    root = Path(__file__).resolve().parents[1]
+    paper = read_params(root / "profiles" / "paper.yaml")["pretrain"]
+    default = read_params(root / "params.yaml")["pretrain"]
+    assert pt.PretrainConfig.from_params(paper).warmup_steps == 500  # 0.01 x 50000
+    assert pt.PretrainConfig.from_params(default).warmup_steps == 60  # 0.1 x 600: the sample's schedule
+    short = pt.PretrainConfig.from_params(dict(paper, max_steps=200))
+    assert short.warmup_steps == 2 and short.max_steps == 200
+    assert pt.PretrainConfig.from_params(dict(paper, max_steps=20)).warmup_steps == 0
+    with pytest.raises(ConfigError, match=r"'pretrain.warmup_ratio' = 1.0, expected a share of max_steps in \[0, 1\)"):
+        pt.PretrainConfig.from_params(dict(default, warmup_ratio=1.0))

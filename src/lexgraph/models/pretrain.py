@@ -91,7 +91,7 @@ class PretrainConfig:
     batch_size: int = 16
     learning_rate: float = 0.001
     weight_decay: float = 0.01
-    warmup_steps: int = 60  # linear warm-up, then linear decay to 0 at max_steps
+    warmup_ratio: float = 0.1  # linear warm-up over this share of max_steps, then linear decay to 0
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
     accumulation_steps: int = 1  # micro-batches per batch and process (lexgraph.training.engine)
@@ -101,6 +101,12 @@ class PretrainConfig:
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "PretrainConfig":
         return section_config(cls, params, SECTION)
+
+    @property
+    def warmup_steps(self) -> int:
+        """Warm-up steps: ``warmup_ratio * max_steps``, rounded to the nearest integer
+        (0.1 of 600 = 60, 0.01 of 50000 = 500), so a shortened run keeps its share."""
+        return round(self.warmup_ratio * self.max_steps)
 
     def validate(self) -> None:
         def bad(key: str, expected: str) -> ConfigError:
@@ -125,8 +131,10 @@ class PretrainConfig:
             raise bad("eval_fraction", "a fraction in (0, 0.5)")
         if not 0.0 < self.mlm_probability < 1.0:
             raise bad("mlm_probability", "a fraction in (0, 1)")
-        if not isinstance(self.warmup_steps, int) or not 0 <= self.warmup_steps < self.max_steps:
-            raise bad("warmup_steps", f"an integer in [0, max_steps = {self.max_steps})")
+        if not (isinstance(self.warmup_ratio, (int, float)) and 0 <= self.warmup_ratio < 1
+                and self.warmup_steps < self.max_steps):
+            raise bad("warmup_ratio", f"a share of max_steps in [0, 1) leaving at least one step after warm-up "
+                                      f"(max_steps = {self.max_steps})")
         if not (isinstance(self.adam_epsilon, (int, float)) and self.adam_epsilon > 0):
             raise bad("adam_epsilon", "a positive number")
         if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):

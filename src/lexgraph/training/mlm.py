@@ -226,9 +226,9 @@ def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, 
               runtime=None) -> dict[str, Any]:
     """Train ``model`` in place with MLM (:func:`lexgraph.training.engine.fit`); return the metrics dict.
 
-    AdamW (no decay on biases and LayerNorm weights), linear warm-up over
-    ``warmup_steps`` then linear decay to 0 at ``max_steps``, gradient clipping, mixed
-    precision on CUDA when ``mixed_precision``."""
+    AdamW (no decay on biases and LayerNorm weights), linear warm-up over ``warmup_ratio``
+    of ``max_steps`` (``cfg.warmup_steps``) then linear decay to 0 at ``max_steps``,
+    gradient clipping, mixed precision on CUDA when ``mixed_precision``."""
     import torch
 
     from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
