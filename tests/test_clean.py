@@ -250,9 +250,18 @@ def test_question_text_in_two_splits_is_refused_on_the_raw_table(text):
 def test_same_text_within_one_split_or_in_synthetic_is_not_leakage():
     raw = raw_articles([{"id": 1, "article": "Le preneur paie le loyer aux termes convenus."}])
     q = raw_questions([(1, "Quand payer ?", "1", "train"), (2, "Quand payer ?", "1", "train"),
-                       (3, "Qui paie ?", "1", "test"), (1, "Qui paie ?", "1", "synthetic")])
+                       (3, "Qui paie ?", "1", "test"), (4, "Qui paie ?", "1", "synthetic")])
     _, _, questions, _ = clean(raw, q, section("clean"))
     assert questions.height == 4
+
+
+@pytest.mark.parametrize("synthetic_first", [False, True])
+def test_a_synthetic_id_reused_in_data_raw_is_refused_whatever_the_order(synthetic_first):
+    """fetch gives every question its own id; clean no longer renumbers by order of arrival."""
+    raw = raw_articles([{"id": 1, "article": "Le preneur paie le loyer aux termes convenus."}])
+    rows = [(1, "Quand payer ?", "1", "train"), (1, "payer loyer", "1", "synthetic")]
+    with pytest.raises(DataError, match=r"duplicate question id 1 .*across every split, synthetic included"):
+        clean(raw, raw_questions(rows[::-1] if synthetic_first else rows), section("clean"))
 
 
 @pytest.mark.parametrize(("ids", "reason"), [

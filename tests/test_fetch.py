@@ -145,3 +145,48 @@ def test_stage_bad_input_exits_nonzero_with_one_line_and_no_outputs(tmp_path, bs
     assert proc.stderr.strip().count("\n") == 0 and "articles.csv: file is empty" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".raw")]
+
+
+def test_hub_style_synthetic_ids_overlapping_carved_dev_ids(tmp_path):
+    """The hub numbers its synthetic questions 1..N over the train ids, some of which are carved
+    into dev: every id must stay unique across all splits, ``clean`` must accept the result
+    whatever the order of its rows, and each synthetic question keeps its BM25 negatives."""
+    import json
+
+    from lexgraph.data.clean import clean
+    from tests.conftest import write_bsard_layout
+
+    root = write_bsard_layout(tmp_path / "hub")
+    write_questions(root / "questions_train.csv", [(i, f"Question d'entraînement numéro {i} ?", str(1 + i % 5))
+                                                   for i in range(1, 61)])
+    write_questions(root / "questions_test.csv", [(i, f"Question de test numéro {i} ?", "3") for i in range(61, 71)])
+    write_questions(root / "questions_synthetic.csv", [(i, f"requête synthétique {i}", str(1 + i % 5))
+                                                       for i in range(1, 41)])
+    (root / "negatives" / "bm25_negatives_synthetic.json").write_text(
+        json.dumps({str(i): [1 + (i + 1) % 5] for i in range(1, 41)}), encoding="utf-8")
+    articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(root), "synthetic": True,
+                                                         "dev_fraction": 0.3}), seed=3)
+    dev = questions.filter(pl.col("split") == "dev")
+    assert len(set(dev["id"]) & set(range(1, 41))) > 5  # the carve took ids that the hub's synthetic ones also use
+    assert questions["id"].is_unique().all()
+    synthetic = questions.filter(pl.col("split") == "synthetic")
+    assert synthetic["id"].to_list() == [i + 71 for i in range(1, 41)]  # past the largest human id, 70
+    # the hub's negatives follow their question: hub id i is lexgraph id i + 71
+    by_id = dict(zip(negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list(),
+                     negatives.filter(pl.col("split") == "synthetic")["article_ids"].to_list()))
+    for qid, text in zip(synthetic["id"].to_list(), synthetic["question"].to_list()):
+        hub_id = int(text.rsplit(" ", 1)[1])
+        assert by_id[qid] == [1 + (hub_id + 1) % 5]
+    # clean accepts it, synthetic first or last
+    for table in (questions, questions.reverse()):
+        _, _, clean_q, _ = clean(articles, table, section("clean"))
+        assert clean_q["id"].is_unique().all()
+        assert sorted(clean_q["id"].to_list()) == sorted(questions["id"].to_list())
+
+
+def test_synthetic_offset_depends_on_the_id_sets_only():
+    from lexgraph.data.integrity import synthetic_offset
+
+    assert synthetic_offset([5, 1, 3], [7, 8]) == 0  # disjoint: ids kept
+    assert synthetic_offset([5, 1, 3], [1, 2]) == synthetic_offset([3, 5, 1], [2, 1]) == 6
+    assert synthetic_offset([5, 1, 3], [-2, 1]) == 8  # -2 + 8 = 6 > 5

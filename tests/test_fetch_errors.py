@@ -64,9 +64,17 @@ def test_duplicate_question_id_in_one_file(bsard_dir):
 
 
 def test_synthetic_questions_may_reuse_human_ids(bsard_dir):
-    """clean renumbers synthetic ids that clash with human ones: not an error."""
-    _, questions, _ = fetch_local(bsard_dir, synthetic=True)
-    assert questions.filter(pl.col("split") == "synthetic")["id"].to_list() == [1, 2]
+    """fetch renumbers synthetic ids that clash with human ones (past the largest, 8): not an error."""
+    _, questions, negatives = fetch_local(bsard_dir, synthetic=True)
+    assert questions.filter(pl.col("split") == "synthetic")["id"].to_list() == [1 + 9, 2 + 9]
+    assert negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list() == [1 + 9]
+
+
+def test_duplicate_synthetic_question_id(bsard_dir):
+    write_questions(bsard_dir / "questions_synthetic.csv", [(1, "a", "3"), (1, "b", "5")])
+    msg = error_of(bsard_dir, synthetic=True)
+    assert "row 2, column 'id': question id 1 is already used by row 1" in msg
+    assert "expected each synthetic question id once" in msg
 
 
 def test_duplicate_article_id_gives_lines_of_multiline_rows(bsard_dir):

@@ -188,20 +188,15 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
     out, stats, test_changes = [], {}, []
     removed_gold = 0
     seen: dict[int, str] = {}
-    synthetic_offset = None
     for i, rec in enumerate(raw.iter_rows(named=True), 1):
         split = rec["split"]
         st = stats.setdefault(split, {"in": 0, "out": 0, "dropped_no_gold": 0})
         st["in"] += 1
         qid = rec["id"]
-        if qid in seen:
-            if split == "synthetic":
-                # synthetic questions are numbered apart from the human ones
-                if synthetic_offset is None:
-                    synthetic_offset = max(raw["id"].max(), 0) + 1
-                qid = qid + synthetic_offset
-            else:
-                raise DataError(path, f"duplicate question id {qid} (already used in split '{seen[qid]}')", row=i, column="id")
+        if qid in seen:  # fetch already renumbered synthetic ids that overlap human ones
+            raise DataError(path, f"duplicate question id {qid} (already used in split '{seen[qid]}'); expected each "
+                                  "question id once across every split, synthetic included (rerun fetch)",
+                            row=i, column="id")
         seen[qid] = split
         question = " ".join(unicodedata.normalize("NFC", rec["question"] or "").split())
         if not question:

@@ -11,6 +11,12 @@ Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
   ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
   are downloaded as files.
 
+Question ids are unique across every split, synthetic included: the hub numbers its
+synthetic questions 1..N over the human ids, so when the two overlap every synthetic id (and
+its BM25 negatives' ``question_id``) is moved past the largest human id by one offset
+(:func:`lexgraph.data.integrity.synthetic_offset`: a function of the id sets, not of the
+order of the splits; logged), and the fetched table is checked for a repeated id.
+
 When a source has no dev split, one is carved from train deterministically (a hash of
 the seed and the normalised question text decides) and without leaks: questions with
 the same text always land in the same split, and no dev question repeats a test one.
@@ -53,7 +59,8 @@ from lexgraph.data.schema import (
     parse_article_ids,
 )
 from lexgraph.data.integrity import (HUMAN_SPLITS, check_csv_layout, csv_layout, duplicated_column, expected_columns,
-                                     integer_id, question_key, refuse_shared_texts)
+                                     first_duplicate, integer_id, question_key, refuse_shared_ids, refuse_shared_texts,
+                                     renumber_synthetic)
 from lexgraph.errors import DataError, HubUnreachableError, LexgraphError
 from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
 from lexgraph.inputs import DuplicateKeyError, id_problem, json_object
@@ -177,16 +184,6 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def first_duplicate(ids: list[int]) -> tuple[int, int] | None:
-    """``(index, index of its first occurrence)`` of the first repeated id, or None."""
-    seen: dict[int, int] = {}
-    for i, value in enumerate(ids):
-        if value in seen:
-            return i, seen[value]
-        seen[value] = i
-    return None
 
 
 def validate_articles(articles: pl.DataFrame, source: Source) -> None:
@@ -466,6 +463,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         articles, sources, negatives = fetch_directory(Path(config.local_dir), config.synthetic)
     else:
         articles, sources, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic)
+    negatives = renumber_synthetic(sources, negatives)
     questions = {split: df for split, (df, _) in sources.items()}
     if "dev" not in questions:
         train, dev = carve_dev(questions["train"], questions["test"], config.dev_fraction, seed)
@@ -477,6 +475,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"
     )
+    refuse_shared_ids(table)
     log.info(
         "fetched %d articles, questions %s, %d negative lists",
         articles.height,

@@ -15,6 +15,11 @@
   (``ﬁ`` is ``fi``), casefolded, punctuation ignored and spacing collapsed, so "Qui paie le
   mur ?" and "qui paie le mur" are the same question. Synthetic questions are not compared
   (they are generated, and never evaluated).
+* question ids across every split, synthetic included (:func:`synthetic_offset`,
+  :func:`refuse_shared_ids`): the hub numbers its synthetic questions 1..N, over the human
+  ids, so ``fetch`` moves them past the largest human id (by one offset, decided by the
+  sets of ids alone, never by the order the splits arrive in) and then checks that no id
+  is used twice; ``clean`` checks it again.
 
 Each check raises :class:`lexgraph.errors.DataError` naming the file the user edits.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -31,6 +37,8 @@ from typing import Any, Iterable
 
 from lexgraph.errors import DataError
 from lexgraph.inputs import id_problem
+
+log = logging.getLogger(__name__)
 
 #: question splits whose ids are unique together and whose texts must not repeat across them
 HUMAN_SPLITS = ("train", "dev", "test")
@@ -167,3 +175,66 @@ def refuse_shared_texts(questions: dict[str, Any], rows: dict[int, tuple[Any, in
     (source, i), (other, j) = rows[qid], rows[other_qid]
     raise source.error(i, f"question {qid} ({split}) has the same text as question {other_qid} ({other_split}, "
                           f"{other.where(j)}); {SHARED_TEXT_RULE}", column="question")
+
+
+# --------------------------------------------------------------------------- question ids
+
+
+def synthetic_offset(human_ids: Iterable[int], synthetic_ids: Iterable[int]) -> int:
+    """What ``fetch`` adds to every synthetic question id: 0 when no synthetic id is also a
+    train, dev or test id; otherwise ``max(human ids) + 1 - min(0, min(synthetic ids))``,
+    which moves every synthetic id past the largest human one (hub ids 1..N become
+    ``max + 2 .. max + N + 1``). A function of the two id sets only."""
+    human, synthetic = set(human_ids), set(synthetic_ids)
+    if not human & synthetic:
+        return 0
+    return max(human) + 1 - min(0, min(synthetic))
+
+
+def first_duplicate(ids: list[int]) -> tuple[int, int] | None:
+    """``(index, index of its first occurrence)`` of the first repeated id, or None."""
+    seen: dict[int, int] = {}
+    for i, value in enumerate(ids):
+        if value in seen:
+            return i, seen[value]
+        seen[value] = i
+    return None
+
+
+def renumber_synthetic(sources: dict[str, tuple[Any, Any]], negatives):
+    """Move the synthetic question ids past the human ones when they overlap (in ``sources``,
+    in place) and the synthetic negatives' ``question_id`` with them; return the negatives.
+    A synthetic id used twice is refused first (the negatives could not tell them apart).
+    ``sources[split]`` is ``(table, lexgraph.data.fetch.Source)``."""
+    import polars as pl
+
+    if "synthetic" not in sources:
+        return negatives
+    df, source = sources["synthetic"]
+    ids = df["id"].to_list()
+    dup = first_duplicate(ids)
+    if dup:
+        i, j = dup
+        raise source.error(i, f"question id {ids[i]} is already used by {source.where(j)}; expected each synthetic "
+                              "question id once", column="id")
+    human = [qid for split, (frame, _) in sources.items() if split in HUMAN_SPLITS for qid in frame["id"].to_list()]
+    offset = synthetic_offset(human, ids)
+    if offset:
+        log.info("%s: synthetic question ids overlap the human ones; every synthetic id is renumbered as its id + %d "
+                 "(its BM25 negatives with it)", source.path, offset)
+        sources["synthetic"] = df.with_columns(pl.col("id") + offset), source
+        negatives = negatives.with_columns(
+            pl.when(pl.col("split") == "synthetic").then(pl.col("question_id") + offset)
+            .otherwise(pl.col("question_id")).alias("question_id"))
+    return negatives
+
+
+def refuse_shared_ids(table) -> None:
+    """No question id in two rows of the fetched table, whatever their splits."""
+    hit = first_duplicate(table["id"].to_list())
+    if hit:
+        i, j = hit
+        qid, split, other = table["id"][i], table["split"][i], table["split"][j]
+        raise DataError("data/raw/questions.parquet", f"question id {qid} ({split}) is also the id of a {other} "
+                        "question; expected each question id once across every split, synthetic included",
+                        row=i + 1, column="id")
