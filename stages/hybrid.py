@@ -10,7 +10,8 @@ from lexgraph.config import resolve_device
 from lexgraph.io import atomic_path, read_parquet, write_text
 from lexgraph.retrieval.dense import shared_query_encoders
 from lexgraph.retrieval.systems import load_retriever
-from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig, dense_systems_needed, to_json, tune, tune_metrics
+from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig
+from lexgraph.retrieval.hybrid_tune import dense_systems_needed, to_json, tune, tune_metrics
 
 
 def configure(parser):

@@ -20,227 +20,9 @@ import yaml
 from conftest import ROOT, section
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.retrieval.systems import SYSTEMS, load_retriever
-from lexgraph.retrieval import hybrid as hybrid_module
-from lexgraph.retrieval.hybrid import (
-    DENSE_SYSTEMS,
-    Fusion,
-    HybridConfig,
-    HybridRetriever,
-    _Prepared,
-    fuse,
-    fuse_ranx,
-    grid,
-    to_json,
-    tune,
-)
-
-
-def arrays(rows, width):
-    """``[[(id, score), ...], ...]`` -> ``(ids int64 (n, width), scores float32 (n, width))``, -1 padded."""
-    ids = np.full((len(rows), width), -1, dtype=np.int64)
-    scores = np.zeros((len(rows), width), dtype=np.float32)
-    for i, row in enumerate(rows):
-        for j, (doc, score) in enumerate(row):
-            ids[i, j], scores[i, j] = doc, score
-    return ids, scores
-
-
-# Three questions. q0: BM25 ties articles 1 and 3 (in that order) and pads its top with
-# article 5 at score 0 (no term matched); q1: BM25 matched nothing (a row of -1);
-# q2: neither system returned anything.
-SPARSE = arrays([[(1, 2.0), (3, 2.0), (2, 0.5), (5, 0.0)], [], []], 4)
-DENSE = arrays([[(2, 0.9), (4, 0.8), (1, 0.1)], [(4, 0.5), (2, 0.2)], []], 4)
-
-
-def test_rrf_equals_the_hand_computation():
-    """Cormack et al. (2009): sum over systems of 1 / (k + rank), 1-based ranks, the
-    systems' own order (tied BM25 scores keep the order given), zero-score BM25 padding
-    left out; fused ties go to the lower article id."""
-    ids, scores = fuse(SPARSE, DENSE, Fusion("rrf", k=60))
-    assert ids.dtype == np.int64 and scores.dtype == np.float32 and ids.shape == scores.shape == (3, 6)
-    # q0: 1 -> ranks 1 (bm25), 3 (dense); 3 -> 2 (bm25); 2 -> 3 (bm25), 1 (dense); 4 -> 2 (dense)
-    want = {1: 1 / 61 + 1 / 63, 3: 1 / 62, 2: 1 / 63 + 1 / 61, 4: 1 / 62}
-    assert ids[0].tolist() == [1, 2, 3, 4, -1, -1]  # 1 and 2 tie, 3 and 4 tie: lower id first
-    np.testing.assert_allclose(scores[0, :4], [want[d] for d in (1, 2, 3, 4)], rtol=1e-6)
-    assert ids[1].tolist() == [4, 2, -1, -1, -1, -1]
-    np.testing.assert_allclose(scores[1, :2], [1 / 61, 1 / 62], rtol=1e-6)
-    assert ids[2].tolist() == [-1] * 6 and not scores[2].any()
-    np.testing.assert_allclose(fuse(SPARSE, DENSE, Fusion("rrf", k=0))[1][0, :2], [1 + 1 / 3, 1 + 1 / 3], rtol=1e-6)
-
-
-def test_wsum_min_max_equals_the_hand_computation():
-    """w * minmax(bm25) + (1 - w) * minmax(dense); an article absent from a list gets 0 from it."""
-    ids, scores = fuse(SPARSE, DENSE, Fusion("wsum", norm="min-max", weight=0.3))
-    bm25 = {1: (2.0 - 0.5) / 1.5, 3: (2.0 - 0.5) / 1.5, 2: 0.0}
-    dense = {2: (0.9 - 0.1) / 0.8, 4: (0.8 - 0.1) / 0.8, 1: 0.0}
-    want = {d: 0.3 * bm25.get(d, 0.0) + 0.7 * dense.get(d, 0.0) for d in (1, 2, 3, 4)}  # 2: .7, 4: .6125, 1, 3: .3
-    assert ids[0, :4].tolist() == [2, 4, 1, 3]
-    np.testing.assert_allclose(scores[0, :4], [want[d] for d in (2, 4, 1, 3)], rtol=1e-6)
-    assert ids[1, :2].tolist() == [4, 2]
-    np.testing.assert_allclose(scores[1, :2], [0.7, 0.0], atol=1e-7)
-
-
-def test_wsum_zmuv_equals_the_hand_computation():
-    """z-scores with the population standard deviation, per question and system."""
-    ids, scores = fuse(SPARSE, DENSE, Fusion("wsum", norm="zmuv", weight=0.6))
-    b = np.array([2.0, 2.0, 0.5])
-    d = np.array([0.9, 0.8, 0.1])
-    bz = dict(zip((1, 3, 2), (b - b.mean()) / b.std()))
-    dz = dict(zip((2, 4, 1), (d - d.mean()) / d.std()))
-    want = {doc: 0.6 * bz.get(doc, 0.0) + 0.4 * dz.get(doc, 0.0) for doc in (1, 2, 3, 4)}
-    order = sorted(want, key=lambda doc: (-want[doc], doc))
-    assert ids[0, :4].tolist() == order
-    np.testing.assert_allclose(scores[0, :4], [want[doc] for doc in order], rtol=1e-6)
-    np.testing.assert_allclose(scores[1, :2], [0.4, -0.4], rtol=1e-6)  # dense alone: z = +1, -1
-
-
-def reference_fuse(sparse, dense, fusion: Fusion, k: int):
-    """An independent pure-Python fusion (the formulas of the module docstring)."""
-
-    def lists(ids, scores, drop_zero):
-        out = []
-        for row_ids, row_scores in zip(ids.tolist(), scores.astype(np.float64).tolist()):
-            out.append([(i, s) for i, s in zip(row_ids, row_scores) if i >= 0 and not (drop_zero and s == 0.0)])
-        return out
-
-    def norm(row):
-        if not row:
-            return {}
-        s = np.array([x for _, x in row])
-        if fusion.norm == "min-max":
-            z = (s - s.min()) / max(s.max() - s.min(), 1e-9)
-        else:
-            z = (s - s.mean()) / max(s.std(), 1e-9)
-        return dict(zip([i for i, _ in row], z.tolist()))
-
-    out_ids = np.full((len(sparse[0]), k), -1, dtype=np.int64)
-    out_scores = np.zeros((len(sparse[0]), k), dtype=np.float64)
-    for q, (a, b) in enumerate(zip(lists(*sparse, True), lists(*dense, False))):
-        if fusion.method == "rrf":
-            parts = [{i: 1.0 / (fusion.k + r) for r, (i, _) in enumerate(row, start=1)} for row in (a, b)]
-            weights = (1.0, 1.0)
-        else:
-            parts = [norm(a), norm(b)]
-            weights = (fusion.weight, 1.0 - fusion.weight)
-        docs = set(parts[0]) | set(parts[1])
-        fused = {d: weights[0] * parts[0].get(d, 0.0) + weights[1] * parts[1].get(d, 0.0) for d in docs}
-        ranked = sorted(fused, key=lambda d: (-fused[d], d))[:k]
-        out_ids[q, : len(ranked)] = ranked
-        out_scores[q, : len(ranked)] = [fused[d] for d in ranked]
-    return out_ids, out_scores
-
-
-def random_rankings(rng, n_questions=12, depth=30, corpus=80, zero_tail=False, short=True):
-    ids = np.full((n_questions, depth), -1, dtype=np.int64)
-    scores = np.zeros((n_questions, depth), dtype=np.float32)
-    for q in range(n_questions):
-        m = int(rng.integers(0, depth + 1)) if short and q % 4 == 3 else depth  # some short (or empty) rows
-        ids[q, :m] = rng.choice(corpus, size=m, replace=False) + 100
-        scores[q, :m] = np.sort(rng.random(m).astype(np.float32) * 10)[::-1]
-        if zero_tail and m > 5:
-            scores[q, m - 5 : m] = 0.0  # BM25: the matched articles ran out
-    return ids, scores
-
-
-@pytest.mark.parametrize("fusion", [Fusion("rrf", k=0), Fusion("rrf", k=60), Fusion("wsum", norm="min-max", weight=0.25),
-                                    Fusion("wsum", norm="zmuv", weight=0.7), Fusion("wsum", norm="min-max", weight=1.0)],
-                         ids=lambda f: f.label)
-def test_fusion_equals_an_independent_reference_on_random_rankings(fusion):
-    rng = np.random.default_rng(7)
-    sparse, dense = random_rankings(rng, zero_tail=True), random_rankings(rng)
-    got_ids, got_scores = fuse(sparse, dense, fusion, 45)
-    want_ids, want_scores = reference_fuse(sparse, dense, fusion, 45)
-    np.testing.assert_array_equal(got_ids, want_ids)
-    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
-
-
-def test_fused_scores_agree_with_ranx_fuse_called_directly():
-    """On tie-free scores, feeding ranx the systems' own scores gives the same fused
-    scores as the hybrid's own path (ranks in place of scores for RRF)."""
-    from ranx import Run
-    from ranx import fuse as ranx_fuse
-
-    rng = np.random.default_rng(3)
-    sparse, dense = random_rankings(rng, 8, 20, 50, short=False), random_rankings(rng, 8, 20, 50, short=False)
-
-    def run(ids, scores):
-        return Run.from_dict({str(q): {str(i): float(s) for i, s in zip(r_ids, r_s) if i >= 0}
-                              for q, (r_ids, r_s) in enumerate(zip(ids.tolist(), scores.tolist()))})
-
-    for fusion in (Fusion("rrf", k=60), Fusion("wsum", norm="min-max", weight=0.4), Fusion("wsum", norm="zmuv", weight=0.4)):
-        args = fusion.ranx_args()
-        theirs = ranx_fuse([run(*sparse), run(*dense)], norm=args["norm"], method=args["method"],
-                           params=args["params"]).to_dict()
-        ids, scores = fuse(sparse, dense, fusion, 40)
-        for q in range(8):
-            want = theirs[str(q)]
-            got = {str(i): float(s) for i, s in zip(ids[q].tolist(), scores[q].tolist()) if i >= 0}
-            assert set(got) == set(want)
-            np.testing.assert_allclose([got[d] for d in want], list(want.values()), rtol=1e-6, atol=1e-7)
-
-
-def exact_cases():
-    """Rankings on which the numpy fusion must give ranx's numbers to the last bit: the hand
-    example (ties, zero-score BM25 padding, empty rows), random rankings with short and
-    empty rows, the same with many tied scores, and long (depth 1000) float32 lists,
-    where a pairwise sum (numpy's) and a left-to-right one (ranx's numba) differ."""
-    rng = np.random.default_rng(11)
-    cases = [(SPARSE, DENSE)]
-    for _ in range(3):
-        cases.append((random_rankings(rng, zero_tail=True), random_rankings(rng)))
-    sparse, dense = random_rankings(rng, zero_tail=True), random_rankings(rng)
-    cases.append(((sparse[0], np.round(sparse[1]).astype(np.float32)),
-                  (dense[0], (np.round(dense[1] * 2) / 2).astype(np.float32))))
-    long = []
-    for scale, offset in ((3.0, 10.0), (0.1, 0.5)):
-        ids = np.stack([rng.choice(3000, size=1000, replace=False) for _ in range(4)]).astype(np.int64)
-        scores = np.sort((rng.standard_normal((4, 1000)) * scale + offset).astype(np.float32), axis=1)[:, ::-1]
-        long.append((ids, np.ascontiguousarray(scores)))
-    cases.append(tuple(long))
-    return cases
-
-
-EXACT_FUSIONS = [Fusion("rrf", k=0), Fusion("rrf", k=1), Fusion("rrf", k=60)] + [
-    Fusion("wsum", norm=norm, weight=w) for norm in ("min-max", "zmuv") for w in (0.0, 0.1, 0.3, 0.7, 1.0)]
-
-
-@pytest.mark.parametrize("fusion", EXACT_FUSIONS, ids=lambda f: f.label)
-def test_fusion_equals_ranx_fuse_to_the_last_bit(fusion):
-    """`fuse` computes ranx.fuse's scores with numpy (ranx's runs cost seconds of numba
-    compilation and typed-dictionary reads per stage); ranx stays the reference: every
-    fused article and its float64 score are ranx's exactly, and so are the cut lists."""
-    for sparse, dense in exact_cases():
-        prepared = _Prepared(sparse, dense)
-        assert prepared.fused_rows(fusion) == prepared.fused_rows_ranx(fusion)
-        for k in (None, 45, 0):
-            got, want = fuse(sparse, dense, fusion, k), fuse_ranx(sparse, dense, fusion, k)
-            np.testing.assert_array_equal(got[0], want[0])
-            assert got[1].dtype == want[1].dtype == np.float32 and got[1].tobytes() == want[1].tobytes()
-
-
-def test_fusion_in_blocks_equals_fusion_in_one_block(monkeypatch):
-    """Questions are laid out in blocks (bounded memory); the block size changes nothing."""
-    sparse, dense = random_rankings(np.random.default_rng(5), zero_tail=True), random_rankings(np.random.default_rng(6))
-    whole = [fuse(sparse, dense, f, 50) for f in EXACT_FUSIONS]
-    monkeypatch.setattr(hybrid_module, "_BLOCK", 5)
-    assert len(_Prepared(sparse, dense)._blocks) == 3
-    for f, (ids, scores) in zip(EXACT_FUSIONS, whole):
-        got_ids, got_scores = fuse(sparse, dense, f, 50)
-        np.testing.assert_array_equal(got_ids, ids)
-        assert got_scores.tobytes() == scores.tobytes()
-
-
-def test_fusion_refuses_an_article_ranked_twice():
-    ids, scores = arrays([[(1, 2.0), (1, 1.0)]], 2)
-    with pytest.raises(ValueError, match="row 0 of the sparse ranking holds an article twice"):
-        fuse((ids, scores), arrays([[(2, 0.5)]], 2), Fusion("rrf", k=60))
-
-
-def test_fusion_refuses_bad_parameters():
-    for bad in (dict(method="rrf", k=-1), dict(method="rrf", k=60, norm="zmuv"), dict(method="wsum", norm="max", weight=0.5),
-                dict(method="wsum", norm="min-max", weight=1.5), dict(method="combmnz")):
-        with pytest.raises(LexgraphError, match="is not valid"):
-            Fusion(**bad)
+from lexgraph.retrieval.fusion import Fusion, fuse
+from lexgraph.retrieval.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
+from lexgraph.retrieval.hybrid_tune import to_json, tune
 
 
 # ---------------------------------------------------------------------------
@@ -280,7 +62,8 @@ def test_profiles_build_and_the_grid_is_ordered():
         assert "hybrid" in params["evaluate"]["systems"]
     labels = [f.label for f in grid(HybridConfig(rrf_k=[60, 10], norms=["zmuv", "min-max"], weights=[0.5, 0.2]))]
     assert labels == ["rrf k=10", "rrf k=60", "wsum zmuv w=0.2", "wsum zmuv w=0.5", "wsum min-max w=0.2",
-                      "wsum min-max w=0.5"]
+                      "wsum min-max w=0.5", "bm25 alone", "dense alone"]  # one system last: ties go to a fusion
+    assert [f.label for f in grid(HybridConfig(rrf_k=[60], alone=False))][-1] == "wsum zmuv w=0.9"
 
 
 # ---------------------------------------------------------------------------
@@ -398,6 +181,37 @@ def test_fixed_dense_system_is_used_as_named_and_others_are_not_needed():
     assert report["dense"] == "dsr" and set(report["references"]) == {"bm25", "dsr"}
     with pytest.raises(ValueError, match="needs the dense systems gdsr"):
         tune(questions_table(QUESTIONS), sparse, {"dsr": dense["dsr"]}, HybridConfig(dense="gdsr"))
+
+
+def test_selection_chooses_one_system_when_every_fusion_loses_on_dev():
+    """BM25 ranks every dev gold article first and the dense system is noise: every fusion
+    lowers dev mAP, so the hybrid is BM25 alone, and hybrid.json says so."""
+    def stand_ins():
+        return Table("bm25", dict(DEV), scale=12.0, zero_after=40), {"dsr": Table("dsr")}
+
+    config = HybridConfig(metric="map", dense="dsr", rrf_k=[60], weights=[0.5])
+    sparse, dense = stand_ins()
+    report = tune(questions_table(QUESTIONS), sparse, dense, config)
+    fused = [row for row in report["grid"] if row["method"] in ("rrf", "wsum")]
+    alone = {row["method"]: row["score"] for row in report["grid"] if row["method"] in ("bm25", "dense")}
+    assert alone["bm25"] == report["references"]["bm25"]["map"] == 1.0
+    assert alone["dense"] == report["references"]["dsr"]["map"]
+    assert max(row["score"] for row in fused) < alone["bm25"]
+    assert report["fusion"]["method"] == "bm25" and report["uses"] == ["bm25"] and report["label"] == "bm25 alone"
+    assert report["score"] == 1.0
+    # the retriever then returns BM25's own ranking, unchanged, without a dense system
+    texts = list(DEV)
+    hybrid = HybridRetriever(stand_ins()[0], None, Fusion.from_dict(report["fusion"]), depth=report["depth"])
+    for k in (5, 60):
+        want = stand_ins()[0].search(texts, k)
+        got = hybrid.search(texts, k)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    # without hybrid.alone the same dev data still fuses (the behaviour before)
+    sparse, dense = stand_ins()
+    forced = tune(questions_table(QUESTIONS), sparse, dense, HybridConfig(metric="map", dense="dsr", rrf_k=[60],
+                                                                          weights=[0.5], alone=False))
+    assert forced["fusion"]["method"] in ("rrf", "wsum") and forced["uses"] == ["bm25", "dsr"]
 
 
 def test_selection_refuses_the_test_split_and_an_empty_split():
@@ -525,6 +339,26 @@ def test_loading_needs_the_stage_and_refuses_a_corrupt_settings_file(workspace):
                                 "depth": 1000, "fusion": {"method": "wsum", "norm": "l2", "weight": 0.5}}))
     with pytest.raises(DataError, match="inconsistent hybrid settings"):
         load_retriever("hybrid", workspace, "cpu")
+
+
+def test_a_single_system_choice_loads_and_searches_as_that_system(workspace, monkeypatch):
+    """hybrid.json chose BM25 alone: `hybrid` loads BM25 only and returns its ranking."""
+    assert run_stage_script(workspace) == 0
+    path = workspace / "models/hybrid/hybrid.json"
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    settings["fusion"] = Fusion("bm25").as_dict()
+    path.write_text(to_json(settings), encoding="utf-8")
+
+    def no_dense(*args, **kwargs):
+        raise AssertionError("the dense system is loaded although the hybrid is BM25 alone")
+
+    monkeypatch.setitem(SYSTEMS, "dsr", no_dense)
+    hybrid = load_retriever("hybrid", workspace, "cpu")
+    texts = ["mur bail one", "loyer two", "rien"]
+    got = hybrid.search(texts, 50)
+    want = load_retriever("bm25", workspace, "cpu").search(texts, 50)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_stage_refuses_the_test_split_before_any_work(workspace):
