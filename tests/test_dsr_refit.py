@@ -22,7 +22,7 @@ from lexgraph.io import write_parquet
 from lexgraph.models.dsr import DSR
 from lexgraph.training.dsr import train_and_refit, train_dsr
 from lexgraph.training.dsr_config import DSRConfig
-from lexgraph.training.dsr_data import TrainingData, split_pairs
+from lexgraph.training.dsr_data import TrainingData, load_training_data, split_pairs
 from tests.test_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 
 QUESTIONS = pl.DataFrame({
@@ -31,9 +31,9 @@ QUESTIONS = pl.DataFrame({
     "article_ids": [[1, 4], [2], [3, 5], [4], [1], [2, 5]],
     "split": ["train"] * 4 + ["dev"] * 2,
 })
-NEGATIVES = pl.DataFrame({  # dev question 10 has BM25 negatives, dev question 11 has none
-    "question_id": [1, 2, 3, 10], "split": ["train", "train", "train", "dev"],
-    "negative_ids": [[2, 3], [6, 1, 2], [1], [3, 6]],
+NEGATIVES = pl.DataFrame({  # dev question 10 has BM25 negatives; 11 was mined, but BM25 found none
+    "question_id": [1, 2, 3, 10, 11], "split": ["train", "train", "train", "dev", "dev"],
+    "negative_ids": [[2, 3], [6, 1, 2], [1], [3, 6], []],
 })
 BATCH = 4
 
@@ -134,6 +134,52 @@ def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, ru
     selection, refit = train_and_refit(model, _data(), config, torch.device("cpu"), seed=7)
     assert selection.best_epoch == 0 and refit is None and len(runs) == 1
     assert _same(_state(model), start)
+
+
+def test_refit_logs_every_run_and_every_skip_with_its_reason(tiny_model_dir, runs, monkeypatch, caplog):
+    caplog.set_level("INFO", logger="lexgraph.training.dsr")
+    for refit, scores, expected in ((False, [0.1, 0.3, 0.2], "refit: skipped, 'dsr.refit' is false"),
+                                    (True, [0.9, 0.1, 0.2], "refit: skipped, the untrained model won on dev"),
+                                    (True, [0.1, 0.9, 0.2], "refit: on train + dev, 9 pairs (6 train, 3 dev, 1 of them "
+                                                            "with BM25 negatives) for the 1 epochs chosen on dev")):
+        caplog.clear()
+        _force_dev(monkeypatch, scores)
+        config = _config(epochs=2, refit=refit)
+        train_and_refit(_fresh_dsr(tiny_model_dir, config), _data(), config, torch.device("cpu"), seed=7)
+        assert expected in caplog.text
+
+
+def _write_inputs(tmp_path, negatives: pl.DataFrame) -> dict:
+    write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
+    write_parquet(QUESTIONS, tmp_path / "q.parquet")
+    write_parquet(negatives, tmp_path / "n.parquet")
+    return dict(articles_path=tmp_path / "a.parquet", questions_path=tmp_path / "q.parquet",
+                synthetic_path=tmp_path / "none", negatives_path=tmp_path / "n.parquet", use_synthetic=False)
+
+
+def test_refit_gets_the_mined_dev_negatives_and_refuses_unmined_dev_questions(tmp_path):
+    """The refit's dev pairs draw from BM25 negatives mined for dev (split 'dev'); a dev question
+    with no mined row (negatives.splits without dev) is an error, never silent random negatives."""
+    data = load_training_data(**_write_inputs(tmp_path, NEGATIVES), refit=True)
+    assert [(p.key, p.negatives) for p in data.dev_pairs] == [(("dev", 10), (3, 6)), (("dev", 11), ()),
+                                                              (("dev", 11), ())]
+    unmined = NEGATIVES.filter(pl.col("split") != "dev")
+    assert load_training_data(**_write_inputs(tmp_path, unmined), refit=False).dev_pairs == []  # no refit: fine
+    with pytest.raises(DataError) as info:
+        load_training_data(**_write_inputs(tmp_path, unmined), refit=True)
+    message = str(info.value)
+    assert "\n" not in message and "2 of 2 dev questions (first: 10) have no mined BM25 negatives" in message
+    assert "'dsr.refit'" in message and "add dev to 'negatives.splits'" in message
+
+
+def test_profiles_that_refit_mine_dev_negatives():
+    import yaml
+
+    from tests.conftest import ROOT
+
+    for profile in (ROOT / "params.yaml", ROOT / "profiles" / "paper.yaml"):
+        params = yaml.safe_load(profile.read_text(encoding="utf-8"))
+        assert "dev" in params["negatives"]["splits"], profile  # dsr.refit / gnn.refit may train on dev
 
 
 def test_refit_without_dev_questions_is_an_error(tiny_model_dir):

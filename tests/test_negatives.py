@@ -242,3 +242,16 @@ def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkey
     assert f"{out}: not written, no space left on device; free space and rerun" in lines[0]
     assert out.read_bytes() == previous
     assert [p.name for p in out.parent.iterdir()] == ["negatives.parquet"]
+
+
+def test_dev_questions_are_mined_with_split_dev_when_listed(tmp_path):
+    """negatives.splits with dev (both profiles): the refits train on dev with BM25 negatives."""
+    from lexgraph.negatives import run
+
+    paths = write_fixtures(tmp_path)
+    config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
+    df = run(config, paths["articles"], paths["questions"], paths["synthetic"])
+    assert list(zip(df["question_id"], df["split"])) == [(1, "train"), (2, "train"), (3, "dev"), (4, "train"),
+                                                         (5, "train"), (1, "synthetic")]
+    dev = df.filter(pl.col("split") == "dev")["negative_ids"].to_list()[0]
+    assert dev == expected_negatives(QUESTIONS[2][1], QUESTIONS[2][2], 3)

@@ -206,19 +206,21 @@ def train_and_refit(
     stays, no refit. Returns (selection run, refit run or None); ``model`` ends as the one to keep.
     """
     if not config.refit:
+        log.info("refit: skipped, '%s.refit' is false (the model kept is the selection run's)", SECTION)
         return train_dsr(model, data, config, device, seed, runtime), None
     if not data.dev_pairs:
         raise DataError("questions", f"'{SECTION}.refit' is true but there is no dev question to refit on")
     start = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     selection = train_dsr(model, data, config, device, seed, runtime)
     if selection.best_epoch == 0:
-        log.info("refit: the untrained model won on dev, it is kept as is")
+        log.info("refit: skipped, the untrained model won on dev (best epoch 0): it is kept as is")
         return selection, None
     model.load_state_dict(start)
     both = replace(data, pairs=[*data.pairs, *data.dev_pairs], dev_pairs=[], dev_questions=[], dev_qrels={},
                    dev_ids=[])
-    log.info("refit on train + dev: %d pairs (%d train, %d dev) for %d epochs", len(both.pairs), len(data.pairs),
-             len(data.dev_pairs), selection.best_epoch)
+    log.info("refit: on train + dev, %d pairs (%d train, %d dev, %d of them with BM25 negatives) for the %d epochs "
+             "chosen on dev", len(both.pairs), len(data.pairs), len(data.dev_pairs),
+             sum(1 for p in data.dev_pairs if p.negatives), selection.best_epoch)
     refit = train_dsr(model, both, replace(config, epochs=selection.best_epoch), device, seed, runtime, select=False)
     return selection, refit
 

@@ -124,11 +124,25 @@ def load_training_data(
     data.dev_ids = [int(q) for q in dev["id"].to_list()]
     data.dev_questions = [str(q) for q in dev["question"].to_list()]
     data.dev_qrels = {int(q): {int(a) for a in gold} for q, gold in zip(data.dev_ids, dev["article_ids"].to_list())}
-    if refit:  # dev questions have BM25 negatives only when mined (negatives.splits lists dev)
+    if refit:  # the refit trains on dev: its questions need BM25 negatives as train's have (negatives.splits)
+        refuse_unmined(data.dev_ids, negatives, negatives_path)
         data.dev_pairs = split_pairs(questions, negatives, corpus, ["dev"], questions_path)
-        log.info("%d dev pairs for the refit (%d with BM25 negatives, the others a random non-gold article)",
+        log.info("%d dev pairs for the refit (%d with BM25 negatives; a dev question BM25 found no non-gold "
+                 "article for draws a random one, as a train question does)",
                  len(data.dev_pairs), sum(1 for p in data.dev_pairs if p.negatives))
     return data
+
+
+def refuse_unmined(dev_ids: Sequence[int], negatives, path) -> None:
+    """Every dev question has a row in the negatives file (mined, even if BM25 found none):
+    otherwise the refit would train it on random negatives where train questions get BM25's."""
+    mined = {int(q) for q, split in zip(negatives["question_id"].to_list(), negatives["split"].to_list())
+             if split == "dev"}
+    missing = [q for q in dev_ids if q not in mined]
+    if missing:
+        raise DataError(path, f"{len(missing)} of {len(dev_ids)} dev questions (first: {missing[0]}) have no mined "
+                              "BM25 negatives, but 'dsr.refit' trains on them; add dev to 'negatives.splits' in "
+                              "params.yaml")
 
 
 def sample_negatives(pairs: Sequence[Pair], article_ids: Sequence[int], rng: np.random.Generator) -> list[int]:
