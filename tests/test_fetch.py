@@ -33,7 +33,8 @@ def test_sample_source_reads_embedded_sample_with_its_ids_and_splits():
 
 
 def test_local_source_carves_dev_and_reads_negatives(bsard_dir):
-    articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True}), seed=3)
+    articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True,
+                                                         "negatives": True}), seed=3)
     assert articles.height == 5 and articles["code"].to_list()[3] == "Code B"
     splits = dict(questions.group_by("split").len().iter_rows())
     assert splits["train"] + splits.get("dev", 0) == 6 and splits["test"] == 2 and splits["synthetic"] == 2
@@ -43,9 +44,10 @@ def test_local_source_carves_dev_and_reads_negatives(bsard_dir):
 
 def test_hub_source_through_datasets_load_dataset(hub_dir):
     """The real `datasets.load_dataset` path, pointed at a local copy of the hub's layout."""
-    params = {**PARAMS, "source": "hub", "hub_repo": str(hub_dir), "synthetic": True}
+    params = {**PARAMS, "source": "hub", "hub_repo": str(hub_dir), "synthetic": True, "negatives": True}
     articles, questions, negatives = fetch(fetch_config(params), seed=3)
-    local = fetch(fetch_config({**PARAMS, "local_dir": str(hub_dir), "synthetic": True}), seed=3)
+    local = fetch(fetch_config({**PARAMS, "local_dir": str(hub_dir), "synthetic": True, "negatives": True}), seed=3)
+    assert negatives.height == 3
     assert articles.sort("id").equals(local[0].sort("id"))
     assert questions.sort("split", "id").equals(local[1].sort("split", "id"))
     assert negatives.sort("split", "question_id").equals(local[2].sort("split", "question_id"))
@@ -165,7 +167,7 @@ def test_hub_style_synthetic_ids_overlapping_carved_dev_ids(tmp_path):
     (root / "negatives" / "bm25_negatives_synthetic.json").write_text(
         json.dumps({str(i): [1 + (i + 1) % 5] for i in range(1, 41)}), encoding="utf-8")
     articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(root), "synthetic": True,
-                                                         "dev_fraction": 0.3}), seed=3)
+                                                         "negatives": True, "dev_fraction": 0.3}), seed=3)
     dev = questions.filter(pl.col("split") == "dev")
     assert len(set(dev["id"]) & set(range(1, 41))) > 5  # the carve took ids that the hub's synthetic ones also use
     assert questions["id"].is_unique().all()
@@ -190,3 +192,12 @@ def test_synthetic_offset_depends_on_the_id_sets_only():
     assert synthetic_offset([5, 1, 3], [7, 8]) == 0  # disjoint: ids kept
     assert synthetic_offset([5, 1, 3], [1, 2]) == synthetic_offset([3, 5, 1], [2, 1]) == 6
     assert synthetic_offset([5, 1, 3], [-2, 1]) == 8  # -2 + 8 = 6 > 5
+
+
+def test_the_hub_negatives_are_fetched_only_when_asked(bsard_dir, hub_dir):
+    """fetch.negatives false (the default): not read, not downloaded; data/raw/negatives.parquet
+    is then empty and mine_negatives mines every list. Never fetched and ignored."""
+    for source in ({"local_dir": str(bsard_dir)}, {"source": "hub", "hub_repo": str(hub_dir)}):
+        _, _, negatives = fetch(fetch_config({**PARAMS, **source, "synthetic": True, "negatives": False}), seed=3)
+        assert negatives.height == 0 and negatives.columns == ["question_id", "split", "article_ids"]
+    assert fetch_config({**PARAMS, "local_dir": "x"}).negatives is False

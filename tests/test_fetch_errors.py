@@ -24,7 +24,8 @@ from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.errors import DataError
 from tests.conftest import ROOT, section, write_params, write_questions
 
-PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
+PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "negatives": True, "hub_repo": "x",
+          "revision": None}  # negatives: the JSON files are read, and checked
 
 
 def fetch_config(values: dict) -> FetchConfig:
@@ -65,7 +66,7 @@ def test_duplicate_question_id_in_one_file(bsard_dir):
 
 def test_synthetic_questions_may_reuse_human_ids(bsard_dir):
     """fetch renumbers synthetic ids that clash with human ones (past the largest, 8): not an error."""
-    _, questions, negatives = fetch_local(bsard_dir, synthetic=True)
+    _, questions, negatives = fetch_local(bsard_dir, synthetic=True, negatives=True)
     assert questions.filter(pl.col("split") == "synthetic")["id"].to_list() == [1 + 9, 2 + 9]
     assert negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list() == [1 + 9]
 

@@ -69,7 +69,10 @@ def write_fixtures(tmp_path: Path, *, drop_article_ids: bool = False) -> dict[st
     if drop_article_ids:
         questions = questions.drop("article_ids")
     paths = {"articles": tmp_path / "articles.parquet", "questions": tmp_path / "questions.parquet",
-             "synthetic": tmp_path / "synthetic.parquet", "params": tmp_path / "params.yaml"}
+             "synthetic": tmp_path / "synthetic.parquet", "params": tmp_path / "params.yaml",
+             "hub": tmp_path / "raw_negatives.parquet"}
+    pl.DataFrame(schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)}).write_parquet(
+        paths["hub"])  # fetch.negatives false: nothing fetched
     articles.write_parquet(paths["articles"])
     questions.write_parquet(paths["questions"])
     synthetic.write_parquet(paths["synthetic"])
@@ -132,7 +135,8 @@ def run_stage_once(tmp_path):
     out = tmp_path / "data" / "negatives" / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]),
+            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     return driver, argv, out
 
@@ -165,7 +169,8 @@ def test_stage_fails_cleanly_without_article_ids(tmp_path, capsys):
     out = tmp_path / "out" / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"),
+            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
@@ -183,7 +188,8 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"),
+            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "column 'article_ids'" in err and len(err.splitlines()) == 1
@@ -198,7 +204,8 @@ def test_stage_rejects_bad_params(tmp_path, capsys, bad):
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"),
+            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     assert f"negatives.{key}" in capsys.readouterr().err
     assert not out.exists()
@@ -211,7 +218,8 @@ def test_stage_rejects_duplicate_question_ids(tmp_path, capsys):
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
     argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]), "--out", str(out)]
+            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]),
+            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "more than once" in err and "synthetic.parquet" in err
@@ -255,3 +263,30 @@ def test_dev_questions_are_mined_with_split_dev_when_listed(tmp_path):
                                                          (5, "train"), (1, "synthetic")]
     dev = df.filter(pl.col("split") == "dev")["negative_ids"].to_list()[0]
     assert dev == expected_negatives(QUESTIONS[2][1], QUESTIONS[2][2], 3)
+
+
+def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
+    """data/raw/negatives.parquet (fetch.negatives) is read: a fetched question with a hub list
+    keeps it (gold and unknown articles dropped, the first k), a carved dev question keeps its
+    train list, the others and every generated question are mined as without hub lists."""
+    from lexgraph.negatives import run
+
+    paths = write_fixtures(tmp_path)
+    hub = pl.DataFrame({"question_id": [1, 3], "split": ["train", "train"],
+                        "article_ids": [[110, 103, 999, 104, 105, 106], [101, 107]]},
+                       schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)})
+    hub.write_parquet(paths["hub"])
+    config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
+    df = run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
+    got = {(q, s): n for q, s, n in df.iter_rows()}
+    assert got[(1, "train")] == [110, 104, 105]  # 103 is gold, 999 not an article, then k = 3
+    assert got[(3, "dev")] == [101]  # 107 is gold
+    mined = run(config, paths["articles"], paths["questions"], paths["synthetic"], None)
+    alone = {(q, s): n for q, s, n in mined.iter_rows()}
+    for key in ((2, "train"), (4, "train"), (5, "train"), (1, "synthetic")):  # generated question 1: mined
+        assert got[key] == alone[key]
+    assert list(zip(df["question_id"], df["split"])) == list(zip(mined["question_id"], mined["split"]))
+    # an empty hub file (nothing fetched) changes nothing
+    empty = tmp_path / "empty.parquet"
+    hub.clear().write_parquet(empty)
+    assert run(config, paths["articles"], paths["questions"], paths["synthetic"], empty).equals(mined)

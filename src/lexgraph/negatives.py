@@ -7,6 +7,14 @@ question's gold articles and keep the ``k`` best that remain, best first. Articl
 sharing no term with the question (BM25 score 0) are never negatives, so a question
 may get fewer than ``k`` (possibly none).
 
+The hub's own BM25 negatives (``data/raw/negatives.parquet``, fetched only with
+``fetch.negatives``) take precedence: a question with a list there keeps that list (gold
+articles and articles not in the clean corpus removed, the first ``k`` kept), as the
+authors' code trains on the negatives file it was given (gdsr ``src/data/bsard_module.py``,
+``hard_negatives_filepath``; the lists made by ``src/tasks/bm25_negatives.py``); the other
+questions (doc2query ones, or every one when nothing was fetched) are mined here. Question
+ids are unique across splits (``fetch``), so a carved dev question keeps its train list.
+
 Output (``data/negatives/negatives.parquet``): ``question_id`` int64, ``split`` str,
 ``negative_ids`` list[int64], one row per selected question, in input order.
 """
@@ -44,7 +52,7 @@ class NegativesConfig:
     depth: int = field(default=500, metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
     k: int = field(default=10, metadata={"expected": "a positive integer"})  # negatives kept per question
     splits: list[str] = field(
-        default_factory=lambda: ["train", "synthetic"],
+        default_factory=lambda: ["train", "dev", "synthetic"],
         metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"},
     )
 
@@ -163,8 +171,38 @@ def mine_negatives(
     )
 
 
-def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=None) -> pl.DataFrame:
-    """The ``mine_negatives`` stage: read inputs, mine with ``config``."""
+def hub_lists(path, corpus: set[int]) -> dict[int, list[int]]:
+    """The fetched hub negatives (``data/raw/negatives.parquet``): ``{question id: article ids}``,
+    articles outside the clean corpus dropped."""
+    from lexgraph.io import read_parquet
+
+    df = read_parquet(path, ["question_id", "split", "article_ids"])
+    out: dict[int, list[int]] = {}
+    for qid, ids in zip(df["question_id"].to_list(), df["article_ids"].to_list()):
+        out.setdefault(int(qid), []).extend(int(a) for a in (ids or []) if int(a) in corpus)
+    return out
+
+
+def with_hub_lists(questions: pl.DataFrame, hub: dict[int, list[int]], mine, k: int, fetched: int) -> pl.DataFrame:
+    """Negatives of ``questions`` in input order: the hub's list where it has one (gold removed,
+    the first ``k``), else ``mine(subset)``'s (a negatives frame of the other questions). Only
+    the first ``fetched`` rows (the clean questions, which the hub's ids number) may take a
+    hub list; the generated questions after them are always mined."""
+    has = [row < fetched and int(q) in hub for row, q in enumerate(questions["id"].to_list())]
+    rest = questions.filter(~pl.Series(has, dtype=pl.Boolean))
+    mined = mine(rest)["negative_ids"].to_list() if rest.height else []
+    rows, pending = [], iter(mined)
+    for qid, gold, from_hub in zip(questions["id"].to_list(), questions["article_ids"].to_list(), has):
+        golds = set(gold or [])
+        rows.append(list(dict.fromkeys(a for a in hub[int(qid)] if a not in golds))[:k] if from_hub else next(pending))
+    log.info("negatives: %d questions take the hub's lists, %d are mined here", sum(has), len(has) - sum(has))
+    return pl.DataFrame({"question_id": questions["id"].cast(pl.Int64), "split": questions["split"].cast(pl.String),
+                         "negative_ids": rows}, schema=SCHEMA)
+
+
+def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=None, hub_path=None) -> pl.DataFrame:
+    """The ``mine_negatives`` stage: read inputs, take the hub's lists (``hub_path``, the fetched
+    ``data/raw/negatives.parquet``) where there are some, mine the others with ``config``."""
     from pathlib import Path
 
     from lexgraph.io import read_parquet
@@ -190,4 +228,9 @@ def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=N
     log.info("mining negatives for %d questions (splits %s) over %d articles", questions.height, splits, articles.height)
     if questions.height == 0:
         log.warning("no question has a split in %s: writing an empty negatives file", splits)
-    return mine_negatives(articles, questions, k1=k1, b=b, depth=depth, k=k)
+
+    def mine(subset: pl.DataFrame) -> pl.DataFrame:
+        return mine_negatives(articles, subset, k1=k1, b=b, depth=depth, k=k)
+
+    hub = hub_lists(hub_path, set(articles["id"].to_list())) if hub_path is not None else {}
+    return with_hub_lists(questions, hub, mine, k, frames[0].height) if hub else mine(questions)

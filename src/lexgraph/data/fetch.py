@@ -9,7 +9,8 @@ Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
 - ``hub``: ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
   with configs ``corpus`` (split ``corpus``), ``questions`` (``train``, ``test``,
   ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
-  are downloaded as files.
+  are downloaded as files, only with ``fetch.negatives`` (``mine_negatives`` then uses
+  them: never fetched and ignored).
 
 Question ids are unique across every split, synthetic included: the hub numbers its
 synthetic questions 1..N over the human ids, so when the two overlap every synthetic id (and
@@ -81,6 +82,9 @@ class FetchConfig:
     local_dir: str | None = field(default=None, metadata={"expected": "null or a directory (for source local)"})
     dev_fraction: float = field(default=0.1, metadata={"expected": "a number in (0, 1)"})
     synthetic: bool = False
+    #: fetch the hub's BM25 negatives (train, and synthetic with ``synthetic``): mine_negatives then
+    #: uses them wherever a question has a list; false: not fetched, every list mined here
+    negatives: bool = False
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "FetchConfig":
@@ -284,9 +288,10 @@ def empty_negatives() -> pl.DataFrame:
 # --------------------------------------------------------------------------- sources
 
 
-def fetch_directory(root: Path, synthetic: bool):
+def fetch_directory(root: Path, synthetic: bool, negatives: bool = True):
     """Read the hub's file layout from a directory (sources ``sample`` and ``local``): the
-    articles, each split's questions with their :class:`Source`, and the negatives."""
+    articles, each split's questions with their :class:`Source`, and (``negatives``) the
+    BM25 negatives."""
     if not root.is_dir():
         raise DataError(root, "directory not found; expected the BSARD files (articles.csv, questions_train.csv, …)")
     corpus = next((root / f for f in CORPUS_FILES if (root / f).is_file()), None)
@@ -306,12 +311,12 @@ def fetch_directory(root: Path, synthetic: bool):
             continue
         sources[split] = read_csv_source(path, REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS)
     validate_questions(sources, set(articles["id"].to_list()), corpus_source)
-    negatives = [empty_negatives()]
+    lists = [empty_negatives()]
     for split, rel in NEGATIVE_FILES.items():
         path = root / rel
-        if path.is_file() and (synthetic or split == "train"):
-            negatives.append(read_negatives(path, split, path))
-    return articles, sources, pl.concat(negatives)
+        if negatives and path.is_file() and (synthetic or split == "train"):
+            lists.append(read_negatives(path, split, path))
+    return articles, sources, pl.concat(lists)
 
 
 def _hub_error(repo: str, exc: BaseException, online: bool, requested: bool) -> HubUnreachableError:
@@ -377,7 +382,7 @@ def _to_polars(ds) -> pl.DataFrame:
     return pl.from_arrow(ds.data.table)
 
 
-def fetch_hub(repo: str, revision: str | None, synthetic: bool):
+def fetch_hub(repo: str, revision: str | None, synthetic: bool, negatives: bool = True):
     """BSARD from the hub (or a local directory in the hub's layout, for tests).
 
     Hub calls run under :func:`lexgraph.hub.hub_access`: no retry logs, and when the
@@ -387,10 +392,10 @@ def fetch_hub(repo: str, revision: str | None, synthetic: bool):
     requested = offline_requested()
     local = Path(repo).is_dir()
     with contextlib.nullcontext(True) if local else hub_access() as online:
-        return _fetch_hub(repo, revision, synthetic, lambda exc: _hub_error(repo, exc, online, requested))
+        return _fetch_hub(repo, revision, synthetic, negatives, lambda exc: _hub_error(repo, exc, online, requested))
 
 
-def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fail):
+def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fetch_negatives: bool, fail):
     where = f"{repo}@{revision or 'main'}"
     corpus = _load_config(repo, "corpus", revision, fail)
     corpus_source = Source(f"{where} (corpus)")
@@ -413,7 +418,7 @@ def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fail):
     # builder (csv) for every config of such a repo, so they are downloaded and parsed directly.
     negatives = [empty_negatives()]
     for split, rel in NEGATIVE_FILES.items():
-        if split == "synthetic" and not synthetic:
+        if not fetch_negatives or (split == "synthetic" and not synthetic):
             continue
         path = _hub_file(repo, rel, revision, fail)
         if path is None:
@@ -458,11 +463,11 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
 def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Run the configured source; return (articles, questions with ``split``, negatives)."""
     if config.source == "sample":
-        articles, sources, negatives = fetch_directory(Path(config.sample_dir), config.synthetic)
+        articles, sources, negatives = fetch_directory(Path(config.sample_dir), config.synthetic, config.negatives)
     elif config.source == "local":
-        articles, sources, negatives = fetch_directory(Path(config.local_dir), config.synthetic)
+        articles, sources, negatives = fetch_directory(Path(config.local_dir), config.synthetic, config.negatives)
     else:
-        articles, sources, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic)
+        articles, sources, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic, config.negatives)
     negatives = renumber_synthetic(sources, negatives)
     questions = {split: df for split, (df, _) in sources.items()}
     if "dev" not in questions:
