@@ -201,3 +201,19 @@ def test_the_hub_negatives_are_fetched_only_when_asked(bsard_dir, hub_dir):
         _, _, negatives = fetch(fetch_config({**PARAMS, **source, "synthetic": True, "negatives": False}), seed=3)
         assert negatives.height == 0 and negatives.columns == ["question_id", "split", "article_ids"]
     assert fetch_config({**PARAMS, "local_dir": "x"}).negatives is False
+
+
+def test_duplicate_synthetic_question_id(bsard_dir):
+    write_questions(bsard_dir / "questions_synthetic.csv", [(1, "a", "3"), (1, "b", "5")])
+    with pytest.raises(DataError) as err:
+        fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True}), seed=1)
+    assert "row 2, column 'id': question id 1 is already used by row 1" in str(err.value)
+    assert "expected each synthetic question id once" in str(err.value)
+
+
+def test_synthetic_questions_may_reuse_human_ids(bsard_dir):
+    """fetch renumbers synthetic ids that clash with human ones (past the largest, 8): not an error."""
+    _, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True,
+                                                  "negatives": True}), seed=1)
+    assert questions.filter(pl.col("split") == "synthetic")["id"].to_list() == [1 + 9, 2 + 9]
+    assert negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list() == [1 + 9]

@@ -17,15 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.errors import DataError
 from tests.conftest import ROOT, section, write_params, write_questions
 
-PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "negatives": True, "hub_repo": "x",
-          "revision": None}  # negatives: the JSON files are read, and checked
+PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "negatives": True, "hub_repo": "x", "revision": None}
 
 
 def fetch_config(values: dict) -> FetchConfig:
@@ -62,20 +60,6 @@ def test_duplicate_question_id_in_one_file(bsard_dir):
     msg = error_of(bsard_dir)
     assert msg.startswith(f"{bsard_dir / 'questions_test.csv'}, row 3, column 'id': question id 7 is already used "
                           f"by row 1 of {bsard_dir / 'questions_test.csv'} (line 2)")
-
-
-def test_synthetic_questions_may_reuse_human_ids(bsard_dir):
-    """fetch renumbers synthetic ids that clash with human ones (past the largest, 8): not an error."""
-    _, questions, negatives = fetch_local(bsard_dir, synthetic=True, negatives=True)
-    assert questions.filter(pl.col("split") == "synthetic")["id"].to_list() == [1 + 9, 2 + 9]
-    assert negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list() == [1 + 9]
-
-
-def test_duplicate_synthetic_question_id(bsard_dir):
-    write_questions(bsard_dir / "questions_synthetic.csv", [(1, "a", "3"), (1, "b", "5")])
-    msg = error_of(bsard_dir, synthetic=True)
-    assert "row 2, column 'id': question id 1 is already used by row 1" in msg
-    assert "expected each synthetic question id once" in msg
 
 
 def test_duplicate_article_id_gives_lines_of_multiline_rows(bsard_dir):
