@@ -85,7 +85,7 @@ log = logging.getLogger(__name__)
 SECTION = "hybrid"
 SPARSE = "bm25"
 #: The dense systems ``hybrid.dense`` may name (``best``: the best of them on dev).
-DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar")
+DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa")
 NORMS: tuple[str, ...] = ("min-max", "zmuv")
 #: Depth at which a fused dev run is scored: the deepest rank a metric reads (recall@500).
 
