@@ -373,7 +373,7 @@ def test_settings_per_variant_and_errors():
             GNNSettings.from_params(params, "hgraph")
     with pytest.raises(ConfigError, match="missing key.*'gnn.adam_epsilon'"):
         GNNSettings.from_params({k: v for k, v in BASE_PARAMS.items() if k != "adam_epsilon"}, "hgraph")
-    with pytest.raises(ConfigError, match="'gnn.hgraph_qa.kd'.*temperature"):
+    with pytest.raises(ConfigError, match="missing key.*'gnn.hgraph_qa.kd.temperature'"):
         settings("hgraph_qa", kd={"weight": 0.3, "mode": "score"})
     with pytest.raises(ConfigError, match="gnn.hgraph.heading_features"):
         settings("hgraph", heading_features="text")

@@ -331,11 +331,13 @@ def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
         log.info("%s: no refit on train+dev (%s is false)", settings.variant, key)
         return 0
     if settings.selection == "fixed":
+        log.info("%s: refit on train+dev with the full fixed schedule (%d epochs)", settings.variant, settings.epochs)
         return settings.epochs
     if best_epoch < 1:
         log.info("%s: refit skipped: dev chose the untrained encoder (epoch 0), so there are no epochs to refit",
                  settings.variant)
         return 0
+    log.info("%s: refit on train+dev for the %d epoch(s) dev chose", settings.variant, best_epoch)
     return best_epoch
 
 

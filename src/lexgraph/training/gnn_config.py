@@ -107,7 +107,7 @@ class GNNSettings:
         allowed = set(SHARED_KEYS) | set(VARIANTS)
         unknown = sorted(set(params) - allowed, key=str)
         if unknown:
-            raise params_error(f"unknown key(s) {', '.join(repr(f'gnn.{k}') for k in unknown)}; expected the shared "
+            raise params_error(f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; expected the shared "
                                f"keys {', '.join(SHARED_KEYS)} and one mapping per variant ({', '.join(VARIANTS)})")
         missing = [k for k in (*SHARED_KEYS, *VARIANTS) if k not in params]
         if missing:
@@ -119,9 +119,12 @@ class GNNSettings:
                            "gnn", names)
         if variant in QUESTION_VARIANTS:
             kd = own.pop("kd")
-            if not isinstance(kd, dict) or set(kd) != set(KD_KEYS.values()):
+            if not isinstance(kd, dict) or set(kd) - set(KD_KEYS.values()):
                 raise params_error(f"'gnn.{variant}.kd' = {kd!r}, expected a mapping with the keys "
                                    f"{', '.join(KD_KEYS.values())}")
+            missing = [k for k in KD_KEYS.values() if k not in kd]
+            if missing:
+                raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.kd.{k}') for k in missing)}")
             own.update({f: kd[k] for f, k in KD_KEYS.items()})
         own.update({k: params[k] for k in SHARED_KEYS if k not in ("model", "layers", "dropout")})
         own = check_types(cls, own, "gnn", names)
@@ -199,7 +202,7 @@ def _variant_mapping(own: Any, variant: str) -> dict[str, Any]:
     unknown = sorted(set(own) - set(expected), key=str)
     if unknown:
         where = " (a shared key: set it once under 'gnn')" if set(unknown) & set(SHARED_KEYS) else ""
-        raise params_error(f"unknown key(s) {', '.join(repr(f'gnn.{variant}.{k}') for k in unknown)}{where}; "
+        raise params_error(f"unknown keys {', '.join(repr(f'gnn.{variant}.{k}') for k in unknown)}{where}; "
                            f"expected {', '.join(expected)}")
     missing = [k for k in expected if k not in own]
     if missing:

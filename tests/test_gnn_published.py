@@ -1,0 +1,213 @@
+"""G-DSR's LGE and QABISAR as published (``gnn.gdsr``, ``gnn.qabisar``), each against an
+independent reference: a hand-built PyG stack, the paper's KD formula by hand, the
+learning rate at every step; and the params rule (dvc.yaml lists what each variant reads),
+the refit's logs and dev negatives, and what gnn.json records."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from torch_geometric.nn import GATv2Conv
+
+from lexgraph.errors import DataError
+from lexgraph.graph import NUM_EDGE_TYPES, STRUCTURE_TYPES
+from lexgraph.models.gnn import GraphEncoder
+from lexgraph.training import gnn as training
+from lexgraph.training import gnn_io
+from lexgraph.training.gnn_config import QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
+from lexgraph.training.gnn_data import prepare_training_set
+
+from test_gnn import NEGATIVES, QUESTIONS, embeddings, graph
+
+ROOT = Path(__file__).resolve().parents[1]
+DIM = 8
+
+
+def section(profile: str) -> dict:
+    return yaml.safe_load((ROOT / profile).read_text(encoding="utf-8"))["gnn"]
+
+
+def published(variant: str, profile: str = "profiles/paper.yaml", shared: dict | None = None,
+              **own) -> GNNSettings:
+    """``variant``'s settings from ``profile``, with toy-sized overrides."""
+    params = copy.deepcopy(section(profile))
+    params.update(shared or {})
+    params[variant].update(own)
+    return GNNSettings.from_params(params, variant)
+
+
+def toy_graph(nodes: int = 6):
+    """A small directed graph with every edge type and a node without in-edges."""
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 1, 2], [1, 2, 3, 0, 0, 1, 4, 4]])  # (2, 8)
+    edge_type = torch.arange(NUM_EDGE_TYPES)  # (8,)
+    x = torch.randn(nodes, DIM, generator=torch.Generator().manual_seed(5))  # (nodes, dim)
+    return x, edge_index, edge_type
+
+
+def test_gdsr_lge_equals_a_hand_built_pyg_gatv2_stack():
+    """Paper profile: 3 plain GATv2 layers (eq. 6-7), in -> hidden -> hidden -> in (the public
+    code's widths), PyG's defaults (1 head, self-loops, no attention dropout), ReLU + dropout
+    between layers, random init, no residual."""
+    settings = published("gdsr", hidden=12)
+    torch.manual_seed(0)
+    model = GraphEncoder(settings.encoder.with_input(DIM)).eval()
+    reference = [GATv2Conv(DIM, 12), GATv2Conv(12, 12), GATv2Conv(12, DIM)]  # PyG's defaults
+    for conv, layer in zip(reference, model.convs):
+        assert len(layer) == 1  # one convolution per layer
+        conv.load_state_dict(layer[0].state_dict())
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for c in reference for p in c.parameters())
+    x, edge_index, edge_type = toy_graph()
+    edge_type = torch.tensor([int(t) for t in STRUCTURE_TYPES] * 2)[: edge_index.size(1)]  # the LGE's graph
+    h = x
+    for i, conv in enumerate(reference):
+        h = conv(h, edge_index)
+        if i < 2:
+            h = F.dropout(F.relu(h), p=0.1, training=False)
+    torch.testing.assert_close(model(x, edge_index, edge_type), h, rtol=1e-5, atol=1e-6)
+    assert settings.encoder.init == "random" and settings.encoder.residual is False
+    assert (settings.schedule, settings.lr, settings.warmup_ratio, settings.epochs) == ("constant", 2e-4, 0.0, 10)
+    assert settings.selection == "fixed" and settings.refit and settings.heading_features == "title"
+
+
+def test_qabisar_layer_is_one_gatv2_over_every_edge_with_typed_self_loops():
+    """Sample params: one GATv2Conv per layer over every edge type at once, edge-type
+    embeddings as edge_attr, and a self-loop per node with its own (9th) edge type."""
+    settings = published("qabisar", "params.yaml", edge_dim=4, heads=2)
+    torch.manual_seed(0)
+    model = GraphEncoder(settings.encoder.with_input(DIM)).eval()
+    assert len(model.convs) == 1 and len(model.convs[0]) == 1
+    assert model.edge_embedding.weight.shape == (NUM_EDGE_TYPES + 1, 4)
+    conv = GATv2Conv(DIM, DIM // 2, heads=2, edge_dim=4, add_self_loops=False)
+    conv.load_state_dict(model.convs[0][0].state_dict())
+    x, edge_index, edge_type = toy_graph()
+    nodes = torch.arange(x.size(0))
+    full_index = torch.cat([edge_index, torch.stack([nodes, nodes])], dim=1)  # (2, 8 + 6)
+    full_type = torch.cat([edge_type, torch.full((x.size(0),), NUM_EDGE_TYPES)])  # (14,)
+    expected = x + conv(x, full_index, edge_attr=model.edge_embedding.weight[full_type])  # residual
+    torch.testing.assert_close(model(x, edge_index, edge_type), expected, rtol=1e-5, atol=1e-6)
+    assert settings.similarity == "dot" and settings.kd_temperature == 1.0 and settings.kd_weight == 0.3
+
+
+def test_qabisar_kd_loss_is_the_papers_formula_on_three_candidates():
+    """L = 0.7 * InfoNCE(f) + 0.3 * KL(softmax f(q_graph, a) || softmax f(q_enc, a)), f = dot,
+    no temperature, computed by hand; the teacher's scores get no gradient from the KL."""
+    criterion = training.build_criterion(published("qabisar"))
+    q_graph = torch.tensor([[0.5, -1.0, 2.0]], requires_grad=True)  # (1, 3)
+    q_enc = torch.tensor([[1.0, 0.0, 0.5]], requires_grad=True)  # (1, 3)
+    positive = torch.tensor([[1.0, 0.5, 0.0]])  # (1, 3)
+    negatives = torch.tensor([[0.0, 1.0, 1.0], [-1.0, 0.0, 2.0]])  # (2, 3)
+    candidates = [positive[0].tolist(), *negatives.tolist()]
+
+    def softmax_of_dots(q):
+        dots = [sum(a * b for a, b in zip(q, c)) for c in candidates]
+        z = sum(math.exp(d) for d in dots)
+        return [math.exp(d) / z for d in dots]
+
+    p, r = softmax_of_dots(q_graph[0].tolist()), softmax_of_dots(q_enc[0].tolist())
+    contrastive = -math.log(p[0])
+    kl = sum(pi * (math.log(pi) - math.log(ri)) for pi, ri in zip(p, r))
+    loss, parts = criterion(q_graph, q_enc, positive, negatives)
+    assert loss.item() == pytest.approx(0.7 * contrastive + 0.3 * kl, rel=1e-5)
+    assert parts["kd"] == pytest.approx(kl, rel=1e-5)
+    loss.backward()  # the teacher's gradient is the contrastive term's alone (detached in the KL)
+    teacher_only = q_graph.detach().clone().requires_grad_(True)
+    (0.7 * criterion.contrastive(teacher_only, positive, negatives)).backward()
+    torch.testing.assert_close(q_graph.grad, teacher_only.grad)
+    assert q_enc.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("variant,constant", [("gdsr", True), ("hgraph", False)])
+def test_schedule_constant_keeps_the_lr_at_every_step(monkeypatch, variant, constant):
+    """gdsr: constant 2e-4... here at the toy lr; hgraph: lexgraph's linear warm-up and decay."""
+    seen = []
+    original = training.build_scheduler
+
+    def spy(optimizer, schedule, warmup, total):
+        scheduler = original(optimizer, schedule, warmup, total)
+        step = scheduler.step
+
+        def recorded(*args, **kwargs):
+            seen.append(optimizer.param_groups[0]["lr"])
+            return step(*args, **kwargs)
+
+        scheduler.step = recorded
+        return scheduler
+
+    monkeypatch.setattr(training, "build_scheduler", spy)
+    own = dict(heading_features="articles", epochs=3, lr=1e-2)
+    if variant == "hgraph":
+        own["init"] = "random"
+    settings = published(variant, "params.yaml", **own)
+    ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), settings)
+    training.train_graph_encoder(ts, settings, "cpu", seed=1, show_progress=False)
+    steps = math.ceil(ts.pairs.size(0) / settings.batch_size) * 3
+    assert len(seen) == steps and steps >= 3
+    assert (seen == [1e-2] * steps) == constant
+
+
+def test_dvc_params_of_each_train_gnn_item_are_what_its_settings_read():
+    """dvc.yaml's params list for train_gnn@<v> = base + each shared key + gnn.<v>; a change
+    inside another variant's mapping leaves <v>'s settings unchanged, a shared key changes all."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]["train_gnn"]
+    assert stage["foreach"] == list(VARIANTS)
+    for variant in VARIANTS:
+        listed = [p.replace("${item}", variant) for p in stage["do"]["params"]]
+        assert listed == GNNSettings.dvc_params(variant)
+    params = section("params.yaml")
+    for variant in VARIANTS:
+        before = GNNSettings.from_params(params, variant)
+        for other in set(VARIANTS) - {variant}:
+            changed = copy.deepcopy(params)
+            changed[other]["lr"] = 0.123
+            changed[other]["epochs"] = 7
+            assert GNNSettings.from_params(changed, variant) == before, (variant, other)
+        for key, value in (("layers", 2), ("batch_size", 5), ("dropout", 0.3)):
+            assert key in SHARED_KEYS
+            assert GNNSettings.from_params({**params, key: value}, variant) != before
+
+
+def test_refit_decisions_are_logged(caplog):
+    caplog.set_level(logging.INFO, logger="lexgraph.training.gnn")
+    gdsr = published("gdsr", "params.yaml")
+    assert training.refit_epochs(gdsr, 20) == 0 and "gnn.gdsr.refit is false" in caplog.text
+    caplog.clear()
+    assert training.refit_epochs(published("gdsr"), 4) == 10  # the full fixed schedule, not a chosen epoch
+    assert "full fixed schedule (10 epochs)" in caplog.text
+    caplog.clear()
+    hgraph = published("hgraph")
+    assert training.refit_epochs(hgraph, 0) == 0 and "refit skipped: dev chose the untrained" in caplog.text
+    caplog.clear()
+    assert training.refit_epochs(hgraph, 3) == 3 and "the 3 epoch(s) dev chose" in caplog.text
+
+
+def test_refit_trains_dev_questions_with_their_bm25_negatives():
+    settings = published("gdsr", "params.yaml", heading_features="articles")
+    with pytest.raises(DataError, match="dev question 3 has no BM25 negatives.*negatives.splits"):
+        prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), settings, train_splits=("train", "dev"))
+    dev_row = pl.DataFrame({"question_id": [3], "split": ["dev"], "negative_ids": [[20, 30]]},
+                           schema=NEGATIVES.schema)
+    ts = prepare_training_set(graph(), QUESTIONS, pl.concat([NEGATIVES, dev_row]), embeddings(), settings,
+                              train_splits=("train", "dev"))
+    row = ts.train_ids.tolist().index(3)
+    assert sorted(ts.graph.article_ids[ts.negatives[row]].tolist()) == [20, 30]
+
+
+def test_gnn_json_records_the_architecture(tmp_path):
+    settings = published("gdsr", "params.yaml", heading_features="articles", epochs=1)
+    ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), settings)
+    result = training.train_graph_encoder(ts, settings, "cpu", seed=1, show_progress=False)
+    gnn_io.save_trained(result, ts, settings, tmp_path / "gnn_gdsr")
+    saved = json.loads((tmp_path / "gnn_gdsr" / "gnn.json").read_text())
+    assert saved["graph_encoder"]["heads"] == 1 and saved["graph_encoder"]["layers"] == 1
+    assert saved["settings"]["heads"] == 1 and saved["settings"]["activation"] == "relu"
+    assert saved["selection"] == "fixed epochs" and saved["variant"] == "gdsr"
+    assert set(QUESTION_VARIANTS) == {"qabisar", "hgraph_qa"}
