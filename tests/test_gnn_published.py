@@ -18,15 +18,15 @@ import torch.nn.functional as F
 import yaml
 from torch_geometric.nn import GATv2Conv
 
-from lexgraph.errors import DataError
-from lexgraph.graph import NUM_EDGE_TYPES, STRUCTURE_TYPES
-from lexgraph.models.gnn import GraphEncoder
+from lexgraph.errors import ConfigError, DataError
+from lexgraph.graph import NUM_EDGE_TYPES, STRUCTURE_TYPES, EdgeType
+from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
-from lexgraph.training.gnn_config import QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
+from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
 from lexgraph.training.gnn_data import prepare_training_set
 
-from test_gnn import NEGATIVES, QUESTIONS, embeddings, graph
+from test_gnn import AQ, BASE_PARAMS, DIM as TOY_DIM, GRAPH, NEGATIVES, QA, QUESTIONS, embeddings, graph, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -211,3 +211,59 @@ def test_gnn_json_records_the_architecture(tmp_path):
     assert saved["settings"]["heads"] == 1 and saved["settings"]["activation"] == "relu"
     assert saved["selection"] == "fixed epochs" and saved["variant"] == "gdsr"
     assert set(QUESTION_VARIANTS) == {"qabisar", "hgraph_qa"}
+
+
+def test_settings_per_variant_and_errors():
+    assert settings("hgraph").encoder.edge_dim is None and settings("hgraph_qa").encoder.edge_dim == 4
+    assert settings("hgraph", epochs=3).epochs == 3 and settings("hgraph_qa").epochs == 2  # each its own
+    assert settings("hgraph_qa").kd_temperature == 0.1 and settings("hgraph_qa").temperature == 0.05
+    no_kd = {"weight": 0.0, "mode": "feature", "temperature": 0.1, "student_contrastive": False}
+    assert settings("hgraph_qa", kd=no_kd).kd_weight == 0.0
+    with pytest.raises(ConfigError, match="unknown key.*'gnn.hgraph.kd'"):  # a question key on a graph variant
+        settings("hgraph", kd=no_kd)
+    with pytest.raises(ConfigError, match="unknown key.*'gnn.identity_init'"):
+        GNNSettings.from_params({**BASE_PARAMS, "identity_init": True}, "hgraph")
+    with pytest.raises(ConfigError, match="'gnn.hgraph.layers'.*a shared key"):
+        GNNSettings.from_params({**BASE_PARAMS, "hgraph": {**GRAPH, "layers": 2}}, "hgraph")
+    with pytest.raises(ConfigError, match="gnn.hgraph_qa.kd.weight"):
+        settings("hgraph_qa", kd={"weight": 1.5, "mode": "score", "temperature": 0.1, "student_contrastive": False})
+    # no defaults: a missing key is an error naming it
+    for key in ("init", "concat_heads", "heading_features", "warmup_ratio", "similarity", "refit", "schedule"):
+        params = {**BASE_PARAMS, "hgraph": {k: v for k, v in GRAPH.items() if k != key}}
+        with pytest.raises(ConfigError, match=f"missing key.*'gnn.hgraph.{key}'"):
+            GNNSettings.from_params(params, "hgraph")
+    with pytest.raises(ConfigError, match="missing key.*'gnn.adam_epsilon'"):
+        GNNSettings.from_params({k: v for k, v in BASE_PARAMS.items() if k != "adam_epsilon"}, "hgraph")
+    with pytest.raises(ConfigError, match="missing key.*'gnn.hgraph_qa.kd.temperature'"):
+        settings("hgraph_qa", kd={"weight": 0.3, "mode": "score"})
+    with pytest.raises(ConfigError, match="gnn.hgraph.heading_features"):
+        settings("hgraph", heading_features="text")
+    with pytest.raises(ConfigError, match="gnn.hgraph.similarity"):
+        settings("hgraph", similarity="euclid")
+    with pytest.raises(ConfigError, match="gnn.hgraph.warmup_ratio"):
+        settings("hgraph", warmup_ratio=1.0)
+    with pytest.raises(ConfigError, match="'gnn.gdsr.warmup_ratio' = 0.1, expected 0 with .*constant"):
+        settings("gdsr", schedule="constant")
+    with pytest.raises(ConfigError, match="'gnn.hgraph.hidden' = 12 is not divisible by 'gnn.hgraph.heads' = 5"):
+        settings("hgraph", hidden=12, heads=5)
+    # hgraph: one convolution per layer over the statute edges; hgraph_qa: a second one for question-article
+    # edges; qabisar (edge_attention: joint): one over every edge type
+    assert settings("hgraph").encoder.edge_groups == ((0, 1, 3, 4, 5, 7),)
+    assert settings("hgraph_qa").encoder.edge_groups == ((0, 1, 3, 4, 5, 7), (QA, AQ))
+    assert settings("qabisar", edge_attention="joint").encoder.edge_groups == (tuple(range(len(EdgeType))),)
+    with pytest.raises(ConfigError, match="edge_dim"):  # refused when params are read, before any data
+        settings("hgraph_qa", model="gcn")
+    # the settings embed the encoder's config: the architecture keys live there only
+    arch = settings("hgraph").encoder
+    assert isinstance(arch, GraphEncoderConfig) and arch.in_dim is None
+    assert not set(ARCH_KEYS) & set(GNNSettings.__dataclass_fields__)
+    assert arch.with_input(TOY_DIM, prior_weight=1.5).in_dim == TOY_DIM
+    assert arch.with_input(TOY_DIM, prior_weight=1.5).prior_weight == (1.5 if arch.init == "prior" else 0.0)
+    with pytest.raises(ValueError, match="with_input"):
+        GraphEncoder(arch)
+    # gnn.json records them flat (the architecture inline); a graph variant has no question keys
+    record = settings("hgraph_qa").to_dict()
+    assert "encoder" not in record and record["edge_dim"] == 4 and record["variant"] == "hgraph_qa"
+    assert set(record) == {"model", "layers", "dropout", *ARCH_KEYS} | set(GNNSettings.__dataclass_fields__) - {
+        "encoder"}
+    assert "kd_weight" not in settings("hgraph").to_dict()
