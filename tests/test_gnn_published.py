@@ -267,3 +267,17 @@ def test_settings_per_variant_and_errors():
     assert set(record) == {"model", "layers", "dropout", *ARCH_KEYS} | set(GNNSettings.__dataclass_fields__) - {
         "encoder"}
     assert "kd_weight" not in settings("hgraph").to_dict()
+
+
+def test_the_papers_node_features_are_the_embed_stages_vectors_as_they_are():
+    """gdsr/qabisar (normalize_features: false) read the embed stage's vectors unscaled, so a
+    dot product keeps the encoder's scale; lexgraph's recipes L2-normalise them."""
+    raw = embeddings()
+    for variant, normalized in (("gdsr", False), ("hgraph", True)):
+        settings = published(variant, "params.yaml", heading_features="title")
+        ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, raw, settings)
+        ids, vectors = raw["articles"]
+        for node, aid in enumerate(ts.graph.article_ids.tolist()):
+            want = vectors[ids.tolist().index(aid)]
+            want = F.normalize(want, dim=-1) if normalized else want
+            torch.testing.assert_close(ts.x[node], want, rtol=0, atol=1e-6)

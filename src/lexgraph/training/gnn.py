@@ -35,7 +35,9 @@ the graph query (teacher, detached) into the query encoder (student) over the sa
 candidate articles (:class:`~lexgraph.losses.QabisarLoss`). At test time an unseen
 question has only the distilled encoder.
 
-**Node features.** Every input vector is L2-normalised (scores are cosines). With
+**Node features.** With ``normalize_features`` (lexgraph's recipes) every input vector is
+L2-normalised; without (the papers'), the embed stage's vectors are used as they are, so a
+dot product (QABISAR's f) sees the encoder's scale on both sides of the distillation. With
 ``heading_features: articles`` a heading's feature is the mean of the vectors of every
 article under it (:func:`lexgraph.hierarchy.subtree_means`): one heading -> article hop
 then moves information between sibling articles, also over a directed graph, where

@@ -43,7 +43,7 @@ SHARED_KEYS = ("model", "layers", "dropout", "hard_negatives", "batch_size", "ad
 ARCH_KEYS = ("hidden", "heads", "concat_heads", "attention_dropout", "residual", "self_loops", "projections",
              "edge_dim", "init", "activation")
 #: every variant's own mapping
-GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "lr", "schedule", "warmup_ratio", "epochs", "selection",
+GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "normalize_features", "lr", "schedule", "warmup_ratio", "epochs", "selection",
               "similarity", "temperature", "refit")
 #: the question variants' mapping adds
 QUESTION_KEYS = ("edge_attention", "encoder_lr", "kd", "bipartite", "structure")
@@ -65,6 +65,7 @@ class GNNSettings:
     variant: str
     encoder: GraphEncoderConfig  # gnn.model, gnn.layers, gnn.dropout and gnn.<variant>'s ARCH_KEYS
     heading_features: str  # articles (mean of the articles under the heading) | title (its DSR encoding)
+    normalize_features: bool  # L2-normalise the node features (lexgraph's) | the embed stage's vectors as they are
     hard_negatives: int
     batch_size: int
     lr: float
@@ -168,7 +169,7 @@ class GNNSettings:
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), " or ".join(choices))
         if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
             raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
-        for key in ("bipartite", "structure", "refit", "kd_student_contrastive"):
+        for key in ("bipartite", "structure", "refit", "kd_student_contrastive", "normalize_features"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
         if self.refit and v in QUESTION_VARIANTS:

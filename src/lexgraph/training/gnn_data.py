@@ -108,7 +108,8 @@ def prepare_training_set(
 
     # node features: articles, then headings, then (train) questions
     art_ids, art_emb = embeddings["articles"]
-    unit = partial(F.normalize, dim=-1)
+    # L2-normalised inputs (normalize_features, lexgraph's), or the encoder's own vectors (the papers')
+    unit = partial(F.normalize, dim=-1) if settings.normalize_features else (lambda v: v)
     articles = unit(select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article").float())
     blocks = [articles]  # (A, dim)
     if graph.heading_ids.numel():
