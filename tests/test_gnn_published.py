@@ -27,6 +27,7 @@ from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KE
 from lexgraph.training.gnn_data import prepare_training_set
 
 from test_gnn import AQ, BASE_PARAMS, DIM as TOY_DIM, GRAPH, NEGATIVES, QA, QUESTIONS, embeddings, graph, settings
+from test_gnn import tiny_query_encoder_dir  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -281,3 +282,22 @@ def test_the_papers_node_features_are_the_embed_stages_vectors_as_they_are():
             want = vectors[ids.tolist().index(aid)]
             want = F.normalize(want, dim=-1) if normalized else want
             torch.testing.assert_close(ts.x[node], want, rtol=0, atol=1e-6)
+
+
+def test_qabisar_trains_its_graph_and_query_encoder_end_to_end(tiny_query_encoder_dir):  # noqa: F811
+    """The sample's qabisar on the toy graph: joint attention with typed self-loops over sampled
+    subgraphs, a KD term in every epoch's loss, and a query encoder that moved."""
+    from lexgraph.models.encoders import QueryEncoder
+
+    settings = published("qabisar", "params.yaml", edge_dim=4, heads=2, epochs=2)
+    ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), settings)
+    encoder = QueryEncoder.from_pretrained(tiny_query_encoder_dir)
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
+    result = training.train_graph_encoder(ts, settings, "cpu", seed=3, query_encoder=encoder, show_progress=False)
+    assert result.best_epoch == 2 and [h["epoch"] for h in result.history] == [1, 2]  # fixed: no epoch 0
+    assert all(h["kd"] > 0 and math.isfinite(h["loss"]) for h in result.history)
+    assert any(not torch.equal(before[k], v) for k, v in result.encoder.state_dict().items())
+    full = GraphEncoder(result.model.config).eval()
+    full.load_state_dict(result.model.state_dict())
+    torch.testing.assert_close(full(ts.x, ts.graph.edge_index, ts.graph.edge_type)[: ts.num_articles],
+                               result.article_embeddings)
