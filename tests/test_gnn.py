@@ -61,7 +61,8 @@ SHARED = {"model": "gatv2", "layers": 1, "dropout": 0.0, "hard_negatives": 1, "b
 #: lexgraph's recipe (hgraph), every key of a variant's mapping at a plain setting
 GRAPH = {"hidden": None, "heads": 2, "concat_heads": True, "attention_dropout": 0.0, "residual": True,
          "self_loops": False, "projections": "linear", "edge_dim": None, "init": "random", "activation": "elu",
-         "heading_features": "articles", "normalize_features": True, "lr": 1e-2, "schedule": "linear", "warmup_ratio": 0.1, "epochs": 2,
+         "heading_features": "articles", "normalize_features": True, "lr": 1e-2, "schedule": "linear",
+         "warmup_ratio": 0.1, "epochs": 2,
          "selection": "dev", "similarity": "cosine", "temperature": 0.05, "refit": False}
 QUESTION = {**GRAPH, "edge_dim": 4, "edge_attention": "per_group", "encoder_lr": 1e-3,
             "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},

@@ -43,7 +43,8 @@ SHARED_KEYS = ("model", "layers", "dropout", "hard_negatives", "batch_size", "ad
 ARCH_KEYS = ("hidden", "heads", "concat_heads", "attention_dropout", "residual", "self_loops", "projections",
              "edge_dim", "init", "activation")
 #: every variant's own mapping
-GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "normalize_features", "lr", "schedule", "warmup_ratio", "epochs", "selection",
+GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "normalize_features", "lr", "schedule", "warmup_ratio", "epochs",
+              "selection",
               "similarity", "temperature", "refit")
 #: the question variants' mapping adds
 QUESTION_KEYS = ("edge_attention", "encoder_lr", "kd", "bipartite", "structure")
