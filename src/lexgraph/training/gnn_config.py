@@ -44,8 +44,7 @@ ARCH_KEYS = ("hidden", "heads", "concat_heads", "attention_dropout", "residual",
              "edge_dim", "init", "activation")
 #: every variant's own mapping
 GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "normalize_features", "lr", "schedule", "warmup_ratio", "epochs",
-              "selection",
-              "similarity", "temperature", "refit")
+              "selection", "similarity", "temperature", "refit")
 #: the question variants' mapping adds
 QUESTION_KEYS = ("edge_attention", "encoder_lr", "kd", "bipartite", "structure")
 KD_KEYS = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
