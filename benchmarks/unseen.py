@@ -40,8 +40,10 @@ MODEL_ARTEFACTS: dict[str, str] = {
     "zeroshot": "data/zeroshot/zeroshot.json",
     "dsr": "models/dsr",
     "hprior": "models/hprior",
-    "gdsr": "models/gnn_lge",
+    "gdsr": "models/gnn_gdsr",
     "qabisar": "models/gnn_qabisar",
+    "hgraph": "models/gnn_hgraph",
+    "hgraph_qa": "models/gnn_hgraph_qa",
     "hybrid": "models/hybrid",
 }
 COLUMNS = (("R@10", "recall@10"), ("R@100", "recall@100"), ("R@500", "recall@500"),

@@ -1,4 +1,5 @@
-"""train_gnn: train the graph encoder of G-DSR (--variant lge) or QABISAR (--variant qabisar)."""
+"""train_gnn: train the graph encoder of G-DSR (--variant gdsr), QABISAR (qabisar) or lexgraph's
+recipes (hgraph, hgraph_qa)."""
 
 from __future__ import annotations
 

@@ -197,7 +197,7 @@ def test_saved_model_settings_are_checked(how, tmp_path, monkeypatch):
     from lexgraph.training.gnn_io import load_graph_encoder
 
     cases = [("models/dsr", "dsr.json", DSR.load, "train_dsr"),
-             ("models/gnn_lge", "gnn.json", load_graph_encoder, "train_gnn@lge"),
+             ("models/gnn_hgraph", "gnn.json", load_graph_encoder, "train_gnn@hgraph"),
              ("models/mvcl", "mvcl.json", lambda d: load_model(d, torch.device("cpu")), "rerank")]
     for rel, name, load, stage in cases:
         directory = tmp_path / rel

@@ -20,7 +20,7 @@ from lexgraph.models.gnn import MODELS, GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn import train_graph_encoder
-from lexgraph.training.gnn_config import ARCH_KEYS, GNNSettings
+from lexgraph.training.gnn_config import GNNSettings
 from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
 
 from test_graph import ARTICLES, HEADINGS, QUESTIONS
@@ -56,15 +56,19 @@ NEGATIVES = pl.DataFrame(
     schema={"question_id": pl.Int64, "split": pl.Utf8, "negative_ids": pl.List(pl.Int64)},
 )
 
-BASE_PARAMS = {
-    "model": "gatv2", "layers": 1, "hidden": None, "heads": 2, "concat_heads": True, "dropout": 0.0,
-    "residual": True, "edge_dim": None, "init": "random", "heading_features": "articles",
-    "lge": {}, "qabisar": {"edge_dim": 4}, "hard_negatives": 1, "batch_size": 3, "lr": 1e-2, "adam_epsilon": 1e-8,
-    "warmup_ratio": 0.1, "weight_decay": 0.1, "max_grad_norm": 1.0, "accumulation_steps": 1, "epochs_lge": 2,
-    "epochs_qabisar": 2, "similarity": "cosine", "temperature": 0.05, "encoder_lr": 1e-3,
-    "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
-    "bipartite": True, "structure": True, "refit": False,
-}
+SHARED = {"model": "gatv2", "layers": 1, "dropout": 0.0, "hard_negatives": 1, "batch_size": 3, "adam_epsilon": 1e-8,
+          "weight_decay": 0.1, "max_grad_norm": 1.0, "accumulation_steps": 1}
+#: lexgraph's recipe (hgraph), every key of a variant's mapping at a plain setting
+GRAPH = {"hidden": None, "heads": 2, "concat_heads": True, "attention_dropout": 0.0, "residual": True,
+         "self_loops": False, "projections": "linear", "edge_dim": None, "init": "random", "activation": "elu",
+         "heading_features": "articles", "normalize_features": True, "lr": 1e-2, "schedule": "linear",
+         "warmup_ratio": 0.1, "epochs": 2,
+         "selection": "dev", "similarity": "cosine", "temperature": 0.05, "refit": False}
+QUESTION = {**GRAPH, "edge_dim": 4, "edge_attention": "per_group", "encoder_lr": 1e-3,
+            "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
+            "bipartite": True, "structure": True}
+BASE_PARAMS = {**SHARED, "gdsr": dict(GRAPH), "qabisar": dict(QUESTION), "hgraph": dict(GRAPH),
+               "hgraph_qa": dict(QUESTION)}
 
 #: every GraphEncoderConfig field without a default, at a plain setting
 ENCODER = dict(in_dim=DIM, model="gatv2", layers=1, hidden=None, heads=1, concat_heads=True, dropout=0.1,
@@ -76,7 +80,11 @@ def encoder_config(**overrides) -> GraphEncoderConfig:
 
 
 def settings(variant: str, **overrides) -> GNNSettings:
-    return GNNSettings.from_params({**BASE_PARAMS, **overrides}, variant)
+    """``variant``'s settings; an override goes to the shared keys or to ``gnn.<variant>``."""
+    params = {**BASE_PARAMS, variant: dict(BASE_PARAMS[variant])}
+    for key, value in overrides.items():
+        (params if key in SHARED else params[variant])[key] = value
+    return GNNSettings.from_params(params, variant)
 
 
 # ---------------------------------------------------------------------------
@@ -310,12 +318,12 @@ SUBTREES = {0: [10, 11, 12, 13], 1: [10, 11, 12, 13], 2: [10, 11], 3: [12], 4: [
 
 
 @pytest.mark.parametrize("heading_features", ["articles", "title"])
-@pytest.mark.parametrize("variant", ["lge", "qabisar"])
+@pytest.mark.parametrize("variant", ["hgraph", "hgraph_qa"])
 def test_training_inputs_hold_train_questions_only(variant, heading_features):
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(),
                               settings(variant, heading_features=heading_features))
     assert set(ts.train_ids.tolist()) == TRAIN
-    assert set(ts.graph.question_ids.tolist()) == (TRAIN if variant == "qabisar" else set())
+    assert set(ts.graph.question_ids.tolist()) == (TRAIN if variant == "hgraph_qa" else set())
     assert set(ts.dev_ids.tolist()) == DEV and set(ts.dev_qrels) == DEV
     assert {int(ts.train_ids[r]) for r in ts.pairs[:, 0].tolist()} == TRAIN
     # no row of any training tensor is a dev/test/synthetic question's embedding (raw or normalised)
@@ -340,58 +348,14 @@ def test_training_inputs_hold_train_questions_only(variant, heading_features):
         want = (torch.stack([unit(feature("a", a)) for a in SUBTREES[hid]]).mean(0)
                 if heading_features == "articles" else unit(feature("h", hid)))
         torch.testing.assert_close(ts.x[ts.num_articles + row], want, rtol=0, atol=1e-6)
-    if variant == "qabisar":  # question nodes carry their own (normalised) embeddings
+    if variant == "hgraph_qa":  # question nodes carry their own (normalised) embeddings
         for r, qid in enumerate(ts.train_ids.tolist()):
             torch.testing.assert_close(ts.x[ts.question_nodes[r]], unit(feature("q", qid)), rtol=0, atol=1e-6)
 
 
-def test_settings_per_variant_and_errors():
-    assert settings("lge").encoder.edge_dim is None and settings("qabisar").encoder.edge_dim == 4
-    assert settings("lge").epochs == 2
-    assert settings("qabisar").kd_temperature == 0.1 and settings("qabisar").temperature == 0.05
-    no_kd = {"weight": 0.0, "mode": "feature", "temperature": 0.1, "student_contrastive": False}
-    assert settings("qabisar", kd=no_kd).kd_weight == 0.0
-    with pytest.raises(ConfigError, match="unknown keys"):
-        settings("lge", epochs=3)
-    with pytest.raises(ConfigError, match="unknown keys.*gnn.identity_init"):
-        settings("lge", identity_init=True)
-    with pytest.raises(ConfigError, match="kd.weight"):
-        settings("qabisar", kd={"weight": 1.5, "mode": "score", "temperature": 0.1, "student_contrastive": False})
-    # no defaults: a missing key is an error naming it
-    for key in ("init", "concat_heads", "heading_features", "adam_epsilon", "warmup_ratio", "similarity", "refit"):
-        params = {k: v for k, v in BASE_PARAMS.items() if k != key}
-        with pytest.raises(ConfigError, match=f"missing key.*'gnn.{key}'"):
-            GNNSettings.from_params(params, "lge")
-    with pytest.raises(ConfigError, match="missing key.*'gnn.kd.temperature'"):
-        settings("qabisar", kd={"weight": 0.3, "mode": "score"})
-    with pytest.raises(ConfigError, match="gnn.heading_features"):
-        settings("lge", heading_features="text")
-    with pytest.raises(ConfigError, match="gnn.similarity"):
-        settings("lge", similarity="euclid")
-    with pytest.raises(ConfigError, match="gnn.warmup_ratio"):
-        settings("lge", warmup_ratio=1.0)
-    # LGE: one convolution per layer over the statute edges; QABISAR: a second one for question-article edges
-    assert settings("lge").encoder.edge_groups == ((0, 1, 3, 4, 5, 7),)
-    assert settings("qabisar").encoder.edge_groups == ((0, 1, 3, 4, 5, 7), (QA, AQ))
-    with pytest.raises(ConfigError, match="edge_dim"):  # refused when params are read, before any data
-        settings("qabisar", model="gcn")
-    # the settings embed the encoder's config: the architecture keys live there only
-    arch = settings("lge").encoder
-    assert isinstance(arch, GraphEncoderConfig) and arch.in_dim is None
-    assert not set(ARCH_KEYS) & set(GNNSettings.__dataclass_fields__)
-    assert arch.with_input(DIM, prior_weight=1.5).in_dim == DIM
-    assert arch.with_input(DIM, prior_weight=1.5).prior_weight == (1.5 if arch.init == "prior" else 0.0)
-    with pytest.raises(ValueError, match="with_input"):
-        GraphEncoder(arch)
-    # gnn.json records them flat, as params.yaml spells them (the override applied)
-    record = settings("qabisar").to_dict()
-    assert "encoder" not in record and record["edge_dim"] == 4 and record["variant"] == "qabisar"
-    assert set(record) == set(ARCH_KEYS) | set(GNNSettings.__dataclass_fields__) - {"encoder"}
-
-
 def test_qabisar_needs_question_nodes():
     with pytest.raises(ConfigError, match="graph.questions"):
-        prepare_training_set(graph(questions=False), QUESTIONS, NEGATIVES, embeddings(), settings("qabisar"))
+        prepare_training_set(graph(questions=False), QUESTIONS, NEGATIVES, embeddings(), settings("hgraph_qa"))
 
 
 # ---------------------------------------------------------------------------
@@ -417,7 +381,7 @@ def tiny_query_encoder_dir(tmp_path_factory):
     return path
 
 
-def test_lge_training_is_deterministic_and_saves(tmp_path, monkeypatch):
+def test_hgraph_training_is_deterministic_and_saves(tmp_path, monkeypatch):
     seen_seeds = []
     original = training.batch_subgraph
 
@@ -426,7 +390,7 @@ def test_lge_training_is_deterministic_and_saves(tmp_path, monkeypatch):
         return original(edge_index, edge_type, seeds, *args, **kwargs)
 
     monkeypatch.setattr(training, "batch_subgraph", spy)
-    s = settings("lge")
+    s = settings("hgraph")
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), s)
     runs = []
     for select in (True, True, False, False):  # with dev selection, then keeping the last epoch
@@ -445,10 +409,10 @@ def test_lge_training_is_deterministic_and_saves(tmp_path, monkeypatch):
     assert [h["epoch"] for h in c.history] == [1, 2] and c.best_epoch == 2  # no selection: the last epoch
     assert all(int(n) < 7 + 5 for seeds in seen_seeds for n in seeds)  # LGE seeds: articles only
 
-    gnn_io.save_trained(c, ts, s, tmp_path / "gnn_lge")
-    assert sorted(p.name for p in (tmp_path / "gnn_lge").iterdir()) == [
+    gnn_io.save_trained(c, ts, s, tmp_path / "gnn_hgraph")
+    assert sorted(p.name for p in (tmp_path / "gnn_hgraph").iterdir()) == [
         "article_embeddings.safetensors", "gnn.json", "gnn.safetensors"]
-    reloaded = gnn_io.load_graph_encoder(tmp_path / "gnn_lge")
+    reloaded = gnn_io.load_graph_encoder(tmp_path / "gnn_hgraph")
     torch.testing.assert_close(
         reloaded(ts.x, ts.graph.edge_index, ts.graph.edge_type)[:7], c.article_embeddings, rtol=1e-5, atol=1e-6)
     metrics = gnn_io.training_metrics(a, ts, s)
@@ -458,10 +422,10 @@ def test_lge_training_is_deterministic_and_saves(tmp_path, monkeypatch):
     json.dumps(metrics)
 
 
-def test_qabisar_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encoder_dir):
+def test_hgraph_qa_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encoder_dir):
     from lexgraph.embed import save_embeddings
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.retrieval.gnn import load_gdsr, load_qabisar
+    from lexgraph.retrieval.gnn import load_hgraph, load_hgraph_qa
 
     cuts = []
     original = training.batch_subgraph
@@ -471,7 +435,7 @@ def test_qabisar_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encode
         return original(edge_index, edge_type, seeds, num_hops, num_nodes, cut_pairs=cut_pairs)
 
     monkeypatch.setattr(training, "batch_subgraph", spy)
-    s = settings("qabisar")
+    s = settings("hgraph_qa")
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), s)
     encoder = QueryEncoder.from_pretrained(tiny_query_encoder_dir)
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
@@ -493,13 +457,14 @@ def test_qabisar_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encode
     assert {p for _, q, a in cuts for p in zip(q.tolist(), a.tolist())} == gold_pairs  # every pair trained on
 
     workspace = tmp_path / "ws"
-    gnn_io.save_trained(result, ts, s, workspace / "models" / "gnn_qabisar")
-    assert (workspace / "models" / "gnn_qabisar" / "query_encoder" / "config.json").is_file()
+    gnn_io.save_trained(result, ts, s, workspace / "models" / "gnn_hgraph_qa")
+    assert (workspace / "models" / "gnn_hgraph_qa" / "query_encoder" / "config.json").is_file()
     QueryEncoder.from_pretrained(tiny_query_encoder_dir).save_pretrained(workspace / "models/dsr/query_encoder")
-    (workspace / "models/gnn_lge").mkdir(parents=True)
-    (workspace / "models/gnn_lge/gnn.json").write_text(json.dumps({"similarity": "cosine"}))
-    save_embeddings(workspace / "models/gnn_lge/article_embeddings.safetensors", ts.article_ids, result.article_embeddings)
-    for load in (load_gdsr, load_qabisar):
+    (workspace / "models/gnn_hgraph").mkdir(parents=True)
+    (workspace / "models/gnn_hgraph/gnn.json").write_text(json.dumps({"similarity": "cosine"}))
+    save_embeddings(workspace / "models/gnn_hgraph/article_embeddings.safetensors", ts.article_ids,
+                    result.article_embeddings)
+    for load in (load_hgraph, load_hgraph_qa):
         retriever = load(workspace, "cpu")
         ids, scores = retriever.search(["Qui paie le mur ?", "bail"], 3)
         assert ids.shape == (2, 3) and set(ids.ravel().tolist()) <= set(ARTICLES["id"].to_list())

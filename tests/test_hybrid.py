@@ -34,7 +34,7 @@ from lexgraph.retrieval.hybrid_tune import to_json, tune
     ({"split": "test"}, "'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"),
     ({"split": "dve"}, "'hybrid.split' = 'dve', expected dev (or train)"),
     ({"metric": "recall@1000"}, "'hybrid.metric' = 'recall@1000', expected one of recall@10"),
-    ({"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar or best"),
+    ({"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best"),
     ({"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
     ({"depth": 1000.5}, "'hybrid.depth' = 1000.5, expected an integer >= 500"),
     ({"rrf_k": [60, -1]}, "'hybrid.rrf_k' = [60, -1], expected a list of distinct integers >= 0"),
@@ -129,6 +129,8 @@ def systems():
         "hprior": Table("hprior", {"dev one": [3], "dev four": [40]}),
         "gdsr": Table("gdsr", {q: g[-1:] for q, g in DEV.items()}),
         "qabisar": Table("qabisar", {"dev two": [11]}),
+        "hgraph": Table("hgraph", {"dev one": [3]}),
+        "hgraph_qa": Table("hgraph_qa", {"dev four": [40]}),
     }
     return sparse, dense
 

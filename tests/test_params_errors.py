@@ -56,10 +56,10 @@ STAGES = {
                           "--plot", "{out}/train_dsr_curve.csv"]),
     "hybrid": ("hybrid", ["--questions", "{in}/questions.parquet", "--workspace", "{in}", "--out", "{out}/hybrid",
                           "--metrics", "{out}/hybrid_tune.json"]),
-    "train_gnn": ("train_gnn", ["--variant", "lge", "--graph", "{in}/graph", "--embed", "{in}/embed",
+    "train_gnn": ("train_gnn", ["--variant", "hgraph", "--graph", "{in}/graph", "--embed", "{in}/embed",
                                 "--questions", "{in}/questions.parquet", "--negatives", "{in}/negatives.parquet",
-                                "--dsr", "{in}/dsr", "--hprior", "{in}/hprior", "--out", "{out}/gnn_lge",
-                                "--metrics", "{out}/train_gnn_lge.json"]),
+                                "--dsr", "{in}/dsr", "--hprior", "{in}/hprior", "--out", "{out}/gnn_hgraph",
+                                "--metrics", "{out}/train_gnn_hgraph.json"]),
 }
 
 DELETE = object()
@@ -117,8 +117,8 @@ CASES = [
      ["'bm25_tune.k1' = [1.2, inf], expected a non-empty list of numbers >= 0, finite (not nan or inf)"]),
     ("negatives.k1-inf", "mine_negatives", {"negatives.k1": float("inf")},
      ["'negatives.k1' = inf, expected a number >= 0, finite (not nan or inf)"]),
-    ("gnn.temperature-inf", "train_gnn", {"gnn.temperature": float("inf")},
-     ["'gnn.temperature' = inf, expected a finite number (not nan or inf)"]),
+    ("gnn.temperature-inf", "train_gnn", {"gnn.hgraph.temperature": float("inf")},
+     ["'gnn.hgraph.temperature' = inf, expected a finite number (not nan or inf)"]),
     ("gnn.weight_decay-nan", "train_gnn", {"gnn.weight_decay": float("nan")},
      ["'gnn.weight_decay' = nan, expected a finite number (not nan or inf)"]),
     ("gnn.layers-100", "train_gnn", {"gnn.layers": 100},
@@ -250,10 +250,10 @@ DUPLICATES = [
      "  min_words: 3", "  min_words: 50"),
     ("section", "clean", PARAMS_TEXT + "\nclean:\n  min_words: 50\n  drop_repealed: true\n", "clean",
      "clean:", "clean:"),
-    ("another-stages-key", "bm25_tune", _after(PARAMS_TEXT, "  temperature: 0.01", "  temperature: .inf"),
-     "gnn.temperature", "  temperature: 0.01", "  temperature: .inf"),
-    ("nested-key", "clean", _after(PARAMS_TEXT, "    weight: 0.0", "    weight: 0.3"), "gnn.kd.weight",
-     "    weight: 0.0", "    weight: 0.3"),
+    ("another-stages-key", "bm25_tune", _after(PARAMS_TEXT, "    temperature: 0.01", "    temperature: .inf"),
+     "gnn.gdsr.temperature", "    temperature: 0.01", "    temperature: .inf"),
+    ("nested-key", "clean", _after(PARAMS_TEXT, "      weight: 0.3", "      weight: 0.0"), "gnn.qabisar.kd.weight",
+     "      weight: 0.3", "      weight: 0.0"),
 ]
 
 
@@ -490,22 +490,24 @@ CONFIG_CASES = [
     ("dsr", {"query_trainable_layers": "all"}, "'dsr.query_trainable_layers' = 'all', expected null or an integer >= 0"),
     ("gnn", {"layers": 1.5}, "'gnn.layers' = 1.5, expected an integer"),
     ("gnn", {"layers": 9}, "'gnn.layers' = 9, expected an integer in [1, 8]"),
-    ("gnn", {"lge": {"layers": 12}}, "'gnn.layers' = 12, expected an integer in [1, 8]"),
-    ("gnn", {"lr": "inf"}, "'gnn.lr' = 'inf', expected a finite number (not nan or inf)"),
+    ("gnn", {"hgraph.layers": 2}, "unknown keys 'gnn.hgraph.layers' (a shared key: set it once under 'gnn')"),
+    ("gnn", {"gdsr.lr": "inf"}, "'gnn.gdsr.lr' = 'inf', expected a finite number (not nan or inf)"),
+    ("gnn", {"gdsr.schedule": "cosine"}, "'gnn.gdsr.schedule' = 'cosine', expected constant or linear"),
+    ("gnn", {"qabisar.selection": "best"}, "'gnn.qabisar.selection' = 'best', expected dev or fixed"),
+    ("gnn", {"epochs_lge": 10}, "unknown keys 'gnn.epochs_lge'"),
     ("pretrain", {"max_grad_norm": -1.0}, "'pretrain.max_grad_norm' = -1.0, expected a number >= 0 (0: no clipping)"),
     ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
     ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
     ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
     ("rerank", {"weight_decay": "inf"}, "'rerank.weight_decay' = 'inf', expected a number >= 0, finite"),
     ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
-    ("gnn", {"kd": {"weight": "half", "mode": "score", "temperature": 0.05, "student_contrastive": False}},
-     "'gnn.kd.weight' = 'half', expected a number"),
-    ("gnn", {"init": DELETE}, "missing key(s) 'gnn.init'"),
-    ("gnn", {"init": "zeros"}, "'gnn.init' = 'zeros', expected one of random, identity, prior"),
-    ("gnn", {"qabisar": {"edge_dim": "16"}}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
+    ("gnn", {"hgraph_qa.kd.weight": "half"}, "'gnn.hgraph_qa.kd.weight' = 'half', expected a number"),
+    ("gnn", {"hgraph.init": DELETE}, "missing key(s) 'gnn.hgraph.init'"),
+    ("gnn", {"hgraph.init": "zeros"}, "'gnn.hgraph.init' = 'zeros', expected one of random, identity, prior"),
+    ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
     ("hprior", {"split": "test"}, "'hprior.split' = 'test', but the 'test' split is held out"),
-    ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar or best"),
+    ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best"),
     ("hybrid", {"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
     ("rerank", {"first_stage": "mvcl"}, "'rerank.first_stage' = 'mvcl', expected a retrieval system other than mvcl"),
     ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),
@@ -547,11 +549,11 @@ def test_type_checks_accept_yaml_strings_for_floats_and_refuse_bools_for_ints():
 
 
 def _keys(values: dict, prefix: str = "") -> list[str]:
-    """Every dotted key of a section (nested mappings too, except gnn's per-variant overrides)."""
+    """Every dotted key of a section (nested mappings too: gnn's per-variant mappings included)."""
     out = []
     for key, value in values.items():
         out.append(prefix + key)
-        if isinstance(value, dict) and value and key not in ("lge", "qabisar"):
+        if isinstance(value, dict) and value:
             out += _keys(value, f"{prefix}{key}.")
     return out
 
@@ -754,12 +756,12 @@ ARTEFACTS = [
     ("dsr-truncated", _dsr, "models/dsr/dsr.json", '{"temperature": 0.0', "not valid JSON, truncated or corrupt",
      "train_dsr"),
     ("dsr-empty", _dsr, "models/dsr/dsr.json", "{}", "key 'temperature' is missing (a positive number)", "train_dsr"),
-    ("gnn-truncated", _gnn, "models/gnn_lge/gnn.json", '{"graph_encoder": {', "not valid JSON, truncated or corrupt",
-     "train_gnn@lge"),
-    ("gnn-bad-architecture", _gnn, "models/gnn_lge/gnn.json",
+    ("gnn-truncated", _gnn, "models/gnn_hgraph/gnn.json", '{"graph_encoder": {', "not valid JSON, truncated or corrupt",
+     "train_gnn@hgraph"),
+    ("gnn-bad-architecture", _gnn, "models/gnn_hgraph/gnn.json",
      json.dumps({"graph_encoder": {**GRAPH_ENCODER, "layers": 100}}), "key 'graph_encoder' does not build an encoder",
-     "train_gnn@lge"),
-    ("gnn-similarity-truncated", _cosine, "models/gnn_lge/gnn.json", '{"similarity": "cos',
+     "train_gnn@hgraph"),
+    ("gnn-similarity-truncated", _cosine, "models/gnn_hgraph/gnn.json", '{"similarity": "cos',
      "not valid JSON, truncated or corrupt", "train_gnn"),
     ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank"),
     ("mvcl-first-stage-unknown", _first_stage, "models/mvcl/mvcl.json", '{"first_stage": "bm26"}',

@@ -22,7 +22,7 @@ def test_the_repository_outputs_are_owned_and_a_new_file_beside_them_is_not():
     ones too) is DVC's; a new run file at the top of the workspace is not."""
     for art in layout.ARTIFACTS.values():
         assert dvc_owner(art.under(ROOT, "x.trec"), ROOT), art
-    for path in ("metrics/bm25.json", "metrics/train_gnn_lge.json", "metrics/per_query/test.csv",
+    for path in ("metrics/bm25.json", "metrics/train_gnn_hgraph.json", "metrics/per_query/test.csv",
                  "metrics/recall_curve_test.csv", "metrics/bm25_tune.csv", "dvc.lock", ".dvc/cache/files/md5/00/1"):
         assert dvc_owner(ROOT / path, ROOT), path
     assert dvc_owner(ROOT / "my_run.trec", ROOT) is None

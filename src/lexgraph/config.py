@@ -50,7 +50,7 @@ SECTIONS: dict[str, str] = {
     "zeroshot": "zeroshot",
     "graph": "build_graph",
     "negatives": "mine_negatives",
-    "gnn": "train_gnn (lge, qabisar)",
+    "gnn": "train_gnn (gdsr, qabisar, hgraph, hgraph_qa)",
     "pretrain": "pretrain",
     "queries": "generate_queries",
     "dsr": "train_dsr, encode_chunks (chunking keys)",
@@ -62,7 +62,8 @@ SECTIONS: dict[str, str] = {
 
 #: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);
 #: :data:`lexgraph.retrieval.systems.SYSTEMS` maps each to its loader (a test keeps them equal).
-SYSTEM_NAMES: tuple[str, ...] = ("bm25", "zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hybrid", "mvcl")
+SYSTEM_NAMES: tuple[str, ...] = ("bm25", "zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa",
+                                  "hybrid", "mvcl")
 
 #: The split held out for evaluation: no tuning or training stage may read it.
 HELD_OUT_SPLIT = "test"

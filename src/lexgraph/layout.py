@@ -44,7 +44,9 @@ DSR = Artifact("models/dsr", "train_dsr")
 EMBED = Artifact("data/embed", "embed")
 GRAPH = Artifact("data/graph", "build_graph")
 HPRIOR = Artifact("models/hprior", "hprior")
-GNN = {variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}") for variant in ("lge", "qabisar")}
+#: train_gnn's variants: the papers as published (gdsr, qabisar) and lexgraph's recipes (hgraph, hgraph_qa)
+GNN = {variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}")
+       for variant in ("gdsr", "qabisar", "hgraph", "hgraph_qa")}
 HYBRID = Artifact("models/hybrid", "hybrid")
 RERANK_FEATURES = Artifact("data/rerank", "encode_rerank")
 MVCL = Artifact("models/mvcl", "rerank")

@@ -12,7 +12,7 @@ questions at test time. Two forms are supported:
         = (1/B) sum_i sum_j p_ij (log p_ij - log r_ij),
 
   with ``s`` the cosine similarity (or the dot product, QABISAR's scoring), ``tau`` the
-  distillation's own temperature (``gnn.kd.temperature``: softer targets than the
+  distillation's own temperature (``gnn.<variant>.kd.temperature``: softer targets than the
   contrastive 0.01, whose distributions are near one-hot), ``A`` the candidate articles (graph embeddings:
   in-batch positives + BM25 negatives), ``p`` the teacher (graph query) and ``r`` the
   student (encoder query) distribution.

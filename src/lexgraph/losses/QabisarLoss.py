@@ -6,16 +6,23 @@ bi-encoder together with
 
     L = (1 - w) * InfoNCE(q^graph, a^graph) + w * KD(q^graph -> q^enc),
 
-``InfoNCE`` over in-batch and BM25 negatives with cosine / tau
-(:class:`~lexgraph.losses.InfoNCELoss`) and ``KD`` the distillation term, at its own
-temperature, of
+``InfoNCE`` over in-batch and BM25 negatives with f / tau
+(:class:`~lexgraph.losses.InfoNCELoss`) and ``KD`` the distillation term of
 :class:`~lexgraph.losses.DistillationLoss` over the same candidate articles; ``w`` is
-``gnn.kd.weight`` (0.3, i.e. 0.7 / 0.3). ``w = 0`` is the "no distillation" ablation.
-With ``student_contrastive`` (``gnn.kd.student_contrastive``) the contrastive term is the
-mean of the teacher's and the student's InfoNCE against the same graph articles: the
-student is what test questions are encoded with, and the article embeddings then move
-towards what it can match, not only towards what the teacher (which sees its question's
-other gold articles) can.
+``gnn.<variant>.kd.weight``. As published (``gnn.qabisar``): f is the dot product (section
+2.1), tau = 1, ``KD = KL(softmax f(q^graph, A) || softmax f(q^enc, A))`` at temperature 1
+(section 2.2) and w = 0.3, i.e. 0.7 contrastive + 0.3 KL. lexgraph's ``hgraph_qa`` uses
+cosine / 0.01 and a KD temperature of 0.05. ``w = 0`` is the "no distillation" ablation.
+
+**The teacher's scores are detached** (both its query and the candidates on its side):
+the KL term moves only the student (the query encoder, and the candidates through the
+student's scores). The paper does not say (unsure); lexgraph detaches because the teacher
+is what is distilled: without the detach the KL would also pull the graph's query
+representation towards the weaker text-only encoder, which is the wrong direction for a
+teacher; the graph side is trained by the contrastive term alone.
+
+With ``student_contrastive`` (``kd.student_contrastive``, not in the paper) the contrastive
+term is the mean of the teacher's and the student's InfoNCE against the same graph articles.
 """
 
 from __future__ import annotations

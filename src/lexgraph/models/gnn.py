@@ -29,9 +29,17 @@ be ablated, on its own. One group (G-DSR) is a plain stack of convolutions.
   that average the heading's articles (:mod:`lexgraph.hierarchy`), the untrained
   encoder *is* the hierarchy prior. The last layer carries it because it has no ELU.
 
-Residual encoders add no self-loops (the residual is the self term); plain stacks do.
-ELU (as in GAT) rather than ReLU between layers: its slope at 0 is 1, so a
-zero-initialised branch is not stuck at ReLU's zero gradient. Heads are concatenated
+**Self-loops** (``self_loops``; unset: residual encoders add none, the residual being the
+self term, and plain stacks add PyG's). With edge features, self-loops are edges of their
+own type (index ``num_edge_types``) with their own embedding, so each node attends to itself
+with its neighbours in one softmax (QABISAR's alpha_ii); without, PyG adds them.
+**Activation** between layers (``activation``): ELU (lexgraph's: its slope at 0 is 1, so a
+zero-initialised branch is not stuck at ReLU's zero gradient) or ReLU (G-DSR's public code,
+maastrichtlawtech/gdsr ``src/models/gnn.py``, ReLU then dropout between GATv2 layers).
+**Widths** (``projections``): ``linear`` maps the input to ``hidden`` and back around the
+stack; ``convolutions`` lets the first convolution widen and the last narrow (the public
+code's ``c_in -> c_hidden -> ... -> c_out`` stack, no extra maps). ``attention_dropout``
+is the convolutions' own dropout on attention coefficients (unset: ``dropout``). Heads are concatenated
 (``concat_heads``; ``hidden`` must be divisible by ``heads``) or averaged (each head of
 full width: G-DSR's LGE size). Edge features: with ``edge_dim`` set, each edge type gets
 a learnable ``nn.Embedding(num_edge_types, edge_dim)`` vector fed to the attention as
@@ -62,6 +70,8 @@ ATTENTION_MODELS = ("gatv2", "gat")
 
 
 INITS = ("random", "identity", "prior")
+PROJECTIONS = ("linear", "convolutions")
+ACTIVATIONS = {"elu": F.elu, "relu": F.relu}
 
 #: The deepest useful stack: each layer is one hop, and an article's farthest heading is
 #: ``len(HIERARCHY_LEVELS)`` = 8 hops up its chain (law type, code, book, part, act,
@@ -84,6 +94,10 @@ class GraphEncoderConfig:
     residual: bool
     edge_dim: int | None  # None: no edge-type features
     init: str  # random | identity | prior
+    attention_dropout: float | None = None  # on the attention coefficients (None: ``dropout``, lexgraph's)
+    self_loops: bool | None = None  # None: without a residual only (lexgraph's); with edge_dim, own edge type
+    projections: str = "linear"  # linear: W_in/W_out around the stack | convolutions: the first and last convs
+    activation: str = "elu"  # between layers: elu | relu (G-DSR's public code)
     prior_weight: float = 0.0  # init=prior: the statute messages' starting weight
     edge_groups: tuple[tuple[int, ...], ...] = (tuple(range(NUM_EDGE_TYPES)),)  # a convolution per group
     num_edge_types: int = NUM_EDGE_TYPES
@@ -126,8 +140,33 @@ class GraphEncoderConfig:
         if self.init == "prior" and self.model not in ATTENTION_MODELS:
             raise params_error(f"'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'"
             )
+        self._check_plain_stack()
         if not self.edge_groups or any(not g for g in self.edge_groups):
             raise ValueError(f"edge_groups must be non-empty groups of edge types, got {self.edge_groups}")
+
+    def _check_plain_stack(self) -> None:
+        """The keys G-DSR's plain stack adds: attention dropout, self-loops, projections, activation."""
+        if self.attention_dropout is not None and not 0.0 <= float(self.attention_dropout) < 1.0:
+            raise params_error(f"'gnn.attention_dropout' = {self.attention_dropout!r}, expected a number in [0, 1)")
+        if self.self_loops is not None and not isinstance(self.self_loops, bool):
+            raise params_error(f"'gnn.self_loops' = {self.self_loops!r}, expected true or false")
+        if self.projections not in PROJECTIONS:
+            raise params_error(f"'gnn.projections' = {self.projections!r}, expected one of {', '.join(PROJECTIONS)}")
+        if self.activation not in ACTIVATIONS:
+            raise params_error(f"'gnn.activation' = {self.activation!r}, expected one of {', '.join(ACTIVATIONS)}")
+        if self.projections == "convolutions" and self.residual and self.hidden is not None:
+            raise params_error("'gnn.projections' = 'convolutions' changes the width inside the stack, which a "
+                               "residual cannot add across: set 'gnn.residual: false' or 'gnn.projections: linear'")
+
+    @property
+    def adds_self_loops(self) -> bool:
+        return (not self.residual) if self.self_loops is None else self.self_loops
+
+    @property
+    def typed_self_loops(self) -> bool:
+        """Self-loops added as edges of their own type (``num_edge_types``) with their own
+        edge embedding, so the self term alpha_ii is attended with the neighbours (QABISAR)."""
+        return self.adds_self_loops and self.edge_dim is not None
 
     @property
     def hidden_dim(self) -> int:
@@ -153,19 +192,35 @@ class GraphEncoderConfig:
         return asdict(self)
 
 
-def make_conv(config: GraphEncoderConfig) -> nn.Module:
-    """One ``hidden -> hidden`` convolution of ``config``'s kind."""
-    dim, heads, self_loops = config.hidden_dim, config.heads, not config.residual
+def make_conv(config: GraphEncoderConfig, in_dim: int | None = None, out_dim: int | None = None) -> nn.Module:
+    """One ``in_dim -> out_dim`` convolution of ``config``'s kind (both default to the hidden width)."""
+    dim, heads = config.hidden_dim, config.heads
+    in_dim, out_dim = in_dim or dim, out_dim or dim
+    self_loops = config.adds_self_loops and not config.typed_self_loops  # typed ones are edges of their own
     if config.model in ATTENTION_MODELS:
         conv = GATv2Conv if config.model == "gatv2" else GATConv
-        out = dim // heads if config.concat_heads else dim
-        return conv(dim, out, heads=heads, concat=config.concat_heads, dropout=config.dropout,
+        if config.concat_heads and out_dim % heads:
+            raise params_error(f"'gnn.heads' = {heads} does not divide the width {out_dim} of a layer "
+                               "(heads are concatenated: 'gnn.concat_heads' is true)")
+        out = out_dim // heads if config.concat_heads else out_dim
+        dropout = config.dropout if config.attention_dropout is None else config.attention_dropout
+        return conv(in_dim, out, heads=heads, concat=config.concat_heads, dropout=dropout,
                     edge_dim=config.edge_dim, add_self_loops=self_loops)
     if config.model == "gcn":
-        return GCNConv(dim, dim, add_self_loops=self_loops)
+        return GCNConv(in_dim, out_dim, add_self_loops=self_loops)
     if config.model == "sage":
-        return SAGEConv(dim, dim)
-    return GraphConv(dim, dim)
+        return SAGEConv(in_dim, out_dim)
+    return GraphConv(in_dim, out_dim)
+
+
+def layer_widths(config: GraphEncoderConfig) -> list[tuple[int, int]]:
+    """``(in, out)`` of each layer: the hidden width throughout (``projections: linear``), or,
+    with ``projections: convolutions`` (G-DSR's public code, ``src/models/gnn.py``), the
+    first layer from the input width and the last back to it."""
+    dim, in_dim = config.hidden_dim, config.in_dim
+    if config.projections == "linear":
+        return [(dim, dim)] * config.layers
+    return [(in_dim if i == 0 else dim, in_dim if i == config.layers - 1 else dim) for i in range(config.layers)]
 
 
 def zero_output(conv: nn.Module) -> None:
@@ -216,13 +271,13 @@ class GraphEncoder(nn.Module):
             raise ValueError("a GraphEncoder needs the input dimension: build it from config.with_input(in_dim)")
         self.config = config
         dim = config.hidden_dim
-        self.lin_in = nn.Linear(config.in_dim, dim) if dim != config.in_dim else nn.Identity()
-        self.lin_out = nn.Linear(dim, config.in_dim) if dim != config.in_dim else nn.Identity()
-        self.edge_embedding = (
-            nn.Embedding(config.num_edge_types, config.edge_dim) if config.edge_dim is not None else None
-        )
+        project = config.projections == "linear" and dim != config.in_dim
+        self.lin_in = nn.Linear(config.in_dim, dim) if project else nn.Identity()
+        self.lin_out = nn.Linear(dim, config.in_dim) if project else nn.Identity()
+        types = config.num_edge_types + int(config.typed_self_loops)  # the self-loops' own type last
+        self.edge_embedding = nn.Embedding(types, config.edge_dim) if config.edge_dim is not None else None
         self.convs = nn.ModuleList(
-            nn.ModuleList(make_conv(config) for _ in config.edge_groups) for _ in range(config.layers)
+            nn.ModuleList(make_conv(config, i, o) for _ in config.edge_groups) for i, o in layer_widths(config)
         )
         for layer in self.convs if config.init != "random" else ():
             for conv in layer:
@@ -240,14 +295,24 @@ class GraphEncoder(nn.Module):
             masks = [None]
         else:
             masks = [torch.isin(edge_type, getattr(self, f"group_{g}")) for g in range(len(self.config.edge_groups))]
+        if self.config.typed_self_loops:  # (2, edges + nodes): every group's convolution gets the self term
+            edge_index, edge_type, masks = self._with_self_loops(x.size(0), edge_index, edge_type, masks)
         edge_attr = self.edge_embedding(edge_type) if self.edge_embedding is not None else None  # (edges, edge_dim)
+        activation = ACTIVATIONS[self.config.activation]
         h = self.lin_in(x)  # (nodes, hidden)
         for i, layer in enumerate(self.convs):
             out = sum(self._conv(conv, h, edge_index, edge_attr, mask) for conv, mask in zip(layer, masks))
-            if i < len(self.convs) - 1:  # ELU + dropout between layers, none after the last
-                out = F.dropout(F.elu(out), p=self.config.dropout, training=self.training)
+            if i < len(self.convs) - 1:  # activation + dropout between layers, none after the last
+                out = F.dropout(activation(out), p=self.config.dropout, training=self.training)
             h = h + out if self.config.residual else out  # (nodes, hidden)
         return self.lin_out(h)  # (nodes, in_dim)
+
+    def _with_self_loops(self, nodes: int, edge_index: torch.Tensor, edge_type: torch.Tensor, masks: list):
+        loops = torch.arange(nodes, device=edge_index.device)  # (nodes,)
+        edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)  # (2, edges + nodes)
+        edge_type = torch.cat([edge_type, torch.full_like(loops, self.config.num_edge_types)])  # (edges + nodes,)
+        keep = torch.ones(nodes, dtype=torch.bool, device=edge_index.device)  # (nodes,)
+        return edge_index, edge_type, [torch.cat([m, keep]) for m in masks]
 
     @staticmethod
     def _conv(conv, h, edge_index, edge_attr, mask) -> torch.Tensor:

@@ -36,7 +36,7 @@ class RerankConfig:
     """The ``rerank`` section of params.yaml."""
 
     enabled: bool = True  # false: encode_rerank and rerank write placeholders in seconds and evaluate skips mvcl
-    first_stage: str = field(default="hybrid", metadata={"expected": "a retrieval system other than mvcl (bm25, zeroshot, dsr, hprior, gdsr, qabisar, hybrid)"})
+    first_stage: str = field(default="hybrid", metadata={"expected": "a retrieval system other than mvcl (bm25, zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa, hybrid)"})
     k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
     max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
     max_article_length: int = field(default=128, metadata={"expected": "an integer >= 8"})

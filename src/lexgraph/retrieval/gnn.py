@@ -1,12 +1,14 @@
-"""Graph-augmented dense systems: ``gdsr`` (G-DSR) and ``qabisar``.
+"""Graph-augmented dense systems: ``gdsr`` (G-DSR as published), ``qabisar`` (QABISAR as
+published) and lexgraph's recipes ``hgraph`` and ``hgraph_qa``.
 
-Both score questions by exact cosine against the article embeddings that ``train_gnn``
-computed with one full-graph pass (``models/gnn_<variant>/article_embeddings.safetensors``):
+Each scores questions (cosine or dot product, ``gnn.json``'s ``similarity``) against the
+article embeddings that ``train_gnn`` computed with one full-graph pass
+(``models/gnn_<variant>/article_embeddings.safetensors``):
 
-* ``gdsr`` — questions encoded by the DSR query encoder (``models/dsr/query_encoder``),
+* ``gdsr``, ``hgraph`` — questions encoded by the DSR query encoder (``models/dsr/query_encoder``),
   as in G-DSR, where only the legislative graph encoder is trained on top of DSR;
-* ``qabisar`` — questions encoded by QABISAR's distilled query encoder
-  (``models/gnn_qabisar/query_encoder``): unseen questions have no node in the graph.
+* ``qabisar``, ``hgraph_qa`` — questions encoded by the variant's distilled query encoder
+  (``models/gnn_<variant>/query_encoder``): unseen questions have no node in the graph.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from lexgraph.retrieval.dense import DenseRetriever, load_query_encoder
 
 log = logging.getLogger(__name__)
 
-
+#: the systems whose graph holds train questions and whose query encoder is their own
+QUESTION_SYSTEMS = ("qabisar", "hgraph_qa")
 
 def _require(path: Path, what: str, stage: str) -> Path:
     if not path.exists():
@@ -54,17 +57,33 @@ def _cosine(model_dir: Path) -> bool:
     return settings.get("similarity", "cosine") == "cosine"
 
 
-def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
-    """The ``gdsr`` system: DSR query encoder + LGE article embeddings."""
+def load_graph_system(variant: str, workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+    """The system of ``train_gnn --variant <variant>``: its article embeddings, and the DSR
+    query encoder (gdsr, hgraph) or the variant's distilled one (qabisar, hgraph_qa)."""
     workspace = Path(workspace)
-    model_dir = layout.GNN["lge"].under(workspace)
-    return load_dense("gdsr", layout.DSR.under(workspace, "query_encoder"), model_dir / ARTICLE_EMBEDDINGS,
-                      layout.GNN["lge"].stage, device, index, _cosine(model_dir))
+    artifact = layout.GNN[variant]
+    model_dir = artifact.under(workspace)
+    query_dir = model_dir / "query_encoder" if variant in QUESTION_SYSTEMS else layout.DSR.under(workspace,
+                                                                                                  "query_encoder")
+    return load_dense(variant, query_dir, model_dir / ARTICLE_EMBEDDINGS, artifact.stage, device, index,
+                      _cosine(model_dir))
+
+
+def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+    """``gdsr``: G-DSR as published, the DSR query encoder + its LGE's article embeddings."""
+    return load_graph_system("gdsr", workspace, device, index)
 
 
 def load_qabisar(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
-    """The ``qabisar`` system: distilled query encoder + QABISAR article embeddings."""
-    workspace = Path(workspace)
-    model_dir = layout.GNN["qabisar"].under(workspace)
-    return load_dense("qabisar", model_dir / "query_encoder", model_dir / ARTICLE_EMBEDDINGS, layout.GNN["qabisar"].stage, device,
-                      index, _cosine(model_dir))
+    """``qabisar``: QABISAR as published, its distilled query encoder + its article embeddings."""
+    return load_graph_system("qabisar", workspace, device, index)
+
+
+def load_hgraph(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+    """``hgraph``: lexgraph's statute-graph recipe, the DSR query encoder + its article embeddings."""
+    return load_graph_system("hgraph", workspace, device, index)
+
+
+def load_hgraph_qa(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+    """``hgraph_qa``: lexgraph's recipe with train questions, its query encoder + its article embeddings."""
+    return load_graph_system("hgraph_qa", workspace, device, index)

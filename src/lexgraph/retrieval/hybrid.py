@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 SECTION = "hybrid"
 SPARSE = "bm25"
 #: The dense systems ``hybrid.dense`` may name (``best``: the best of them on dev).
-DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar")
+DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa")
 
 SETTINGS = "hybrid.json"
 FORMAT = "lexgraph-hybrid"

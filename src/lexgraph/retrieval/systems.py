@@ -21,7 +21,7 @@ from lexgraph import layout
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval.bm25 import load_system as load_bm25
 from lexgraph.retrieval.dense import load_dsr
-from lexgraph.retrieval.gnn import load_gdsr, load_qabisar
+from lexgraph.retrieval.gnn import load_gdsr, load_hgraph, load_hgraph_qa, load_qabisar
 from lexgraph.retrieval.hprior import load_hprior
 from lexgraph.retrieval.hybrid import load_hybrid
 from lexgraph.retrieval.rerank import load_mvcl
@@ -38,6 +38,8 @@ SYSTEMS: dict[str, Callable[..., "Retriever"]] = {
     "hprior": load_hprior,
     "gdsr": load_gdsr,
     "qabisar": load_qabisar,
+    "hgraph": load_hgraph,
+    "hgraph_qa": load_hgraph_qa,
     "hybrid": load_hybrid,
     "mvcl": load_mvcl,
 }

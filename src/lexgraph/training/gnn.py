@@ -1,25 +1,33 @@
-"""Training the graph encoders: G-DSR's LGE and QABISAR.
+"""Training the graph encoders: G-DSR's LGE (``gdsr``), QABISAR (``qabisar``) and
+lexgraph's recipes ``hgraph`` and ``hgraph_qa`` (:mod:`lexgraph.training.gnn_config`).
 
-Both variants start from the DSR embeddings of the ``embed`` stage (articles, headings,
+Every variant starts from the DSR embeddings of the ``embed`` stage (articles, headings,
 questions) as node features and train a :class:`~lexgraph.models.gnn.GraphEncoder` on
 mini-batches of (train question, gold article) pairs:
 
 1. a batch of ``batch_size`` pairs; for each question ``hard_negatives`` BM25 negatives
    are drawn from ``negatives.parquet`` (all batch columns are shared negatives);
 2. the ``layers``-hop in-neighbourhood of the batch's articles (positives + negatives
-   and, for QABISAR, the batch's question nodes) is cut out of the graph with
+   and, for the question variants, the batch's question nodes) is cut out of the graph with
    ``torch_geometric.utils.k_hop_subgraph``; with ``layers`` message-passing steps the
    outputs of these seed nodes are exactly their full-graph outputs;
-3. InfoNCE over cosine / ``temperature`` with in-batch + BM25 negatives (columns that
-   are another gold article of the row's question are left out of its softmax).
+3. InfoNCE over ``similarity`` / ``temperature`` with in-batch + BM25 negatives (columns
+   that are another gold article of the row's question are left out of its softmax).
 
-**lge** (Louis, van Dijck & Spanakis, EACL 2023): the graph holds articles and headings
+The schedule is ``schedule`` (constant, or linear warm-up and decay); with ``selection: dev``
+the epoch with the best dev R@200 is kept (the untrained model included), with ``fixed``
+the last. ``refit`` retrains on train+dev (G-DSR appendix B): the fixed schedule in full,
+or the epochs dev chose; dev pairs get their BM25 negatives (split ``dev`` of the negatives
+file, which ``negatives.splits`` must then mine). Every refit, and every skipped one, is logged.
+
+**gdsr, hgraph** (Louis, van Dijck & Spanakis, EACL 2023): the graph holds articles and headings
 only; queries are the fixed DSR question embeddings; only the GNN trains. At test time
 G-DSR scores DSR query embeddings against the GNN's article embeddings.
 
-**qabisar** (Santosh, Sarwat & Grabmair, 2024): the graph also holds the train questions,
-linked to their gold articles (bipartite edges, with their own convolution per layer,
-starting at zero), with edge-type embeddings (``edge_dim``). The query encoder (from
+**qabisar, hgraph_qa** (Santosh, Sarwat & Grabmair, 2024): the graph also holds the train questions,
+linked to their gold articles (bipartite edges), with edge-type embeddings (``edge_dim``),
+attended jointly with the statute edges (``edge_attention: joint``, QABISAR) or by a
+convolution per edge group, summed (``per_group``, hgraph_qa). The query encoder (from
 ``models/dsr/query_encoder``) trains jointly, with DSR's parameter groups (no decay on
 biases and LayerNorm weights):
 ``loss = (1 - kd.weight) * InfoNCE(q_graph, a_graph) + kd.weight * KD``, KD distilling
@@ -27,7 +35,9 @@ the graph query (teacher, detached) into the query encoder (student) over the sa
 candidate articles (:class:`~lexgraph.losses.QabisarLoss`). At test time an unseen
 question has only the distilled encoder.
 
-**Node features.** Every input vector is L2-normalised (scores are cosines). With
+**Node features.** With ``normalize_features`` (lexgraph's recipes) every input vector is
+L2-normalised; without (the papers'), the embed stage's vectors are used as they are, so a
+dot product (QABISAR's f) sees the encoder's scale on both sides of the distillation. With
 ``heading_features: articles`` a heading's feature is the mean of the vectors of every
 article under it (:func:`lexgraph.hierarchy.subtree_means`): one heading -> article hop
 then moves information between sibling articles, also over a directed graph, where
@@ -40,7 +50,7 @@ prior (:mod:`lexgraph.hierarchy`): the heading -> article messages start as
 (``w = 0``, i.e. DSR, when dev prefers no propagation). The untrained model (epoch 0) is
 evaluated on dev and may be kept, so training can only improve on its start on dev.
 
-**The teacher's neighbourhood (QABISAR).** A batch question's node keeps its edges to its
+**The teacher's neighbourhood (question variants).** A batch question's node keeps its edges to its
 other gold articles, so the teacher sees its graph neighbourhood as the paper intends;
 only the edges between the question and the articles it is *scored against as
 positives in this batch* are cut (both directions) before the subgraph is sampled.
@@ -152,7 +162,7 @@ def batch_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of one batch of (question row, gold article node) pairs ``(B, 2)``."""
     device = graph.x.device
-    qabisar = settings.variant == "qabisar"
+    qabisar = settings.uses_questions
     rows, positives = batch[:, 0], batch[:, 1]  # (B,), (B,)
     negatives = sample_negatives(rows, ts, settings.hard_negatives, generator)  # (N,)
     columns = torch.cat([positives, negatives])  # (B + N,)
@@ -165,7 +175,7 @@ def batch_loss(
     out = model(graph.x[subset], sub_edge_index, sub_edge_type)  # (subset, dim)
     cols = out[torch.searchsorted(subset, columns.to(device))]  # (B + N, dim)
     a_pos, a_neg = cols[: rows.numel()], cols[rows.numel() :]  # (B, dim), (N, dim)
-    if not qabisar:  # LGE: fixed DSR query embeddings
+    if not qabisar:  # gdsr, hgraph: fixed DSR query embeddings
         loss = criterion(graph.train_queries[rows.to(device)], a_pos, a_neg, mask)
         return loss, {"contrastive": float(loss.detach()), "kd": 0.0}
     q_graph = out[torch.searchsorted(subset, q_nodes.to(device))]  # (B, dim)
@@ -223,6 +233,14 @@ class GNNTask:
         )
 
 
+def build_criterion(settings: GNNSettings) -> torch.nn.Module:
+    """The variant's loss: InfoNCE (gdsr, hgraph) or QABISAR's joint loss (question variants)."""
+    if settings.uses_questions:
+        return QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
+                           settings.similarity, settings.kd_student_contrastive)
+    return InfoNCELoss(settings.temperature, settings.similarity)
+
+
 def train_graph_encoder(
     ts: TrainingSet,
     settings: GNNSettings,
@@ -234,34 +252,31 @@ def train_graph_encoder(
     prior_weight: float = 0.0,
     select: bool = True,
 ) -> TrainResult:
-    """Train a :class:`GraphEncoder` (and, for qabisar, ``query_encoder``) on ``ts``
+    """Train a :class:`GraphEncoder` (and, for a question variant, ``query_encoder``) on ``ts``
     with :func:`lexgraph.training.engine.fit`.
 
     ``prior_weight``: the hierarchy prior's weight the encoder starts from (``init: prior``);
-    ``select=False`` keeps the last epoch (the refit run, whose dev questions are trained on).
-    Model selection: before training and after each epoch the whole graph is encoded and
-    dev questions are ranked against the articles (LGE: fixed DSR dev embeddings; QABISAR:
-    the current query encoder); the epoch with the best dev R@200 wins, the untrained model
-    (epoch 0) included (the last epoch when there is no dev split). AdamW (the GNN: decay on
-    every weight, G-DSR; the query encoder: DSR's groups, no decay on biases and LayerNorm
-    weights), linear warm-up then decay, gradient clipping, mixed precision on CUDA.
+    ``select=False`` keeps the last epoch whatever ``settings.selection`` says (the refit run,
+    whose dev questions are trained on). With ``selection: dev``, before training and after
+    each epoch the whole graph is encoded and dev questions are ranked against the articles
+    (gdsr/hgraph: fixed DSR dev embeddings; question variants: the current query encoder);
+    the epoch with the best dev R@200 wins, the untrained model (epoch 0) included. With
+    ``fixed`` the last epoch is kept (dev is still scored, for the report). AdamW (the GNN:
+    decay on every weight, G-DSR; the query encoder: DSR's groups, no decay on biases and
+    LayerNorm weights), ``settings.schedule``, gradient clipping, mixed precision on CUDA.
     """
     runtime = runtime or Runtime(device)
     device = runtime.device
-    qabisar = settings.variant == "qabisar"
-    if qabisar and settings.trains_query_encoder and query_encoder is None:
-        raise ConfigError("qabisar with gnn.kd.weight > 0 trains the query encoder: pass one")
+    questions = settings.uses_questions
+    if settings.trains_query_encoder and query_encoder is None:
+        raise ConfigError(f"{settings.variant} with gnn.{settings.variant}.kd.weight > 0 trains the query encoder: "
+                          "pass one")
     generator = torch.Generator().manual_seed(seed)
     model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
     log.info("%s graph encoder: %s, %d layer(s), %d head(s), %.2fM parameters", settings.variant, settings.encoder.model,
              settings.encoder.layers, settings.encoder.heads, sum(p.numel() for p in model.parameters()) / 1e6)
-    encoder = query_encoder.to(device) if (qabisar and query_encoder is not None) else None
-    criterion = (
-        QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
-                    settings.similarity, settings.kd_student_contrastive)
-        if qabisar
-        else InfoNCELoss(settings.temperature, settings.similarity)
-    )
+    encoder = query_encoder.to(device) if (questions and query_encoder is not None) else None
+    criterion = build_criterion(settings)
     groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
     if settings.trains_query_encoder:
         groups.append(ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay,
@@ -272,7 +287,7 @@ def train_graph_encoder(
                                 eps=settings.adam_epsilon, foreach=True)
     task = GNNTask(ts, settings, model, encoder, criterion, None, generator, runtime, seed)
     total = task.steps_per_epoch * settings.epochs
-    scheduler = build_scheduler(optimizer, "linear", int(settings.warmup_ratio * total), total)
+    scheduler = build_scheduler(optimizer, settings.schedule, int(settings.warmup_ratio * total), total)
     task.graph = DeviceGraph(
         x=ts.x.to(device),  # (nodes, dim)
         edge_index=ts.graph.edge_index.to(device),  # (2, E)
@@ -282,10 +297,11 @@ def train_graph_encoder(
     input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries, settings.similarity)
     if input_metrics:
         log.info("dev %s of the input (DSR) embeddings: %.4f", SELECTION_METRIC, input_metrics[SELECTION_METRIC])
+    by_dev = select and settings.selection == "dev"
     fit_config = FitConfig(
         name=settings.variant, epochs=settings.epochs, steps_per_epoch=task.steps_per_epoch,
         max_grad_norm=settings.max_grad_norm, accumulation_steps=settings.accumulation_steps,
-        selection_metric=SELECTION_METRIC if select else None, select_epoch_zero=select, show_progress=show_progress,
+        selection_metric=SELECTION_METRIC if by_dev else None, select_epoch_zero=by_dev, show_progress=show_progress,
     )
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     if encoder is not None:
@@ -306,6 +322,26 @@ def train_graph_encoder(
 # ---------------------------------------------------------------------------
 # The train_gnn stage
 # ---------------------------------------------------------------------------
+
+
+def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
+    """How many epochs the train+dev refit runs (0: none), each decision logged with its
+    reason: the full fixed schedule (``selection: fixed``, G-DSR appendix B) or the epochs
+    dev chose (``selection: dev``; none when the untrained model won)."""
+    key = f"gnn.{settings.variant}.refit"
+    if not settings.refit:
+        log.info("%s: no refit on train+dev (%s is false)", settings.variant, key)
+        return 0
+    if settings.selection == "fixed":
+        log.info("%s: refit on train+dev with the full fixed schedule (%d epochs)", settings.variant, settings.epochs)
+        return settings.epochs
+    if best_epoch < 1:
+        log.info("%s: refit skipped: dev chose the untrained encoder (epoch 0), so there are no epochs to refit",
+                 settings.variant)
+        return 0
+    log.info("%s: refit on train+dev for the %d epoch(s) dev chose", settings.variant, best_epoch)
+    return best_epoch
+
 
 
 @dataclass(frozen=True)
@@ -349,7 +385,7 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
         variant, ts.graph.num_nodes, ts.graph.edge_index.size(1), ts.pairs.size(0), len(ts.dev_ids), device,
     )
     encoder = None
-    if variant == "qabisar":
+    if settings.uses_questions:
         from lexgraph.models.encoders import QueryEncoder
 
         query_dir = paths.dsr / "query_encoder"
@@ -366,16 +402,17 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
                                  prior_weight=prior_weight)
     summary = training_metrics(result, ts, settings)
     summary["refit"] = None
-    if settings.refit and variant == "qabisar":
-        log.info("gnn.refit: qabisar is not refit (its graph holds train questions only)")
-    elif settings.refit and result.best_epoch >= 1:  # G-DSR appendix B: the chosen epochs on train+dev
+    epochs = refit_epochs(settings, result.best_epoch)
+    if epochs:  # G-DSR appendix B: train+dev, dev pairs with their BM25 negatives
         refit_ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files,
                                         train_splits=("train", "dev"))
-        log.info("refit: %d epochs on %d train+dev pairs", result.best_epoch, refit_ts.pairs.size(0))
-        result = train_graph_encoder(refit_ts, replace(settings, epochs=result.best_epoch), seed=seed,
+        log.info("%s refit: %d epoch(s) on %d train+dev pairs (%d train and dev questions)", variant, epochs,
+                 refit_ts.pairs.size(0), len(refit_ts.train_ids))
+        result = train_graph_encoder(refit_ts, replace(settings, epochs=epochs), seed=seed,
                                      runtime=runtime, prior_weight=prior_weight, select=False)
-        summary["refit"] = {"epochs": result.best_epoch, "pairs": int(refit_ts.pairs.size(0)),
-                            "dev_metrics_of": "the selection run (dev is trained on after the refit)"}
+        summary["refit"] = {"epochs": epochs, "pairs": int(refit_ts.pairs.size(0)),
+                            "questions": int(len(refit_ts.train_ids)),
+                            "dev_metrics_of": "the run before the refit (dev is trained on by the refit)"}
     if runtime.is_main:  # one writer; the others wait for it
         save_trained(result, ts, settings, paths.out)
         write_json(summary, paths.metrics)

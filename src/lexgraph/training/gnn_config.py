@@ -1,5 +1,23 @@
-"""The ``gnn`` section of params.yaml, resolved for one variant (``lge`` = G-DSR's LGE,
-``qabisar``): :class:`GNNSettings`. The loop is :mod:`lexgraph.training.gnn`."""
+"""The ``gnn`` section of params.yaml, resolved for one variant: :class:`GNNSettings`.
+The loop is :mod:`lexgraph.training.gnn`.
+
+Variants (``train_gnn --variant``, = the system names):
+
+* ``gdsr``: G-DSR's legislative graph encoder (LGE) as published (Louis, van Dijck &
+  Spanakis, EACL 2023);
+* ``qabisar``: QABISAR's graph network and distilled query encoder as published
+  (Santosh, Sarwat & Grabmair, COLING 2025);
+* ``hgraph``: lexgraph's recipe over the statute graph (hierarchy-prior start, article-mean
+  headings, residual, ELU, linear schedule, dev epoch selection);
+* ``hgraph_qa``: lexgraph's recipe with train questions (per-edge-group convolutions summed,
+  cosine, KD at temperature 0.05).
+
+**One rule for the keys.** ``SHARED_KEYS`` are read by every variant with one meaning and
+never overridden; every other setting lives in the variant's own mapping ``gnn.<variant>``
+(``GRAPH_KEYS`` for every variant, plus ``QUESTION_KEYS`` for the variants whose graph holds
+train questions). No key is inert for a variant, so DVC reruns ``train_gnn@<variant>`` only
+when a key it reads changes (:meth:`GNNSettings.dvc_params` lists them for dvc.yaml).
+"""
 
 from __future__ import annotations
 
@@ -8,23 +26,36 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-
 from lexgraph.config import check_types, params_error
 from lexgraph.errors import ConfigError
-from lexgraph.graph import BIPARTITE_TYPES, STRUCTURE_TYPES
+from lexgraph.graph import BIPARTITE_TYPES, NUM_EDGE_TYPES, STRUCTURE_TYPES
 from lexgraph.models.gnn import GraphEncoderConfig
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("lge", "qabisar")
-ARCH_KEYS = ("model", "layers", "hidden", "heads", "concat_heads", "dropout", "residual", "edge_dim", "init")
+VARIANTS = ("gdsr", "qabisar", "hgraph", "hgraph_qa")
+QUESTION_VARIANTS = ("qabisar", "hgraph_qa")  # their graph holds the train questions
+
+#: read by every variant, with the same meaning (``dropout``: between layers)
+SHARED_KEYS = ("model", "layers", "dropout", "hard_negatives", "batch_size", "adam_epsilon", "weight_decay",
+               "max_grad_norm", "accumulation_steps")
+#: architecture keys of a variant's mapping (fields of GraphEncoderConfig)
+ARCH_KEYS = ("hidden", "heads", "concat_heads", "attention_dropout", "residual", "self_loops", "projections",
+             "edge_dim", "init", "activation")
+#: every variant's own mapping
+GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "normalize_features", "lr", "schedule", "warmup_ratio", "epochs",
+              "selection", "similarity", "temperature", "refit")
+#: the question variants' mapping adds
+QUESTION_KEYS = ("edge_attention", "encoder_lr", "kd", "bipartite", "structure")
+KD_KEYS = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
+           "kd_student_contrastive": "student_contrastive"}
+
 HEADING_FEATURES = ("articles", "title")
 SIMILARITIES = ("cosine", "dot")
+SCHEDULES = ("constant", "linear")
+SELECTIONS = ("dev", "fixed")  # dev: the epoch with the best dev R@200 (epoch 0 included) | fixed: the last
+EDGE_ATTENTION = ("joint", "per_group")
 SELECTION_METRIC = "recall@200"  # the dev metric that chooses the epoch (G-DSR)
-
-# ---------------------------------------------------------------------------
-# Settings
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -32,84 +63,73 @@ class GNNSettings:
     """The ``gnn`` section of params.yaml, resolved for one variant."""
 
     variant: str
-    encoder: GraphEncoderConfig  # the architecture keys (gnn.model … gnn.init, with gnn.<variant>'s
-    #                              overrides); in_dim and the prior weight are set when training starts
+    encoder: GraphEncoderConfig  # gnn.model, gnn.layers, gnn.dropout and gnn.<variant>'s ARCH_KEYS
     heading_features: str  # articles (mean of the articles under the heading) | title (its DSR encoding)
+    normalize_features: bool  # L2-normalise the node features (lexgraph's) | the embed stage's vectors as they are
     hard_negatives: int
     batch_size: int
     lr: float
     adam_epsilon: float
+    schedule: str  # constant | linear (warm-up then linear decay)
     warmup_ratio: float
     weight_decay: float
     max_grad_norm: float
     accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
     epochs: int
+    selection: str  # dev | fixed
     similarity: str  # cosine | dot (QABISAR's)
     temperature: float
-    encoder_lr: float
-    kd_weight: float
-    kd_mode: str
-    kd_temperature: float
-    kd_student_contrastive: bool  # the student also trains contrastively against the graph's articles
-    bipartite: bool
-    structure: bool
-    refit: bool  # lge: after choosing the epoch on dev, retrain on train+dev for that many (G-DSR appendix B)
+    refit: bool  # retrain on train+dev (G-DSR appendix B)
+    encoder_lr: float = 0.0  # the question variants' keys; unused (and absent from params) otherwise
+    kd_weight: float = 0.0
+    kd_mode: str = "score"
+    kd_temperature: float = 1.0
+    kd_student_contrastive: bool = False
+    bipartite: bool = False
+    structure: bool = True
+    edge_attention: str = "per_group"
+
+    @staticmethod
+    def keys(variant: str) -> tuple[str, ...]:
+        """The keys of ``gnn.<variant>``."""
+        return GRAPH_KEYS + (QUESTION_KEYS if variant in QUESTION_VARIANTS else ())
+
+    @staticmethod
+    def dvc_params(variant: str) -> list[str]:
+        """What ``train_gnn@<variant>`` reads: dvc.yaml's params list (``base`` + each shared key +
+        the variant's mapping)."""
+        return ["base", *(f"gnn.{k}" for k in SHARED_KEYS), f"gnn.{variant}"]
 
     @classmethod
     def from_params(cls, params: dict[str, Any], variant: str) -> "GNNSettings":
-        """Read ``params`` (the ``gnn`` section); ``params[variant]`` overrides architecture keys."""
+        """Read ``params`` (the ``gnn`` section) for ``variant``."""
         if variant not in VARIANTS:
             raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
-        kd_fields = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
-                     "kd_student_contrastive": "student_contrastive"}
-        scalar = {f for f in cls.__dataclass_fields__ if f not in ("variant", "encoder", "epochs", *kd_fields)}
-        scalar |= set(ARCH_KEYS)
-        allowed = scalar | {"epochs_lge", "epochs_qabisar", "kd", *VARIANTS}
+        allowed = set(SHARED_KEYS) | set(VARIANTS)
         unknown = sorted(set(params) - allowed, key=str)
         if unknown:
-            raise params_error(f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; "
-                              f"expected keys of 'gnn': {', '.join(sorted(allowed))}")
-        values: dict[str, Any] = {k: params[k] for k in scalar if k in params}
-        for name in VARIANTS:  # the per-variant override mappings are part of the section ({} for none)
-            if name not in params:
-                raise params_error(f"missing key 'gnn.{name}', expected a mapping of architecture "
-                                  f"overrides for {name} ({{}} for none)")
-        override = params.get(variant) or {}
-        if not isinstance(override, dict) or set(override) - set(ARCH_KEYS):
-            raise params_error(f"'gnn.{variant}' overrides architecture keys only ({', '.join(ARCH_KEYS)}); "
-                f"got {override!r}"
-            )
-        values.update(override)
-        epochs_key = f"epochs_{variant}"
-        if epochs_key not in params:
-            raise params_error(f"missing key 'gnn.{epochs_key}'")
-        values["epochs"] = params[epochs_key]
-        if "kd" not in params:
-            raise params_error("missing key 'gnn.kd', expected a mapping of the distillation settings "
-                              "(weight, mode, temperature, student_contrastive)")
-        kd = params["kd"] or {}
-        if not isinstance(kd, dict) or set(kd) - set(kd_fields.values()):
-            raise params_error(f"'gnn.kd' = {kd!r}, expected a mapping with "
-                              f"{', '.join(repr(k) for k in kd_fields.values())}")
-        values.update({field_: kd[key] for field_, key in kd_fields.items() if key in kd})
-        missing = sorted((set(cls.__dataclass_fields__) - {"variant", "encoder"} | set(ARCH_KEYS)) - set(values))
+            raise params_error(f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; expected the shared "
+                               f"keys {', '.join(SHARED_KEYS)} and one mapping per variant ({', '.join(VARIANTS)})")
+        missing = [k for k in (*SHARED_KEYS, *VARIANTS) if k not in params]
         if missing:
-            names = {**{f: f"kd.{k}" for f, k in kd_fields.items()}, "epochs": epochs_key}
-            raise params_error(f"missing key(s) {', '.join(repr('gnn.' + names.get(m, m)) for m in missing)}")
-        names = {"epochs": epochs_key, **{f: f"kd.{k}" for f, k in kd_fields.items()},
-                 **{key: f"{variant}.{key}" for key in override}}
-        arch = check_types(GraphEncoderConfig, {k: values.pop(k) for k in ARCH_KEYS}, "gnn", names)
-        values = check_types(cls, values, "gnn", names)
-        groups = (tuple(int(t) for t in STRUCTURE_TYPES),)
-        if variant == "qabisar":  # QABISAR's question-article edges get their own convolutions
-            groups += (tuple(int(t) for t in BIPARTITE_TYPES),)
-        try:  # architecture errors now, not after the data is loaded (the width is checked then)
-            encoder = GraphEncoderConfig(in_dim=None, **arch, edge_groups=groups)
-        except ConfigError as exc:
-            if override:
-                raise ConfigError(f"{exc} (with the overrides of 'gnn.{variant}': {override})") from None
-            raise
-        settings = cls(variant=variant, encoder=encoder, **values)
+            raise params_error(f"missing key(s) {', '.join(repr('gnn.' + k) for k in missing)}")
+        own = _variant_mapping(params[variant], variant)
+        names = {k: f"{variant}.{k}" for k in own} | {f: f"{variant}.kd.{k}" for f, k in KD_KEYS.items()}
+        values = {k: own.pop(k) for k in ARCH_KEYS}
+        arch = check_types(GraphEncoderConfig, {**{k: params[k] for k in ("model", "layers", "dropout")}, **values},
+                           "gnn", names)
+        if variant in QUESTION_VARIANTS:
+            kd = own.pop("kd")
+            if not isinstance(kd, dict) or set(kd) - set(KD_KEYS.values()):
+                raise params_error(f"'gnn.{variant}.kd' = {kd!r}, expected a mapping with the keys "
+                                   f"{', '.join(KD_KEYS.values())}")
+            missing = [k for k in KD_KEYS.values() if k not in kd]
+            if missing:
+                raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.kd.{k}') for k in missing)}")
+            own.update({f: kd[k] for f, k in KD_KEYS.items()})
+        own.update({k: params[k] for k in SHARED_KEYS if k not in ("model", "layers", "dropout")})
+        own = check_types(cls, own, "gnn", names)
+        settings = cls(variant=variant, encoder=_encoder(arch, variant, own), **own)
         settings.validate()
         return settings
 
@@ -120,18 +140,19 @@ class GNNSettings:
         return {variant: cls.from_params(params, variant) for variant in VARIANTS}
 
     def validate(self) -> None:
-        def bad(key: str, value: Any, expected: str) -> ConfigError:
-            return params_error(f"'gnn.{key}' = {value!r}, expected {expected}")
+        v = self.variant
 
-        for key in ("hard_negatives",):
+        def bad(key: str, value: Any, expected: str) -> ConfigError:
+            shared = key in SHARED_KEYS
+            return params_error(f"'gnn.{key if shared else f'{v}.{key}'}' = {value!r}, expected {expected}")
+
+        for key, low in (("hard_negatives", 0), ("batch_size", 1), ("epochs", 1), ("accumulation_steps", 1)):
             value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise bad(key, value, "an integer >= 0")
-        for key in ("batch_size", "epochs", "accumulation_steps"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(key if key != "epochs" else f"epochs_{self.variant}", value, "an integer >= 1")
-        for key in ("lr", "encoder_lr", "temperature", "kd_temperature", "max_grad_norm", "adam_epsilon"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise bad(key, value, f"an integer >= {low}")
+        positive = ["lr", "temperature", "max_grad_norm", "adam_epsilon"]
+        positive += ["encoder_lr", "kd_temperature"] if v in QUESTION_VARIANTS else []
+        for key in positive:
             value = getattr(self, key)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
                 raise bad(key.replace("kd_", "kd."), value, "a positive number")
@@ -139,25 +160,71 @@ class GNNSettings:
             raise bad("weight_decay", self.weight_decay, "a number >= 0")
         if not isinstance(self.warmup_ratio, (int, float)) or not 0.0 <= self.warmup_ratio < 1.0:
             raise bad("warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
+        if self.schedule == "constant" and self.warmup_ratio:
+            raise bad("warmup_ratio", self.warmup_ratio, f"0 with 'gnn.{v}.schedule: constant' (no warm-up)")
+        for key, choices in (("heading_features", HEADING_FEATURES), ("similarity", SIMILARITIES),
+                             ("schedule", SCHEDULES), ("selection", SELECTIONS), ("kd_mode", ("score", "feature")),
+                             ("edge_attention", EDGE_ATTENTION)):
+            if getattr(self, key) not in choices:
+                raise bad(key.replace("kd_", "kd."), getattr(self, key), " or ".join(choices))
         if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
             raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
-        if self.kd_mode not in ("score", "feature"):
-            raise bad("kd.mode", self.kd_mode, "score or feature")
-        if self.heading_features not in HEADING_FEATURES:
-            raise bad("heading_features", self.heading_features, " or ".join(HEADING_FEATURES))
-        if self.similarity not in SIMILARITIES:
-            raise bad("similarity", self.similarity, " or ".join(SIMILARITIES))
-        for key in ("bipartite", "structure", "refit", "kd_student_contrastive"):
+        for key in ("bipartite", "structure", "refit", "kd_student_contrastive", "normalize_features"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
+        if self.refit and v in QUESTION_VARIANTS:
+            raise bad("refit", self.refit, "false: a question variant's graph holds train questions only")
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as params.yaml spells them, flat (the architecture keys inline, as
-        ``gnn`` writes them), for the model's ``gnn.json``."""
+        """The settings, flat, for the model's ``gnn.json`` (the architecture keys inline)."""
         values = asdict(self)
         encoder = values.pop("encoder")
-        return {"variant": values.pop("variant"), **{k: encoder[k] for k in ARCH_KEYS}, **values}
+        arch = {k: encoder[k] for k in ("model", "layers", "dropout", *ARCH_KEYS)}
+        if self.variant not in QUESTION_VARIANTS:
+            for key in (*KD_KEYS, "encoder_lr", "bipartite", "structure", "edge_attention"):
+                values.pop(key)
+        return {"variant": values.pop("variant"), **arch, **values}
+
+    @property
+    def uses_questions(self) -> bool:
+        """The graph holds train questions and their edges (qabisar, hgraph_qa)."""
+        return self.variant in QUESTION_VARIANTS
 
     @property
     def trains_query_encoder(self) -> bool:
-        return self.variant == "qabisar" and self.kd_weight > 0
+        return self.uses_questions and self.kd_weight > 0
+
+
+def _variant_mapping(own: Any, variant: str) -> dict[str, Any]:
+    """``gnn.<variant>`` checked for its keys (every one required, no other)."""
+    expected = GNNSettings.keys(variant)
+    if not isinstance(own, dict):
+        raise params_error(f"'gnn.{variant}' = {own!r}, expected a mapping with the keys {', '.join(expected)}")
+    unknown = sorted(set(own) - set(expected), key=str)
+    if unknown:
+        where = " (a shared key: set it once under 'gnn')" if set(unknown) & set(SHARED_KEYS) else ""
+        raise params_error(f"unknown keys {', '.join(repr(f'gnn.{variant}.{k}') for k in unknown)}{where}; "
+                           f"expected {', '.join(expected)}")
+    missing = [k for k in expected if k not in own]
+    if missing:
+        raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.{k}') for k in missing)}")
+    return dict(own)
+
+
+def _encoder(arch: dict[str, Any], variant: str, own: dict[str, Any]) -> GraphEncoderConfig:
+    """The architecture of ``variant``: one group of statute edges (graph variants), or the
+    statute and question-article edges attended jointly (one convolution over all edge
+    types) or per group (a convolution per group, summed)."""
+    if variant not in QUESTION_VARIANTS:
+        groups: tuple[tuple[int, ...], ...] = (tuple(int(t) for t in STRUCTURE_TYPES),)
+    elif own.get("edge_attention") == "joint":
+        groups = (tuple(range(NUM_EDGE_TYPES)),)
+    else:
+        groups = (tuple(int(t) for t in STRUCTURE_TYPES), tuple(int(t) for t in BIPARTITE_TYPES))
+    try:  # architecture errors now, not after the data is loaded (the width is checked then)
+        return GraphEncoderConfig(in_dim=None, **arch, edge_groups=groups)
+    except ConfigError as exc:  # the architecture's words name 'gnn.<key>': a variant's own key is gnn.<variant>.<key>
+        message = str(exc)
+        for key in ARCH_KEYS:
+            message = message.replace(f"'gnn.{key}'", f"'gnn.{variant}.{key}'")
+        raise ConfigError(message) from None

@@ -55,12 +55,13 @@ class TrainingSet:
 
 
 def variant_graph(graph, settings: GNNSettings):
-    """The graph a variant trains on: LGE has no question nodes; QABISAR ablations drop parts."""
-    if settings.variant == "lge":
+    """The graph a variant trains on: gdsr/hgraph have no question nodes; the question
+    variants' ablations drop parts."""
+    if not settings.uses_questions:
         return restrict_graph(graph, questions=False)
     if graph.question_ids.numel() == 0:
         raise ConfigError(
-            "qabisar needs train-question nodes but the graph has none: set graph.questions: true "
+            f"{settings.variant} needs train-question nodes but the graph has none: set graph.questions: true "
             "(and check that questions.parquet has a train split)"
         )
     graph = restrict_graph(graph, headings=settings.structure, consecutive=settings.structure)
@@ -107,7 +108,8 @@ def prepare_training_set(
 
     # node features: articles, then headings, then (train) questions
     art_ids, art_emb = embeddings["articles"]
-    unit = partial(F.normalize, dim=-1)
+    # L2-normalised inputs (normalize_features, lexgraph's), or the encoder's own vectors (the papers')
+    unit = partial(F.normalize, dim=-1) if settings.normalize_features else (lambda v: v)
     articles = unit(select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article").float())
     blocks = [articles]  # (A, dim)
     if graph.heading_ids.numel():
@@ -167,9 +169,11 @@ def prepare_training_set(
             pos = np.searchsorted(article_ids, ids)
             ok = (pos < len(article_ids)) & (article_ids[np.minimum(pos, len(article_ids) - 1)] == ids)
             negs[r] = torch.from_numpy(pos[ok]).long()
+    check_dev_negatives(negs, train_ids, train["split"].to_list(), settings, paths["negatives"])
     missing_neg = sum(int(n.numel() == 0) for n in negs)
     if settings.hard_negatives and missing_neg:
-        log.warning("%d of %d train questions have no BM25 negatives: random articles stand in", missing_neg, len(negs))
+        log.warning("%d of %d %s questions have no BM25 negatives: random articles stand in", missing_neg, len(negs),
+                    "+".join(train_splits))
 
     dev_ids = dev["id"].to_numpy().astype(np.int64)
     dev_queries = None
@@ -190,6 +194,19 @@ def prepare_training_set(
         dev_queries=dev_queries,
         dev_qrels={int(q): set(int(a) for a in g) for q, g in zip(dev_ids, dev["article_ids"].to_list())},
     )
+
+
+def check_dev_negatives(negs: list[torch.Tensor], ids: np.ndarray, splits: list[str], settings: GNNSettings,
+                        path: Any) -> None:
+    """A refit trains dev questions with their BM25 negatives (G-DSR appendix B), never with
+    random stand-ins: a dev question without any is an error naming ``negatives.splits``."""
+    if not settings.hard_negatives:
+        return
+    for neg, qid, split in zip(negs, ids, splits):
+        if split == "dev" and neg.numel() == 0:
+            raise DataError(path, f"dev question {int(qid)} has no BM25 negatives (split 'dev'), which the "
+                                  f"train+dev refit of {settings.variant} trains with: add dev to negatives.splits "
+                                  "and rerun mine_negatives", column="split")
 
 
 # ---------------------------------------------------------------------------

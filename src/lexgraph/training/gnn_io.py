@@ -37,7 +37,7 @@ QUERY_ENCODER = "query_encoder"
 
 def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, directory: str | os.PathLike) -> None:
     """Write ``models/gnn_<variant>/`` atomically: weights, config, article embeddings
-    (and ``query_encoder/`` for qabisar)."""
+    (and ``query_encoder/`` for the question variants)."""
     from safetensors.torch import save_file
 
     from lexgraph.embed import save_embeddings
@@ -51,7 +51,7 @@ def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, di
         "similarity": settings.similarity,
         "prior_weight": result.prior_weight,
         "best_epoch": result.best_epoch,
-        "selection": f"dev {SELECTION_METRIC}",
+        "selection": f"dev {SELECTION_METRIC}" if settings.selection == "dev" else "fixed epochs",
         # where test-time queries come from
         "query_encoder": QUERY_ENCODER if result.encoder is not None else str(layout.DSR.path / "query_encoder"),
     }
