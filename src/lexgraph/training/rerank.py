@@ -301,7 +301,7 @@ def _first_grad_norm(optimizer, plm) -> dict[str, float]:
 
 
 def _report(config: RerankConfig, trainer: RerankTrainer, result) -> dict:
-    """metrics/rerank_<variant>.json: the kept epoch (and alpha), the dev metrics, the history."""
+    """The training report (rerank_<variant>.json): the kept epoch (and alpha), the dev metrics, the history."""
     history = [{**h, **{k: round(float(v), 4) if k != "alpha" else v for k, v in e.items()}}
                for h, e in zip(result.history, trainer.epoch_log)]
     scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
