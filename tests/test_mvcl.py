@@ -372,13 +372,13 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     from lexgraph.models.mvcl import build_model, load_model, save_model
 
     old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
-    save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "mvcl")
-    assert load_model(tmp_path / "mvcl", torch.device("cpu"))[0].match_dim == 16
-    settings = json.loads((tmp_path / "mvcl/mvcl.json").read_text())
+    save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "models/mvcl")
+    assert load_model(tmp_path / "models/mvcl", torch.device("cpu"))[0].match_dim == 16
+    settings = json.loads((tmp_path / "models/mvcl/mvcl.json").read_text())
     settings["config"]["match_features"] = True
-    (tmp_path / "mvcl/mvcl.json").write_text(json.dumps(settings))
-    with pytest.raises(DataError, match=r"mvcl\.safetensors: weights that do not fit .*dvc repro rerank"):
-        load_model(tmp_path / "mvcl", torch.device("cpu"))
+    (tmp_path / "models/mvcl/mvcl.json").write_text(json.dumps(settings))
+    with pytest.raises(DataError, match=r"mvcl\.safetensors: weights that do not fit .*dvc repro rerank@mvcl"):
+        load_model(tmp_path / "models/mvcl", torch.device("cpu"))
 
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):

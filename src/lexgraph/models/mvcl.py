@@ -313,12 +313,14 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 
 def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/<variant>`` directory."""
+    from lexgraph.layout import restore_hint
     from lexgraph.models.weights import built_from, load_state
-    from lexgraph.models.mvcl_config import RESTORE, SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
+    from lexgraph.models.mvcl_config import SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
 
     directory = Path(directory)
     path = directory / SETTINGS
+    restore = restore_hint(path)  # rerun `dvc repro rerank@<variant>` ...
     if is_disabled(directory):
         variant = directory.name
         raise LexgraphError(f"{directory}: the {variant} re-ranker is switched off (rerank.{variant}.enabled: false); "
@@ -326,14 +328,14 @@ def load_model(directory: str | os.PathLike, device: torch.device):
                             "`dvc repro`)")
     if not path.exists() and not path.is_symlink():
         raise LexgraphError(f"{path}: the re-ranker not found; run `dvc repro rerank` first")
-    settings = read_json_object(path, what=SETTINGS_WHAT, fix=RESTORE, keys={
+    settings = read_json_object(path, what=SETTINGS_WHAT, fix=restore, keys={
         "format": (lambda v: v == "lexgraph-mvcl", "'lexgraph-mvcl'"),
         "input_dim": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
         "config": (lambda v: isinstance(v, dict), "an object of rerank settings"),
         "first_stage": (lambda v: isinstance(v, str), "a system name"),
     })
     with built_from(path, "key 'config' does not build the network", "the rerank settings the rerank stage saved",
-                    RESTORE):
+                    restore):
         model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
     # weights of another network shape (e.g. trained before match_features) are one line too
-    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, RESTORE).to(device).eval(), settings
+    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, restore).to(device).eval(), settings

@@ -39,6 +39,7 @@ VARIANTS = ("xrerank", "mvcl")
 ALIGNMENTS = ("scaled_dot", "cosine", "projected")
 POOLINGS = ("relu", "tanh")
 PLM_MODES = ("frozen", "finetune")
+CHOICES = {"plm": PLM_MODES, "alignment": ALIGNMENTS, "pooling": POOLINGS}
 
 SECTION = "rerank"
 WEIGHTS = "mvcl.safetensors"
@@ -138,6 +139,9 @@ class RerankConfig:
                 raise params_error(f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)}")
             values[key] = own[key]
         values = check_types(cls, values, SECTION, {k: f"{variant}.{k}" for k in VARIANT_KEYS})
+        for key, allowed in CHOICES.items():  # the keys the conditions read come first
+            if values[key] not in allowed:
+                raise bad_value(SECTION, f"{variant}.{key}", values[key], expectation(cls, key))
         for key, (depends, value) in CONDITIONAL.items():
             read = values[depends] == value
             if read and key not in own:
@@ -185,7 +189,7 @@ class RerankConfig:
         for name in ("lambda_case", "lambda_ele", "weight_decay"):
             if getattr(self, name) < 0:
                 raise bad(name)
-        for name, allowed in (("alignment", ALIGNMENTS), ("pooling", POOLINGS), ("plm", PLM_MODES)):
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise bad(name)
         for name in ("t1", "t2", "lr", "max_grad_norm", "align_temperature", "plm_lr"):
@@ -209,7 +213,7 @@ class RerankConfig:
 
 
 def _yaml(value: Any) -> str:
-    return {True: "true", False: "false"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -97,12 +97,12 @@ def load_mvcl(workspace: Path, device: str = "auto", *, load: Callable[..., Any]
 def first_stage_of(workspace: Path, variant: str) -> str | None:
     """The first stage named in ``models/<variant>/mvcl.json`` (None when absent)."""
     from lexgraph.inputs import read_json_object
-    from lexgraph.models.mvcl_config import RESTORE, SETTINGS, SETTINGS_WHAT, first_stages
+    from lexgraph.models.mvcl_config import SETTINGS, SETTINGS_WHAT, first_stages
 
     path = layout.RERANKERS[variant].under(workspace, SETTINGS)
     if not path.exists():  # absent, or switched off (rerank.<variant>.enabled: false)
         return None
-    return read_json_object(path, what=SETTINGS_WHAT, fix=RESTORE, keys={
+    return read_json_object(path, what=SETTINGS_WHAT, fix=layout.restore_hint(path), keys={
         "first_stage": (lambda v: v in first_stages(), "a retrieval system other than a re-ranker")})["first_stage"]
 
 
