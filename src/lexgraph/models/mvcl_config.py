@@ -45,9 +45,8 @@ SECTION = "rerank"
 WEIGHTS = "mvcl.safetensors"
 SETTINGS = "mvcl.json"
 PLM_DIR = "plm"  # the fine-tuned PLM inside models/<variant>/ (plm: finetune)
-#: what ``models/<variant>/mvcl.json`` is, and how to get it back: the words of its readers' errors
+#: what ``models/<variant>/mvcl.json`` is: the words of its readers' errors (the remedy: ``layout.restore_hint``)
 SETTINGS_WHAT = "the re-ranker settings the rerank stage writes"
-RESTORE = "rerun `dvc repro rerank` (or `dvc checkout`) to restore it"
 
 #: the keys of ``rerank.<variant>``; every other key of :class:`RerankConfig` (but ``variant``) is shared
 VARIANT_KEYS = ("enabled", "plm", "plm_lr", "max_query_length", "max_article_length", "alignment",

@@ -290,13 +290,14 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
 
 
 def cache_matches(features_dir: str | os.PathLike, config: RerankConfig, pretrain_dir: str | os.PathLike,
-                  seed: int, names: Sequence[str] = STORES) -> bool:
-    """True when the stores ``names`` of ``features_dir`` were built with ``config``'s settings."""
+                  seed: int, names: Sequence[str] = STORES, keys: Sequence[str] | None = None) -> bool:
+    """True when the stores ``names`` of ``features_dir`` were built with ``config``'s settings
+    (``keys``: only these of them; the search side reads the articles at their length only)."""
     from safetensors import safe_open
 
     want = _metadata(config, pretrain_dir, seed)
-    if names == ("articles",):  # the search side reads the articles only
-        want = {"max_article_length": want["max_article_length"]}
+    if keys is not None:
+        want = {k: want[k] for k in keys}
     for name in names:
         path = Path(features_dir) / f"{name}.safetensors"
         if not path.is_file():

@@ -73,7 +73,8 @@ def load_reranker(variant: str, workspace: Path, device: str = "auto", *, load: 
     plm_dir = model_dir / PLM_DIR if config.plm == "finetune" else layout.PRETRAIN.under(workspace)
     encoder = FrozenTokenEncoder(plm_dir, dev)
     cache = layout.RERANK_FEATURES.under(workspace)
-    if config.plm == "frozen" and cache_matches(cache, config, plm_dir, 0, names=("articles",)):
+    if config.plm == "frozen" and cache_matches(cache, config, plm_dir, 0, names=("articles",),
+                                                   keys=("max_article_length",)):
         articles = TokenStore.load(cache / "articles.safetensors")
     else:  # the fine-tuned PLM's states (or a frozen one's at another length): encoded now
         log.info("%s: encoding the articles with %s", variant, plm_dir)
