@@ -1,4 +1,4 @@
-"""encode_rerank: the frozen base encoder's token states for the MVCL re-ranker -> data/rerank/
+"""encode_rerank: the frozen base encoder's token states for the xrerank re-ranker -> data/rerank/
 (articles, train and dev questions, element views of the train questions' gold articles),
 metrics/encode_rerank.json (the legal element indicator's counts)."""
 
@@ -23,11 +23,12 @@ def configure(parser):
 def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    stats = build_features(articles, questions, config, args.pretrain, args.out, resolve_device(base.device), base.seed)
+    stats = build_features(articles, questions, config["xrerank"], args.pretrain, args.out,
+                           resolve_device(base.device), base.seed)
     write_json(stats, args.metrics)
 
 
 if __name__ == "__main__":
     from lexgraph.stage import run_stage
 
-    sys.exit(run_stage("rerank", main, configure, name="encode_rerank", config=RerankConfig.from_params))
+    sys.exit(run_stage("rerank", main, configure, name="encode_rerank", config=RerankConfig.per_variant))

@@ -14,6 +14,7 @@ from lexgraph.config import resolve_device
 from lexgraph.evaluation import EvaluateConfig, evaluate_systems, read_trec, results_markdown, significance_report, split_questions
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
 from lexgraph.per_query import write_per_query_reports
+from lexgraph.layout import RERANKERS
 from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
 
 log = logging.getLogger("lexgraph.evaluate")
@@ -31,18 +32,19 @@ def main(args, base, config):
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     splits, split = config.splits, config.significance_split
     systems = list(config.systems)
-    if "mvcl" in systems and is_switched_off(args.workspace):  # rerank.enabled: false
-        log.warning("mvcl skipped: the re-ranker is switched off (rerank.enabled: false)")
-        systems.remove("mvcl")
-        write_json({"enabled": False}, Path(args.metrics_dir) / "mvcl.json")
+    for variant in RERANKERS:
+        if variant in systems and is_switched_off(args.workspace, variant):  # rerank.<variant>.enabled: false
+            log.warning("%s skipped: the re-ranker is switched off (rerank.%s.enabled: false)", variant, variant)
+            systems.remove(variant)
+            write_json({"enabled": False}, Path(args.metrics_dir) / f"{variant}.json")
     with atomic_path(args.runs, directory=True) as runs:
         results = evaluate_systems(systems, questions, splits, config.k, runs, args.workspace, device,
                                    index=config.index)
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
         # a re-ranker is also compared with the first stage it re-ranks
-        first = first_stage_of(args.workspace) if "mvcl" in results else None
-        baselines = list(dict.fromkeys([*config.baselines, *([first] if first in results else [])]))
+        firsts = [first_stage_of(args.workspace, v) for v in RERANKERS if v in results]
+        baselines = list(dict.fromkeys([*config.baselines, *(f for f in firsts if f in results)]))
         comparisons, markers, legend = significance_report(
             split_runs, qrels, baselines, config.significance_metrics, seed=base.seed,
         )

@@ -1,6 +1,8 @@
-"""MVCL re-ranker: the three losses against hand computations (each view's negatives
-counted), the interaction network's shapes, masking and scaled attention, list fusion, the
-token store and a tiny training run. The element indicator and view: tests/test_elements.py."""
+"""The re-rankers mvcl and xrerank: the three losses against hand computations (each view's
+negatives counted), the interaction network's shapes, masking and attentions (MVCL's
+h_a . h_b / sqrt(d), xrerank's cosine), the pooling's activation, list fusion and the list
+alone, the token store, tiny training runs (frozen states; a fine-tuned PLM) and the params
+rule of the ``rerank`` section. The element indicator and view: tests/test_elements.py."""
 
 from __future__ import annotations
 
@@ -258,7 +260,7 @@ def test_alignment_features_match_a_hand_computation_and_ignore_padding():
     assert got[0].tolist() == pytest.approx([maxsim_q, maxsim_d, mean_cos], abs=1e-6)
 
 
-@pytest.mark.parametrize("alignment", ["plm", "projected"])
+@pytest.mark.parametrize("alignment", ["cosine", "projected", "scaled_dot"])
 def test_plm_alignment_and_features_keep_shapes_and_padding_invariance(alignment):
     torch.manual_seed(0)
     model = InteractionModel(input_dim=12, hidden=8, dropout=0.0, alignment=alignment, features=True).eval()
@@ -278,7 +280,7 @@ def test_plm_alignment_attends_by_the_plm_cosine():
     """The aligned vector of a query token is the projected candidate tokens weighted by
     softmax(cos / temperature) of the PLM's states, whatever the projection."""
     torch.manual_seed(0)
-    model = InteractionModel(input_dim=3, hidden=2, dropout=0.0, alignment="plm", temperature=0.1).eval()
+    model = InteractionModel(input_dim=3, hidden=2, dropout=0.0, alignment="cosine", temperature=0.1).eval()
     q, d = torch.randn(1, 2, 3), torch.randn(1, 4, 3)
     ones_q, ones_d = torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)
     captured = {}
@@ -348,7 +350,7 @@ def test_warm_start_ranks_by_maxsim_before_training():
     """Untrained, with the warm start: margin(b, c) = (maxsim_b - maxsim_c) / temperature, so a
     candidate's tournament score is (maxsim_b - mean of the others' maxsim) / temperature."""
     torch.manual_seed(3)
-    model = InteractionModel(input_dim=8, hidden=4, dropout=0.0, alignment="plm", temperature=0.05,
+    model = InteractionModel(input_dim=8, hidden=4, dropout=0.0, alignment="cosine", temperature=0.05,
                              features=True, warm_start=True).eval()
     q = torch.randn(1, 5, 8).expand(6, -1, -1)
     d = torch.randn(6, 7, 8)
@@ -370,13 +372,13 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     from lexgraph.models.mvcl import build_model, load_model, save_model
 
     old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
-    save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "mvcl")
-    assert load_model(tmp_path / "mvcl", torch.device("cpu"))[0].match_dim == 16
-    settings = json.loads((tmp_path / "mvcl/mvcl.json").read_text())
+    save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "models/mvcl")
+    assert load_model(tmp_path / "models/mvcl", torch.device("cpu"))[0].match_dim == 16
+    settings = json.loads((tmp_path / "models/mvcl/mvcl.json").read_text())
     settings["config"]["match_features"] = True
-    (tmp_path / "mvcl/mvcl.json").write_text(json.dumps(settings))
-    with pytest.raises(DataError, match=r"mvcl\.safetensors: weights that do not fit .*dvc repro rerank"):
-        load_model(tmp_path / "mvcl", torch.device("cpu"))
+    (tmp_path / "models/mvcl/mvcl.json").write_text(json.dumps(settings))
+    with pytest.raises(DataError, match=r"mvcl\.safetensors: weights that do not fit .*dvc repro rerank@mvcl"):
+        load_model(tmp_path / "models/mvcl", torch.device("cpu"))
 
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
@@ -385,10 +387,11 @@ def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
     from lexgraph.models.mvcl import load_model
     from lexgraph.models.mvcl_features import write_disabled
 
-    assert not is_switched_off(tmp_path)
-    write_disabled(tmp_path / "models/mvcl")
-    assert is_switched_off(tmp_path) and first_stage_of(tmp_path) is None
-    with pytest.raises(LexgraphError, match=r"rerank\.enabled: false"):
+    assert not is_switched_off(tmp_path, "mvcl")
+    write_disabled(tmp_path / "models/mvcl", "mvcl")
+    assert is_switched_off(tmp_path, "mvcl") and first_stage_of(tmp_path, "mvcl") is None
+    assert not is_switched_off(tmp_path, "xrerank")
+    with pytest.raises(LexgraphError, match=r"rerank\.mvcl\.enabled: false.*dvc exp run -S rerank\.mvcl\.enabled=true"):
         load_model(tmp_path / "models/mvcl", torch.device("cpu"))
 
 

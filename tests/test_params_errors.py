@@ -453,7 +453,7 @@ def _builders() -> dict:
         "embed": EmbedConfig.from_params,
         "hprior": HpriorConfig.from_params,
         "hybrid": HybridConfig.from_params,
-        "rerank": RerankConfig.from_params,
+        "rerank": RerankConfig.per_variant,
     }
 
 
@@ -499,7 +499,7 @@ CONFIG_CASES = [
     ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
     ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
     ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
-    ("rerank", {"weight_decay": "inf"}, "'rerank.weight_decay' = 'inf', expected a number >= 0, finite"),
+    ("rerank", {"xrerank.weight_decay": "inf"}, "'rerank.xrerank.weight_decay' = 'inf', expected a number >= 0, finite"),
     ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
     ("gnn", {"hgraph_qa.kd.weight": "half"}, "'gnn.hgraph_qa.kd.weight' = 'half', expected a number"),
     ("gnn", {"hgraph.init": DELETE}, "missing key(s) 'gnn.hgraph.init'"),
@@ -509,16 +509,18 @@ CONFIG_CASES = [
     ("hprior", {"split": "test"}, "'hprior.split' = 'test', but the 'test' split is held out"),
     ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best"),
     ("hybrid", {"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
-    ("rerank", {"first_stage": "mvcl"}, "'rerank.first_stage' = 'mvcl', expected a retrieval system other than mvcl"),
+    ("rerank", {"first_stage": "mvcl"}, "'rerank.first_stage' = 'mvcl', expected a retrieval system other than a re-ranker"),
     ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),
     ("rerank", {"k": 1}, "'rerank.k' = 1, expected an integer >= 2"),
     ("rerank", {"hidden": 127}, "'rerank.hidden' = 127, expected an even positive integer"),
-    ("rerank", {"alignment": "dot"}, "'rerank.alignment' = 'dot', expected plm (word-level attention on the PLM's states)"),
-    ("rerank", {"align_temperature": 0}, "'rerank.align_temperature' = 0.0, expected a number > 0"),
+    ("rerank", {"xrerank.alignment": "dot"}, "'rerank.xrerank.alignment' = 'dot', expected scaled_dot (h_a . h_b / sqrt(d)"),
+    ("rerank", {"xrerank.align_temperature": 0}, "'rerank.xrerank.align_temperature' = 0.0, expected a number > 0"),
+    ("rerank", {"mvcl.align_temperature": 0.05}, "'rerank.mvcl.align_temperature' is read only with alignment: cosine"),
+    ("rerank", {"mvcl.plm": "thawed"}, "'rerank.mvcl.plm' = 'thawed', expected frozen (cached states) or finetune"),
     ("rerank", {"lambda_case": -0.1}, "'rerank.lambda_case' = -0.1, expected a number >= 0"),
     ("rerank", {"t1": 0}, "'rerank.t1' = 0.0, expected a number > 0"),
     ("rerank", {"element_patterns": ["deontic"]}, "'rerank.element_patterns' = ['deontic'], expected a non-empty list"),
-    ("rerank", {"interpolation": [0.5, 1.5]}, "'rerank.interpolation' = [0.5, 1.5], expected a non-empty list of distinct numbers in [0, 1]"),
+    ("rerank", {"xrerank.interpolation": [0.5, 1.5]}, "'rerank.xrerank.interpolation' = [0.5, 1.5], expected a non-empty list of distinct numbers in [0, 1]"),
     ("rerank", {"swap": "yes"}, "'rerank.swap' = 'yes', expected true or false"),
     ("rerank", {"lamda_ele": 0.0}, "unknown keys 'rerank.lamda_ele' (did you mean 'rerank.lambda_ele'?)"),
 ]
@@ -721,7 +723,7 @@ def _cosine(path):
 def _first_stage(path):
     from lexgraph.retrieval.rerank import first_stage_of
 
-    return first_stage_of(path.parents[2])  # <workspace>/models/mvcl/mvcl.json
+    return first_stage_of(path.parents[2], "mvcl")  # <workspace>/models/mvcl/mvcl.json
 
 
 def _mvcl(path):
@@ -763,11 +765,11 @@ ARTEFACTS = [
      "train_gnn@hgraph"),
     ("gnn-similarity-truncated", _cosine, "models/gnn_hgraph/gnn.json", '{"similarity": "cos',
      "not valid JSON, truncated or corrupt", "train_gnn"),
-    ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank"),
+    ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank@mvcl"),
     ("mvcl-first-stage-unknown", _first_stage, "models/mvcl/mvcl.json", '{"first_stage": "bm26"}',
-     "key 'first_stage' = \"bm26\", not a retrieval system other than mvcl", "rerank"),
+     "key 'first_stage' = \"bm26\", not a retrieval system other than a re-ranker", "rerank@mvcl"),
     ("mvcl-settings", _mvcl, "models/mvcl/mvcl.json", '{"format": "lexgraph-mvcl"}', "key 'input_dim' is missing",
-     "rerank"),
+     "rerank@mvcl"),
     ("base-info", _base_info, "models/pretrain/lexgraph_base.json", '{"query_prefix": ',
      "not valid JSON, truncated or corrupt", "pretrain"),
     ("backbone-reference", _backbone_ref, "models/dsr/article_encoder/backbone.json", '{"path": 3}',

@@ -66,8 +66,8 @@ def test_experiment_reruns_only_dependent_stages(workspace):
     sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], dest, ctx["env"])
     sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "repro"], dest, ctx["env"])
     out = sh(["dvc", "exp", "run", "-S", "bm25.k1=1.2"], dest, ctx["env"])
-    # hybrid fuses BM25, and rerank may re-rank any system (rerank.first_stage): both follow BM25
-    assert sorted(ran_stages(out)) == ["bm25", "evaluate", "hybrid", "rerank"], out
+    # hybrid fuses BM25, and the re-rankers may re-rank any system (rerank.first_stage): all follow BM25
+    assert sorted(ran_stages(out)) == ["bm25", "evaluate", "hybrid", "rerank@mvcl", "rerank@xrerank"], out
     diff = sh(["dvc", "metrics", "diff"], dest, ctx["env"])
     assert "metrics/bm25.json" in diff
 
@@ -77,8 +77,8 @@ def test_gnn_layers_experiment_reruns_only_the_stages_downstream_of_the_gnn(work
     sh(["git", "checkout", "-q", "--", "params.yaml", "dvc.lock"], dest, ctx["env"])
     sh(["dvc", "checkout", "-q"], dest, ctx["env"])
     out = sh(["dvc", "exp", "run", "-S", "gnn.layers=2"], dest, ctx["env"])
-    # hybrid (dense: best) and rerank may use either graph system
-    assert sorted(ran_stages(out)) == ["evaluate", "hybrid", "rerank", "train_gnn@gdsr",
+    # hybrid (dense: best) and the re-rankers may use either graph system
+    assert sorted(ran_stages(out)) == ["evaluate", "hybrid", "rerank@mvcl", "rerank@xrerank", "train_gnn@gdsr",
                                        "train_gnn@hgraph", "train_gnn@hgraph_qa", "train_gnn@qabisar"], out
     diff = sh(["dvc", "metrics", "diff"], dest, ctx["env"])
     assert all(f"metrics/{name}.json" in diff for name in ("gdsr", "qabisar", "hgraph", "hgraph_qa"))

@@ -57,13 +57,13 @@ SECTIONS: dict[str, str] = {
     "embed": "embed",
     "hprior": "hprior",
     "hybrid": "hybrid",
-    "rerank": "encode_rerank (encoding keys), rerank",
+    "rerank": "encode_rerank (xrerank's encoding keys), rerank (mvcl, xrerank)",
 }
 
 #: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);
 #: :data:`lexgraph.retrieval.systems.SYSTEMS` maps each to its loader (a test keeps them equal).
 SYSTEM_NAMES: tuple[str, ...] = ("bm25", "zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa",
-                                  "hybrid", "mvcl")
+                                  "hybrid", "xrerank", "mvcl")
 
 #: The split held out for evaluation: no tuning or training stage may read it.
 HELD_OUT_SPLIT = "test"

@@ -49,7 +49,7 @@ GNN = {variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}")
        for variant in ("gdsr", "qabisar", "hgraph", "hgraph_qa")}
 HYBRID = Artifact("models/hybrid", "hybrid")
 RERANK_FEATURES = Artifact("data/rerank", "encode_rerank")
-MVCL = Artifact("models/mvcl", "rerank")
+RERANKERS = {variant: Artifact(f"models/{variant}", f"rerank@{variant}") for variant in ("xrerank", "mvcl")}
 RUNS = Artifact("data/runs", "evaluate")
 
 #: every artefact above, by name (the layout test walks it)
@@ -57,7 +57,7 @@ ARTIFACTS: dict[str, Artifact] = {
     "raw": RAW, "clean": CLEAN, "bm25": BM25, "pretrain": PRETRAIN, "synthetic": SYNTHETIC,
     "negatives": NEGATIVES, "zeroshot": ZEROSHOT, "chunks": CHUNKS, "dsr": DSR, "embed": EMBED,
     "graph": GRAPH, "hprior": HPRIOR, **{f"gnn_{v}": a for v, a in GNN.items()}, "hybrid": HYBRID,
-    "rerank_features": RERANK_FEATURES, "mvcl": MVCL, "runs": RUNS,
+    "rerank_features": RERANK_FEATURES, **RERANKERS, "runs": RUNS,
 }
 
 #: the workspace directories `dvc repro` manages (nothing else may write under them)

@@ -1,15 +1,18 @@
-"""MVCL's interaction network over frozen PLM token states (lexgraph's statute re-ranker).
+"""The re-rankers' interaction network (MVCL's ESIM form) over PLM token states.
 
-Wang, Zhang, Chen, Liu, Wang & Wen, "Legal Element-oriented Modeling with Multi-view
-Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), Section
-III-B, in the ESIM form it describes:
+Zhaowei Wang, "Legal Element-oriented Modeling with Multi-view Contrastive Learning for
+Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188; one author), Section III-B:
 
-1. the PLM's token states of query A, ``(La, 384)``, and candidate B, ``(Lb, 384)``, are
-   projected to ``hidden`` dimensions (``h``);
-2. word-level bidirectional attention ``e = h_a h_b^T / sqrt(hidden)`` (scaled dot
-   product, ``alignment: projected``) gives each token of A an aligned vector ``h~``
-   (softmax over B's tokens) and each token of B one (softmax over A's);
-3. every token is strengthened with ``[h; h~; h - h~; h * h~]`` (4 * hidden);
+1. the PLM's token states of query A, ``(La, d)``, and candidate B, ``(Lb, d)``, give the
+   word-level bidirectional attention ``e_ij = h_a_i . h_b_j / sqrt(d)`` (``alignment:
+   scaled_dot``: on the PLM's states, ``d`` their width), softmax over B's tokens for each
+   token of A and over A's for each token of B;
+2. lexgraph projects every state to ``hidden`` dimensions (``h``) and takes the aligned
+   vectors ``h~`` as the attention-weighted sums of the projected states; as the weights
+   sum to one, ``h~`` is the projection of the paper's aligned PLM states;
+3. every token is strengthened with ``[h; h~; h - h~; h * h~]`` (4 * hidden; the paper
+   does this on the PLM's states, here on their projection: the one departure in the
+   interaction, to keep the BiLSTM at ``hidden``);
 4. a bidirectional LSTM runs over each side's strengthened tokens; masked mean and max
    pooling of both sides give the matching vector ``H_{a,b}`` (4 * hidden);
 5. an MLP over ``H_{a,b} - H_{a,c}`` says which of B and C is the more relevant
@@ -19,11 +22,14 @@ Re-ranking a list needs a score per candidate: :meth:`InteractionModel.tournamen
 plays every candidate against every other one of the list with that MLP (a round robin
 on the cheap matching vectors) and scores candidate b by the mean margin
 ``logit_0 - logit_1`` of its games as B. The attention pooling of the case and element
-views (:class:`AttentionPooling`) reads the PLM's states of one text through the same
-projection as the interaction, so the contrastive views train what the interaction reads.
+views (:class:`AttentionPooling`, ReLU as in the paper or tanh) reads the PLM's states of
+one text through the same projection as the interaction, so the contrastive views train
+what the interaction reads.
 
-On the sample the PLM (multilingual-e5-small) stays frozen and its token states are
-cached (:mod:`lexgraph.models.mvcl_features`); only this module trains.
+``mvcl`` fine-tunes the PLM, whose states then come from the training step
+(:mod:`lexgraph.models.mvcl_plm`); ``xrerank`` (lexgraph's recipe) keeps it frozen with
+cached states (:mod:`lexgraph.models.mvcl_features`), aligns by cosine / temperature and
+starts from MaxSim (``match_features``, ``warm_start``).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lexgraph.errors import LexgraphError
 from lexgraph.inputs import read_json_object
-from lexgraph.models.mvcl_config import ALIGNMENTS
+from lexgraph.models.mvcl_config import ALIGNMENTS, POOLINGS
 
 if TYPE_CHECKING:
     from lexgraph.models.mvcl_config import RerankConfig
@@ -58,17 +64,21 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.
 
 
 class AttentionPooling(nn.Module):
-    """``v = sum_t alpha_t W h_t``, ``alpha = softmax_t(w^T tanh(W h_t))`` over unmasked tokens;
-    ``W`` is the projection it is given (the interaction network's own, shared)."""
+    """``v = sum_t alpha_t W h_t``, ``alpha = softmax_t(w^T act(W h_t))`` over unmasked tokens,
+    ``act`` ReLU (MVCL §III-C) or tanh (xrerank); ``W`` is the projection it is given (the
+    interaction network's own, shared)."""
 
-    def __init__(self, proj: nn.Linear, hidden: int) -> None:
+    def __init__(self, proj: nn.Linear, hidden: int, activation: str = "tanh") -> None:
         super().__init__()
+        if activation not in POOLINGS:
+            raise ValueError(f"activation must be one of {POOLINGS}, got {activation!r}")
         self.score = nn.Linear(hidden, 1, bias=False)
         self._proj = [proj]  # shared, not registered twice
+        self.activation = torch.relu if activation == "relu" else torch.tanh
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self._proj[0](states)  # (batch, len, hidden)
-        alpha = masked_softmax(self.score(torch.tanh(h)).squeeze(-1), mask, dim=1)  # (batch, len)
+        alpha = masked_softmax(self.score(self.activation(h)).squeeze(-1), mask, dim=1)  # (batch, len)
         return torch.einsum("bl,bld->bd", alpha, h)  # (batch, hidden)
 
 
@@ -95,10 +105,11 @@ class InteractionModel(nn.Module):
     """ESIM-style interaction of a query and a candidate into ``H_{a,b}``, the pairwise
     MLP, and the attention pooling of the contrastive views.
 
-    ``alignment`` says where the word-level attention ``e`` is computed: ``"plm"``, on the
-    PLM's own states (cosine over ``temperature``; the aligned vectors are still sums of the
-    projected states ``h``), or ``"projected"``, on ``h`` itself, scaled by
-    ``1 / sqrt(hidden)``. With ``features`` on, ``H_{a,b}`` ends with three alignment
+    ``alignment`` says how the word-level attention ``e`` is computed: ``"scaled_dot"``,
+    ``h_a . h_b / sqrt(d)`` on the PLM's own states of width ``d = input_dim`` (MVCL);
+    ``"cosine"``, their cosine over ``temperature`` (xrerank); ``"projected"``, the dot
+    product of the projections ``h``, scaled by ``1 / sqrt(hidden)``. The aligned vectors
+    are sums of the projected states ``h`` in every case. With ``features`` on, ``H_{a,b}`` ends with three alignment
     scores of the PLM's states (:data:`FEATURES`) and the classifier has a linear skip over
     them; ``warm_start`` then initialises that skip to ``1 / temperature`` on MaxSim and
     the MLP's last layer to zero, so that the untrained network ranks a list by the PLM's
@@ -107,8 +118,9 @@ class InteractionModel(nn.Module):
 
     FEATURES = ("maxsim_query", "maxsim_candidate", "mean_cosine")
 
-    def __init__(self, input_dim: int, hidden: int = 128, dropout: float = 0.1, alignment: str = "projected",
-                 temperature: float = 0.05, features: bool = False, warm_start: bool = False) -> None:
+    def __init__(self, input_dim: int, hidden: int = 128, dropout: float = 0.1, alignment: str = "scaled_dot",
+                 temperature: float = 0.05, features: bool = False, warm_start: bool = False,
+                 pooling: str = "relu") -> None:
         super().__init__()
         if hidden % 2:
             raise ValueError(f"hidden must be even (a bidirectional LSTM of hidden / 2 per direction), got {hidden}")
@@ -131,7 +143,7 @@ class InteractionModel(nn.Module):
                 self.classifier.skip.weight[0, 0] = 1.0 / self.temperature
         # the views' pooling reads the tokens through the interaction's projection: with the PLM
         # frozen, that projection is where the case and element views can shape the ranking
-        self.pool = AttentionPooling(self.proj, hidden)
+        self.pool = AttentionPooling(self.proj, hidden, pooling)
 
     @property
     def match_dim(self) -> int:
@@ -154,12 +166,14 @@ class InteractionModel(nn.Module):
         hd = self.dropout(self.proj(d))  # (batch, Ld, hidden)
         pair = q_mask.unsqueeze(2) & d_mask.unsqueeze(1)  # (batch, Lq, Ld)
         cos = None
-        if self.alignment == "plm" or self.features:
+        if self.alignment == "cosine" or self.features:
             qn = nn.functional.normalize(q, dim=-1)  # (batch, Lq, input_dim)
             dn = nn.functional.normalize(d, dim=-1)  # (batch, Ld, input_dim)
             cos = qn @ dn.transpose(1, 2)  # (batch, Lq, Ld)
-        if self.alignment == "plm":
+        if self.alignment == "cosine":
             e = cos / self.temperature  # (batch, Lq, Ld)
+        elif self.alignment == "scaled_dot":
+            e = q @ d.transpose(1, 2) / math.sqrt(self.input_dim)  # (batch, Lq, Ld): h_a . h_b / sqrt(d)
         else:
             e = hq @ hd.transpose(1, 2) / math.sqrt(self.hidden)  # (batch, Lq, Ld): scaled dot product
         q_aligned = masked_softmax(e, pair, dim=2) @ hd  # (batch, Lq, hidden)
@@ -234,19 +248,24 @@ def zscore(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / max(float(x.std()), 1e-9)
 
 
-def fuse_list(ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+def fuse_list(ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float | None,
+              k: int) -> tuple[np.ndarray, np.ndarray]:
     """One question's re-ranked list: the first stage's ``ids``/``first`` scores (best first,
     ``-1`` padding) with the re-ranker's scores ``mvcl`` of its top-``k`` valid entries.
     Returns ``(ids, scores)`` of the same length: the top-``k`` by
-    ``alpha * z(mvcl) + (1 - alpha) * z(first)`` (ties: the first stage's order), then the
-    rest in the first stage's order, scored below."""
+    ``alpha * z(mvcl) + (1 - alpha) * z(first)`` or, with ``alpha`` None (no fusion: the
+    re-ranked list alone), by the re-ranker's own scores (ties: the first stage's order),
+    then the rest in the first stage's order, scored below."""
     ids = np.asarray(ids, dtype=np.int64)
     valid = np.flatnonzero(ids >= 0)
     head, tail = valid[:k], valid[k:]
     if head.size == 0:
         return ids.copy(), np.zeros(ids.shape, dtype=np.float32)
-    fused = alpha * zscore(mvcl[: head.size]) + (1.0 - alpha) * zscore(first[head])  # (h,)
-    order = np.lexsort((np.arange(head.size), -fused))  # by fused desc, then first-stage rank
+    if alpha is None:
+        fused = np.asarray(mvcl[: head.size], dtype=np.float64)  # (h,): the network's scores
+    else:
+        fused = alpha * zscore(mvcl[: head.size]) + (1.0 - alpha) * zscore(first[head])  # (h,)
+    order = np.lexsort((np.arange(head.size), -fused))  # by score desc, then first-stage rank
     out_ids = np.full(ids.shape, -1, dtype=np.int64)
     out_scores = np.zeros(ids.shape, dtype=np.float32)
     out_ids[: head.size] = ids[head[order]]
@@ -262,16 +281,22 @@ def fuse_list(ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float
 def build_model(input_dim: int, config: RerankConfig):
     """The interaction network that ``config`` describes, over PLM states of ``input_dim``."""
     return InteractionModel(input_dim, config.hidden, config.dropout, alignment=config.alignment,
-                            temperature=config.align_temperature, features=config.match_features,
-                            warm_start=config.warm_start)
+                            temperature=config.align_temperature or 1.0, features=config.match_features,
+                            warm_start=config.warm_start, pooling=config.pooling)
 
 
-def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str | os.PathLike) -> None:
-    """Write ``models/mvcl/`` atomically: the weights and ``mvcl.json`` (settings, first stage, k, alpha)."""
+def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str | os.PathLike,
+               plm=None, tokenizer=None, base_dir: str | os.PathLike | None = None) -> None:
+    """Write ``models/<variant>/`` atomically: the weights, ``mvcl.json`` (settings, first stage,
+    k, alpha) and, with a fine-tuned PLM, the PLM and its tokenizer in ``plm/`` (with the base
+    checkpoint's ``lexgraph_base.json`` from ``base_dir``: its text prefixes)."""
+    import shutil
+
     from safetensors.torch import save_file
 
     from lexgraph.io import atomic_path
-    from lexgraph.models.mvcl_config import SETTINGS, WEIGHTS
+    from lexgraph.models.family import BASE_INFO
+    from lexgraph.models.mvcl_config import PLM_DIR, SETTINGS, WEIGHTS
 
     settings = {"format": "lexgraph-mvcl", "version": 1, "config": asdict(config), "input_dim": model.input_dim,
                 "first_stage": config.first_stage, "k": config.k, "alpha": report["alpha"], "epoch": report["epoch"]}
@@ -279,29 +304,38 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(dict(sorted(state.items())), str(Path(tmp) / WEIGHTS))
         (Path(tmp) / SETTINGS).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if plm is not None:
+            plm.save_pretrained(Path(tmp) / PLM_DIR)
+            tokenizer.save_pretrained(Path(tmp) / PLM_DIR)
+            if base_dir is not None and (Path(base_dir) / BASE_INFO).is_file():
+                shutil.copyfile(Path(base_dir) / BASE_INFO, Path(tmp) / PLM_DIR / BASE_INFO)
 
 
 def load_model(directory: str | os.PathLike, device: torch.device):
-    """``(model, settings)`` from a ``models/mvcl`` directory."""
+    """``(model, settings)`` from a ``models/<variant>`` directory."""
+    from lexgraph.layout import restore_hint
     from lexgraph.models.weights import built_from, load_state
-    from lexgraph.models.mvcl_config import RESTORE, SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
+    from lexgraph.models.mvcl_config import SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
 
     directory = Path(directory)
     path = directory / SETTINGS
+    restore = restore_hint(path)  # rerun `dvc repro rerank@<variant>` ...
     if is_disabled(directory):
-        raise LexgraphError(f"{directory}: the MVCL re-ranker is switched off (rerank.enabled: false); "
-                            "run `dvc exp run -S rerank.enabled=true` (or set it in params.yaml and `dvc repro`)")
+        variant = directory.name
+        raise LexgraphError(f"{directory}: the {variant} re-ranker is switched off (rerank.{variant}.enabled: false); "
+                            f"run `dvc exp run -S rerank.{variant}.enabled=true` (or set it in params.yaml and "
+                            "`dvc repro`)")
     if not path.exists() and not path.is_symlink():
-        raise LexgraphError(f"{path}: the MVCL re-ranker not found; run `dvc repro rerank` first")
-    settings = read_json_object(path, what=SETTINGS_WHAT, fix=RESTORE, keys={
+        raise LexgraphError(f"{path}: the re-ranker not found; run `dvc repro rerank` first")
+    settings = read_json_object(path, what=SETTINGS_WHAT, fix=restore, keys={
         "format": (lambda v: v == "lexgraph-mvcl", "'lexgraph-mvcl'"),
         "input_dim": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
         "config": (lambda v: isinstance(v, dict), "an object of rerank settings"),
         "first_stage": (lambda v: isinstance(v, str), "a system name"),
     })
     with built_from(path, "key 'config' does not build the network", "the rerank settings the rerank stage saved",
-                    RESTORE):
+                    restore):
         model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
     # weights of another network shape (e.g. trained before match_features) are one line too
-    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, RESTORE).to(device).eval(), settings
+    return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, restore).to(device).eval(), settings

@@ -1,6 +1,9 @@
-"""The MVCL re-ranker's cached features (the ``encode_rerank`` stage): the frozen base
-encoder's token states of the articles, the train and dev questions and the element views,
-in float16 token stores; and the placeholders written when ``rerank.enabled`` is false."""
+"""The re-rankers' inputs: the token ids of the articles, the train and dev questions and
+the element views (:func:`token_inputs`), and the frozen base encoder's token states of
+them in float16 token stores (the ``encode_rerank`` stage's cache for ``xrerank``,
+:func:`build_features`, or encoded by the ``rerank`` stage itself when a frozen re-ranker's
+settings differ from the cache's, :func:`frozen_stores`); and the placeholders written
+when a re-ranker is switched off (``rerank.<variant>.enabled: false``)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -93,9 +97,7 @@ class FrozenTokenEncoder:
         self.dim = int(self.model.config.hidden_size)
 
     def tokenize(self, texts: Sequence[str], prefix: str, max_length: int) -> list[dict[str, list]]:
-        enc = self.tokenizer([prefix + t for t in texts], truncation=True, max_length=max_length,
-                             return_offsets_mapping=True)
-        return [{"input_ids": ids, "offsets": off} for ids, off in zip(enc["input_ids"], enc["offset_mapping"])]
+        return tokenize(self.tokenizer, texts, prefix, max_length)
 
     @torch.no_grad()
     def encode_ids(self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode") -> list[torch.Tensor]:
@@ -125,10 +127,26 @@ class FrozenTokenEncoder:
         return self.encode_ids([t["input_ids"] for t in toks], batch_size, "encode questions")
 
     def del_id(self, token: str) -> int:
-        tid = self.tokenizer.convert_tokens_to_ids(token)
-        if tid is None or tid == self.tokenizer.unk_token_id:
-            raise params_error(f"'rerank.del_token' = {token!r} is not a token of the base encoder's vocabulary")
-        return int(tid)
+        return del_token_id(self.tokenizer, token)
+
+    def encode_store(self, ids: Sequence[int], sequences: Sequence[Sequence[int]], batch_size: int,
+                     desc: str = "encode") -> TokenStore:
+        """The token states of ``sequences`` in a store keyed by ``ids``."""
+        return TokenStore.from_list(list(ids), self.encode_ids(sequences, batch_size, desc), self.dim)
+
+
+def tokenize(tokenizer, texts: Sequence[str], prefix: str, max_length: int) -> list[dict[str, list]]:
+    """Token ids and character offsets of ``prefix + text`` for every text, truncated to ``max_length``."""
+    enc = tokenizer([prefix + t for t in texts], truncation=True, max_length=max_length, return_offsets_mapping=True)
+    return [{"input_ids": ids, "offsets": off} for ids, off in zip(enc["input_ids"], enc["offset_mapping"])]
+
+
+def del_token_id(tokenizer, token: str) -> int:
+    """The id of ``rerank.del_token`` (MVCL's [DEL]) in ``tokenizer``'s vocabulary."""
+    tid = tokenizer.convert_tokens_to_ids(token)
+    if tid is None or tid == tokenizer.unk_token_id:
+        raise params_error(f"'rerank.del_token' = {token!r} is not a token of the base encoder's vocabulary")
+    return int(tid)
 
 
 def _filter_patterns(text: str, families: Sequence[str]) -> list[tuple[int, int, bool]]:
@@ -142,42 +160,49 @@ def _filter_patterns(text: str, families: Sequence[str]) -> list[tuple[int, int,
 
 
 DISABLED = {"enabled": False}
+STORES = ("articles", "questions", "element_views")
 
 
-def write_disabled(out_dir: str | os.PathLike) -> None:
-    """The placeholder output of a stage when ``rerank.enabled`` is false."""
+def write_disabled(out_dir: str | os.PathLike, variant: str = "xrerank") -> None:
+    """The placeholder output of a stage when ``rerank.<variant>.enabled`` is false."""
     from lexgraph.io import atomic_path
 
     with atomic_path(out_dir, directory=True) as tmp:
         (Path(tmp) / "disabled.json").write_text(json.dumps(DISABLED) + "\n", encoding="utf-8")
-    log.info("rerank.enabled is false: %s holds a placeholder (dvc exp run -S rerank.enabled=true builds mvcl)", out_dir)
+    log.info("rerank.%s.enabled is false: %s holds a placeholder (dvc exp run -S rerank.%s.enabled=true builds it)",
+             variant, out_dir, variant)
 
 
 def is_disabled(directory: str | os.PathLike) -> bool:
     return (Path(directory) / "disabled.json").is_file()
 
 
-def build_features(articles, questions, config: RerankConfig, pretrain_dir: str | os.PathLike,
-                   out_dir: str | os.PathLike, device: torch.device, seed: int) -> dict[str, Any]:
-    """Encode and write ``articles``, ``questions`` (train + dev) and ``element_views``
-    token stores under ``out_dir``; returns the element indicator's statistics. The element
-    view of article ``i`` deletes the sentences drawn from ``(seed, i)``
-    (:func:`lexgraph.elements.deleted_sentences`)."""
+@dataclass
+class TokenInputs:
+    """What the re-rankers read, as token ids: every article (corpus order), the train (and
+    dev) questions (by id) and the element views of the train questions' gold articles."""
+
+    article_ids: list[int]
+    articles: list[list[int]]
+    question_ids: list[int]
+    questions: list[list[int]]
+    view_ids: list[int]
+    views: list[list[int]]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def token_inputs(articles, questions, config: RerankConfig, tokenizer, query_prefix: str, passage_prefix: str,
+                 seed: int) -> TokenInputs:
+    """Tokenise ``articles`` (first ``max_article_length`` tokens, ``passage_prefix``), the
+    train and dev questions (``max_query_length``, ``query_prefix``) and build the element
+    view of article ``i`` by deleting the sentences drawn from ``(seed, i)``
+    (:func:`lexgraph.elements.deleted_sentences`); ``stats``: the element indicator's counts."""
     import polars as pl
 
-    from lexgraph.io import atomic_path
-
-    if not config.enabled:
-        write_disabled(out_dir)
-        return dict(DISABLED)
-
-    encoder = FrozenTokenEncoder(pretrain_dir, device)
-    del_id = encoder.del_id(config.del_token)
+    del_id = del_token_id(tokenizer, config.del_token)
     ids = articles["id"].to_list()
     texts = articles["article"].to_list()
-    toks = encoder.tokenize(texts, encoder.passage_prefix, config.max_article_length)
-    art_states = encoder.encode_ids([t["input_ids"] for t in toks], config.encode_batch_size, "encode articles")
-
+    toks = tokenize(tokenizer, texts, passage_prefix, config.max_article_length)
     # element views of the train questions' gold articles (the B+ of the triples)
     train = questions.filter(pl.col("split") == "train")
     gold = sorted({int(a) for row in train["article_ids"].to_list() for a in row})
@@ -189,7 +214,7 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
             continue
         r = index[aid]
         sentences = _filter_patterns(texts[r], config.element_patterns)
-        sentence_of = token_sentences(toks[r]["offsets"], sentences, text_start=len(encoder.passage_prefix))
+        sentence_of = token_sentences(toks[r]["offsets"], sentences, text_start=len(passage_prefix))
         view, deleted = element_view(toks[r]["input_ids"], sentence_of, [s[2] for s in sentences], del_id,
                                      config.element_budget, seed, aid)
         view_ids.append(aid)
@@ -203,23 +228,12 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
         marked = sum(s[2] for s in sentences)
         n_elem += marked
         with_element += marked > 0
-    view_states = encoder.encode_ids(view_seqs, config.encode_batch_size, "encode element views")
-
     splits = ("train", "dev") if config.split == "dev" else ("train",)
     q = questions.filter(pl.col("split").is_in(list(splits))).sort("id")
-    q_states = encoder.encode_queries(q["question"].to_list(), config.max_query_length, config.encode_batch_size)
-
-    meta = {"model": str(pretrain_dir), "max_article_length": str(config.max_article_length),
-            "max_query_length": str(config.max_query_length), "element_budget": str(config.element_budget),
-            "del_token": config.del_token, "element_patterns": ",".join(config.element_patterns),
-            "view_seed": str(seed)}
-    with atomic_path(out_dir, directory=True) as tmp:
-        TokenStore.from_list(ids, art_states, encoder.dim).save(Path(tmp) / "articles.safetensors", meta)
-        TokenStore.from_list(q["id"].to_list(), q_states, encoder.dim).save(Path(tmp) / "questions.safetensors", meta)
-        TokenStore.from_list(view_ids, view_states, encoder.dim).save(Path(tmp) / "element_views.safetensors", meta)
+    q_toks = tokenize(tokenizer, q["question"].to_list(), query_prefix, config.max_query_length)
     stats = {
         "articles": len(ids),
-        "article_tokens": int(sum(s.shape[0] for s in art_states)),
+        "article_tokens": int(sum(len(t["input_ids"]) for t in toks)),
         "articles_truncated": int(sum(len(t["input_ids"]) >= config.max_article_length for t in toks)),
         "questions": q.height,
         "sentences": n_sent,
@@ -231,5 +245,83 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
         "element_view_tokens": n_tok,
         "element_view_deleted_fraction": round(n_del / max(n_tok, 1), 4),
     }
-    log.info("element indicator: %s", stats)
-    return stats
+    return TokenInputs(ids, [t["input_ids"] for t in toks], q["id"].to_list(), [t["input_ids"] for t in q_toks],
+                       view_ids, view_seqs, stats)
+
+
+def _metadata(config: RerankConfig, pretrain_dir: str | os.PathLike, seed: int) -> dict[str, str]:
+    """What a cached store was built with (a frozen re-ranker reads the cache only when equal)."""
+    return {"model": str(pretrain_dir), "max_article_length": str(config.max_article_length),
+            "max_query_length": str(config.max_query_length), "element_budget": str(config.element_budget),
+            "del_token": config.del_token, "element_patterns": ",".join(config.element_patterns),
+            "view_seed": str(seed)}
+
+
+def encode_inputs(encoder: FrozenTokenEncoder, inputs: TokenInputs,
+                  batch_size: int) -> tuple[TokenStore, TokenStore, TokenStore]:
+    """The frozen encoder's ``(articles, questions, element_views)`` stores of ``inputs``."""
+    arts = encoder.encode_store(inputs.article_ids, inputs.articles, batch_size, "encode articles")
+    views = encoder.encode_store(inputs.view_ids, inputs.views, batch_size, "encode element views")
+    qs = encoder.encode_store(inputs.question_ids, inputs.questions, batch_size, "encode questions")
+    return arts, qs, views
+
+
+def build_features(articles, questions, config: RerankConfig, pretrain_dir: str | os.PathLike,
+                   out_dir: str | os.PathLike, device: torch.device, seed: int) -> dict[str, Any]:
+    """Encode and write the ``articles``, ``questions`` (train + dev) and ``element_views``
+    token stores of :func:`token_inputs` under ``out_dir`` (xrerank's cache); returns the
+    element indicator's statistics."""
+    from lexgraph.io import atomic_path
+
+    if not config.enabled:
+        write_disabled(out_dir, config.variant)
+        return dict(DISABLED)
+    encoder = FrozenTokenEncoder(pretrain_dir, device)
+    inputs = token_inputs(articles, questions, config, encoder.tokenizer, encoder.query_prefix,
+                          encoder.passage_prefix, seed)
+    arts, qs, views = encode_inputs(encoder, inputs, config.encode_batch_size)
+    meta = _metadata(config, pretrain_dir, seed)
+    with atomic_path(out_dir, directory=True) as tmp:
+        arts.save(Path(tmp) / "articles.safetensors", meta)
+        qs.save(Path(tmp) / "questions.safetensors", meta)
+        views.save(Path(tmp) / "element_views.safetensors", meta)
+    log.info("element indicator: %s", inputs.stats)
+    return inputs.stats
+
+
+def cache_matches(features_dir: str | os.PathLike, config: RerankConfig, pretrain_dir: str | os.PathLike,
+                  seed: int, names: Sequence[str] = STORES, keys: Sequence[str] | None = None) -> bool:
+    """True when the stores ``names`` of ``features_dir`` were built with ``config``'s settings
+    (``keys``: only these of them; the search side reads the articles at their length only)."""
+    from safetensors import safe_open
+
+    want = _metadata(config, pretrain_dir, seed)
+    if keys is not None:
+        want = {k: want[k] for k in keys}
+    for name in names:
+        path = Path(features_dir) / f"{name}.safetensors"
+        if not path.is_file():
+            return False
+        try:
+            with safe_open(str(path), "pt") as f:
+                meta = f.metadata() or {}
+        except Exception:  # a damaged cache is not used; encoding anew is always correct
+            return False
+        if any(meta.get(k) != v for k, v in want.items()):
+            return False
+    return True
+
+
+def frozen_stores(articles, questions, config: RerankConfig, features_dir: str | os.PathLike,
+                  pretrain_dir: str | os.PathLike, device: torch.device,
+                  seed: int) -> tuple[TokenStore, TokenStore, TokenStore]:
+    """A frozen re-ranker's ``(articles, questions, element_views)`` stores: the cache of
+    ``encode_rerank`` when it was built with the same settings, else encoded here."""
+    if cache_matches(features_dir, config, pretrain_dir, seed):
+        return tuple(TokenStore.load(Path(features_dir) / f"{n}.safetensors") for n in STORES)  # type: ignore[return-value]
+    log.info("rerank.%s: the cache in %s was built with other settings; encoding with the frozen PLM here",
+             config.variant, features_dir)
+    encoder = FrozenTokenEncoder(pretrain_dir, device)
+    inputs = token_inputs(articles, questions, config, encoder.tokenizer, encoder.query_prefix,
+                          encoder.passage_prefix, seed)
+    return encode_inputs(encoder, inputs, config.encode_batch_size)

@@ -24,12 +24,12 @@ from lexgraph.retrieval.dense import load_dsr
 from lexgraph.retrieval.gnn import load_gdsr, load_hgraph, load_hgraph_qa, load_qabisar
 from lexgraph.retrieval.hprior import load_hprior
 from lexgraph.retrieval.hybrid import load_hybrid
-from lexgraph.retrieval.rerank import load_mvcl
+from lexgraph.retrieval.rerank import load_mvcl, load_xrerank
 from lexgraph.zeroshot import load_system as load_zeroshot
 
 # system name -> loader: (workspace: Path, device: str) and, for dense systems, the keyword
 # ``index`` (an IndexConfig: how the article embeddings are searched, ``evaluate.index``); the
-# systems built on others (hybrid, mvcl) take ``load``, given load_retriever itself, so that
+# systems built on others (hybrid, the re-rankers) take ``load``, given load_retriever itself, so that
 # their modules need not import this registry back
 SYSTEMS: dict[str, Callable[..., "Retriever"]] = {
     "bm25": load_bm25,
@@ -41,6 +41,7 @@ SYSTEMS: dict[str, Callable[..., "Retriever"]] = {
     "hgraph": load_hgraph,
     "hgraph_qa": load_hgraph_qa,
     "hybrid": load_hybrid,
+    "xrerank": load_xrerank,
     "mvcl": load_mvcl,
 }
 

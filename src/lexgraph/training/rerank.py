@@ -1,37 +1,42 @@
-"""MVCL re-ranker: frozen token states, triples, training with the multi-view losses.
+"""The re-rankers ``mvcl`` and ``xrerank``: triples, training with MVCL's multi-view losses.
 
-The ``mvcl`` system re-ranks the top-``k`` articles of a first-stage system
-(``rerank.first_stage``) with MVCL's interaction network (:mod:`lexgraph.models.mvcl`;
-Wang et al., "Legal Element-oriented Modeling with Multi-view Contrastive Learning for
-Legal Case Retrieval", IJCNN 2022, arXiv:2210.05188). Two stages:
+Both re-rank the top-``k`` articles of a first-stage system (``rerank.first_stage``) with
+MVCL's interaction network (:mod:`lexgraph.models.mvcl`; Zhaowei Wang, "Legal
+Element-oriented Modeling with Multi-view Contrastive Learning for Legal Case Retrieval",
+IJCNN 2022, arXiv:2210.05188). What differs is in ``rerank.<variant>``
+(:mod:`lexgraph.models.mvcl_config`):
 
-* ``encode_rerank`` (:func:`build_features`): the base encoder (``models/pretrain``,
-  multilingual-e5-small on the sample) stays **frozen**; its last-layer token states are
-  cached once, in float16: every article's first ``max_article_length`` tokens
-  (``passage: `` prefix), the train and dev questions' first ``max_query_length`` tokens
-  (``query: ``), and the element view T+ (:func:`lexgraph.elements.element_view`) of the
-  gold articles of the train questions. The test questions are never read here.
-* ``rerank`` (:func:`train`): triples (A, B+, C-) pair each (train question, gold
-  article) with ``negatives`` non-gold articles drawn, fresh every epoch, from the first
-  stage's top-``k`` for that question. The loss is
-  ``L + lambda_case * L_case + lambda_ele * L_ele`` (:mod:`lexgraph.losses`); AdamW
-  with linear warm-up and decay. The case view's negatives are in-batch (its own C- and
-  the other triples' B+ and C-, less the question's own gold articles); the element view
-  contrasts the batch's distinct gold articles with their element views (2N - 2
-  negatives). The re-ranker's score is interpolated with the first stage's (both
-  z-normalised over the question's top-``k``): ``alpha * z(mvcl) + (1 - alpha) * z(first)``;
-  alpha = 0 is the first stage itself. After every epoch (and before training, with
-  ``warm_start``) the dev questions' top-``k`` are re-ranked and fused at every alpha of
-  ``interpolation``; the epoch and alpha kept are the pair whose fused lists have the best
-  ``metric`` (ties: the earlier epoch, the first listed alpha): what is selected is what
-  the ``mvcl`` system returns.
+* ``mvcl`` (as published): the PLM (``models/pretrain``) is **fine-tuned** inside the
+  training step (:class:`lexgraph.models.mvcl_plm.PLMTokens`: token ids in, gradients into
+  the PLM; §IV-C: Adam at 2e-5, inputs of up to 512 tokens), and the re-ranked list is
+  the network's order alone (``fusion: false``).
+* ``xrerank`` (lexgraph's recipe): the PLM stays **frozen**; its token states are cached
+  by ``encode_rerank`` (:func:`lexgraph.models.mvcl_features.build_features`), the network
+  starts as MaxSim and its scores are fused with the first stage's (``fusion: true``).
 
-A re-ranked list is the top-``k`` in fused order followed by the rest of the first
-stage's list in its own order, scored below the top-``k``.
+Triples (A, B+, C-) pair each (train question, gold article) with ``negatives`` non-gold
+articles drawn, fresh every epoch, from the first stage's top-``k`` for that question. The
+loss is ``L + lambda_case * L_case + lambda_ele * L_ele`` (:mod:`lexgraph.losses`); the
+engine's AdamW with linear warm-up and decay (weight decay 0 is Adam). The case view's
+negatives are in-batch (its own C- and the other triples' B+ and C-, less the question's
+own gold articles); the element view contrasts the batch's distinct gold articles with
+their element views (2N - 2 negatives). The element indicator is lexgraph's documented
+regex (:mod:`lexgraph.elements`), not the paper's, which is trained on element labels that
+statutes do not have.
+
+With fusion the re-ranker's score is interpolated with the first stage's (both
+z-normalised over the question's top-``k``): ``alpha * z(mvcl) + (1 - alpha) * z(first)``;
+alpha = 0 is the first stage itself. After every epoch (and before training, with
+``warm_start``) the dev questions' top-``k`` are re-ranked (and, with fusion, fused at
+every alpha of ``interpolation``); the epoch (and alpha) kept are those whose lists have
+the best ``metric`` (ties: the earlier epoch, the first listed alpha): what is selected is
+what the system returns. A re-ranked list is the top-``k`` in that order followed by the
+rest of the first stage's list in its own order, scored below the top-``k``.
 
 :class:`RerankTrainer` is a task of the shared training loop
 (:func:`lexgraph.training.engine.fit`): ``batches(epoch)`` (a seeded iterator),
-``step(batch) -> (loss, parts)`` and ``evaluate() -> dev metrics`` (of the fused lists at the epoch's best alpha).
+``step(batch) -> (loss, parts)`` (under the runtime's autocast: mixed precision on CUDA)
+and ``evaluate() -> dev metrics``.
 """
 
 
@@ -39,7 +44,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -51,6 +57,7 @@ from lexgraph.metrics import evaluate_run
 from lexgraph.models.mvcl import build_model, fuse_list, rerank_scores
 from lexgraph.models.mvcl_config import RerankConfig
 from lexgraph.models.mvcl_features import TokenStore
+from lexgraph.models.mvcl_plm import PLMTokens
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +81,21 @@ def first_stage_lists(retriever, questions, split: str, depth: int) -> Lists:
 
 
 class RerankTrainer:
-    """MVCL's training task in an engine's shape: ``batches``, ``step``, ``evaluate``."""
+    """A re-ranker's training task in an engine's shape: ``batches``, ``step``, ``evaluate``.
+    ``articles``, ``queries`` and ``views`` are cached stores (a frozen PLM) or
+    :class:`PLMTokens` (the PLM ``plm`` trains with the network)."""
 
-    def __init__(self, model, config: RerankConfig, articles: TokenStore, queries: TokenStore,
-                 views: TokenStore, train: Lists, dev: Lists, device: torch.device, seed: int) -> None:
+    def __init__(self, model, config: RerankConfig, articles: TokenStore | PLMTokens, queries: TokenStore | PLMTokens,
+                 views: TokenStore | PLMTokens, train: Lists, dev: Lists, device: torch.device, seed: int,
+                 plm: torch.nn.Module | None = None, autocast=None) -> None:
+        import contextlib
+
         from lexgraph.losses.CaseViewLoss import CaseViewLoss
         from lexgraph.losses.ElementViewLoss import ElementViewLoss
         from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
 
         self.model, self.config, self.device, self.seed = model, config, device, seed
+        self.plm, self.autocast = plm, autocast or contextlib.nullcontext
         self.articles, self.queries, self.views = articles, queries, views
         self.train_lists, self.dev_lists = train, dev
         self.triple_loss = PairwiseTripleLoss(swap=config.swap)
@@ -119,18 +132,21 @@ class RerankTrainer:
             yield [triples[i] for i in order[start:start + size]]
 
     def modules(self) -> list[torch.nn.Module]:
-        return [self.model]
+        return [self.model] + ([self.plm] if self.plm is not None else [])
 
     def train(self) -> None:
-        self.model.train()
+        for module in self.modules():
+            module.train()
 
     def step(self, batch: Sequence[tuple[int, int, int]]) -> tuple[torch.Tensor, dict[str, float]]:
         """The engine's step: the total loss, and its parts for the history."""
-        out = self.losses(batch)
+        with self.autocast():
+            out = self.losses(batch)
         return out["loss"], {f"train_{k}": float(v.detach()) for k, v in out.items() if k != "loss"}
 
     def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
-        return LexgraphError(f"mvcl: the loss is {value} at epoch {epoch}, step {step}; lower rerank.lr "
+        v = self.config.variant
+        return LexgraphError(f"{v}: the loss is {value} at epoch {epoch}, step {step}; lower rerank.{v}.lr "
                              "or rerank.max_grad_norm")
 
     def losses(self, batch: Sequence[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
@@ -165,18 +181,31 @@ class RerankTrainer:
         rows = [[a in qrels[q] for a in cases] for q in qids]
         return torch.tensor(rows, dtype=torch.bool, device=self.device)  # (N, 2N)
 
+    def scoring_stores(self) -> tuple[TokenStore, TokenStore]:
+        """``(queries, articles)`` stores to score the dev lists with: the cache, or the current
+        PLM's states of the dev questions and of every article in their top-``k``."""
+        if isinstance(self.articles, TokenStore):
+            return self.queries, self.articles
+        d, k = self.dev_lists, self.config.k
+        cands = sorted({int(a) for row in d.ids for a in row[:k] if a >= 0 and a in self.articles})
+        size = self.config.eval_batch_size
+        return (self.queries.encode_store(d.qids, size, self.device, self.autocast),
+                self.articles.encode_store(cands, size, self.device, self.autocast))
+
     def dev_scores(self) -> list[np.ndarray]:
         """The re-ranker's scores of every dev question's top-``k``."""
         from lexgraph.progress import progress
 
+        queries, articles = self.scoring_stores()
         out = []
         for qid, row in progress(list(zip(self.dev_lists.qids, self.dev_lists.ids)), "re-rank dev", unit="question"):
             cands = [int(a) for a in row[: self.config.k] if a >= 0]
-            out.append(rerank_scores(self.model, self.queries.get(qid), cands, self.articles, self.device,
+            out.append(rerank_scores(self.model, queries.get(qid), cands, articles, self.device,
                                      self.config.eval_batch_size))
         return out
 
-    def metrics_at(self, scores: Sequence[np.ndarray], alpha: float) -> dict[str, float]:
+    def metrics_at(self, scores: Sequence[np.ndarray], alpha: float | None) -> dict[str, float]:
+        """Dev metrics of the lists fused at ``alpha`` (None: the re-ranked lists alone)."""
         d = self.dev_lists
         run = {}
         for qid, ids, first, s in zip(d.qids, d.ids, d.scores, scores):
@@ -193,10 +222,14 @@ class RerankTrainer:
         return best, metrics
 
     def evaluate(self) -> dict[str, float]:
-        """Dev metrics of the system that would be kept: the fused lists at this epoch's best
-        alpha. Epoch and alpha are thus chosen together, by what ``mvcl`` returns, not by the
-        re-ranker alone (which the history records too, as ``dev_<metric>_alone``)."""
+        """Dev metrics of the system that would be kept: the re-ranked lists alone without
+        fusion; with fusion, the fused lists at this epoch's best alpha (epoch and alpha are
+        thus chosen together, by what the system returns, not by the re-ranker alone, which
+        the history records too, as ``dev_<metric>_alone``)."""
         scores = self.dev_scores()
+        if not self.config.fusion:
+            self.epoch_log.append({})
+            return self.metrics_at(scores, None)
         alpha, metrics = self.by_alpha(scores)
         alone = metrics[1.0] if 1.0 in metrics else self.metrics_at(scores, 1.0)
         self.epoch_log.append({"alpha": alpha, f"dev_{self.config.metric}_alone": alone[self.config.metric]})
@@ -207,48 +240,135 @@ def _round(d: dict[str, float]) -> dict[str, float]:
     return {k: round(float(v), 4) for k, v in d.items()}
 
 
-def train(config: RerankConfig, articles: TokenStore, queries: TokenStore, views: TokenStore,
-          train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int, runtime=None):
-    """Train the interaction network; returns ``(model, report)`` with the kept epoch's
-    weights, alpha and the dev metrics."""
-    from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
+def train(config: RerankConfig, articles: TokenStore | PLMTokens, queries: TokenStore | PLMTokens,
+          views: TokenStore | PLMTokens, train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int,
+          runtime=None, plm: torch.nn.Module | None = None):
+    """Train the interaction network (and ``plm``, fine-tuned, when given: the stores are then
+    :class:`PLMTokens` over it); returns ``(model, report)`` with the kept epoch's weights."""
+    from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, fit
 
+    runtime = runtime or Runtime(device)
     torch.manual_seed(seed)  # the initial weights and dropout follow the seed
     model = build_model(articles.dim, config).to(device)
-    trainer = RerankTrainer(model, config, articles, queries, views, train_lists, dev_lists, device, seed)
+    trainer = RerankTrainer(model, config, articles, queries, views, train_lists, dev_lists, device, seed,
+                            plm=plm, autocast=runtime.autocast)
     steps = trainer.steps_per_epoch()
-    # AdamW with weight decay on every parameter, linear warm-up then decay (lexgraph.training.engine)
-    optimizer = build_optimizer([ParamGroup(list(model.parameters()), config.lr, config.weight_decay,
-                                            decay_exempt=False)], [model])
-    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * steps * config.epochs),
-                                steps * config.epochs)
-    log.info("mvcl: %d (question, gold) pairs, %d negatives each, %d steps per epoch",
-             len(trainer.pairs), config.negatives, steps)
+    # AdamW with weight decay on every parameter of the network, linear warm-up then decay
+    groups = [ParamGroup(list(model.parameters()), config.lr, config.weight_decay, decay_exempt=False)]
+    if plm is not None:
+        groups.append(ParamGroup(list(plm.parameters()), config.plm_lr, config.weight_decay))
+    optimizer, scheduler = _optimizer(groups, trainer.modules(), config, steps)
+    first_grad = _first_grad_norm(optimizer, plm)
+    log.info("%s: %d (question, gold) pairs, %d negatives each, %d steps per epoch, PLM %s",
+             config.variant, len(trainer.pairs), config.negatives, steps, config.plm)
     result = fit(trainer, optimizer, scheduler,
-                 FitConfig(name="mvcl", epochs=config.epochs, steps_per_epoch=steps,
+                 FitConfig(name=config.variant, epochs=config.epochs, steps_per_epoch=steps,
                            max_grad_norm=config.max_grad_norm, selection_metric=config.metric,
                            select_epoch_zero=model.warm_started),
-                 runtime or Runtime(device))
-    best_epoch = result.best_epoch
+                 runtime)
+    report = _report(config, trainer, result)
+    if plm is not None:
+        report["plm_grad_norm_first_step"] = round(first_grad.get("norm", 0.0), 6)
+    log.info("%s: kept epoch %d, alpha %s: dev %s %.4f (first stage %.4f, re-ranker alone %.4f)", config.variant,
+             result.best_epoch, report["alpha"], config.metric, report["dev"][config.metric],
+             report["dev_first_stage"][config.metric], report["dev_mvcl_only"][config.metric])
+    return model, report
+
+
+def _optimizer(groups, modules, config: RerankConfig, steps: int):
+    from lexgraph.training.engine import build_optimizer, build_scheduler
+
+    optimizer = build_optimizer(groups, modules)
+    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * steps * config.epochs),
+                                steps * config.epochs)
+    return optimizer, scheduler
+
+
+def _first_grad_norm(optimizer, plm) -> dict[str, float]:
+    """Records (in the returned dict, key ``norm``) the L2 norm of the PLM's gradient at the
+    first optimizer step (after clipping): the evidence that the PLM trains."""
+    box: dict[str, float] = {}
+    if plm is None:
+        return box
+
+    def hook(opt, args, kwargs):
+        if "norm" not in box:
+            norms = [p.grad.detach().float().norm() for p in plm.parameters() if p.grad is not None]
+            box["norm"] = float(torch.stack(norms).norm()) if norms else 0.0
+
+    optimizer.register_step_pre_hook(hook)
+    return box
+
+
+def _report(config: RerankConfig, trainer: RerankTrainer, result) -> dict:
+    """The training report (rerank_<variant>.json): the kept epoch (and alpha), the dev metrics, the history."""
     history = [{**h, **{k: round(float(v), 4) if k != "alpha" else v for k, v in e.items()}}
                for h, e in zip(result.history, trainer.epoch_log)]
     scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
-    alpha, by_alpha = trainer.by_alpha(scores)
-    report = {
-        "first_stage": config.first_stage,
-        "k": config.k,
-        "epoch": best_epoch,
-        "alpha": alpha,
-        "split": config.split,
-        "metric": config.metric,
-        "dev": _round(by_alpha[alpha]),
-        "dev_mvcl_only": _round(trainer.metrics_at(scores, 1.0)),
-        "dev_first_stage": _round(trainer.metrics_at(scores, 0.0)),
-        "dev_by_alpha": {str(a): round(float(m[config.metric]), 4) for a, m in by_alpha.items()},
-        "history": history,
-        "pairs": len(trainer.pairs),
-    }
-    log.info("mvcl: kept epoch %d, alpha %.2f: dev %s %.4f (first stage %.4f, re-ranker alone %.4f)", best_epoch, alpha,
-             config.metric, report["dev"][config.metric], report["dev_first_stage"][config.metric],
-             report["dev_mvcl_only"][config.metric])
-    return model, report
+    report = {"first_stage": config.first_stage, "k": config.k, "epoch": result.best_epoch}
+    if config.fusion:
+        alpha, by_alpha = trainer.by_alpha(scores)
+        report.update(alpha=alpha, split=config.split, metric=config.metric, dev=_round(by_alpha[alpha]))
+    else:
+        report.update(alpha=None, split=config.split, metric=config.metric, dev=_round(trainer.metrics_at(scores, None)))
+    report["dev_mvcl_only"] = _round(trainer.metrics_at(scores, 1.0 if config.fusion else None))
+    report["dev_first_stage"] = _round(trainer.metrics_at(scores, 0.0))
+    if config.fusion:
+        report["dev_by_alpha"] = {str(a): round(float(m[config.metric]), 4) for a, m in by_alpha.items()}
+    report.update(history=history, pairs=len(trainer.pairs), plm=config.plm, steps=len(result.step_losses))
+    return report
+
+
+@dataclass(frozen=True)
+class RerankPaths:
+    """The rerank stage's paths (dvc.yaml writes them all)."""
+
+    questions: Path = field(metadata={"help": "the clean questions table"})
+    articles: Path = field(metadata={"help": "the clean articles table"})
+    features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
+    pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
+    out: Path = field(metadata={"help": "the re-ranker's directory"})
+    metrics: Path = field(metadata={"help": "the training report (JSON)"})
+
+
+def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, seed: int, load_first) -> None:
+    """The rerank stage for one re-ranker: its inputs (cached or encoded frozen states, or
+    token ids for a fine-tuned PLM), the first stage's lists (``load_first()``: the first
+    stage's retriever, loaded by the caller's registry), training, and the outputs."""
+    from lexgraph.io import read_parquet, write_json
+    from lexgraph.metrics import DEEPEST
+    from lexgraph.models.mvcl import save_model
+    from lexgraph.models.mvcl_features import DISABLED, frozen_stores, write_disabled
+
+    if not config.enabled:
+        write_disabled(paths.out, config.variant)
+        write_json(dict(DISABLED), paths.metrics)
+        return
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    articles = read_parquet(paths.articles, ["id", "article"])
+    first = load_first()
+    train_lists = first_stage_lists(first, questions, "train", config.k)
+    dev_lists = first_stage_lists(first, questions, config.split, max(config.k, DEEPEST))
+    plm = tokenizer = None
+    if config.plm == "finetune":
+        stores, plm, tokenizer = _plm_inputs(articles, questions, config, paths.pretrain, device, seed)
+    else:
+        stores = frozen_stores(articles, questions, config, paths.features, paths.pretrain, device, seed)
+    model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm)
+    save_model(model, config, report, paths.out, plm=plm, tokenizer=tokenizer, base_dir=paths.pretrain)
+    write_json(report, paths.metrics)
+
+
+def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
+    """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` for a fine-tuned PLM."""
+    from lexgraph.models.mvcl_features import token_inputs
+    from lexgraph.models.mvcl_plm import load_plm
+
+    plm, tokenizer, query_prefix, passage_prefix = load_plm(pretrain, device)
+    inputs = token_inputs(articles, questions, config, tokenizer, query_prefix, passage_prefix, seed)
+    log.info("%s: fine-tuning the PLM %s; element indicator: %s", config.variant, pretrain, inputs.stats)
+    pad = tokenizer.pad_token_id
+    stores = (PLMTokens(inputs.article_ids, inputs.articles, plm, pad),
+              PLMTokens(inputs.question_ids, inputs.questions, plm, pad),
+              PLMTokens(inputs.view_ids, inputs.views, plm, pad))
+    return stores, plm, tokenizer
