@@ -13,7 +13,7 @@ writes stand-ins that go through the same code paths:
   reads the hub repo: a README.md whose YAML ``configs:`` block declares ``corpus`` (split
   ``corpus``), ``questions`` (``train``, ``test``, ``synthetic``) and ``negatives`` (BM25
   negatives as JSON, the files ``fetch`` downloads), built from ``data/sample`` (BSARD's
-  schema). As on the hub, there is no dev split (``fetch`` carves it), ``article_ids`` are
+  schema) and cut to :data:`SIZES` for the CPU budget. As on the hub, there is no dev split (``fetch`` carves it), ``article_ids`` are
   comma-separated strings and the synthetic questions are numbered 1..N, overlapping the
   train ids;
 - :func:`paper_params`: profiles/paper.yaml with only what offline CPU forces changed
@@ -126,16 +126,34 @@ def overlap_negatives(questions: list[dict[str, Any]], articles: list[dict[str, 
     return out
 
 
-def build_bsard_hub(out: Path, sample: Path = SAMPLE, n_synthetic: int = 300) -> Path:
-    """The hub's dataset layout (see the module docstring) from the embedded sample."""
+#: the stand-in's size (CPU budget): questions kept per split, synthetic questions, and articles
+#: (every article a kept question cites, then the corpus in order up to this count)
+SIZES = {"train": 120, "test": 40, "synthetic": 100, "articles": 600}
+
+
+def subset_articles(articles: list[dict[str, str]], questions: list[dict], n: int) -> list[dict[str, str]]:
+    """The cited articles plus the first ones in corpus order, ``n`` in all (corpus order kept)."""
+    cited = {int(x) for q in questions for x in str(q["article_ids"]).split(",")}
+    keep, filler = set(cited), max(0, n - len(cited))
+    for art in articles:
+        if filler == 0:
+            break
+        if int(art["id"]) not in keep:
+            keep.add(int(art["id"]))
+            filler -= 1
+    return [a for a in articles if int(a["id"]) in keep]
+
+
+def build_bsard_hub(out: Path, sample: Path = SAMPLE, sizes: dict[str, int] = SIZES) -> Path:
+    """The hub's dataset layout (see the module docstring) from the embedded sample, cut to ``sizes``."""
     out.mkdir(parents=True, exist_ok=True)
-    articles = _read_csv(sample / "articles.csv")
-    _write_csv(out / "articles.csv", list(articles[0]), articles)
     # the hub has no dev split: fetch carves it from train, so the sample's dev joins train
     train = _read_csv(sample / "questions_train.csv") + _read_csv(sample / "questions_dev.csv")
-    train.sort(key=lambda r: int(r["id"]))
-    test = _read_csv(sample / "questions_test.csv")
-    synthetic = synthetic_questions(articles, n_synthetic)
+    train = sorted(train, key=lambda r: int(r["id"]))[: sizes["train"]]
+    test = _read_csv(sample / "questions_test.csv")[: sizes["test"]]
+    articles = subset_articles(_read_csv(sample / "articles.csv"), train + test, sizes["articles"])
+    _write_csv(out / "articles.csv", list(articles[0]), articles)
+    synthetic = synthetic_questions(articles, sizes["synthetic"])
     for split, rows in (("train", train), ("test", test), ("synthetic", synthetic)):
         _write_csv(out / f"questions_{split}.csv", QUESTION_HEADER, rows)
     (out / "negatives").mkdir(exist_ok=True)
@@ -239,10 +257,10 @@ def paper_params(models: dict[str, Path], hub_dir: Path, profile: Path = PROFILE
     return params
 
 
-def build_all(out: Path, **sizes: int) -> dict:
+def build_all(out: Path, data_sizes: dict[str, int] = SIZES, **sizes: int) -> dict:
     """Everything under ``out``: ``bsard/``, ``camembert/``, ``mt5/``; returns the params."""
     texts = corpus_texts()
-    hub = build_bsard_hub(out / "bsard")
+    hub = build_bsard_hub(out / "bsard", sizes=data_sizes)
     cam = {k[4:]: v for k, v in sizes.items() if k.startswith("cam_")}
     mt5 = {k[4:]: v for k, v in sizes.items() if k.startswith("mt5_")}
     models = {"camembert": build_camembert(out / "camembert", texts, **cam), "mt5": build_mt5(out / "mt5", texts, **mt5)}
@@ -280,8 +298,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cam-hidden", type=int, default=48)
     parser.add_argument("--cam-layers", type=int, default=2)
     parser.add_argument("--cam-heads", type=int, default=4)
+    parser.add_argument("--full", action="store_true", help="the whole sample (2,760 articles), not SIZES")
     args = parser.parse_args(argv)
-    params = build_all(args.out.resolve(), cam_hidden=args.cam_hidden, cam_layers=args.cam_layers,
+    data_sizes = {"train": 10**6, "test": 10**6, "synthetic": 300, "articles": 10**6} if args.full else SIZES
+    params = build_all(args.out.resolve(), data_sizes, cam_hidden=args.cam_hidden, cam_layers=args.cam_layers,
                        cam_heads=args.cam_heads)
     (args.out / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     logging.basicConfig(level=logging.INFO)

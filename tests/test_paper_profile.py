@@ -135,7 +135,9 @@ def test_fetch_read_the_hub_layout_with_synthetic_questions(paper_run):
 
     questions = pl.read_parquet(paper_run["dest"] / "data/raw/questions.parquet")
     counts = dict(questions.group_by("split").len().iter_rows())
-    assert counts.get("synthetic") == 300 and counts.get("dev", 0) > 0 and counts.get("test") == 66
+    sizes = pf.SIZES
+    assert counts.get("synthetic") == sizes["synthetic"] and counts.get("test") == sizes["test"], counts
+    assert counts.get("dev", 0) > 0 and counts["train"] + counts["dev"] == sizes["train"], counts
     clean = pl.read_parquet(paper_run["dest"] / "data/clean/questions.parquet")
     assert clean["id"].n_unique() == clean.height
 
