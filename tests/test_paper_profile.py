@@ -5,7 +5,8 @@ A scratch copy of the project runs the paper profile end to end with stand-ins t
 checkpoints (real architectures, unigram tokenizers trained here) and a local directory that
 ``datasets`` loads as it loads the hub repo ``maastrichtlawtech/bsard`` (configs ``corpus``,
 ``questions`` with ``train``/``test``/``synthetic``, BM25 negatives; synthetic ids 1..N that
-overlap the train ids, as on the hub).
+overlap the train ids, as on the hub), cut to ``paper_fixture.SIZES`` (120 train and 40 test
+questions, 100 synthetic, 600 articles) so that the run fits CI's 15 minutes on 2 cores.
 
 Params changed against profiles/paper.yaml, and nothing else (asserted below):
 
