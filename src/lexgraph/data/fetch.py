@@ -480,7 +480,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"
     )
-    refuse_shared_ids(table)
+    refuse_shared_ids(table, str(layout.RAW.path / "questions.parquet"))
     log.info(
         "fetched %d articles, questions %s, %d negative lists",
         articles.height,

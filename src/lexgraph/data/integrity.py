@@ -229,12 +229,12 @@ def renumber_synthetic(sources: dict[str, tuple[Any, Any]], negatives):
     return negatives
 
 
-def refuse_shared_ids(table) -> None:
-    """No question id in two rows of the fetched table, whatever their splits."""
+def refuse_shared_ids(table, source: str) -> None:
+    """No question id in two rows of the fetched table (to be written at ``source``), whatever their splits."""
     hit = first_duplicate(table["id"].to_list())
     if hit:
         i, j = hit
         qid, split, other = table["id"][i], table["split"][i], table["split"][j]
-        raise DataError("data/raw/questions.parquet", f"question id {qid} ({split}) is also the id of a {other} "
+        raise DataError(source, f"question id {qid} ({split}) is also the id of a {other} "
                         "question; expected each question id once across every split, synthetic included",
                         row=i + 1, column="id")
