@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.paper_fixture import HUB_README  # the hub layout of BSARD, one copy for every test
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,29 +27,6 @@ def load_benchmark(name: str, folder: str = "benchmarks"):
         spec.loader.exec_module(module)
     return sys.modules[module_name]
 
-HUB_README = """---
-configs:
-- config_name: corpus
-  data_files:
-  - split: corpus
-    path: articles.csv
-- config_name: questions
-  data_files:
-  - split: train
-    path: questions_train.csv
-  - split: test
-    path: questions_test.csv
-  - split: synthetic
-    path: questions_synthetic.csv
-- config_name: negatives
-  data_files:
-  - split: bm25_train
-    path: negatives/bm25_negatives_train.json
-  - split: bm25_synthetic
-    path: negatives/bm25_negatives_synthetic.json
----
-# BSARD (local stand-in written by the tests)
-"""
 
 ARTICLES_CSV = """id,article,reference,law_type,code,book,part,act,chapter,section,subsection,description
 1,"Le propriétaire d'un mur mitoyen
