@@ -42,7 +42,7 @@ class EvaluateConfig:
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS),
                                metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"})
     significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
-    baselines: list[str] = field(default_factory=lambda: ["bm25", "dsr"],
+    baselines: list[str] = field(default_factory=lambda: ["bm25", "dsr", "hprior"],
                                  metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
     significance_metrics: list[str] = field(default_factory=lambda: ["recall@100", "map", "ndcg@10"],
                                             metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"})
