@@ -93,98 +93,35 @@ def prepare_training_set(
         paths: file names for error messages: ``questions``, ``negatives``, ``graph`` and
             ``<name>_embeddings``.
     """
-    import polars as pl
-
-    paths = {"questions": "questions.parquet", "negatives": "negatives.parquet", **(paths or {})}
-    emb_paths = {
-        name: paths.get(f"{name}_embeddings", f"{name}.safetensors") for name in ("articles", "headings", "questions")
-    }
+    paths = {"questions": "questions.parquet", "negatives": "negatives.parquet", "graph": "graph.pt",
+             **{f"{name}_embeddings": f"{name}.safetensors" for name in ("articles", "headings", "questions")},
+             **(paths or {})}
     graph = variant_graph(graph, settings)
-    questions = questions.filter(pl.col("split").is_in(["train", "dev"]))
-    train = questions.filter(pl.col("split").is_in(list(train_splits))).sort("id")
-    dev = questions.filter(pl.col("split") == "dev").sort("id") if "dev" not in train_splits else questions.clear()
-    if train.height == 0:
-        raise DataError(paths["questions"], "no question with split 'train'", column="split")
-
-    # node features: articles, then headings, then (train) questions
-    art_ids, art_emb = embeddings["articles"]
-    # L2-normalised inputs (normalize_features, lexgraph's), or the encoder's own vectors (the papers')
-    unit = partial(F.normalize, dim=-1) if settings.normalize_features else (lambda v: v)
-    articles = unit(select_rows(art_ids, art_emb, graph.article_ids.numpy(), emb_paths["articles"], "article").float())
-    blocks = [articles]  # (A, dim)
-    if graph.heading_ids.numel():
-        if settings.heading_features == "articles":  # the mean of the (unit) articles under each heading
-            blocks.append(subtree_means(graph, articles))  # (H, dim)
-        else:
-            head_ids, head_emb = embeddings["headings"]
-            blocks.append(unit(select_rows(head_ids, head_emb, graph.heading_ids.numpy(), emb_paths["headings"],
-                                           "heading").float()))
-    q_ids, q_emb = embeddings["questions"]
-    if graph.question_ids.numel():
-        blocks.append(unit(select_rows(q_ids, q_emb, graph.question_ids.numpy(), emb_paths["questions"],
-                                       "question").float()))
-    x = torch.cat(blocks)  # (nodes, dim)
-    if x.size(0) != graph.num_nodes:
-        raise DataError(paths.get("graph", "graph.pt"), f"{graph.num_nodes} nodes but {x.size(0)} feature rows")
-
+    train, dev = split_questions(questions, train_splits, paths["questions"])
+    x = node_features(graph, embeddings, settings, paths)
     train_ids = train["id"].to_numpy().astype(np.int64)
     article_ids = graph.article_ids.numpy()
     gold = [set(int(a) for a in (g or [])) for g in train["article_ids"].to_list()]
-    rows, nodes = [], []
-    for r, (qid, g) in enumerate(zip(train_ids, gold)):
-        for a in sorted(g):
-            pos = int(np.searchsorted(article_ids, a))
-            if pos >= len(article_ids) or article_ids[pos] != a:
-                raise DataError(
-                    paths["questions"], f"question {qid} cites article {a}, not in the graph", column="article_ids"
-                )
-            rows.append(r)
-            nodes.append(pos)
-    if not rows:
-        raise DataError(paths["questions"], "the train questions cite no article", column="article_ids")
-    pairs = torch.tensor([rows, nodes], dtype=torch.long).T.contiguous()  # (P, 2)
-
-    q_nodes = torch.full((len(train_ids),), -1, dtype=torch.long)  # (Q,)
-    if graph.question_ids.numel():
-        first_q = int((graph.node_type != NodeType.QUESTION).sum())
-        graph_q = graph.question_ids.numpy()
-        pos = np.searchsorted(graph_q, train_ids)
-        ok = (pos < len(graph_q)) & (graph_q[np.minimum(pos, len(graph_q) - 1)] == train_ids)
-        if not ok.all():
-            raise DataError(
-                paths.get("graph", "graph.pt"),
-                f"train question {int(train_ids[~ok][0])} has no node (rebuild the graph from the same questions)",
-            )
-        q_nodes = torch.from_numpy(pos + first_q).long()
-
-    negs = [torch.empty(0, dtype=torch.long) for _ in train_ids]
-    if negatives is not None and negatives.height:
-        row_of = {int(q): r for r, q in enumerate(train_ids)}
-        rows_ = negatives.filter(pl.col("split").is_in(list(train_splits))).select("question_id", "negative_ids")
-        for qid, ids in rows_.iter_rows():
-            r = row_of.get(int(qid))
-            if r is None or not ids:
-                continue
-            ids = np.asarray([i for i in ids if int(i) not in gold[r]], dtype=np.int64)
-            pos = np.searchsorted(article_ids, ids)
-            ok = (pos < len(article_ids)) & (article_ids[np.minimum(pos, len(article_ids) - 1)] == ids)
-            negs[r] = torch.from_numpy(pos[ok]).long()
+    pairs = gold_pairs(train_ids, gold, article_ids, paths["questions"])
+    q_nodes = question_nodes(graph, train_ids, paths["graph"])
+    negs = negative_nodes(negatives, train_ids, gold, article_ids, train_splits)
     check_dev_negatives(negs, train_ids, train["split"].to_list(), settings, paths["negatives"])
     missing_neg = sum(int(n.numel() == 0) for n in negs)
     if settings.hard_negatives and missing_neg:
         log.warning("%d of %d %s questions have no BM25 negatives: random articles stand in", missing_neg, len(negs),
                     "+".join(train_splits))
 
+    q_ids, q_emb = embeddings["questions"]
     dev_ids = dev["id"].to_numpy().astype(np.int64)
     dev_queries = None
     if len(dev_ids):
-        dev_queries = select_rows(q_ids, q_emb, dev_ids, emb_paths["questions"], "question").float()
+        dev_queries = select_rows(q_ids, q_emb, dev_ids, paths["questions_embeddings"], "question").float()
     return TrainingSet(
         graph=graph,
         x=x,
         train_ids=train_ids,
         train_texts=train["question"].to_list(),
-        train_queries=select_rows(q_ids, q_emb, train_ids, emb_paths["questions"], "question").float(),
+        train_queries=select_rows(q_ids, q_emb, train_ids, paths["questions_embeddings"], "question").float(),
         question_nodes=q_nodes,
         gold=gold,
         pairs=pairs,
@@ -194,6 +131,99 @@ def prepare_training_set(
         dev_queries=dev_queries,
         dev_qrels={int(q): set(int(a) for a in g) for q, g in zip(dev_ids, dev["article_ids"].to_list())},
     )
+
+
+def split_questions(questions, train_splits: tuple[str, ...], path: Any):
+    """``(train, dev)`` polars frames sorted by id: the rows of ``train_splits``, and the dev
+    rows kept apart for model selection (none when dev is trained on); an error when no
+    question is left to train on."""
+    import polars as pl
+
+    questions = questions.filter(pl.col("split").is_in(["train", "dev"]))
+    train = questions.filter(pl.col("split").is_in(list(train_splits))).sort("id")
+    dev = questions.filter(pl.col("split") == "dev").sort("id") if "dev" not in train_splits else questions.clear()
+    if train.height == 0:
+        raise DataError(path, "no question with split 'train'", column="split")
+    return train, dev
+
+
+def node_features(graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], settings: GNNSettings,
+                  paths: dict[str, Any]) -> torch.Tensor:
+    """``(nodes, dim)`` features in the graph's node order: articles, then headings (the mean
+    of their articles' unit vectors, or their own text's vectors), then questions."""
+    # L2-normalised inputs (normalize_features, lexgraph's), or the encoder's own vectors (the papers')
+    unit = partial(F.normalize, dim=-1) if settings.normalize_features else (lambda v: v)
+
+    def rows(name: str, ids: torch.Tensor, kind: str) -> torch.Tensor:
+        table_ids, table = embeddings[name]
+        return unit(select_rows(table_ids, table, ids.numpy(), paths[f"{name}_embeddings"], kind).float())
+
+    articles = rows("articles", graph.article_ids, "article")
+    blocks = [articles]  # (A, dim)
+    if graph.heading_ids.numel():
+        if settings.heading_features == "articles":  # the mean of the (unit) articles under each heading
+            blocks.append(subtree_means(graph, articles))  # (H, dim)
+        else:
+            blocks.append(rows("headings", graph.heading_ids, "heading"))
+    if graph.question_ids.numel():
+        blocks.append(rows("questions", graph.question_ids, "question"))
+    x = torch.cat(blocks)  # (nodes, dim)
+    if x.size(0) != graph.num_nodes:
+        raise DataError(paths["graph"], f"{graph.num_nodes} nodes but {x.size(0)} feature rows")
+    return x
+
+
+def gold_pairs(train_ids: np.ndarray, gold: list[set[int]], article_ids: np.ndarray, path: Any) -> torch.Tensor:
+    """``(P, 2)`` (question row, gold article node), rows in order and each row's articles
+    ascending; an error names a cited article that is not in the graph."""
+    rows, nodes = [], []
+    for r, (qid, g) in enumerate(zip(train_ids, gold)):
+        for a in sorted(g):
+            pos = int(np.searchsorted(article_ids, a))
+            if pos >= len(article_ids) or article_ids[pos] != a:
+                raise DataError(path, f"question {qid} cites article {a}, not in the graph", column="article_ids")
+            rows.append(r)
+            nodes.append(pos)
+    if not rows:
+        raise DataError(path, "the train questions cite no article", column="article_ids")
+    return torch.tensor([rows, nodes], dtype=torch.long).T.contiguous()  # (P, 2)
+
+
+def question_nodes(graph, train_ids: np.ndarray, path: Any) -> torch.Tensor:
+    """``(Q,)`` the graph node of each train question, -1 for all when the graph has no
+    question nodes; an error when it has some but not one of these questions."""
+    if not graph.question_ids.numel():
+        return torch.full((len(train_ids),), -1, dtype=torch.long)
+    first_q = int((graph.node_type != NodeType.QUESTION).sum())
+    graph_q = graph.question_ids.numpy()
+    pos = np.searchsorted(graph_q, train_ids)
+    ok = (pos < len(graph_q)) & (graph_q[np.minimum(pos, len(graph_q) - 1)] == train_ids)
+    if not ok.all():
+        raise DataError(path, f"train question {int(train_ids[~ok][0])} has no node (rebuild the graph from the "
+                              "same questions)")
+    return torch.from_numpy(pos + first_q).long()
+
+
+def negative_nodes(negatives, train_ids: np.ndarray, gold: list[set[int]], article_ids: np.ndarray,
+                   train_splits: tuple[str, ...]) -> list[torch.Tensor]:
+    """Per question row, the article nodes of its BM25 negatives (rows of ``train_splits``
+    only; its own gold articles and articles not in the graph dropped); empty when it has none."""
+    import polars as pl
+
+    negs = [torch.empty(0, dtype=torch.long) for _ in train_ids]
+    if negatives is None or not negatives.height:
+        return negs
+    row_of = {int(q): r for r, q in enumerate(train_ids)}
+    rows = negatives.filter(pl.col("split").is_in(list(train_splits))).select("question_id", "negative_ids")
+    for qid, ids in rows.iter_rows():
+        r = row_of.get(int(qid))
+        if r is None or not ids:
+            continue
+        ids = np.asarray([i for i in ids if int(i) not in gold[r]], dtype=np.int64)
+        pos = np.searchsorted(article_ids, ids)
+        ok = (pos < len(article_ids)) & (article_ids[np.minimum(pos, len(article_ids) - 1)] == ids)
+        negs[r] = torch.from_numpy(pos[ok]).long()
+    return negs
 
 
 def check_dev_negatives(negs: list[torch.Tensor], ids: np.ndarray, splits: list[str], settings: GNNSettings,
