@@ -132,6 +132,9 @@ def _lookup(sorted_ids: np.ndarray, offset: int, values: np.ndarray, owners: np.
     return pos + offset
 
 
+EdgeBlock = tuple[np.ndarray, np.ndarray, EdgeType]  # (source nodes, target nodes, their type)
+
+
 def build_graph(
     articles,
     headings,
@@ -150,20 +153,33 @@ def build_graph(
         raise DataError(a_path, "no articles, so the graph would be empty; expected at least one article "
                                 "(rerun clean, lowering 'clean.min_words' in params.yaml if it dropped them all)")
     import polars as pl
-    import torch
-    from torch_geometric.data import Data
 
     articles = articles.sort("id")
     headings = headings.sort("heading_id")
     article_ids = _ids(articles, "id", a_path)
     heading_ids = _ids(headings, "heading_id", h_path)
-
     train = questions.filter(pl.col("split") == "train").sort("id") if config.questions else questions.clear()
     question_ids = _ids(train, "id", q_path)
-    n_a, n_h, n_q = len(article_ids), len(heading_ids), len(question_ids)
-    h_off, q_off = n_a, n_a + n_h
 
-    blocks: list[tuple[np.ndarray, np.ndarray, EdgeType]] = []
+    blocks = _statute_edges(articles, headings, article_ids, heading_ids, config, a_path, h_path)
+    if len(question_ids):
+        blocks.append(_question_edges(train, question_ids, article_ids, len(article_ids) + len(heading_ids), q_path))
+    blocks += [(dst, src, REVERSE[etype]) for src, dst, etype in list(blocks)
+               if not config.directed or etype == EdgeType.QUESTION_ARTICLE]
+    data = _graph_data(blocks, article_ids, heading_ids, question_ids)
+    nodes = _node_table(articles, headings, train, article_ids, heading_ids, question_ids)
+    log.info("graph: %d articles, %d headings, %d train questions, %d edges", len(article_ids), len(heading_ids),
+             len(question_ids), data.edge_index.size(1))
+    return data, nodes
+
+
+def _statute_edges(articles, headings, article_ids: np.ndarray, heading_ids: np.ndarray, config: GraphConfig,
+                   a_path, h_path) -> list[EdgeBlock]:
+    """The forward edges of the statute: heading -> subheading, heading -> article and, with
+    ``config.consecutive``, article -> next article under the same heading (articles and
+    headings sorted by id; heading nodes follow the articles)."""
+    h_off = len(article_ids)
+    blocks: list[EdgeBlock] = []
 
     # heading -> subheading
     parents = headings["parent_id"].fill_null(-1).to_numpy().astype(np.int64)
@@ -179,33 +195,42 @@ def build_graph(
                   "heading_id", "article")
     blocks.append((src, np.flatnonzero(under), EdgeType.HEADING_ARTICLE))
 
-    # train question -> gold article
-    if n_q:
-        gold = train["article_ids"].to_list()
-        q_rows = np.repeat(np.arange(n_q), [len(g or []) for g in gold])
-        flat = np.asarray([a for g in gold for a in (g or [])], dtype=np.int64)
-        known = np.isin(flat, article_ids)
-        if not known.all():
-            bad = int(np.flatnonzero(~known)[0])
-            raise DataError(
-                q_path,
-                f"question {int(question_ids[q_rows[bad]])} cites unknown article id {int(flat[bad])}",
-                column="article_ids",
-            )
-        dst = np.searchsorted(article_ids, flat)
-        pairs = np.unique(np.stack([q_rows + q_off, dst]), axis=1)  # a gold listed twice is one edge
-        blocks.append((pairs[0], pairs[1], EdgeType.QUESTION_ARTICLE))
-
     # article -> next article under the same heading (articles are sorted by id)
     if config.consecutive:
         idx = np.flatnonzero(under)
         order = idx[np.argsort(art_heading[idx], kind="stable")]
         same = art_heading[order[:-1]] == art_heading[order[1:]]
         blocks.append((order[:-1][same], order[1:][same], EdgeType.ARTICLE_NEXT))
+    return blocks
 
-    blocks += [(dst, src, REVERSE[etype]) for src, dst, etype in list(blocks)
-               if not config.directed or etype == EdgeType.QUESTION_ARTICLE]
 
+def _question_edges(train, question_ids: np.ndarray, article_ids: np.ndarray, q_off: int, q_path) -> EdgeBlock:
+    """Train question -> gold article edges (question nodes start at ``q_off``); a gold
+    article listed twice is one edge; an unknown article id is an error."""
+    gold = train["article_ids"].to_list()
+    q_rows = np.repeat(np.arange(len(question_ids)), [len(g or []) for g in gold])
+    flat = np.asarray([a for g in gold for a in (g or [])], dtype=np.int64)
+    known = np.isin(flat, article_ids)
+    if not known.all():
+        bad = int(np.flatnonzero(~known)[0])
+        raise DataError(
+            q_path,
+            f"question {int(question_ids[q_rows[bad]])} cites unknown article id {int(flat[bad])}",
+            column="article_ids",
+        )
+    dst = np.searchsorted(article_ids, flat)
+    pairs = np.unique(np.stack([q_rows + q_off, dst]), axis=1)  # a gold listed twice is one edge
+    return pairs[0], pairs[1], EdgeType.QUESTION_ARTICLE
+
+
+def _graph_data(blocks: list[EdgeBlock], article_ids: np.ndarray, heading_ids: np.ndarray,
+                question_ids: np.ndarray):
+    """The PyG ``Data`` of ``blocks``: edges sorted by type, then source, then target; nodes
+    are the articles, then the headings, then the questions."""
+    import torch
+    from torch_geometric.data import Data
+
+    n_a, n_h, n_q = len(article_ids), len(heading_ids), len(question_ids)
     src = np.concatenate([b[0] for b in blocks]).astype(np.int64)
     dst = np.concatenate([b[1] for b in blocks]).astype(np.int64)
     etype = np.concatenate([np.full(len(b[0]), int(b[2]), dtype=np.int64) for b in blocks])
@@ -214,7 +239,7 @@ def build_graph(
     node_type = np.concatenate(
         [np.full(n_a, NodeType.ARTICLE), np.full(n_h, NodeType.HEADING), np.full(n_q, NodeType.QUESTION)]
     ).astype(np.int64)
-    data = Data(
+    return Data(
         edge_index=torch.from_numpy(np.stack([src[order], dst[order]])),  # (2, E)
         edge_type=torch.from_numpy(etype[order]),  # (E,)
         node_type=torch.from_numpy(node_type),  # (N,)
@@ -224,11 +249,19 @@ def build_graph(
         num_nodes=n_a + n_h + n_q,
     )
 
+
+def _node_table(articles, headings, train, article_ids: np.ndarray, heading_ids: np.ndarray,
+                question_ids: np.ndarray):
+    """The node table (``node_id``, ``type``, ``source_id``, ``text``) in node order; a
+    heading's text is its title, else its label."""
+    import polars as pl
+
+    n_a, n_h, n_q = len(article_ids), len(heading_ids), len(question_ids)
     heading_text = [
         (text if text else label) or ""
         for text, label in zip(headings["text"].to_list(), headings["label"].to_list())
     ]
-    nodes = pl.DataFrame(
+    return pl.DataFrame(
         {
             "node_id": np.arange(n_a + n_h + n_q, dtype=np.int64),
             "type": ["article"] * n_a + ["heading"] * n_h + ["question"] * n_q,
@@ -237,8 +270,6 @@ def build_graph(
         },
         schema={"node_id": pl.Int64, "type": pl.Utf8, "source_id": pl.Int64, "text": pl.Utf8},
     )
-    log.info("graph: %d articles, %d headings, %d train questions, %d edges", n_a, n_h, n_q, len(order))
-    return data, nodes
 
 
 # ---------------------------------------------------------------------------
