@@ -112,6 +112,101 @@ def _keep_largest(buf, n, k):
     return smallest
 
 
+def _accumulate(row, q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, acc, touched, n_docs, dense_scan):
+    """Add query ``row``'s scores into ``acc``; returns ``(scan, n_touched)``: whether the
+    query scans the whole accumulator (its postings exceed ``n_docs / dense_scan``) and, when
+    it does not, how many documents it touched (listed once each in ``touched``)."""
+    n_post = 0
+    for p in range(q_indptr[row], q_indptr[row + 1]):
+        n_post += w_indptr[q_indices[p] + 1] - w_indptr[q_indices[p]]
+    scan = n_post * dense_scan > n_docs
+    n_touched = 0
+    for p in range(q_indptr[row], q_indptr[row + 1]):
+        t = q_indices[p]
+        v = q_data[p]
+        if scan:
+            for j in range(w_indptr[t], w_indptr[t + 1]):
+                acc[w_indices[j]] += v * w_data[j]
+        else:
+            for j in range(w_indptr[t], w_indptr[t + 1]):
+                d = w_indices[j]
+                touched[n_touched] = d  # kept (counted) only on the document's first posting
+                n_touched += acc[d] == 0.0
+                acc[d] += v * w_data[j]
+    return scan, n_touched
+
+
+def _scan_candidates(bits, blocks, n_blocks, n_docs, buf, cap, k):
+    """The scan: every document above the floor, in id order, 64 at a time, into ``buf``
+    (its ``k`` largest kept whenever it fills); returns the number of keys in ``buf``."""
+    n = 0  # keys in buf
+    floor = np.int32(0)  # scores (as bits) <= floor cannot enter
+    for blk in range(n_blocks + 1):
+        base = blk * _BLOCK
+        mask = np.uint64(0)
+        if blk < n_blocks:
+            hit = 0
+            for i in range(_BLOCK):  # vectorised: most blocks stop here
+                hit |= blocks[blk, i] > floor
+            if hit == 0:
+                continue
+            for i in range(_BLOCK):
+                mask |= np.uint64(blocks[blk, i] > floor) << np.uint64(i)
+        else:
+            for i in range(n_docs - base):
+                mask |= np.uint64(bits[base + i] > floor) << np.uint64(i)
+        while mask:
+            d = base + _lowest_bit(mask)
+            mask &= mask - np.uint64(1)
+            if bits[d] > floor:  # the floor may have risen within the block
+                buf[n] = _key(bits[d], d)
+                n += 1
+                if n == cap:
+                    floor = np.int32(_keep_largest(buf, n, k) >> _SHIFT)
+                    n = k
+    return n
+
+
+def _touched_candidates(bits, touched, n_touched, buf, cap, k):
+    """Only the touched documents, their full keys against the floor, into ``buf``; returns
+    the number of keys in ``buf``."""
+    n = 0  # keys in buf
+    floor_key = np.uint64(0)  # keys <= floor_key cannot enter
+    for i in range(n_touched):
+        d = touched[i]
+        key = _key(bits[d], d)
+        if key > floor_key:
+            buf[n] = key
+            n += 1
+            if n == cap:
+                floor_key = _keep_largest(buf, n, k)
+                n = k
+    return n
+
+
+def _write_row(row, buf, n, k, acc, out_cols, out_vals):
+    """Row ``row`` of the output: the ``k`` largest of ``buf[:n]`` best first, then, when
+    fewer than ``k`` documents score above 0, the lowest-id documents scoring 0."""
+    if n > k:
+        _keep_largest(buf, n, k)
+        n = k
+    best = buf[:n]
+    best.sort()  # ascending: read backwards for best first
+    for i in range(n):
+        d = np.int64(_LOW - (best[n - 1 - i] & _LOW))
+        out_cols[row, i] = d
+        out_vals[row, i] = acc[d]
+    if n < k:  # fewer positive scores than k: the lowest-id documents scoring 0
+        d = 0
+        i = n
+        while i < k:
+            if not acc[d] > 0.0:
+                out_cols[row, i] = d
+                out_vals[row, i] = 0.0
+                i += 1
+            d += 1
+
+
 def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_docs, k, out_cols, out_vals,
                   dense_scan):
     nq = q_indptr.shape[0] - 1
@@ -123,78 +218,13 @@ def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_do
     cap = k + max(k, _BLOCK)
     buf = np.empty(cap, dtype=np.uint64)  # candidate keys
     for row in range(nq):
-        n_post = 0
-        for p in range(q_indptr[row], q_indptr[row + 1]):
-            n_post += w_indptr[q_indices[p] + 1] - w_indptr[q_indices[p]]
-        scan = n_post * dense_scan > n_docs
-        n_touched = 0
-        for p in range(q_indptr[row], q_indptr[row + 1]):
-            t = q_indices[p]
-            v = q_data[p]
-            if scan:
-                for j in range(w_indptr[t], w_indptr[t + 1]):
-                    acc[w_indices[j]] += v * w_data[j]
-            else:
-                for j in range(w_indptr[t], w_indptr[t + 1]):
-                    d = w_indices[j]
-                    touched[n_touched] = d  # kept (counted) only on the document's first posting
-                    n_touched += acc[d] == 0.0
-                    acc[d] += v * w_data[j]
-        n = 0  # keys in buf
+        scan, n_touched = _accumulate(row, q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, acc, touched,
+                                      n_docs, dense_scan)
         if scan:
-            floor = np.int32(0)  # scores (as bits) <= floor cannot enter
-            for blk in range(n_blocks + 1):
-                base = blk * _BLOCK
-                mask = np.uint64(0)
-                if blk < n_blocks:
-                    hit = 0
-                    for i in range(_BLOCK):  # vectorised: most blocks stop here
-                        hit |= blocks[blk, i] > floor
-                    if hit == 0:
-                        continue
-                    for i in range(_BLOCK):
-                        mask |= np.uint64(blocks[blk, i] > floor) << np.uint64(i)
-                else:
-                    for i in range(n_docs - base):
-                        mask |= np.uint64(bits[base + i] > floor) << np.uint64(i)
-                while mask:
-                    d = base + _lowest_bit(mask)
-                    mask &= mask - np.uint64(1)
-                    if bits[d] > floor:  # the floor may have risen within the block
-                        buf[n] = _key(bits[d], d)
-                        n += 1
-                        if n == cap:
-                            floor = np.int32(_keep_largest(buf, n, k) >> _SHIFT)
-                            n = k
+            n = _scan_candidates(bits, blocks, n_blocks, n_docs, buf, cap, k)
         else:
-            floor_key = np.uint64(0)  # keys <= floor_key cannot enter
-            for i in range(n_touched):
-                d = touched[i]
-                key = _key(bits[d], d)
-                if key > floor_key:
-                    buf[n] = key
-                    n += 1
-                    if n == cap:
-                        floor_key = _keep_largest(buf, n, k)
-                        n = k
-        if n > k:
-            _keep_largest(buf, n, k)
-            n = k
-        best = buf[:n]
-        best.sort()  # ascending: read backwards for best first
-        for i in range(n):
-            d = np.int64(_LOW - (best[n - 1 - i] & _LOW))
-            out_cols[row, i] = d
-            out_vals[row, i] = acc[d]
-        if n < k:  # fewer positive scores than k: the lowest-id documents scoring 0
-            d = 0
-            i = n
-            while i < k:
-                if not acc[d] > 0.0:
-                    out_cols[row, i] = d
-                    out_vals[row, i] = 0.0
-                    i += 1
-                d += 1
+            n = _touched_candidates(bits, touched, n_touched, buf, cap, k)
+        _write_row(row, buf, n, k, acc, out_cols, out_vals)
         if scan:
             acc[:] = 0.0
         else:
@@ -219,6 +249,11 @@ if numba is not None:
     _key = numba.njit(inline="always")(_key)
     _lowest_bit = numba.njit(inline="always")(_lowest_bit)
     _keep_largest = numba.njit(_keep_largest)
+    # the pieces of one query's search, inlined into the kernel (compiled as one function)
+    _accumulate = numba.njit(inline="always")(_accumulate)
+    _scan_candidates = numba.njit(inline="always")(_scan_candidates)
+    _touched_candidates = numba.njit(inline="always")(_touched_candidates)
+    _write_row = numba.njit(inline="always")(_write_row)
     search_batch = _compiled_with_cache(_search_batch, nogil=True)
 else:  # pragma: no cover
     search_batch = None
