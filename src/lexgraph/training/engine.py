@@ -324,102 +324,134 @@ def fit(
     """Train ``task`` for ``config.epochs`` epochs; returns with the best epoch's weights loaded."""
     if config.accumulation_steps < 1:
         raise ConfigError(f"accumulation_steps = {config.accumulation_steps}, expected an integer >= 1")
-    modules = list(task.modules())
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    # clipped in the modules' own order (the total norm's float sum is order-sensitive)
-    clip = [p for m in modules for p in m.parameters() if p.requires_grad]
-    scaler = runtime.scaler
-    parts_per_step = runtime.world_size * config.accumulation_steps
-    metric_key = f"dev_{config.selection_metric}" if config.selection_metric else None
-    best = BestState(modules, config.selection_metric)
-    history: list[dict[str, float]] = []
-    step_losses: list[float] = []
+    loop = _FitLoop(task, optimizer, scheduler, config, runtime)
+    initial = loop.epoch_zero()
+    for epoch in range(1, config.epochs + 1):
+        loop.train_epoch(epoch)
+    best = loop.best
+    best.restore()
+    for module in loop.modules:
+        module.eval()
+    if config.selection_metric:
+        log.info("%s: best epoch %d (%s %s)", config.name, best.epoch, loop.metric_key,
+                 f"{best.score:.4f}" if best.metrics else "n/a")
+    return FitResult(best.epoch, best.metrics, loop.history, loop.step_losses, initial)
 
-    def evaluate() -> dict[str, float]:
-        metrics = task.evaluate() if runtime.is_main else None
-        return runtime.broadcast(metrics) or {}
 
-    initial: dict[str, float] = {}
-    if config.select_epoch_zero:
-        initial = evaluate()
+class _FitLoop:
+    """The state of one :func:`fit`: the best epoch so far, the history, every step's loss."""
+
+    def __init__(self, task: TrainingTask, optimizer: torch.optim.Optimizer, scheduler, config: FitConfig,
+                 runtime: Runtime) -> None:
+        self.task, self.optimizer, self.scheduler = task, optimizer, scheduler
+        self.config, self.runtime = config, runtime
+        self.modules = list(task.modules())
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        # clipped in the modules' own order (the total norm's float sum is order-sensitive)
+        self.clip = [p for m in self.modules for p in m.parameters() if p.requires_grad]
+        self.scaler = runtime.scaler
+        self.metric_key = f"dev_{config.selection_metric}" if config.selection_metric else None
+        self.best = BestState(self.modules, config.selection_metric)
+        self.history: list[dict[str, float]] = []
+        self.step_losses: list[float] = []
+        self.global_step = 0
+
+    def evaluate(self) -> dict[str, float]:
+        metrics = self.task.evaluate() if self.runtime.is_main else None
+        return self.runtime.broadcast(metrics) or {}
+
+    def epoch_zero(self) -> dict[str, float]:
+        """With ``select_epoch_zero``, the untrained model's dev metrics, offered as epoch 0."""
+        config, metric_key = self.config, self.metric_key
+        if not config.select_epoch_zero:
+            return {}
+        initial = self.evaluate()
         if initial:
-            best.offer(0, initial)
+            self.best.offer(0, initial)
             record = {"epoch": 0, "loss": float("nan")}
             if metric_key:
                 record[metric_key] = initial[config.selection_metric]
-            history.append(record)
+            self.history.append(record)
             if metric_key:
                 log.info("%s epoch 0 (untrained): %s %.4f", config.name, metric_key, initial[config.selection_metric])
         elif config.selection_metric:
             log.warning("%s: no dev data, model selection is off: the last epoch is kept", config.name)
+        return initial
 
-    global_step = 0
-    for epoch in range(1, config.epochs + 1):
-        task.train()
+    def train_epoch(self, epoch: int) -> None:
+        """One epoch of optimizer steps, then its dev metrics, history record and best-epoch offer."""
+        config = self.config
+        self.task.train()
         totals: dict[str, float] = {}
         n_steps = 0
-        bar = progress(task.batches(epoch), f"{config.name} epoch {epoch}/{config.epochs}",
+        bar = progress(self.task.batches(epoch), f"{config.name} epoch {epoch}/{config.epochs}",
                        total=config.steps_per_epoch, unit="step", disable=not config.show_progress)
         for batch in bar:
-            n_global = len(batch)
-            sums: dict[str, torch.Tensor | float] = {}
-            for micro in range(config.accumulation_steps):
-                local = shard(batch, micro * runtime.world_size + runtime.rank, parts_per_step)
-                if len(local) == 0:
-                    continue
-                out = task.step(local)
-                loss, parts = out if isinstance(out, tuple) else (out, {})
-                weight = len(local) / n_global
-                scaled = loss if weight == 1.0 else loss * weight
-                runtime.accelerator.backward(scaled)  # fp16: scaled by the GradScaler
-                sums["loss"] = sums.get("loss", 0.0) + scaled.detach().float()
-                for key, value in parts.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * weight
-            keys = ["loss", *sorted(k for k in sums if k != "loss")]
-            if runtime.world_size == 1:
-                values = {k: float(sums.get(k, 0.0)) for k in keys}
-            else:  # every process needs the same names: the task's parts are fixed per task
-                reduced = runtime.all_reduce_sum(torch.tensor(
-                    [float(sums.get(k, 0.0)) for k in keys], dtype=torch.float64, device=runtime.device))
-                values = dict(zip(keys, reduced.tolist()))
-            if scaler is None and not math.isfinite(values["loss"]):
-                raise task.nan_error(values["loss"], epoch, n_steps + 1)
-            _sync_gradients(params, runtime)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            if config.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(clip, config.max_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
+            values = self.batch_losses(batch)
+            if self.scaler is None and not math.isfinite(values["loss"]):
+                raise self.task.nan_error(values["loss"], epoch, n_steps + 1)
+            self.optimizer_step()
             n_steps += 1
-            global_step += 1
-            step_losses.append(values["loss"])
+            self.global_step += 1
+            self.step_losses.append(values["loss"])
             for key, value in values.items():
                 totals[key] = totals.get(key, 0.0) + value
             bar.set_postfix(loss=f"{values['loss']:.4f}")
-            if config.log_every and global_step % config.log_every == 0:
-                recent = step_losses[-config.log_every :]
-                log.info("%s step %d: loss %.4f (mean of last %d), lr %.2e", config.name, global_step,
-                         sum(recent) / len(recent), len(recent), scheduler.get_last_lr()[0])
+            if config.log_every and self.global_step % config.log_every == 0:
+                recent = self.step_losses[-config.log_every :]
+                log.info("%s step %d: loss %.4f (mean of last %d), lr %.2e", config.name, self.global_step,
+                         sum(recent) / len(recent), len(recent), self.scheduler.get_last_lr()[0])
         if n_steps == 0:
             raise LexgraphError(f"{config.name}: epoch {epoch} had no batch")
         record: dict[str, float] = {"epoch": epoch, **{k: v / n_steps for k, v in totals.items()}}
-        metrics = evaluate()
-        if metric_key and metrics:
-            record[metric_key] = metrics[config.selection_metric]
-        history.append(record)
+        metrics = self.evaluate()
+        if self.metric_key and metrics:
+            record[self.metric_key] = metrics[config.selection_metric]
+        self.history.append(record)
         log.info("%s epoch %d: loss %.4f%s", config.name, epoch, record["loss"],
-                 f", {metric_key} {record[metric_key]:.4f}" if metric_key in record else "")
-        best.offer(epoch, metrics)
-    best.restore()
-    for module in modules:
-        module.eval()
-    if config.selection_metric:
-        log.info("%s: best epoch %d (%s %s)", config.name, best.epoch, metric_key,
-                 f"{best.score:.4f}" if best.metrics else "n/a")
-    return FitResult(best.epoch, best.metrics, history, step_losses, initial)
+                 f", {self.metric_key} {record[self.metric_key]:.4f}" if self.metric_key in record else "")
+        self.best.offer(epoch, metrics)
+
+    def batch_losses(self, batch: Sequence) -> dict[str, float]:
+        """Forward and backward of this process's micro-batches of ``batch`` (gradients
+        accumulate); returns the loss and the task's loss parts, summed over every process."""
+        runtime, accumulation = self.runtime, self.config.accumulation_steps
+        parts_per_step = runtime.world_size * accumulation
+        n_global = len(batch)
+        sums: dict[str, torch.Tensor | float] = {}
+        for micro in range(accumulation):
+            local = shard(batch, micro * runtime.world_size + runtime.rank, parts_per_step)
+            if len(local) == 0:
+                continue
+            out = self.task.step(local)
+            loss, parts = out if isinstance(out, tuple) else (out, {})
+            weight = len(local) / n_global
+            scaled = loss if weight == 1.0 else loss * weight
+            runtime.accelerator.backward(scaled)  # fp16: scaled by the GradScaler
+            sums["loss"] = sums.get("loss", 0.0) + scaled.detach().float()
+            for key, value in parts.items():
+                sums[key] = sums.get(key, 0.0) + float(value) * weight
+        keys = ["loss", *sorted(k for k in sums if k != "loss")]
+        if runtime.world_size == 1:
+            return {k: float(sums.get(k, 0.0)) for k in keys}
+        # every process needs the same names: the task's parts are fixed per task
+        reduced = runtime.all_reduce_sum(torch.tensor(
+            [float(sums.get(k, 0.0)) for k in keys], dtype=torch.float64, device=runtime.device))
+        return dict(zip(keys, reduced.tolist()))
+
+    def optimizer_step(self) -> None:
+        """Average the gradients across processes, unscale (fp16), clip, step, zero them,
+        and advance the schedule."""
+        optimizer, scaler = self.optimizer, self.scaler
+        _sync_gradients(self.params, self.runtime)
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if self.config.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.clip, self.config.max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
