@@ -41,7 +41,8 @@ def function_lengths(source: str) -> list[tuple[str, int, int]]:
 
 
 def test_function_lengths_counts_decorators_docstrings_and_nested_functions():
-    source = "@wrap\ndef f():\n    '''doc'''\n    def g():\n        return 1\n    return g\n\n\nclass C:\n    def m(self):\n        pass\n"
+    source = ("@wrap\ndef f():\n    '''doc'''\n    def g():\n        return 1\n    return g\n\n\n"
+              "class C:\n    def m(self):\n        pass\n")
     assert function_lengths(source) == [("f", 1, 6), ("f.g", 4, 2), ("C.m", 10, 2)]
 
 
