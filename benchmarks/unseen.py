@@ -3,15 +3,17 @@
     .venv/bin/python benchmarks/unseen.py --out OUT.json [--systems bm25 zeroshot dsr ...]
         [--baseline dsr] [--questions data/unseen/questions.jsonl] [--workspace .]
         [--runs-dir DIR] [--k 500] [--resamples 10000] [--seed 0] [--lexgraph PATH]
+    .venv/bin/python benchmarks/unseen.py --table benchmarks/unseen.json   # README's table of a saved result
 
 For every system, runs ``lexgraph search --system S --questions Q --run RUNS/S.trec --k K
 --workspace W`` in a subprocess, reads the TREC run back and scores it with lexgraph's own
 metrics (:func:`lexgraph.metrics.evaluate_run`, :func:`lexgraph.metrics.per_query`). Every
 system is compared with ``--baseline`` on recall@100 and map by
 :func:`lexgraph.significance.compare_systems` (paired Fisher randomisation test, bootstrap
-95 % CI of the mean difference, seeded). A system whose search fails (models missing, not
-built yet) is reported in one line and skipped. Prints a Markdown table and writes the same
-numbers as JSON to ``--out``. The set is a final check only: never tune or select on it.
+95 % CI of the mean difference, seeded; p-values Holm-adjusted over every test of the run,
+``p_holm``). A system whose search fails (models missing, not built yet) is reported in one
+line and skipped. Prints the README's Markdown table (Δ with the adjusted p) and writes the
+same numbers as JSON to ``--out``. The set is a final check only: never tune or select on it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ MODEL_ARTEFACTS: dict[str, str] = {
     "hgraph": "models/gnn_hgraph",
     "hgraph_qa": "models/gnn_hgraph_qa",
     "hybrid": "models/hybrid",
+    "xrerank": "models/xrerank",
 }
 COLUMNS = (("R@10", "recall@10"), ("R@100", "recall@100"), ("R@500", "recall@500"),
            ("mAP", "map"), ("nDCG@10", "ndcg@10"))
@@ -101,31 +104,48 @@ def score(runs: Mapping[str, Run], qrels: Qrels, baseline: str, n_resamples: int
             "compared": list(COMPARED), "n_resamples": n_resamples, "seed": seed, "systems": systems}
 
 
+def format_p(p: float) -> str:
+    """A p-value as the README writes it: two significant digits, ``1.0`` at the cap."""
+    return "1.0" if p >= 1.0 else f"{p:#.2g}"
+
+
 def _delta(entry: Mapping[str, Any] | None, metric: str) -> str:
     if not entry:
-        return "–"
+        return ""
     e = entry[metric]
-    return f"{100 * e['diff']:+.1f} (p={e['p_value']:.3f})"
+    p = e.get("p_holm", e["p_value"])
+    return f"{100 * e['diff']:+.1f} ({format_p(p)})".replace("-", "\u2212")
+
+
+def family_size(result: Mapping[str, Any]) -> int:
+    """The number of tests Holm's adjustment ran over: every compared metric of every system
+    compared with the baseline."""
+    return sum(len(entry["vs_baseline"]) for entry in result["systems"].values() if entry["vs_baseline"])
 
 
 def markdown_table(result: Mapping[str, Any]) -> str:
-    """The result of :func:`score` as a Markdown table (metrics in %, deltas in points)."""
+    """The result of :func:`score` as the README's table (metrics in %, deltas in points
+    against the baseline with their Holm-adjusted p in brackets), then one line saying what
+    the p-values are."""
     base = result["baseline"] or "baseline"
-    head = ["system", *(c for c, _ in COLUMNS), f"Δ R@100 vs {base}", f"Δ mAP vs {base}"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["System", *(c for c, _ in COLUMNS), "ΔR@100 (p adj.)", "ΔmAP (p adj.)"]
+    lines = ["| " + " | ".join(head) + " |", "|:---|" + "---:|" * (len(head) - 1)]
     for name, entry in result["systems"].items():
         cells = [name, *(f"{100 * entry['metrics'][m]:.1f}" for _, m in COLUMNS),
                  _delta(entry["vs_baseline"], "recall@100"), _delta(entry["vs_baseline"], "map")]
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append(f"\n{result['n_queries']} questions; Δ = system − {base} in points, two-sided paired "
-                 f"randomisation test ({result['n_resamples']} resamples, seed {result['seed']}).")
+    lines.append(f"\n{result['n_queries']} questions; Δ = system − {base} in points; two-sided paired "
+                 f"randomisation test ({result['n_resamples']} resamples, seed {result['seed']}, "
+                 f"p = (b + 1)/(m + 1)), p Holm-adjusted over the table's {family_size(result)} tests.")
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write the results to")
+    parser.add_argument("--out", type=Path, help="JSON file to write the results to")
+    parser.add_argument("--table", type=Path, metavar="JSON",
+                        help="print the table of an earlier --out file and exit (no search)")
     parser.add_argument("--systems", nargs="+", help="systems to run (default: those with models in the workspace)")
     parser.add_argument("--baseline", default="dsr", help="system every other is compared with (default dsr)")
     parser.add_argument("--questions", type=Path, default=ROOT / "data/unseen/questions.jsonl")
@@ -142,6 +162,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(args.table.read_text(encoding="utf-8"))))
+        return 0
+    if not args.out:
+        log.error("--out is required (or --table JSON)")
+        return 2
     qrels = read_qrels(args.questions)
     systems = args.systems or [s for s, p in MODEL_ARTEFACTS.items() if (args.workspace / p).exists()]
     if not systems:

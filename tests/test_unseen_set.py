@@ -97,8 +97,35 @@ def test_score_matches_hand_computation():
 
 
 def test_markdown_table_rows():
-    table = unseen.markdown_table(unseen.score(RUNS, QRELS, baseline="b", n_resamples=1000))
+    result = unseen.score(RUNS, QRELS, baseline="b", n_resamples=1000)
+    table = unseen.markdown_table(result)
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
-    assert "Δ R@100 vs b" in rows["system"]
-    assert "| 100.0 | 100.0 | 100.0 | 58.3 | 71.0 |" in rows["a"] and "+75.0 (p=" in rows["a"]
-    assert rows["b"].endswith("| – | – |")
+    assert "ΔR@100 (p adj.)" in rows["System"]
+    # the deltas carry the Holm-adjusted p over the table's 2 tests (a's R@100 and mAP against b)
+    vs = result["systems"]["a"]["vs_baseline"]
+    assert vs["recall@100"]["p_holm"] == pytest.approx(min(1.0, 2 * min(vs["recall@100"]["p_value"],
+                                                                         vs["map"]["p_value"])), abs=1e-4)
+    assert "| 100.0 | 100.0 | 100.0 | 58.3 | 71.0 |" in rows["a"]
+    assert f"+75.0 ({unseen.format_p(vs['recall@100']['p_holm'])}) |" in rows["a"]
+    assert rows["b"].endswith("|  |  |")
+    assert "Holm-adjusted over the table's 2 tests" in table
+
+
+def test_format_p():
+    assert [unseen.format_p(p) for p in (0.0018, 0.0325, 0.2, 0.02, 1.0, 1.2)] == [
+        "0.0018", "0.033", "0.20", "0.020", "1.0", "1.0"]
+
+
+def test_readme_table_is_the_committed_result():
+    """README's table of the unseen questions is ``benchmarks/unseen.py --table
+    benchmarks/unseen.json``, line for line (rerun the benchmark, then paste its table)."""
+    import json
+
+    result = json.loads((ROOT / "benchmarks/unseen.json").read_text(encoding="utf-8"))
+    expected = [line for line in unseen.markdown_table(result).splitlines() if line.startswith("|")]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(readme) if line.startswith("**Questions the project never saw**"))
+    first = next(i for i in range(start, len(readme)) if readme[i].startswith("|"))
+    table = readme[first:first + len(expected)]
+    assert table == expected
+    assert not readme[first + len(expected)].startswith("|")
