@@ -103,6 +103,7 @@ class RerankTrainer:
         self.element_loss = ElementViewLoss(config.t2)
         self.pairs: list[tuple[int, int, np.ndarray]] = []  # (qid, gold, negative pool)
         self.epoch_log: list[dict[str, float]] = []  # per evaluate(): the best alpha, the re-ranker alone
+        self.score_log: list[list[np.ndarray]] = []  # per evaluate(): the dev scores (the report reads the kept one's)
         for qid, row in zip(train.qids, train.ids):
             gold = set(train.qrels[qid])
             pool = np.array([a for a in row[: config.k].tolist() if a >= 0 and a not in gold and a in articles],
@@ -166,7 +167,7 @@ class RerankTrainer:
             total = total + cfg.lambda_case * out["case"]
         unique = [g for g in dict.fromkeys(golds) if g in self.views]
         if cfg.lambda_ele > 0 and len(unique) >= 2:
-            t, t_mask = self.articles.batch(unique, dev)  # (u, Lt, dim)
+            t, t_mask = rows_of(b, b_mask, golds, unique)  # (u, Lt, dim): B's states, not encoded again
             v, v_mask = self.views.batch(unique, dev)  # (u, Lv, dim)
             out["element"] = self.element_loss(m.pool(t, t_mask), m.pool(v, v_mask))
             total = total + cfg.lambda_ele * out["element"]
@@ -227,6 +228,7 @@ class RerankTrainer:
         thus chosen together, by what the system returns, not by the re-ranker alone, which
         the history records too, as ``dev_<metric>_alone``)."""
         scores = self.dev_scores()
+        self.score_log.append(scores)
         if not self.config.fusion:
             self.epoch_log.append({})
             return self.metrics_at(scores, None)
@@ -234,6 +236,20 @@ class RerankTrainer:
         alone = metrics[1.0] if 1.0 in metrics else self.metrics_at(scores, 1.0)
         self.epoch_log.append({"alpha": alpha, f"dev_{self.config.metric}_alone": alone[self.config.metric]})
         return metrics[alpha]
+
+
+def rows_of(states: torch.Tensor, mask: torch.Tensor, keys: Sequence[int],
+            wanted: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of ``wanted`` (each among ``keys``, the rows of ``states`` ``(n, L, dim)`` and
+    ``mask`` ``(n, L)``), cut to their own longest length: what ``store.batch(wanted)`` gives
+    from a store, without a second PLM pass over the same texts in a fine-tuning step."""
+    first = {}
+    for i, k in enumerate(keys):
+        first.setdefault(int(k), i)
+    index = torch.tensor([first[int(k)] for k in wanted], dtype=torch.long, device=states.device)
+    sub_mask = mask.index_select(0, index)  # (u, L)
+    length = max(int(sub_mask.sum(1).max()), 1) if len(wanted) else 1
+    return states.index_select(0, index)[:, :length], sub_mask[:, :length]  # (u, Lt, dim), (u, Lt)
 
 
 def _round(d: dict[str, float]) -> dict[str, float]:
@@ -300,11 +316,21 @@ def _first_grad_norm(optimizer, plm) -> dict[str, float]:
     return box
 
 
+def kept_scores(trainer: RerankTrainer, result) -> list[np.ndarray]:
+    """The dev scores of the kept epoch: those its evaluation recorded (one per history
+    record), else scored again with the restored weights. With a fine-tuned PLM a scoring
+    encodes every dev candidate article, so it is not done twice."""
+    epochs = [int(h["epoch"]) for h in result.history]
+    if len(trainer.score_log) == len(epochs) and result.best_epoch in epochs:
+        return trainer.score_log[epochs.index(result.best_epoch)]
+    return trainer.dev_scores()
+
+
 def _report(config: RerankConfig, trainer: RerankTrainer, result) -> dict:
     """The training report (rerank_<variant>.json): the kept epoch (and alpha), the dev metrics, the history."""
     history = [{**h, **{k: round(float(v), 4) if k != "alpha" else v for k, v in e.items()}}
                for h, e in zip(result.history, trainer.epoch_log)]
-    scores = trainer.dev_scores()  # of the kept epoch's weights (fit restored them)
+    scores = kept_scores(trainer, result)
     report = {"first_stage": config.first_stage, "k": config.k, "epoch": result.best_epoch}
     if config.fusion:
         alpha, by_alpha = trainer.by_alpha(scores)
