@@ -17,7 +17,7 @@ from torch import nn
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
-from lexgraph.models.mvcl import InteractionModel, bilstm
+from lexgraph.models.mvcl import InteractionModel
 from lexgraph.models.mvcl import fuse_list
 from lexgraph.models.mvcl_config import RerankConfig
 from lexgraph.models.mvcl_features import TokenStore
@@ -157,43 +157,6 @@ def test_interaction_shapes_and_padding_invariance():
     torch.testing.assert_close(model.match(q, q_mask, d2, d_mask), h, rtol=1e-5, atol=1e-5)
 
 
-def _capture_lstm_input(model) -> dict:
-    """What the BiLSTM receives, by call (the query side first): ``captured["x"]``."""
-    captured: dict = {}
-    aggregate = model._aggregate
-    model._aggregate = lambda x, mask: captured.setdefault("x", []).append(x) or aggregate(x, mask)
-    return captured
-
-
-def test_bilstm_equals_the_packed_bidirectional_lstm_values_and_gradients():
-    """bilstm over a padded batch gives what nn.LSTM gives over the PackedSequence of the same
-    sequences (each direction sees only its valid tokens), and the same input and weight
-    gradients; padded positions are 0; the module keeps its 8 parameters."""
-    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
-    torch.manual_seed(0)
-    lstm = nn.LSTM(5, 3, batch_first=True, bidirectional=True)
-    lengths = torch.tensor([7, 2, 5, 1])
-    mask = torch.arange(7).unsqueeze(0) < lengths.unsqueeze(1)  # (4, 7)
-    x = torch.randn(4, 7, 5) * mask.unsqueeze(-1)
-    weights = torch.randn(4, 7, 6)
-    x1 = x.clone().requires_grad_(True)
-    out = bilstm(lstm, x1, mask)
-    (out * weights).sum().backward()
-    grads = [p.grad.clone() for p in lstm.parameters()]
-    lstm.zero_grad()
-    x2 = x.clone().requires_grad_(True)
-    packed, _ = lstm(pack_padded_sequence(x2, lengths, batch_first=True, enforce_sorted=False))
-    ref, _ = pad_packed_sequence(packed, batch_first=True, total_length=7)  # (4, 7, 6)
-    (ref * weights).sum().backward()
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
-    assert torch.all(out[~mask] == 0)
-    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-6)
-    for mine, theirs in zip(grads, lstm.parameters()):
-        torch.testing.assert_close(mine, theirs.grad, rtol=1e-5, atol=1e-6)
-    assert len(list(lstm.parameters())) == 8 and len(lstm.state_dict()) == 8
-
-
 def test_tournament_scores_are_mean_margins_over_the_other_candidates():
     torch.manual_seed(1)
     model = InteractionModel(input_dim=4, hidden=4, dropout=0.0).eval()
@@ -320,9 +283,11 @@ def test_plm_alignment_attends_by_the_plm_cosine():
     model = InteractionModel(input_dim=3, hidden=2, dropout=0.0, alignment="cosine", temperature=0.1).eval()
     q, d = torch.randn(1, 2, 3), torch.randn(1, 4, 3)
     ones_q, ones_d = torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)
-    captured = _capture_lstm_input(model)
+    captured = {}
+    model.lstm.register_forward_hook(lambda mod, inp, out: captured.setdefault("x", []).append(inp[0]))
     model.match(q, ones_q, d, ones_d)
-    mq = captured["x"][0]  # (1, 2, 4 * hidden): [h; h~; h - h~; h * h~]
+    from torch.nn.utils.rnn import pad_packed_sequence
+    mq, _ = pad_packed_sequence(captured["x"][0], batch_first=True)  # (1, 2, 4 * hidden): [h; h~; h - h~; h * h~]
     hd = model.proj(d)[0]  # (4, 2)
     cos = torch.stack([torch.stack([nn.functional.cosine_similarity(q[0, i], d[0, j], dim=0) for j in range(4)])
                        for i in range(2)])  # (2, 4)
@@ -338,9 +303,11 @@ def test_projected_alignment_is_a_scaled_dot_product():
     model = InteractionModel(input_dim=3, hidden=hidden, dropout=0.0, alignment="projected").eval()
     q, d = torch.randn(1, 2, 3), torch.randn(1, 3, 3)
     ones_q, ones_d = torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 3, dtype=torch.bool)
-    captured = _capture_lstm_input(model)
+    captured = {}
+    model.lstm.register_forward_hook(lambda mod, inp, out: captured.setdefault("x", []).append(inp[0]))
     model.match(q, ones_q, d, ones_d)
-    mq = captured["x"][0]  # (1, 2, 4 * hidden)
+    from torch.nn.utils.rnn import pad_packed_sequence
+    mq, _ = pad_packed_sequence(captured["x"][0], batch_first=True)  # (1, 2, 4 * hidden)
     W, b = model.proj.weight.detach().tolist(), model.proj.bias.detach().tolist()
 
     def proj(x):  # W x + b by hand

@@ -38,14 +38,15 @@ def _config(variant: str, shared: dict | None = None, own: dict | None = None, p
 
 def _lstm_input(model, q, d):
     """The strengthened query tokens ``[h; h~; h - h~; h * h~]`` the BiLSTM receives."""
+    from torch.nn.utils.rnn import pad_packed_sequence
+
     captured = []
-    aggregate = model._aggregate
-    model._aggregate = lambda x, mask: captured.append(x) or aggregate(x, mask)  # the query side first
+    handle = model.lstm.register_forward_hook(lambda mod, inp, out: captured.append(inp[0]))
     ones_q = torch.ones(q.shape[:2], dtype=torch.bool)
     ones_d = torch.ones(d.shape[:2], dtype=torch.bool)
     model.match(q, ones_q, d, ones_d)
-    del model._aggregate
-    return captured[0]  # (1, Lq, 4 * hidden)
+    handle.remove()
+    return pad_packed_sequence(captured[0], batch_first=True)[0]  # (1, Lq, 4 * hidden)
 
 
 # ---------------------------------------------------------------------------

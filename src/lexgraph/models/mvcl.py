@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lexgraph.errors import LexgraphError
 from lexgraph.inputs import read_json_object
@@ -60,44 +61,6 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.
     """Softmax of ``scores`` over ``dim`` where ``mask`` is True (fully masked rows give 0)."""
     scores = scores.masked_fill(~mask, _NEG)
     return torch.softmax(scores, dim=dim) * mask
-
-
-_LSTM_WEIGHTS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
-
-
-def bilstm(lstm: nn.LSTM, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The one-layer bidirectional ``lstm`` (batch first) over left-aligned padded sequences
-    ``x`` ``(batch, len, in)``, valid where ``mask`` ``(batch, len)``: ``(batch, len, 2 * h)``,
-    each direction over its sequence's valid tokens only (the outputs a ``PackedSequence``
-    gives), 0 at padded positions.
-
-    Each direction runs on the padded tensor as a unidirectional LSTM with the module's own
-    weights (:func:`torch.func.functional_call`), the reverse one over every sequence reversed
-    within its length. On CPU this avoids a ``PackedSequence``, whose backward pass turns each
-    time step's slice into a zero-filled gradient of the whole input (time quadratic in the
-    length: MVCL's 512-token training steps took a minute each on 2 cores)."""
-    from torch.func import functional_call
-
-    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)  # (1, len)
-    reverse = torch.where(mask, mask.sum(1, keepdim=True) - 1 - steps, steps)  # (batch, len), its own inverse
-    cell = _unidirectional(lstm)
-    forward = functional_call(cell, {n: getattr(lstm, n) for n in _LSTM_WEIGHTS}, (x,))[0]  # (batch, len, h)
-    flipped = x.gather(1, reverse.unsqueeze(-1).expand_as(x))  # (batch, len, in)
-    backward = functional_call(cell, {n: getattr(lstm, f"{n}_reverse") for n in _LSTM_WEIGHTS}, (flipped,))[0]
-    backward = backward.gather(1, reverse.unsqueeze(-1).expand_as(backward))  # (batch, len, h)
-    return torch.cat([forward, backward], dim=-1) * mask.unsqueeze(-1).to(forward.dtype)
-
-
-def _unidirectional(lstm: nn.LSTM) -> nn.LSTM:
-    """A one-direction LSTM of ``lstm``'s sizes (its weights are ``lstm``'s, passed on each call),
-    built once per module and kept off its parameters."""
-    if lstm.num_layers != 1 or not lstm.bidirectional or not lstm.batch_first or lstm.proj_size:
-        raise ValueError("bilstm needs a one-layer, bidirectional, batch-first LSTM without projection")
-    cached = getattr(lstm, "_lexgraph_direction", None)
-    if cached is None:
-        cached = [nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)]
-        object.__setattr__(lstm, "_lexgraph_direction", cached)  # a list: not a registered submodule
-    return cached[0]
 
 
 class AttentionPooling(nn.Module):
@@ -187,7 +150,10 @@ class InteractionModel(nn.Module):
         return 4 * self.hidden + (len(self.FEATURES) if self.features else 0)
 
     def _aggregate(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        out = bilstm(self.lstm, x, mask)  # (batch, len, hidden)
+        lengths = mask.sum(1).clamp(min=1).cpu()  # (batch,)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])  # (batch, len, hidden)
         m = mask.unsqueeze(-1).to(out.dtype)  # (batch, len, 1)
         mean = (out * m).sum(1) / m.sum(1).clamp(min=1)  # (batch, hidden)
         peak = out.masked_fill(~mask.unsqueeze(-1), _NEG).max(1).values  # (batch, hidden)
