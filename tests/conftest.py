@@ -77,6 +77,17 @@ def write_bsard_layout(root: Path, *, readme: bool = False) -> Path:
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny tensors: one intra-op thread (on a shared CPU, more threads only wait on each other)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def bsard_dir(tmp_path) -> Path:
     return write_bsard_layout(tmp_path / "bsard")
 

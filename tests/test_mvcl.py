@@ -220,15 +220,6 @@ def _toy(seed=0, n_articles=30, dim=16):
     return articles, queries, views, lists(range(100, 130)), lists(range(130, 140))
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny tensors: one intra-op thread (on a shared CPU, more threads only wait on each other)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_tiny_training_learns_and_is_deterministic(one_thread):
     # the paper's plain network (no MaxSim warm start): whatever it ranks well, it learned
     config = RerankConfig(k=10, hidden=8, epochs=6, batch_size=8, negatives=2, lr=1e-2, dropout=0.0,

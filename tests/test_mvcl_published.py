@@ -170,14 +170,6 @@ def test_mvcl_search_without_fusion_orders_by_the_network(one_thread):
 # ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _tiny_xlmr(vocab=40):
     from transformers import XLMRobertaConfig, XLMRobertaModel
 

@@ -21,14 +21,6 @@ from lexgraph.models.mvcl_plm import PLMTokens, length_chunks
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _tiny_xlmr():
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
