@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import lexgraph.training.dsr as dsr
-from lexgraph.errors import DataError
+from lexgraph.errors import ConfigError, DataError
 from lexgraph.io import write_parquet
 from lexgraph.models.dsr import DSR
 from lexgraph.training.dsr import train_and_refit, train_dsr
@@ -136,12 +136,31 @@ def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, ru
     assert _same(_state(model), start)
 
 
+def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_dev(tiny_model_dir, runs, monkeypatch,
+                                                                                     caplog):
+    """``dsr.selection: fixed`` (G-DSR Table 5 / appendix B): the selection run keeps its last
+    epoch whatever dev says, and the refit trains all ``epochs`` on train + dev."""
+    caplog.set_level("INFO", logger="lexgraph.training.dsr")
+    data, config = _data(), _config(epochs=2, refit=True, selection="fixed")
+    _force_dev(monkeypatch, [0.1, 0.05])  # dev would prefer epoch 1 (and scores no epoch 0): fixed keeps epoch 2
+    model = _fresh_dsr(tiny_model_dir, config)
+    selection, refit = train_and_refit(model, data, config, torch.device("cpu"), seed=7)
+    first, second = runs
+    assert first.config.selection_metric is None and not first.config.select_epoch_zero
+    assert selection.best_epoch == 2 and [h["epoch"] for h in selection.history] == [1, 2]
+    n = len(data.pairs) + len(data.dev_pairs)
+    assert second.config.epochs == 2 and second.steps == 2 * math.ceil(n / BATCH) and refit.best_epoch == 2
+    assert "for 2 epochs ('dsr.selection' is fixed: the full schedule)" in caplog.text
+    with pytest.raises(ConfigError, match="dsr.selection"):
+        _config(selection="best").validate()
+
+
 def test_refit_logs_every_run_and_every_skip_with_its_reason(tiny_model_dir, runs, monkeypatch, caplog):
     caplog.set_level("INFO", logger="lexgraph.training.dsr")
     for refit, scores, expected in ((False, [0.1, 0.3, 0.2], "refit: skipped, 'dsr.refit' is false"),
                                     (True, [0.9, 0.1, 0.2], "refit: skipped, the untrained model won on dev"),
                                     (True, [0.1, 0.9, 0.2], "refit: on train + dev, 9 pairs (6 train, 3 dev, 1 of them "
-                                                            "with BM25 negatives) for the 1 epochs chosen on dev")):
+                                                            "with BM25 negatives) for 1 epochs (chosen on dev)")):
         caplog.clear()
         _force_dev(monkeypatch, scores)
         config = _config(epochs=2, refit=refit)

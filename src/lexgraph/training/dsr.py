@@ -198,30 +198,34 @@ def train_dsr(
 def train_and_refit(
     model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None
 ) -> tuple[TrainResult, TrainResult | None]:
-    """:func:`train_dsr` (the selection run: best epoch E on dev), then, with ``config.refit``
-    and E >= 1, the refit of G-DSR (appendix B): ``model`` back at its start weights (a
-    copy taken before the selection run), trained with the same seed on the train + dev
-    pairs (``data.dev_pairs``; the synthetic ones as before) for exactly E epochs with no
-    model selection, its schedule spanning the refit's steps. E = 0: the untrained model
-    stays, no refit. Returns (selection run, refit run or None); ``model`` ends as the one to keep.
+    """:func:`train_dsr` (the selection run), then, with ``config.refit``, the refit of G-DSR
+    (appendix B): ``model`` back at its start weights (a copy taken before the selection run),
+    trained with the same seed on the train + dev pairs (``data.dev_pairs``; the synthetic ones
+    as before) for E epochs with no model selection, its schedule spanning the refit's steps.
+    E is ``config.epochs`` with ``selection: fixed`` (Table 5's fixed schedule; the selection run
+    keeps its last epoch and dev is scored for the report), else the best dev epoch; E = 0 (the
+    untrained model won on dev): it stays, no refit. Every refit and skipped refit is logged.
+    Returns (selection run, refit run or None); ``model`` ends as the one to keep.
     """
+    select = config.selection == "dev"
     if not config.refit:
         log.info("refit: skipped, '%s.refit' is false (the model kept is the selection run's)", SECTION)
-        return train_dsr(model, data, config, device, seed, runtime), None
+        return train_dsr(model, data, config, device, seed, runtime, select=select), None
     if not data.dev_pairs:
         raise DataError("questions", f"'{SECTION}.refit' is true but there is no dev question to refit on")
     start = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    selection = train_dsr(model, data, config, device, seed, runtime)
-    if selection.best_epoch == 0:
+    selection = train_dsr(model, data, config, device, seed, runtime, select=select)
+    epochs = selection.best_epoch if select else config.epochs
+    if epochs == 0:
         log.info("refit: skipped, the untrained model won on dev (best epoch 0): it is kept as is")
         return selection, None
     model.load_state_dict(start)
     both = replace(data, pairs=[*data.pairs, *data.dev_pairs], dev_pairs=[], dev_questions=[], dev_qrels={},
                    dev_ids=[])
-    log.info("refit: on train + dev, %d pairs (%d train, %d dev, %d of them with BM25 negatives) for the %d epochs "
-             "chosen on dev", len(both.pairs), len(data.pairs), len(data.dev_pairs),
-             sum(1 for p in data.dev_pairs if p.negatives), selection.best_epoch)
-    refit = train_dsr(model, both, replace(config, epochs=selection.best_epoch), device, seed, runtime, select=False)
+    log.info("refit: on train + dev, %d pairs (%d train, %d dev, %d of them with BM25 negatives) for %d epochs (%s)",
+             len(both.pairs), len(data.pairs), len(data.dev_pairs), sum(1 for p in data.dev_pairs if p.negatives),
+             epochs, "chosen on dev" if select else f"'{SECTION}.selection' is fixed: the full schedule")
+    refit = train_dsr(model, both, replace(config, epochs=epochs), device, seed, runtime, select=False)
     return selection, refit
 
 
@@ -287,7 +291,7 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
     }
     if config.refit:  # dev numbers and curve: the selection run's; a refit model was trained on dev
         n_refit = len(data.pairs) + len(data.dev_pairs)
-        summary["refit"] = {"epochs": result.best_epoch, "pairs": n_refit} if refit else None
+        summary["refit"] = {"epochs": refit.best_epoch, "pairs": n_refit} if refit else None
         summary["dev_metrics_of"] = "selection run"
         summary["dev_held_out"] = refit is None  # for the written model
     if runtime.is_main:  # one writer; the others wait for it

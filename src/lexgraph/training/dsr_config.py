@@ -32,6 +32,7 @@ _CHOICES = {
     "chunk_encoder": ("finetune", "frozen"),
     "pooling": ("max", "mean", "token_mean"),
     "token_pooling": ("cls", "mean"),
+    "selection": ("dev", "fixed"),
 }
 _POSITIVE = {"expected": "a positive integer"}
 
@@ -72,7 +73,9 @@ class DSRConfig:
     eval_batch_size: int = field(default=64, metadata=_POSITIVE)
     # micro-batches per batch (per process): same updates, less memory per forward
     accumulation_steps: int = field(default=1, metadata=_POSITIVE)
-    # after choosing the epoch on dev, retrain from the same start on train+dev for that many epochs (G-DSR appendix B)
+    # dev: the epoch with the best dev R@200, the untrained model included | fixed: the last of `epochs`
+    selection: str = field(default="dev", metadata=_one_of("selection"))
+    # retrain from the same start on train+dev (G-DSR appendix B) for the epochs `selection` gives
     refit: bool = field(default=False, metadata={"expected": "true or false"})
 
     @classmethod
