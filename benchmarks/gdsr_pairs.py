@@ -42,7 +42,7 @@ import torch
 
 from lexgraph import layout
 from lexgraph.config import load_params, seed_everything
-from lexgraph.io import write_json
+from lexgraph.io import read_parquet, write_json
 
 log = logging.getLogger("gdsr_pairs")
 
@@ -111,14 +111,15 @@ def main(argv=None) -> int:
     settings = replace(GNNSettings.per_variant(gnn)["gdsr"], selection="dev")  # dev scored every epoch
     ws = args.workspace
     graph = load_graph(layout.GRAPH.under(ws))
-    questions = pl.read_parquet(layout.CLEAN.under(ws, "questions.parquet")).select(
-        "id", "question", "article_ids", "split")
-    negatives = pl.read_parquet(layout.NEGATIVES.under(ws)).select("question_id", "split", "negative_ids")
+    q_columns, n_columns = ["id", "question", "article_ids", "split"], ["question_id", "split", "negative_ids"]
+    # the project's reader: a missing file or column is one line naming it, as in the stage
+    questions = read_parquet(layout.CLEAN.under(ws, "questions.parquet"), q_columns).select(q_columns)
+    negatives = read_parquet(layout.NEGATIVES.under(ws), n_columns).select(n_columns)
     tables = {n: load_embeddings(layout.EMBED.under(ws, f"{n}.safetensors")) for n in ("articles", "headings", "questions")}
     rows = [run(f"train x{f:g}", train_subset(questions, f, seed), negatives, tables, graph, settings, seed)
             for f in args.fractions]
     if args.synthetic:
-        synthetic = pl.read_parquet(layout.SYNTHETIC.under(ws))
+        synthetic = read_parquet(layout.SYNTHETIC.under(ws), q_columns)
         vectors = QueryEncoder.from_pretrained(layout.DSR.under(ws, "query_encoder")).encode(
             synthetic["question"].to_list(), batch_size=128, show_progress=False)  # (S, dim)
         for n in args.synthetic:
