@@ -95,3 +95,22 @@ def test_every_named_key_has_the_profile_value(named):
         if expected != actual or isinstance(expected, bool) != isinstance(actual, bool):
             wrong.append(f"docs/papers.md:{n}: `{key} = {raw}`, but profiles/paper.yaml has {actual!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_mvcl_is_credited_to_its_one_author():
+    # MVCL (arXiv:2210.05188) has one author, Zhaowei Wang: no citation of it in the project
+    # may add co-authors ("et al.", or the six-name list once copied into the loss docstrings)
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "*.py", "*.md", "*.yaml"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    wrong = []
+    for name in tracked:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for match in re.finditer(r"IJCNN 2022", text):
+            before = text[max(0, match.start() - 300): match.start()]
+            start = max(before.rfind("\n\n"), before.rfind("\n- "), before.rfind('"""'), 0)
+            around = before[start:] + text[match.end(): match.end() + 50]  # the citation's paragraph or item
+            if re.search(r"et al|Wang, Zhang|Zhang, Chen", around):
+                wrong.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}")
+    assert not wrong, f"MVCL credited to more than Zhaowei Wang at {wrong}"

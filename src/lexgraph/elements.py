@@ -1,6 +1,6 @@
 """A weak legal element indicator for statutes, and MVCL's element view.
 
-MVCL (Wang et al., "Legal Element-oriented Modeling with Multi-view Contrastive Learning
+MVCL (Zhaowei Wang, "Legal Element-oriented Modeling with Multi-view Contrastive Learning
 for Legal Case Retrieval", IJCNN 2022, arXiv:2210.05188) trains a classifier of the
 sentences of a *case* that hold a legal element, on labelled data. Statutes have no such
 labels; lexgraph marks a sentence of an article as holding a legal element when it states

@@ -1,6 +1,6 @@
 """Case-view contrastive loss of MVCL.
 
-Wang, Zhang, Chen, Liu, Wang & Wen, "Legal Element-oriented Modeling with Multi-view
+Zhaowei Wang (the one author), "Legal Element-oriented Modeling with Multi-view
 Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), Section
 III-C: the query A, its relevant candidate B+ and the irrelevant C- of each of the N
 triples of a batch are pooled into one vector each (attention pooling over the PLM's

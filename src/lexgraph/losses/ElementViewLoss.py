@@ -1,6 +1,6 @@
 """Element-view contrastive loss of MVCL.
 
-Wang, Zhang, Chen, Liu, Wang & Wen, "Legal Element-oriented Modeling with Multi-view
+Zhaowei Wang (the one author), "Legal Element-oriented Modeling with Multi-view
 Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), Section
 III-D: a legal element indicator marks the sentences of a text T that hold a legal
 element; the positive view T+ deletes a random subset of the other sentences, totalling

@@ -1,6 +1,6 @@
 """Pairwise triple loss of MVCL's interaction network.
 
-Wang, Zhang, Chen, Liu, Wang & Wen, "Legal Element-oriented Modeling with Multi-view
+Zhaowei Wang (the one author), "Legal Element-oriented Modeling with Multi-view
 Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), Section
 III: for a triple (A, B, C) the interaction network gives the matching vectors
 ``H_{a,b}`` and ``H_{a,c}``; an MLP over their difference ``H_{a,b} - H_{a,c}`` decides
