@@ -79,8 +79,9 @@ class PLMTokens:
         stands at padding positions means nothing (zeros, or the PLM's states of pad tokens)
         and every reader masks it."""
         rows = [self.sequences[int(k)] for k in keys]
-        _, mask = self._padded(rows, device)  # (n, L)
-        length = mask.shape[1]
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)  # (n,)
+        length = max(int(lengths.max()), 1) if rows else 1
+        mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).to(device)  # (n, L)
         overhead = CHUNK_OVERHEAD_TOKENS if device.type == "cpu" else ONE_CHUNK
         order, parts = [], []
         for chunk in length_chunks([len(r) for r in rows], overhead):
@@ -90,7 +91,7 @@ class PLMTokens:
             order += chunk
         where = torch.empty(len(rows), dtype=torch.long)
         where[torch.tensor(order, dtype=torch.long)] = torch.arange(len(rows))
-        return torch.cat(parts, 0).index_select(0, where.to(device)), mask.bool()  # (n, L, dim), (n, L)
+        return torch.cat(parts, 0).index_select(0, where.to(device)), mask  # (n, L, dim), (n, L)
 
     @torch.no_grad()
     def encode_store(self, keys: Sequence[int], batch_size: int, device: torch.device, autocast) -> TokenStore:
