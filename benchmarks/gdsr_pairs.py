@@ -97,6 +97,15 @@ def main(argv=None) -> int:
     parser.add_argument("--synthetic", type=int, nargs="*", default=[1000])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    from lexgraph.errors import LexgraphError
+
+    try:  # a missing table, column or params key is one line naming it, as in the stages
+        return measure(args)
+    except LexgraphError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+
+
+def measure(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("lexgraph", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

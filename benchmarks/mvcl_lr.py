@@ -1,0 +1,158 @@
+"""Benchmark: why MVCL as published ranks below its own first stage on the sample.
+
+    python benchmarks/mvcl_lr.py [--workspace .] [--params params.yaml]
+        [--runs 2e-5:5 3e-4:5 2e-5:40] [--json OUT.json]
+
+Why: ``dvc exp run -S rerank.mvcl.enabled=true`` (MVCL of Wang, IJCNN 2022, as published:
+the PLM fine-tuned, one Adam learning rate of 2e-5 for the whole model, §IV-C) keeps a
+triple loss near ln 2 for its 190 steps and a dev mAP of 7-8, against the hybrid's 31 that
+it re-ranks. The interaction network (projection, BiLSTM, MLP) starts from PyTorch's random
+initialisation; the hypothesis is that 2e-5 moves it too little in the sample's 190 steps
+to learn anything, a budget of updates and not a defect of the code.
+
+What it does, on a finished workspace (``dvc repro``: the first stage's lists and
+``encode_rerank``'s cache of the frozen PLM's token states): for each run ``LR:EPOCHS``, the
+interaction network of ``rerank.mvcl`` (its alignment, pooling, losses, no fusion) is
+trained over the *frozen* cached states (the PLM is held fixed, so that only the head's
+learning rate and number of updates vary, at a few minutes a run), and reports per epoch
+the dev mAP of the re-ranked lists alone and the mean triple loss, and at the end how far
+the weights moved, ``||W - W0|| / ||W0||`` over the whole network. The first stage's dev mAP
+and a random order of its top-k (the chance level) are printed beside them. Choices are
+made on dev only; test is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lexgraph import layout
+from lexgraph.config import load_params
+
+log = logging.getLogger("mvcl_lr")
+
+
+def parse_run(text: str) -> tuple[float, int]:
+    """``"LR:EPOCHS"`` -> ``(lr, epochs)``."""
+    lr, _, epochs = text.partition(":")
+    try:
+        value, count = float(lr), int(epochs)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LR:EPOCHS (e.g. 2e-5:5), got {text!r}") from None
+    if value <= 0 or count < 1:
+        raise argparse.ArgumentTypeError(f"expected a learning rate > 0 and epochs >= 1, got {text!r}")
+    return value, count
+
+
+def train_subset(lists, fraction: float, seed: int):
+    """``lists`` (a :class:`~lexgraph.training.rerank.Lists`) cut to a seeded ``fraction`` of its
+    questions (rounded, at least one), in their original order."""
+    from lexgraph.training.rerank import Lists
+
+    size = max(1, int(round(fraction * len(lists.qids))))
+    keep = np.sort(np.random.default_rng(seed).choice(len(lists.qids), size=size, replace=False))
+    qids = [lists.qids[i] for i in keep]
+    return Lists(qids, {q: lists.qrels[q] for q in qids}, lists.ids[keep], lists.scores[keep])
+
+
+def relative_shift(before: dict[str, torch.Tensor], model: torch.nn.Module) -> float:
+    """``||W - W0|| / ||W0||`` over every parameter of ``model`` (one vector)."""
+    after = {k: v.detach() for k, v in model.state_dict().items() if k in before}
+    moved = torch.sqrt(sum(((after[k] - before[k]).float() ** 2).sum() for k in before))
+    start = torch.sqrt(sum((before[k].float() ** 2).sum() for k in before))
+    return float(moved / start)
+
+
+def chance_map(trainer, seed: int, draws: int = 20) -> float:
+    """The mean dev mAP of ``draws`` seeded random orders of the first stage's top-k."""
+    rng = np.random.default_rng(seed)
+    sizes = [len([a for a in row[: trainer.config.k] if a >= 0]) for row in trainer.dev_lists.ids]
+    return float(np.mean([trainer.metrics_at([rng.random(n) for n in sizes], None)["map"] for _ in range(draws)]))
+
+
+def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
+    from lexgraph.models.mvcl import build_model
+    from lexgraph.training import rerank
+
+    torch.manual_seed(seed)  # train() draws the same initial weights: keep a copy of them
+    start = {k: v.detach().clone() for k, v in build_model(stores[0].dim, config).state_dict().items()}
+    model, report = rerank.train(config, *stores, *lists, device, seed)
+    row = {"fraction": fraction, "pairs": report["pairs"], "lr": config.lr, "epochs": config.epochs, "steps": report["steps"],
+           "dev_map": [round(h["dev_map"], 4) for h in report["history"]],
+           "triple_loss": [round(h["train_triple"], 4) for h in report["history"]],
+           "weight_shift": round(relative_shift(start, model), 4)}
+    log.info("train x%g (%d pairs) lr %-8g epochs %-3d steps %-5d shift %.4f  dev mAP %s  triple loss %s", fraction, row["pairs"], config.lr, config.epochs,
+             row["steps"], row["weight_shift"], row["dev_map"], row["triple_loss"])
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workspace", type=Path, default=Path("."))
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument("--runs", type=parse_run, nargs="+", default=[(2e-5, 5), (3e-4, 5)])
+    parser.add_argument("--fractions", type=float, nargs="+", default=[1.0],
+                        help="train on a seeded subset of the train questions (1 = all); every run at each fraction")
+    parser.add_argument("--scored", choices=("dev", "train"), default="dev",
+                        help="the lists scored after every epoch: dev, or train (does the network fit its own data?)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    from lexgraph.errors import LexgraphError
+
+    try:  # a missing table, column or params key is one line naming it, as in the stages
+        return measure(args)
+    except LexgraphError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+
+
+def measure(args) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("lexgraph", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    from lexgraph.config import resolve_device
+    from lexgraph.io import read_parquet, write_json
+    from lexgraph.metrics import DEEPEST
+    from lexgraph.models.mvcl_config import RerankConfig
+    from lexgraph.models.mvcl_features import frozen_stores
+    from lexgraph.retrieval.systems import load_retriever
+    from lexgraph.training.rerank import RerankTrainer, first_stage_lists
+
+    base, section = load_params("rerank", args.params)
+    device, ws = resolve_device(base.device), args.workspace
+    frozen = RerankConfig.per_variant(section)["xrerank"]  # whose cache encode_rerank wrote
+    published = RerankConfig.per_variant(section)["mvcl"]
+    head = replace(published, plm="frozen", plm_lr=None, max_query_length=frozen.max_query_length,
+                   max_article_length=frozen.max_article_length)
+    questions = read_parquet(layout.CLEAN.under(ws, "questions.parquet"), ["id", "question", "article_ids", "split"])
+    articles = read_parquet(layout.CLEAN.under(ws, "articles.parquet"), ["id", "article"])
+    first = load_retriever(head.first_stage, ws, str(device))
+    lists = (first_stage_lists(first, questions, "train", head.k),
+             first_stage_lists(first, questions, head.split if args.scored == "dev" else "train", max(head.k, DEEPEST)))
+    stores = frozen_stores(articles, questions, frozen, layout.RERANK_FEATURES.under(ws), layout.PRETRAIN.under(ws), device,
+                           base.seed)
+    probe = RerankTrainer(torch.nn.Identity(), head, *stores, *lists, device, base.seed)
+    first_map = probe.metrics_at([-np.arange(len(r), dtype=np.float64) for r in probe.dev_lists.ids], None)["map"]
+    chance = chance_map(probe, base.seed)
+    log.info("first stage %s: dev mAP %.4f; a random order of its top-%d: %.4f", head.first_stage, first_map, head.k,
+             chance)
+    rows = [run(replace(head, lr=lr, epochs=epochs), stores, (train_subset(lists[0], f, base.seed), lists[1]), device,
+                base.seed, f) for f in args.fractions for lr, epochs in args.runs]
+    out = {"scored": args.scored, "first_stage": head.first_stage, "dev_map_first_stage": round(first_map, 4),
+           "dev_map_random_order": round(chance, 4), "plm": "frozen (encode_rerank's cache)", "runs": rows}
+    if args.json:
+        write_json(out, args.json)
+    else:
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

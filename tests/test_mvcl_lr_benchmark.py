@@ -1,0 +1,64 @@
+"""benchmarks/mvcl_lr.py: its run spec, the train subset of the first stage's lists and the
+weight shift, checked by hand on toy values."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import load_benchmark
+from lexgraph.training.rerank import Lists
+
+probe = load_benchmark("mvcl_lr")
+
+
+def test_a_run_is_lr_colon_epochs_and_nonsense_is_refused():
+    assert probe.parse_run("2e-5:5") == (2e-5, 5)
+    for bad in ("2e-5", "x:5", "0:5", "1e-3:0"):
+        with pytest.raises(argparse.ArgumentTypeError, match="LR:EPOCHS|learning rate"):
+            probe.parse_run(bad)
+
+
+def test_train_subset_keeps_a_seeded_share_of_the_questions_with_their_rows():
+    ids = np.arange(12).reshape(4, 3)  # (4 questions, depth 3): row r = 3r .. 3r + 2
+    lists = Lists([10, 11, 12, 13], {10: [0], 11: [3], 12: [6], 13: [9]}, ids, -ids.astype(float))
+    half = probe.train_subset(lists, 0.5, seed=13)
+    assert len(half.qids) == 2 and half.qids == sorted(half.qids, key=lists.qids.index)  # original order
+    for q, row, scores in zip(half.qids, half.ids, half.scores):
+        r = lists.qids.index(q)  # each question keeps its own list and golds
+        assert row.tolist() == ids[r].tolist() and scores.tolist() == (-ids[r]).tolist()
+        assert half.qrels[q] == lists.qrels[q]
+    assert set(half.qrels) == set(half.qids)
+    assert probe.train_subset(lists, 0.5, seed=13).qids == half.qids  # deterministic per seed
+    assert len(probe.train_subset(lists, 0.01, seed=13).qids) == 1  # at least one
+    assert probe.train_subset(lists, 1.0, seed=13).qids == lists.qids
+
+
+def test_relative_shift_is_the_norm_of_the_change_over_the_norm_of_the_start():
+    model = torch.nn.Linear(2, 1, bias=True)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[3.0, 0.0]]))
+        model.bias.copy_(torch.tensor([4.0]))
+    start = {k: v.clone() for k, v in model.state_dict().items()}  # ||W0|| = 5
+    with torch.no_grad():
+        model.weight.add_(torch.tensor([[0.0, 1.0]]))  # moved by (0, 1, 0): ||dW|| = 1
+    assert probe.relative_shift(start, model) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("name", ["mvcl_lr", "gdsr_pairs"])
+def test_a_missing_table_is_one_line_not_a_traceback(name, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    params = tmp_path / "params.yaml"
+    params.write_text((ROOT / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--workspace", str(tmp_path),
+                           "--params", str(params)], capture_output=True, text=True, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert lines[-1].startswith(f"{name}.py: error: ") and "file not found" in lines[-1] and str(tmp_path) in lines[-1]
