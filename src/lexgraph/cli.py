@@ -44,10 +44,12 @@ import os
 import sys
 from pathlib import Path
 
+# only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
+# a command imports the systems and tables it needs when it runs
 from lexgraph import layout
+from lexgraph.config import SYSTEM_NAMES
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
-from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger("lexgraph")
 
@@ -400,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search", help="retrieve articles for questions with a trained system")
     s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", help=" | ".join(SYSTEMS))
+    s.add_argument("--system", default="bm25", help=" | ".join(SYSTEM_NAMES))
     s.add_argument("--questions", help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
     s.add_argument("--run", help="output TREC run file (batch mode)")
     s.add_argument("--json", action="store_true",
