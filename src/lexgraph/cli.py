@@ -398,24 +398,37 @@ def cmd_regress(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval (BM25, zero-shot e5, DSR, G-DSR, QABISAR).")
+    """The ``lexgraph`` parser; every option has a help string, which shows its default."""
+    systems = ", ".join(SYSTEM_NAMES)  # the one registry of names (lexgraph.retrieval.systems maps each to its loader)
+    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval on BSARD with the "
+                                     f"systems that `dvc repro` builds: {systems}.")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("search", help="retrieve articles for questions with a trained system")
+    s = sub.add_parser("search", help="retrieve articles for questions with a trained system",
+                       description="Retrieve articles for one question, a JSON-lines file of questions (batch "
+                                   "mode) or questions typed one per line (interactive mode).")
     s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", help=" | ".join(SYSTEM_NAMES))
-    s.add_argument("--questions", help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
-    s.add_argument("--run", help="output TREC run file (batch mode)")
+    s.add_argument("--system", default="bm25", metavar="SYSTEM",
+                   help=f"the retrieval system, one of: {systems} (default: %(default)s)")
+    s.add_argument("--questions", metavar="FILE.jsonl",
+                   help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
+    s.add_argument("--run", metavar="OUT.trec", help="output TREC run file (batch mode)")
     s.add_argument("--json", action="store_true",
                    help="print one JSON object per question (id, question, system, hits with rank, id, article, "
                         "reference, path, score, snippet, highlights, matched_terms) instead of text")
-    s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default 500)")
-    s.add_argument("--top", type=int, default=10, help="articles shown per question (default 10)")
-    s.add_argument("--workspace", default=".", help="directory where `dvc repro` wrote models/ and data/")
-    s.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default: %(default)s)")
+    s.add_argument("--top", type=int, default=10, help="articles shown per question (default: %(default)s)")
+    s.add_argument("--workspace", default=".", metavar="DIR",
+                   help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
+                        "wrote models/ and data/ (default: %(default)s)")
+    s.add_argument("--device", default="auto", help="where the dense systems run: auto (cuda when available, "
+                   "else cpu), cpu, cuda or cuda:N (default: %(default)s)")
     s.set_defaults(func=cmd_search)
-    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores")
-    r.add_argument("--expected", default="regression/sample.yaml")
-    r.add_argument("--metrics-dir", default="metrics")
+    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores",
+                       description="Check that metrics/<system>.json reproduce the expected scores within tolerance.")
+    r.add_argument("--expected", default="regression/sample.yaml", metavar="FILE.yaml",
+                   help="the expected scores and tolerances, per system and split (default: %(default)s)")
+    r.add_argument("--metrics-dir", default="metrics", metavar="DIR",
+                   help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)")
     r.add_argument("--update", action="store_true", help="rewrite the expected file from the current metrics "
                    "(keeps its comments and tolerances)")
     r.set_defaults(func=cmd_regress)
