@@ -243,6 +243,23 @@ def _index_config(workspace: Path):
     return EvaluateConfig.from_params(raw).index
 
 
+#: what a lexgraph workspace holds, one of at least: the pipeline's files, or the clean articles
+#: that every system ranks (a workspace that `dvc repro` filled and that was copied without them)
+WORKSPACE_MARKERS: tuple[str, ...] = ("dvc.yaml", "params.yaml", str(layout.CLEAN.path))
+
+
+def _check_workspace(workspace: Path) -> None:
+    """Refuse a ``--workspace`` that is no lexgraph workspace (none of :data:`WORKSPACE_MARKERS`
+    there), naming the directory and ``--workspace``: not a missing artefact of some stage."""
+    where = workspace.resolve()
+    if not workspace.is_dir():
+        raise LexgraphError(f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
+                            "the directory with dvc.yaml and params.yaml")
+    if not any((workspace / marker).exists() for marker in WORKSPACE_MARKERS):
+        raise LexgraphError(f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
+                            "run lexgraph from the project's directory or pass --workspace DIR")
+
+
 def _check_depth(name: str, value: int) -> None:
     if value < 1:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
@@ -336,6 +353,7 @@ def cmd_search(args) -> int:
         _question_argument(args.question)
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)
+    _check_workspace(workspace)
     ids = questions = None
     if args.questions:
         if args.run:
