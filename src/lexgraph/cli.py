@@ -21,7 +21,8 @@
     interactive: asks for questions until an empty line or end of input (``--json``: one
     JSON line per question, the prompt on stderr and only on a terminal).
 ``lexgraph regress [--expected regression/sample.yaml]``
-    checks that metrics/<system>.json reproduce the expected scores within tolerance.
+    checks that metrics/<system>.json reproduce the expected scores within tolerance, and ends
+    with the line "N of M checks pass" (one check per system, split and metric).
 
 Shown hits (text or ``--json``) are real results only (:func:`lexgraph.display.ranked_entries`):
 with BM25 a question's hits stop at the last article that matches one of its terms, even
@@ -394,7 +395,7 @@ def cmd_search(args) -> int:
 
 def cmd_regress(args) -> int:
     from lexgraph.io import write_text
-    from lexgraph.regression import check, expected_from_metrics
+    from lexgraph.regression import expected_from_metrics, run_checks
 
     if args.update:
         from lexgraph.tracked import dvc_owner
@@ -406,13 +407,14 @@ def cmd_regress(args) -> int:
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
         log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
-    failures = check(args.metrics_dir, args.expected)
-    for line in failures:
+    outcome = run_checks(args.metrics_dir, args.expected)
+    for line in outcome.failures:
         print(f"REGRESSION {line}", file=sys.stderr)
-    if failures:
-        return 1
-    print(f"all metrics in {args.expected} reproduce")
-    return 0
+    sys.stderr.flush()  # the count comes last, also where stderr and stdout share a terminal
+    if not outcome.failures:
+        print(f"all metrics in {args.expected} reproduce")
+    print(outcome.summary())
+    return 1 if outcome.failures else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
