@@ -65,6 +65,9 @@ def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
     assert "unknown system 'tfidf'" in capsys.readouterr().err
     empty = tmp_path_factory.mktemp("empty")
     assert main(["search", "--system", "bm25", "x", "--workspace", str(empty)]) == 2
+    assert f"{empty.resolve()} is not a lexgraph workspace" in capsys.readouterr().err
+    (empty / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")  # a workspace, before `dvc repro`
+    assert main(["search", "--system", "bm25", "x", "--workspace", str(empty)]) == 2
     assert "run `dvc repro bm25` first" in capsys.readouterr().err
 
 
@@ -148,6 +151,24 @@ def test_regress(tmp_path, capsys):
     assert main(["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "bm25/test/map: 0.1000, expected 0.1200" in err and "recall@100" not in err
+
+
+def test_regress_ends_with_the_count_of_checks_that_pass(tmp_path, capsys):
+    """Whatever the outcome, `lexgraph regress` ends with "N of M checks pass": one check per
+    metric of each system and split in the expected file (a missing metrics file fails all of
+    its system's checks)."""
+    (tmp_path / "bm25.json").write_text(json.dumps({"dev": {"map": 0.2}, "test": {"recall@100": 0.40, "map": 0.10}}))
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("tolerance: 0.01\nsystems:\n  bm25:\n    dev: {map: 0.2}\n    test: {recall@100: 0.405, map: 0.12}\n"
+                    "  dsr:\n    test: {recall@100: 0.5, map: 0.2}\n")
+    args = ["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "2 of 5 checks pass"
+    spec.write_text("tolerance: 0.01\nsystems:\n  bm25:\n    dev: {map: 0.2}\n    test: {recall@100: 0.405}\n")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "2 of 2 checks pass"
 
 
 def test_regress_update_rewrites_values_and_keeps_tolerances(tmp_path, capsys):

@@ -648,3 +648,18 @@ def test_json_into_a_closed_pipe_stops_quietly(ws):
     assert json.loads(first)["id"] == "q0"
     assert "Traceback" not in err and "Error" not in err and "error" not in err and "Exception" not in err, err
     assert snapshot(ws) == before
+
+
+def test_process_level_search_outside_a_workspace(tmp_path):
+    """From a directory that is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/),
+    `lexgraph search` says so in one line, naming the directory and --workspace, instead of
+    "no BM25 index; run `dvc repro bm25` first" (issue 25)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = _cli("search", "x", cwd=elsewhere)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("lexgraph search: error: ") and "not a lexgraph workspace" in lines[0], lines[0]
+    assert str(elsewhere.resolve()) in lines[0] and "--workspace" in lines[0] and "dvc repro bm25" not in lines[0], lines[0]
+    assert proc.stdout == ""

@@ -161,3 +161,20 @@ def test_search_reads_the_workspace_index_settings(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"evaluate\.index\.typ"):
         _index_config(tmp_path)
+
+
+def test_faiss_loads_without_loader_noise(tmp_path):
+    """Importing faiss the way lexgraph does, with the CLI's logging (INFO on stderr), prints
+    none of faiss's loader lines ("Loading faiss ...", the ModuleNotFoundError of each
+    instruction set it tries): a dense search used to open with nine of them (issue 25)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from lexgraph.stage import setup_logging\nsetup_logging('INFO')\n"
+              "from lexgraph.retrieval.index import _faiss\nprint(_faiss().IndexFlatIP(4).d)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "4", done.stderr
+    assert "ModuleNotFoundError" not in done.stderr and "Loading faiss" not in done.stderr, done.stderr
+    assert "faiss.loader" not in done.stderr, done.stderr

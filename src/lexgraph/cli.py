@@ -21,7 +21,8 @@
     interactive: asks for questions until an empty line or end of input (``--json``: one
     JSON line per question, the prompt on stderr and only on a terminal).
 ``lexgraph regress [--expected regression/sample.yaml]``
-    checks that metrics/<system>.json reproduce the expected scores within tolerance.
+    checks that metrics/<system>.json reproduce the expected scores within tolerance, and ends
+    with the line "N of M checks pass" (one check per system, split and metric).
 
 Shown hits (text or ``--json``) are real results only (:func:`lexgraph.display.ranked_entries`):
 with BM25 a question's hits stop at the last article that matches one of its terms, even
@@ -44,10 +45,12 @@ import os
 import sys
 from pathlib import Path
 
+# only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
+# a command imports the systems and tables it needs when it runs
 from lexgraph import layout
+from lexgraph.config import SYSTEM_NAMES
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
-from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger("lexgraph")
 
@@ -241,6 +244,23 @@ def _index_config(workspace: Path):
     return EvaluateConfig.from_params(raw).index
 
 
+#: what a lexgraph workspace holds, one of at least: the pipeline's files, or the clean articles
+#: that every system ranks (a workspace that `dvc repro` filled and that was copied without them)
+WORKSPACE_MARKERS: tuple[str, ...] = ("dvc.yaml", "params.yaml", str(layout.CLEAN.path))
+
+
+def _check_workspace(workspace: Path) -> None:
+    """Refuse a ``--workspace`` that is no lexgraph workspace (none of :data:`WORKSPACE_MARKERS`
+    there), naming the directory and ``--workspace``: not a missing artefact of some stage."""
+    where = workspace.resolve()
+    if not workspace.is_dir():
+        raise LexgraphError(f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
+                            "the directory with dvc.yaml and params.yaml")
+    if not any((workspace / marker).exists() for marker in WORKSPACE_MARKERS):
+        raise LexgraphError(f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
+                            "run lexgraph from the project's directory or pass --workspace DIR")
+
+
 def _check_depth(name: str, value: int) -> None:
     if value < 1:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
@@ -334,6 +354,7 @@ def cmd_search(args) -> int:
         _question_argument(args.question)
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)
+    _check_workspace(workspace)
     ids = questions = None
     if args.questions:
         if args.run:
@@ -374,7 +395,7 @@ def cmd_search(args) -> int:
 
 def cmd_regress(args) -> int:
     from lexgraph.io import write_text
-    from lexgraph.regression import check, expected_from_metrics
+    from lexgraph.regression import expected_from_metrics, run_checks
 
     if args.update:
         from lexgraph.tracked import dvc_owner
@@ -386,34 +407,48 @@ def cmd_regress(args) -> int:
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
         log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
-    failures = check(args.metrics_dir, args.expected)
-    for line in failures:
+    outcome = run_checks(args.metrics_dir, args.expected)
+    for line in outcome.failures:
         print(f"REGRESSION {line}", file=sys.stderr)
-    if failures:
-        return 1
-    print(f"all metrics in {args.expected} reproduce")
-    return 0
+    sys.stderr.flush()  # the count comes last, also where stderr and stdout share a terminal
+    if not outcome.failures:
+        print(f"all metrics in {args.expected} reproduce")
+    print(outcome.summary())
+    return 1 if outcome.failures else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval (BM25, zero-shot e5, DSR, G-DSR, QABISAR).")
+    """The ``lexgraph`` parser; every option has a help string, which shows its default."""
+    systems = ", ".join(SYSTEM_NAMES)  # the one registry of names (lexgraph.retrieval.systems maps each to its loader)
+    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval on BSARD with the "
+                                     f"systems that `dvc repro` builds: {systems}.")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("search", help="retrieve articles for questions with a trained system")
+    s = sub.add_parser("search", help="retrieve articles for questions with a trained system",
+                       description="Retrieve articles for one question, a JSON-lines file of questions (batch "
+                                   "mode) or questions typed one per line (interactive mode).")
     s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", help=" | ".join(SYSTEMS))
-    s.add_argument("--questions", help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
-    s.add_argument("--run", help="output TREC run file (batch mode)")
+    s.add_argument("--system", default="bm25", metavar="SYSTEM",
+                   help=f"the retrieval system, one of: {systems} (default: %(default)s)")
+    s.add_argument("--questions", metavar="FILE.jsonl",
+                   help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
+    s.add_argument("--run", metavar="OUT.trec", help="output TREC run file (batch mode)")
     s.add_argument("--json", action="store_true",
                    help="print one JSON object per question (id, question, system, hits with rank, id, article, "
                         "reference, path, score, snippet, highlights, matched_terms) instead of text")
-    s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default 500)")
-    s.add_argument("--top", type=int, default=10, help="articles shown per question (default 10)")
-    s.add_argument("--workspace", default=".", help="directory where `dvc repro` wrote models/ and data/")
-    s.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default: %(default)s)")
+    s.add_argument("--top", type=int, default=10, help="articles shown per question (default: %(default)s)")
+    s.add_argument("--workspace", default=".", metavar="DIR",
+                   help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
+                        "wrote models/ and data/ (default: %(default)s)")
+    s.add_argument("--device", default="auto", help="where the dense systems run: auto (cuda when available, "
+                   "else cpu), cpu, cuda or cuda:N (default: %(default)s)")
     s.set_defaults(func=cmd_search)
-    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores")
-    r.add_argument("--expected", default="regression/sample.yaml")
-    r.add_argument("--metrics-dir", default="metrics")
+    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores",
+                       description="Check that metrics/<system>.json reproduce the expected scores within tolerance.")
+    r.add_argument("--expected", default="regression/sample.yaml", metavar="FILE.yaml",
+                   help="the expected scores and tolerances, per system and split (default: %(default)s)")
+    r.add_argument("--metrics-dir", default="metrics", metavar="DIR",
+                   help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)")
     r.add_argument("--update", action="store_true", help="rewrite the expected file from the current metrics "
                    "(keeps its comments and tolerances)")
     r.set_defaults(func=cmd_regress)

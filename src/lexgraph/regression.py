@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,38 +177,59 @@ def _describe(tol: tuple[float, float]) -> str:
     return f"max({tol[0]:g}, {tol[1]:g} x expected)" if tol[1] else f"{tol[0]:g}"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What :func:`run_checks` found: one line per metric outside its tolerance (or missing),
+    and how many of the expected file's checks (one per system, split and metric) pass."""
+
+    failures: list[str]
+    passed: int
+    total: int
+
+    def summary(self) -> str:
+        """``"N of M checks pass"``."""
+        return f"{self.passed} of {self.total} checks pass"
+
+
 def check(metrics_dir: str | Path, expected_file: str | Path) -> list[str]:
     """Return one line per metric outside its tolerance (empty list: all reproduce).
 
     A missing metrics file or metric is a failure line; a malformed expected file or
     metrics file raises :class:`DataError`.
     """
+    return run_checks(metrics_dir, expected_file).failures
+
+
+def run_checks(metrics_dir: str | Path, expected_file: str | Path) -> Outcome:
+    """:func:`check`'s failure lines, with the count of checks that pass out of all of them
+    (a missing ``metrics/<system>.json`` is one line, and fails each of that system's checks)."""
     expected_file, metrics_dir = Path(expected_file), Path(metrics_dir)
     spec = read_expected(expected_file)
     if not metrics_dir.is_dir():
         raise DataError(metrics_dir, "metrics directory not found; expected the metrics/ that `dvc repro` writes")
-    failures = []
+    failures, passed, total = [], 0, 0
     for system, by_split in spec["systems"].items():
+        expected = [(split, metric, want) for split, metrics in by_split.items() if split != "tolerance"
+                    for metric, want in metrics.items()]
+        total += len(expected)
         path = metrics_dir / f"{system}.json"
         if not path.is_file():
             failures.append(f"{system}: {path} missing")
             continue
         got = read_metrics(path)
-        for split, metrics in by_split.items():
-            if split == "tolerance":
-                continue
-            for metric, want in metrics.items():
-                have = _metric(got, path, split, metric)
-                tol = tolerance_for(spec, system, metric, expected_file)
-                bound = allowed(want, tol)
-                if have is None:
-                    failures.append(f"{system}/{split}/{metric}: missing from {path}")
-                elif abs(have - want) > bound + 1e-9:
-                    failures.append(f"{system}/{split}/{metric}: {have:.4f}, expected {want:.4f} ± {bound:.4f} "
-                                    f"({_describe(tol)})")
-                else:
-                    log.info("%s/%s/%s: %.4f (expected %.4f ± %.4f) ok", system, split, metric, have, want, bound)
-    return failures
+        for split, metric, want in expected:
+            have = _metric(got, path, split, metric)
+            tol = tolerance_for(spec, system, metric, expected_file)
+            bound = allowed(want, tol)
+            if have is None:
+                failures.append(f"{system}/{split}/{metric}: missing from {path}")
+            elif abs(have - want) > bound + 1e-9:
+                failures.append(f"{system}/{split}/{metric}: {have:.4f}, expected {want:.4f} ± {bound:.4f} "
+                                f"({_describe(tol)})")
+            else:
+                passed += 1
+                log.info("%s/%s/%s: %.4f (expected %.4f ± %.4f) ok", system, split, metric, have, want, bound)
+    return Outcome(failures, passed, total)
 
 
 # ---------------------------------------------------------------------------

@@ -100,6 +100,10 @@ def normalise(x: np.ndarray) -> np.ndarray:
 
 
 def _faiss():
+    """The faiss module, its loader quiet: at import, ``faiss.loader`` logs at INFO each
+    instruction set it tries (with the ModuleNotFoundError of those the wheel lacks); only
+    its warnings and errors (no faiss library loads at all) reach the log."""
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     import faiss
 
     return faiss
