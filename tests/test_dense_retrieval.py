@@ -78,6 +78,30 @@ def test_load_dsr_needs_the_embed_stage(tmp_path):
         load_retriever("dsr", tmp_path, "cpu")
 
 
+def test_missing_inputs_of_the_dense_loaders_are_named_in_order(tmp_path):
+    """``load_dsr`` is ``load_dense`` with DSR's wording and its query encoder checked first;
+    the other systems (``load_dense``) check their article embeddings first."""
+    from lexgraph.retrieval.dense import load_dense
+
+    query_dir, emb_path = tmp_path / "models/dsr/query_encoder", tmp_path / "data/embed/articles.safetensors"
+    with pytest.raises(LexgraphError) as dsr:
+        load_retriever("dsr", tmp_path, "cpu")
+    assert str(dsr.value) == f"{query_dir}: the trained DSR query encoder not found; run `dvc repro embed` first"
+    with pytest.raises(LexgraphError) as dense:
+        load_dense("hprior", query_dir, emb_path, "hprior", "cpu")
+    assert str(dense.value) == f"{emb_path}: the hprior article embeddings not found; run `dvc repro hprior` first"
+    query_dir.mkdir(parents=True)
+    with pytest.raises(LexgraphError) as dsr:
+        load_retriever("dsr", tmp_path, "cpu")
+    assert str(dsr.value) == f"{emb_path}: the DSR article embeddings not found; run `dvc repro embed` first"
+    query_dir.rmdir()
+    emb_path.parent.mkdir(parents=True)
+    emb_path.write_bytes(b"")
+    with pytest.raises(LexgraphError) as dense:
+        load_dense("gdsr", query_dir, emb_path, "train_gnn_gdsr", "cpu")
+    assert str(dense.value) == f"{query_dir}: the gdsr query encoder not found; run `dvc repro train_gnn_gdsr` first"
+
+
 def test_embeddings_file_round_trip(tmp_path):
     from lexgraph.embed import load_embeddings
 

@@ -5,8 +5,9 @@ embeddings; it is the shared machinery of every dense system:
 
 * ``dsr`` — :func:`load_dsr`: the DSR query encoder (``models/dsr/query_encoder``) and
   the article embeddings of the ``embed`` stage (``data/embed/articles.safetensors``).
-* graph-augmented systems reuse the class with their own query encoder and their own
-  final article embeddings (``DenseRetriever(encoder, ids, embeddings, name="gdsr")``).
+* every other dense system (``hprior``, ``gdsr``, ``qabisar``, ``hgraph``, ``hgraph_qa``) —
+  :func:`load_dense` (which ``load_dsr`` calls too): its query encoder directory and its own
+  final article embeddings, each checked to exist first.
 
 Scores are cosine similarities; ties are broken by the lower article id, so rankings
 are deterministic.
@@ -188,20 +189,32 @@ class DenseRetriever:
 
 
 def _require(path: Path, what: str, stage: str) -> Path:
+    """``path`` if it exists; else a :class:`LexgraphError` naming it, ``what`` it is and the stage to run."""
     if not path.exists():
         raise LexgraphError(f"{path}: {what} not found; run `dvc repro {stage}` first")
     return path
 
 
-def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
-    """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings."""
+def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: str = "auto", index=None,
+               normalize: bool = True, *, embeddings_what: str | None = None) -> DenseRetriever:
+    """The system ``name``: the query encoder in ``query_dir`` + the article embeddings in
+    ``emb_path``, both made by ``stage`` (the embeddings are checked first; a missing one is
+    "the <name> article embeddings", or ``embeddings_what``, "not found; run `dvc repro <stage>` first")."""
     from lexgraph.config import resolve_device
     from lexgraph.embed import load_embeddings
 
-    workspace = Path(workspace)
-    query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
-    emb_path = _require(layout.EMBED.under(workspace, "articles.safetensors"), "the DSR article embeddings", "embed")
+    _require(emb_path, embeddings_what or f"the {name} article embeddings", stage)
+    _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
     encoder = load_query_encoder(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name="dsr", device=resolve_device(device), source=emb_path,
-                          index=index)
+    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path,
+                          index=index, normalize=normalize)
+
+
+def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+    """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings (the
+    query encoder is checked first: both come from ``dvc repro embed``)."""
+    workspace = Path(workspace)
+    query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
+    return load_dense("dsr", query_dir, layout.EMBED.under(workspace, "articles.safetensors"), "embed", device, index,
+                      embeddings_what="the DSR article embeddings")

@@ -16,34 +16,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from lexgraph.errors import LexgraphError
 from lexgraph import layout
 from lexgraph.embed import ARTICLE_EMBEDDINGS
-from lexgraph.retrieval.dense import DenseRetriever, load_query_encoder
+from lexgraph.retrieval.dense import DenseRetriever, load_dense
 
 log = logging.getLogger(__name__)
 
 #: the systems whose graph holds train questions and whose query encoder is their own
 QUESTION_SYSTEMS = ("qabisar", "hgraph_qa")
-
-def _require(path: Path, what: str, stage: str) -> Path:
-    if not path.exists():
-        raise LexgraphError(f"{path}: {what} not found; run `dvc repro {stage}` first")
-    return path
-
-
-def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: str, index=None,
-               normalize: bool = True) -> DenseRetriever:
-    """A :class:`DenseRetriever` from a query encoder directory and an article embeddings file."""
-    from lexgraph.config import resolve_device
-    from lexgraph.embed import load_embeddings
-
-    _require(emb_path, f"the {name} article embeddings", stage)
-    _require(query_dir, f"the {name} query encoder", stage)
-    ids, embeddings = load_embeddings(emb_path)
-    encoder = load_query_encoder(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path,
-                          index=index, normalize=normalize)
 
 
 def _cosine(model_dir: Path) -> bool:

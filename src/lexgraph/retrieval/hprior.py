@@ -149,7 +149,7 @@ def save(result: HpriorResult, out_dir: str | Path) -> None:
 def load_hprior(workspace: Path, device: str = "auto", index=None):
     """The ``hprior`` system: DSR query encoder + the propagated article vectors."""
     from lexgraph import layout
-    from lexgraph.retrieval.gnn import load_dense
+    from lexgraph.retrieval.dense import load_dense
 
     workspace = Path(workspace)
     return load_dense("hprior", layout.DSR.under(workspace, "query_encoder"), layout.HPRIOR.under(workspace, ARTICLE_EMBEDDINGS),
