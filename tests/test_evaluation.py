@@ -81,6 +81,22 @@ def test_round_metrics():
     }
 
 
+def test_reported_values_round_as_python_floats():
+    """``rounded`` / ``rounded_all`` (every stage's ``round(float(v), 4)``): a numpy scalar is
+    rounded as the Python float it is (numpy's own ``round`` gives 0.9098 for 0.90975, whose
+    binary value lies below the half), ints become floats, keys keep their order."""
+    from lexgraph.metrics import rounded, rounded_all
+
+    for value in (0.90975, 0.32005, 0.66025, 0.123456, 2, -0.5, float(np.float32(0.1))):
+        for v in (value, np.float64(value), np.float32(value)):
+            assert rounded(v) == round(float(v), 4) and type(rounded(v)) is float
+    assert rounded(np.float64(0.90975)) == 0.9097 != round(np.float64(0.90975), 4)
+    assert rounded(0.123456, 2) == 0.12
+    got = rounded_all({"map": np.float64(0.32005), "n": 3, "a": 0.123456})
+    assert got == {"map": 0.3201, "n": 3.0, "a": 0.1235} and list(got) == ["map", "n", "a"]
+    assert all(type(v) is float for v in got.values())
+
+
 METRICS_BY_SYSTEM = {
     "bm25": {
         "test": {"recall@10": 0.3, "recall@100": 0.41249, "recall@200": 0.5, "recall@500": 0.6125,

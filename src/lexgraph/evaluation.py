@@ -20,7 +20,7 @@ from lexgraph.config import bad_value, expectation, section_config
 from lexgraph.data.schema import SPLITS
 from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
-from lexgraph.metrics import DEEPEST, METRICS
+from lexgraph.metrics import DEEPEST, METRICS, rounded
 from lexgraph.retrieval.systems import SYSTEMS
 from lexgraph.retrieval.index import IndexConfig
 
@@ -202,7 +202,7 @@ def round_metrics(d: Mapping, ndigits: int = 4) -> dict:
         if isinstance(value, Mapping):
             out[key] = round_metrics(value, ndigits)
         elif isinstance(value, (float, np.floating)):
-            out[key] = round(float(value), ndigits)
+            out[key] = rounded(value, ndigits)
         else:
             out[key] = value
     return out

@@ -293,3 +293,22 @@ def dense_run_metrics(
     training loops and of the tuning stages."""
     ids, _ = exact_top_k(queries, articles, article_ids, DEEPEST, normalize=normalize)
     return evaluate_run({q: ids[i].tolist() for i, q in enumerate(qids)}, qrels)
+
+
+# ---------------------------------------------------------------------------
+# Reported values
+# ---------------------------------------------------------------------------
+
+#: decimals of the metrics the stages report (``metrics/*.json`` and the settings they save)
+REPORT_DIGITS = 4
+
+
+def rounded(value: float, ndigits: int = REPORT_DIGITS) -> float:
+    """``round(float(value), ndigits)``: a numpy scalar becomes a Python float first, so it
+    rounds (correctly, as Python does) and is written to JSON as one."""
+    return round(float(value), ndigits)
+
+
+def rounded_all(values: Mapping[str, float], ndigits: int = REPORT_DIGITS) -> dict[str, float]:
+    """:func:`rounded` of every value of ``values`` (same keys, same order)."""
+    return {key: rounded(value, ndigits) for key, value in values.items()}

@@ -57,7 +57,7 @@ from typing import Collection, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from lexgraph.metrics import METRICS, per_query
+from lexgraph.metrics import METRICS, per_query, rounded
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,6 @@ Qrels = Mapping[Hashable, Collection[int]]
 #: superscript ``q`` in common fonts, so ``q`` is never used.
 _SUPERSCRIPT = dict(zip("abcdefghijklmnoprstuvwxyz", "ᵃᵇᶜᵈᵉᶠᵍʰⁱʲᵏˡᵐⁿᵒᵖʳˢᵗᵘᵛʷˣʸᶻ"))
 
-_ROUND = 4
 _CHUNK = 1000  # resamples drawn per block, to bound memory on large query sets
 _TIE_RTOL = 1e-9  # sums closer than this times sum(|d|) are ties
 
@@ -212,10 +211,6 @@ def bootstrap_ci(
 # ---------------------------------------------------------------------------
 
 
-def _round(value: float) -> float:
-    return round(float(value), _ROUND)
-
-
 def compare_systems(
     runs: Mapping[str, Run],
     qrels: Qrels,
@@ -272,11 +267,11 @@ def compare_systems(
                     raw[key] = paired_randomization_test(a, b, n_resamples=n_resamples, seed=seed)
                 low, high = bootstrap_ci(diff, n_resamples=n_resamples, confidence=0.95, seed=seed)
                 entries[m] = {
-                    "system": _round(a.mean()),
-                    "baseline": _round(b.mean()),
-                    "diff": _round(diff.mean()),
-                    "p_value": _round(raw[key]),
-                    "ci95": [_round(low), _round(high)],
+                    "system": rounded(a.mean()),
+                    "baseline": rounded(b.mean()),
+                    "diff": rounded(diff.mean()),
+                    "p_value": rounded(raw[key]),
+                    "ci95": [rounded(low), rounded(high)],
                     "n_queries": len(qids),
                 }
                 log.debug("%s vs %s, %s: diff %.4f, p %.4f", system, baseline, m, diff.mean(), raw[key])
@@ -286,7 +281,7 @@ def compare_systems(
         for key, entries in versus.items():
             for m, entry in entries.items():
                 p_holm = adjusted[(frozenset((system, key.removeprefix("vs_"))), m)]
-                entry.update(p_holm=_round(p_holm), significant=bool(p_holm < alpha))
+                entry.update(p_holm=rounded(p_holm), significant=bool(p_holm < alpha))
     log.info("%d distinct paired tests, Holm-adjusted as one family", len(raw))
     return out
 

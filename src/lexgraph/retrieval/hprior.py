@@ -27,7 +27,7 @@ from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.errors import DataError
 from lexgraph.embed import ARTICLE_EMBEDDINGS
 from lexgraph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
-from lexgraph.metrics import METRICS, dense_run_metrics
+from lexgraph.metrics import METRICS, dense_run_metrics, rounded_all
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def dev_grid(graph, article_ids: np.ndarray, article_vectors: torch.Tensor, quer
         for weight in sorted(config.weights):
             vectors = hierarchy_prior(graph, article_vectors, weight, scope)  # (A, dim)
             metrics = dense_run_metrics(queries, vectors, article_ids, qids, qrels)
-            rows.append({"scope": scope, "weight": weight, **{k: round(v, 4) for k, v in metrics.items()}})
+            rows.append({"scope": scope, "weight": weight, **rounded_all(metrics)})
     return rows
 
 

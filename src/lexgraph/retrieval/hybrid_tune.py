@@ -27,7 +27,7 @@ import numpy as np
 
 from lexgraph.config import expectation, params_error, refuse_held_out
 from lexgraph.data.schema import split_questions
-from lexgraph.metrics import DEEPEST, evaluate_run
+from lexgraph.metrics import DEEPEST, evaluate_run, rounded_all
 from lexgraph.retrieval.fusion import Fusion, Prepared
 from lexgraph.retrieval.hybrid import DENSE_SYSTEMS, FORMAT, FORMAT_VERSION, SECTION, SPARSE, HybridConfig, grid
 
@@ -37,10 +37,6 @@ log = logging.getLogger(__name__)
 def dense_systems_needed(config: HybridConfig) -> tuple[str, ...]:
     """The dense systems the stage must load: ``hybrid.dense``, or all of them for ``best``."""
     return DENSE_SYSTEMS if config.dense == "best" else (config.dense,)
-
-
-def _round(metrics: Mapping[str, float]) -> dict[str, float]:
-    return {m: round(float(v), 4) for m, v in metrics.items()}
 
 
 def _score(ids: np.ndarray, qids: Sequence[int], qrels: Mapping[int, Sequence[int]]) -> dict[str, float]:
@@ -69,8 +65,8 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
     log.info("hybrid: %d %s questions, each system searched to depth %d", len(qids), config.split, config.depth)
     sparse_top = sparse.search(texts, config.depth)  # (n, depth) ids and scores
     dense_tops = {name: dense[name].search(texts, config.depth) for name in dense_systems_needed(config)}
-    references = {SPARSE: _round(_score(sparse_top[0], qids, qrels))}
-    references |= {name: _round(_score(top[0], qids, qrels)) for name, top in dense_tops.items()}
+    references = {SPARSE: rounded_all(_score(sparse_top[0], qids, qrels))}
+    references |= {name: rounded_all(_score(top[0], qids, qrels)) for name, top in dense_tops.items()}
     for name, values in references.items():
         log.info("hybrid: %s alone on %s: %s %.4f", name, config.split, config.metric, values[config.metric])
 
@@ -87,7 +83,7 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
         ids, _ = prepared.fuse(fusion, DEEPEST)  # (n, DEEPEST)
         metrics = _score(ids, qids, qrels)
         rows.append({**fusion.as_dict(), "label": fusion.label, "score": round(metrics[config.metric], 4),
-                     config.split: _round(metrics), "_exact": metrics[config.metric]})
+                     config.split: rounded_all(metrics), "_exact": metrics[config.metric]})
         log.info("hybrid: %-20s %s %.4f", fusion.label, config.metric, metrics[config.metric])
     best = max(rows, key=lambda row: row["_exact"])  # ties: the first in grid order
     for row in rows:

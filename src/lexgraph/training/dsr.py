@@ -44,6 +44,7 @@ from lexgraph.config import seed_everything
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import atomic_path, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
+from lexgraph.metrics import rounded, rounded_all
 from lexgraph.models.dsr import DSR
 from lexgraph.models.packing import pack_chunks
 from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
@@ -281,13 +282,13 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
     result, refit = train_and_refit(model, data, config, device, seed, runtime)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
-        f"dev_recall@{EVAL_CUTOFF}": round(result.dev_metrics[f"recall@{EVAL_CUTOFF}"], 4)
+        f"dev_recall@{EVAL_CUTOFF}": rounded(result.dev_metrics[f"recall@{EVAL_CUTOFF}"])
         if result.dev_metrics else None,
         "epochs": config.epochs,
         "pairs_per_epoch": result.n_pairs,
         "train_pairs": len(data.pairs),
         "synthetic_pairs": len(data.synthetic_pairs),
-        "dev": {k: round(v, 4) for k, v in result.dev_metrics.items()} if result.dev_metrics else None,
+        "dev": rounded_all(result.dev_metrics) if result.dev_metrics else None,
     }
     if config.refit:  # dev numbers and curve: the selection run's; a refit model was trained on dev
         n_refit = len(data.pairs) + len(data.dev_pairs)

@@ -15,6 +15,7 @@ import torch
 from lexgraph import layout
 from lexgraph.embed import ARTICLE_EMBEDDINGS
 from lexgraph.inputs import read_json_object
+from lexgraph.metrics import rounded, rounded_all
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
 from lexgraph.training.gnn_data import TrainingSet
@@ -81,22 +82,18 @@ def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str 
 
 def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings) -> dict[str, Any]:
     """``metrics/train_gnn_<variant>.json`` (no timings: the file is reproducible)."""
-
-    def rounded(values: dict[str, float]) -> dict[str, float]:
-        return {k: round(float(v), 4) for k, v in values.items()}
-
     return {
         "variant": settings.variant,
         "best_epoch": result.best_epoch,
-        "dev": rounded(result.dev_metrics),
-        "dev_input_embeddings": rounded(result.input_dev_metrics),
-        "dev_untrained": rounded(result.initial_dev_metrics),
+        "dev": rounded_all(result.dev_metrics),
+        "dev_input_embeddings": rounded_all(result.input_dev_metrics),
+        "dev_untrained": rounded_all(result.initial_dev_metrics),
         "prior_weight": result.prior_weight,
         "train_questions": int(len(ts.train_ids)),
         "train_pairs": int(ts.pairs.size(0)),
         "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
         "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
         # epoch 0 (the untrained model) has no loss: null, not a bare NaN that strict JSON readers refuse
-        "history": [{k: (v if k == "epoch" else round(float(v), 4) if math.isfinite(v) else None) for k, v in h.items()}
+        "history": [{k: (v if k == "epoch" else rounded(v) if math.isfinite(v) else None) for k, v in h.items()}
                     for h in result.history],
     }

@@ -53,7 +53,7 @@ import torch
 
 from lexgraph.data.schema import split_questions
 from lexgraph.errors import LexgraphError
-from lexgraph.metrics import evaluate_run
+from lexgraph.metrics import evaluate_run, rounded, rounded_all
 from lexgraph.models.mvcl import build_model, fuse_list, rerank_scores
 from lexgraph.models.mvcl_config import RerankConfig
 from lexgraph.models.mvcl_features import TokenStore
@@ -252,10 +252,6 @@ def rows_of(states: torch.Tensor, mask: torch.Tensor, keys: Sequence[int],
     return states.index_select(0, index)[:, :length], sub_mask[:, :length]  # (u, Lt, dim), (u, Lt)
 
 
-def _round(d: dict[str, float]) -> dict[str, float]:
-    return {k: round(float(v), 4) for k, v in d.items()}
-
-
 def train(config: RerankConfig, articles: TokenStore | PLMTokens, queries: TokenStore | PLMTokens,
           views: TokenStore | PLMTokens, train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int,
           runtime=None, plm: torch.nn.Module | None = None):
@@ -328,19 +324,20 @@ def kept_scores(trainer: RerankTrainer, result) -> list[np.ndarray]:
 
 def _report(config: RerankConfig, trainer: RerankTrainer, result) -> dict:
     """The training report (rerank_<variant>.json): the kept epoch (and alpha), the dev metrics, the history."""
-    history = [{**h, **{k: round(float(v), 4) if k != "alpha" else v for k, v in e.items()}}
+    history = [{**h, **{k: rounded(v) if k != "alpha" else v for k, v in e.items()}}
                for h, e in zip(result.history, trainer.epoch_log)]
     scores = kept_scores(trainer, result)
     report = {"first_stage": config.first_stage, "k": config.k, "epoch": result.best_epoch}
     if config.fusion:
         alpha, by_alpha = trainer.by_alpha(scores)
-        report.update(alpha=alpha, split=config.split, metric=config.metric, dev=_round(by_alpha[alpha]))
+        report.update(alpha=alpha, split=config.split, metric=config.metric, dev=rounded_all(by_alpha[alpha]))
     else:
-        report.update(alpha=None, split=config.split, metric=config.metric, dev=_round(trainer.metrics_at(scores, None)))
-    report["dev_mvcl_only"] = _round(trainer.metrics_at(scores, 1.0 if config.fusion else None))
-    report["dev_first_stage"] = _round(trainer.metrics_at(scores, 0.0))
+        report.update(alpha=None, split=config.split, metric=config.metric,
+                      dev=rounded_all(trainer.metrics_at(scores, None)))
+    report["dev_mvcl_only"] = rounded_all(trainer.metrics_at(scores, 1.0 if config.fusion else None))
+    report["dev_first_stage"] = rounded_all(trainer.metrics_at(scores, 0.0))
     if config.fusion:
-        report["dev_by_alpha"] = {str(a): round(float(m[config.metric]), 4) for a, m in by_alpha.items()}
+        report["dev_by_alpha"] = {str(a): rounded(m[config.metric]) for a, m in by_alpha.items()}
     report.update(history=history, pairs=len(trainer.pairs), plm=config.plm, steps=len(result.step_losses))
     return report
 
