@@ -47,7 +47,9 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.metrics import rounded, rounded_all
 from lexgraph.models.dsr import DSR
 from lexgraph.models.packing import pack_chunks
-from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
+from lexgraph.training.engine import (
+    FitConfig, ParamGroup, Runtime, TrainResult, build_optimizer, build_scheduler, fit,
+)
 
 from lexgraph.training.dsr_config import EVAL_CUTOFF, SECTION, DSRConfig, build_dsr
 from lexgraph.training.dsr_data import Pair, TrainingData, load_training_data, sample_negatives
@@ -84,11 +86,10 @@ def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int) -> dict[str, f
 
 
 @dataclass
-class TrainResult:
-    model: DSR
-    best_epoch: int
-    dev_metrics: dict[str, float] | None
-    history: list[dict[str, float]]
+class DSRTrainResult(TrainResult):
+    """:class:`~lexgraph.training.engine.TrainResult` of ``train_dsr`` (``model``: the
+    :class:`DSR`), with its training time and epoch size."""
+
     train_seconds: float
     n_pairs: int  # pairs seen per epoch
 
@@ -164,7 +165,7 @@ class DSRTask:
 def train_dsr(
     model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None,
     *, select: bool = True,
-) -> TrainResult:
+) -> DSRTrainResult:
     """Train ``model`` in place on ``data`` (:func:`lexgraph.training.engine.fit`) and
     return it at its best dev epoch (``select`` false: no dev evaluation, the last epoch)."""
     if not data.pairs and not data.synthetic_pairs:
@@ -193,12 +194,12 @@ def train_dsr(
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     seconds = time.perf_counter() - start
     log.info("trained in %.1f s", seconds)
-    return TrainResult(model, result.best_epoch, result.dev_metrics or None, result.history, seconds, task.epoch_size)
+    return DSRTrainResult(model, result.best_epoch, result.dev_metrics or None, result.history, seconds, task.epoch_size)
 
 
 def train_and_refit(
     model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None
-) -> tuple[TrainResult, TrainResult | None]:
+) -> tuple[DSRTrainResult, DSRTrainResult | None]:
     """:func:`train_dsr` (the selection run), then, with ``config.refit``, the refit of G-DSR
     (appendix B): ``model`` back at its start weights (a copy taken before the selection run),
     trained with the same seed on the train + dev pairs (``data.dev_pairs``; the synthetic ones

@@ -298,6 +298,19 @@ class FitResult:
     initial_metrics: dict[str, float] = field(default_factory=dict)  # evaluate() before training
 
 
+@dataclass
+class TrainResult:
+    """What a training stage's ``train_*`` returns: the trained (selected) model, its epoch,
+    its dev metrics and the per-epoch history of :func:`fit`. Each stage adds its own
+    fields in a subclass (``DSRTrainResult``: time and pairs per epoch; ``GNNTrainResult``:
+    query encoder, article embeddings, the reference dev metrics, the prior weight)."""
+
+    model: nn.Module
+    best_epoch: int
+    dev_metrics: dict[str, float] | None  # None: train_dsr without dev data
+    history: list[dict[str, float]]
+
+
 def _sync_gradients(params: list[nn.Parameter], runtime: Runtime) -> None:
     """Sum every parameter's gradient over the processes (one flattened all-reduce)."""
     if runtime.world_size == 1:

@@ -80,7 +80,9 @@ from lexgraph.hierarchy import best_weight, read_hprior
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder
-from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
+from lexgraph.training.engine import (
+    FitConfig, ParamGroup, Runtime, TrainResult, build_optimizer, build_scheduler, fit,
+)
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
 from lexgraph.training.gnn_data import TrainingSet, batch_subgraph, other_positive_mask, prepare_training_set, sample_negatives
 from lexgraph.training.gnn_io import save_trained, training_metrics
@@ -95,14 +97,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainResult:
-    model: GraphEncoder
+class GNNTrainResult(TrainResult):
+    """:class:`~lexgraph.training.engine.TrainResult` of ``train_gnn`` (``model``: the
+    :class:`GraphEncoder`; ``dev_metrics`` always a dict, ``{}`` without selection)."""
+
     encoder: Any  # the (distilled) query encoder for qabisar, else None
     article_embeddings: torch.Tensor  # (A, dim) full-graph outputs of the selected model
-    best_epoch: int
-    dev_metrics: dict[str, float]
     input_dev_metrics: dict[str, float]
-    history: list[dict[str, float]]
     initial_dev_metrics: dict[str, float]  # the untrained encoder (epoch 0)
     prior_weight: float
 
@@ -251,7 +252,7 @@ def train_graph_encoder(
     runtime: Runtime | None = None,
     prior_weight: float = 0.0,
     select: bool = True,
-) -> TrainResult:
+) -> GNNTrainResult:
     """Train a :class:`GraphEncoder` (and, for a question variant, ``query_encoder``) on ``ts``
     with :func:`lexgraph.training.engine.fit`.
 
@@ -306,7 +307,7 @@ def train_graph_encoder(
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     if encoder is not None:
         encoder.eval()
-    return TrainResult(
+    return GNNTrainResult(
         model=model,
         encoder=encoder,
         article_embeddings=full_graph_embeddings(model, ts, device),

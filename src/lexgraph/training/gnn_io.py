@@ -21,7 +21,7 @@ from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
 from lexgraph.training.gnn_data import TrainingSet
 
 if TYPE_CHECKING:
-    from lexgraph.training.gnn import TrainResult
+    from lexgraph.training.gnn import GNNTrainResult
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ QUERY_ENCODER = "query_encoder"
 # ---------------------------------------------------------------------------
 
 
-def save_trained(result: TrainResult, ts: TrainingSet, settings: GNNSettings, directory: str | os.PathLike) -> None:
+def save_trained(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings, directory: str | os.PathLike) -> None:
     """Write ``models/gnn_<variant>/`` atomically: weights, config, article embeddings
     (and ``query_encoder/`` for the question variants)."""
     from safetensors.torch import save_file
@@ -80,7 +80,7 @@ def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str 
     return load_state(model, directory / WEIGHTS, "graph encoder weights", CONFIG, rebuild).to(device).eval()
 
 
-def training_metrics(result: TrainResult, ts: TrainingSet, settings: GNNSettings) -> dict[str, Any]:
+def training_metrics(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings) -> dict[str, Any]:
     """``metrics/train_gnn_<variant>.json`` (no timings: the file is reproducible)."""
     return {
         "variant": settings.variant,
