@@ -317,3 +317,23 @@ def test_load_tensors_on_a_symbolic_link_loop(tmp_path):
     with pytest.raises(DataError, match=r"e\.safetensors: embeddings file is a symbolic link loop, expected a "
                                         r"readable file; run it"):
         load_tensors(path, "embeddings file", "run it")
+
+
+def test_write_json_keeps_each_writers_format(tmp_path):
+    """``write_json`` is ``json.dumps`` + a final newline, atomically, UTF-8: its default
+    (two-space indent, keys in order, characters as they are) and the formats the writers
+    routed through it keep (sorted keys, ``\\u`` escapes, one line)."""
+    from lexgraph.io import json_text, write_json
+
+    obj = {"b": "requête", "a": [1, 0.5, None], "c": {"z": True, "y": "×"}}
+    for kwargs, same in (({}, dict(indent=2, ensure_ascii=False)),
+                         ({"ensure_ascii": True}, dict(indent=2)),
+                         ({"sort_keys": True, "ensure_ascii": True}, dict(indent=2, sort_keys=True)),
+                         ({"sort_keys": True}, dict(indent=2, sort_keys=True, ensure_ascii=False)),
+                         ({"indent": None}, dict(ensure_ascii=False)),
+                         ({"indent": None, "ensure_ascii": True}, {})):
+        path = tmp_path / "sub" / "out.json"
+        write_json(obj, path, **kwargs)
+        assert path.read_bytes() == (json.dumps(obj, **same) + "\n").encode("utf-8"), kwargs
+        assert json_text(obj, **kwargs) == json.dumps(obj, **same) + "\n"
+    assert [p.name for p in path.parent.iterdir()] == ["out.json"]  # no temporary left

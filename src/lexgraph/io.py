@@ -282,9 +282,19 @@ def _swap_directory(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_json(obj: Any, target: str | os.PathLike) -> None:
+def json_text(obj: Any, *, indent: int | None = 2, sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+    """``json.dumps(obj, ...)`` plus a final newline: by default two-space indent, keys in their
+    order, non-ASCII characters as they are. The arguments are ``json.dumps``'s, so a writer
+    keeps its file's bytes (``indent=None``: one line; ``ensure_ascii=True``: ``\\u`` escapes)."""
+    return json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys) + "\n"
+
+
+def write_json(obj: Any, target: str | os.PathLike, *, indent: int | None = 2, sort_keys: bool = False,
+               ensure_ascii: bool = False) -> None:
+    """:func:`json_text` of ``obj`` written to ``target`` atomically, UTF-8 (missing parent
+    directories are created)."""
     with atomic_path(target) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.write_text(json_text(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii), encoding="utf-8")
 
 
 def write_text(text: str, target: str | os.PathLike) -> None:
