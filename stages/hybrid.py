@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 from lexgraph.config import resolve_device
-from lexgraph.io import atomic_path, read_parquet, write_text
+from lexgraph.io import atomic_path, read_parquet, write_json
 from lexgraph.retrieval.dense import shared_query_encoders
 from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig
-from lexgraph.retrieval.hybrid_tune import dense_systems_needed, to_json, tune, tune_metrics
+from lexgraph.retrieval.hybrid_tune import dense_systems_needed, tune, tune_metrics
 
 
 def configure(parser):
@@ -29,8 +29,8 @@ def main(args, base, config):
         dense = {name: load_retriever(name, args.workspace, device) for name in dense_systems_needed(config)}
         report = tune(questions, sparse, dense, config)
     with atomic_path(args.out, directory=True) as tmp:
-        write_text(to_json(report), Path(tmp) / SETTINGS)
-    write_text(to_json(tune_metrics(report)), args.metrics)
+        write_json(report, Path(tmp) / SETTINGS, sort_keys=True)
+    write_json(tune_metrics(report), args.metrics, sort_keys=True)
 
 
 if __name__ == "__main__":

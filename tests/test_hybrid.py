@@ -19,10 +19,11 @@ import yaml
 
 from conftest import ROOT, section
 from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.io import json_text
 from lexgraph.retrieval.systems import SYSTEMS, load_retriever
 from lexgraph.retrieval.fusion import Fusion, fuse
 from lexgraph.retrieval.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
-from lexgraph.retrieval.hybrid_tune import to_json, tune
+from lexgraph.retrieval.hybrid_tune import tune
 
 
 # ---------------------------------------------------------------------------
@@ -149,7 +150,7 @@ def test_selection_reads_the_dev_split_only():
                for qid, text, gold, split in QUESTIONS]
     sparse2, dense2 = systems()
     again = tune(questions_table(corrupt), sparse2, dense2, CONFIG)
-    assert to_json(again) == to_json(report)
+    assert json_text(again, sort_keys=True) == json_text(report, sort_keys=True)
     assert not (set(sparse2.seen) | {q for s in dense2.values() for q in s.seen}) & (TEST_TEXTS | {"garbage 6 ?"})
     assert report["n_questions"] == len(DEV) and report["split"] == "dev"
 
@@ -349,7 +350,7 @@ def test_a_single_system_choice_loads_and_searches_as_that_system(workspace, mon
     path = workspace / "models/hybrid/hybrid.json"
     settings = json.loads(path.read_text(encoding="utf-8"))
     settings["fusion"] = Fusion("bm25").as_dict()
-    path.write_text(to_json(settings), encoding="utf-8")
+    path.write_text(json_text(settings, sort_keys=True), encoding="utf-8")
 
     def no_dense(*args, **kwargs):
         raise AssertionError("the dense system is loaded although the hybrid is BM25 alone")

@@ -113,7 +113,7 @@ def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike
     ``chunks`` cache when it holds these very windows)."""
     from lexgraph.chunks import embed_from_chunks, encode_chunk_table
     from lexgraph.embed import save_embeddings
-    from lexgraph.io import atomic_path, read_parquet
+    from lexgraph.io import atomic_path, read_parquet, write_json
 
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "base model directory not found (run `dvc repro pretrain`)")
@@ -132,7 +132,7 @@ def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike
                 "window": encoder.max_chunk_length, "prefix": encoder.prefix, "dim": encoder.dim}
     with atomic_path(out, directory=True) as tmp:
         save_embeddings(Path(tmp) / ARTICLES, ids, embeddings, {"normalized": "false", "similarity": "cosine"})
-        (Path(tmp) / SETTINGS).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json(settings, Path(tmp) / SETTINGS, sort_keys=True, ensure_ascii=True)
     windows = int(sum(table.offsets[r + 1] - table.offsets[r] for r in rows))
     log.info("zeroshot: %d articles in %d windows of <= %d tokens", len(ids), windows, encoder.max_chunk_length)
     return {"articles": len(ids), "windows": windows, **asdict(config)}

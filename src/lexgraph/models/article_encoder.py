@@ -4,7 +4,6 @@ Transformer and pooling (the story is :mod:`lexgraph.models.encoders`)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.hub import check_model_files, check_safetensors, first_line
 from lexgraph.inputs import read_json_object
+from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
 from lexgraph.models.weights import built_from
@@ -302,9 +302,7 @@ class HierarchicalArticleEncoder(TextEncoder):
         if self.freeze_backbone and backbone_source is not None:
             self.tokenizer.save_pretrained(directory)
             self.backbone_config.save_pretrained(directory)
-            (directory / BACKBONE_REF).write_text(
-                json.dumps({"path": str(backbone_source), "frozen": True}, indent=2) + "\n", encoding="utf-8"
-            )
+            write_json({"path": str(backbone_source), "frozen": True}, directory / BACKBONE_REF, ensure_ascii=True)
         else:
             if self.backbone is None:
                 raise LexgraphError("cannot save an article encoder without its chunk encoder and no backbone_source")
@@ -315,7 +313,7 @@ class HierarchicalArticleEncoder(TextEncoder):
             if not name.startswith("backbone.")
         }
         save_file(state, str(directory / HIERARCHICAL_WEIGHTS))
-        (directory / HIERARCHICAL_CONFIG).write_text(json.dumps(self.hierarchical_config(), indent=2) + "\n")
+        write_json(self.hierarchical_config(), directory / HIERARCHICAL_CONFIG, ensure_ascii=True)
 
     @classmethod
     def from_pretrained(

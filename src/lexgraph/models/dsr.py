@@ -3,7 +3,6 @@ encoder trained with :class:`~lexgraph.losses.InfoNCELoss` (G-DSR, Section 3), a
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -15,6 +14,7 @@ from torch import nn
 
 from lexgraph.errors import ConfigError
 from lexgraph.inputs import finite_number, read_json_object
+from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
@@ -89,15 +89,9 @@ class DSR(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         self.query_encoder.save_pretrained(directory / "query_encoder")
         self.article_encoder.save_pretrained(directory / "article_encoder", backbone_source=backbone_source)
-        (directory / DSR_CONFIG).write_text(
-            json.dumps(
-                {"format_version": FORMAT_VERSION, "temperature": self.temperature, "dim": self.dim,
-                 "similarity": "cosine", "normalized_embeddings": False},
-                indent=2,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
+        write_json({"format_version": FORMAT_VERSION, "temperature": self.temperature, "dim": self.dim,
+                    "similarity": "cosine", "normalized_embeddings": False},
+                   directory / DSR_CONFIG, ensure_ascii=True)
 
     @classmethod
     def load(

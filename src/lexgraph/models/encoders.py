@@ -45,7 +45,6 @@ retrieve with it, while it does with mean pooling.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -57,6 +56,7 @@ from torch import nn
 from lexgraph.distributed import map_batches
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.inputs import read_json_object
+from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
 from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
@@ -202,7 +202,7 @@ def write_sentence_transformers_config(
         (directory / "config_sentence_transformers.json",
          {"prompts": dict(prompts or {}), "default_prompt_name": next(iter(prompts), None) if prompts else None}),
     ):
-        path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+        write_json(obj, path, ensure_ascii=True)
 
 
 class QueryEncoder(TextEncoder):
@@ -240,15 +240,9 @@ class QueryEncoder(TextEncoder):
         ``sentence_transformers.SentenceTransformer(directory)`` loads the same encoder."""
         directory = Path(directory)
         self._save_backbone(directory)
-        (directory / QUERY_CONFIG).write_text(
-            json.dumps(
-                {"format_version": FORMAT_VERSION, "token_pooling": self.token_pooling, "max_length": self.max_length,
-                 "prefix": self.prefix, "trainable_layers": self.trainable_layers},
-                indent=2,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
+        write_json({"format_version": FORMAT_VERSION, "token_pooling": self.token_pooling, "max_length": self.max_length,
+                    "prefix": self.prefix, "trainable_layers": self.trainable_layers},
+                   directory / QUERY_CONFIG, ensure_ascii=True)
         prompts = {"query": self.prefix} if self.prefix else None
         write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling, prompts)
 

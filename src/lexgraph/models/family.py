@@ -14,6 +14,7 @@ from typing import Any
 
 from lexgraph.errors import DataError
 from lexgraph.inputs import read_json_object
+from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
 
 BASE_INFO = "lexgraph_base.json"
@@ -41,7 +42,7 @@ def family_prefixes(name: str) -> dict[str, str]:
 
 def write_base_info(directory: str | os.PathLike, info: dict[str, Any]) -> None:
     path = Path(directory) / BASE_INFO
-    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json(info, path, sort_keys=True, ensure_ascii=True)
 
 
 def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:

@@ -34,7 +34,6 @@ starts from MaxSim (``match_features``, ``warm_start``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict
@@ -294,7 +293,7 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 
     from safetensors.torch import save_file
 
-    from lexgraph.io import atomic_path
+    from lexgraph.io import atomic_path, write_json
     from lexgraph.models.family import BASE_INFO
     from lexgraph.models.mvcl_config import PLM_DIR, SETTINGS, WEIGHTS
 
@@ -303,7 +302,7 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
     with atomic_path(out_dir, directory=True) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(dict(sorted(state.items())), str(Path(tmp) / WEIGHTS))
-        (Path(tmp) / SETTINGS).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json(settings, Path(tmp) / SETTINGS, sort_keys=True, ensure_ascii=True)
         if plm is not None:
             plm.save_pretrained(Path(tmp) / PLM_DIR)
             tokenizer.save_pretrained(Path(tmp) / PLM_DIR)

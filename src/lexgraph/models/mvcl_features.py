@@ -7,7 +7,6 @@ when a re-ranker is switched off (``rerank.<variant>.enabled: false``)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -165,10 +164,10 @@ STORES = ("articles", "questions", "element_views")
 
 def write_disabled(out_dir: str | os.PathLike, variant: str = "xrerank") -> None:
     """The placeholder output of a stage when ``rerank.<variant>.enabled`` is false."""
-    from lexgraph.io import atomic_path
+    from lexgraph.io import atomic_path, write_json
 
     with atomic_path(out_dir, directory=True) as tmp:
-        (Path(tmp) / "disabled.json").write_text(json.dumps(DISABLED) + "\n", encoding="utf-8")
+        write_json(DISABLED, Path(tmp) / "disabled.json", indent=None, ensure_ascii=True)
     log.info("rerank.%s.enabled is false: %s holds a placeholder (dvc exp run -S rerank.%s.enabled=true builds it)",
              variant, out_dir, variant)
 

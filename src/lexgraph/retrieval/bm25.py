@@ -361,7 +361,7 @@ class BM25:
 
         No pickle; equal indexes give byte-identical files.
         """
-        from lexgraph.io import atomic_path
+        from lexgraph.io import atomic_path, write_json
 
         self._require_fitted()
         arrays = {
@@ -383,8 +383,8 @@ class BM25:
         }
         with atomic_path(directory, directory=True) as tmp:
             _write_npz(tmp / _ARRAYS, arrays)
-            (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            (tmp / _VOCAB).write_text(json.dumps(self.terms, ensure_ascii=False) + "\n", encoding="utf-8")
+            write_json(meta, tmp / _META, sort_keys=True, ensure_ascii=True)
+            write_json(self.terms, tmp / _VOCAB, indent=None)  # one line, characters as they are
         log.info("saved BM25 index (%d documents, %d terms) to %s", self.n_docs, self.n_terms, directory)
 
     @classmethod

@@ -13,7 +13,6 @@ embeddings against those vectors by cosine, like every dense system.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -139,10 +138,10 @@ def tune_metrics(report: dict[str, Any]) -> dict[str, Any]:
 def save(result: HpriorResult, out_dir: str | Path) -> None:
     """Write ``out_dir`` (``hprior.json``, ``article_embeddings.safetensors``) atomically."""
     from lexgraph.embed import save_embeddings
-    from lexgraph.io import atomic_path
+    from lexgraph.io import atomic_path, write_json
 
     with atomic_path(out_dir, directory=True) as tmp:
-        (Path(tmp) / SETTINGS).write_text(json.dumps(result.report, indent=2) + "\n", encoding="utf-8")
+        write_json(result.report, Path(tmp) / SETTINGS, ensure_ascii=True)
         save_embeddings(Path(tmp) / ARTICLE_EMBEDDINGS, result.article_ids, result.article_embeddings)
 
 

@@ -19,7 +19,6 @@ metrics on ranx's tie order, and drops weight pairs whose float sum is not exact
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Mapping, Sequence
 
@@ -136,8 +135,3 @@ def tune_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
         split: report[split],
         "alone": {SPARSE: report["references"][SPARSE][metric], dense: report["references"][dense][metric]},
     }
-
-
-def to_json(obj: Any) -> str:
-    """Deterministic JSON text: sorted keys, two-space indent, final newline."""
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

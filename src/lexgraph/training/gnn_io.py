@@ -3,7 +3,6 @@ metrics (``metrics/train_gnn_<variant>.json``)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -42,7 +41,7 @@ def save_trained(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings,
     from safetensors.torch import save_file
 
     from lexgraph.embed import save_embeddings
-    from lexgraph.io import atomic_path
+    from lexgraph.io import atomic_path, write_json
 
     config = {
         "format_version": FORMAT_VERSION,
@@ -59,7 +58,7 @@ def save_trained(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings,
     with atomic_path(directory, directory=True) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
-        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_json(config, tmp / CONFIG, ensure_ascii=True)
         save_embeddings(tmp / ARTICLE_EMBEDDINGS, ts.article_ids, result.article_embeddings)
         if result.encoder is not None:
             result.encoder.save_pretrained(tmp / QUERY_ENCODER)
