@@ -40,7 +40,7 @@ ranx's floating-point operations in ranx's order (the sum over the two systems s
 at 0 and an article absent from a list adds ``w * 0``; the z-score mean and variance
 add a list's scores left to right, largest first, as numba's ``np.mean``/``np.var`` do
 on a sorted ranx run), so the articles and their float64 scores are ranx's to the last
-bit: :func:`fuse_ranx` calls ranx itself and the tests check that both agree exactly.
+bit: the tests (``tests/test_fusion.py``) call ranx itself and check that both agree exactly.
 The numpy path spares each run ranx's numba typed dictionaries (compiled at first use
 in every process, then read key by key), seconds of the ``hybrid`` and ``evaluate``
 stages.
@@ -53,7 +53,6 @@ zero-score padding included, exactly as the system ranks on its own), so that th
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -65,7 +64,6 @@ from lexgraph.errors import LexgraphError
 NORMS: tuple[str, ...] = ("min-max", "zmuv")
 #: The single-system candidates: BM25's ranking alone, the dense system's alone.
 ALONE: tuple[str, ...] = ("bm25", "dense")
-_PLACEHOLDER = "-1"  # stands in for an empty list: ranx needs every query in every run
 
 
 @dataclass(frozen=True)
@@ -132,21 +130,6 @@ def _rows(ids: np.ndarray, scores: np.ndarray, drop_zero: bool) -> list[tuple[np
         raise ValueError(f"ids and scores must both be (n, depth) arrays, got {ids.shape} and {scores.shape}")
     keep = ranked_entries(ids, scores, drop_zero)  # (n, depth)
     return [(ids[i][keep[i]], scores[i][keep[i]]) for i in range(ids.shape[0])]
-
-
-def _ranx_run(rows: list[tuple[np.ndarray, np.ndarray]], by_rank: bool):
-    """A :class:`ranx.Run` with query ``str(i)`` for row ``i``; ``by_rank`` replaces the
-    scores by ``len + 1 - rank`` (strictly decreasing: ranx's sort keeps the row's order)."""
-    from ranx import Run
-
-    d: dict[str, dict[str, float]] = {}
-    for i, (row_ids, row_scores) in enumerate(rows):
-        if row_ids.size == 0:
-            d[str(i)] = {_PLACEHOLDER: 0.0}
-            continue
-        values = np.arange(row_ids.size, 0, -1, dtype=np.float64) if by_rank else row_scores  # (m,)
-        d[str(i)] = dict(zip(map(str, row_ids.tolist()), values.tolist()))
-    return Run.from_dict(d)
 
 
 def _sequential_sum(x: np.ndarray) -> np.ndarray:
@@ -243,10 +226,7 @@ class Prepared:
             raise ValueError(f"the two systems ranked {len(s_rows)} and {len(d_rows)} questions")
         self.n = len(s_rows)
         self._inputs = {"bm25": sparse, "dense": dense}  # the rankings as given: the ``alone`` choices
-        self.empty = [s[0].size == 0 and d[0].size == 0 for s, d in zip(s_rows, d_rows)]  # (n,)
         self.width = max([s[0].size + d[0].size for s, d in zip(s_rows, d_rows)], default=0)
-        self._rows = (s_rows, d_rows)
-        self._runs: dict[bool, tuple] = {}
         pairs = list(zip(s_rows, d_rows))
         self._blocks = [_Block(pairs[start : start + _BLOCK]) for start in range(0, self.n, _BLOCK)]
 
@@ -288,39 +268,6 @@ class Prepared:
             out += [dict(zip(r_ids[r_ids >= 0].tolist(), r_s[r_ids >= 0].tolist())) for r_ids, r_s in zip(ids, scores)]
         return out
 
-    # -- the reference: ranx.fuse itself ------------------------------------
-    def runs(self, by_rank: bool):
-        if by_rank not in self._runs:
-            self._runs[by_rank] = tuple(_ranx_run(rows, by_rank) for rows in self._rows)
-        return self._runs[by_rank]
-
-    def fused_rows_ranx(self, fusion: Fusion) -> list[dict[int, float]]:
-        """:meth:`fused_rows` computed by :func:`ranx.fuse`."""
-        import ranx
-
-        if self.n == 0:
-            return []
-        with warnings.catch_warnings():  # numba: "unsafe cast from uint64 to int64" inside ranx's RRF
-            warnings.simplefilter("ignore")
-            fused = ranx.fuse(list(self.runs(by_rank=fusion.method == "rrf")), **fusion.ranx_args()).to_dict()
-        return [{} if self.empty[i] else {int(d): float(s) for d, s in fused[str(i)].items() if d != _PLACEHOLDER}
-                for i in range(self.n)]
-
-    def fuse_ranx(self, fusion: Fusion, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`fuse` computed by :func:`ranx.fuse`."""
-        k = self.width if k is None else int(k)
-        ids = np.full((self.n, k), -1, dtype=np.int64)  # (n, k)
-        scores = np.zeros((self.n, k), dtype=np.float32)  # (n, k)
-        if self.n == 0 or k == 0:
-            return ids, scores
-        for i, row in enumerate(self.fused_rows_ranx(fusion)):
-            doc_ids = np.fromiter(row.keys(), dtype=np.int64, count=len(row))  # (m,)
-            doc_scores = np.fromiter(row.values(), dtype=np.float64, count=len(row))  # (m,)
-            order = np.lexsort((doc_ids, -doc_scores))[:k]  # fused score descending, then lower id
-            ids[i, : order.size] = doc_ids[order]
-            scores[i, : order.size] = doc_scores[order]
-        return ids, scores
-
 
 def fuse(
     sparse: tuple[np.ndarray, np.ndarray],
@@ -331,7 +278,7 @@ def fuse(
     """Fuse two systems' rankings of the same questions with ``fusion`` (see the module docstring).
 
     The scores are :func:`ranx.fuse`'s to the last bit, computed with numpy
-    (:func:`fuse_ranx` calls ranx itself; the tests check that both agree exactly).
+    (the tests call ranx itself and check that both agree exactly).
 
     Args:
         sparse: BM25's ``(ids int64 (n, depth), scores (n, depth))``, best first, ``-1`` padding.
@@ -343,16 +290,3 @@ def fuse(
         lower article id, ``-1`` / 0 padding past a question's fused list.
     """
     return Prepared(sparse, dense).fuse(fusion, k)
-
-
-def fuse_ranx(
-    sparse: tuple[np.ndarray, np.ndarray],
-    dense: tuple[np.ndarray, np.ndarray],
-    fusion: Fusion,
-    k: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`fuse` through :func:`ranx.fuse` itself: the reference :func:`fuse` is tested
-    against (slower: numba typed dictionaries compiled at first use, then read key by key)."""
-    return Prepared(sparse, dense).fuse_ranx(fusion, k)
-
-
