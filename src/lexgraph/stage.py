@@ -2,21 +2,25 @@
 
 A driver is::
 
-    from lexgraph.stage import run_stage
+    def configure(parser):
+        parser.add_argument("--out", required=True)
 
-    def main(args, base, params):
-        config = Bm25Config.from_params(params)
+    def main(args, base, config):  # config: the Bm25Config that run_stage built
         ...
 
     if __name__ == "__main__":
-        run_stage("bm25", main, configure, config=Bm25Config.from_params)
+        from lexgraph.stage import run_stage
 
-``run_stage`` parses the command line (paths), loads ``params.yaml`` (unknown top-level
-sections and a bad ``base`` are errors), builds the section's typed config with
-``config`` so that a bad value fails before seeding (which imports torch) and before
-any work, then seeds everything, configures logging and calls ``main`` with the raw
-section. A :class:`LexgraphError` becomes one line on stderr and exit status 2
-(outputs are written atomically, so nothing is left half-written or overwritten).
+        sys.exit(run_stage("bm25", main, configure, config=Bm25Config.from_params))
+
+``run_stage`` parses the command line (``--params`` and the options ``configure`` adds),
+loads ``params.yaml`` (unknown top-level sections and a bad ``base`` are errors), builds
+the section's typed config with ``config`` so that a bad value fails before seeding (which
+imports torch) and before any work, then configures logging, sets determinism, seeds
+everything and calls ``main(args, base, config)`` with that typed config, not the raw
+section. A :class:`LexgraphError` becomes one line on stderr and exit status 2 (outputs
+are written atomically, so nothing is left half-written or overwritten); an interrupt,
+one line and status 130.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Text encoders of the dense statute retriever (DSR) and its graph-augmented variants.
 
-One abstraction, :class:`TextEncoder`: a Hugging Face backbone (``AutoModel``) plus its
-tokenizer, with a uniform API
+One abstraction, :class:`TextEncoder`: a Hugging Face backbone (``AutoModel``, loaded by
+:mod:`lexgraph.models.backbone`) plus its tokenizer, with a uniform API
 
 * ``tokenize(texts) -> dict[str, Tensor]`` — model inputs for a batch of texts;
 * ``forward(input_ids, attention_mask) -> (batch, dim)`` — differentiable embeddings;
@@ -9,20 +9,23 @@ tokenizer, with a uniform API
 * ``save_pretrained(dir)`` / ``from_pretrained(dir)`` — a Hugging Face directory
   (backbone via ``save_pretrained`` + tokenizer) plus a small JSON of our settings.
 
-Two encoders follow G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Section 3.1):
+The two encoders of G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Section 3.1):
 
-* :class:`QueryEncoder` — the backbone's [CLS] vector of the (truncated) question.
-* :class:`HierarchicalArticleEncoder` — a statute article can be far longer than the
-  backbone's 512 positions, so its tokens are split into chunks of
-  ``max_chunk_length`` tokens (each ``[CLS] … [SEP]``), at most
+* :class:`QueryEncoder` (this module) — one vector of the (truncated) question, saved with
+  the sentence-transformers files (:func:`write_sentence_transformers_config`) so that
+  ``SentenceTransformer(dir)`` loads the same encoder.
+* :class:`~lexgraph.models.article_encoder.HierarchicalArticleEncoder` — a statute article
+  can be far longer than the backbone's 512 positions, so its tokens are split into chunks
+  of ``max_chunk_length`` tokens (each ``[CLS] … [SEP]``), at most
   ``max_document_length // max_chunk_length`` chunks (longer articles are truncated);
-  each chunk is encoded by the shared backbone and represented by its [CLS] vector;
-  learnable chunk-position embeddings are added; a small ``nn.TransformerEncoder``
-  contextualises the chunk sequence (padded chunks masked out); max or mean pooling
-  over the real chunks gives the article embedding.
+  each chunk is encoded by the backbone and represented by one vector; learnable
+  chunk-position embeddings are added; a small ``nn.TransformerEncoder`` contextualises
+  the chunk sequence (padded chunks masked out); max or mean pooling over the real chunks
+  (or ``token_mean``, weighted by the chunks' tokens) gives the article embedding.
 
-:class:`DSR` bundles both with the :class:`~lexgraph.losses.InfoNCELoss` objective.
-Embeddings are raw (not L2-normalised); similarity is cosine / temperature.
+:class:`~lexgraph.models.dsr.DSR` bundles both with the
+:class:`~lexgraph.losses.InfoNCELoss.InfoNCELoss` objective. Embeddings are raw (not
+L2-normalised); similarity is cosine / temperature.
 
 Model-family conventions travel with the base checkpoint: a ``lexgraph_base.json`` next to
 it (written by the ``pretrain`` stage, see :mod:`lexgraph.models.base`) gives the text
@@ -31,16 +34,17 @@ base model and save them with their own settings.
 
 For a CPU budget the article side can keep its chunk encoder **frozen**: the chunk vectors
 are then computed once (stage ``encode_chunks``, :mod:`lexgraph.chunks`) and only the
-chunk-level module trains, through :meth:`HierarchicalArticleEncoder.aggregate`. With
+chunk-level module trains, through ``HierarchicalArticleEncoder.aggregate``. With
 ``identity_init`` the chunk-level Transformer is pre-LN with zero-initialised residual
 branches and zero chunk-position embeddings, so before training the article vector is
 exactly the pooled chunk vectors (``token_mean``: the base model's own windowed mean).
 
 ``token_pooling`` picks how a sequence (question or chunk) becomes one vector: ``cls``
-(G-DSR, the default) or ``mean`` over its non-padding tokens. ``mean`` is an addition
-of ours for weak backbones: the embedded sample's tiny BERT, MLM-trained from scratch
-for a few hundred steps, has an untrained [CLS] position and does not learn to
-retrieve with it, while it does with mean pooling.
+(the [CLS] hidden state: G-DSR, and the default of a fresh encoder) or ``mean`` over its
+non-padding tokens. ``params.yaml`` sets ``mean`` (``dsr.token_pooling``,
+``zeroshot.token_pooling``): the pipeline's base model is multilingual-e5-small
+(``pretrain.model``), and mean pooling is E5's own; it also suits a small BERT trained here
+by MLM alone (``pretrain.mode: scratch``), whose [CLS] output no training objective shapes.
 """
 
 from __future__ import annotations
