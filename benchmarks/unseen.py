@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/unseen.py --out OUT.json [--systems bm25 zeroshot dsr ...]
         [--baseline dsr] [--questions data/unseen/questions.jsonl] [--workspace .]
         [--runs-dir DIR] [--k 500] [--resamples 10000] [--seed 0] [--lexgraph PATH]
-    .venv/bin/python benchmarks/unseen.py --table benchmarks/unseen.json   # README's table of a saved result
+    .venv/bin/python benchmarks/unseen.py --table benchmarks/unseen.json   # docs/analysis.md's table of a saved result
 
 For every system, runs ``lexgraph search --system S --questions Q --run RUNS/S.trec --k K
 --workspace W`` in a subprocess, reads the TREC run back and scores it with lexgraph's own
@@ -12,7 +12,7 @@ system is compared with ``--baseline`` on recall@100 and map by
 :func:`lexgraph.significance.compare_systems` (paired Fisher randomisation test, bootstrap
 95 % CI of the mean difference, seeded; p-values Holm-adjusted over every test of the run,
 ``p_holm``). A system whose search fails (models missing, not built yet) is reported in one
-line and skipped. Prints the README's Markdown table (Δ with the adjusted p) and writes the
+line and skipped. Prints the Markdown table of docs/analysis.md (Δ with the adjusted p) and writes the
 same numbers as JSON to ``--out``. The set is a final check only: never tune or select on it.
 """
 
@@ -105,7 +105,7 @@ def score(runs: Mapping[str, Run], qrels: Qrels, baseline: str, n_resamples: int
 
 
 def format_p(p: float) -> str:
-    """A p-value as the README writes it: two significant digits, ``1.0`` at the cap."""
+    """A p-value as the docs write it: two significant digits, ``1.0`` at the cap."""
     return "1.0" if p >= 1.0 else f"{p:#.2g}"
 
 
@@ -124,7 +124,7 @@ def family_size(result: Mapping[str, Any]) -> int:
 
 
 def markdown_table(result: Mapping[str, Any]) -> str:
-    """The result of :func:`score` as the README's table (metrics in %, deltas in points
+    """The result of :func:`score` as docs/analysis.md's table (metrics in %, deltas in points
     against the baseline with their Holm-adjusted p in brackets), then one line saying what
     the p-values are."""
     base = result["baseline"] or "baseline"
