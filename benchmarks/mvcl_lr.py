@@ -62,6 +62,20 @@ def train_subset(lists, fraction: float, seed: int):
     return Lists(qids, {q: lists.qrels[q] for q in qids}, lists.ids[keep], lists.scores[keep])
 
 
+def merged(path: Path, out: dict) -> dict:
+    """``out`` merged into the results already in ``path`` (if any): a run of ``out`` replaces
+    the earlier run of the same (scored split, fraction, lr, epochs), the others are kept."""
+    from lexgraph.inputs import read_json_object
+
+    if not path.exists():
+        return out
+    old = read_json_object(path, what="the results of benchmarks/mvcl_lr.py", fix="delete it to start afresh")
+    key = ("scored", "fraction", "lr", "epochs")
+    new_keys = {tuple(r[k] for k in key) for r in out["runs"]}
+    runs = [r for r in old.get("runs", []) if tuple(r.get(k) for k in key) not in new_keys] + out["runs"]
+    return {**old, **out, "runs": sorted(runs, key=lambda r: tuple(str(r[k]) if k == "scored" else r[k] for k in key))}
+
+
 def relative_shift(before: dict[str, torch.Tensor], model: torch.nn.Module) -> float:
     """``||W - W0|| / ||W0||`` over every parameter of ``model`` (one vector)."""
     after = {k: v.detach() for k, v in model.state_dict().items() if k in before}
@@ -145,10 +159,13 @@ def measure(args) -> int:
              chance)
     rows = [run(replace(head, lr=lr, epochs=epochs), stores, (train_subset(lists[0], f, base.seed), lists[1]), device,
                 base.seed, f) for f in args.fractions for lr, epochs in args.runs]
-    out = {"scored": args.scored, "first_stage": head.first_stage, "dev_map_first_stage": round(first_map, 4),
-           "dev_map_random_order": round(chance, 4), "plm": "frozen (encode_rerank's cache)", "runs": rows}
+    # the thread count changes the order of float sums: after many epochs at a high rate the
+    # curves drift in the third digit, so each run records it
+    rows = [{"scored": args.scored, "threads": torch.get_num_threads(), **row} for row in rows]
+    out = {"first_stage": head.first_stage, f"{args.scored}_map_first_stage": round(first_map, 4),
+           f"{args.scored}_map_random_order": round(chance, 4), "plm": "frozen (encode_rerank's cache)", "runs": rows}
     if args.json:
-        write_json(out, args.json)
+        write_json(merged(args.json, out), args.json)
     else:
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
     return 0

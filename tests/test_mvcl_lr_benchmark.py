@@ -62,3 +62,18 @@ def test_a_missing_table_is_one_line_not_a_traceback(name, tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert lines[-1].startswith(f"{name}.py: error: ") and "file not found" in lines[-1] and str(tmp_path) in lines[-1]
+
+
+def test_merged_results_replace_a_rerun_and_keep_the_rest(tmp_path):
+    import json
+
+    path = tmp_path / "r.json"
+    run = {"scored": "dev", "fraction": 1.0, "lr": 2e-5, "epochs": 5, "dev_map": [0.1]}
+    other = {**run, "lr": 1e-3, "dev_map": [0.2]}
+    assert probe.merged(path, {"runs": [run]}) == {"runs": [run]}  # nothing there yet
+    path.write_text(json.dumps({"dev_map_first_stage": 0.3, "runs": [run, other]}), encoding="utf-8")
+    again = {**run, "dev_map": [0.15]}
+    train = {**run, "scored": "train", "train_map_first_stage": 0.8}
+    out = probe.merged(path, {"train_map_first_stage": 0.8, "runs": [again, train]})
+    assert out["dev_map_first_stage"] == 0.3 and out["train_map_first_stage"] == 0.8
+    assert out["runs"] == [again, other, train]  # the rerun replaced, sorted by split, fraction, lr, epochs
