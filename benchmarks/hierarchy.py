@@ -31,8 +31,8 @@ import argparse
 import logging
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 

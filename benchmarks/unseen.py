@@ -24,8 +24,9 @@ import logging
 import subprocess
 import sys
 import tempfile
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
 
 from lexgraph.evaluation import read_trec
 from lexgraph.metrics import evaluate_run, per_query

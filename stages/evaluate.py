@@ -11,10 +11,17 @@ from pathlib import Path
 import polars as pl
 
 from lexgraph.config import resolve_device
-from lexgraph.evaluation import EvaluateConfig, evaluate_systems, read_trec, results_markdown, significance_report, split_questions
+from lexgraph.evaluation import (
+    EvaluateConfig,
+    evaluate_systems,
+    read_trec,
+    results_markdown,
+    significance_report,
+    split_questions,
+)
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
-from lexgraph.per_query import write_per_query_reports
 from lexgraph.layout import RERANKERS
+from lexgraph.per_query import write_per_query_reports
 from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
 
 log = logging.getLogger("lexgraph.evaluate")

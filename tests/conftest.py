@@ -150,7 +150,7 @@ def section(name: str, **overrides) -> dict:
     return {**sample_params()[name], **overrides}
 
 
-def write_params(path, **sections) -> "Path":
+def write_params(path, **sections) -> Path:
     """Write a complete params file to ``path``: params.yaml with each given section's keys
     replaced (a section passed as a dict is merged over params.yaml's)."""
     import yaml

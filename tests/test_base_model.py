@@ -8,11 +8,10 @@ import sys
 
 import pytest
 
+from conftest import ROOT, write_params
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models import base
 from lexgraph.models.base import E5_MODEL, family_prefixes, resolve_base_model
-
-from conftest import ROOT, write_params
 
 
 def test_family_prefixes():

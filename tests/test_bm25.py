@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-import subprocess
 import math
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np

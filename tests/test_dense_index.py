@@ -10,7 +10,6 @@ import pytest
 import torch
 import yaml
 
-
 from conftest import ROOT, section
 from lexgraph.errors import ConfigError
 from lexgraph.evaluation import EvaluateConfig

@@ -8,8 +8,8 @@ import torch
 
 from lexgraph.embed import save_embeddings
 from lexgraph.errors import LexgraphError
-from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.dense import DenseRetriever
+from lexgraph.retrieval.systems import load_retriever
 
 
 class FixedEncoder:

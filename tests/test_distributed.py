@@ -17,7 +17,6 @@ from lexgraph.distributed import map_batches, shard_range
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
-
 from test_queries import ARTICLES, tiny_mt5  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

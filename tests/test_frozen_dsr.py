@@ -18,9 +18,9 @@ from lexgraph.chunks import (
     save_chunk_table,
 )
 from lexgraph.errors import ConfigError, DataError
-from lexgraph.models.base import write_base_info
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import set_trainable_layers
+from lexgraph.models.base import write_base_info
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids

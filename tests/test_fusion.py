@@ -10,7 +10,8 @@ import pytest
 
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval import fusion as hybrid_module
-from lexgraph.retrieval.fusion import Fusion, Prepared as _Prepared, fuse
+from lexgraph.retrieval.fusion import Fusion, fuse
+from lexgraph.retrieval.fusion import Prepared as _Prepared
 
 
 def arrays(rows, width):

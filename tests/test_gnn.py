@@ -22,7 +22,6 @@ from lexgraph.training import gnn_io
 from lexgraph.training.gnn import train_graph_encoder
 from lexgraph.training.gnn_config import GNNSettings
 from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
-
 from test_graph import ARTICLES, HEADINGS, QUESTIONS
 
 DIM = 8

@@ -25,9 +25,19 @@ from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
 from lexgraph.training.gnn_data import prepare_training_set
-
-from test_gnn import AQ, BASE_PARAMS, DIM as TOY_DIM, GRAPH, NEGATIVES, QA, QUESTIONS, embeddings, graph, settings
-from test_gnn import tiny_query_encoder_dir  # noqa: F401 (a fixture)
+from test_gnn import (
+    AQ,
+    BASE_PARAMS,
+    GRAPH,
+    NEGATIVES,
+    QA,
+    QUESTIONS,
+    embeddings,
+    graph,
+    settings,
+    tiny_query_encoder_dir,  # noqa: F401 (a fixture)
+)
+from test_gnn import DIM as TOY_DIM
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8

@@ -12,19 +12,16 @@ import zlib
 import numpy as np
 import polars as pl
 import pytest
-
-from lexgraph.metrics import DEEPEST
-
 import yaml
 
 from conftest import ROOT, section
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import json_text
-from lexgraph.retrieval.systems import SYSTEMS, load_retriever
+from lexgraph.metrics import DEEPEST
 from lexgraph.retrieval.fusion import Fusion, fuse
 from lexgraph.retrieval.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
 from lexgraph.retrieval.hybrid_tune import tune
-
+from lexgraph.retrieval.systems import SYSTEMS, load_retriever
 
 # ---------------------------------------------------------------------------
 # Parameters

@@ -17,12 +17,10 @@ from torch import nn
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
-from lexgraph.models.mvcl import InteractionModel
-from lexgraph.models.mvcl import fuse_list
+from lexgraph.models.mvcl import InteractionModel, fuse_list
 from lexgraph.models.mvcl_config import RerankConfig
 from lexgraph.models.mvcl_features import TokenStore
 from lexgraph.training.rerank import Lists, train
-
 
 # ---------------------------------------------------------------------------
 # Losses vs hand computations
@@ -374,9 +372,9 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
     from lexgraph.errors import LexgraphError
-    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
     from lexgraph.models.mvcl import load_model
     from lexgraph.models.mvcl_features import write_disabled
+    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
 
     assert not is_switched_off(tmp_path, "mvcl")
     write_disabled(tmp_path / "models/mvcl", "mvcl")

@@ -44,8 +44,6 @@ import pytest
 import yaml
 
 from tests import paper_fixture as pf
-from tests.conftest import ROOT
-
 
 #: the whole run (fixtures + `dvc repro`) must fit CI's budget (issue 24: 15 min on 2 cores)
 BUDGET_S = 15 * 60

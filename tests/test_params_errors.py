@@ -8,11 +8,10 @@ sentinel bytes, and checks the message and that the outputs are byte-for-byte in
 
 from __future__ import annotations
 
-import copy
-
 import contextlib
-import json
+import copy
 import io
+import json
 import runpy
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import pytest
 import yaml
 
 from conftest import ROOT
-
 from lexgraph.config import SECTIONS, Base, read_params, resolve_device, section_config
 from lexgraph.errors import ConfigError, DataError
 
@@ -292,9 +290,8 @@ def test_params_that_are_not_yaml_are_one_line(tmp_path):
 @pytest.fixture
 def search_ws(tmp_path):
     """A BM25 workspace for `lexgraph search`, which reads the workspace's params.yaml (evaluate.index)."""
-    from test_cli_errors import ARTICLES, write_articles
-
     from lexgraph.retrieval.bm25 import BM25
+    from test_cli_errors import ARTICLES, write_articles
 
     write_articles(tmp_path, ARTICLES)
     BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
@@ -420,20 +417,20 @@ def test_build_graph_refuses_an_empty_article_table():
 
 def _builders() -> dict:
     """Section -> the typed config its stage builds (every section has one)."""
+    from lexgraph.data.clean import CleanConfig
     from lexgraph.data.fetch import FetchConfig
     from lexgraph.embed import EmbedConfig
-    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
-    from lexgraph.retrieval.hprior import HpriorConfig
-    from lexgraph.retrieval.hybrid import HybridConfig
-    from lexgraph.data.clean import CleanConfig
     from lexgraph.evaluation import EvaluateConfig
     from lexgraph.graph import GraphConfig
+    from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.models.pretrain import PretrainConfig
     from lexgraph.negatives import NegativesConfig
     from lexgraph.queries import QueriesConfig
+    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.retrieval.hprior import HpriorConfig
+    from lexgraph.retrieval.hybrid import HybridConfig
     from lexgraph.training.dsr_config import DSRConfig
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
-    from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.zeroshot import ZeroshotConfig
 
     return {

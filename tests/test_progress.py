@@ -102,7 +102,7 @@ def _run(args: list[str], cwd, timeout: int = 300) -> subprocess.CompletedProces
     env = {k: v for k, v in os.environ.items() if k not in HF_PROGRESS_ENV}
     env["PYTHONPATH"] = str(ROOT / "src")
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+                          capture_output=True, timeout=timeout)
 
 
 def test_a_stage_with_piped_output_writes_no_carriage_return(tmp_path):

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,7 +75,7 @@ class ChunkTable:
         counts = ends - starts
         width = int(counts.max()) if len(rows) else 0
         mask = torch.from_numpy(np.arange(width)[None, :] < counts[:, None])  # (b, c)
-        index = torch.from_numpy((starts[:, None] + np.minimum(np.arange(width)[None, :], counts[:, None] - 1)))
+        index = torch.from_numpy(starts[:, None] + np.minimum(np.arange(width)[None, :], counts[:, None] - 1))
         chunks = self.vectors[index] * mask.unsqueeze(-1)  # (b, c, dim)
         tokens = self.tokens[index] * mask  # (b, c)
         return chunks, mask, tokens

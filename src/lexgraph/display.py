@@ -21,8 +21,9 @@ import json
 import os
 import re
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 import numpy as np
 

@@ -20,7 +20,8 @@ import atexit
 import contextlib
 import logging
 import os
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 #: Pattern families of the indicator (on lower-cased, accent-stripped text).
 PATTERNS: dict[str, tuple[str, ...]] = {

@@ -45,7 +45,7 @@ class EmbedConfig:
     batch_size: int = field(default=128, metadata={"expected": "a positive integer"})  # texts per encoder call
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "EmbedConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> EmbedConfig:
         return section_config(cls, params, "embed")
 
     def validate(self) -> None:
@@ -178,7 +178,6 @@ def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
     headings = read_parquet(paths.headings, ["heading_id", "text"])
     questions = read_parquet(paths.questions, ["id", "question"])
     from lexgraph.chunks import check_settings, load_chunk_table
-
     from lexgraph.distributed import is_main, session, world_size
 
     with session(device) as device:  # under torchrun: one shard of the batches per rank, rank 0 writes

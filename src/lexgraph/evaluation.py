@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from lexgraph.config import bad_value, expectation, section_config
-from lexgraph.data.schema import SPLITS
+from lexgraph.data.schema import (
+    SPLITS,
+    split_questions,  # noqa: F401 - re-exported
+)
 from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
 from lexgraph.metrics import DEEPEST, METRICS, rounded
-from lexgraph.retrieval.systems import SYSTEMS
 from lexgraph.retrieval.index import IndexConfig
-
-from lexgraph.data.schema import split_questions  # noqa: E402,F401  (re-exported)
+from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class EvaluateConfig:
                                metadata={"expected": "a mapping of index settings (lexgraph.retrieval.index.IndexConfig)"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "EvaluateConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
         if isinstance(params, dict) and isinstance(params.get("index"), dict):  # the nested section, typed first
             params = {**params, "index": IndexConfig.from_params(params["index"])}
         elif isinstance(params, dict) and "index" in params:

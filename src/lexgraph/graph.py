@@ -96,7 +96,7 @@ class GraphConfig:
     questions: bool = True  # train questions as nodes, linked to their gold articles
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "GraphConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> GraphConfig:
         return section_config(cls, params, "graph")
 
 

@@ -19,8 +19,9 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from lexgraph import layout

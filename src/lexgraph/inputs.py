@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import yaml
 

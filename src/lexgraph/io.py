@@ -38,8 +38,9 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from lexgraph.errors import DataError, LexgraphError
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -243,8 +244,8 @@ DEEPEST = max(int(name.split("@")[1]) for name in METRICS if "@" in name)
 
 
 def exact_top_k(
-    queries: "torch.Tensor",
-    articles: "torch.Tensor",
+    queries: torch.Tensor,
+    articles: torch.Tensor,
     article_ids: np.ndarray,
     k: int,
     block_size: int = 256,
@@ -281,8 +282,8 @@ def exact_top_k(
 
 
 def dense_run_metrics(
-    queries: "torch.Tensor",
-    articles: "torch.Tensor",
+    queries: torch.Tensor,
+    articles: torch.Tensor,
     article_ids: np.ndarray,
     qids: Sequence[Hashable],
     qrels: Mapping[Hashable, Collection[int]],

@@ -22,8 +22,9 @@ Output (``data/negatives/negatives.parquet``): ``question_id`` int64, ``split`` 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -57,7 +58,7 @@ class NegativesConfig:
     )
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "NegativesConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> NegativesConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from lexgraph.evaluation import read_trec, split_questions
-from lexgraph.metrics import DEEPEST
 from lexgraph.io import atomic_path
-from lexgraph.metrics import per_query
+from lexgraph.metrics import DEEPEST, per_query
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger("lexgraph.progress")
@@ -66,7 +67,7 @@ class Progress:
             self.update(1)
         self.close()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -30,12 +30,13 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from lexgraph.errors import ConfigError, DataError
 from lexgraph.config import params_error, section_config
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
+from lexgraph.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class QueriesConfig:
     mixed_precision: bool = True  # bf16 autocast on CUDA (mT5 is unstable in fp16)
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "QueriesConfig":
+    def from_params(cls, params: dict[str, Any]) -> QueriesConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -285,9 +286,8 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig,
         device: str = "auto"):
     """The ``generate_queries`` stage: clean articles -> synthetic questions Parquet."""
     from lexgraph.config import resolve_device
-    from lexgraph.io import write_parquet
-
     from lexgraph.distributed import is_main, session
+    from lexgraph.io import write_parquet
 
     rows = read_articles(articles)
     dev = resolve_device(device) if cfg.generator == "doc2query" else "cpu"

@@ -53,7 +53,7 @@ one definition by construction.
 from __future__ import annotations
 
 import logging
-from typing import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -30,8 +30,9 @@ import dataclasses
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from lexgraph.config import Base, load_params, seed_everything, set_deterministic
 from lexgraph.errors import LexgraphError

@@ -51,7 +51,7 @@ class ZeroshotConfig:
     batch_size: int = 16  # windows per encoder call
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "ZeroshotConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:

@@ -50,7 +50,7 @@ class CleanConfig:
     allow_test_changes: bool = False  # may cleaning drop test questions or their gold articles?
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "CleanConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> CleanConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:

@@ -49,6 +49,19 @@ import polars as pl
 
 from lexgraph import layout
 from lexgraph.config import bad_value, expectation, params_error, section_config
+from lexgraph.data.integrity import (
+    HUMAN_SPLITS,
+    check_csv_layout,
+    csv_layout,
+    duplicated_column,
+    expected_columns,
+    first_duplicate,
+    integer_id,
+    question_key,
+    refuse_shared_ids,
+    refuse_shared_texts,
+    renumber_synthetic,
+)
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
     CORPUS_FILES,
@@ -59,9 +72,6 @@ from lexgraph.data.schema import (
     REQUIRED_QUESTION_COLUMNS,
     parse_article_ids,
 )
-from lexgraph.data.integrity import (HUMAN_SPLITS, check_csv_layout, csv_layout, duplicated_column, expected_columns,
-                                     first_duplicate, integer_id, question_key, refuse_shared_ids, refuse_shared_texts,
-                                     renumber_synthetic)
 from lexgraph.errors import DataError, HubUnreachableError, LexgraphError
 from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
 from lexgraph.inputs import DuplicateKeyError, id_problem, json_object
@@ -87,7 +97,7 @@ class FetchConfig:
     negatives: bool = False
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "FetchConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> FetchConfig:
         return section_config(cls, params, "fetch")
 
     def validate(self) -> None:

@@ -31,9 +31,10 @@ import io
 import logging
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from lexgraph.errors import DataError
 from lexgraph.inputs import id_problem

@@ -15,7 +15,7 @@ and without the swap only the first term.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

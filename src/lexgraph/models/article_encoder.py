@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,15 +19,27 @@ from lexgraph.hub import check_model_files, check_safetensors, first_line
 from lexgraph.inputs import read_json_object
 from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
-from lexgraph.models.family import read_base_info
-from lexgraph.models.weights import built_from
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, _autocast, _bar, _max_positions, load_backbone, longest_first,
+    FORMAT_VERSION,
+    _autocast,
+    _bar,
+    _max_positions,
+    load_backbone,
+    longest_first,
 )
 from lexgraph.models.encoders import TextEncoder
+from lexgraph.models.family import read_base_info
 from lexgraph.models.packing import (
-    BUCKET_RATIO, MIN_BUCKET, chunk_token_ids, collate_chunks, length_buckets, pack_chunks, scatter_chunks, trimmed_length,
+    BUCKET_RATIO,
+    MIN_BUCKET,
+    chunk_token_ids,
+    collate_chunks,
+    length_buckets,
+    pack_chunks,
+    scatter_chunks,
+    trimmed_length,
 )
+from lexgraph.models.weights import built_from
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +331,7 @@ class HierarchicalArticleEncoder(TextEncoder):
     @classmethod
     def from_pretrained(
         cls, name_or_path: str | os.PathLike, *, random_init: bool = False, with_backbone: bool = True, **settings: Any
-    ) -> "HierarchicalArticleEncoder":
+    ) -> HierarchicalArticleEncoder:
         """Load a saved article encoder (``hierarchical.json`` present), or start a fresh
         one from an HF backbone with ``settings`` (``max_chunk_length``, ``pooling``, …)
         and a newly initialised chunk-level module. ``with_backbone=False`` loads the

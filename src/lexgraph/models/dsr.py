@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -96,7 +97,7 @@ class DSR(nn.Module):
     @classmethod
     def load(
         cls, directory: str | os.PathLike, device: torch.device | str | None = None, with_article_backbone: bool = True
-    ) -> "DSR":
+    ) -> DSR:
         """Load a saved DSR; ``with_article_backbone=False`` skips the article side's chunk
         encoder (enough to aggregate cached chunk vectors)."""
         directory = Path(directory)

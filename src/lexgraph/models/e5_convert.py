@@ -59,7 +59,6 @@ import numpy as np
 
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import check_file, write_json
-
 from lexgraph.models.e5_tokenizer import build_tokenizer
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from lexgraph.errors import LexgraphError
 
 if TYPE_CHECKING:

@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -62,11 +62,18 @@ from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.inputs import read_json_object
 from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
-from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, longest_first,
+    FORMAT_VERSION,
+    TOKEN_POOLING,
+    _autocast,
+    _bar,
+    _max_positions,
+    _module_device,
+    load_backbone,
+    longest_first,
     set_trainable_layers,
 )
+from lexgraph.models.family import read_base_info
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +266,7 @@ class QueryEncoder(TextEncoder):
         token_pooling: str | None = None,
         random_init: bool = False,
         trainable_layers: int | None | str = "saved",
-    ) -> "QueryEncoder":
+    ) -> QueryEncoder:
         """Load a saved query encoder, or start one from any HF backbone (name or dir).
 
         Settings not given come from the saved ``query_encoder.json`` if any, else the

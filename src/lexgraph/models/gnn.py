@@ -174,13 +174,13 @@ class GraphEncoderConfig:
             raise ValueError("the width of a GraphEncoderConfig without in_dim is not known yet")
         return self.hidden if self.hidden is not None else self.in_dim
 
-    def with_input(self, in_dim: int, prior_weight: float = 0.0) -> "GraphEncoderConfig":
+    def with_input(self, in_dim: int, prior_weight: float = 0.0) -> GraphEncoderConfig:
         """This architecture for ``in_dim``-dimensional node features; ``prior_weight``
         applies to ``init: prior`` only (0 otherwise)."""
         return replace(self, in_dim=in_dim, prior_weight=prior_weight if self.init == "prior" else 0.0)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "GraphEncoderConfig":
+    def from_dict(cls, values: dict[str, Any]) -> GraphEncoderConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -313,9 +314,9 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/<variant>`` directory."""
     from lexgraph.layout import restore_hint
-    from lexgraph.models.weights import built_from, load_state
     from lexgraph.models.mvcl_config import SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
+    from lexgraph.models.weights import built_from, load_state
 
     directory = Path(directory)
     path = directory / SETTINGS

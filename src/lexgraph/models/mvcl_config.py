@@ -118,7 +118,7 @@ class RerankConfig:
         return tuple(f.name for f in fields(cls) if f.name not in VARIANT_KEYS and f.name != "variant")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None, variant: str = "xrerank") -> "RerankConfig":
+    def from_params(cls, params: dict[str, Any] | None, variant: str = "xrerank") -> RerankConfig:
         """The settings of re-ranker ``variant``: the shared keys of ``params`` (the ``rerank``
         section) and those of ``params[variant]``."""
         params = _mapping(params, SECTION)
@@ -156,7 +156,7 @@ class RerankConfig:
         return config
 
     @classmethod
-    def per_variant(cls, params: dict[str, Any] | None) -> dict[str, "RerankConfig"]:
+    def per_variant(cls, params: dict[str, Any] | None) -> dict[str, RerankConfig]:
         """``{variant: settings}`` for both re-rankers (what the stages check before any work)."""
         return {variant: cls.from_params(params, variant) for variant in VARIANTS}
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ class TokenStore:
         self.row = {int(i): r for r, i in enumerate(self.ids.tolist())}
 
     @classmethod
-    def from_list(cls, ids: Sequence[int], states: Sequence[torch.Tensor], dim: int) -> "TokenStore":
+    def from_list(cls, ids: Sequence[int], states: Sequence[torch.Tensor], dim: int) -> TokenStore:
         lengths = torch.tensor([s.shape[0] for s in states], dtype=torch.long)
         offsets = torch.zeros(len(states) + 1, dtype=torch.long)
         offsets[1:] = torch.cumsum(lengths, 0)
@@ -71,7 +72,7 @@ class TokenStore:
         save_tensors(tensors, path, metadata)  # reproducible header, written atomically
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "TokenStore":
+    def load(cls, path: str | os.PathLike) -> TokenStore:
         from lexgraph.io import load_tensors
 
         path = Path(path)

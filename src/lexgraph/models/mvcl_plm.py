@@ -12,7 +12,7 @@ store for scoring (dev evaluation; the search side does the same with the saved 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

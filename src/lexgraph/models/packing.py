@@ -8,7 +8,7 @@ per article."""
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -36,8 +36,9 @@ from __future__ import annotations
 import logging
 import os
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from lexgraph.config import params_error, section_config
 from lexgraph.errors import ConfigError
@@ -99,7 +100,7 @@ class PretrainConfig:
     log_every: int = 100
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "PretrainConfig":
+    def from_params(cls, params: dict[str, Any]) -> PretrainConfig:
         return section_config(cls, params, SECTION)
 
     @property

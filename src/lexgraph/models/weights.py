@@ -5,8 +5,8 @@ weights (:func:`load_state`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from lexgraph.config import without_params_file
 from lexgraph.errors import DataError, LexgraphError

@@ -53,9 +53,9 @@ import logging
 import math
 import numbers
 import zipfile
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -154,7 +154,7 @@ class BM25:
             self._analyzer = FrenchAnalyzer(**self.analyzer_config)
         return self._analyzer
 
-    def fit(self, tokenised_docs: Sequence[Sequence[str]], doc_ids: Iterable[int]) -> "BM25":
+    def fit(self, tokenised_docs: Sequence[Sequence[str]], doc_ids: Iterable[int]) -> BM25:
         """Index ``tokenised_docs`` (lists of terms) under the article ids ``doc_ids``."""
         doc_ids = np.asarray(list(doc_ids) if not isinstance(doc_ids, np.ndarray) else doc_ids, dtype=np.int64)
         if doc_ids.ndim != 1 or doc_ids.size != len(tokenised_docs):
@@ -194,7 +194,7 @@ class BM25:
         )
         return self
 
-    def fit_texts(self, texts: Sequence[str], doc_ids: Iterable[int]) -> "BM25":
+    def fit_texts(self, texts: Sequence[str], doc_ids: Iterable[int]) -> BM25:
         """Analyse ``texts`` with this index's analyzer, then :meth:`fit`."""
         return self.fit(self.analyzer.analyze_many(texts, desc="analyze articles"), doc_ids)
 
@@ -213,7 +213,7 @@ class BM25:
         self._weights = sp.csr_matrix((w32, self._tf.indices, self._tf.indptr), shape=self._tf.shape)
         self._zero_idf = self.idf == 0.0  # (n_terms,) every weight of such a term is 0
 
-    def reweight(self, k1: float, b: float) -> "BM25":
+    def reweight(self, k1: float, b: float) -> BM25:
         """Switch to new ``k1``/``b`` from the stored counts (no re-tokenising, no refit)."""
         self._require_fitted()
         self._check_params(k1, b)
@@ -221,7 +221,7 @@ class BM25:
         self._compute_weights()
         return self
 
-    def set_idf_floor(self, idf_floor: float | None) -> "BM25":
+    def set_idf_floor(self, idf_floor: float | None) -> BM25:
         """Change the negative-idf policy (see the module docstring) and recompute weights."""
         self._require_fitted()
         self.idf_floor = None if idf_floor is None else float(idf_floor)
@@ -388,7 +388,7 @@ class BM25:
         log.info("saved BM25 index (%d documents, %d terms) to %s", self.n_docs, self.n_terms, directory)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "BM25":
+    def load(cls, directory: str | Path) -> BM25:
         """Load an index written by :meth:`save`; a missing, truncated or inconsistent file
         raises a :class:`LexgraphError` naming it."""
         directory = Path(directory)

@@ -30,7 +30,7 @@ class Bm25TuneConfig:
                            metadata={"expected": "a non-empty list of numbers in [0, 1]"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "Bm25TuneConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
         return section_config(cls, params, "bm25_tune")
 
     def validate(self) -> None:
@@ -51,7 +51,7 @@ class Bm25Config:
     b: float | str = field(default="tuned", metadata={"expected": "a number in [0, 1] or 'tuned'"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "Bm25Config":
+    def from_params(cls, params: dict[str, Any] | None) -> Bm25Config:
         return section_config(cls, params, "bm25")
 
     def validate(self) -> None:

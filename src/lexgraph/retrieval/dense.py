@@ -26,9 +26,9 @@ corpora, on the training device).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch

@@ -53,8 +53,9 @@ zero-score padding included, exactly as the system ranks on its own), so that th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -106,7 +107,7 @@ class Fusion:
         return {"method": self.method, "k": self.k, "norm": self.norm, "weight": self.weight}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Fusion":
+    def from_dict(cls, d: Mapping[str, Any]) -> Fusion:
         weight = d.get("weight")
         return cls(method=d.get("method"), k=d.get("k"), norm=d.get("norm"),
                    weight=float(weight) if isinstance(weight, (int, float)) and not isinstance(weight, bool) else weight)

@@ -23,8 +23,8 @@ import torch
 
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
-from lexgraph.errors import DataError
 from lexgraph.embed import ARTICLE_EMBEDDINGS
+from lexgraph.errors import DataError
 from lexgraph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.metrics import METRICS, dense_run_metrics, rounded_all
 
@@ -44,7 +44,7 @@ class HpriorConfig:
     metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "HpriorConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> HpriorConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -93,8 +93,8 @@ def tune(graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], question
 
     ``embeddings``: ``{"articles"|"questions": (ids, (n, dim))}`` from the ``embed`` stage
     (DSR); ``paths`` name the files in errors."""
-    from lexgraph.hierarchy import hierarchy_prior
     from lexgraph.embed import select_rows
+    from lexgraph.hierarchy import hierarchy_prior
 
     qids, _, qrels = split_questions(questions, config.split)
     if not qids:

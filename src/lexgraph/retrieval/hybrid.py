@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class HybridConfig:
     alone: bool = field(default=True, metadata={"expected": "true or false"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "HybridConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> HybridConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:

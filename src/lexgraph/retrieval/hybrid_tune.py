@@ -20,7 +20,8 @@ metrics on ranx's tie order, and drops weight pairs whose float sum is not exact
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

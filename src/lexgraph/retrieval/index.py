@@ -65,7 +65,7 @@ class IndexConfig:
     ef_search: int = field(default=256, metadata={"expected": "an integer >= 1 (HNSW query beam; raised to k)"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "IndexConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> IndexConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:

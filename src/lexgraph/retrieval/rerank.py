@@ -16,8 +16,9 @@ stage's order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +38,8 @@ class MvclRetriever:
         self.article_ids = first.article_ids
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        from lexgraph.progress import progress
         from lexgraph.models.mvcl import fuse_list, rerank_scores
+        from lexgraph.progress import progress
 
         depth = max(int(k), self.k)
         ids, scores = self.first.search(questions, depth)

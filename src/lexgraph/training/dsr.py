@@ -32,9 +32,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,12 +48,17 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.metrics import rounded, rounded_all
 from lexgraph.models.dsr import DSR
 from lexgraph.models.packing import pack_chunks
-from lexgraph.training.engine import (
-    FitConfig, ParamGroup, Runtime, TrainResult, build_optimizer, build_scheduler, fit,
-)
-
 from lexgraph.training.dsr_config import EVAL_CUTOFF, SECTION, DSRConfig, build_dsr
 from lexgraph.training.dsr_data import Pair, TrainingData, load_training_data, sample_negatives
+from lexgraph.training.engine import (
+    FitConfig,
+    ParamGroup,
+    Runtime,
+    TrainResult,
+    build_optimizer,
+    build_scheduler,
+    fit,
+)
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from lexgraph.config import bad_value, expectation, params_error, section_config
 from lexgraph.errors import ConfigError
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
@@ -79,7 +78,7 @@ class DSRConfig:
     refit: bool = field(default=False, metadata={"expected": "true or false"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> DSRConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:

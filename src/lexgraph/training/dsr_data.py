@@ -4,14 +4,14 @@ questions for model selection, and the hard-negative draw (:mod:`lexgraph.traini
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from lexgraph.errors import DataError
 from lexgraph.io import read_parquet
-
 
 log = logging.getLogger(__name__)
 

@@ -81,10 +81,22 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder
 from lexgraph.training.engine import (
-    FitConfig, ParamGroup, Runtime, TrainResult, build_optimizer, build_scheduler, fit,
+    FitConfig,
+    ParamGroup,
+    Runtime,
+    TrainResult,
+    build_optimizer,
+    build_scheduler,
+    fit,
 )
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
-from lexgraph.training.gnn_data import TrainingSet, batch_subgraph, other_positive_mask, prepare_training_set, sample_negatives
+from lexgraph.training.gnn_data import (
+    TrainingSet,
+    batch_subgraph,
+    other_positive_mask,
+    prepare_training_set,
+    sample_negatives,
+)
 from lexgraph.training.gnn_io import save_trained, training_metrics
 
 log = logging.getLogger(__name__)

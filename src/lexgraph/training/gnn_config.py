@@ -101,7 +101,7 @@ class GNNSettings:
         return ["base", *(f"gnn.{k}" for k in SHARED_KEYS), f"gnn.{variant}"]
 
     @classmethod
-    def from_params(cls, params: dict[str, Any], variant: str) -> "GNNSettings":
+    def from_params(cls, params: dict[str, Any], variant: str) -> GNNSettings:
         """Read ``params`` (the ``gnn`` section) for ``variant``."""
         if variant not in VARIANTS:
             raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
@@ -134,7 +134,7 @@ class GNNSettings:
         return settings
 
     @classmethod
-    def per_variant(cls, params: dict[str, Any]) -> dict[str, "GNNSettings"]:
+    def per_variant(cls, params: dict[str, Any]) -> dict[str, GNNSettings]:
         """``{variant: settings}`` of the ``gnn`` section for every variant (what the
         ``train_gnn`` stage checks before any work, whichever variant it runs)."""
         return {variant: cls.from_params(params, variant) for variant in VARIANTS}

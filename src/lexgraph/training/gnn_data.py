@@ -5,9 +5,10 @@ BM25 negatives, and each batch's subgraph with QABISAR's label-leak cut
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -17,7 +17,8 @@ import logging
 import math
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from lexgraph.config import params_error
 from lexgraph.errors import ConfigError, DataError

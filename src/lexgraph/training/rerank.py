@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
