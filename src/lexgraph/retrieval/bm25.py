@@ -53,7 +53,7 @@ import logging
 import math
 import numbers
 import zipfile
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -62,7 +62,7 @@ import scipy.sparse as sp
 
 from lexgraph import layout
 from lexgraph.errors import LexgraphError
-from lexgraph.progress import progress, progress_bar
+from lexgraph.progress import progress_bar
 
 try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip its counting pass
     from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
@@ -453,35 +453,3 @@ def load_system(workspace: Path, device: str = "cpu") -> BM25:
     bm25 = BM25.load(directory)
     bm25.name = "bm25"
     return bm25
-
-
-def tune(
-    bm25: BM25,
-    question_tokens: Mapping[Hashable, Sequence[str]],
-    qrels: Mapping[Hashable, Iterable[int]],
-    k1_grid: Sequence[float],
-    b_grid: Sequence[float],
-    score_fn: Callable[[dict, Mapping], float],
-    k: int = 100,
-) -> list[dict[str, float]]:
-    """Grid search of ``k1`` x ``b``: ``[{"k1", "b", "score"}, ...]`` in grid order (k1 outer).
-
-    For each pair the index is re-weighted (:meth:`BM25.reweight`), the questions
-    ``{qid: tokens}`` are searched to depth ``k`` and ``score_fn(run, qrels)`` scores
-    the run ``{qid: [article ids, best first]}``. The index's own ``k1``/``b`` are
-    restored afterwards.
-    """
-    qids = list(question_tokens)
-    tokens = [question_tokens[q] for q in qids]
-    saved = (bm25.k1, bm25.b)
-    results: list[dict[str, float]] = []
-    grid = [(float(k1), float(b)) for k1 in k1_grid for b in b_grid]
-    try:
-        for k1, b in progress(grid, "bm25 tune", unit="pair"):
-            bm25.reweight(k1, b)
-            ids, _ = bm25.search_tokens(tokens, k, progress=False)
-            run = {q: row.tolist() for q, row in zip(qids, ids)}
-            results.append({"k1": k1, "b": b, "score": float(score_fn(run, qrels))})
-    finally:
-        bm25.reweight(*saved)
-    return results

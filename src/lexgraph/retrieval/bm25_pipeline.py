@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,8 @@ from lexgraph.config import bad_value, expectation, refuse_held_out, section_con
 from lexgraph.data.schema import split_questions
 from lexgraph.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.metrics import METRICS, evaluate_run
-from lexgraph.retrieval.bm25 import BM25, tune
+from lexgraph.progress import progress
+from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
 
 log = logging.getLogger(__name__)
@@ -106,3 +108,35 @@ def read_tuned(path, config: Bm25Config) -> dict[str, Any]:
         return {}
     return read_json_object(path, what="bm25_tune's best pair, an object with k1 and b (e.g. "
                             '{"k1": 1.0, "b": 0.1, ...})', fix="rerun `dvc repro bm25_tune`", keys=needed)
+
+
+def tune(
+    bm25: BM25,
+    question_tokens: Mapping[Hashable, Sequence[str]],
+    qrels: Mapping[Hashable, Iterable[int]],
+    k1_grid: Sequence[float],
+    b_grid: Sequence[float],
+    score_fn: Callable[[dict, Mapping], float],
+    k: int = 100,
+) -> list[dict[str, float]]:
+    """Grid search of ``k1`` x ``b``: ``[{"k1", "b", "score"}, ...]`` in grid order (k1 outer).
+
+    For each pair the index is re-weighted (:meth:`BM25.reweight`), the questions
+    ``{qid: tokens}`` are searched to depth ``k`` and ``score_fn(run, qrels)`` scores
+    the run ``{qid: [article ids, best first]}``. The index's own ``k1``/``b`` are
+    restored afterwards.
+    """
+    qids = list(question_tokens)
+    tokens = [question_tokens[q] for q in qids]
+    saved = (bm25.k1, bm25.b)
+    results: list[dict[str, float]] = []
+    grid = [(float(k1), float(b)) for k1 in k1_grid for b in b_grid]
+    try:
+        for k1, b in progress(grid, "bm25 tune", unit="pair"):
+            bm25.reweight(k1, b)
+            ids, _ = bm25.search_tokens(tokens, k, progress=False)
+            run = {q: row.tolist() for q, row in zip(qids, ids)}
+            results.append({"k1": k1, "b": b, "score": float(score_fn(run, qrels))})
+    finally:
+        bm25.reweight(*saved)
+    return results

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from lexgraph.distributed import shard
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.progress import progress
 
@@ -119,15 +120,6 @@ class Runtime:
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
         return tensor
-
-
-def shard(batch: Sequence, index: int, count: int) -> Sequence:
-    """Part ``index`` of ``count`` contiguous, near-equal parts of ``batch`` (the first
-    ``len % count`` parts one longer; a part may be empty)."""
-    n = len(batch)
-    size, extra = divmod(n, count)
-    start = index * size + min(index, extra)
-    return batch[start : start + size + (1 if index < extra else 0)]
 
 
 # ---------------------------------------------------------------------------

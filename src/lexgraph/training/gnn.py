@@ -75,7 +75,7 @@ from typing import Any
 
 import torch
 
-from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.hierarchy import best_weight, read_hprior
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
@@ -84,7 +84,6 @@ from lexgraph.training.engine import (
     FitConfig,
     ParamGroup,
     Runtime,
-    TrainResult,
     build_optimizer,
     build_scheduler,
     fit,
@@ -97,7 +96,7 @@ from lexgraph.training.gnn_data import (
     prepare_training_set,
     sample_negatives,
 )
-from lexgraph.training.gnn_io import save_trained, training_metrics
+from lexgraph.training.gnn_io import GNNTrainResult, load_query_encoder, save_trained, training_metrics
 
 log = logging.getLogger(__name__)
 
@@ -106,18 +105,6 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------
-
-
-@dataclass
-class GNNTrainResult(TrainResult):
-    """:class:`~lexgraph.training.engine.TrainResult` of ``train_gnn`` (``model``: the
-    :class:`GraphEncoder`; ``dev_metrics`` always a dict, ``{}`` without selection)."""
-
-    encoder: Any  # the (distilled) query encoder for qabisar, else None
-    article_embeddings: torch.Tensor  # (A, dim) full-graph outputs of the selected model
-    input_dev_metrics: dict[str, float]
-    initial_dev_metrics: dict[str, float]  # the untrained encoder (epoch 0)
-    prior_weight: float
 
 
 def full_graph_embeddings(model: GraphEncoder, ts: TrainingSet, device: torch.device) -> torch.Tensor:
@@ -161,6 +148,16 @@ class DeviceGraph:
     edge_index: torch.Tensor  # (2, E)
     edge_type: torch.Tensor  # (E,)
     train_queries: torch.Tensor  # (Q, dim)
+
+    @classmethod
+    def on(cls, ts: TrainingSet, device: torch.device) -> DeviceGraph:
+        """``ts``'s graph and train query embeddings on ``device``."""
+        return cls(
+            x=ts.x.to(device),  # (nodes, dim)
+            edge_index=ts.graph.edge_index.to(device),  # (2, E)
+            edge_type=ts.graph.edge_type.to(device),  # (E,)
+            train_queries=ts.train_queries.to(device),  # (Q, dim)
+        )
 
 
 def batch_loss(
@@ -254,6 +251,19 @@ def build_criterion(settings: GNNSettings) -> torch.nn.Module:
     return InfoNCELoss(settings.temperature, settings.similarity)
 
 
+def _optimizer(settings: GNNSettings, model: GraphEncoder, encoder) -> torch.optim.Optimizer:
+    """AdamW over the GNN (decay on every weight) and, when it is trained, the query encoder
+    (DSR's groups: no decay on biases and LayerNorm weights); an untrained encoder is frozen."""
+    groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
+    if settings.trains_query_encoder:
+        groups.append(ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay,
+                                 decay_exempt=True))
+    elif encoder is not None:
+        encoder.requires_grad_(False)
+    return build_optimizer(groups, [model] + ([encoder] if encoder is not None else []),
+                                eps=settings.adam_epsilon, foreach=True)
+
+
 def train_graph_encoder(
     ts: TrainingSet,
     settings: GNNSettings,
@@ -290,23 +300,11 @@ def train_graph_encoder(
              settings.encoder.layers, settings.encoder.heads, sum(p.numel() for p in model.parameters()) / 1e6)
     encoder = query_encoder.to(device) if (questions and query_encoder is not None) else None
     criterion = build_criterion(settings)
-    groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
-    if settings.trains_query_encoder:
-        groups.append(ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay,
-                                 decay_exempt=True))
-    elif encoder is not None:
-        encoder.requires_grad_(False)
-    optimizer = build_optimizer(groups, [model] + ([encoder] if encoder is not None else []),
-                                eps=settings.adam_epsilon, foreach=True)
+    optimizer = _optimizer(settings, model, encoder)
     task = GNNTask(ts, settings, model, encoder, criterion, None, generator, runtime, seed)
     total = task.steps_per_epoch * settings.epochs
     scheduler = build_scheduler(optimizer, settings.schedule, int(settings.warmup_ratio * total), total)
-    task.graph = DeviceGraph(
-        x=ts.x.to(device),  # (nodes, dim)
-        edge_index=ts.graph.edge_index.to(device),  # (2, E)
-        edge_type=ts.graph.edge_type.to(device),  # (E,)
-        train_queries=ts.train_queries.to(device),  # (Q, dim)
-    )
+    task.graph = DeviceGraph.on(ts, device)
     input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries, settings.similarity)
     if input_metrics:
         log.info("dev %s of the input (DSR) embeddings: %.4f", SELECTION_METRIC, input_metrics[SELECTION_METRIC])
@@ -397,16 +395,7 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
         "%s: %d nodes, %d edges, %d train pairs, %d dev questions, device %s",
         variant, ts.graph.num_nodes, ts.graph.edge_index.size(1), ts.pairs.size(0), len(ts.dev_ids), device,
     )
-    encoder = None
-    if settings.uses_questions:
-        from lexgraph.models.encoders import QueryEncoder
-
-        query_dir = paths.dsr / "query_encoder"
-        if not query_dir.is_dir():
-            raise DataError(query_dir, "not found (run the train_dsr stage)")
-        encoder = QueryEncoder.from_pretrained(query_dir)
-        if encoder.dim != ts.x.size(1):
-            raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
+    encoder = load_query_encoder(paths.dsr, ts.x.size(1)) if settings.uses_questions else None
     if settings.encoder.init == "prior":
         log.info("%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
                  variant, prior_weight)
