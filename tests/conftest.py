@@ -66,7 +66,8 @@ def write_bsard_layout(root: Path, *, readme: bool = False) -> Path:
         write_questions(root / f"questions_{split}.csv", rows)
     (root / "negatives").mkdir(exist_ok=True)
     (root / "negatives" / "bm25_negatives_train.json").write_text(
-        json.dumps([{"question_id": 1, "article_ids": [2, 4]}, {"question_id": 2, "article_ids": [5]}]), encoding="utf-8"
+        json.dumps([{"question_id": 1, "article_ids": [2, 4]}, {"question_id": 2, "article_ids": [5]}]),
+        encoding="utf-8",
     )
     (root / "negatives" / "bm25_negatives_synthetic.json").write_text(
         json.dumps([{"question_id": 1, "article_ids": [3]}]), encoding="utf-8"
@@ -122,8 +123,12 @@ def tiny_model_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny_bert")
     tokenizer = BertTokenizer(vocab=_vocab())
     config = BertConfig(
-        vocab_size=len(_vocab()), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=64,
+        vocab_size=len(_vocab()),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
     )
     import torch
 

@@ -108,11 +108,15 @@ def _check_workspace(workspace: Path) -> None:
     there), naming the directory and ``--workspace``: not a missing artefact of some stage."""
     where = workspace.resolve()
     if not workspace.is_dir():
-        raise LexgraphError(f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
-                            "the directory with dvc.yaml and params.yaml")
+        raise LexgraphError(
+            f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
+            "the directory with dvc.yaml and params.yaml"
+        )
     if not any((workspace / marker).exists() for marker in WORKSPACE_MARKERS):
-        raise LexgraphError(f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
-                            "run lexgraph from the project's directory or pass --workspace DIR")
+        raise LexgraphError(
+            f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
+            "run lexgraph from the project's directory or pass --workspace DIR"
+        )
 
 
 def _check_depth(name: str, value: int) -> None:
@@ -141,25 +145,42 @@ def _show_many(retriever, display, questions, qids, top, scores, args, source: s
         keep = real[i]
         if keep.any() and not keep.all():
             short.append((qids[i] if qids is not None else None, int(keep.sum())))
-        _show_results(display, question, top[i, : args.top][keep], scores[i, : args.top][keep], args,
-                      qid=qids[i] if qids is not None else None)
+        _show_results(
+            display,
+            question,
+            top[i, : args.top][keep],
+            scores[i, : args.top][keep],
+            args,
+            qid=qids[i] if qids is not None else None,
+        )
     if short and qids is None:
-        log.info("only %d article(s) match any term of the question (the others score 0); shown: those, "
-                 "not --top %d", short[0][1], args.top)
+        log.info(
+            "only %d article(s) match any term of the question (the others score 0); shown: those, not --top %d",
+            short[0][1],
+            args.top,
+        )
     elif short:
-        log.info("fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
-                 "score 0); their hits stop at the last article that does", args.top, len(short), source,
-                 ", ".join(str(q) for q, _ in short[:10]), ", …" if len(short) > 10 else "")
+        log.info(
+            "fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
+            "score 0); their hits stop at the last article that does",
+            args.top,
+            len(short),
+            source,
+            ", ".join(str(q) for q, _ in short[:10]),
+            ", …" if len(short) > 10 else "",
+        )
 
 
 def _question_argument(question: str) -> None:
     if not question.strip():
-        raise LexgraphError("the question argument is empty; expected a non-empty question "
-                            "(or none, for interactive mode)")
+        raise LexgraphError(
+            "the question argument is empty; expected a non-empty question (or none, for interactive mode)"
+        )
     problem = text_problem(question)
     if problem:
-        raise LexgraphError(f"the question argument {problem} (bytes that are not UTF-8?); expected a question "
-                            "in valid UTF-8 text")
+        raise LexgraphError(
+            f"the question argument {problem} (bytes that are not UTF-8?); expected a question in valid UTF-8 text"
+        )
 
 
 def _read_interactive(args, prompt: str, lineno: int) -> str | None:
@@ -182,12 +203,15 @@ def _read_interactive(args, prompt: str, lineno: int) -> str | None:
     except EOFError:
         return None
     except UnicodeDecodeError as exc:
-        raise LexgraphError(f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
-                            "question per line in UTF-8 text") from None
+        raise LexgraphError(
+            f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
+            "question per line in UTF-8 text"
+        ) from None
     problem = text_problem(question)
     if problem:
-        raise LexgraphError(f"standard input, line {lineno}: the question {problem}; expected one question per "
-                            "line in UTF-8 text")
+        raise LexgraphError(
+            f"standard input, line {lineno}: the question {problem}; expected one question per line in UTF-8 text"
+        )
     return question.strip()
 
 
@@ -222,12 +246,22 @@ def cmd_search(args) -> int:
         matched = _results(retriever, top, scores).any(axis=1)  # (n,)
         if not matched.all():
             unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
-            log.warning("no article matches any term of %d question(s) of %s (ids: %s%s)%s", len(unmatched),
-                        args.questions, ", ".join(unmatched[:10]), ", …" if len(unmatched) > 10 else "",
-                        "; the run has nothing for them" if args.run else "")
+            log.warning(
+                "no article matches any term of %d question(s) of %s (ids: %s%s)%s",
+                len(unmatched),
+                args.questions,
+                ", ".join(unmatched[:10]),
+                ", …" if len(unmatched) > 10 else "",
+                "; the run has nothing for them" if args.run else "",
+            )
         if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
-            write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched, : args.k],
-                       scores[matched, : args.k], args.system)
+            write_trec(
+                args.run,
+                [q for q, ok in zip(ids, matched) if ok],
+                top[matched, : args.k],
+                scores[matched, : args.k],
+                args.system,
+            )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
             _show_many(retriever, display, questions, ids, top, scores, args, args.questions)
@@ -256,8 +290,10 @@ def cmd_regress(args) -> int:
 
         owner = dvc_owner(args.expected)
         if owner:
-            raise LexgraphError(f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
-                                "expected-scores file you keep in git (like regression/sample.yaml)")
+            raise LexgraphError(
+                f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
+                "expected-scores file you keep in git (like regression/sample.yaml)"
+            )
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
         log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
@@ -274,37 +310,74 @@ def cmd_regress(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``lexgraph`` parser; every option has a help string, which shows its default."""
     systems = ", ".join(SYSTEM_NAMES)  # the one registry of names (lexgraph.retrieval.systems maps each to its loader)
-    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval on BSARD with the "
-                                     f"systems that `dvc repro` builds: {systems}.")
+    parser = argparse.ArgumentParser(
+        prog="lexgraph",
+        description=f"Statutory article retrieval on BSARD with the systems that `dvc repro` builds: {systems}.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("search", help="retrieve articles for questions with a trained system",
-                       description="Retrieve articles for one question, a JSON-lines file of questions (batch "
-                                   "mode) or questions typed one per line (interactive mode).")
-    s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", metavar="SYSTEM",
-                   help=f"the retrieval system, one of: {systems} (default: %(default)s)")
-    s.add_argument("--questions", metavar="FILE.jsonl",
-                   help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
+    s = sub.add_parser(
+        "search",
+        help="retrieve articles for questions with a trained system",
+        description="Retrieve articles for one question, a JSON-lines file of questions (batch "
+        "mode) or questions typed one per line (interactive mode).",
+    )
+    s.add_argument(
+        "question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)"
+    )
+    s.add_argument(
+        "--system",
+        default="bm25",
+        metavar="SYSTEM",
+        help=f"the retrieval system, one of: {systems} (default: %(default)s)",
+    )
+    s.add_argument(
+        "--questions", metavar="FILE.jsonl", help="JSON-lines file, one {'id', 'question'} per line (batch mode)"
+    )
     s.add_argument("--run", metavar="OUT.trec", help="output TREC run file (batch mode)")
-    s.add_argument("--json", action="store_true",
-                   help="print one JSON object per question (id, question, system, hits with rank, id, article, "
-                        "reference, path, score, snippet, highlights, matched_terms) instead of text")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per question (id, question, system, hits with rank, id, article, "
+        "reference, path, score, snippet, highlights, matched_terms) instead of text",
+    )
     s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default: %(default)s)")
     s.add_argument("--top", type=int, default=10, help="articles shown per question (default: %(default)s)")
-    s.add_argument("--workspace", default=".", metavar="DIR",
-                   help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
-                        "wrote models/ and data/ (default: %(default)s)")
-    s.add_argument("--device", default="auto", help="where the dense systems run: auto (cuda when available, "
-                   "else cpu), cpu, cuda or cuda:N (default: %(default)s)")
+    s.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
+        "wrote models/ and data/ (default: %(default)s)",
+    )
+    s.add_argument(
+        "--device",
+        default="auto",
+        help="where the dense systems run: auto (cuda when available, "
+        "else cpu), cpu, cuda or cuda:N (default: %(default)s)",
+    )
     s.set_defaults(func=cmd_search)
-    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores",
-                       description="Check that metrics/<system>.json reproduce the expected scores within tolerance.")
-    r.add_argument("--expected", default="regression/sample.yaml", metavar="FILE.yaml",
-                   help="the expected scores and tolerances, per system and split (default: %(default)s)")
-    r.add_argument("--metrics-dir", default="metrics", metavar="DIR",
-                   help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)")
-    r.add_argument("--update", action="store_true", help="rewrite the expected file from the current metrics "
-                   "(keeps its comments and tolerances)")
+    r = sub.add_parser(
+        "regress",
+        help="compare metrics/<system>.json with expected scores",
+        description="Check that metrics/<system>.json reproduce the expected scores within tolerance.",
+    )
+    r.add_argument(
+        "--expected",
+        default="regression/sample.yaml",
+        metavar="FILE.yaml",
+        help="the expected scores and tolerances, per system and split (default: %(default)s)",
+    )
+    r.add_argument(
+        "--metrics-dir",
+        default="metrics",
+        metavar="DIR",
+        help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)",
+    )
+    r.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite the expected file from the current metrics (keeps its comments and tolerances)",
+    )
     r.set_defaults(func=cmd_regress)
     return parser
 

@@ -32,8 +32,12 @@ def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
     the file, its row (line) and the key.
     """
     if not path.is_file():
-        raise DataError(path, "file not found; expected the --questions JSON-lines file" if not path.exists()
-                        else "not a file; expected the --questions JSON-lines file")
+        raise DataError(
+            path,
+            "file not found; expected the --questions JSON-lines file"
+            if not path.exists()
+            else "not a file; expected the --questions JSON-lines file",
+        )
     ids, questions, first_row = [], [], {}
     try:
         text = path.read_text(encoding="utf-8")
@@ -43,8 +47,9 @@ def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
         try:
             rec = json_object(line)
         except DuplicateKeyError as exc:
-            raise DataError(path, f"key {_show(exc.key)} appears twice; expected each key once per line",
-                            row=n) from None
+            raise DataError(
+                path, f"key {_show(exc.key)} appears twice; expected each key once per line", row=n
+            ) from None
         except json.JSONDecodeError as exc:
             raise DataError(path, f"not valid JSON ({exc.msg})", row=n) from None
         if not isinstance(rec, dict) or "id" not in rec or "question" not in rec:
@@ -56,14 +61,18 @@ def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
         qid = str(raw_id)
         problem = id_problem(qid)
         if problem:
-            raise DataError(path, f"id {_show(raw_id)} {problem}; expected a non-empty id without whitespace "
-                            "or control characters", row=n, column="id")
+            raise DataError(
+                path,
+                f"id {_show(raw_id)} {problem}; expected a non-empty id without whitespace or control characters",
+                row=n,
+                column="id",
+            )
         if qid in first_row:
-            raise DataError(path, f"id {_show(qid)} already used on row {first_row[qid]}; expected unique ids",
-                            row=n, column="id")
+            raise DataError(
+                path, f"id {_show(qid)} already used on row {first_row[qid]}; expected unique ids", row=n, column="id"
+            )
         if not isinstance(question, str) or not question.strip():
-            raise DataError(path, f"got {_show(question)}, expected a non-empty string", row=n,
-                            column="question")
+            raise DataError(path, f"got {_show(question)}, expected a non-empty string", row=n, column="question")
         problem = text_problem(question)
         if problem:
             raise DataError(path, f"the question {problem}; expected valid Unicode text", row=n, column="question")
@@ -122,17 +131,22 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
     if questions is not None:
         qpath = Path(questions)
         if resolved == qpath.resolve() or (path.exists() and qpath.exists() and path.samefile(qpath)):
-            raise LexgraphError(f"--run {run} is the --questions file; refusing to overwrite an input, "
-                                "expected a separate output path")
+            raise LexgraphError(
+                f"--run {run} is the --questions file; refusing to overwrite an input, expected a separate output path"
+            )
     for managed in layout.MANAGED_ROOTS:
         root = (workspace / managed).resolve()
         if resolved == root or root in resolved.parents:
-            raise LexgraphError(f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
-                                "expected a path outside data/ and models/")
+            raise LexgraphError(
+                f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
+                "expected a path outside data/ and models/"
+            )
     owner = dvc_owner(path, workspace)
     if owner:
-        raise LexgraphError(f"--run {run} {owner}; refusing to write there, expected a path outside DVC's "
-                            "cache and the outputs it tracks")
+        raise LexgraphError(
+            f"--run {run} {owner}; refusing to write there, expected a path outside DVC's "
+            "cache and the outputs it tracks"
+        )
     parent = resolved.parent
     while not parent.exists():
         parent = parent.parent
@@ -146,14 +160,19 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
             raise LexgraphError(f"--run {run} is not a regular file; expected the path of the TREC run file to write")
         links = path.stat().st_nlink
         if links > 1:
-            raise LexgraphError(f"--run {run} has {links} hard links (it may share its content with DVC's cache "
-                                "or another file); refusing to overwrite it, expected a new path or a file with "
-                                "a single link")
+            raise LexgraphError(
+                f"--run {run} has {links} hard links (it may share its content with DVC's cache "
+                "or another file); refusing to overwrite it, expected a new path or a file with "
+                "a single link"
+            )
         locked = _read_only(path)
         if locked:
-            raise LexgraphError(f"--run {run} is read-only ({locked}); refusing to overwrite it, "
-                                "expected a writable path")
+            raise LexgraphError(
+                f"--run {run} is read-only ({locked}); refusing to overwrite it, expected a writable path"
+            )
         if not _looks_like_trec_run(path):
-            raise LexgraphError(f"--run {run} exists and is not a TREC run; refusing to overwrite it, "
-                                "expected a new path or an earlier run")
+            raise LexgraphError(
+                f"--run {run} exists and is not a TREC run; refusing to overwrite it, "
+                "expected a new path or an earlier run"
+            )
     return path

@@ -109,8 +109,13 @@ def session(device) -> Iterator[Any]:
         dist.barrier()
 
 
-def map_batches(fn: Callable[[T], R], batches: Sequence[T], *, distributed: bool = True,
-                wrap: Callable[[Sequence[T]], Any] | None = None) -> list[R]:
+def map_batches(
+    fn: Callable[[T], R],
+    batches: Sequence[T],
+    *,
+    distributed: bool = True,
+    wrap: Callable[[Sequence[T]], Any] | None = None,
+) -> list[R]:
     """``[fn(b) for b in batches]`` with the batches shared out across ranks (a contiguous
     slice each) when a process group is open and ``distributed``; every rank gets the
     whole list back, in plan order. ``wrap`` decorates the local iterable (a progress bar).

@@ -219,9 +219,7 @@ def per_query(
     return {qid: {name: float(arrays[name][i]) for name in METRICS} for i, qid in enumerate(qids)}
 
 
-def evaluate_run(
-    run: Mapping[Hashable, Sequence[int]], qrels: Mapping[Hashable, Collection[int]]
-) -> dict[str, float]:
+def evaluate_run(run: Mapping[Hashable, Sequence[int]], qrels: Mapping[Hashable, Collection[int]]) -> dict[str, float]:
     """Macro-average of :data:`METRICS` over all queries of ``qrels``.
 
     ``metric(run) = (1/|Q|) * sum_{q in Q} metric(run[q], qrels[q])`` with ``Q`` the

@@ -105,8 +105,14 @@ class FetchConfig:
         if not 0 < self.dev_fraction < 1:
             raise bad_value("fetch", "dev_fraction", self.dev_fraction, expectation(FetchConfig, "dev_fraction"))
         if self.source == "local" and not self.local_dir:
-            raise bad_value("fetch", "local_dir", self.local_dir, "a directory holding the hub's files, since "
-                            "'fetch.source' is local")
+            raise bad_value(
+                "fetch",
+                "local_dir",
+                self.local_dir,
+                "a directory holding the hub's files, since 'fetch.source' is local",
+            )
+
+
 NEGATIVES_SCHEMA = {"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)}
 
 
@@ -151,7 +157,9 @@ def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, .
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(path, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV") from exc
+        raise DataError(
+            path, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV"
+        ) from exc
     layout = csv_layout(text)
     if layout is not None:
         check_csv_layout(path, layout, required, columns)
@@ -175,11 +183,16 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
     source = source if isinstance(source, Source) else Source(source)
     repeated = duplicated_column(df.columns)
     if repeated:
-        raise DataError(source.path, f"column {repeated[0]!r} appears twice in the header (the second read as "
-                                     f"{repeated[1]!r}); expected each column once")
+        raise DataError(
+            source.path,
+            f"column {repeated[0]!r} appears twice in the header (the second read as "
+            f"{repeated[1]!r}); expected each column once",
+        )
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise DataError(source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}")
+        raise DataError(
+            source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
+        )
     if df.height == 0:
         raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
@@ -191,8 +204,9 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
             raise source.error(row, "the id is empty; expected an integer id", column="id")
         problem = id_problem(value)  # whitespace and control characters are refused, not stripped
         if problem or number is None:
-            raise source.error(row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id",
-                               column="id")
+            raise source.error(
+                row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id", column="id"
+            )
     return df.with_columns(parsed.alias("id"))
 
 
@@ -205,7 +219,8 @@ def validate_articles(articles: pl.DataFrame, source: Source) -> None:
     if dup:
         i, j = dup
         raise source.error(
-            i, f"article id {articles['id'][i]} is already used by {source.where(j)}; expected each article id once",
+            i,
+            f"article id {articles['id'][i]} is already used by {source.where(j)}; expected each article id once",
             column="id",
         )
 
@@ -215,11 +230,14 @@ def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> li
     try:
         return parse_article_ids(value)
     except ValueError as exc:
-        raise source.error(index, f"{exc}; expected a comma-separated list of integer ids of {corpus.path}",
-                           column="article_ids") from None
+        raise source.error(
+            index, f"{exc}; expected a comma-separated list of integer ids of {corpus.path}", column="article_ids"
+        ) from None
 
 
-def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source) -> None:
+def validate_questions(
+    questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source
+) -> None:
     """Question texts are not empty, ``article_ids`` are integers of the corpus, and question
     ids are unique across the train, dev and test questions."""
     for split, (df, source) in questions.items():
@@ -230,8 +248,10 @@ def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], articl
             unknown = [a for a in dict.fromkeys(ids) if a not in article_ids]
             if unknown:
                 raise source.error(
-                    i, f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
-                    f"expected ids of its 'id' column", column="article_ids",
+                    i,
+                    f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
+                    f"expected ids of its 'id' column",
+                    column="article_ids",
                 )
     seen: dict[int, tuple[Source, int]] = {}
     for split in HUMAN_SPLITS:
@@ -242,8 +262,10 @@ def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], articl
             if qid in seen:
                 other, j = seen[qid]
                 raise source.error(
-                    i, f"question id {qid} is already used by {other.where(j)}; expected each question id once "
-                    "across the train, dev and test questions", column="id",
+                    i,
+                    f"question id {qid} is already used by {other.where(j)}; expected each question id once "
+                    "across the train, dev and test questions",
+                    column="id",
                 )
             seen[qid] = (source, i)
 
@@ -376,8 +398,12 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         train, dev = carve_dev(questions["train"], questions["test"], config.dev_fraction, seed)
         log.info("carved a dev split of %d questions from %d train questions", dev.height, questions["train"].height)
         questions["train"], questions["dev"] = train, dev
-    rows = {qid: (source, i) for split, (df, source) in sources.items() if split in HUMAN_SPLITS
-            for i, qid in enumerate(df["id"].to_list())}
+    rows = {
+        qid: (source, i)
+        for split, (df, source) in sources.items()
+        if split in HUMAN_SPLITS
+        for i, qid in enumerate(df["id"].to_list())
+    }
     refuse_shared_texts(questions, rows)  # after the dev split is assigned, carved or read
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"

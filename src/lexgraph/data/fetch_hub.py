@@ -52,11 +52,16 @@ def _load_config(repo: str, config: str, revision: str | None, fail):
         raise fail(exc) from exc
     except datasets.exceptions.DatasetGenerationError as exc:  # a data file its builder cannot parse
         cause = exc.__cause__ or exc
-        raise DataError(f"{repo}@{revision or 'main'} ({config})", f"its files could not be read ({first_line(cause)}); "
-                        "expected UTF-8 CSV or JSON-lines files in BSARD's schema, each column or key once") from None
+        raise DataError(
+            f"{repo}@{revision or 'main'} ({config})",
+            f"its files could not be read ({first_line(cause)}); "
+            "expected UTF-8 CSV or JSON-lines files in BSARD's schema, each column or key once",
+        ) from None
     except ValueError as exc:  # unknown config name: the hub layout changed
-        raise LexgraphError(f"'{repo}' has no config '{config}' ({first_line(exc)}); the hub layout may have changed "
-                            "(pin fetch.revision to a known commit in params.yaml)") from exc
+        raise LexgraphError(
+            f"'{repo}' has no config '{config}' ({first_line(exc)}); the hub layout may have changed "
+            "(pin fetch.revision to a known commit in params.yaml)"
+        ) from exc
 
 
 def _hub_file(repo: str, rel: str, revision: str | None, fail) -> Path | None:

@@ -263,8 +263,15 @@ class HierarchicalArticleEncoder(TextEncoder):
             chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask, chunk_counts)
         return self.aggregate(chunks, chunk_mask, tokens)  # (batch, dim)
 
-    def _encode(self, texts: list[str], batch_size: int, device: torch.device, label: str, show_progress: bool,
-                distributed: bool) -> torch.Tensor:
+    def _encode(
+        self,
+        texts: list[str],
+        batch_size: int,
+        device: torch.device,
+        label: str,
+        show_progress: bool,
+        distributed: bool,
+    ) -> torch.Tensor:
         """:meth:`TextEncoder.encode`'s work for articles, in eval mode.
 
         Packed inference: every real chunk of every text, sorted longest first across the
@@ -295,7 +302,9 @@ class HierarchicalArticleEncoder(TextEncoder):
             with _autocast(device):
                 return self.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
 
-        parts = map_batches(backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)", show_progress))
+        parts = map_batches(
+            backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)", show_progress)
+        )
         vectors = torch.empty(len(flat), self.dim, dtype=torch.float32)  # (m, dim)
         for idx, part in zip(chunk_batches, parts):
             vectors[torch.tensor(idx)] = part
@@ -345,9 +354,12 @@ class HierarchicalArticleEncoder(TextEncoder):
         reference = directory / BACKBONE_REF
         backbone_path: str | os.PathLike = name_or_path
         if not random_init and (reference.exists() or reference.is_symlink()):
-            backbone_path = read_json_object(reference, what="the frozen chunk encoder's checkpoint directory",
-                                             keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
-                                             fix=remedy)["path"]
+            backbone_path = read_json_object(
+                reference,
+                what="the frozen chunk encoder's checkpoint directory",
+                keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
+                fix=remedy,
+            )["path"]
             if with_backbone and not Path(backbone_path).is_dir():
                 raise LexgraphError(
                     f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
@@ -361,15 +373,22 @@ class HierarchicalArticleEncoder(TextEncoder):
             try:
                 tokenizer, config = AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
             except Exception as exc:  # noqa: BLE001 - a saved directory that does not load is damaged input
-                raise DataError(directory, f"not a loadable tokenizer and config ({type(exc).__name__}: "
-                                f"{first_line(exc)}); {remedy}") from exc
+                raise DataError(
+                    directory,
+                    f"not a loadable tokenizer and config ({type(exc).__name__}: {first_line(exc)}); {remedy}",
+                ) from exc
             backbone = None
         if not random_init and (saved_config.exists() or saved_config.is_symlink()):
             config_values = read_json_object(saved_config, what="the chunk-level module's settings", fix=remedy)
             config_values.pop("format_version", None)
             config_values.update(settings)
-            with built_from(saved_config, "settings that do not build a chunk-level module",
-                            "the settings train_dsr saved", remedy, errors=(TypeError, ValueError, ConfigError)):
+            with built_from(
+                saved_config,
+                "settings that do not build a chunk-level module",
+                "the settings train_dsr saved",
+                remedy,
+                errors=(TypeError, ValueError, ConfigError),
+            ):
                 encoder = cls(backbone, tokenizer, config=config, **config_values)
             check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))

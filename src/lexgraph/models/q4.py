@@ -19,14 +19,15 @@ def dequantize_q4_0(raw: bytes | bytearray | memoryview | np.ndarray, n: int) ->
     n_blocks = n // QK
     buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1).view(np.uint8)
     if buf.size < n_blocks * Q4_BLOCK_BYTES:
-        raise ValueError(f"Q4_0 data of {buf.size} bytes is too short for {n} weights "
-                         f"({n_blocks * Q4_BLOCK_BYTES} bytes)")
+        raise ValueError(
+            f"Q4_0 data of {buf.size} bytes is too short for {n} weights ({n_blocks * Q4_BLOCK_BYTES} bytes)"
+        )
     blocks = buf[: n_blocks * Q4_BLOCK_BYTES].view(_Q4_BLOCK)  # (n_blocks,)
     out = np.empty((n_blocks, QK), dtype=np.float32)  # (n_blocks, 32)
     for start in range(0, n_blocks, _DEQUANT_CHUNK):
-        part = blocks[start:start + _DEQUANT_CHUNK]
+        part = blocks[start : start + _DEQUANT_CHUNK]
         d = part["d"].astype(np.float32)[:, None]  # (b, 1)
         qs = part["qs"]  # (b, 16) uint8
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int8) - np.int8(8)  # (b, 32) in [-8, 7]
-        np.multiply(q, d, out=out[start:start + len(part)], dtype=np.float32)
+        np.multiply(q, d, out=out[start : start + len(part)], dtype=np.float32)
     return out.reshape(n)

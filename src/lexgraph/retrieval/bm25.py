@@ -200,8 +200,14 @@ class BM25:
 
     def _set_tf(self, tf: sp.csr_matrix, lengths: np.ndarray) -> None:
         idx_dtype = np.int32 if tf.nnz < np.iinfo(np.int32).max else np.int64
-        tf = sp.csr_matrix((tf.data.astype(np.int32, copy=False), tf.indices.astype(idx_dtype, copy=False),
-                            tf.indptr.astype(idx_dtype, copy=False)), shape=tf.shape)
+        tf = sp.csr_matrix(
+            (
+                tf.data.astype(np.int32, copy=False),
+                tf.indices.astype(idx_dtype, copy=False),
+                tf.indptr.astype(idx_dtype, copy=False),
+            ),
+            shape=tf.shape,
+        )
         self._tf = tf
         self.doc_len = lengths.astype(np.int64, copy=False)
         self.doc_freq = np.diff(tf.indptr).astype(np.int64)
@@ -241,8 +247,9 @@ class BM25:
         n = len(tokenised_queries)
         get = self.vocab.get
         lengths = np.fromiter((len(toks) for toks in tokenised_queries), dtype=np.int64, count=n)
-        terms = np.fromiter((get(t, -1) for toks in tokenised_queries for t in toks), dtype=np.int64,
-                            count=int(lengths.sum()))
+        terms = np.fromiter(
+            (get(t, -1) for toks in tokenised_queries for t in toks), dtype=np.int64, count=int(lengths.sum())
+        )
         rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
         keep = terms >= 0
         keep[keep] = ~self._zero_idf[terms[keep]]  # terms whose weights are all 0 add nothing: left out
@@ -265,15 +272,22 @@ class BM25:
         if _csr_matmat is not None:
             bound = int(self.doc_freq[q.indices].sum())
             idx_dtype = np.int32 if max(bound, w.indptr[-1]) < np.iinfo(np.int32).max else np.int64
-            args = [
-                np.asarray(a, dtype=idx_dtype) for a in (q.indptr, q.indices, w.indptr, w.indices)
-            ]
+            args = [np.asarray(a, dtype=idx_dtype) for a in (q.indptr, q.indices, w.indptr, w.indices)]
             indptr = np.empty(n + 1, dtype=idx_dtype)
             cols = np.empty(bound, dtype=idx_dtype)
             vals = np.empty(bound, dtype=np.float32)
             _csr_matmat(
-                n, self.n_docs, args[0], args[1], q.data.astype(np.float32, copy=False),
-                args[2], args[3], w.data, indptr, cols, vals,
+                n,
+                self.n_docs,
+                args[0],
+                args[1],
+                q.data.astype(np.float32, copy=False),
+                args[2],
+                args[3],
+                w.data,
+                indptr,
+                cols,
+                vals,
             )
             nnz = int(indptr[-1])
             return indptr, cols[:nnz], vals[:nnz]
@@ -323,8 +337,19 @@ class BM25:
                 stop = min(n, start + batch_size)
                 q = self._query_matrix(tokenised_queries[start:stop])
                 if kernel is not None:
-                    kernel(q.indptr.astype(np.int64), q.indices.astype(np.int64), q.data, w.indptr, w.indices,
-                           w.data, self.n_docs, k, cols[start:stop], scores[start:stop], kernel_scan())
+                    kernel(
+                        q.indptr.astype(np.int64),
+                        q.indices.astype(np.int64),
+                        q.data,
+                        w.indptr,
+                        w.indices,
+                        w.data,
+                        self.n_docs,
+                        k,
+                        cols[start:stop],
+                        scores[start:stop],
+                        kernel_scan(),
+                    )
                 else:
                     indptr, top, vals = self._score_sparse(q)
                     cols[start:stop], scores[start:stop] = sparse_topk(indptr, top, vals, self.n_docs, k)
@@ -340,7 +365,6 @@ class BM25:
         from lexgraph.retrieval.bm25_numba import search_batch
 
         return search_batch
-
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Analyse ``questions`` with the index's analyzer and return the top-``k`` (see :meth:`search_tokens`).
@@ -399,7 +423,9 @@ class BM25:
         try:
             meta = json.loads((directory / _META).read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise LexgraphError(f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}") from None
+            raise LexgraphError(
+                f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}"
+            ) from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
             got = meta if not isinstance(meta, dict) else f"{meta.get('format')!r} v{meta.get('version')!r}"
             raise LexgraphError(
@@ -414,7 +440,9 @@ class BM25:
             with np.load(directory / _ARRAYS, allow_pickle=False) as z:
                 arrays = {name: z[name] for name in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise LexgraphError(f"{directory / _ARRAYS}: truncated or corrupt index arrays ({exc}); {restore}") from None
+            raise LexgraphError(
+                f"{directory / _ARRAYS}: truncated or corrupt index arrays ({exc}); {restore}"
+            ) from None
         if needed - set(arrays):
             raise LexgraphError(f"{directory / _ARRAYS}: missing arrays {sorted(needed - set(arrays))}; {restore}")
         try:
@@ -422,9 +450,7 @@ class BM25:
             if len(terms) != n_terms or arrays["doc_ids"].size != n_docs:
                 raise ValueError("the files disagree on the number of terms or documents")
             self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
-            tf = sp.csr_matrix(
-                (arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs)
-            )
+            tf = sp.csr_matrix((arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs))
         except (KeyError, TypeError, ValueError) as exc:
             raise LexgraphError(f"{directory}: inconsistent BM25 index ({exc}); {restore}") from None
         self.doc_ids, self.terms = arrays["doc_ids"], terms

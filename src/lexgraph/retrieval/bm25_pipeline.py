@@ -26,10 +26,14 @@ class Bm25TuneConfig:
 
     split: str = field(default="dev", metadata={"expected": "dev (or train)"})
     metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    k1: list[float] = field(default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
-                            metadata={"expected": "a non-empty list of numbers >= 0"})
-    b: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
-                           metadata={"expected": "a non-empty list of numbers in [0, 1]"})
+    k1: list[float] = field(
+        default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
+        metadata={"expected": "a non-empty list of numbers >= 0"},
+    )
+    b: list[float] = field(
+        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
+        metadata={"expected": "a non-empty list of numbers in [0, 1]"},
+    )
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
@@ -78,7 +82,13 @@ def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, config: Bm25TuneC
     index = build_index(articles, 1.2, 0.75)
     depth = max(int(metric.split("@")[1]) if "@" in metric else 500, 10)
     grid = tune(
-        index, tokens, qrels, config.k1, config.b, lambda run, q: evaluate_run(run, q)[metric], k=min(depth, index.n_docs)
+        index,
+        tokens,
+        qrels,
+        config.k1,
+        config.b,
+        lambda run, q: evaluate_run(run, q)[metric],
+        k=min(depth, index.n_docs),
     )
     # best score; ties go to the first pair in grid order (deterministic)
     best = max(grid, key=lambda row: row["score"])
@@ -106,8 +116,12 @@ def read_tuned(path, config: Bm25Config) -> dict[str, Any]:
     needed = {key: check for key, check in TUNED_KEYS.items() if getattr(config, key) == "tuned"}
     if not needed:
         return {}
-    return read_json_object(path, what="bm25_tune's best pair, an object with k1 and b (e.g. "
-                            '{"k1": 1.0, "b": 0.1, ...})', fix="rerun `dvc repro bm25_tune`", keys=needed)
+    return read_json_object(
+        path,
+        what='bm25_tune\'s best pair, an object with k1 and b (e.g. {"k1": 1.0, "b": 0.1, ...})',
+        fix="rerun `dvc repro bm25_tune`",
+        keys=needed,
+    )
 
 
 def tune(

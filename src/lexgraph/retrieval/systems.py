@@ -63,8 +63,10 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
         raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(SYSTEMS)}")
     loader = SYSTEMS[system]
     parameters = inspect.signature(loader).parameters
-    options = {**({"index": index} if "index" in parameters else {}),
-               **({"load": load_retriever} if "load" in parameters else {})}
+    options = {
+        **({"index": index} if "index" in parameters else {}),
+        **({"load": load_retriever} if "load" in parameters else {}),
+    }
     retriever = loader(Path(workspace), device, **options)
     check_corpus(retriever, layout.articles(workspace))
     return retriever

@@ -83,10 +83,15 @@ def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str 
     directory = Path(directory)
     config_path = directory / CONFIG
     rebuild = layout.restore_hint(directory)
-    config = read_json_object(config_path, what="the graph encoder settings train_gnn writes", fix=rebuild,
-                              keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")})
-    with built_from(config_path, "key 'graph_encoder' does not build an encoder", "the architecture train_gnn saved",
-                    rebuild):
+    config = read_json_object(
+        config_path,
+        what="the graph encoder settings train_gnn writes",
+        fix=rebuild,
+        keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")},
+    )
+    with built_from(
+        config_path, "key 'graph_encoder' does not build an encoder", "the architecture train_gnn saved", rebuild
+    ):
         model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
     return load_state(model, directory / WEIGHTS, "graph encoder weights", CONFIG, rebuild).to(device).eval()
 
@@ -105,8 +110,10 @@ def training_metrics(result: GNNTrainResult, ts: TrainingSet, settings: GNNSetti
         "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
         "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
         # epoch 0 (the untrained model) has no loss: null, not a bare NaN that strict JSON readers refuse
-        "history": [{k: (v if k == "epoch" else rounded(v) if math.isfinite(v) else None) for k, v in h.items()}
-                    for h in result.history],
+        "history": [
+            {k: (v if k == "epoch" else rounded(v) if math.isfinite(v) else None) for k, v in h.items()}
+            for h in result.history
+        ],
     }
 
 
