@@ -118,7 +118,8 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
     missing = [c for c in columns if rows and c not in rows[0]]
     if not rows or missing:
         fail(
-            f"{path} has {'no rows' if not rows else f'no column(s) {missing}'}; expected the columns {', '.join(columns)}"
+            f"{path} has {'no rows' if not rows else f'no column(s) {missing}'}; "
+            f"expected the columns {', '.join(columns)}"
         )
     return rows
 

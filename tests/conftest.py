@@ -28,12 +28,16 @@ def load_benchmark(name: str, folder: str = "benchmarks"):
     return sys.modules[module_name]
 
 
+# a backslash ending a line continues its row on the next (the lines stay within 120 characters)
 ARTICLES_CSV = """id,article,reference,law_type,code,book,part,act,chapter,section,subsection,description
 1,"Le propriétaire d'un mur mitoyen
 peut le faire exhausser.",Art. 1,regional,Code A,Livre 1,,,Chapitre 1,,,Code A
-2,"Tout propriétaire peut obliger son voisin au bornage de leurs propriétés contiguës.",Art. 2,regional,Code A,Livre 1,,,Chapitre 1,,,Code A
-3,"La réparation et la reconstruction du mur mitoyen sont à la charge de tous ceux qui y ont droit.",Art. 3,regional,Code A,Livre 1,,,Chapitre 2,,,Code A
-4,"Le bail est un contrat par lequel une partie s'oblige à faire jouir l'autre d'une chose.",Art. 4,federal,Code B,,,,,,,Code B
+2,"Tout propriétaire peut obliger son voisin au bornage de leurs propriétés contiguës.",Art. 2,regional,\
+Code A,Livre 1,,,Chapitre 1,,,Code A
+3,"La réparation et la reconstruction du mur mitoyen sont à la charge de tous ceux qui y ont droit.",Art. 3,\
+regional,Code A,Livre 1,,,Chapitre 2,,,Code A
+4,"Le bail est un contrat par lequel une partie s'oblige à faire jouir l'autre d'une chose.",Art. 4,federal,\
+Code B,,,,,,,Code B
 5,"Le preneur est tenu de payer le prix du bail aux termes convenus.",Art. 5,federal,Code B,,,,,,,Code B
 """
 

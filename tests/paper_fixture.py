@@ -13,9 +13,9 @@ writes stand-ins that go through the same code paths:
   reads the hub repo: a README.md whose YAML ``configs:`` block declares ``corpus`` (split
   ``corpus``), ``questions`` (``train``, ``test``, ``synthetic``) and ``negatives`` (BM25
   negatives as JSON, the files ``fetch`` downloads), built from ``data/sample`` (BSARD's
-  schema) and cut to :data:`SIZES` for the CPU budget. As on the hub, there is no dev split (``fetch`` carves it), ``article_ids`` are
-  comma-separated strings and the synthetic questions are numbered 1..N, overlapping the
-  train ids;
+  schema) and cut to :data:`SIZES` for the CPU budget. As on the hub, there is no dev split
+  (``fetch`` carves it), ``article_ids`` are comma-separated strings and the synthetic
+  questions are numbered 1..N, overlapping the train ids;
 - :func:`paper_params`: profiles/paper.yaml with only what offline CPU forces changed
   (:data:`CHANGED`).
 

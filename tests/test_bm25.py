@@ -216,7 +216,7 @@ def test_ties_break_by_lower_article_id():
 
 def test_topk_helpers_agree_on_random_matrices():
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _ in range(20):
         n, m = 8, 60
         dense = rng.integers(-3, 6, size=(n, m)).astype(np.float32)  # many ties, zeros, negatives
         dense[rng.random((n, m)) < 0.5] = 0

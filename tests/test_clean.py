@@ -52,7 +52,8 @@ def test_unicode_nfc_and_spaces():
 
 def test_removes_amendment_artefacts():
     text = (
-        "[1 Le bailleur est tenu de délivrer le bien loué.]1 <L 2006-05-10/33, art. 3, 004; En vigueur : 01-07-2006>\n\n"
+        "[1 Le bailleur est tenu de délivrer le bien loué.]1 "
+        "<L 2006-05-10/33, art. 3, 004; En vigueur : 01-07-2006>\n\n"
         "1° Alinéa abrogé ;\n\n2° Il entretient la chose."
     )
     cleaned, n = clean_text(text)

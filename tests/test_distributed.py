@@ -42,8 +42,9 @@ from pathlib import Path
 from lexgraph.embed import EmbedConfig, EmbedPaths, run_embed
 from lexgraph.queries import QueriesConfig, run
 dsr, data, out, mt5 = sys.argv[1:5]
-run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"), Path(data, "headings.parquet"),
-                     Path(data, "questions.parquet"), Path(out, "embed")), EmbedConfig(batch_size=2), torch.device("cpu"))
+run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"),
+                     Path(data, "headings.parquet"), Path(data, "questions.parquet"), Path(out, "embed")),
+          EmbedConfig(batch_size=2), torch.device("cpu"))
 run(data + "/articles.parquet", out + "/synthetic.parquet",
     QueriesConfig(generator="doc2query", model=mt5, per_article=2, top_k=7, top_p=0.9, max_length=9,
                   max_input_length=12, batch_size=1), seed=3, device="cpu")

@@ -183,7 +183,8 @@ def test_fuse_list_reorders_the_head_and_keeps_the_tail_below():
     assert np.all(np.diff(scores[:5]) <= 0)
     # alpha = 0 is the first stage itself
     assert fuse_list(ids, first, mvcl, alpha=0.0, k=3)[0].tolist() == ids.tolist()
-    # alpha = 0.5: z(first) = [1.2247, 0, -1.2247], z(mvcl) = [-1.069, -0.267, 1.336] -> 10: 0.078, 11: -0.134, 12: 0.056
+    # alpha = 0.5: z(first) = [1.2247, 0, -1.2247], z(mvcl) = [-1.069, -0.267, 1.336]
+    #   -> 10: 0.078, 11: -0.134, 12: 0.056
     assert fuse_list(ids, first, mvcl, alpha=0.5, k=3)[0].tolist() == [10, 12, 11, 13, 14, -1]
 
 

@@ -137,7 +137,7 @@ def test_mine_negatives_dataframe():
     )
     out = mine_negatives(articles, questions, k=2)
     assert out.schema == {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(pl.Int64)}
-    for (qid, text, gold, _), negs in zip(QUESTIONS, out["negative_ids"].to_list()):
+    for (_qid, text, gold, _), negs in zip(QUESTIONS, out["negative_ids"].to_list()):
         assert negs == expected_negatives(text, gold, 2)
         assert len(negs) <= 2 and not set(negs) & set(gold)
     assert out.filter(pl.col("question_id") == 5)["negative_ids"].to_list() == [[]]

@@ -115,7 +115,7 @@ def make_snippet(text: str, spans: Sequence[tuple[int, int, str]], width: int = 
     else:
         lead = width // 5  # context kept before the first matched word of the window
         best = None
-        for i, (anchor, _, _) in enumerate(spans):
+        for anchor, _, _ in spans:
             lo = max(0, min(anchor - lead, len(text) - width))
             inside = [s for s in spans if s[0] >= lo and s[1] <= lo + width]
             key = (len({t for _, _, t in inside}), len(inside), -lo)

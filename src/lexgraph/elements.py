@@ -25,9 +25,9 @@ token of a deleted sentence replaced by the ``[DEL]`` token (one for one, so T+ 
 positions and length). :func:`deleted_sentences` draws that subset: the non-element
 sentences (those with at least one token in the tokenised text) in a random order from
 ``numpy.random.default_rng([seed, text_id])``, each deleted when its tokens fit in what is
-left of L1 (first fit), so the deleted total is at most L1; the same seed and text id give the same view, byte for byte. A
-text keeps at least one sentence: when it holds no element sentence, the last sentence of
-the random order is never deleted.
+left of L1 (first fit), so the deleted total is at most L1; the same seed and text id give
+the same view, byte for byte. A text keeps at least one sentence: when it holds no element
+sentence, the last sentence of the random order is never deleted.
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ def read_json_object(
 
     if not isinstance(value, dict):
         raise bad(f"holds {_show(value)}, not a JSON object")
-    for key, (test, expected) in (keys or {}).items():
+    for key, (_test, expected) in (keys or {}).items():
         if key not in value:
             raise bad(f"key '{key}' is missing ({expected})")
     for key, (test, expected) in {**(keys or {}), **(optional or {})}.items():

@@ -240,7 +240,7 @@ def validate_questions(
 ) -> None:
     """Question texts are not empty, ``article_ids`` are integers of the corpus, and question
     ids are unique across the train, dev and test questions."""
-    for split, (df, source) in questions.items():
+    for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
                 raise source.error(i, f"question {qid} has no text; expected the question", column="question")

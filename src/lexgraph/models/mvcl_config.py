@@ -108,7 +108,10 @@ class RerankConfig:
     alignment: str = field(
         default="cosine",
         metadata={
-            "expected": "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) or projected"
+            "expected": (
+                "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) "
+                "or projected"
+            )
         },
     )
     align_temperature: float | None = field(
@@ -149,7 +152,9 @@ class RerankConfig:
     element_budget: int = field(
         default=32,
         metadata={
-            "expected": "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"
+            "expected": (
+                "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"
+            )
         },
     )
     del_token: str = field(default="<mask>", metadata={"expected": "a token of the base encoder's vocabulary"})
