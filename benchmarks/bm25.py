@@ -108,22 +108,29 @@ def fail(message: str) -> None:
 
 def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
     if not path.is_file():
-        fail(f"{path} not found; expected a corpus directory in BSARD's layout (articles.csv, "
-             "questions_<split>.csv) or JSON lines (articles.jsonl[.gz]), see --corpus")
+        fail(
+            f"{path} not found; expected a corpus directory in BSARD's layout (articles.csv, "
+            "questions_<split>.csv) or JSON lines (articles.jsonl[.gz]), see --corpus"
+        )
     csv.field_size_limit(sys.maxsize)  # BSARD has long articles
     with path.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     missing = [c for c in columns if rows and c not in rows[0]]
     if not rows or missing:
-        fail(f"{path} has {'no rows' if not rows else f'no column(s) {missing}'}; expected the columns {', '.join(columns)}")
+        fail(
+            f"{path} has {'no rows' if not rows else f'no column(s) {missing}'}; "
+            f"expected the columns {', '.join(columns)}"
+        )
     return rows
 
 
 def read_questions(corpus: Path) -> list[dict]:
     """The questions of ``corpus/questions_<split>.csv`` (train, dev, test, then the others
     but synthetic), each ``{"question", "article_ids": [int, ...]}``; ``[]`` when there are none."""
-    files = sorted(corpus.glob("questions_*.csv") if corpus.is_dir() else [], key=lambda p: (
-        SPLIT_ORDER.index(p.stem[10:]) if p.stem[10:] in SPLIT_ORDER else len(SPLIT_ORDER), p.name))
+    files = sorted(
+        corpus.glob("questions_*.csv") if corpus.is_dir() else [],
+        key=lambda p: (SPLIT_ORDER.index(p.stem[10:]) if p.stem[10:] in SPLIT_ORDER else len(SPLIT_ORDER), p.name),
+    )
     out = []
     for path in (p for p in files if "synthetic" not in p.stem):
         for row in read_csv(path, ("question", "article_ids")):
@@ -247,8 +254,12 @@ def memory_worker(system: str, tokens_file: str) -> None:
 
 
 def measure_memory(system: str, tokens_file: Path) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--memory-worker", system, str(tokens_file)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--memory-worker", system, str(tokens_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode:
         print(f"memory worker for {system} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return {"peak": None, "index": None}
@@ -284,21 +295,29 @@ def fmt(value, spec: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=DATA,
-                        help="BSARD-layout directory, or JSON lines (.jsonl[.gz] file, or a directory with "
-                             "articles.jsonl[.gz]) with 'id' and 'text' (default: the embedded sample, data/sample)")
-    parser.add_argument("--copies", type=int, default=None,
-                        help="replicate the articles (default: 8 for the embedded sample, else 1)")
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=DATA,
+        help="BSARD-layout directory, or JSON lines (.jsonl[.gz] file, or a directory with "
+        "articles.jsonl[.gz]) with 'id' and 'text' (default: the embedded sample, data/sample)",
+    )
+    parser.add_argument(
+        "--copies", type=int, default=None, help="replicate the articles (default: 8 for the embedded sample, else 1)"
+    )
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--rank-bm25-queries", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=5, help="interleaved search rounds (best kept)")
-    parser.add_argument("--index-repeat", type=int, default=2,
-                        help="index builds per system but rank_bm25 (best kept)")
+    parser.add_argument("--index-repeat", type=int, default=2, help="index builds per system but rank_bm25 (best kept)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--no-memory", action="store_true", help="skip the per-system memory subprocesses")
-    parser.add_argument("--negatives", type=int, default=120_000,
-                        help="also time BM25 negative mining (k1=1.0, b=0.6, depth 500, k 10) for this many "
-                             "queries (the questions repeated); 0 to skip")
+    parser.add_argument(
+        "--negatives",
+        type=int,
+        default=120_000,
+        help="also time BM25 negative mining (k1=1.0, b=0.6, depth 500, k 10) for this many "
+        "queries (the questions repeated); 0 to skip",
+    )
     parser.add_argument("--memory-worker", nargs=2, metavar=("SYSTEM", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_worker:
@@ -319,10 +338,13 @@ def main() -> None:
     t_analyze = time.perf_counter() - start
     del texts
     n_tok = sum(map(len, corpus_tokens))
-    print(f"corpus: {args.corpus} x {copies}: {len(corpus_tokens)} articles, {n_tok} tokens "
-          f"({n_tok / len(corpus_tokens):.1f}/article), {len({t for d in corpus_tokens for t in d})} terms; "
-          f"{len(questions)} queries from {query_source} ({np.mean([len(q) for q in query_tokens]):.1f} tokens/query); "
-          f"analysis {t_analyze:.2f} s (untimed below)", flush=True)
+    print(
+        f"corpus: {args.corpus} x {copies}: {len(corpus_tokens)} articles, {n_tok} tokens "
+        f"({n_tok / len(corpus_tokens):.1f}/article), {len({t for d in corpus_tokens for t in d})} terms; "
+        f"{len(questions)} queries from {query_source} ({np.mean([len(q) for q in query_tokens]):.1f} tokens/query); "
+        f"analysis {t_analyze:.2f} s (untimed below)",
+        flush=True,
+    )
     # rank_bm25 ranks in corpus order and lexgraph by article id: give everyone the corpus sorted by id
     order = np.argsort(ids, kind="stable")
     corpus_tokens = [corpus_tokens[i] for i in order]
@@ -372,8 +394,10 @@ def main() -> None:
         full = np.stack([bs.get_scores(q) for q in query_tokens]) * (K1 + 1)
         agree[system] = agreement(ours_ids, ours_scores, *reference_topk(full, doc_ids, K))
         bs_docs = results[system][0]
-        raw_top10[system] = float(np.mean([np.array_equal(ours_ids[i, :10], doc_ids[bs_docs[i, :10]])
-                                           for i in range(len(query_tokens))]) * 100)
+        raw_top10[system] = float(
+            np.mean([np.array_equal(ours_ids[i, :10], doc_ids[bs_docs[i, :10]]) for i in range(len(query_tokens))])
+            * 100
+        )
     rb = index["rank_bm25"]
     floor = 0.25 * float(np.mean(robertson_idf(index["lexgraph"].doc_freq, index["lexgraph"].n_docs, None)))
     assert abs(floor - rb.average_idf * rb.epsilon) < 1e-9 * max(1.0, abs(floor)), (floor, rb.average_idf)
@@ -381,8 +405,9 @@ def main() -> None:
     m_ids, m_scores = matched.search_tokens(sub, K)
     rb_out = results["rank_bm25"]
     agree["rank_bm25"] = agreement(m_ids, m_scores, *reference_topk(np.stack([s for s, _ in rb_out]), doc_ids, K))
-    raw_top10["rank_bm25"] = float(np.mean([np.array_equal(m_ids[i, :10], doc_ids[top[:10]])
-                                            for i, (_, top) in enumerate(rb_out)]) * 100)
+    raw_top10["rank_bm25"] = float(
+        np.mean([np.array_equal(m_ids[i, :10], doc_ids[top[:10]]) for i, (_, top) in enumerate(rb_out)]) * 100
+    )
     del matched, results
 
     memory = {s: {"peak": None, "index": None} for s in systems}
@@ -399,27 +424,38 @@ def main() -> None:
 
     print()
     print(f"top-{K} search, k1={K1}, b={B}, single thread, process CPU time; index = build from tokens")
-    header = (f"{'system':<22}{'index s':>9}{'peak MiB':>10}{'index MiB':>11}{'queries/s':>11}{'ms/query':>10}"
-              f"{'wall q/s':>10}{'n timed':>9}")
+    header = (
+        f"{'system':<22}{'index s':>9}{'peak MiB':>10}{'index MiB':>11}{'queries/s':>11}{'ms/query':>10}"
+        f"{'wall q/s':>10}{'n timed':>9}"
+    )
     print(header)
     print("-" * len(header))
     for s in systems:
-        print(f"{s:<22}{t_index[s]:>9.2f}{fmt(memory[s]['peak'], '.0f'):>10}{fmt(memory[s]['index'], '.0f'):>11}"
-              f"{qps[s]:>11.1f}{1000 / qps[s]:>10.3f}{len(timed[s]) / wall[s]:>10.1f}{len(timed[s]):>9}")
+        print(
+            f"{s:<22}{t_index[s]:>9.2f}{fmt(memory[s]['peak'], '.0f'):>10}{fmt(memory[s]['index'], '.0f'):>11}"
+            f"{qps[s]:>11.1f}{1000 / qps[s]:>10.3f}{len(timed[s]) / wall[s]:>10.1f}{len(timed[s]):>9}"
+        )
     print()
-    print("lexgraph against each peer (above 1: lexgraph better): queries/s = lexgraph / peer (CPU; wall in "
-          "brackets); index time and memory = peer / lexgraph")
+    print(
+        "lexgraph against each peer (above 1: lexgraph better): queries/s = lexgraph / peer (CPU; wall in "
+        "brackets); index time and memory = peer / lexgraph"
+    )
     for s in systems[1:]:
         mem = memory[s]["peak"], memory["lexgraph"]["peak"]
         peak = "n/a" if None in mem else f"{mem[0] / max(mem[1], 1e-9):.2f}x"
         wall_ratio = (len(timed["lexgraph"]) / wall["lexgraph"]) / (len(timed[s]) / wall[s])
-        print(f"  vs {s:<18} queries/s {qps['lexgraph'] / qps[s]:8.2f}x ({wall_ratio:.2f}x)   "
-              f"index time {t_index[s] / t_index['lexgraph']:6.2f}x   peak memory {peak}")
+        print(
+            f"  vs {s:<18} queries/s {qps['lexgraph'] / qps[s]:8.2f}x ({wall_ratio:.2f}x)   "
+            f"index time {t_index[s] / t_index['lexgraph']:6.2f}x   peak memory {peak}"
+        )
     print()
     print("agreement with lexgraph (same idf policy; the peer's scores ranked by lexgraph's tie rule):")
     for s, a in agree.items():
-        print(f"  {s:<18} " + ", ".join(f"{k} {v:.4g}" for k, v in a.items())
-              + f"; raw top-10 in the peer's own tie order {raw_top10[s]:.1f} %")
+        print(
+            f"  {s:<18} "
+            + ", ".join(f"{k} {v:.4g}" for k, v in a.items())
+            + f"; raw top-10 in the peer's own tie order {raw_top10[s]:.1f} %"
+        )
     print(f"median tokens/query {statistics.median(len(q) for q in query_tokens)}")
 
     if args.negatives:
@@ -431,9 +467,11 @@ def main() -> None:
         start, start_wall = time.process_time(), time.perf_counter()
         negs = mine_from_index(miner, tokens, gold, k=10, depth=500)
         t_neg, t_neg_wall = time.process_time() - start, time.perf_counter() - start_wall
-        print(f"negative mining: {len(tokens)} queries x {miner.n_docs} articles (k=10 of top-500, gold removed): "
-              f"{t_neg:.1f} s CPU, {t_neg_wall:.1f} s wall = {len(tokens) / t_neg_wall:.0f} queries/s "
-              f"wall; mean {np.mean([len(n) for n in negs]):.2f} negatives/query")
+        print(
+            f"negative mining: {len(tokens)} queries x {miner.n_docs} articles (k=10 of top-500, gold removed): "
+            f"{t_neg:.1f} s CPU, {t_neg_wall:.1f} s wall = {len(tokens) / t_neg_wall:.0f} queries/s "
+            f"wall; mean {np.mean([len(n) for n in negs]):.2f} negatives/query"
+        )
 
 
 if __name__ == "__main__":

@@ -63,10 +63,14 @@ def with_synthetic(questions, negatives, embeddings, synthetic, synthetic_vector
     pick = np.sort(np.random.default_rng(seed).choice(synthetic.height, size=count, replace=False))
     extra = synthetic[pick].with_columns(pl.lit("train").alias("split")).select(questions.columns)
     extra_ids = extra["id"].to_numpy()
-    negatives = pl.concat([
-        negatives.filter(pl.col("split") != "synthetic"),
-        negatives.filter(pl.col("question_id").is_in(extra_ids.tolist())).with_columns(pl.lit("train").alias("split")),
-    ])
+    negatives = pl.concat(
+        [
+            negatives.filter(pl.col("split") != "synthetic"),
+            negatives.filter(pl.col("question_id").is_in(extra_ids.tolist())).with_columns(
+                pl.lit("train").alias("split")
+            ),
+        ]
+    )
     ids, vectors = embeddings
     all_ids = np.concatenate([ids, extra_ids])
     all_vectors = torch.cat([vectors, synthetic_vectors[pick]])  # (n + count, dim)
@@ -82,10 +86,19 @@ def run(label: str, questions, negatives, tables, graph, settings, seed: int) ->
     seed_everything(seed)  # as the stage: the encoder's random start is drawn from the seeded global RNG
     result = train_graph_encoder(ts, settings, seed=seed, show_progress=False)
     curve = [round(h["dev_recall@200"], 4) for h in result.history if "dev_recall@200" in h]
-    row = {"run": label, "pairs": int(ts.pairs.size(0)), "dev_recall@200": curve,
-           "input_dev_recall@200": round(result.input_dev_metrics["recall@200"], 4)}
-    log.info("%-16s %6d pairs  dev R@200 by epoch %s (DSR input %.4f)", label, row["pairs"], curve,
-             row["input_dev_recall@200"])
+    row = {
+        "run": label,
+        "pairs": int(ts.pairs.size(0)),
+        "dev_recall@200": curve,
+        "input_dev_recall@200": round(result.input_dev_metrics["recall@200"], 4),
+    }
+    log.info(
+        "%-16s %6d pairs  dev R@200 by epoch %s (DSR input %.4f)",
+        label,
+        row["pairs"],
+        curve,
+        row["input_dev_recall@200"],
+    )
     return row
 
 
@@ -124,13 +137,18 @@ def measure(args) -> int:
     # the project's reader: a missing file or column is one line naming it, as in the stage
     questions = read_parquet(layout.CLEAN.under(ws, "questions.parquet"), q_columns).select(q_columns)
     negatives = read_parquet(layout.NEGATIVES.under(ws), n_columns).select(n_columns)
-    tables = {n: load_embeddings(layout.EMBED.under(ws, f"{n}.safetensors")) for n in ("articles", "headings", "questions")}
-    rows = [run(f"train x{f:g}", train_subset(questions, f, seed), negatives, tables, graph, settings, seed)
-            for f in args.fractions]
+    tables = {
+        n: load_embeddings(layout.EMBED.under(ws, f"{n}.safetensors")) for n in ("articles", "headings", "questions")
+    }
+    rows = [
+        run(f"train x{f:g}", train_subset(questions, f, seed), negatives, tables, graph, settings, seed)
+        for f in args.fractions
+    ]
     if args.synthetic:
         synthetic = read_parquet(layout.SYNTHETIC.under(ws), q_columns)
         vectors = QueryEncoder.from_pretrained(layout.DSR.under(ws, "query_encoder")).encode(
-            synthetic["question"].to_list(), batch_size=128, show_progress=False)  # (S, dim)
+            synthetic["question"].to_list(), batch_size=128, show_progress=False
+        )  # (S, dim)
         for n in args.synthetic:
             q, neg, qtable = with_synthetic(questions, negatives, tables["questions"], synthetic, vectors, n, seed)
             rows.append(run(f"train+{n} syn", q, neg, dict(tables, questions=qtable), graph, settings, seed))

@@ -31,8 +31,8 @@ import argparse
 import logging
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 
@@ -59,7 +59,7 @@ def block_share(headings: Sequence[int], size: int) -> float:
     if size > n:
         raise ValueError(f"a gold set of {size} articles is larger than the corpus ({n})")
     starts = range(n - size + 1)
-    return sum(modal_count(headings[s:s + size]) for s in starts) / (len(starts) * size)
+    return sum(modal_count(headings[s : s + size]) for s in starts) / (len(starts) * size)
 
 
 def pairs_within(positions: Sequence[int], max_gap: int) -> tuple[int, int]:
@@ -110,8 +110,10 @@ def hierarchy_figures(articles: pl.DataFrame, questions: pl.DataFrame, max_gap: 
         "multi_gold_questions": q,
         "gold_articles": sum(sizes),
         "modal_share": {"macro": sum(shares) / q if q else None, "micro": sum(counts) / sum(sizes) if q else None},
-        "block_share": {"macro": sum(baseline) / q if q else None,
-                        "micro": sum(b * s for b, s in zip(baseline, sizes)) / sum(sizes) if q else None},
+        "block_share": {
+            "macro": sum(baseline) / q if q else None,
+            "micro": sum(b * s for b, s in zip(baseline, sizes)) / sum(sizes) if q else None,
+        },
         "max_gap": max_gap,
         "gold_pairs": pairs,
         "gold_pairs_within": close / pairs if pairs else None,
@@ -139,22 +141,34 @@ def table(fig: dict) -> str:
         ("gold articles under the modal deepest heading", fig["modal_share"]),
         ("same-size blocks of consecutive articles", fig["block_share"]),
     ]
-    lines = [f"{fig['multi_gold_questions']} questions with >= 2 gold articles "
-             f"({fig['gold_articles']} gold articles, corpus of {fig['articles']})", "",
-             "| share | per question (macro) | pooled (micro) |", "|:---|---:|---:|"]
+    lines = [
+        f"{fig['multi_gold_questions']} questions with >= 2 gold articles "
+        f"({fig['gold_articles']} gold articles, corpus of {fig['articles']})",
+        "",
+        "| share | per question (macro) | pooled (micro) |",
+        "|:---|---:|---:|",
+    ]
     lines += [f"| {name} | {pct(v['macro'])} | {pct(v['micro'])} |" for name, v in rows]
-    lines += ["", f"| pairs at most {fig['max_gap']} articles apart | share |", "|:---|---:|",
-              f"| gold pairs of one question ({fig['gold_pairs']}) | {pct(fig['gold_pairs_within'])} |",
-              f"| successive gold pairs of one question ({fig['successive_pairs']}) | "
-              f"{pct(fig['successive_pairs_within'])} |",
-              f"| all pairs of the corpus | {100 * fig['corpus_pairs_within']:.2f} % |"]
+    lines += [
+        "",
+        f"| pairs at most {fig['max_gap']} articles apart | share |",
+        "|:---|---:|",
+        f"| gold pairs of one question ({fig['gold_pairs']}) | {pct(fig['gold_pairs_within'])} |",
+        f"| successive gold pairs of one question ({fig['successive_pairs']}) | "
+        f"{pct(fig['successive_pairs_within'])} |",
+        f"| all pairs of the corpus | {100 * fig['corpus_pairs_within']:.2f} % |",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
-                        help="params file whose fetch and clean sections load the data (default: params.yaml)")
+    parser.add_argument(
+        "--params",
+        type=Path,
+        default=ROOT / "params.yaml",
+        help="params file whose fetch and clean sections load the data (default: params.yaml)",
+    )
     parser.add_argument("--max-gap", type=int, default=2, help="pairs at most this many positions apart")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)

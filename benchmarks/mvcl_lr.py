@@ -98,12 +98,27 @@ def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
     torch.manual_seed(seed)  # train() draws the same initial weights: keep a copy of them
     start = {k: v.detach().clone() for k, v in build_model(stores[0].dim, config).state_dict().items()}
     model, report = rerank.train(config, *stores, *lists, device, seed)
-    row = {"fraction": fraction, "pairs": report["pairs"], "lr": config.lr, "epochs": config.epochs, "steps": report["steps"],
-           "dev_map": [round(h["dev_map"], 4) for h in report["history"]],
-           "triple_loss": [round(h["train_triple"], 4) for h in report["history"]],
-           "weight_shift": round(relative_shift(start, model), 4)}
-    log.info("train x%g (%d pairs) lr %-8g epochs %-3d steps %-5d shift %.4f  dev mAP %s  triple loss %s", fraction, row["pairs"], config.lr, config.epochs,
-             row["steps"], row["weight_shift"], row["dev_map"], row["triple_loss"])
+    row = {
+        "fraction": fraction,
+        "pairs": report["pairs"],
+        "lr": config.lr,
+        "epochs": config.epochs,
+        "steps": report["steps"],
+        "dev_map": [round(h["dev_map"], 4) for h in report["history"]],
+        "triple_loss": [round(h["train_triple"], 4) for h in report["history"]],
+        "weight_shift": round(relative_shift(start, model), 4),
+    }
+    log.info(
+        "train x%g (%d pairs) lr %-8g epochs %-3d steps %-5d shift %.4f  dev mAP %s  triple loss %s",
+        fraction,
+        row["pairs"],
+        config.lr,
+        config.epochs,
+        row["steps"],
+        row["weight_shift"],
+        row["dev_map"],
+        row["triple_loss"],
+    )
     return row
 
 
@@ -112,10 +127,19 @@ def main(argv=None) -> int:
     parser.add_argument("--workspace", type=Path, default=Path("."))
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
     parser.add_argument("--runs", type=parse_run, nargs="+", default=[(2e-5, 5), (3e-4, 5)])
-    parser.add_argument("--fractions", type=float, nargs="+", default=[1.0],
-                        help="train on a seeded subset of the train questions (1 = all); every run at each fraction")
-    parser.add_argument("--scored", choices=("dev", "train"), default="dev",
-                        help="the lists scored after every epoch: dev, or train (does the network fit its own data?)")
+    parser.add_argument(
+        "--fractions",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="train on a seeded subset of the train questions (1 = all); every run at each fraction",
+    )
+    parser.add_argument(
+        "--scored",
+        choices=("dev", "train"),
+        default="dev",
+        help="the lists scored after every epoch: dev, or train (does the network fit its own data?)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     from lexgraph.errors import LexgraphError
@@ -143,27 +167,51 @@ def measure(args) -> int:
     device, ws = resolve_device(base.device), args.workspace
     frozen = RerankConfig.per_variant(section)["xrerank"]  # whose cache encode_rerank wrote
     published = RerankConfig.per_variant(section)["mvcl"]
-    head = replace(published, plm="frozen", plm_lr=None, max_query_length=frozen.max_query_length,
-                   max_article_length=frozen.max_article_length)
+    head = replace(
+        published,
+        plm="frozen",
+        plm_lr=None,
+        max_query_length=frozen.max_query_length,
+        max_article_length=frozen.max_article_length,
+    )
     questions = read_parquet(layout.CLEAN.under(ws, "questions.parquet"), ["id", "question", "article_ids", "split"])
     articles = read_parquet(layout.CLEAN.under(ws, "articles.parquet"), ["id", "article"])
     first = load_retriever(head.first_stage, ws, str(device))
-    lists = (first_stage_lists(first, questions, "train", head.k),
-             first_stage_lists(first, questions, head.split if args.scored == "dev" else "train", max(head.k, DEEPEST)))
-    stores = frozen_stores(articles, questions, frozen, layout.RERANK_FEATURES.under(ws), layout.PRETRAIN.under(ws), device,
-                           base.seed)
+    lists = (
+        first_stage_lists(first, questions, "train", head.k),
+        first_stage_lists(first, questions, head.split if args.scored == "dev" else "train", max(head.k, DEEPEST)),
+    )
+    stores = frozen_stores(
+        articles, questions, frozen, layout.RERANK_FEATURES.under(ws), layout.PRETRAIN.under(ws), device, base.seed
+    )
     probe = RerankTrainer(torch.nn.Identity(), head, *stores, *lists, device, base.seed)
     first_map = probe.metrics_at([-np.arange(len(r), dtype=np.float64) for r in probe.dev_lists.ids], None)["map"]
     chance = chance_map(probe, base.seed)
-    log.info("first stage %s: dev mAP %.4f; a random order of its top-%d: %.4f", head.first_stage, first_map, head.k,
-             chance)
-    rows = [run(replace(head, lr=lr, epochs=epochs), stores, (train_subset(lists[0], f, base.seed), lists[1]), device,
-                base.seed, f) for f in args.fractions for lr, epochs in args.runs]
+    log.info(
+        "first stage %s: dev mAP %.4f; a random order of its top-%d: %.4f", head.first_stage, first_map, head.k, chance
+    )
+    rows = [
+        run(
+            replace(head, lr=lr, epochs=epochs),
+            stores,
+            (train_subset(lists[0], f, base.seed), lists[1]),
+            device,
+            base.seed,
+            f,
+        )
+        for f in args.fractions
+        for lr, epochs in args.runs
+    ]
     # the thread count changes the order of float sums: after many epochs at a high rate the
     # curves drift in the third digit, so each run records it
     rows = [{"scored": args.scored, "threads": torch.get_num_threads(), **row} for row in rows]
-    out = {"first_stage": head.first_stage, f"{args.scored}_map_first_stage": round(first_map, 4),
-           f"{args.scored}_map_random_order": round(chance, 4), "plm": "frozen (encode_rerank's cache)", "runs": rows}
+    out = {
+        "first_stage": head.first_stage,
+        f"{args.scored}_map_first_stage": round(first_map, 4),
+        f"{args.scored}_map_random_order": round(chance, 4),
+        "plm": "frozen (encode_rerank's cache)",
+        "runs": rows,
+    }
     if args.json:
         write_json(merged(args.json, out), args.json)
     else:

@@ -112,13 +112,19 @@ def run_dense(args) -> list[str]:
     start = time.perf_counter()
     x, queries = dense_corpus(args.n, args.seed)
     ids = np.arange(args.n, dtype=np.int64)
-    print(f"dense corpus: {args.n} x {x.shape[1]} float32 ({x.nbytes / 2**20:.0f} MiB), {len(queries)} queries, "
-          f"built in {time.perf_counter() - start:.1f} s; FAISS threads: {faiss.omp_get_max_threads()}", flush=True)
-    lines = [f"{'index':<34}{'build s':>9}{'(CPU s)':>9}{'RSS +MiB':>10}{'q/s':>9}{'q/CPU s':>9}{'recall@100':>12}"
-             "  setting"]
+    print(
+        f"dense corpus: {args.n} x {x.shape[1]} float32 ({x.nbytes / 2**20:.0f} MiB), {len(queries)} queries, "
+        f"built in {time.perf_counter() - start:.1f} s; FAISS threads: {faiss.omp_get_max_threads()}",
+        flush=True,
+    )
+    lines = [
+        f"{'index':<34}{'build s':>9}{'(CPU s)':>9}{'RSS +MiB':>10}{'q/s':>9}{'q/CPU s':>9}{'recall@100':>12}  setting"
+    ]
 
     def row(name, build, build_cpu, mem, qps, qps_cpu, r, setting):
-        lines.append(f"{name:<34}{build:>9.1f}{build_cpu:>9.1f}{mem:>10.0f}{qps:>9.1f}{qps_cpu:>9.1f}{r:>12.4f}  {setting}")
+        lines.append(
+            f"{name:<34}{build:>9.1f}{build_cpu:>9.1f}{mem:>10.0f}{qps:>9.1f}{qps_cpu:>9.1f}{r:>12.4f}  {setting}"
+        )
         print(lines[-1], flush=True)
 
     flat, t_flat, c_flat, mem = timed_build(ids, x, IndexConfig(type="flat"))
@@ -133,8 +139,16 @@ def run_dense(args) -> list[str]:
         ivf.index.nprobe = min(nprobe, ivf.index.nlist)
         qps, cqps, (got, _) = timed_search(ivf, queries, args.repeat)
         r = recall(got, exact)
-        row(f"IVF (IndexIVFFlat, nlist {ivf.index.nlist})", t_ivf, c_ivf, mem, qps, cqps, r,
-            f"nprobe {ivf.index.nprobe}  ({cqps / cqps_flat:.1f}x flat per CPU s)")
+        row(
+            f"IVF (IndexIVFFlat, nlist {ivf.index.nlist})",
+            t_ivf,
+            c_ivf,
+            mem,
+            qps,
+            cqps,
+            r,
+            f"nprobe {ivf.index.nprobe}  ({cqps / cqps_flat:.1f}x flat per CPU s)",
+        )
         if r >= args.target or ivf.index.nprobe == ivf.index.nlist:
             break
     del ivf
@@ -150,8 +164,16 @@ def run_dense(args) -> list[str]:
         hnsw.config = IndexConfig(type="hnsw", hnsw_m=args.hnsw_m, ef_search=ef)
         qps, cqps, (got, _) = timed_search(hnsw, queries, args.repeat)
         r = recall(got, exact)
-        row(f"HNSW (M {args.hnsw_m}, efC {args.ef_construction})", t_hnsw, c_hnsw, mem, qps, cqps, r,
-            f"efSearch {ef}  ({cqps / cqps_flat:.1f}x flat per CPU s)")
+        row(
+            f"HNSW (M {args.hnsw_m}, efC {args.ef_construction})",
+            t_hnsw,
+            c_hnsw,
+            mem,
+            qps,
+            cqps,
+            r,
+            f"efSearch {ef}  ({cqps / cqps_flat:.1f}x flat per CPU s)",
+        )
         if r >= args.target:
             break
     del hnsw, x
@@ -210,9 +232,11 @@ def run_bm25(args) -> list[str]:
     start = time.perf_counter()
     docs, queries = bm25_corpus(args.n, args.seed)
     n_tok = sum(map(len, docs))
-    print(f"BM25 corpus: {len(docs)} articles, {n_tok} tokens ({n_tok / len(docs):.1f}/article), {len(queries)} queries "
-          f"({np.mean([len(q) for q in queries]):.1f} tokens/query), built in {time.perf_counter() - start:.1f} s",
-          flush=True)
+    print(
+        f"BM25 corpus: {len(docs)} articles, {n_tok} tokens ({n_tok / len(docs):.1f}/article), {len(queries)} queries "
+        f"({np.mean([len(q) for q in queries]):.1f} tokens/query), built in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
     doc_ids = np.arange(len(docs), dtype=np.int64)
     lines = [f"{'system':<30}{'index s':>9}{'RSS +MiB':>10}{'queries/s':>11}{'wall q/s':>10}{'ms/query':>10}"]
     before = rss_mb()
@@ -220,8 +244,10 @@ def run_bm25(args) -> list[str]:
     mem_ours = rss_mb() - before
     t_ours, w_ours, (ours_ids, _) = process_best(lambda: ours.search_tokens(queries, K), args.repeat)
     qps_ours = len(queries) / t_ours
-    lines.append(f"{'lexgraph BM25':<30}{t_ours_index:>9.1f}{mem_ours:>10.0f}{qps_ours:>11.1f}"
-                 f"{len(queries) / w_ours:>10.1f}{1000 / qps_ours:>10.2f}")
+    lines.append(
+        f"{'lexgraph BM25':<30}{t_ours_index:>9.1f}{mem_ours:>10.0f}{qps_ours:>11.1f}"
+        f"{len(queries) / w_ours:>10.1f}{1000 / qps_ours:>10.2f}"
+    )
     print(lines[-1], flush=True)
     try:
         import numba  # noqa: F401
@@ -242,13 +268,17 @@ def run_bm25(args) -> list[str]:
     retrieve()  # warm-up: numba compiles on the first call
     t_bs, w_bs, (bs_docs, _) = process_best(retrieve, args.repeat)
     qps_bs = len(queries) / t_bs
-    lines.append(f"{f'bm25s robertson ({backend})':<30}{t_bs_index:>9.1f}{mem_bs:>10.0f}{qps_bs:>11.1f}"
-                 f"{len(queries) / w_bs:>10.1f}{1000 / qps_bs:>10.2f}")
+    lines.append(
+        f"{f'bm25s robertson ({backend})':<30}{t_bs_index:>9.1f}{mem_bs:>10.0f}{qps_bs:>11.1f}"
+        f"{len(queries) / w_bs:>10.1f}{1000 / qps_bs:>10.2f}"
+    )
     print(lines[-1], flush=True)
     top10 = np.mean([len(set(a[:10].tolist()) & set(doc_ids[b[:10]].tolist())) / 10 for a, b in zip(ours_ids, bs_docs)])
-    lines.append(f"lexgraph / bm25s-{backend}: index {t_bs_index / t_ours_index:.2f}x faster, "
-                 f"queries {qps_ours / qps_bs:.2f}x (CPU), {w_bs / w_ours:.2f}x (wall); top-10 set overlap {top10:.3f} "
-                 "(ties ordered differently)")
+    lines.append(
+        f"lexgraph / bm25s-{backend}: index {t_bs_index / t_ours_index:.2f}x faster, "
+        f"queries {qps_ours / qps_bs:.2f}x (CPU), {w_bs / w_ours:.2f}x (wall); top-10 set overlap {top10:.3f} "
+        "(ties ordered differently)"
+    )
     print(lines[-1], flush=True)
     return lines
 

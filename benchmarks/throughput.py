@@ -192,8 +192,13 @@ def length_distribution(articles: Path, tokenizer_dir: Path | None, chunk_length
             full, rest = divmod(n, body)
             chunks.append([chunk_length] * full + ([rest + 2] if rest or not full else []))
         question_tokens = [int(1.5 * len(q.split())) + 2 for q in questions]
-    return {"chunks": chunks, "article_tokens": article_tokens, "question_tokens": question_tokens or [32],
-            "source": source, "articles": str(articles)}
+    return {
+        "chunks": chunks,
+        "article_tokens": article_tokens,
+        "question_tokens": question_tokens or [32],
+        "source": source,
+        "articles": str(articles),
+    }
 
 
 def padding_table(chunks, batch_articles: int, max_chunks: int, chunk_length: int, rng) -> dict[str, float]:
@@ -220,9 +225,15 @@ def padding_table(chunks, batch_articles: int, max_chunks: int, chunk_length: in
 def bert_config(shape: dict):
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=shape["vocab"], hidden_size=shape["hidden"], num_hidden_layers=shape["layers"],
-                      num_attention_heads=shape["heads"], intermediate_size=shape["intermediate"],
-                      max_position_embeddings=shape["positions"], attn_implementation="sdpa")
+    return BertConfig(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        intermediate_size=shape["intermediate"],
+        max_position_embeddings=shape["positions"],
+        attn_implementation="sdpa",
+    )
 
 
 def random_ids(n: int, vocab: int, rng) -> list[int]:
@@ -247,19 +258,38 @@ def bench_pretrain(args, shape, device, peak) -> list[dict]:
         optimizer.step()
 
     seconds = timed(step, device, args.warmup, args.steps)
-    flops = 6.0 * matmul_params(model) * batch * length + 3 * attention_flops([length] * batch, shape["layers"],
-                                                                               shape["hidden"])
-    return [row("pretrain", "mlm", seconds, {"sequences/s": batch / seconds, "tokens/s": batch * length / seconds},
-                flops, peak, f"batch {batch} x {length} tokens")]
+    flops = 6.0 * matmul_params(model) * batch * length + 3 * attention_flops(
+        [length] * batch, shape["layers"], shape["hidden"]
+    )
+    return [
+        row(
+            "pretrain",
+            "mlm",
+            seconds,
+            {"sequences/s": batch / seconds, "tokens/s": batch * length / seconds},
+            flops,
+            peak,
+            f"batch {batch} x {length} tokens",
+        )
+    ]
 
 
 def bench_doc2query(args, shape, device, peak, dist) -> list[dict]:
     from transformers import MT5Config, MT5ForConditionalGeneration
 
     torch.manual_seed(0)
-    config = MT5Config(vocab_size=shape["vocab"], d_model=shape["d_model"], d_kv=shape["d_kv"], d_ff=shape["d_ff"],
-                       num_layers=shape["layers"], num_decoder_layers=shape["layers"], num_heads=shape["heads"],
-                       pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    config = MT5Config(
+        vocab_size=shape["vocab"],
+        d_model=shape["d_model"],
+        d_kv=shape["d_kv"],
+        d_ff=shape["d_ff"],
+        num_layers=shape["layers"],
+        num_decoder_layers=shape["layers"],
+        num_heads=shape["heads"],
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     model = MT5ForConditionalGeneration(config).to(device).eval()
     rng = np.random.default_rng(0)
     batch = args.d2q_batch
@@ -276,18 +306,37 @@ def bench_doc2query(args, shape, device, peak, dist) -> list[dict]:
 
     def step():
         with torch.no_grad(), autocast(device) if use_amp else torch.autocast("cpu", enabled=False):
-            model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=50, top_p=0.95,
-                           max_length=out_length, min_length=out_length, num_return_sequences=returns)
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                top_k=50,
+                top_p=0.95,
+                max_length=out_length,
+                min_length=out_length,
+                num_return_sequences=returns,
+            )
 
     seconds = timed(step, device, args.warmup, args.steps)
     n_enc = matmul_params(model.encoder)
     n_dec = matmul_params(model.decoder) + model.lm_head.weight.numel()
     sequences = batch * returns
-    flops = (2.0 * n_enc * sum(lengths) + attention_flops(lengths, shape["layers"], shape["heads"] * shape["d_kv"])
-             + 2.0 * n_dec * sequences * out_length)
-    return [row("doc2query", "generate", seconds, {"queries/s": sequences / seconds,
-                                                   "tokens/s": sequences * out_length / seconds},
-                flops, peak, f"{batch} articles x {returns} queries x {out_length} tokens")]
+    flops = (
+        2.0 * n_enc * sum(lengths)
+        + attention_flops(lengths, shape["layers"], shape["heads"] * shape["d_kv"])
+        + 2.0 * n_dec * sequences * out_length
+    )
+    return [
+        row(
+            "doc2query",
+            "generate",
+            seconds,
+            {"queries/s": sequences / seconds, "tokens/s": sequences * out_length / seconds},
+            flops,
+            peak,
+            f"{batch} articles x {returns} queries x {out_length} tokens",
+        )
+    ]
 
 
 def build_dsr(shape, tokenizer, device, chunk_length: int, document_length: int):
@@ -300,9 +349,15 @@ def build_dsr(shape, tokenizer, device, chunk_length: int, document_length: int)
     torch.manual_seed(0)
     config = bert_config(shape)
     query = QueryEncoder(BertModel(config, add_pooling_layer=False), tokenizer, max_length=shape["positions"] - 2)
-    article = HierarchicalArticleEncoder(BertModel(config, add_pooling_layer=False), tokenizer,
-                                         max_chunk_length=chunk_length, max_document_length=document_length,
-                                         pooling="max", num_layers=2, num_heads=12)
+    article = HierarchicalArticleEncoder(
+        BertModel(config, add_pooling_layer=False),
+        tokenizer,
+        max_chunk_length=chunk_length,
+        max_document_length=document_length,
+        pooling="max",
+        num_layers=2,
+        num_heads=12,
+    )
     return DSR(query, article, temperature=0.01).to(device)
 
 
@@ -356,8 +411,10 @@ def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
     useful = []
     for lens, draw in zip(qlens, draws):
         chunk_lengths = [n for doc in draw for n in doc]
-        useful.append(6.0 * (n_q * sum(lens) + n_a * sum(chunk_lengths) + n_chunk * len(chunk_lengths))
-                      + 3 * attention_flops(lens + chunk_lengths, shape["layers"], shape["hidden"]))
+        useful.append(
+            6.0 * (n_q * sum(lens) + n_a * sum(chunk_lengths) + n_chunk * len(chunk_lengths))
+            + 3 * attention_flops(lens + chunk_lengths, shape["layers"], shape["hidden"])
+        )
     flops = float(np.mean(useful))
 
     def make_step(mode: str):
@@ -377,9 +434,18 @@ def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
 
     seconds = timed_interleaved({mode: make_step(mode) for mode in args.modes}, device, args.warmup, args.steps)
     chunks = np.mean([sum(len(doc) for doc in d) for d in draws])
-    return [row("train_dsr", mode, seconds[mode], {"pairs/s": batch / seconds[mode], "chunks/s": chunks / seconds[mode]},
-                flops, peak, f"batch {batch} pairs, {2 * batch} articles, {chunks:.0f} real chunks")
-            for mode in args.modes]
+    return [
+        row(
+            "train_dsr",
+            mode,
+            seconds[mode],
+            {"pairs/s": batch / seconds[mode], "chunks/s": chunks / seconds[mode]},
+            flops,
+            peak,
+            f"batch {batch} pairs, {2 * batch} articles, {chunks:.0f} real chunks",
+        )
+        for mode in args.modes
+    ]
 
 
 def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
@@ -391,8 +457,9 @@ def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
     docs = synthetic_docs(draw, shape["vocab"], rng, tokenizer.cls_token_id, tokenizer.sep_token_id)
     chunk_lengths = [n for doc in draw for n in doc]
     n_a = matmul_params(enc.backbone)
-    flops = (2.0 * (n_a * sum(chunk_lengths) + (matmul_params(enc) - n_a) * len(chunk_lengths))
-             + attention_flops(chunk_lengths, shape["layers"], shape["hidden"]))
+    flops = 2.0 * (n_a * sum(chunk_lengths) + (matmul_params(enc) - n_a) * len(chunk_lengths)) + attention_flops(
+        chunk_lengths, shape["layers"], shape["hidden"]
+    )
     batch = args.embed_batch
     enc.chunk = lambda texts: [docs[int(t)] for t in texts]  # the chunks are given
 
@@ -403,24 +470,41 @@ def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
         def run():
             with torch.no_grad(), autocast(device):
                 for start in range(0, n_articles, batch):
-                    article_embeddings(enc, docs[start : start + batch], mode, device, tokenizer.pad_token_id,
-                                       grad=False)
+                    article_embeddings(
+                        enc, docs[start : start + batch], mode, device, tokenizer.pad_token_id, grad=False
+                    )
 
         return run
 
-    seconds = timed_interleaved({mode: make_run(mode) for mode in args.modes}, device, min(args.warmup, 1),
-                                max(1, args.steps // 2))
-    return [row("embed", mode, seconds[mode], {"articles/s": n_articles / seconds[mode],
-                                               "chunks/s": len(chunk_lengths) / seconds[mode]},
-                flops, peak, f"{n_articles} articles, {len(chunk_lengths)} chunks, batch {batch}")
-            for mode in args.modes]
+    seconds = timed_interleaved(
+        {mode: make_run(mode) for mode in args.modes}, device, min(args.warmup, 1), max(1, args.steps // 2)
+    )
+    return [
+        row(
+            "embed",
+            mode,
+            seconds[mode],
+            {"articles/s": n_articles / seconds[mode], "chunks/s": len(chunk_lengths) / seconds[mode]},
+            flops,
+            peak,
+            f"{n_articles} articles, {len(chunk_lengths)} chunks, batch {batch}",
+        )
+        for mode in args.modes
+    ]
 
 
 def row(stage, mode, seconds, rates, flops, peak, note) -> dict:
     achieved = flops / seconds
-    return {"stage": stage, "mode": mode, "seconds_per_step": seconds, **rates,
-            "useful_tflop_per_step": flops / 1e12, "achieved_tflops": achieved / 1e12,
-            "utilisation": achieved / peak if peak else None, "note": note}
+    return {
+        "stage": stage,
+        "mode": mode,
+        "seconds_per_step": seconds,
+        **rates,
+        "useful_tflop_per_step": flops / 1e12,
+        "achieved_tflops": achieved / 1e12,
+        "utilisation": achieved / peak if peak else None,
+        "note": note,
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -432,8 +516,9 @@ def parse_args(argv=None):
     from lexgraph.config import read_params
     from lexgraph.errors import LexgraphError
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     parser.add_argument("--modes", default=",".join(MODES), help="article-side modes for train_dsr and embed")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -441,14 +526,32 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--profile", type=Path, default=ROOT / "profiles/paper.yaml", help="batch sizes from here")
-    parser.add_argument("--articles", type=Path, default=ROOT / "data/sample/articles.csv",
-                        help="articles (and questions_*.csv beside them) for the length distribution")
-    parser.add_argument("--tokenizer", type=Path, default=ROOT / "models/pretrain",
-                        help="tokenizer directory for the length distribution (else a words estimate)")
+    parser.add_argument(
+        "--articles",
+        type=Path,
+        default=ROOT / "data/sample/articles.csv",
+        help="articles (and questions_*.csv beside them) for the length distribution",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=ROOT / "models/pretrain",
+        help="tokenizer directory for the length distribution (else a words estimate)",
+    )
     for key in ("hidden", "layers", "heads", "intermediate", "positions", "vocab"):
         parser.add_argument(f"--{key}", type=int, help=f"encoder {key} (overrides the preset)")
-    for key in ("pretrain-batch", "pretrain-length", "d2q-batch", "d2q-returns", "d2q-length", "d2q-input",
-                "dsr-batch", "query-length", "embed-batch", "embed-articles"):
+    for key in (
+        "pretrain-batch",
+        "pretrain-length",
+        "d2q-batch",
+        "d2q-returns",
+        "d2q-length",
+        "d2q-input",
+        "dsr-batch",
+        "query-length",
+        "embed-batch",
+        "embed-articles",
+    ):
         parser.add_argument(f"--{key}", type=int, help="overrides the profile's value")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
@@ -457,11 +560,16 @@ def parse_args(argv=None):
     except LexgraphError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     defaults = {
-        "pretrain_batch": profile["pretrain"]["batch_size"], "pretrain_length": profile["pretrain"]["max_length"],
-        "d2q_batch": profile["queries"]["batch_size"], "d2q_returns": profile["queries"]["per_article"],
-        "d2q_length": profile["queries"]["max_length"], "d2q_input": profile["queries"]["max_input_length"],
-        "dsr_batch": profile["dsr"]["batch_size"], "query_length": profile["dsr"]["max_query_length"],
-        "embed_batch": profile["embed"]["batch_size"], "embed_articles": 4 * profile["embed"]["batch_size"],
+        "pretrain_batch": profile["pretrain"]["batch_size"],
+        "pretrain_length": profile["pretrain"]["max_length"],
+        "d2q_batch": profile["queries"]["batch_size"],
+        "d2q_returns": profile["queries"]["per_article"],
+        "d2q_length": profile["queries"]["max_length"],
+        "d2q_input": profile["queries"]["max_input_length"],
+        "dsr_batch": profile["dsr"]["batch_size"],
+        "query_length": profile["dsr"]["max_query_length"],
+        "embed_batch": profile["embed"]["batch_size"],
+        "embed_articles": 4 * profile["embed"]["batch_size"],
     }
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -486,20 +594,31 @@ def main(argv=None) -> int:
     size = "small" if args.small else "base"
     shape = dict(ENCODERS[size], **{k: getattr(args, k) for k in ENCODERS[size] if getattr(args, k) is not None})
     name, peak = peak_flops(device)
-    print(f"device: {device} ({name}); peak bf16: {f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown (CPU)'}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"device: {device} ({name}); peak bf16: {f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown (CPU)'}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(f"encoders: {shape}; doc2query: {DOC2QUERY[size]}; {args.warmup} warm-up + {args.steps} timed steps")
     dist = length_distribution(args.articles, args.tokenizer, args.chunk_length, args.document_length)
     counts = np.bincount([len(doc) for doc in dist["chunks"]])
-    print(f"length distribution: {len(dist['chunks'])} articles of {dist['articles']} ({dist['source']}), "
-          f"chunks per article at {args.chunk_length} tokens: "
-          + ", ".join(f"{n}: {c / len(dist['chunks']):.1%}" for n, c in enumerate(counts) if c))
-    ratios = padding_table(dist["chunks"], 2 * args.dsr_batch, args.document_length // args.chunk_length,
-                           args.chunk_length, np.random.default_rng(0))
-    print(f"backbone tokens computed per useful token, batches of {2 * args.dsr_batch} articles: "
-          + ", ".join(f"{m} {r:.2f}" for m, r in ratios.items())
-          + f" (packing computes {ratios['real'] / ratios['packed']:.2f}x fewer than real, "
-            f"{ratios['slots'] / ratios['packed']:.2f}x fewer than slots)")
+    print(
+        f"length distribution: {len(dist['chunks'])} articles of {dist['articles']} ({dist['source']}), "
+        f"chunks per article at {args.chunk_length} tokens: "
+        + ", ".join(f"{n}: {c / len(dist['chunks']):.1%}" for n, c in enumerate(counts) if c)
+    )
+    ratios = padding_table(
+        dist["chunks"],
+        2 * args.dsr_batch,
+        args.document_length // args.chunk_length,
+        args.chunk_length,
+        np.random.default_rng(0),
+    )
+    print(
+        f"backbone tokens computed per useful token, batches of {2 * args.dsr_batch} articles: "
+        + ", ".join(f"{m} {r:.2f}" for m, r in ratios.items())
+        + f" (packing computes {ratios['real'] / ratios['packed']:.2f}x fewer than real, "
+        f"{ratios['slots'] / ratios['packed']:.2f}x fewer than slots)"
+    )
     import tempfile
 
     rows = []
@@ -515,22 +634,38 @@ def main(argv=None) -> int:
                 rows += bench_train_dsr(args, shape, device, peak, dist, tokenizer)
             else:
                 rows += bench_embed(args, shape, device, peak, dist, tokenizer)
-            for r in rows[-len(args.modes) if stage in ("train_dsr", "embed") else -1:]:
+            for r in rows[-len(args.modes) if stage in ("train_dsr", "embed") else -1 :]:
                 rates = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k.endswith("/s"))
                 util = f"{r['utilisation']:.1%} of peak" if r["utilisation"] is not None else "no peak known"
-                print(f"{r['stage']:<10} {r['mode']:<8} {r['seconds_per_step']:8.3f} s/step  {rates}; "
-                      f"{r['achieved_tflops'] * 1e3:.1f} useful GFLOP/s ({util}); {r['note']}")
+                print(
+                    f"{r['stage']:<10} {r['mode']:<8} {r['seconds_per_step']:8.3f} s/step  {rates}; "
+                    f"{r['achieved_tflops'] * 1e3:.1f} useful GFLOP/s ({util}); {r['note']}"
+                )
     for stage in ("train_dsr", "embed"):
         by_mode = {r["mode"]: r["seconds_per_step"] for r in rows if r["stage"] == stage}
         if "packed" in by_mode and len(by_mode) > 1:
-            print(f"{stage}: packed is " + ", ".join(f"{by_mode[m] / by_mode['packed']:.2f}x {m}"
-                                                     for m in by_mode if m != "packed"))
+            print(
+                f"{stage}: packed is "
+                + ", ".join(f"{by_mode[m] / by_mode['packed']:.2f}x {m}" for m in by_mode if m != "packed")
+            )
     if device.type != "cuda":
         print(f"no GPU here: the paper-scale target (>= 2 x 108 pairs/s on an H100) needs `{GPU_COMMAND}` on one")
     if args.json:
-        args.json.write_text(json.dumps({"device": str(device), "device_name": name, "encoder": shape,
-                                         "doc2query": DOC2QUERY[size], "padding": ratios, "results": rows},
-                                        indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "device": str(device),
+                    "device_name": name,
+                    "encoder": shape,
+                    "doc2query": DOC2QUERY[size],
+                    "padding": ratios,
+                    "results": rows,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
     return 0
 
 

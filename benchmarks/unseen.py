@@ -24,8 +24,9 @@ import logging
 import subprocess
 import sys
 import tempfile
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
 
 from lexgraph.evaluation import read_trec
 from lexgraph.metrics import evaluate_run, per_query
@@ -49,8 +50,13 @@ MODEL_ARTEFACTS: dict[str, str] = {
     "hybrid": "models/hybrid",
     "xrerank": "models/xrerank",
 }
-COLUMNS = (("R@10", "recall@10"), ("R@100", "recall@100"), ("R@500", "recall@500"),
-           ("mAP", "map"), ("nDCG@10", "ndcg@10"))
+COLUMNS = (
+    ("R@10", "recall@10"),
+    ("R@100", "recall@100"),
+    ("R@500", "recall@500"),
+    ("mAP", "map"),
+    ("nDCG@10", "ndcg@10"),
+)
 COMPARED = ("recall@100", "map")
 
 Run = Mapping[Any, Sequence[int]]
@@ -73,8 +79,20 @@ def read_qrels(path: Path) -> dict[int, list[int]]:
 
 def search(lexgraph: str, system: str, questions: Path, run: Path, k: int, workspace: Path) -> bool:
     """Run ``lexgraph search`` for ``system``; False (and one warning line) when it fails."""
-    cmd = [lexgraph, "search", "--system", system, "--questions", str(questions), "--run", str(run),
-           "--k", str(k), "--workspace", str(workspace)]
+    cmd = [
+        lexgraph,
+        "search",
+        "--system",
+        system,
+        "--questions",
+        str(questions),
+        "--run",
+        str(run),
+        "--k",
+        str(k),
+        "--workspace",
+        str(workspace),
+    ]
     log.info("%s: searching (%s)", system, " ".join(cmd))
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -88,8 +106,9 @@ def search(lexgraph: str, system: str, questions: Path, run: Path, k: int, works
     return True
 
 
-def score(runs: Mapping[str, Run], qrels: Qrels, baseline: str, n_resamples: int = 10000,
-          seed: int = 0) -> dict[str, Any]:
+def score(
+    runs: Mapping[str, Run], qrels: Qrels, baseline: str, n_resamples: int = 10000, seed: int = 0
+) -> dict[str, Any]:
     """Metrics of every run and its paired comparison with ``baseline`` (when it was run)."""
     comparisons = compare_systems(runs, qrels, [baseline], metrics=COMPARED, n_resamples=n_resamples, seed=seed)
     systems: dict[str, Any] = {}
@@ -100,8 +119,14 @@ def score(runs: Mapping[str, Run], qrels: Qrels, baseline: str, n_resamples: int
             "vs_baseline": comparisons[name].get(f"vs_{baseline}"),
             "per_query": {str(q): {m: round(v[m], 4) for m in COMPARED} for q, v in table.items()},
         }
-    return {"n_queries": len(qrels), "baseline": baseline if baseline in runs else None,
-            "compared": list(COMPARED), "n_resamples": n_resamples, "seed": seed, "systems": systems}
+    return {
+        "n_queries": len(qrels),
+        "baseline": baseline if baseline in runs else None,
+        "compared": list(COMPARED),
+        "n_resamples": n_resamples,
+        "seed": seed,
+        "systems": systems,
+    }
 
 
 def format_p(p: float) -> str:
@@ -131,21 +156,29 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     head = ["System", *(c for c, _ in COLUMNS), "ΔR@100 (p adj.)", "ΔmAP (p adj.)"]
     lines = ["| " + " | ".join(head) + " |", "|:---|" + "---:|" * (len(head) - 1)]
     for name, entry in result["systems"].items():
-        cells = [name, *(f"{100 * entry['metrics'][m]:.1f}" for _, m in COLUMNS),
-                 _delta(entry["vs_baseline"], "recall@100"), _delta(entry["vs_baseline"], "map")]
+        cells = [
+            name,
+            *(f"{100 * entry['metrics'][m]:.1f}" for _, m in COLUMNS),
+            _delta(entry["vs_baseline"], "recall@100"),
+            _delta(entry["vs_baseline"], "map"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append(f"\n{result['n_queries']} questions; Δ = system − {base} in points; two-sided paired "
-                 f"randomisation test ({result['n_resamples']} resamples, seed {result['seed']}, "
-                 f"p = (b + 1)/(m + 1)), p Holm-adjusted over the table's {family_size(result)} tests.")
+    lines.append(
+        f"\n{result['n_queries']} questions; Δ = system − {base} in points; two-sided paired "
+        f"randomisation test ({result['n_resamples']} resamples, seed {result['seed']}, "
+        f"p = (b + 1)/(m + 1)), p Holm-adjusted over the table's {family_size(result)} tests."
+    )
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, help="JSON file to write the results to")
-    parser.add_argument("--table", type=Path, metavar="JSON",
-                        help="print the table of an earlier --out file and exit (no search)")
+    parser.add_argument(
+        "--table", type=Path, metavar="JSON", help="print the table of an earlier --out file and exit (no search)"
+    )
     parser.add_argument("--systems", nargs="+", help="systems to run (default: those with models in the workspace)")
     parser.add_argument("--baseline", default="dsr", help="system every other is compared with (default dsr)")
     parser.add_argument("--questions", type=Path, default=ROOT / "data/unseen/questions.jsonl")
@@ -154,8 +187,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=500, help="ranking depth of the runs (default 500)")
     parser.add_argument("--resamples", type=int, default=10000, help="randomisation and bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lexgraph", default=str(Path(sys.executable).with_name("lexgraph")),
-                        help="the lexgraph executable (default: next to this Python)")
+    parser.add_argument(
+        "--lexgraph",
+        default=str(Path(sys.executable).with_name("lexgraph")),
+        help="the lexgraph executable (default: next to this Python)",
+    )
     return parser.parse_args(argv)
 
 

@@ -39,8 +39,14 @@ PAGE = "results.md"
 SPLITS = ("test", "dev")
 MINUS = "\u2212"
 #: the metrics of the expected-scores tables, in the results table's order
-REGRESSION_COLUMNS = (("R@10", "recall@10"), ("R@100", "recall@100"), ("R@200", "recall@200"),
-                      ("R@500", "recall@500"), ("mAP", "map"), ("nDCG@10", "ndcg@10"))
+REGRESSION_COLUMNS = (
+    ("R@10", "recall@10"),
+    ("R@100", "recall@100"),
+    ("R@200", "recall@200"),
+    ("R@500", "recall@500"),
+    ("mAP", "map"),
+    ("nDCG@10", "ndcg@10"),
+)
 METRIC_NAMES = {"recall@100": "R@100", "map": "mAP", "ndcg@10": "nDCG@10"}
 
 
@@ -111,16 +117,21 @@ def _differences(tests: dict, baselines: list[str]) -> tuple[list[str], int]:
             count += sum(m in entries for m in metrics)
             for m in metrics:
                 entry = entries.get(m)
-                cells += ["–", "–"] if entry is None else [
-                    _points(entry["diff"], signed=True), f"{_p(entry['p_value'])} ({_p(entry['p_holm'])})"]
+                cells += (
+                    ["–", "–"]
+                    if entry is None
+                    else [_points(entry["diff"], signed=True), f"{_p(entry['p_value'])} ({_p(entry['p_holm'])})"]
+                )
             lines.append(f"| {system} {MINUS} {baseline} | " + " | ".join(cells) + " |")
     return lines, count
 
 
 def _expected(spec: dict, expected_file: Path, split: str) -> list[str]:
     """The expected scores of one split, in %, each with the tolerance ``lexgraph regress`` allows."""
-    lines = ["| System | " + " | ".join(h for h, _ in REGRESSION_COLUMNS) + " |",
-             "|:---|" + "---:|" * len(REGRESSION_COLUMNS)]
+    lines = [
+        "| System | " + " | ".join(h for h, _ in REGRESSION_COLUMNS) + " |",
+        "|:---|" + "---:|" * len(REGRESSION_COLUMNS),
+    ]
     for system, by_split in spec["systems"].items():
         want = by_split.get(split)
         if not want:
@@ -143,11 +154,14 @@ def render(root: Path = ROOT) -> str:
     significance = _read_json(metrics_dir / "significance.json")
     tests, tested_split = significance["tests"], significance["split"]
     baselines = _baselines(params, tests)
-    counts = {split: info["out"] for split, info in _read_json(metrics_dir / "data.json")["questions"]["by_split"].items()}
+    counts = {
+        split: info["out"] for split, info in _read_json(metrics_dir / "data.json")["questions"]["by_split"].items()
+    }
     scored = _scored(params, metrics_dir)
     tested_metrics = list(dict.fromkeys(m for versus in tests.values() for entries in versus.values() for m in entries))
-    markers = {system: {m: significance_markers(tests, system, m, baselines) for m in tested_metrics}
-               for system in scored}
+    markers = {
+        system: {m: significance_markers(tests, system, m, baselines) for m in tested_metrics} for system in scored
+    }
     spec = read_expected(expected_file)
     outcome = run_checks(metrics_dir, expected_file)
     differences, n_tests = _differences(tests, baselines)

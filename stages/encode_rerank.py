@@ -23,8 +23,9 @@ def configure(parser):
 def main(args, base, config):
     articles = read_parquet(args.articles, ["id", "article"])
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    stats = build_features(articles, questions, config["xrerank"], args.pretrain, args.out,
-                           resolve_device(base.device), base.seed)
+    stats = build_features(
+        articles, questions, config["xrerank"], args.pretrain, args.out, resolve_device(base.device), base.seed
+    )
     write_json(stats, args.metrics)
 
 

@@ -11,10 +11,17 @@ from pathlib import Path
 import polars as pl
 
 from lexgraph.config import resolve_device
-from lexgraph.evaluation import EvaluateConfig, evaluate_systems, read_trec, results_markdown, significance_report, split_questions
+from lexgraph.evaluation import (
+    EvaluateConfig,
+    evaluate_systems,
+    read_trec,
+    results_markdown,
+    significance_report,
+    split_questions,
+)
 from lexgraph.io import atomic_path, read_parquet, write_json, write_text
-from lexgraph.per_query import write_per_query_reports
 from lexgraph.layout import RERANKERS
+from lexgraph.per_query import write_per_query_reports
 from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
 
 log = logging.getLogger("lexgraph.evaluate")
@@ -38,25 +45,45 @@ def main(args, base, config):
             systems.remove(variant)
             write_json({"enabled": False}, Path(args.metrics_dir) / f"{variant}.json")
     with atomic_path(args.runs, directory=True) as runs:
-        results = evaluate_systems(systems, questions, splits, config.k, runs, args.workspace, device,
-                                   index=config.index)
+        results = evaluate_systems(
+            systems, questions, splits, config.k, runs, args.workspace, device, index=config.index
+        )
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
         # a re-ranker is also compared with the first stage it re-ranks
         firsts = [first_stage_of(args.workspace, v) for v in RERANKERS if v in results]
         baselines = list(dict.fromkeys([*config.baselines, *(f for f in firsts if f in results)]))
         comparisons, markers, legend = significance_report(
-            split_runs, qrels, baselines, config.significance_metrics, seed=base.seed,
+            split_runs,
+            qrels,
+            baselines,
+            config.significance_metrics,
+            seed=base.seed,
         )
     for system, by_split in results.items():
         write_json(by_split, Path(args.metrics_dir) / f"{system}.json")
-    write_json({"split": split, "adjustment": "holm over every test of the split's table (p_holm; p_value raw)",
-                "tests": comparisons}, Path(args.metrics_dir) / "significance.json")
+    write_json(
+        {
+            "split": split,
+            "adjustment": "holm over every test of the split's table (p_holm; p_value raw)",
+            "tests": comparisons,
+        },
+        Path(args.metrics_dir) / "significance.json",
+    )
     counts = dict(questions.filter(pl.col("split").is_in(splits)).group_by("split").len().iter_rows())
-    write_text(results_markdown(results, splits, counts, {split: markers}, {split: legend}),
-               Path(args.metrics_dir) / "results.md")
-    write_per_query_reports(questions, args.runs, list(results), splits, config.k,
-                            Path(args.metrics_dir) / "per_query", Path(args.metrics_dir) / "recall_curve_test.csv")
+    write_text(
+        results_markdown(results, splits, counts, {split: markers}, {split: legend}),
+        Path(args.metrics_dir) / "results.md",
+    )
+    write_per_query_reports(
+        questions,
+        args.runs,
+        list(results),
+        splits,
+        config.k,
+        Path(args.metrics_dir) / "per_query",
+        Path(args.metrics_dir) / "recall_curve_test.csv",
+    )
 
 
 if __name__ == "__main__":

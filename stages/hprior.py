@@ -23,10 +23,15 @@ def main(args, base, config):
     from lexgraph.io import read_parquet, write_json
 
     embed = Path(args.embed)
-    paths = {"articles": embed / "articles.safetensors", "questions_embeddings": embed / "questions.safetensors",
-             "questions": args.questions}
-    embeddings = {"articles": load_embeddings(paths["articles"]),
-                  "questions": load_embeddings(paths["questions_embeddings"])}
+    paths = {
+        "articles": embed / "articles.safetensors",
+        "questions_embeddings": embed / "questions.safetensors",
+        "questions": args.questions,
+    }
+    embeddings = {
+        "articles": load_embeddings(paths["articles"]),
+        "questions": load_embeddings(paths["questions_embeddings"]),
+    }
     questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
     result = tune(load_graph(args.graph), embeddings, questions, config, paths)
     save(result, args.out)

@@ -9,9 +9,9 @@ from pathlib import Path
 from lexgraph.config import resolve_device
 from lexgraph.io import atomic_path, read_parquet, write_json
 from lexgraph.retrieval.dense import shared_query_encoders
-from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig
 from lexgraph.retrieval.hybrid_tune import dense_systems_needed, tune, tune_metrics
+from lexgraph.retrieval.systems import load_retriever
 
 
 def configure(parser):

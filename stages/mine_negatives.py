@@ -22,13 +22,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--articles", type=Path, required=True, help="clean articles (Parquet)")
     parser.add_argument("--questions", type=Path, required=True, help="clean questions (Parquet)")
     parser.add_argument(
-        "--synthetic", type=Path, required=True,
+        "--synthetic",
+        type=Path,
+        required=True,
         help="synthetic questions (Parquet, questions schema); skipped with a warning when the file is absent",
     )
     parser.add_argument(
-        "--hub-negatives", type=Path, required=True,
+        "--hub-negatives",
+        type=Path,
+        required=True,
         help="the fetched hub negatives (data/raw/negatives.parquet; empty unless fetch.negatives): used where a "
-             "question has a list",
+        "question has a list",
     )
     parser.add_argument("--out", type=Path, required=True, help="output negatives (Parquet)")
 

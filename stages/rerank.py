@@ -25,8 +25,13 @@ def main(args, base, config):
     from lexgraph.training.rerank import run_rerank
 
     settings, device = config[args.variant], resolve_device(base.device)
-    run_rerank(paths_from(RerankPaths, args), settings, device, base.seed,
-               lambda: load_retriever(settings.first_stage, args.workspace, str(device)))
+    run_rerank(
+        paths_from(RerankPaths, args),
+        settings,
+        device,
+        base.seed,
+        lambda: load_retriever(settings.first_stage, args.workspace, str(device)),
+    )
 
 
 if __name__ == "__main__":

@@ -28,12 +28,16 @@ def load_benchmark(name: str, folder: str = "benchmarks"):
     return sys.modules[module_name]
 
 
+# a backslash ending a line continues its row on the next (the lines stay within 120 characters)
 ARTICLES_CSV = """id,article,reference,law_type,code,book,part,act,chapter,section,subsection,description
 1,"Le propriétaire d'un mur mitoyen
 peut le faire exhausser.",Art. 1,regional,Code A,Livre 1,,,Chapitre 1,,,Code A
-2,"Tout propriétaire peut obliger son voisin au bornage de leurs propriétés contiguës.",Art. 2,regional,Code A,Livre 1,,,Chapitre 1,,,Code A
-3,"La réparation et la reconstruction du mur mitoyen sont à la charge de tous ceux qui y ont droit.",Art. 3,regional,Code A,Livre 1,,,Chapitre 2,,,Code A
-4,"Le bail est un contrat par lequel une partie s'oblige à faire jouir l'autre d'une chose.",Art. 4,federal,Code B,,,,,,,Code B
+2,"Tout propriétaire peut obliger son voisin au bornage de leurs propriétés contiguës.",Art. 2,regional,\
+Code A,Livre 1,,,Chapitre 1,,,Code A
+3,"La réparation et la reconstruction du mur mitoyen sont à la charge de tous ceux qui y ont droit.",Art. 3,\
+regional,Code A,Livre 1,,,Chapitre 2,,,Code A
+4,"Le bail est un contrat par lequel une partie s'oblige à faire jouir l'autre d'une chose.",Art. 4,federal,\
+Code B,,,,,,,Code B
 5,"Le preneur est tenu de payer le prix du bail aux termes convenus.",Art. 5,federal,Code B,,,,,,,Code B
 """
 
@@ -66,7 +70,8 @@ def write_bsard_layout(root: Path, *, readme: bool = False) -> Path:
         write_questions(root / f"questions_{split}.csv", rows)
     (root / "negatives").mkdir(exist_ok=True)
     (root / "negatives" / "bm25_negatives_train.json").write_text(
-        json.dumps([{"question_id": 1, "article_ids": [2, 4]}, {"question_id": 2, "article_ids": [5]}]), encoding="utf-8"
+        json.dumps([{"question_id": 1, "article_ids": [2, 4]}, {"question_id": 2, "article_ids": [5]}]),
+        encoding="utf-8",
     )
     (root / "negatives" / "bm25_negatives_synthetic.json").write_text(
         json.dumps([{"question_id": 1, "article_ids": [3]}]), encoding="utf-8"
@@ -122,8 +127,12 @@ def tiny_model_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny_bert")
     tokenizer = BertTokenizer(vocab=_vocab())
     config = BertConfig(
-        vocab_size=len(_vocab()), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=64,
+        vocab_size=len(_vocab()),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
     )
     import torch
 
@@ -150,7 +159,7 @@ def section(name: str, **overrides) -> dict:
     return {**sample_params()[name], **overrides}
 
 
-def write_params(path, **sections) -> "Path":
+def write_params(path, **sections) -> Path:
     """Write a complete params file to ``path``: params.yaml with each given section's keys
     replaced (a section passed as a dict is merged over params.yaml's)."""
     import yaml

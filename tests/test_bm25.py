@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-import subprocess
 import math
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +15,9 @@ import pytest
 from conftest import ROOT, load_benchmark
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval import bm25 as bm25_module
-from lexgraph.retrieval.bm25 import BM25, load_system, tune
+from lexgraph.retrieval.bm25 import BM25, load_system
 from lexgraph.retrieval.bm25_kernels import exact_topk, sparse_topk
+from lexgraph.retrieval.bm25_pipeline import tune
 
 # three documents, ids deliberately not in order
 DOCS = [["c", "c", "d", "e"], ["a", "b", "a"], ["b", "c"]]
@@ -139,8 +140,10 @@ def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
     # the dense scores themselves follow the formula
     dense = bm.score_tokens(queries[:10])
     for q, row in zip(queries[:10], dense):
-        expected = [hand_score(q, by_id[i], docs, 1.5, 0.6, floor="none" if idf_floor is None else idf_floor)
-                    for i in bm.doc_ids]
+        expected = [
+            hand_score(q, by_id[i], docs, 1.5, 0.6, floor="none" if idf_floor is None else idf_floor)
+            for i in bm.doc_ids
+        ]
         np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-5)
     for k in (1, 5, 50, 299, 300, 1000):
         got_ids, got_scores = bm.search_tokens(queries, k, batch_size=7)
@@ -190,8 +193,14 @@ def test_numba_without_a_writable_cache_falls_back_to_compiling(tmp_path):
         "assert ids.tolist() == ref_ids.tolist() and np.array_equal(scores, ref_scores)\n"
         "print(ids[:, 0].tolist())\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "NUMBA_CACHE_DIR": ""}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "NUMBA_CACHE_DIR": ""},
+        timeout=300,
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert done.stdout.strip() == "[1, 4]"  # a, then d: the rarest term of each question
 
@@ -207,7 +216,7 @@ def test_ties_break_by_lower_article_id():
 
 def test_topk_helpers_agree_on_random_matrices():
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _ in range(20):
         n, m = 8, 60
         dense = rng.integers(-3, 6, size=(n, m)).astype(np.float32)  # many ties, zeros, negatives
         dense[rng.random((n, m)) < 0.5] = 0
@@ -406,8 +415,9 @@ def test_topk_identical_to_bm25s_on_every_french_code():
 
     corpus = fr_codes_dir()
     if corpus is None or not (corpus / "articles.jsonl.gz").is_file():
-        pytest.skip(f"no fr-codes-2020 corpus at {corpus} (set LEXGRAPH_FR_CODES to the folder holding "
-                    "articles.jsonl.gz)")
+        pytest.skip(
+            f"no fr-codes-2020 corpus at {corpus} (set LEXGRAPH_FR_CODES to the folder holding articles.jsonl.gz)"
+        )
     articles = load_benchmark("bm25").read_articles(corpus)
     analyzer = FrenchAnalyzer()
     docs = analyzer.analyze_many([text for _, text in articles])
@@ -422,8 +432,10 @@ def test_benchmark_reads_json_lines_corpora(tmp_path):
     import json
 
     bench = load_benchmark("bm25")
-    rows = [{"id": 2, "code": "Code civil", "number": "1", "path": [], "text": "Le bail.\n\nLe loyer."},
-            {"id": 1, "code": "Code rural", "number": "L1", "path": ["Livre Ier : X"], "text": "La vente."}]
+    rows = [
+        {"id": 2, "code": "Code civil", "number": "1", "path": [], "text": "Le bail.\n\nLe loyer."},
+        {"id": 1, "code": "Code rural", "number": "L1", "path": ["Livre Ier : X"], "text": "La vente."},
+    ]
     with gzip.open(tmp_path / "articles.jsonl.gz", "wt", encoding="utf-8") as fh:
         fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     want = [(2, "Le bail.\n\nLe loyer."), (1, "La vente.")]

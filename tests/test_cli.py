@@ -38,12 +38,31 @@ def ws(tmp_path):
 def test_batch_mode_writes_trec_run(ws):
     qfile = ws / "q.jsonl"
     qfile.write_text(
-        json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n"
-        + json.dumps({"id": 7, "question": "réparation du mur mitoyen"}) + "\n",
+        json.dumps({"id": "a", "question": "Qui paie le loyer ?"})
+        + "\n"
+        + json.dumps({"id": 7, "question": "réparation du mur mitoyen"})
+        + "\n",
         encoding="utf-8",
     )
     run = ws / "out.trec"
-    assert main(["search", "--system", "bm25", "--questions", str(qfile), "--run", str(run), "--k", "2", "--workspace", str(ws)]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--system",
+                "bm25",
+                "--questions",
+                str(qfile),
+                "--run",
+                str(run),
+                "--k",
+                "2",
+                "--workspace",
+                str(ws),
+            ]
+        )
+        == 0
+    )
     ranked = read_trec(run, qid_type=str)
     assert ranked["a"][0] == 3 and ranked["7"][0] == 1
     assert all(len(v) <= 2 for v in ranked.values())
@@ -73,8 +92,21 @@ def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
 
 def test_one_question_prints_reference_path_and_snippet(ws, capsys):
     # article 2 matches "bail"; article 1 only "paie", whose idf is 0 (in 2 of the 3 articles): score 0, not shown
-    assert main(["search", "--system", "bm25", "Qui paie le loyer du bail au bailleur ?", "--top", "3",
-                 "--workspace", str(ws)]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--system",
+                "bm25",
+                "Qui paie le loyer du bail au bailleur ?",
+                "--top",
+                "3",
+                "--workspace",
+                str(ws),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "  1. Art. 3   (score " in out and "Code A › Livre 1" in out and "Le locataire **paie** le **loyer**" in out
     assert out.index("  1. Art. 3") < out.index("  2. Art. ") and "  3. " not in out
@@ -118,15 +150,37 @@ def test_one_question_as_json(ws, capsys):
 
 def test_batch_as_json_lines_with_and_without_a_run(ws, capsys):
     qfile = ws / "q.jsonl"
-    qfile.write_text(json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n"
-                     + json.dumps({"id": 7, "question": "xyzzy"}) + "\n", encoding="utf-8")
+    qfile.write_text(
+        json.dumps({"id": "a", "question": "Qui paie le loyer ?"})
+        + "\n"
+        + json.dumps({"id": 7, "question": "xyzzy"})
+        + "\n",
+        encoding="utf-8",
+    )
     assert main(["search", "--questions", str(qfile), "--json", "--top", "2", "--workspace", str(ws)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["id"] for r in records] == ["a", "7"] and records[1]["hits"] == []
     assert _check_record(records[0], "Qui paie le loyer ?", "a", 2)[0]["id"] == 3
     run = ws / "out.trec"
-    assert main(["search", "--questions", str(qfile), "--json", "--top", "1", "--run", str(run), "--k", "3",
-                 "--workspace", str(ws)]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--questions",
+                str(qfile),
+                "--json",
+                "--top",
+                "1",
+                "--run",
+                str(run),
+                "--k",
+                "3",
+                "--workspace",
+                str(ws),
+            ]
+        )
+        == 0
+    )
     assert [len(json.loads(line)["hits"]) for line in capsys.readouterr().out.splitlines()] == [1, 0]
     assert len(read_trec(run, qid_type=str)["a"]) == 3
 
@@ -159,8 +213,10 @@ def test_regress_ends_with_the_count_of_checks_that_pass(tmp_path, capsys):
     its system's checks)."""
     (tmp_path / "bm25.json").write_text(json.dumps({"dev": {"map": 0.2}, "test": {"recall@100": 0.40, "map": 0.10}}))
     spec = tmp_path / "exp.yaml"
-    spec.write_text("tolerance: 0.01\nsystems:\n  bm25:\n    dev: {map: 0.2}\n    test: {recall@100: 0.405, map: 0.12}\n"
-                    "  dsr:\n    test: {recall@100: 0.5, map: 0.2}\n")
+    spec.write_text(
+        "tolerance: 0.01\nsystems:\n  bm25:\n    dev: {map: 0.2}\n    test: {recall@100: 0.405, map: 0.12}\n"
+        "  dsr:\n    test: {recall@100: 0.5, map: 0.2}\n"
+    )
     args = ["regress", "--expected", str(spec), "--metrics-dir", str(tmp_path)]
     assert main(args) == 1
     out = capsys.readouterr().out
@@ -176,8 +232,10 @@ def test_regress_update_rewrites_values_and_keeps_tolerances(tmp_path, capsys):
     (tmp_path / "dsr.json").write_text(json.dumps({"dev": {"recall@100": 0.7}, "test": {"recall@100": 0.72}}))
     (tmp_path / "train_dsr.json").write_text(json.dumps({"best_epoch": 3, "dev": {"map": 0.2}}))  # not a system
     spec = tmp_path / "exp.yaml"
-    spec.write_text("# header\ntolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.3, map: 0.12}\n"
-                    "  dsr:\n    tolerance: 0.03\n    test: {recall@100: 0.5}\n")
+    spec.write_text(
+        "# header\ntolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.3, map: 0.12}\n"
+        "  dsr:\n    tolerance: 0.03\n    test: {recall@100: 0.5}\n"
+    )
     assert main(["regress", "--update", "--expected", str(spec), "--metrics-dir", str(tmp_path)]) == 0
     text = spec.read_text()
     assert text.startswith("# header\ntolerance: 0.01\n")
@@ -212,15 +270,22 @@ def test_hits_stop_at_the_last_article_that_matches(ws, capsys, caplog, monkeypa
     assert [[h["id"] for h in json.loads(line)["hits"]] for line in capsys.readouterr().out.splitlines()] == [[3], [2]]
 
     qfile = ws / "q.jsonl"
-    qfile.write_text(json.dumps({"id": "a", "question": "loyer"}) + "\n"
-                     + json.dumps({"id": "b", "question": "réparation du mur ou loyer"}) + "\n", encoding="utf-8")
+    qfile.write_text(
+        json.dumps({"id": "a", "question": "loyer"})
+        + "\n"
+        + json.dumps({"id": "b", "question": "réparation du mur ou loyer"})
+        + "\n",
+        encoding="utf-8",
+    )
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="lexgraph"):
         assert main(["search", "--questions", str(qfile), "--json", "--top", "50", "--workspace", str(ws)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [[h["id"] for h in r["hits"]] for r in records] == [[3], [1, 3]]
     assert all(h["score"] > 0 and h["matched_terms"] for r in records for h in r["hits"])
-    assert "fewer than --top 50 articles match any term of 2 question(s)" in caplog.text and "(ids: a, b;" in caplog.text
+    assert (
+        "fewer than --top 50 articles match any term of 2 question(s)" in caplog.text and "(ids: a, b;" in caplog.text
+    )
 
 
 def test_run_keeps_its_depth(ws):
@@ -228,7 +293,10 @@ def test_run_keeps_its_depth(ws):
     scoring 0 after the matching ones included): byte for byte what it was before issue 18."""
     qfile = ws / "q.jsonl"
     qfile.write_text(json.dumps({"id": "a", "question": "loyer"}) + "\n", encoding="utf-8")
-    assert main(["search", "--questions", str(qfile), "--run", str(ws / "r.trec"), "--k", "3",
-                 "--workspace", str(ws)]) == 0
-    assert (ws / "r.trec").read_text(encoding="utf-8") == ("a Q0 3 1 0.542532 bm25\na Q0 1 2 0.000000 bm25\n"
-                                                          "a Q0 2 3 0.000000 bm25\n")
+    assert (
+        main(["search", "--questions", str(qfile), "--run", str(ws / "r.trec"), "--k", "3", "--workspace", str(ws)])
+        == 0
+    )
+    assert (ws / "r.trec").read_text(encoding="utf-8") == (
+        "a Q0 3 1 0.542532 bm25\na Q0 1 2 0.000000 bm25\na Q0 2 3 0.000000 bm25\n"
+    )

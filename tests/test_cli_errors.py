@@ -130,8 +130,7 @@ def _stale_dense(ws: Path) -> None:
 
 def _regress(ws: Path, expected: str | None = None, metrics: dict | None = None, raw_metrics: str | None = None):
     (ws / "metrics").mkdir(exist_ok=True)
-    text = raw_metrics if raw_metrics is not None else json.dumps(
-        metrics or {"test": {"recall@100": 0.4, "map": 0.1}})
+    text = raw_metrics if raw_metrics is not None else json.dumps(metrics or {"test": {"recall@100": 0.4, "map": 0.1}})
     (ws / "metrics" / "bm25.json").write_text(text, encoding="utf-8")
     if expected is not None:
         (ws / "exp.yaml").write_text(expected, encoding="utf-8")
@@ -166,24 +165,30 @@ def _configured_cache(ws: Path, name: str = "config", value: str = "../dvc-store
 
 
 def _dvc_yaml_output(ws: Path) -> str:
-    (ws / "dvc.yaml").write_text("stages:\n  export:\n    cmd: python export.py\n    outs:\n"
-                                 "      - exports/runs:\n          persist: true\n", encoding="utf-8")
+    (ws / "dvc.yaml").write_text(
+        "stages:\n  export:\n    cmd: python export.py\n    outs:\n      - exports/runs:\n          persist: true\n",
+        encoding="utf-8",
+    )
     (ws / "exports" / "runs").mkdir(parents=True)
     (ws / "exports" / "runs" / "bm25.trec").write_text(PREVIOUS_RUN, encoding="utf-8")
     return str(ws / "exports" / "runs" / "bm25.trec")
 
 
 def _dvc_yaml_template(ws: Path) -> str:
-    (ws / "dvc.yaml").write_text("stages:\n  report:\n    foreach: [bm25, dsr]\n    do:\n"
-                                 "      cmd: python report.py ${item}\n      plots:\n"
-                                 "        - reports/${item}.trec:\n            cache: false\n", encoding="utf-8")
+    (ws / "dvc.yaml").write_text(
+        "stages:\n  report:\n    foreach: [bm25, dsr]\n    do:\n"
+        "      cmd: python report.py ${item}\n      plots:\n"
+        "        - reports/${item}.trec:\n            cache: false\n",
+        encoding="utf-8",
+    )
     return str(ws / "reports" / "hybrid.trec")
 
 
 def _dvc_file_output(ws: Path) -> str:
     (ws / "shared" / "runs").mkdir(parents=True)
-    (ws / "shared" / "runs.dvc").write_text("outs:\n- md5: 0123456789abcdef0123456789abcdef.dir\n  path: runs\n",
-                                            encoding="utf-8")
+    (ws / "shared" / "runs.dvc").write_text(
+        "outs:\n- md5: 0123456789abcdef0123456789abcdef.dir\n  path: runs\n", encoding="utf-8"
+    )
     return str(ws / "shared" / "runs" / "new.trec")
 
 
@@ -211,167 +216,448 @@ GOOD_YAML = "tolerance: 0.01\nsystems:\n  bm25:\n    test: {recall@100: 0.4, map
 
 CASES = [
     # 1. --run must not overwrite the questions file (same path, relative path, symlink, hard link)
-    ("run-is-questions", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "q.jsonl")),
-     ["--run", "q.jsonl", "is the --questions file", "expected a separate output path"]),
-    ("run-is-questions-relative", "ws", lambda ws: _batch(ws, "q.jsonl", "./data/../q.jsonl"),
-     ["--run ./data/../q.jsonl", "is the --questions file"]),
-    ("run-is-questions-symlink", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink(ws)),
-     ["--run", "link.trec", "is the --questions file"]),
-    ("run-is-questions-hardlink", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlink(ws)),
-     ["--run", "hard.trec", "is the --questions file"]),
-    ("run-is-corpus", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "data/clean/articles.parquet")),
-     ["--run", "articles.parquet", "`dvc repro` manages", "expected a path outside data/ and models/"]),
-    ("run-is-not-a-run", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _not_a_run(ws)),
-     ["--run", "notes.txt", "is not a TREC run", "expected a new path or an earlier run"]),
+    (
+        "run-is-questions",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "q.jsonl")),
+        ["--run", "q.jsonl", "is the --questions file", "expected a separate output path"],
+    ),
+    (
+        "run-is-questions-relative",
+        "ws",
+        lambda ws: _batch(ws, "q.jsonl", "./data/../q.jsonl"),
+        ["--run ./data/../q.jsonl", "is the --questions file"],
+    ),
+    (
+        "run-is-questions-symlink",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink(ws)),
+        ["--run", "link.trec", "is the --questions file"],
+    ),
+    (
+        "run-is-questions-hardlink",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlink(ws)),
+        ["--run", "hard.trec", "is the --questions file"],
+    ),
+    (
+        "run-is-corpus",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "data/clean/articles.parquet")),
+        ["--run", "articles.parquet", "`dvc repro` manages", "expected a path outside data/ and models/"],
+    ),
+    (
+        "run-is-not-a-run",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _not_a_run(ws)),
+        ["--run", "notes.txt", "is not a TREC run", "expected a new path or an earlier run"],
+    ),
     # 2. question and id types
-    ("question-null", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"}, {"id": "b", "question": None}),
-                                               str(ws / "out.trec")),
-     ["q.jsonl, row 2, column 'question'", "null", "expected a non-empty string"]),
-    ("question-list", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": ["a", "b"]}), str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'question'", '["a", "b"]', "expected a non-empty string"]),
-    ("question-blank", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "  "}), str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'question'", "expected a non-empty string"]),
-    ("id-missing", "ws", lambda ws: _batch(ws, _q(ws, {"id": 1, "question": "loyer"}, {"question": "bail"}),
-                                            str(ws / "out.trec")),
-     ["q.jsonl, row 2", "expected an object with keys 'id' and 'question'", "missing ['id']"]),
-    ("id-null", "ws", lambda ws: _batch(ws, _q(ws, {"id": None, "question": "loyer"}), str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'id'", "null", "expected a string or an integer"]),
-    ("id-duplicate", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"}, {"id": "b", "question": "bail"},
-                                                    {"id": "a", "question": "mur"}), str(ws / "out.trec")),
-     ["q.jsonl, row 3, column 'id'", 'id "a" already used on row 1', "expected unique ids"]),
+    (
+        "question-null",
+        "ws",
+        lambda ws: _batch(
+            ws, _q(ws, {"id": "a", "question": "loyer"}, {"id": "b", "question": None}), str(ws / "out.trec")
+        ),
+        ["q.jsonl, row 2, column 'question'", "null", "expected a non-empty string"],
+    ),
+    (
+        "question-list",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "a", "question": ["a", "b"]}), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'question'", '["a", "b"]', "expected a non-empty string"],
+    ),
+    (
+        "question-blank",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "  "}), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'question'", "expected a non-empty string"],
+    ),
+    (
+        "id-missing",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": 1, "question": "loyer"}, {"question": "bail"}), str(ws / "out.trec")),
+        ["q.jsonl, row 2", "expected an object with keys 'id' and 'question'", "missing ['id']"],
+    ),
+    (
+        "id-null",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": None, "question": "loyer"}), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'id'", "null", "expected a string or an integer"],
+    ),
+    (
+        "id-duplicate",
+        "ws",
+        lambda ws: _batch(
+            ws,
+            _q(ws, {"id": "a", "question": "loyer"}, {"id": "b", "question": "bail"}, {"id": "a", "question": "mur"}),
+            str(ws / "out.trec"),
+        ),
+        ["q.jsonl, row 3, column 'id'", 'id "a" already used on row 1', "expected unique ids"],
+    ),
     # 4. ranking depths
-    ("k-zero-dense", "dense_ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr",
-                                                   "--k", "0"),
-     ["--k must be ≥ 1 (got 0)"]),
-    ("k-negative", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--k", "-5"),
-     ["--k must be ≥ 1 (got -5)"]),
-    ("top-zero", "ws", lambda ws: ["search", "loyer", "--top", "0", "--workspace", str(ws)],
-     ["--top must be ≥ 1 (got 0)"]),
-    ("top-zero-dense", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--top", "0",
-                                               "--workspace", str(ws)],
-     ["--top must be ≥ 1 (got 0)"]),
-    ("empty-question-argument", "dense_ws", lambda ws: ["search", "--system", "dsr", " ", "--workspace", str(ws)],
-     ["question argument is empty", "expected a non-empty question"]),
+    (
+        "k-zero-dense",
+        "dense_ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr", "--k", "0"),
+        ["--k must be ≥ 1 (got 0)"],
+    ),
+    (
+        "k-negative",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--k", "-5"),
+        ["--k must be ≥ 1 (got -5)"],
+    ),
+    (
+        "top-zero",
+        "ws",
+        lambda ws: ["search", "loyer", "--top", "0", "--workspace", str(ws)],
+        ["--top must be ≥ 1 (got 0)"],
+    ),
+    (
+        "top-zero-dense",
+        "dense_ws",
+        lambda ws: ["search", "--system", "dsr", "loyer", "--top", "0", "--workspace", str(ws)],
+        ["--top must be ≥ 1 (got 0)"],
+    ),
+    (
+        "empty-question-argument",
+        "dense_ws",
+        lambda ws: ["search", "--system", "dsr", " ", "--workspace", str(ws)],
+        ["question argument is empty", "expected a non-empty question"],
+    ),
     # 5. --run not writable as a file
-    ("run-is-directory", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "models")),
-     ["--run", "models is a directory", "expected the path of the TREC run file"]),
-    ("run-under-a-file", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec" / "x.trec")),
-     ["--run", "out.trec is not a directory", "expected a writable path"]),
+    (
+        "run-is-directory",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "models")),
+        ["--run", "models is a directory", "expected the path of the TREC run file"],
+    ),
+    (
+        "run-under-a-file",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec" / "x.trec")),
+        ["--run", "out.trec is not a directory", "expected a writable path"],
+    ),
     # 7. damaged artefacts
-    ("truncated-query-encoder", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
-     ["models/dsr/query_encoder/model.safetensors", "truncated or corrupt", "`dvc repro train_dsr`", "`dvc checkout`"]),
+    (
+        "truncated-query-encoder",
+        "dense_ws",
+        lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
+        [
+            "models/dsr/query_encoder/model.safetensors",
+            "truncated or corrupt",
+            "`dvc repro train_dsr`",
+            "`dvc checkout`",
+        ],
+    ),
     # 7b. unreadable entries of the model directory (issue 18): named, with the stage that writes them
-    ("query-encoder-tokenizer-loop", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder/tokenizer.json", "is a symbolic link loop, expected a readable file",
-      "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it"]),
-    ("query-encoder-config-is-a-directory", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder/config.json", "is a directory, expected a readable file", "`dvc repro train_dsr`"]),
-    ("query-encoder-config-missing", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder/config.json", "config.json not found", "`dvc repro train_dsr`"]),
-    ("query-encoder-config-broken-link", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder/config.json", "is a broken symbolic link", "`dvc repro train_dsr`"]),
-    ("query-encoder-without-vocabulary", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder", "no tokenizer vocabulary, expected one of tokenizer.json", "`dvc repro train_dsr`"]),
-    ("query-encoder-without-weights", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder", "no model weights, expected model.safetensors", "`dvc repro train_dsr`"]),
-    ("query-encoder-corrupt-settings", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder/query_encoder.json", "truncated or corrupt", "`dvc repro train_dsr`"]),
-    ("query-encoder-is-a-file", "dense_ws", lambda ws: _dsr_search(ws),
-     ["models/dsr/query_encoder", "the model directory is a file, expected a readable directory",
-      "`dvc repro train_dsr`"]),
-    ("truncated-embeddings", "dense_ws", lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
-     ["data/embed/articles.safetensors", "truncated or corrupt", "`dvc repro`"]),
-    ("truncated-bm25-index", "ws", lambda ws: ["search", "loyer", "--workspace", str(ws)],
-     ["models/bm25/index.npz", "truncated or corrupt", "`dvc repro bm25`"]),
+    (
+        "query-encoder-tokenizer-loop",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        [
+            "models/dsr/query_encoder/tokenizer.json",
+            "is a symbolic link loop, expected a readable file",
+            "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it",
+        ],
+    ),
+    (
+        "query-encoder-config-is-a-directory",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        ["models/dsr/query_encoder/config.json", "is a directory, expected a readable file", "`dvc repro train_dsr`"],
+    ),
+    (
+        "query-encoder-config-missing",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        ["models/dsr/query_encoder/config.json", "config.json not found", "`dvc repro train_dsr`"],
+    ),
+    (
+        "query-encoder-config-broken-link",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        ["models/dsr/query_encoder/config.json", "is a broken symbolic link", "`dvc repro train_dsr`"],
+    ),
+    (
+        "query-encoder-without-vocabulary",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        [
+            "models/dsr/query_encoder",
+            "no tokenizer vocabulary, expected one of tokenizer.json",
+            "`dvc repro train_dsr`",
+        ],
+    ),
+    (
+        "query-encoder-without-weights",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        ["models/dsr/query_encoder", "no model weights, expected model.safetensors", "`dvc repro train_dsr`"],
+    ),
+    (
+        "query-encoder-corrupt-settings",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        ["models/dsr/query_encoder/query_encoder.json", "truncated or corrupt", "`dvc repro train_dsr`"],
+    ),
+    (
+        "query-encoder-is-a-file",
+        "dense_ws",
+        lambda ws: _dsr_search(ws),
+        [
+            "models/dsr/query_encoder",
+            "the model directory is a file, expected a readable directory",
+            "`dvc repro train_dsr`",
+        ],
+    ),
+    (
+        "truncated-embeddings",
+        "dense_ws",
+        lambda ws: ["search", "--system", "dsr", "loyer", "--workspace", str(ws)],
+        ["data/embed/articles.safetensors", "truncated or corrupt", "`dvc repro`"],
+    ),
+    (
+        "truncated-bm25-index",
+        "ws",
+        lambda ws: ["search", "loyer", "--workspace", str(ws)],
+        ["models/bm25/index.npz", "truncated or corrupt", "`dvc repro bm25`"],
+    ),
     # 8. models built on another corpus
-    ("stale-bm25", "ws", lambda ws: ["search", "loyer bail", "--workspace", str(ws)],
-     ["models/bm25 was built on a different corpus than", "data/clean/articles.parquet", "920", "run `dvc repro`"]),
-    ("stale-dense", "dense_ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr"),
-     ["data/embed/articles.safetensors was built on a different corpus than", "data/clean/articles.parquet", "920",
-      "run `dvc repro`"]),
+    (
+        "stale-bm25",
+        "ws",
+        lambda ws: ["search", "loyer bail", "--workspace", str(ws)],
+        ["models/bm25 was built on a different corpus than", "data/clean/articles.parquet", "920", "run `dvc repro`"],
+    ),
+    (
+        "stale-dense",
+        "dense_ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr"),
+        [
+            "data/embed/articles.safetensors was built on a different corpus than",
+            "data/clean/articles.parquet",
+            "920",
+            "run `dvc repro`",
+        ],
+    ),
     # 10. --run inside DVC's cache or over a DVC-tracked output (issue 18: `--run .dvc/cache/...` overwrote a
     # cached run), a hard-linked or read-only file, a read-only directory (refused even for root)
-    ("run-into-dvc-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _into_cache(ws)),
-     ["--run", ".dvc/cache/files/md5/3b/", "is inside", ".dvc, a directory only dvc writes",
-      "refusing to write there, expected a path outside DVC's cache and the outputs it tracks"]),
-    ("run-symlink-into-dvc-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink_into_cache(ws)),
-     ["--run", "cached.trec is inside", ".dvc, a directory only dvc writes", "expected a path outside DVC's cache"]),
-    ("run-into-configured-cache", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws)),
-     ["--run", "dvc-store/files/md5/3b/", "is inside DVC's cache", "dvc-store (cache.dir of", ".dvc/config)",
-      "expected a path outside DVC's cache"]),
-    ("run-into-configured-cache-local", "ws",
-     lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws, "config.local", str(ws / "dvc-store"))),
-     ["--run", "is inside DVC's cache", "(cache.dir of", ".dvc/config.local)"]),
-    ("run-is-dvc-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_output(ws)),
-     ["--run", "bm25.trec is inside exports/runs, an output of stage 'export' in", "dvc.yaml",
-      "expected a path outside DVC's cache and the outputs it tracks"]),
-    ("run-is-dvc-foreach-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_template(ws)),
-     ["--run", "hybrid.trec matches reports/${item}.trec, an output of stage 'report' in", "dvc.yaml"]),
-    ("run-is-dvc-file-output", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_file_output(ws)),
-     ["--run", "new.trec is inside runs, tracked by", "shared/runs.dvc"]),
-    ("run-is-dvc-lock", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "dvc.lock")),
-     ["--run", "is dvc.lock, one of DVC's own files"]),
-    ("run-is-hardlinked", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlinked_run(ws)),
-     ["--run", "out.trec has 2 hard links", "refusing to overwrite it", "expected a new path"]),
-    ("run-is-read-only", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_run(ws)),
-     ["--run", "out.trec is read-only (mode 0444)", "refusing to overwrite it", "expected a writable path"]),
-    ("run-in-read-only-directory", "ws", lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_dir(ws)),
-     ["--run", "directory", "ro is not writable (mode 0555)", "expected a writable path"]),
-    ("regress-update-into-dvc-cache", "ws",
-     lambda ws: [*_regress(ws), "--update", "--expected", _into_cache(ws, GOOD_YAML)],
-     ["--expected", ".dvc, a directory only dvc writes", "refusing to rewrite it"]),
+    (
+        "run-into-dvc-cache",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _into_cache(ws)),
+        [
+            "--run",
+            ".dvc/cache/files/md5/3b/",
+            "is inside",
+            ".dvc, a directory only dvc writes",
+            "refusing to write there, expected a path outside DVC's cache and the outputs it tracks",
+        ],
+    ),
+    (
+        "run-symlink-into-dvc-cache",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _symlink_into_cache(ws)),
+        ["--run", "cached.trec is inside", ".dvc, a directory only dvc writes", "expected a path outside DVC's cache"],
+    ),
+    (
+        "run-into-configured-cache",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws)),
+        [
+            "--run",
+            "dvc-store/files/md5/3b/",
+            "is inside DVC's cache",
+            "dvc-store (cache.dir of",
+            ".dvc/config)",
+            "expected a path outside DVC's cache",
+        ],
+    ),
+    (
+        "run-into-configured-cache-local",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _configured_cache(ws, "config.local", str(ws / "dvc-store"))),
+        ["--run", "is inside DVC's cache", "(cache.dir of", ".dvc/config.local)"],
+    ),
+    (
+        "run-is-dvc-output",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_output(ws)),
+        [
+            "--run",
+            "bm25.trec is inside exports/runs, an output of stage 'export' in",
+            "dvc.yaml",
+            "expected a path outside DVC's cache and the outputs it tracks",
+        ],
+    ),
+    (
+        "run-is-dvc-foreach-output",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_yaml_template(ws)),
+        ["--run", "hybrid.trec matches reports/${item}.trec, an output of stage 'report' in", "dvc.yaml"],
+    ),
+    (
+        "run-is-dvc-file-output",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _dvc_file_output(ws)),
+        ["--run", "new.trec is inside runs, tracked by", "shared/runs.dvc"],
+    ),
+    (
+        "run-is-dvc-lock",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), str(ws / "dvc.lock")),
+        ["--run", "is dvc.lock, one of DVC's own files"],
+    ),
+    (
+        "run-is-hardlinked",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _hardlinked_run(ws)),
+        ["--run", "out.trec has 2 hard links", "refusing to overwrite it", "expected a new path"],
+    ),
+    (
+        "run-is-read-only",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_run(ws)),
+        ["--run", "out.trec is read-only (mode 0444)", "refusing to overwrite it", "expected a writable path"],
+    ),
+    (
+        "run-in-read-only-directory",
+        "ws",
+        lambda ws: _batch(ws, str(ws / "q.jsonl"), _read_only_dir(ws)),
+        ["--run", "directory", "ro is not writable (mode 0555)", "expected a writable path"],
+    ),
+    (
+        "regress-update-into-dvc-cache",
+        "ws",
+        lambda ws: [*_regress(ws), "--update", "--expected", _into_cache(ws, GOOD_YAML)],
+        ["--expected", ".dvc, a directory only dvc writes", "refusing to rewrite it"],
+    ),
     # 11. questions: a repeated key, control characters in an id, lone surrogates (issue 18)
-    ("question-key-twice", "ws",
-     lambda ws: _batch(ws, _q(ws, {"id": "a", "question": "loyer"},
-                               '{"id": "b", "question": "loyer", "question": "bail"}'), str(ws / "out.trec")),
-     ["q.jsonl, row 2: key \"question\" appears twice", "expected each key once"]),
-    ("id-key-twice", "ws", lambda ws: _batch(ws, _q(ws, '{"id": "a", "id": "b", "question": "loyer"}'),
-                                              str(ws / "out.trec")),
-     ["q.jsonl, row 1: key \"id\" appears twice", "expected each key once"]),
-    ("id-nul", "ws", lambda ws: _batch(ws, _q(ws, {"id": "a\u0000b", "question": "loyer"}), str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'id'", "control", "'\\x00' at character 2",
-      "expected a non-empty id without whitespace or control characters"]),
-    ("id-escape-character", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u001b[31m", "question": "loyer"}),
-                                                     str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'id'", "'\\x1b' at character 2", "expected a non-empty id"]),
-    ("id-line-separator", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u2028", "question": "loyer"}),
-                                                   str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'id'", "whitespace", "expected a non-empty id"]),
-    ("id-zero-width", "ws", lambda ws: _batch(ws, _q(ws, {"id": "q\u200b1", "question": "loyer"}),
-                                               str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'id'", "'\\u200b' at character 2"]),
-    ("id-lone-surrogate", "ws", lambda ws: _batch(ws, _q(ws, '{"id": "a\\ud800", "question": "loyer"}'),
-                                                   str(ws / "out.trec")),
-     ["q.jsonl, row 1, column 'id'", "lone surrogate"]),
-    ("question-lone-surrogate", "ws", lambda ws: _batch(ws, _q(ws, {"id": "b", "question": "loyer"}, SURROGATE_LINE),
-                                                         str(ws / "out.trec")),
-     ["q.jsonl, row 2, column 'question'", "'\\udc80' at character 19", "lone surrogate",
-      "expected valid Unicode text"]),
-    ("question-lone-surrogate-json", "ws",
-     lambda ws: ["search", "--questions", _q(ws, SURROGATE_LINE), "--json", "--workspace", str(ws)],
-     ["q.jsonl, row 1, column 'question'", "lone surrogate"]),
-    ("question-argument-surrogate", "ws", lambda ws: ["search", "loyer \udcff", "--workspace", str(ws)],
-     ["the question argument holds '\\udcff' at character 7", "lone surrogate",
-      "expected a question in valid UTF-8 text"]),
+    (
+        "question-key-twice",
+        "ws",
+        lambda ws: _batch(
+            ws,
+            _q(ws, {"id": "a", "question": "loyer"}, '{"id": "b", "question": "loyer", "question": "bail"}'),
+            str(ws / "out.trec"),
+        ),
+        ['q.jsonl, row 2: key "question" appears twice', "expected each key once"],
+    ),
+    (
+        "id-key-twice",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, '{"id": "a", "id": "b", "question": "loyer"}'), str(ws / "out.trec")),
+        ['q.jsonl, row 1: key "id" appears twice', "expected each key once"],
+    ),
+    (
+        "id-nul",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "a\u0000b", "question": "loyer"}), str(ws / "out.trec")),
+        [
+            "q.jsonl, row 1, column 'id'",
+            "control",
+            "'\\x00' at character 2",
+            "expected a non-empty id without whitespace or control characters",
+        ],
+    ),
+    (
+        "id-escape-character",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "q\u001b[31m", "question": "loyer"}), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'id'", "'\\x1b' at character 2", "expected a non-empty id"],
+    ),
+    (
+        "id-line-separator",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "q\u2028", "question": "loyer"}), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'id'", "whitespace", "expected a non-empty id"],
+    ),
+    (
+        "id-zero-width",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "q\u200b1", "question": "loyer"}), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'id'", "'\\u200b' at character 2"],
+    ),
+    (
+        "id-lone-surrogate",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, '{"id": "a\\ud800", "question": "loyer"}'), str(ws / "out.trec")),
+        ["q.jsonl, row 1, column 'id'", "lone surrogate"],
+    ),
+    (
+        "question-lone-surrogate",
+        "ws",
+        lambda ws: _batch(ws, _q(ws, {"id": "b", "question": "loyer"}, SURROGATE_LINE), str(ws / "out.trec")),
+        [
+            "q.jsonl, row 2, column 'question'",
+            "'\\udc80' at character 19",
+            "lone surrogate",
+            "expected valid Unicode text",
+        ],
+    ),
+    (
+        "question-lone-surrogate-json",
+        "ws",
+        lambda ws: ["search", "--questions", _q(ws, SURROGATE_LINE), "--json", "--workspace", str(ws)],
+        ["q.jsonl, row 1, column 'question'", "lone surrogate"],
+    ),
+    (
+        "question-argument-surrogate",
+        "ws",
+        lambda ws: ["search", "loyer \udcff", "--workspace", str(ws)],
+        [
+            "the question argument holds '\\udcff' at character 7",
+            "lone surrogate",
+            "expected a question in valid UTF-8 text",
+        ],
+    ),
     # 9. regress on bad files
-    ("regress-missing-expected", "ws", lambda ws: _regress(ws),
-     ["exp.yaml", "file not found", "expected a YAML file like regression/sample.yaml"]),
-    ("regress-malformed-yaml", "ws", lambda ws: _regress(ws, "systems:\n  bm25: {test: [\n"),
-     ["exp.yaml", "not valid YAML", "line"]),
-    ("regress-no-systems", "ws", lambda ws: _regress(ws, "tolerance: 0.01\n"),
-     ["exp.yaml", "expected a mapping with key 'systems'"]),
-    ("regress-expected-not-a-number", "ws",
-     lambda ws: _regress(ws, "systems:\n  bm25:\n    test: {recall@100: 0.4, map: high}\n"),
-     ["exp.yaml", "key 'systems.bm25.test.map'", '"high"', "expected a number in [0, 1]"]),
-    ("regress-bad-tolerance", "ws",
-     lambda ws: _regress(ws, "tolerance: {map: {abs: x}}\nsystems:\n  bm25:\n    test: {map: 0.1}\n"),
-     ["exp.yaml", "key 'tolerance.map.abs'", "expected a number >= 0"]),
-    ("regress-metric-not-a-number", "ws",
-     lambda ws: _regress(ws, GOOD_YAML, {"test": {"recall@100": 0.4, "map": "n/a"}}),
-     ["metrics/bm25.json", "key 'test.map'", '"n/a"', "expected a number"]),
-    ("regress-metrics-not-json", "ws", lambda ws: _regress(ws, GOOD_YAML, raw_metrics='{"test": {"map": 0.1'),
-     ["metrics/bm25.json", "not valid JSON"]),
+    (
+        "regress-missing-expected",
+        "ws",
+        lambda ws: _regress(ws),
+        ["exp.yaml", "file not found", "expected a YAML file like regression/sample.yaml"],
+    ),
+    (
+        "regress-malformed-yaml",
+        "ws",
+        lambda ws: _regress(ws, "systems:\n  bm25: {test: [\n"),
+        ["exp.yaml", "not valid YAML", "line"],
+    ),
+    (
+        "regress-no-systems",
+        "ws",
+        lambda ws: _regress(ws, "tolerance: 0.01\n"),
+        ["exp.yaml", "expected a mapping with key 'systems'"],
+    ),
+    (
+        "regress-expected-not-a-number",
+        "ws",
+        lambda ws: _regress(ws, "systems:\n  bm25:\n    test: {recall@100: 0.4, map: high}\n"),
+        ["exp.yaml", "key 'systems.bm25.test.map'", '"high"', "expected a number in [0, 1]"],
+    ),
+    (
+        "regress-bad-tolerance",
+        "ws",
+        lambda ws: _regress(ws, "tolerance: {map: {abs: x}}\nsystems:\n  bm25:\n    test: {map: 0.1}\n"),
+        ["exp.yaml", "key 'tolerance.map.abs'", "expected a number >= 0"],
+    ),
+    (
+        "regress-metric-not-a-number",
+        "ws",
+        lambda ws: _regress(ws, GOOD_YAML, {"test": {"recall@100": 0.4, "map": "n/a"}}),
+        ["metrics/bm25.json", "key 'test.map'", '"n/a"', "expected a number"],
+    ),
+    (
+        "regress-metrics-not-json",
+        "ws",
+        lambda ws: _regress(ws, GOOD_YAML, raw_metrics='{"test": {"map": 0.1'),
+        ["metrics/bm25.json", "not valid JSON"],
+    ),
 ]
+
 
 def _dsr_search(ws: Path) -> list[str]:
     return _batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--system", "dsr")
@@ -556,16 +842,19 @@ def test_rerunning_over_an_earlier_run_is_allowed(ws):
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "lexgraph.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lexgraph.cli", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_process_level_search_error(ws):
     before = snapshot(ws)
     proc = _cli("search", "--questions", "q.jsonl", "--run", "q.jsonl", cwd=ws)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("lexgraph search: error: --run q.jsonl is the --questions file; refusing to "
-                                   "overwrite an input, expected a separate output path")
+    assert proc.stderr.strip() == (
+        "lexgraph search: error: --run q.jsonl is the --questions file; refusing to "
+        "overwrite an input, expected a separate output path"
+    )
     assert snapshot(ws) == before
 
 
@@ -573,28 +862,41 @@ def test_process_level_stale_models_error(ws):
     _stale_bm25(ws)
     proc = _cli("search", "loyer bail", cwd=ws)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        "lexgraph search: error: models/bm25 was built on a different corpus than data/clean/articles.parquet")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "lexgraph search: error: models/bm25 was built on a different corpus than data/clean/articles.parquet"
+        )
+    )
 
 
 def test_process_level_undecodable_question_argument(ws):
     """Bytes that are not UTF-8 on the command line become lone surrogates in ``sys.argv``."""
     before = snapshot(ws)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable.encode(), b"-m", b"lexgraph.cli", b"search", b"le loyer \xff ?"], cwd=ws,
-                          capture_output=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable.encode(), b"-m", b"lexgraph.cli", b"search", b"le loyer \xff ?"],
+        cwd=ws,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 2 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == ("lexgraph search: error: the question argument holds '\\udcff' at "
-                                            "character 10, a lone surrogate that is not valid Unicode text (bytes "
-                                            "that are not UTF-8?); expected a question in valid UTF-8 text")
+    assert err.strip().splitlines()[-1] == (
+        "lexgraph search: error: the question argument holds '\\udcff' at "
+        "character 10, a lone surrogate that is not valid Unicode text (bytes "
+        "that are not UTF-8?); expected a question in valid UTF-8 text"
+    )
     assert snapshot(ws) == before
 
 
 STDIN = {  # standard input holding a line that is not UTF-8, as a byte stream and as decoded text
     "bytes": lambda io: io.TextIOWrapper(io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8"),
-    "surrogateescape": lambda io: io.TextIOWrapper(io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8",
-                                                   errors="surrogateescape"),  # Python's UTF-8 mode (C locale)
+    "surrogateescape": lambda io: io.TextIOWrapper(
+        io.BytesIO(b"loyer\nle bail \xff ?\n"), encoding="utf-8", errors="surrogateescape"
+    ),  # Python's UTF-8 mode (C locale)
     "text": lambda io: io.StringIO("loyer\nle bail \udcff ?\n"),  # already decoded with surrogateescape
 }
 
@@ -620,24 +922,36 @@ def test_line_separators_inside_a_question_are_text(ws, capsys):
     """U+2028, U+2029 and U+0085 are valid inside a JSON string: the file's lines end at \\n only."""
     questions = ["Qui paie\u2028le loyer ?", "le bail\u0085et le contrat", "le mur\u2029mitoyen"]
     qfile = ws / "q.jsonl"
-    qfile.write_text("".join(json.dumps({"id": f"q{i}", "question": q}, ensure_ascii=False) + "\n"
-                             for i, q in enumerate(questions)), encoding="utf-8")
+    qfile.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": q}, ensure_ascii=False) + "\n" for i, q in enumerate(questions)),
+        encoding="utf-8",
+    )
     assert main(_batch(ws, str(qfile), str(ws / "new.trec"), "--json", "--top", "1")) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.split("\n") if line]  # JSON lines: \n only
     assert [r["question"] for r in records] == questions
     assert [r["hits"][0]["id"] for r in records] == [3, 2, 1]
-    assert {line.split()[0] for line in (ws / "new.trec").read_text(encoding="utf-8").splitlines()} == {"q0", "q1", "q2"}
+    assert {line.split()[0] for line in (ws / "new.trec").read_text(encoding="utf-8").splitlines()} == {
+        "q0",
+        "q1",
+        "q2",
+    }
 
 
 def test_json_into_a_closed_pipe_stops_quietly(ws):
     """`lexgraph search --questions FILE --json | head -1`: the reader goes away after one line;
     the command stops with status 141 (128 + SIGPIPE), no message, no traceback."""
-    write_questions(ws / "many.jsonl", [{"id": f"q{i}", "question": "Qui paie le loyer du mur mitoyen ?"}
-                                        for i in range(3000)])  # ~1.5 MB of JSON lines: far beyond a pipe's buffer
+    write_questions(
+        ws / "many.jsonl", [{"id": f"q{i}", "question": "Qui paie le loyer du mur mitoyen ?"} for i in range(3000)]
+    )  # ~1.5 MB of JSON lines: far beyond a pipe's buffer
     before = snapshot(ws)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "lexgraph.cli", "search", "--questions", "many.jsonl", "--json",
-                             "--top", "3"], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lexgraph.cli", "search", "--questions", "many.jsonl", "--json", "--top", "3"],
+        cwd=ws,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         first = proc.stdout.readline()
         proc.stdout.close()
@@ -661,5 +975,7 @@ def test_process_level_search_outside_a_workspace(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("lexgraph search: error: ") and "not a lexgraph workspace" in lines[0], lines[0]
-    assert str(elsewhere.resolve()) in lines[0] and "--workspace" in lines[0] and "dvc repro bm25" not in lines[0], lines[0]
+    assert str(elsewhere.resolve()) in lines[0] and "--workspace" in lines[0] and "dvc repro bm25" not in lines[0], (
+        lines[0]
+    )
     assert proc.stdout == ""

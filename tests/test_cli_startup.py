@@ -20,18 +20,30 @@ def test_importing_the_cli_loads_no_heavy_library():
     rather than a wall time (which would be flaky on a loaded machine): in a fresh
     interpreter, ``import lexgraph.cli`` and building its parser leave none of them in
     ``sys.modules``; a command imports what it needs when it runs."""
-    script = ("import sys\nimport lexgraph.cli\nlexgraph.cli.build_parser()\n"
-              f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
+    script = (
+        "import sys\nimport lexgraph.cli\nlexgraph.cli.build_parser()\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"importing lexgraph.cli imports {done.stdout.strip()}"
 
 
 def test_help_answers_without_a_traceback():
     for args in ([], ["search"], ["regress"]):
-        done = subprocess.run([sys.executable, "-m", "lexgraph.cli", *args, "--help"], capture_output=True,
-                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "lexgraph.cli", *args, "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            timeout=300,
+        )
         assert done.returncode == 0 and done.stderr == "", done.stderr
         assert done.stdout.startswith("usage: lexgraph"), done.stdout
 
@@ -65,8 +77,11 @@ def test_every_option_has_a_help_string_showing_its_default():
             label = f"{name} {'/'.join(action.option_strings) or action.dest}"
             if not action.help or not action.help.strip():
                 undescribed.append(label)
-            elif action.default not in (None, False, argparse.SUPPRESS) and \
-                    f"(default: {action.default})" not in _expanded_help(parser, action):
+            elif action.default not in (
+                None,
+                False,
+                argparse.SUPPRESS,
+            ) and f"(default: {action.default})" not in _expanded_help(parser, action):
                 no_default.append(label)
     assert not undescribed, f"options without a help string: {undescribed}"
     assert not no_default, f"options whose help does not show their default: {no_default}"

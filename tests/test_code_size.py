@@ -41,20 +41,27 @@ def function_lengths(source: str) -> list[tuple[str, int, int]]:
 
 
 def test_function_lengths_counts_decorators_docstrings_and_nested_functions():
-    source = ("@wrap\ndef f():\n    '''doc'''\n    def g():\n        return 1\n    return g\n\n\n"
-              "class C:\n    def m(self):\n        pass\n")
+    source = (
+        "@wrap\ndef f():\n    '''doc'''\n    def g():\n        return 1\n    return g\n\n\n"
+        "class C:\n    def m(self):\n        pass\n"
+    )
     assert function_lengths(source) == [("f", 1, 6), ("f.g", 4, 2), ("C.m", 10, 2)]
 
 
 def test_no_library_function_over_80_lines():
-    long = [f"{path.relative_to(ROOT)}:{line} {name}: {n} lines"
-            for path in _sources()
-            for name, line, n in function_lengths(path.read_text(encoding="utf-8"))
-            if n > MAX_FUNCTION_LINES]
+    long = [
+        f"{path.relative_to(ROOT)}:{line} {name}: {n} lines"
+        for path in _sources()
+        for name, line, n in function_lengths(path.read_text(encoding="utf-8"))
+        if n > MAX_FUNCTION_LINES
+    ]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(long)
 
 
 def test_no_library_file_over_500_lines():
-    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in _sources()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES]
+    long = [
+        f"{path.relative_to(ROOT)}: {n} lines"
+        for path in _sources()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES
+    ]
     assert not long, f"files over {MAX_FILE_LINES} lines (split them):\n" + "\n".join(long)

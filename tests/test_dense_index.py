@@ -10,7 +10,6 @@ import pytest
 import torch
 import yaml
 
-
 from conftest import ROOT, section
 from lexgraph.errors import ConfigError
 from lexgraph.evaluation import EvaluateConfig
@@ -64,7 +63,9 @@ def test_ivf_visiting_every_list_is_exact():
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("config", [IndexConfig(type="ivf", nprobe=32), IndexConfig(type="hnsw", hnsw_m=16, ef_search=64)])
+@pytest.mark.parametrize(
+    "config", [IndexConfig(type="ivf", nprobe=32), IndexConfig(type="hnsw", hnsw_m=16, ef_search=64)]
+)
 def test_ann_recall_against_exact(config):
     articles = clustered(3000, 24, seed=4)
     ids = np.arange(3000, dtype=np.int64)
@@ -85,7 +86,9 @@ def test_auto_switches_at_exact_below():
     assert DenseIndex(ids, articles, IndexConfig(exact_below=300, ann="ivf")).kind == "ivf"
     assert IndexConfig(exact_below=300).resolve(300) == "ivf"
     assert DenseIndex(ids, articles, IndexConfig(exact_below=300, ann="hnsw")).kind == "hnsw"
-    assert IndexConfig().lists(1_000_000) == 4000 and IndexConfig().lists(10) == 10 and IndexConfig(nlist=7).lists(10) == 7
+    assert (
+        IndexConfig().lists(1_000_000) == 4000 and IndexConfig().lists(10) == 10 and IndexConfig(nlist=7).lists(10) == 7
+    )
 
 
 def test_k_beyond_the_corpus_and_zero_vectors():
@@ -172,10 +175,18 @@ def test_faiss_loads_without_loader_noise(tmp_path):
     import subprocess
     import sys
 
-    script = ("from lexgraph.stage import setup_logging\nsetup_logging('INFO')\n"
-              "from lexgraph.retrieval.index import _faiss\nprint(_faiss().IndexFlatIP(4).d)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
+    script = (
+        "from lexgraph.stage import setup_logging\nsetup_logging('INFO')\n"
+        "from lexgraph.retrieval.index import _faiss\nprint(_faiss().IndexFlatIP(4).d)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        timeout=300,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "4", done.stderr
     assert "ModuleNotFoundError" not in done.stderr and "Loading faiss" not in done.stderr, done.stderr
     assert "faiss.loader" not in done.stderr, done.stderr

@@ -8,8 +8,8 @@ import torch
 
 from lexgraph.embed import save_embeddings
 from lexgraph.errors import LexgraphError
-from lexgraph.retrieval.systems import load_retriever
 from lexgraph.retrieval.dense import DenseRetriever
+from lexgraph.retrieval.systems import load_retriever
 
 
 class FixedEncoder:
@@ -136,12 +136,17 @@ def test_shared_query_encoders_load_once_and_encode_each_question_list_once(quer
 
     calls = []
     encode = QueryEncoder.encode
-    monkeypatch.setattr(QueryEncoder, "encode", lambda self, texts, **kw: calls.append(list(texts)) or encode(self, texts, **kw))
+    monkeypatch.setattr(
+        QueryEncoder, "encode", lambda self, texts, **kw: calls.append(list(texts)) or encode(self, texts, **kw)
+    )
     with shared_query_encoders():
         first = load_query_encoder(query_encoder_dir)
         with shared_query_encoders():  # nested: the same sharing
             assert load_query_encoder(str(query_encoder_dir) + "/") is first
-        a, b = DenseRetriever(first, ids, emb, name="a"), DenseRetriever(load_query_encoder(query_encoder_dir), ids, emb * 2)
+        a, b = (
+            DenseRetriever(first, ids, emb, name="a"),
+            DenseRetriever(load_query_encoder(query_encoder_dir), ids, emb * 2),
+        )
         shared = [a.search(questions, 4), b.search(questions, 4)]
         a.encode(questions).zero_()  # callers get a copy
         again = a.search(questions, 4)

@@ -25,8 +25,10 @@ from lexgraph.display import (
 )
 from lexgraph.text import FrenchAnalyzer
 
-ARTICLE = ("Le mur mitoyen est réparé aux frais des propriétaires ; la mitoyenneté cesse par l'abandon. "
-           "Les murailles de la maison ne sont pas concernées.")
+ARTICLE = (
+    "Le mur mitoyen est réparé aux frais des propriétaires ; la mitoyenneté cesse par l'abandon. "
+    "Les murailles de la maison ne sont pas concernées."
+)
 QUESTION = "Qui répare les murs mitoyens de la maison ?"
 
 
@@ -89,21 +91,29 @@ def test_snippet_prefers_the_window_with_the_most_distinct_terms():
 
 @pytest.mark.parametrize(
     ("reference", "number"),
-    [("Art. 655, Code civil (Livre II, Titre IV)", "Art. 655"), ("Art. 6-1, Code civil", "Art. 6-1"),
-     ("Art. 2bis, Code judiciaire", "Art. 2bis"), ("Article 1.1.2 du Code wallon", "Article 1.1.2"),
-     ("Art. 3", "Art. 3"), ("Préambule", "Préambule"), (None, "")],
+    [
+        ("Art. 655, Code civil (Livre II, Titre IV)", "Art. 655"),
+        ("Art. 6-1, Code civil", "Art. 6-1"),
+        ("Art. 2bis, Code judiciaire", "Art. 2bis"),
+        ("Article 1.1.2 du Code wallon", "Article 1.1.2"),
+        ("Art. 3", "Art. 3"),
+        ("Préambule", "Préambule"),
+        (None, ""),
+    ],
 )
 def test_article_number(reference, number):
     assert article_number(reference) == number
 
 
 def _hits():
-    articles = pl.DataFrame({
-        "id": [7, 9],
-        "article": ["Le locataire paie le loyer au bailleur.", "Le bail est un contrat."],
-        "reference": ["Art. 1728, Code civil (Livre III)", "Art. 1709, Code civil (Livre III)"],
-        "path": [["Code civil", "Livre III"], ["Code civil", "Livre III"]],
-    })
+    articles = pl.DataFrame(
+        {
+            "id": [7, 9],
+            "article": ["Le locataire paie le loyer au bailleur.", "Le bail est un contrat."],
+            "reference": ["Art. 1728, Code civil (Livre III)", "Art. 1709, Code civil (Livre III)"],
+            "path": [["Code civil", "Livre III"], ["Code civil", "Livre III"]],
+        }
+    )
     return Display(articles).hits("Quand payer le loyer ?", np.array([7, 9, -1]), np.array([3.5, 1.25, 0.0]))
 
 
@@ -136,8 +146,14 @@ def test_json_rendering():
     assert record["id"] == "q1" and record["system"] == "bm25" and len(record["hits"]) == 2
     first = record["hits"][0]
     assert first == {
-        "rank": 1, "id": 7, "article": "Art. 1728", "reference": "Art. 1728, Code civil (Livre III)",
-        "path": ["Code civil", "Livre III"], "score": 3.5, "snippet": "Le locataire paie le loyer au bailleur.",
-        "highlights": [[13, 17], [21, 26]], "matched_terms": ["payer", "loyer"],
+        "rank": 1,
+        "id": 7,
+        "article": "Art. 1728",
+        "reference": "Art. 1728, Code civil (Livre III)",
+        "path": ["Code civil", "Livre III"],
+        "score": 3.5,
+        "snippet": "Le locataire paie le loyer au bailleur.",
+        "highlights": [[13, 17], [21, 26]],
+        "matched_terms": ["payer", "loyer"],
     }
     assert record["hits"][1]["matched_terms"] == []

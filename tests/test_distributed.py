@@ -17,7 +17,6 @@ from lexgraph.distributed import map_batches, shard_range
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
-
 from test_queries import ARTICLES, tiny_mt5  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +42,9 @@ from pathlib import Path
 from lexgraph.embed import EmbedConfig, EmbedPaths, run_embed
 from lexgraph.queries import QueriesConfig, run
 dsr, data, out, mt5 = sys.argv[1:5]
-run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"), Path(data, "headings.parquet"),
-                     Path(data, "questions.parquet"), Path(out, "embed")), EmbedConfig(batch_size=2), torch.device("cpu"))
+run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"),
+                     Path(data, "headings.parquet"), Path(data, "questions.parquet"), Path(out, "embed")),
+          EmbedConfig(batch_size=2), torch.device("cpu"))
 run(data + "/articles.parquet", out + "/synthetic.parquet",
     QueriesConfig(generator="doc2query", model=mt5, per_article=2, top_k=7, top_p=0.9, max_length=9,
                   max_input_length=12, batch_size=1), seed=3, device="cpu")
@@ -55,8 +55,9 @@ def _launch(n: int, worker: Path, args: list[str]) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", str(worker), *args]
     # a session of its own, so that a hung run's workers die with the launcher
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -71,8 +72,9 @@ def _launch(n: int, worker: Path, args: list[str]) -> str:
 def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp_path):  # noqa: F811
     torch.manual_seed(0)
     query = QueryEncoder.from_pretrained(tiny_model_dir, max_length=16)
-    article = HierarchicalArticleEncoder.from_pretrained(tiny_model_dir, max_chunk_length=16, max_document_length=48,
-                                                         num_layers=1, num_heads=2)
+    article = HierarchicalArticleEncoder.from_pretrained(
+        tiny_model_dir, max_chunk_length=16, max_document_length=48, num_layers=1, num_heads=2
+    )
     DSR(query, article).save(tmp_path / "dsr")
     data = tmp_path / "data"
     data.mkdir()
@@ -80,16 +82,22 @@ def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp
     texts = [" ".join(words[(i + j) % 5] for j in range(i % 7 + 1)) for i in range(11)]
     pl.DataFrame({"id": [100 + i for i in range(11)], "article": texts}).write_parquet(data / "articles.parquet")
     pl.DataFrame({"heading_id": [0, 1, 2], "text": ["Code civil", "Titre du mariage", "bail"]}).write_parquet(
-        data / "headings.parquet")
+        data / "headings.parquet"
+    )
     pl.DataFrame({"id": list(range(7)), "question": [w + " ?" for w in words] + ["loi", "bail"]}).write_parquet(
-        data / "questions.parquet")
+        data / "questions.parquet"
+    )
     mt5_articles = data / "mt5"
     mt5_articles.mkdir()
     pl.DataFrame({"id": [a for a, _ in ARTICLES], "article": [t for _, t in ARTICLES]}).write_parquet(
-        mt5_articles / "articles.parquet")
+        mt5_articles / "articles.parquet"
+    )
     worker = tmp_path / "worker.py"
-    worker.write_text(WORKER.replace('data + "/articles.parquet", out + "/synthetic',
-                                     'data + "/mt5/articles.parquet", out + "/synthetic'))
+    worker.write_text(
+        WORKER.replace(
+            'data + "/articles.parquet", out + "/synthetic', 'data + "/mt5/articles.parquet", out + "/synthetic'
+        )
+    )
     outputs = {}
     for n in (1, 2):
         out = tmp_path / f"out{n}"
@@ -98,8 +106,12 @@ def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp
         if n == 2:  # rank 1 really ran its own slice: chunk, aggregate, query and doc2query batches
             shards = [line.split("batches ")[1] for line in logs.splitlines() if "rank 1: batches" in line]
             assert len(shards) >= 4 and all(not s.startswith("0-") for s in shards), logs[-3000:]
-    assert sorted(outputs[1]) == ["embed/articles.safetensors", "embed/headings.safetensors",
-                                  "embed/questions.safetensors", "synthetic.parquet"]
+    assert sorted(outputs[1]) == [
+        "embed/articles.safetensors",
+        "embed/headings.safetensors",
+        "embed/questions.safetensors",
+        "synthetic.parquet",
+    ]
     assert outputs[1] == outputs[2]
     queries = pl.read_parquet(tmp_path / "out2" / "synthetic.parquet")
     assert queries.height > 0 and set(queries["article_ids"].list.first()) <= {a for a, t in ARTICLES if t}

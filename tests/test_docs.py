@@ -20,7 +20,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 def _table_rows(lines: list[str], start: int) -> list[list[str]]:
     """The cells of the Markdown table's data rows from line ``start`` (its header) on."""
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
@@ -32,7 +32,8 @@ def test_results_page_is_generated_from_metrics(tmp_path):
     byte: after `dvc repro` changes a metric, rerun the script and commit the page."""
     built = gen_results.write(tmp_path)
     assert built.read_bytes() == (ROOT / "docs" / "results.md").read_bytes(), (
-        "docs/results.md is stale: run `python docs/gen_results.py` and commit it")
+        "docs/results.md is stale: run `python docs/gen_results.py` and commit it"
+    )
 
 
 def test_results_page_reads_the_files_it_names(tmp_path):
@@ -46,8 +47,9 @@ def test_results_page_reads_the_files_it_names(tmp_path):
     page = gen_results.render(tmp_path)
     assert "| bm25 | 39.5 |" in page and "120 of 120 checks pass" in page
     bm25 = (tmp_path / "metrics" / "bm25.json").read_text(encoding="utf-8")
-    (tmp_path / "metrics" / "bm25.json").write_text(bm25.replace('"recall@100": 0.3947', '"recall@100": 0.2947'),
-                                                    encoding="utf-8")
+    (tmp_path / "metrics" / "bm25.json").write_text(
+        bm25.replace('"recall@100": 0.3947', '"recall@100": 0.2947'), encoding="utf-8"
+    )
     page = gen_results.render(tmp_path)
     assert "| bm25 | 29.5 |" in page and "119 of 120 checks pass" in page
     assert "bm25/test/recall@100: 0.2947, expected 0.3947" in page

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 import torch
 
+from conftest import TINY_WORDS as WORDS  # noqa: E402
 from lexgraph.embed import embed_all, load_embeddings
 from lexgraph.errors import ConfigError
 from lexgraph.losses import InfoNCELoss
@@ -22,8 +23,6 @@ from lexgraph.models.packing import chunk_token_ids, collate_chunks
 from lexgraph.training.dsr import train_dsr
 from lexgraph.training.dsr_config import DSRConfig
 from lexgraph.training.dsr_data import TrainingData, build_pairs
-
-from conftest import TINY_WORDS as WORDS  # noqa: E402
 
 
 def _article_encoder(path, **kw) -> HierarchicalArticleEncoder:
@@ -149,7 +148,9 @@ def test_infonce_masks_shared_positives():
     assert unmasked.item() > masked.item() + 0.1
     # a hard negative that is gold for another query is masked too
     assert InfoNCELoss.shared_positive_mask([{1}, {2, 5}], [1, 2, 5, 1]).tolist() == [
-        [False, False, False, True], [False, False, True, False]]
+        [False, False, False, True],
+        [False, False, True, False],
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -167,35 +168,67 @@ CORPUS = {
 
 
 def _data() -> TrainingData:
-    questions = pl.DataFrame({
-        "id": [1, 2, 3, 4],
-        "question": ["bail contrat ?", "mariage enfant ?", "divorce loi ?", "contrat loi ?"],
-        "article_ids": [[1, 4], [2], [3, 5], [4]],
-        "split": ["train"] * 4,
-    })
-    negatives = pl.DataFrame({
-        "question_id": [1, 2, 3], "split": ["train"] * 3, "negative_ids": [[2, 3], [6, 1, 2], [1]],
-    })
+    questions = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4],
+            "question": ["bail contrat ?", "mariage enfant ?", "divorce loi ?", "contrat loi ?"],
+            "article_ids": [[1, 4], [2], [3, 5], [4]],
+            "split": ["train"] * 4,
+        }
+    )
+    negatives = pl.DataFrame(
+        {
+            "question_id": [1, 2, 3],
+            "split": ["train"] * 3,
+            "negative_ids": [[2, 3], [6, 1, 2], [1]],
+        }
+    )
     pairs = build_pairs(questions, negatives, set(CORPUS))
     assert len(pairs) == 6 and pairs[0].negatives == (2, 3) and pairs[2].negatives == (6, 1)  # gold dropped
-    synthetic = pl.DataFrame({
-        "id": [100, 101, 102], "question": ["le contrat", "la loi du divorce", "les articles"],
-        "article_ids": [[1], [3], [6]], "split": ["synthetic"] * 3,
-    })
+    synthetic = pl.DataFrame(
+        {
+            "id": [100, 101, 102],
+            "question": ["le contrat", "la loi du divorce", "les articles"],
+            "article_ids": [[1], [3], [6]],
+            "split": ["synthetic"] * 3,
+        }
+    )
     synthetic_pairs = build_pairs(synthetic, negatives, set(CORPUS))
     assert [p.negatives for p in synthetic_pairs] == [(), (), ()]  # no negatives: random non-gold ones
     return TrainingData(
-        pairs=pairs, article_ids=list(CORPUS), article_texts=list(CORPUS.values()), synthetic_pairs=synthetic_pairs,
-        dev_questions=["bail ?", "enfant ?"], dev_qrels={10: {1}, 11: {2, 5}}, dev_ids=[10, 11],
+        pairs=pairs,
+        article_ids=list(CORPUS),
+        article_texts=list(CORPUS.values()),
+        synthetic_pairs=synthetic_pairs,
+        dev_questions=["bail ?", "enfant ?"],
+        dev_qrels={10: {1}, 11: {2, 5}},
+        dev_ids=[10, 11],
     )
 
 
 def _config(**kw) -> DSRConfig:
-    base = dict(max_chunk_length=16, max_document_length=32, max_query_length=16, chunk_heads=2, chunk_layers=1,
-                epochs=2, batch_size=3, lr=1e-3, eval_batch_size=4, temperature=0.05,
-                # the toy encoder: end to end, [CLS] and max pooling, every layer trains
-                chunk_encoder="finetune", query_trainable_layers=None, chunk_identity_init=False, chunk_lr=None,
-                pooling="max", token_pooling="cls", synthetic_per_epoch=None, warmup_ratio=0.05, synthetic=True)
+    base = dict(
+        max_chunk_length=16,
+        max_document_length=32,
+        max_query_length=16,
+        chunk_heads=2,
+        chunk_layers=1,
+        epochs=2,
+        batch_size=3,
+        lr=1e-3,
+        eval_batch_size=4,
+        temperature=0.05,
+        # the toy encoder: end to end, [CLS] and max pooling, every layer trains
+        chunk_encoder="finetune",
+        query_trainable_layers=None,
+        chunk_identity_init=False,
+        chunk_lr=None,
+        pooling="max",
+        token_pooling="cls",
+        synthetic_per_epoch=None,
+        warmup_ratio=0.05,
+        synthetic=True,
+    )
     base.update(kw)
     return DSRConfig(**base)
 
@@ -204,8 +237,12 @@ def _fresh_dsr(path, config: DSRConfig, seed: int = 0) -> DSR:
     torch.manual_seed(seed)
     query = QueryEncoder.from_pretrained(path, max_length=config.max_query_length, token_pooling=config.token_pooling)
     article = HierarchicalArticleEncoder.from_pretrained(
-        path, max_chunk_length=config.max_chunk_length, max_document_length=config.max_document_length,
-        pooling=config.pooling, num_layers=config.chunk_layers, num_heads=config.chunk_heads,
+        path,
+        max_chunk_length=config.max_chunk_length,
+        max_document_length=config.max_document_length,
+        pooling=config.pooling,
+        num_layers=config.chunk_layers,
+        num_heads=config.chunk_heads,
         token_pooling=config.token_pooling,
     )
     return DSR(query, article, temperature=config.temperature)
@@ -223,8 +260,14 @@ def test_training_is_deterministic_on_cpu(tiny_model_dir):
         assert [h["epoch"] for h in result.history] == [0, 1, 2]  # epoch 0: the untrained model
         assert result.best_epoch in (0, 1, 2) and 0.0 <= result.dev_metrics["recall@200"] <= 1.0
         assert result.n_pairs == 6 + 2
-        runs.append((model.encode_articles(texts, show_progress=False), model.encode_queries(["bail ?"]), before,
-                     result.best_epoch))
+        runs.append(
+            (
+                model.encode_articles(texts, show_progress=False),
+                model.encode_queries(["bail ?"]),
+                before,
+                result.best_epoch,
+            )
+        )
     (a1, q1, b1, best1), (a2, q2, _, best2) = runs
     assert torch.equal(a1, a2) and torch.equal(q1, q2) and best1 == best2
     # the selected model is the untrained one exactly when epoch 0 won
@@ -241,10 +284,13 @@ def test_save_load_round_trip(tiny_model_dir, tmp_path):
     texts = list(CORPUS.values())
     assert loaded.temperature == config.temperature and loaded.article_encoder.pooling == "mean"
     assert loaded.query_encoder.token_pooling == "mean" and loaded.article_encoder.token_pooling == "mean"
-    assert torch.equal(model.encode_articles(texts, show_progress=False),
-                       loaded.encode_articles(texts, show_progress=False))
-    assert torch.equal(model.encode_queries(["bail ?", "loi"], show_progress=False),
-                       loaded.encode_queries(["bail ?", "loi"], show_progress=False))
+    assert torch.equal(
+        model.encode_articles(texts, show_progress=False), loaded.encode_articles(texts, show_progress=False)
+    )
+    assert torch.equal(
+        model.encode_queries(["bail ?", "loi"], show_progress=False),
+        loaded.encode_queries(["bail ?", "loi"], show_progress=False),
+    )
     sim = loaded.similarity(torch.randn(2, 16), torch.randn(3, 16))
     assert sim.shape == (2, 3)
 

@@ -25,35 +25,60 @@ from lexgraph.training.dsr_config import DSRConfig
 from lexgraph.training.dsr_data import TrainingData, load_training_data, split_pairs
 from tests.test_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 
-QUESTIONS = pl.DataFrame({
-    "id": [1, 2, 3, 4, 10, 11],
-    "question": ["bail contrat ?", "mariage enfant ?", "divorce loi ?", "contrat loi ?", "bail ?", "enfant ?"],
-    "article_ids": [[1, 4], [2], [3, 5], [4], [1], [2, 5]],
-    "split": ["train"] * 4 + ["dev"] * 2,
-})
-NEGATIVES = pl.DataFrame({  # dev question 10 has BM25 negatives; 11 was mined, but BM25 found none
-    "question_id": [1, 2, 3, 10, 11], "split": ["train", "train", "train", "dev", "dev"],
-    "negative_ids": [[2, 3], [6, 1, 2], [1], [3, 6], []],
-})
+QUESTIONS = pl.DataFrame(
+    {
+        "id": [1, 2, 3, 4, 10, 11],
+        "question": ["bail contrat ?", "mariage enfant ?", "divorce loi ?", "contrat loi ?", "bail ?", "enfant ?"],
+        "article_ids": [[1, 4], [2], [3, 5], [4], [1], [2, 5]],
+        "split": ["train"] * 4 + ["dev"] * 2,
+    }
+)
+NEGATIVES = pl.DataFrame(
+    {  # dev question 10 has BM25 negatives; 11 was mined, but BM25 found none
+        "question_id": [1, 2, 3, 10, 11],
+        "split": ["train", "train", "train", "dev", "dev"],
+        "negative_ids": [[2, 3], [6, 1, 2], [1], [3, 6], []],
+    }
+)
 BATCH = 4
 
 
 def _data() -> TrainingData:
     dev = QUESTIONS.filter(pl.col("split") == "dev")
     return TrainingData(
-        pairs=split_pairs(QUESTIONS, NEGATIVES, set(CORPUS), ["train"]), article_ids=list(CORPUS),
-        article_texts=list(CORPUS.values()), dev_questions=dev["question"].to_list(),
+        pairs=split_pairs(QUESTIONS, NEGATIVES, set(CORPUS), ["train"]),
+        article_ids=list(CORPUS),
+        article_texts=list(CORPUS.values()),
+        dev_questions=dev["question"].to_list(),
         dev_qrels={int(q): set(g) for q, g in zip(dev["id"].to_list(), dev["article_ids"].to_list())},
-        dev_ids=dev["id"].to_list(), dev_pairs=split_pairs(QUESTIONS, NEGATIVES, set(CORPUS), ["dev"]),
+        dev_ids=dev["id"].to_list(),
+        dev_pairs=split_pairs(QUESTIONS, NEGATIVES, set(CORPUS), ["dev"]),
     )
 
 
 def _config(**kw) -> DSRConfig:
-    base = dict(max_chunk_length=16, max_document_length=32, max_query_length=16, chunk_heads=2, chunk_layers=1,
-                epochs=3, batch_size=BATCH, lr=1e-3, eval_batch_size=4, temperature=0.05, synthetic=False,
-                # the toy encoder: end to end, [CLS] and max pooling, every layer trains
-                chunk_encoder="finetune", query_trainable_layers=None, chunk_identity_init=False, chunk_lr=None,
-                pooling="max", token_pooling="cls", synthetic_per_epoch=None, warmup_ratio=0.05)
+    base = dict(
+        max_chunk_length=16,
+        max_document_length=32,
+        max_query_length=16,
+        chunk_heads=2,
+        chunk_layers=1,
+        epochs=3,
+        batch_size=BATCH,
+        lr=1e-3,
+        eval_batch_size=4,
+        temperature=0.05,
+        synthetic=False,
+        # the toy encoder: end to end, [CLS] and max pooling, every layer trains
+        chunk_encoder="finetune",
+        query_trainable_layers=None,
+        chunk_identity_init=False,
+        chunk_lr=None,
+        pooling="max",
+        token_pooling="cls",
+        synthetic_per_epoch=None,
+        warmup_ratio=0.05,
+    )
     return DSRConfig(**{**base, **kw})
 
 
@@ -73,8 +98,14 @@ def runs(monkeypatch):
 
     def recording_fit(task, optimizer, scheduler, config, runtime):
         result = real_fit(task, optimizer, scheduler, config, runtime)
-        calls.append(SimpleNamespace(config=config, pairs=list(task.data.pairs), steps=len(result.step_losses),
-                                     last_lr=scheduler.get_last_lr()))
+        calls.append(
+            SimpleNamespace(
+                config=config,
+                pairs=list(task.data.pairs),
+                steps=len(result.step_losses),
+                last_lr=scheduler.get_last_lr(),
+            )
+        )
         return result
 
     monkeypatch.setattr(dsr, "fit", recording_fit)
@@ -136,8 +167,9 @@ def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, ru
     assert _same(_state(model), start)
 
 
-def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_dev(tiny_model_dir, runs, monkeypatch,
-                                                                                     caplog):
+def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_dev(
+    tiny_model_dir, runs, monkeypatch, caplog
+):
     """``dsr.selection: fixed`` (G-DSR Table 5 / appendix B): the selection run keeps its last
     epoch whatever dev says, and the refit trains all ``epochs`` on train + dev."""
     caplog.set_level("INFO", logger="lexgraph.training.dsr")
@@ -157,10 +189,16 @@ def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_d
 
 def test_refit_logs_every_run_and_every_skip_with_its_reason(tiny_model_dir, runs, monkeypatch, caplog):
     caplog.set_level("INFO", logger="lexgraph.training.dsr")
-    for refit, scores, expected in ((False, [0.1, 0.3, 0.2], "refit: skipped, 'dsr.refit' is false"),
-                                    (True, [0.9, 0.1, 0.2], "refit: skipped, the untrained model won on dev"),
-                                    (True, [0.1, 0.9, 0.2], "refit: on train + dev, 9 pairs (6 train, 3 dev, 1 of them "
-                                                            "with BM25 negatives) for 1 epochs (chosen on dev)")):
+    for refit, scores, expected in (
+        (False, [0.1, 0.3, 0.2], "refit: skipped, 'dsr.refit' is false"),
+        (True, [0.9, 0.1, 0.2], "refit: skipped, the untrained model won on dev"),
+        (
+            True,
+            [0.1, 0.9, 0.2],
+            "refit: on train + dev, 9 pairs (6 train, 3 dev, 1 of them "
+            "with BM25 negatives) for 1 epochs (chosen on dev)",
+        ),
+    ):
         caplog.clear()
         _force_dev(monkeypatch, scores)
         config = _config(epochs=2, refit=refit)
@@ -172,16 +210,24 @@ def _write_inputs(tmp_path, negatives: pl.DataFrame) -> dict:
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(QUESTIONS, tmp_path / "q.parquet")
     write_parquet(negatives, tmp_path / "n.parquet")
-    return dict(articles_path=tmp_path / "a.parquet", questions_path=tmp_path / "q.parquet",
-                synthetic_path=tmp_path / "none", negatives_path=tmp_path / "n.parquet", use_synthetic=False)
+    return dict(
+        articles_path=tmp_path / "a.parquet",
+        questions_path=tmp_path / "q.parquet",
+        synthetic_path=tmp_path / "none",
+        negatives_path=tmp_path / "n.parquet",
+        use_synthetic=False,
+    )
 
 
 def test_refit_gets_the_mined_dev_negatives_and_refuses_unmined_dev_questions(tmp_path):
     """The refit's dev pairs draw from BM25 negatives mined for dev (split 'dev'); a dev question
     with no mined row (negatives.splits without dev) is an error, never silent random negatives."""
     data = load_training_data(**_write_inputs(tmp_path, NEGATIVES), refit=True)
-    assert [(p.key, p.negatives) for p in data.dev_pairs] == [(("dev", 10), (3, 6)), (("dev", 11), ()),
-                                                              (("dev", 11), ())]
+    assert [(p.key, p.negatives) for p in data.dev_pairs] == [
+        (("dev", 10), (3, 6)),
+        (("dev", 11), ()),
+        (("dev", 11), ()),
+    ]
     unmined = NEGATIVES.filter(pl.col("split") != "dev")
     assert load_training_data(**_write_inputs(tmp_path, unmined), refit=False).dev_pairs == []  # no refit: fine
     with pytest.raises(DataError) as info:
@@ -204,7 +250,9 @@ def test_profiles_that_refit_mine_dev_negatives():
 def test_refit_without_dev_questions_is_an_error(tiny_model_dir):
     config = _config(refit=True)
     with pytest.raises(DataError, match="refit"):
-        train_and_refit(_fresh_dsr(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, torch.device("cpu"), 7)
+        train_and_refit(
+            _fresh_dsr(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, torch.device("cpu"), 7
+        )
 
 
 def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, monkeypatch):
@@ -212,14 +260,23 @@ def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, mo
     write_parquet(QUESTIONS, tmp_path / "q.parquet")
     write_parquet(NEGATIVES, tmp_path / "n.parquet")
     summaries = {}
-    for name, refit, scores in (("off", False, [0.1, 0.9, 0.3]), ("on", True, [0.1, 0.9, 0.3]),
-                                ("zero", True, [0.9, 0.1, 0.3])):
+    for name, refit, scores in (
+        ("off", False, [0.1, 0.9, 0.3]),
+        ("on", True, [0.1, 0.9, 0.3]),
+        ("zero", True, [0.9, 0.1, 0.3]),
+    ):
         _force_dev(monkeypatch, scores)
         out = tmp_path / name
         paths = dsr.TrainDsrPaths(
-            articles=tmp_path / "a.parquet", questions=tmp_path / "q.parquet", synthetic=tmp_path / "none",
-            negatives=tmp_path / "n.parquet", pretrained=tiny_model_dir, chunks=tmp_path / "none",
-            out=out / "dsr", metrics=out / "m.json", plot=out / "c.csv",
+            articles=tmp_path / "a.parquet",
+            questions=tmp_path / "q.parquet",
+            synthetic=tmp_path / "none",
+            negatives=tmp_path / "n.parquet",
+            pretrained=tiny_model_dir,
+            chunks=tmp_path / "none",
+            out=out / "dsr",
+            metrics=out / "m.json",
+            plot=out / "c.csv",
         )
         dsr.run_train_dsr(paths, _config(epochs=2, refit=refit), torch.device("cpu"), seed=3)
         summaries[name] = json.loads((out / "m.json").read_text())
@@ -231,5 +288,6 @@ def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, mo
     zero = summaries["zero"]
     assert zero["best_epoch"] == 0 and zero["refit"] is None and zero["dev_held_out"] is True
     saved = DSR.load(tmp_path / "on" / "dsr")
-    assert not torch.equal(saved.encode_queries(["bail ?"]), DSR.load(tmp_path / "off" / "dsr").encode_queries(
-        ["bail ?"]))  # the refit model, not the selection run's
+    assert not torch.equal(
+        saved.encode_queries(["bail ?"]), DSR.load(tmp_path / "off" / "dsr").encode_queries(["bail ?"])
+    )  # the refit model, not the selection run's

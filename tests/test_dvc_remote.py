@@ -30,8 +30,10 @@ def test_push_clone_pull_then_nothing_to_reproduce(tmp_path):
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(origin / "src"),
         "HF_HUB_OFFLINE": "1",
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
-        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
     }
     env.pop("LEXGRAPH_TEST_HANG", None)
     scratch_copy(origin, env)

@@ -231,8 +231,10 @@ def test_stage_failing_on_a_bad_source_row_keeps_every_output(repo):
         csv_path.write_text(original, encoding="utf-8")
     error = assert_one_line_error(proc, "lexgraph fetch: error: data/sample/questions_dev.csv, ")
     row = len(lines)  # the appended row: data rows are numbered from 1 below the header
-    assert f"row {row}, column 'id': question id {first_id} is already used by row 1 of " \
-           f"data/sample/questions_dev.csv (line 2)" in error
+    assert (
+        f"row {row}, column 'id': question id {first_id} is already used by row 1 of "
+        f"data/sample/questions_dev.csv (line 2)" in error
+    )
     assert f"(row {row} starts on line {row + 1})" in error
     assert snapshot(dest) == before
     assert leftovers(dest) == []
@@ -313,14 +315,21 @@ def test_stage_interrupted_mid_write_keeps_every_output(repo, tmp_path, sig):
     marker = tmp_path / "writing"
     hang_env = {**env, "PYTHONPATH": f"{hook}{os.pathsep}{env['PYTHONPATH']}", "LEXGRAPH_TEST_HANG": str(marker)}
     proc = subprocess.Popen(
-        ["dvc", "repro", "-f", "-s", "clean"], cwd=dest, env=hang_env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ["dvc", "repro", "-f", "-s", "clean"],
+        cwd=dest,
+        env=hang_env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
         while not (marker.is_file() and marker.read_text()) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert marker.is_file(), f"clean never started writing:\n{proc.communicate()[0] if proc.poll() is not None else ''}"
+        assert marker.is_file(), (
+            f"clean never started writing:\n{proc.communicate()[0] if proc.poll() is not None else ''}"
+        )
         stage_pid = int(marker.read_text())
         assert [p.name for p in (dest / "data").iterdir() if p.name.startswith(".clean.")], "no temporary output"
         os.killpg(proc.pid, sig)

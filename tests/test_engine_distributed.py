@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, write_params
-
 from engine_worker import train
 from lexgraph.training.engine import Runtime
 
@@ -24,9 +23,11 @@ TOLERANCE = 1e-5
 
 
 def _close(a: dict, b: dict) -> bool:
-    return (len(a["step_losses"]) == len(b["step_losses"])
-            and np.allclose(a["step_losses"], b["step_losses"], rtol=0, atol=TOLERANCE)
-            and np.allclose(a["weights"], b["weights"], rtol=0, atol=TOLERANCE))
+    return (
+        len(a["step_losses"]) == len(b["step_losses"])
+        and np.allclose(a["step_losses"], b["step_losses"], rtol=0, atol=TOLERANCE)
+        and np.allclose(a["weights"], b["weights"], rtol=0, atol=TOLERANCE)
+    )
 
 
 def test_accumulation_matches_the_whole_batch_and_a_smaller_batch_does_not():
@@ -45,10 +46,24 @@ def test_accumulation_matches_the_whole_batch_and_a_smaller_batch_does_not():
 @pytest.mark.slow
 def test_two_gloo_processes_match_one_process_at_the_same_global_batch(tmp_path):
     out = tmp_path / "two.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
-           "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(ROOT / "tests" / "engine_worker.py"), str(out), "--runs", "8:1", "8:2"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "tests" / "engine_worker.py"),
+        str(out),
+        "--runs",
+        "8:1",
+        "8:2",
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     two, two_accumulated = json.loads(out.read_text())
@@ -69,14 +84,38 @@ def test_a_stage_under_torchrun_writes_its_outputs_once(tmp_path):
     texts = [f"Article {i}: le bail du locataire et le contrat du propriétaire, alinéa {i}." for i in range(60)]
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": list(range(60)), "article": texts}).write_parquet(articles)
-    section = dict(mode="scratch", vocab_size=200, hidden_size=16, num_layers=1, num_heads=2, max_length=16,
-                   max_steps=4, batch_size=8, warmup_ratio=0.25, log_every=2)
+    section = dict(
+        mode="scratch",
+        vocab_size=200,
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        max_length=16,
+        max_steps=4,
+        batch_size=8,
+        warmup_ratio=0.25,
+        log_every=2,
+    )
     params = write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"}, pretrain=section)
     out, metrics = tmp_path / "models" / "pretrain", tmp_path / "metrics" / "pretrain.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(ROOT / "stages" / "pretrain.py"), "--params", str(params), "--articles", str(articles),
-           "--out", str(out), "--metrics", str(metrics)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "stages" / "pretrain.py"),
+        "--params",
+        str(params),
+        "--articles",
+        str(articles),
+        "--out",
+        str(out),
+        "--metrics",
+        str(metrics),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     written = json.loads(metrics.read_text())

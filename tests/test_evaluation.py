@@ -99,14 +99,38 @@ def test_reported_values_round_as_python_floats():
 
 METRICS_BY_SYSTEM = {
     "bm25": {
-        "test": {"recall@10": 0.3, "recall@100": 0.41249, "recall@200": 0.5, "recall@500": 0.6125,
-                 "map": 0.1, "r_precision": 0.08, "mrr@10": 0.2, "ndcg@10": 0.25},
-        "dev": {"recall@10": 0.35, "recall@100": 0.45, "recall@200": 0.55, "recall@500": 0.65,
-                "map": 0.15, "r_precision": 0.1, "mrr@10": 0.25, "ndcg@10": 0.3},
+        "test": {
+            "recall@10": 0.3,
+            "recall@100": 0.41249,
+            "recall@200": 0.5,
+            "recall@500": 0.6125,
+            "map": 0.1,
+            "r_precision": 0.08,
+            "mrr@10": 0.2,
+            "ndcg@10": 0.25,
+        },
+        "dev": {
+            "recall@10": 0.35,
+            "recall@100": 0.45,
+            "recall@200": 0.55,
+            "recall@500": 0.65,
+            "map": 0.15,
+            "r_precision": 0.1,
+            "mrr@10": 0.25,
+            "ndcg@10": 0.3,
+        },
     },
     "dsr": {
-        "test": {"recall@10": 0.5, "recall@100": 0.8, "recall@200": 0.85, "recall@500": 0.9,
-                 "map": 0.33333, "r_precision": 0.3, "mrr@10": 0.4, "ndcg@10": 1.0},
+        "test": {
+            "recall@10": 0.5,
+            "recall@100": 0.8,
+            "recall@200": 0.85,
+            "recall@500": 0.9,
+            "map": 0.33333,
+            "r_precision": 0.3,
+            "mrr@10": 0.4,
+            "ndcg@10": 1.0,
+        },
     },
 }
 
@@ -139,8 +163,7 @@ def test_results_markdown():
         "| dsr | – | – | – | – | – | – | – |\n"
         "\n"
         "## test split\n"
-        "\n"
-        + results_table(METRICS_BY_SYSTEM, "test", n_questions=222)
+        "\n" + results_table(METRICS_BY_SYSTEM, "test", n_questions=222)
     )
 
 
@@ -159,21 +182,35 @@ def test_evaluate_systems_shares_a_query_encoder_between_systems(tmp_path, tiny_
     QueryEncoder.from_pretrained(tiny_model_dir, token_pooling="mean").save_pretrained(directory)
     ids, emb = np.arange(1, 9), torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
     for name, scale in (("dsr", 1.0), ("gdsr", -1.0)):
-        monkeypatch.setitem(SYSTEMS, name, lambda ws, device, s=scale, n=name:
-                            DenseRetriever(load_query_encoder(directory), ids, emb * s, name=n))
-    questions = pl.DataFrame({"id": [1, 2, 3], "question": ["le bail", "la loi", "divorce"],
-                              "article_ids": [[1], [2, 3], [8]], "split": ["dev", "dev", "test"]})
+        monkeypatch.setitem(
+            SYSTEMS,
+            name,
+            lambda ws, device, s=scale, n=name: DenseRetriever(load_query_encoder(directory), ids, emb * s, name=n),
+        )
+    questions = pl.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "question": ["le bail", "la loi", "divorce"],
+            "article_ids": [[1], [2, 3], [8]],
+            "split": ["dev", "dev", "test"],
+        }
+    )
     separate = {}
     for name in ("dsr", "gdsr"):
         separate |= evaluate_systems([name], questions, ["dev", "test"], 500, tmp_path / "alone", tmp_path, "cpu")
     loads, encodes = [], []
     load, encode = QueryEncoder.from_pretrained.__func__, QueryEncoder.encode
-    monkeypatch.setattr(QueryEncoder, "from_pretrained", classmethod(lambda cls, *a, **kw: loads.append(a) or load(cls, *a, **kw)))
-    monkeypatch.setattr(QueryEncoder, "encode", lambda self, texts, **kw: encodes.append(list(texts)) or encode(self, texts, **kw))
+    monkeypatch.setattr(
+        QueryEncoder, "from_pretrained", classmethod(lambda cls, *a, **kw: loads.append(a) or load(cls, *a, **kw))
+    )
+    monkeypatch.setattr(
+        QueryEncoder, "encode", lambda self, texts, **kw: encodes.append(list(texts)) or encode(self, texts, **kw)
+    )
     shared = evaluate_systems(["dsr", "gdsr"], questions, ["dev", "test"], 500, tmp_path / "shared", tmp_path, "cpu")
     assert len(loads) == 1 and encodes == [["le bail", "la loi"], ["divorce"]]
     assert shared == separate
     for name in ("dsr", "gdsr"):
         for split in ("dev", "test"):
-            assert (tmp_path / "shared" / name / f"{split}.trec").read_bytes() == \
-                (tmp_path / "alone" / name / f"{split}.trec").read_bytes()
+            assert (tmp_path / "shared" / name / f"{split}.trec").read_bytes() == (
+                tmp_path / "alone" / name / f"{split}.trec"
+            ).read_bytes()

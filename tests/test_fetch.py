@@ -21,7 +21,9 @@ def fetch_config(values: dict) -> FetchConfig:
 
 
 def test_sample_source_reads_embedded_sample_with_its_ids_and_splits():
-    articles, questions, negatives = fetch(fetch_config({"source": "sample", "sample_dir": str(ROOT / "data/sample")}), seed=1)
+    articles, questions, negatives = fetch(
+        fetch_config({"source": "sample", "sample_dir": str(ROOT / "data/sample")}), seed=1
+    )
     assert articles.height == 2760
     assert articles["id"].to_list() == list(range(1, 2761))
     counts = dict(questions.group_by("split").len().iter_rows())
@@ -33,8 +35,9 @@ def test_sample_source_reads_embedded_sample_with_its_ids_and_splits():
 
 
 def test_local_source_carves_dev_and_reads_negatives(bsard_dir):
-    articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True,
-                                                         "negatives": True}), seed=3)
+    articles, questions, negatives = fetch(
+        fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True, "negatives": True}), seed=3
+    )
     assert articles.height == 5 and articles["code"].to_list()[3] == "Code B"
     splits = dict(questions.group_by("split").len().iter_rows())
     assert splits["train"] + splits.get("dev", 0) == 6 and splits["test"] == 2 and splits["synthetic"] == 2
@@ -109,9 +112,7 @@ def test_empty_file(bsard_dir):
 
 
 def test_bad_encoding(bsard_dir):
-    (bsard_dir / "questions_test.csv").write_bytes(
-        "id,question,article_ids\n1,Où est le mur ?,3\n".encode("latin-1")
-    )
+    (bsard_dir / "questions_test.csv").write_bytes("id,question,article_ids\n1,Où est le mur ?,3\n".encode("latin-1"))
     with pytest.raises(DataError, match=r"questions_test\.csv: not valid UTF-8 at byte \d+ \(line 2\)"):
         fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir)}), seed=1)
 
@@ -159,23 +160,33 @@ def test_hub_style_synthetic_ids_overlapping_carved_dev_ids(tmp_path):
     from tests.conftest import write_bsard_layout
 
     root = write_bsard_layout(tmp_path / "hub")
-    write_questions(root / "questions_train.csv", [(i, f"Question d'entraînement numéro {i} ?", str(1 + i % 5))
-                                                   for i in range(1, 61)])
+    write_questions(
+        root / "questions_train.csv",
+        [(i, f"Question d'entraînement numéro {i} ?", str(1 + i % 5)) for i in range(1, 61)],
+    )
     write_questions(root / "questions_test.csv", [(i, f"Question de test numéro {i} ?", "3") for i in range(61, 71)])
-    write_questions(root / "questions_synthetic.csv", [(i, f"requête synthétique {i}", str(1 + i % 5))
-                                                       for i in range(1, 41)])
+    write_questions(
+        root / "questions_synthetic.csv", [(i, f"requête synthétique {i}", str(1 + i % 5)) for i in range(1, 41)]
+    )
     (root / "negatives" / "bm25_negatives_synthetic.json").write_text(
-        json.dumps({str(i): [1 + (i + 1) % 5] for i in range(1, 41)}), encoding="utf-8")
-    articles, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(root), "synthetic": True,
-                                                         "negatives": True, "dev_fraction": 0.3}), seed=3)
+        json.dumps({str(i): [1 + (i + 1) % 5] for i in range(1, 41)}), encoding="utf-8"
+    )
+    articles, questions, negatives = fetch(
+        fetch_config({**PARAMS, "local_dir": str(root), "synthetic": True, "negatives": True, "dev_fraction": 0.3}),
+        seed=3,
+    )
     dev = questions.filter(pl.col("split") == "dev")
     assert len(set(dev["id"]) & set(range(1, 41))) > 5  # the carve took ids that the hub's synthetic ones also use
     assert questions["id"].is_unique().all()
     synthetic = questions.filter(pl.col("split") == "synthetic")
     assert synthetic["id"].to_list() == [i + 71 for i in range(1, 41)]  # past the largest human id, 70
     # the hub's negatives follow their question: hub id i is lexgraph id i + 71
-    by_id = dict(zip(negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list(),
-                     negatives.filter(pl.col("split") == "synthetic")["article_ids"].to_list()))
+    by_id = dict(
+        zip(
+            negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list(),
+            negatives.filter(pl.col("split") == "synthetic")["article_ids"].to_list(),
+        )
+    )
     for qid, text in zip(synthetic["id"].to_list(), synthetic["question"].to_list()):
         hub_id = int(text.rsplit(" ", 1)[1])
         assert by_id[qid] == [1 + (hub_id + 1) % 5]
@@ -213,7 +224,8 @@ def test_duplicate_synthetic_question_id(bsard_dir):
 
 def test_synthetic_questions_may_reuse_human_ids(bsard_dir):
     """fetch renumbers synthetic ids that clash with human ones (past the largest, 8): not an error."""
-    _, questions, negatives = fetch(fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True,
-                                                  "negatives": True}), seed=1)
+    _, questions, negatives = fetch(
+        fetch_config({**PARAMS, "local_dir": str(bsard_dir), "synthetic": True, "negatives": True}), seed=1
+    )
     assert questions.filter(pl.col("split") == "synthetic")["id"].to_list() == [1 + 9, 2 + 9]
     assert negatives.filter(pl.col("split") == "synthetic")["question_id"].to_list() == [1 + 9]

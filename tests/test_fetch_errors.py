@@ -23,7 +23,14 @@ from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.errors import DataError
 from tests.conftest import ROOT, section, write_params, write_questions
 
-PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "negatives": True, "hub_repo": "x", "revision": None}
+PARAMS = {
+    "source": "local",
+    "dev_fraction": 0.34,
+    "synthetic": False,
+    "negatives": True,
+    "hub_repo": "x",
+    "revision": None,
+}
 
 
 def fetch_config(values: dict) -> FetchConfig:
@@ -58,8 +65,10 @@ def test_duplicate_question_id_across_files_names_both_rows(bsard_dir):
 def test_duplicate_question_id_in_one_file(bsard_dir):
     write_questions(bsard_dir / "questions_test.csv", [(7, "a ?", "3"), (8, "b ?", "5"), (7, "c ?", "4")])
     msg = error_of(bsard_dir)
-    assert msg.startswith(f"{bsard_dir / 'questions_test.csv'}, row 3, column 'id': question id 7 is already used "
-                          f"by row 1 of {bsard_dir / 'questions_test.csv'} (line 2)")
+    assert msg.startswith(
+        f"{bsard_dir / 'questions_test.csv'}, row 3, column 'id': question id 7 is already used "
+        f"by row 1 of {bsard_dir / 'questions_test.csv'} (line 2)"
+    )
 
 
 def test_duplicate_article_id_gives_lines_of_multiline_rows(bsard_dir):
@@ -76,40 +85,73 @@ def test_duplicate_article_id_gives_lines_of_multiline_rows(bsard_dir):
 @pytest.mark.parametrize(
     ("ids", "column", "expected"),
     [
-        ("3,99", "article_ids", "question 8 cites article id(s) [99] that are not in {corpus}; expected ids of its "
-                                "'id' column"),
-        ("3,x4", "article_ids", "article id 'x4' is not an integer; expected a comma-separated list of integer "
-                                "ids of {corpus}"),
+        (
+            "3,99",
+            "article_ids",
+            "question 8 cites article id(s) [99] that are not in {corpus}; expected ids of its 'id' column",
+        ),
+        (
+            "3,x4",
+            "article_ids",
+            "article id 'x4' is not an integer; expected a comma-separated list of integer ids of {corpus}",
+        ),
         ("", "article_ids", "no relevant article ids; expected a comma-separated list of integer ids of {corpus}"),
         # issue 18: a cell that holds no id is one error whatever its commas; an empty item lost an id
         (",", "article_ids", "no relevant article ids; expected a comma-separated list of integer ids of {corpus}"),
         (" , ;", "article_ids", "no relevant article ids; expected a comma-separated list of integer ids of {corpus}"),
-        ("3,,4", "article_ids", "article ids '3,,4' have an empty item (item 2 of 3); expected a comma-separated "
-                                "list of integer ids of {corpus}"),
-        ("3,", "article_ids", "article ids '3,' have an empty item (item 2 of 2); expected a comma-separated list "
-                              "of integer ids of {corpus}"),
+        (
+            "3,,4",
+            "article_ids",
+            "article ids '3,,4' have an empty item (item 2 of 3); expected a comma-separated "
+            "list of integer ids of {corpus}",
+        ),
+        (
+            "3,",
+            "article_ids",
+            "article ids '3,' have an empty item (item 2 of 2); expected a comma-separated list "
+            "of integer ids of {corpus}",
+        ),
         # digits 0-9 only: Python's int() would read these as 3 and 3
-        ("\u0663", "article_ids", "article id '\u0663' is not an integer; expected a comma-separated list of integer "
-                                  "ids of {corpus}"),
-        ("3\x00", "article_ids", "article id '3\\x00' is not an integer; expected a comma-separated list of integer "
-                                 "ids of {corpus}"),
+        (
+            "\u0663",
+            "article_ids",
+            "article id '\u0663' is not an integer; expected a comma-separated list of integer ids of {corpus}",
+        ),
+        (
+            "3\x00",
+            "article_ids",
+            "article id '3\\x00' is not an integer; expected a comma-separated list of integer ids of {corpus}",
+        ),
     ],
-    ids=["unknown", "not-integer", "empty", "comma-only", "separators-only", "empty-item", "trailing-comma",
-         "arabic-digit", "nul"],
+    ids=[
+        "unknown",
+        "not-integer",
+        "empty",
+        "comma-only",
+        "separators-only",
+        "empty-item",
+        "trailing-comma",
+        "arabic-digit",
+        "nul",
+    ],
 )
 def test_bad_article_ids_name_the_question_file_row_and_line(bsard_dir, ids, column, expected):
     write_questions(bsard_dir / "questions_test.csv", [(7, "Qui répare le mur ?", "3"), (8, "Et le loyer ?", ids)])
     msg = error_of(bsard_dir)
     corpus = bsard_dir / "articles.csv"
-    assert msg == (f"{bsard_dir / 'questions_test.csv'}, row 2, column '{column}': "
-                   f"{expected.format(corpus=corpus)} (row 2 starts on line 3)")
+    assert msg == (
+        f"{bsard_dir / 'questions_test.csv'}, row 2, column '{column}': "
+        f"{expected.format(corpus=corpus)} (row 2 starts on line 3)"
+    )
 
 
 def test_empty_question_text(bsard_dir):
     write_questions(bsard_dir / "questions_train.csv", [(1, "Qui ?", "3"), (2, "  ", "2")])
     msg = error_of(bsard_dir)
-    assert msg == (f"{bsard_dir / 'questions_train.csv'}, row 2, column 'question': question 2 has no text; "
-                   "expected the question (row 2 starts on line 3)")
+    assert msg == (
+        f"{bsard_dir / 'questions_train.csv'}, row 2, column 'question': question 2 has no text; "
+        "expected the question (row 2 starts on line 3)"
+    )
 
 
 def test_blank_line_is_a_row_with_an_empty_id(bsard_dir):
@@ -153,12 +195,16 @@ def test_hub_table_rows_are_named_by_config_and_split(hub_dir):
 
 # ----------------------------------------------------------------------------- issue 18: integrity
 
-COLUMNS = {"questions": "expected comma-separated columns id, question, article_ids and optionally category, "
-                        "subcategory, extra_description",
-           "articles": "expected comma-separated columns id, article and optionally reference, law_type, code, book, "
-                       "part, act, chapter, section, subsection, description"}
-SHARED = ("expected each question text in only one of the train, dev and test splits (texts compared NFKC-normalised "
-          "and casefolded, punctuation and spacing ignored)")
+COLUMNS = {
+    "questions": "expected comma-separated columns id, question, article_ids and optionally category, "
+    "subcategory, extra_description",
+    "articles": "expected comma-separated columns id, article and optionally reference, law_type, code, book, "
+    "part, act, chapter, section, subsection, description",
+}
+SHARED = (
+    "expected each question text in only one of the train, dev and test splits (texts compared NFKC-normalised "
+    "and casefolded, punctuation and spacing ignored)"
+)
 
 
 def files_of(root: Path) -> dict:
@@ -181,34 +227,49 @@ def test_duplicated_header_column_is_refused(bsard_dir, name):
     header = lines[0].split(",")
     header[2] = "id"
     path.write_text("\n".join([",".join(header), *lines[1:]]), encoding="utf-8")
-    assert refused(bsard_dir) == f"{path}: column 'id' appears twice in the header (columns 1 and 3); expected each column once"
+    assert (
+        refused(bsard_dir)
+        == f"{path}: column 'id' appears twice in the header (columns 1 and 3); expected each column once"
+    )
 
 
 def test_semicolon_separated_csv_names_the_expected_columns(bsard_dir):
     """Not polars' advice ("truncate_ragged_lines=True"): the file, and the columns expected."""
     path = bsard_dir / "questions_test.csv"
     path.write_text("id;question;article_ids\n7;Qui répare le mur ?;3,1\n8;Et le loyer ?;5\n", encoding="utf-8")
-    assert refused(bsard_dir) == (f"{path}: the header 'id;question;article_ids' is a single column, so the file is "
-                                  f"not comma-separated; {COLUMNS['questions']}")
+    assert refused(bsard_dir) == (
+        f"{path}: the header 'id;question;article_ids' is a single column, so the file is "
+        f"not comma-separated; {COLUMNS['questions']}"
+    )
 
 
-@pytest.mark.parametrize(("row", "fields"), [('8,Et le loyer, la charge ?,Logement,Bail,,"5"', 7),
-                                             ("8,Et le loyer ?", 2)], ids=["unquoted-comma", "short-row"])
+@pytest.mark.parametrize(
+    ("row", "fields"),
+    [('8,Et le loyer, la charge ?,Logement,Bail,,"5"', 7), ("8,Et le loyer ?", 2)],
+    ids=["unquoted-comma", "short-row"],
+)
 def test_row_with_another_number_of_fields_than_the_header(bsard_dir, row, fields):
     path = bsard_dir / "questions_test.csv"
-    path.write_text(path.read_text(encoding="utf-8").splitlines()[0] + '\n7,"Qui répare ?",,,,3\n' + row + "\n",
-                    encoding="utf-8")
-    assert refused(bsard_dir) == (f"{path}, row 2: {fields} fields where the header has 6; {COLUMNS['questions']} "
-                                  "(a value holding a comma must be quoted) (row 2 starts on line 3)")
+    path.write_text(
+        path.read_text(encoding="utf-8").splitlines()[0] + '\n7,"Qui répare ?",,,,3\n' + row + "\n", encoding="utf-8"
+    )
+    assert refused(bsard_dir) == (
+        f"{path}, row 2: {fields} fields where the header has 6; {COLUMNS['questions']} "
+        "(a value holding a comma must be quoted) (row 2 starts on line 3)"
+    )
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    ("7\x00", "holds the control or unassigned character '\\x00' at character 2"),
-    (" 7", "holds whitespace (' ') at character 1"),
-    ("7\t", "holds whitespace ('\\t') at character 2"),
-    ("7\u00a0", "holds whitespace ('\\xa0') at character 2"),
-    ("7\u200b", "holds the control or unassigned character '\\u200b' at character 2"),
-], ids=["nul", "space", "tab", "nbsp", "zero-width-space"])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("7\x00", "holds the control or unassigned character '\\x00' at character 2"),
+        (" 7", "holds whitespace (' ') at character 1"),
+        ("7\t", "holds whitespace ('\\t') at character 2"),
+        ("7\u00a0", "holds whitespace ('\\xa0') at character 2"),
+        ("7\u200b", "holds the control or unassigned character '\\u200b' at character 2"),
+    ],
+    ids=["nul", "space", "tab", "nbsp", "zero-width-space"],
+)
 @pytest.mark.parametrize("name", ["questions_test.csv", "articles.csv"])
 def test_id_with_whitespace_or_control_character_is_refused(bsard_dir, name, value, reason):
     """Ids are written into whitespace-separated TREC runs: refused, not stripped or misread."""
@@ -219,27 +280,38 @@ def test_id_with_whitespace_or_control_character_is_refused(bsard_dir, name, val
     else:
         write_questions(path, [(8, "Et le loyer ?", "5"), (value, "Qui répare le mur ?", "3")])
         row, line = 2, 3
-    assert refused(bsard_dir) == (f"{path}, row {row}, column 'id': id {value!r} {reason}; expected an integer id "
-                                  f"(row {row} starts on line {line})")
+    assert refused(bsard_dir) == (
+        f"{path}, row {row}, column 'id': id {value!r} {reason}; expected an integer id "
+        f"(row {row} starts on line {line})"
+    )
 
 
-@pytest.mark.parametrize("text", ["Quand dois-je payer mon loyer ?", "quand dois-je  payer mon LOYER",
-                                  "Quand dois-je payer mon loyer\u00a0?", "\uff31uand dois-je payer mon loyer ?"],
-                         ids=["verbatim", "case-spacing-punctuation", "nbsp", "nfkc-fullwidth"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Quand dois-je payer mon loyer ?",
+        "quand dois-je  payer mon LOYER",
+        "Quand dois-je payer mon loyer\u00a0?",
+        "\uff31uand dois-je payer mon loyer ?",
+    ],
+    ids=["verbatim", "case-spacing-punctuation", "nbsp", "nfkc-fullwidth"],
+)
 def test_train_question_in_test_is_refused_naming_both_rows(bsard_dir, text):
     """Train question 3 (row 3 of questions_train.csv) copied into the test file: leakage. The
     local copy has no dev file, so this is checked after dev is carved from train."""
     write_questions(bsard_dir / "questions_test.csv", [(7, "Qui répare le mur mitoyen ?", "3"), (8, text, "5")])
     assert refused(bsard_dir) == (
         f"{bsard_dir / 'questions_test.csv'}, row 2, column 'question': question 8 (test) has the same text as "
-        f"question 3 (train, row 3 of {bsard_dir / 'questions_train.csv'} (line 4)); {SHARED} (row 2 starts on line 3)")
+        f"question 3 (train, row 3 of {bsard_dir / 'questions_train.csv'} (line 4)); {SHARED} (row 2 starts on line 3)"
+    )
 
 
 def test_train_question_in_dev_file_is_refused(bsard_dir):
     write_questions(bsard_dir / "questions_dev.csv", [(9, "Mon voisin peut-il refuser le bornage ?", "2")])
     assert refused(bsard_dir) == (
         f"{bsard_dir / 'questions_dev.csv'}, row 1, column 'question': question 9 (dev) has the same text as "
-        f"question 2 (train, row 2 of {bsard_dir / 'questions_train.csv'} (line 3)); {SHARED} (row 1 starts on line 2)")
+        f"question 2 (train, row 2 of {bsard_dir / 'questions_train.csv'} (line 3)); {SHARED} (row 1 starts on line 2)"
+    )
 
 
 def test_sample_with_a_train_question_copied_into_test_is_refused(tmp_path):
@@ -258,7 +330,8 @@ def test_sample_with_a_train_question_copied_into_test_is_refused(tmp_path):
     assert str(err.value) == (
         f"{test}, row {len(rows)}, column 'question': question 9999 (test) has the same text as question {qid} "
         f"(train, row 1 of {sample / 'questions_train.csv'} (line 2)); {SHARED} (row {len(rows)} starts on line "
-        f"{len(rows) + 1})")
+        f"{len(rows) + 1})"
+    )
 
 
 def test_negatives_json_with_a_repeated_key_is_refused(bsard_dir):
@@ -268,13 +341,21 @@ def test_negatives_json_with_a_repeated_key_is_refused(bsard_dir):
     assert refused(bsard_dir) == f"{path}: key '1' appears twice; expected each key once"
 
 
-@pytest.mark.parametrize(("negatives", "reason"), [
-    ('{" 1": [2]}', "question ' 1': negatives must be integer article ids (id ' 1' holds whitespace (' ') at "
-                    "character 1)"),
-    ('[{"question_id": 1, "article_ids": [2.5]}]', "question 1: negatives must be integer article ids (2.5 is not "
-                                                    "an integer id)"),
-    ('[3]', "row 1: expected a JSON object with keys question_id and article_ids"),
-], ids=["id-with-space", "float-id", "record-not-object"])
+@pytest.mark.parametrize(
+    ("negatives", "reason"),
+    [
+        (
+            '{" 1": [2]}',
+            "question ' 1': negatives must be integer article ids (id ' 1' holds whitespace (' ') at character 1)",
+        ),
+        (
+            '[{"question_id": 1, "article_ids": [2.5]}]',
+            "question 1: negatives must be integer article ids (2.5 is not an integer id)",
+        ),
+        ("[3]", "row 1: expected a JSON object with keys question_id and article_ids"),
+    ],
+    ids=["id-with-space", "float-id", "record-not-object"],
+)
 def test_negatives_json_ids_are_integers(bsard_dir, negatives, reason):
     path = bsard_dir / "negatives" / "bm25_negatives_train.json"
     path.write_text(negatives, encoding="utf-8")
@@ -306,12 +387,16 @@ def jsonl_hub(hub_dir: Path, name: str, test_line: str) -> Path:
     repo = hub_dir.with_name(name)
     repo.mkdir()
     (repo / "README.md").write_text(JSONL_README, encoding="utf-8")
-    (repo / "articles.jsonl").write_text('{"id": 1, "article": "Le preneur paie le loyer."}\n'
-                                         '{"id": 2, "article": "Le bail est un contrat."}\n', encoding="utf-8")
-    (repo / "questions_train.jsonl").write_text('{"id": 1, "question": "Quand payer ?", "article_ids": "1"}\n',
-                                                encoding="utf-8")
-    (repo / "questions_test.jsonl").write_text('{"id": 2, "question": "Un bail ?", "article_ids": "2"}\n' + test_line,
-                                               encoding="utf-8")
+    (repo / "articles.jsonl").write_text(
+        '{"id": 1, "article": "Le preneur paie le loyer."}\n{"id": 2, "article": "Le bail est un contrat."}\n',
+        encoding="utf-8",
+    )
+    (repo / "questions_train.jsonl").write_text(
+        '{"id": 1, "question": "Quand payer ?", "article_ids": "1"}\n', encoding="utf-8"
+    )
+    (repo / "questions_test.jsonl").write_text(
+        '{"id": 2, "question": "Un bail ?", "article_ids": "2"}\n' + test_line, encoding="utf-8"
+    )
     return repo
 
 
@@ -326,16 +411,19 @@ def hub_error(repo: Path) -> str:
 def test_hub_json_lines_question_with_a_repeated_key_is_refused(hub_dir):
     repo = jsonl_hub(hub_dir, "hub_jsonl_repeated_key", '{"id": 3, "question": "Et ?", "article_ids": "2", "id": 4}\n')
     msg = hub_error(repo)
-    assert msg.startswith(f"{repo}@main (questions): its files could not be read (JSON parse error: Column(/id) was "
-                          "specified twice"), msg
+    assert msg.startswith(
+        f"{repo}@main (questions): its files could not be read (JSON parse error: Column(/id) was specified twice"
+    ), msg
     assert msg.endswith("expected UTF-8 CSV or JSON-lines files in BSARD's schema, each column or key once"), msg
 
 
 def test_hub_json_lines_question_with_a_lone_surrogate_is_refused(hub_dir):
     repo = jsonl_hub(hub_dir, "hub_jsonl_surrogate", '{"id": 3, "question": "Et \\udc80 ?", "article_ids": "2"}\n')
     msg = hub_error(repo)
-    assert msg.startswith(f"{repo}@main (questions): its files could not be read (JSON parse error: ") and \
-        "surrogate" in msg, msg
+    assert (
+        msg.startswith(f"{repo}@main (questions): its files could not be read (JSON parse error: ")
+        and "surrogate" in msg
+    ), msg
 
 
 def test_hub_duplicated_header_column_is_refused(hub_dir):
@@ -343,10 +431,13 @@ def test_hub_duplicated_header_column_is_refused(hub_dir):
     repo = hub_dir.with_name("hub_duplicated_header")
     hub_dir.rename(repo)
     path = repo / "articles.csv"
-    path.write_text(path.read_text(encoding="utf-8").replace("id,article,reference,", "id,article,id,", 1),
-                    encoding="utf-8")
-    assert hub_error(repo) == (f"{repo}@main (corpus): column 'id' appears twice in the header (the second read as "
-                               "'id.1'); expected each column once")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("id,article,reference,", "id,article,id,", 1), encoding="utf-8"
+    )
+    assert hub_error(repo) == (
+        f"{repo}@main (corpus): column 'id' appears twice in the header (the second read as "
+        "'id.1'); expected each column once"
+    )
 
 
 def test_hub_train_question_in_test_is_refused(hub_dir):
@@ -355,7 +446,8 @@ def test_hub_train_question_in_test_is_refused(hub_dir):
     write_questions(repo / "questions_test.csv", [(7, "Qui répare le mur ?", "3"), (8, "Qu'est-ce qu'un bail", "4")])
     assert hub_error(repo) == (
         f"{repo}@main (questions/test), row 2, column 'question': question 8 (test) has the same text as question 5 "
-        f"(train, row 5 of {repo}@main (questions/train)); {SHARED}")
+        f"(train, row 5 of {repo}@main (questions/train)); {SHARED}"
+    )
 
 
 # ----------------------------------------------------------------------------- stage level
@@ -366,7 +458,10 @@ def run_fetch(tmp_path: Path, fetch_params: dict, env: dict | None = None) -> tu
     out = tmp_path / "raw"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "stages/fetch.py"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)],
-        capture_output=True, text=True, cwd=tmp_path, env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     return proc, out
 
@@ -396,18 +491,23 @@ def closed_port() -> int:
 
 def offline_env(tmp_path: Path) -> dict:
     """Hub at a closed local port, HF_HUB_OFFLINE unset, an empty HF cache, no proxy."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"} and "proxy" not in k.lower()}
-    env.update(HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_DISABLE_TELEMETRY="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"} and "proxy" not in k.lower()
+    }
+    env.update(
+        HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1"
+    )
     return env
 
 
 def test_stage_unreachable_hub_is_one_line_at_once(tmp_path):
     env = offline_env(tmp_path)
     start = time.monotonic()
-    proc, out = run_fetch(tmp_path, {**PARAMS, "source": "hub", "hub_repo": "maastrichtlawtech/bsard",
-                                     "revision": "main"}, env)
+    proc, out = run_fetch(
+        tmp_path, {**PARAMS, "source": "hub", "hub_repo": "maastrichtlawtech/bsard", "revision": "main"}, env
+    )
     elapsed = time.monotonic() - start
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
@@ -455,8 +555,9 @@ def test_unreachable_hub_model_is_one_line_at_once(tmp_path):
     assert elapsed < 30, f"{elapsed:.0f} s: the hub client retried"
 
 
-@pytest.mark.parametrize("case", ["duplicated-header", "semicolons", "shared-text", "nul-id", "comma-article-ids",
-                                  "negatives-repeated-key"])
+@pytest.mark.parametrize(
+    "case", ["duplicated-header", "semicolons", "shared-text", "nul-id", "comma-article-ids", "negatives-repeated-key"]
+)
 def test_stage_refuses_integrity_problems_in_one_line_keeping_inputs_and_outputs(tmp_path, bsard_dir, case):
     params = {**PARAMS, "local_dir": str(bsard_dir)}
     (tmp_path / "raw").mkdir()
@@ -465,8 +566,9 @@ def test_stage_refuses_integrity_problems_in_one_line_keeping_inputs_and_outputs
     test = bsard_dir / "questions_test.csv"
     if case == "duplicated-header":
         articles = bsard_dir / "articles.csv"
-        articles.write_text(articles.read_text(encoding="utf-8").replace("id,article,reference,", "id,article,id,", 1),
-                            encoding="utf-8")
+        articles.write_text(
+            articles.read_text(encoding="utf-8").replace("id,article,reference,", "id,article,id,", 1), encoding="utf-8"
+        )
         expected = f"{articles}: column 'id' appears twice"
     elif case == "semicolons":
         test.write_text("id;question;article_ids\n7;Qui ?;3,1\n", encoding="utf-8")

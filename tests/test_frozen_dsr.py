@@ -18,9 +18,9 @@ from lexgraph.chunks import (
     save_chunk_table,
 )
 from lexgraph.errors import ConfigError, DataError
-from lexgraph.models.base import write_base_info
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import set_trainable_layers
+from lexgraph.models.base import write_base_info
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids
@@ -36,8 +36,9 @@ CORPUS = {
     5: "article du bail",
     6: "les enfants",
 }
-SETTINGS = dict(max_chunk_length=12, max_document_length=48, pooling="token_mean", num_layers=1, num_heads=2,
-                token_pooling="mean")
+SETTINGS = dict(
+    max_chunk_length=12, max_document_length=48, pooling="token_mean", num_layers=1, num_heads=2, token_pooling="mean"
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +113,15 @@ def test_identity_init_is_the_token_weighted_mean_of_chunks(tiny_model_dir):
 def test_trainable_layers(tiny_model_dir):
     from transformers import BertConfig, BertModel
 
-    model = BertModel(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2,
-                                 intermediate_size=16))
+    model = BertModel(
+        BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2, intermediate_size=16)
+    )
     set_trainable_layers(model, 2)
-    trainable = {n.split(".")[0] + "." + n.split(".")[2] if n.startswith("encoder") else n.split(".")[0]
-                 for n, p in model.named_parameters() if p.requires_grad}
+    trainable = {
+        n.split(".")[0] + "." + n.split(".")[2] if n.startswith("encoder") else n.split(".")[0]
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
     assert trainable == {"encoder.1", "encoder.2"}  # embeddings and block 0 frozen
     set_trainable_layers(model, None)
     assert all(p.requires_grad for p in model.parameters())
@@ -127,24 +132,49 @@ def test_trainable_layers(tiny_model_dir):
 
 
 def _frozen_config(**kw) -> DSRConfig:
-    base = dict(max_chunk_length=12, max_document_length=48, max_query_length=16, chunk_heads=2, chunk_layers=1,
-                epochs=2, batch_size=3, lr=1e-3, chunk_lr=1e-2, eval_batch_size=4, temperature=0.05,
-                chunk_encoder="frozen", chunk_identity_init=True, pooling="token_mean", token_pooling="mean",
-                query_trainable_layers=1, synthetic=False)
+    base = dict(
+        max_chunk_length=12,
+        max_document_length=48,
+        max_query_length=16,
+        chunk_heads=2,
+        chunk_layers=1,
+        epochs=2,
+        batch_size=3,
+        lr=1e-3,
+        chunk_lr=1e-2,
+        eval_batch_size=4,
+        temperature=0.05,
+        chunk_encoder="frozen",
+        chunk_identity_init=True,
+        pooling="token_mean",
+        token_pooling="mean",
+        query_trainable_layers=1,
+        synthetic=False,
+    )
     base.update(kw)
     return DSRConfig(**base)
 
 
 def _data(table) -> TrainingData:
-    questions = pl.DataFrame({
-        "id": [1, 2, 3], "question": ["le bail ?", "le mariage ?", "la loi du divorce"],
-        "article_ids": [[1, 5], [2], [3]], "split": ["train"] * 3,
-    })
+    questions = pl.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "question": ["le bail ?", "le mariage ?", "la loi du divorce"],
+            "article_ids": [[1, 5], [2], [3]],
+            "split": ["train"] * 3,
+        }
+    )
     negatives = pl.DataFrame({"question_id": [1], "split": ["train"], "negative_ids": [[2, 3]]})
     pairs = build_pairs(questions, negatives, set(CORPUS))
-    return TrainingData(pairs=pairs, article_ids=list(CORPUS), article_texts=list(CORPUS.values()),
-                        dev_questions=["bail ?", "enfant ?"], dev_qrels={10: {1}, 11: {4, 6}}, dev_ids=[10, 11],
-                        chunks=table)
+    return TrainingData(
+        pairs=pairs,
+        article_ids=list(CORPUS),
+        article_texts=list(CORPUS.values()),
+        dev_questions=["bail ?", "enfant ?"],
+        dev_qrels={10: {1}, 11: {4, 6}},
+        dev_ids=[10, 11],
+        chunks=table,
+    )
 
 
 def test_frozen_training_keeps_epoch_zero_and_saves_the_backbone_by_reference(tiny_model_dir, tmp_path):
@@ -165,12 +195,17 @@ def test_frozen_training_keeps_epoch_zero_and_saves_the_backbone_by_reference(ti
     assert json.loads((article_dir / "backbone.json").read_text())["path"] == str(tiny_model_dir)
     light = DSR.load(tmp_path / "dsr", with_article_backbone=False)
     assert light.article_encoder.backbone is None
-    torch.testing.assert_close(embed_from_chunks(light.article_encoder, table),
-                               embed_from_chunks(model.article_encoder, table))
+    torch.testing.assert_close(
+        embed_from_chunks(light.article_encoder, table), embed_from_chunks(model.article_encoder, table)
+    )
     full = DSR.load(tmp_path / "dsr")
     texts = list(CORPUS.values())
-    torch.testing.assert_close(full.encode_articles(texts, show_progress=False),
-                               model.eval().encode_articles(texts, show_progress=False), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        full.encode_articles(texts, show_progress=False),
+        model.eval().encode_articles(texts, show_progress=False),
+        atol=1e-5,
+        rtol=1e-5,
+    )
     assert full.query_encoder.trainable_layers == 1
 
 
@@ -185,16 +220,23 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
 
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0, 1], "text": ["Livre I", "Du mariage"]}), tmp_path / "h.parquet")
-    counts = run_encode_chunks(_frozen_config(), tiny_model_dir, tmp_path / "a.parquet", tmp_path / "h.parquet",
-                               tmp_path / "chunks", "cpu")
+    counts = run_encode_chunks(
+        _frozen_config(), tiny_model_dir, tmp_path / "a.parquet", tmp_path / "h.parquet", tmp_path / "chunks", "cpu"
+    )
     assert counts["articles"]["texts"] == 6 and counts["headings"] == {"texts": 2, "chunks": 2}
     table = load_chunk_table(tmp_path / "chunks" / "articles.safetensors")
     check_settings(table, _encoder(tiny_model_dir), "x")
     with pytest.raises(DataError, match="other settings"):
         check_settings(table, _encoder(tiny_model_dir, max_chunk_length=16), "x")
     # finetune: chunking only, no vectors
-    run_encode_chunks(_frozen_config(chunk_encoder="finetune"), tiny_model_dir, tmp_path / "a.parquet",
-                      tmp_path / "h.parquet", tmp_path / "chunks2", "cpu")
+    run_encode_chunks(
+        _frozen_config(chunk_encoder="finetune"),
+        tiny_model_dir,
+        tmp_path / "a.parquet",
+        tmp_path / "h.parquet",
+        tmp_path / "chunks2",
+        "cpu",
+    )
     assert load_chunk_table(tmp_path / "chunks2" / "articles.safetensors").vectors is None
 
 
@@ -211,7 +253,13 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     write_base_info(ws / "models" / "pretrain", {"query_prefix": "article: ", "passage_prefix": "loi: "})
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     params = {"token_pooling": "mean", "max_length": 12, "max_document_length": 96, "batch_size": 4}
-    run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", ws / "data" / "zeroshot", ZeroshotConfig.from_params(params), "cpu")
+    run_zeroshot(
+        ws / "models" / "pretrain",
+        tmp_path / "a.parquet",
+        ws / "data" / "zeroshot",
+        ZeroshotConfig.from_params(params),
+        "cpu",
+    )
     ids, emb = load_embeddings(ws / "data" / "zeroshot" / "articles.safetensors")
     assert ids.tolist() == list(CORPUS) and emb.shape == (6, 16)
     # by hand: windows of 12 tokens ([CLS] loi : ... [SEP]), mean-pooled, averaged by token count
@@ -226,11 +274,21 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     expected = (torch.stack(means) * lengths[:, None]).sum(0) / lengths.sum()
     torch.testing.assert_close(emb[0], expected, atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="zeroshot.max_length"):
-        run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", tmp_path / "z", ZeroshotConfig.from_params({**params, "max_length": 0}),
-                     "cpu")
+        run_zeroshot(
+            ws / "models" / "pretrain",
+            tmp_path / "a.parquet",
+            tmp_path / "z",
+            ZeroshotConfig.from_params({**params, "max_length": 0}),
+            "cpu",
+        )
     with pytest.raises(ConfigError, match="unknown key"):
-        run_zeroshot(ws / "models" / "pretrain", tmp_path / "a.parquet", tmp_path / "z", ZeroshotConfig.from_params({**params, "window": 3}),
-                     "cpu")
+        run_zeroshot(
+            ws / "models" / "pretrain",
+            tmp_path / "a.parquet",
+            tmp_path / "z",
+            ZeroshotConfig.from_params({**params, "window": 3}),
+            "cpu",
+        )
     retriever = load_retriever("zeroshot", ws, "cpu")
     found, scores = retriever.search(["le contrat de bail", "le mariage"], 3)
     assert found.shape == (2, 3) and np.all(np.diff(scores, axis=1) <= 0)
@@ -251,11 +309,24 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
     _, plain = load_embeddings(tmp_path / "plain" / "articles.safetensors")
     for chunk_length, reused in ((12, True), (16, False)):
         cache = tmp_path / f"chunks{chunk_length}"
-        run_encode_chunks(_frozen_config(max_chunk_length=chunk_length), tiny_model_dir, tmp_path / "a.parquet",
-                          tmp_path / "h.parquet", cache, "cpu")
+        run_encode_chunks(
+            _frozen_config(max_chunk_length=chunk_length),
+            tiny_model_dir,
+            tmp_path / "a.parquet",
+            tmp_path / "h.parquet",
+            cache,
+            "cpu",
+        )
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="lexgraph.zeroshot"):
-            run_zeroshot(tiny_model_dir, tmp_path / "a.parquet", tmp_path / "z", ZeroshotConfig.from_params(params), "cpu", chunks=cache)
+            run_zeroshot(
+                tiny_model_dir,
+                tmp_path / "a.parquet",
+                tmp_path / "z",
+                ZeroshotConfig.from_params(params),
+                "cpu",
+                chunks=cache,
+            )
         assert ("reusing the chunk vectors" in caplog.text) == reused
         _, got = load_embeddings(tmp_path / "z" / "articles.safetensors")
         torch.testing.assert_close(got, plain, atol=1e-5, rtol=1e-5)  # same vectors either way

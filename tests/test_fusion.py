@@ -10,7 +10,8 @@ import pytest
 
 from lexgraph.errors import LexgraphError
 from lexgraph.retrieval import fusion as hybrid_module
-from lexgraph.retrieval.fusion import Fusion, Prepared as _Prepared, fuse
+from lexgraph.retrieval.fusion import Fusion, fuse
+from lexgraph.retrieval.fusion import Prepared as _Prepared
 
 
 def arrays(rows, width):
@@ -120,9 +121,17 @@ def random_rankings(rng, n_questions=12, depth=30, corpus=80, zero_tail=False, s
     return ids, scores
 
 
-@pytest.mark.parametrize("fusion", [Fusion("rrf", k=0), Fusion("rrf", k=60), Fusion("wsum", norm="min-max", weight=0.25),
-                                    Fusion("wsum", norm="zmuv", weight=0.7), Fusion("wsum", norm="min-max", weight=1.0)],
-                         ids=lambda f: f.label)
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        Fusion("rrf", k=0),
+        Fusion("rrf", k=60),
+        Fusion("wsum", norm="min-max", weight=0.25),
+        Fusion("wsum", norm="zmuv", weight=0.7),
+        Fusion("wsum", norm="min-max", weight=1.0),
+    ],
+    ids=lambda f: f.label,
+)
 def test_fusion_equals_an_independent_reference_on_random_rankings(fusion):
     rng = np.random.default_rng(7)
     sparse, dense = random_rankings(rng, zero_tail=True), random_rankings(rng)
@@ -142,13 +151,22 @@ def test_fused_scores_agree_with_ranx_fuse_called_directly():
     sparse, dense = random_rankings(rng, 8, 20, 50, short=False), random_rankings(rng, 8, 20, 50, short=False)
 
     def run(ids, scores):
-        return Run.from_dict({str(q): {str(i): float(s) for i, s in zip(r_ids, r_s) if i >= 0}
-                              for q, (r_ids, r_s) in enumerate(zip(ids.tolist(), scores.tolist()))})
+        return Run.from_dict(
+            {
+                str(q): {str(i): float(s) for i, s in zip(r_ids, r_s) if i >= 0}
+                for q, (r_ids, r_s) in enumerate(zip(ids.tolist(), scores.tolist()))
+            }
+        )
 
-    for fusion in (Fusion("rrf", k=60), Fusion("wsum", norm="min-max", weight=0.4), Fusion("wsum", norm="zmuv", weight=0.4)):
+    for fusion in (
+        Fusion("rrf", k=60),
+        Fusion("wsum", norm="min-max", weight=0.4),
+        Fusion("wsum", norm="zmuv", weight=0.4),
+    ):
         args = fusion.ranx_args()
-        theirs = ranx_fuse([run(*sparse), run(*dense)], norm=args["norm"], method=args["method"],
-                           params=args["params"]).to_dict()
+        theirs = ranx_fuse(
+            [run(*sparse), run(*dense)], norm=args["norm"], method=args["method"], params=args["params"]
+        ).to_dict()
         ids, scores = fuse(sparse, dense, fusion, 40)
         for q in range(8):
             want = theirs[str(q)]
@@ -167,8 +185,12 @@ def exact_cases():
     for _ in range(3):
         cases.append((random_rankings(rng, zero_tail=True), random_rankings(rng)))
     sparse, dense = random_rankings(rng, zero_tail=True), random_rankings(rng)
-    cases.append(((sparse[0], np.round(sparse[1]).astype(np.float32)),
-                  (dense[0], (np.round(dense[1] * 2) / 2).astype(np.float32))))
+    cases.append(
+        (
+            (sparse[0], np.round(sparse[1]).astype(np.float32)),
+            (dense[0], (np.round(dense[1] * 2) / 2).astype(np.float32)),
+        )
+    )
     long = []
     for scale, offset in ((3.0, 10.0), (0.1, 0.5)):
         ids = np.stack([rng.choice(3000, size=1000, replace=False) for _ in range(4)]).astype(np.int64)
@@ -213,9 +235,12 @@ def fused_rows_ranx(sparse, dense, fusion: Fusion) -> list[dict[int, float]]:
     with warnings.catch_warnings():  # numba: "unsafe cast from uint64 to int64" inside ranx's RRF
         warnings.simplefilter("ignore")
         fused = ranx.fuse([ranx_run(r, by_rank) for r in rows], **fusion.ranx_args()).to_dict()
-    return [{} if s[0].size == 0 and d[0].size == 0 else
-            {int(doc): float(score) for doc, score in fused[str(i)].items() if doc != _PLACEHOLDER}
-            for i, (s, d) in enumerate(zip(*rows))]
+    return [
+        {}
+        if s[0].size == 0 and d[0].size == 0
+        else {int(doc): float(score) for doc, score in fused[str(i)].items() if doc != _PLACEHOLDER}
+        for i, (s, d) in enumerate(zip(*rows))
+    ]
 
 
 def fuse_ranx(sparse, dense, fusion: Fusion, k: int | None = None):
@@ -237,7 +262,8 @@ def fuse_ranx(sparse, dense, fusion: Fusion, k: int | None = None):
 
 
 EXACT_FUSIONS = [Fusion("rrf", k=0), Fusion("rrf", k=1), Fusion("rrf", k=60)] + [
-    Fusion("wsum", norm=norm, weight=w) for norm in ("min-max", "zmuv") for w in (0.0, 0.1, 0.3, 0.7, 1.0)]
+    Fusion("wsum", norm=norm, weight=w) for norm in ("min-max", "zmuv") for w in (0.0, 0.1, 0.3, 0.7, 1.0)
+]
 
 
 @pytest.mark.parametrize("fusion", EXACT_FUSIONS, ids=lambda f: f.label)
@@ -273,8 +299,13 @@ def test_fusion_refuses_an_article_ranked_twice():
 
 
 def test_fusion_refuses_bad_parameters():
-    for bad in (dict(method="rrf", k=-1), dict(method="rrf", k=60, norm="zmuv"), dict(method="wsum", norm="max", weight=0.5),
-                dict(method="wsum", norm="min-max", weight=1.5), dict(method="combmnz")):
+    for bad in (
+        dict(method="rrf", k=-1),
+        dict(method="rrf", k=60, norm="zmuv"),
+        dict(method="wsum", norm="max", weight=0.5),
+        dict(method="wsum", norm="min-max", weight=1.5),
+        dict(method="combmnz"),
+    ):
         with pytest.raises(LexgraphError, match="is not valid"):
             Fusion(**bad)
 

@@ -12,12 +12,14 @@ pairs = load_benchmark("gdsr_pairs")
 
 
 def toy_questions():
-    return pl.DataFrame({
-        "id": [5, 1, 9, 3, 7, 2],
-        "question": ["a", "b", "c", "d", "e", "f"],
-        "article_ids": [[1], [2], [3], [4], [5], [6]],
-        "split": ["train", "train", "dev", "train", "train", "test"],
-    })
+    return pl.DataFrame(
+        {
+            "id": [5, 1, 9, 3, 7, 2],
+            "question": ["a", "b", "c", "d", "e", "f"],
+            "article_ids": [[1], [2], [3], [4], [5], [6]],
+            "split": ["train", "train", "dev", "train", "train", "test"],
+        }
+    )
 
 
 def test_train_subset_keeps_a_seeded_share_of_train_and_every_other_row():
@@ -33,12 +35,20 @@ def test_train_subset_keeps_a_seeded_share_of_train_and_every_other_row():
 
 def test_with_synthetic_relabels_and_merges_vectors_in_id_order():
     q = toy_questions()
-    negatives = pl.DataFrame({"question_id": [5, 100, 101], "split": ["train", "synthetic", "synthetic"],
-                              "negative_ids": [[7], [8], [9]]})
+    negatives = pl.DataFrame(
+        {"question_id": [5, 100, 101], "split": ["train", "synthetic", "synthetic"], "negative_ids": [[7], [8], [9]]}
+    )
     ids = np.array([1, 2, 3, 5, 7, 9])
     vectors = torch.arange(6, dtype=torch.float32).unsqueeze(1)  # (6, 1): row r holds r
-    synthetic = pl.DataFrame({"id": [100, 101], "question": ["s0", "s1"], "article_ids": [[1], [2]],
-                              "split": ["synthetic", "synthetic"], "category": ["x", "x"]})
+    synthetic = pl.DataFrame(
+        {
+            "id": [100, 101],
+            "question": ["s0", "s1"],
+            "article_ids": [[1], [2]],
+            "split": ["synthetic", "synthetic"],
+            "category": ["x", "x"],
+        }
+    )
     syn_vectors = torch.tensor([[10.0], [11.0]])  # (2, 1)
     q2, neg2, (ids2, vec2) = pairs.with_synthetic(q, negatives, (ids, vectors), synthetic, syn_vectors, 2, seed=13)
     assert q2.columns == q.columns and q2.height == 8

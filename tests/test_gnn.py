@@ -22,7 +22,6 @@ from lexgraph.training import gnn_io
 from lexgraph.training.gnn import train_graph_encoder
 from lexgraph.training.gnn_config import GNNSettings
 from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
-
 from test_graph import ARTICLES, HEADINGS, QUESTIONS
 
 DIM = 8
@@ -51,28 +50,78 @@ def embeddings():
 
 
 NEGATIVES = pl.DataFrame(
-    {"question_id": [1, 2, 6, 4], "split": ["train", "train", "train", "test"],
-     "negative_ids": [[20, 21], [10, 11, 12], [30], [10]]},
+    {
+        "question_id": [1, 2, 6, 4],
+        "split": ["train", "train", "train", "test"],
+        "negative_ids": [[20, 21], [10, 11, 12], [30], [10]],
+    },
     schema={"question_id": pl.Int64, "split": pl.Utf8, "negative_ids": pl.List(pl.Int64)},
 )
 
-SHARED = {"model": "gatv2", "layers": 1, "dropout": 0.0, "hard_negatives": 1, "batch_size": 3, "adam_epsilon": 1e-8,
-          "weight_decay": 0.1, "max_grad_norm": 1.0, "accumulation_steps": 1}
+SHARED = {
+    "model": "gatv2",
+    "layers": 1,
+    "dropout": 0.0,
+    "hard_negatives": 1,
+    "batch_size": 3,
+    "adam_epsilon": 1e-8,
+    "weight_decay": 0.1,
+    "max_grad_norm": 1.0,
+    "accumulation_steps": 1,
+}
 #: lexgraph's recipe (hgraph), every key of a variant's mapping at a plain setting
-GRAPH = {"hidden": None, "heads": 2, "concat_heads": True, "attention_dropout": 0.0, "residual": True,
-         "self_loops": False, "projections": "linear", "edge_dim": None, "init": "random", "activation": "elu",
-         "heading_features": "articles", "normalize_features": True, "lr": 1e-2, "schedule": "linear",
-         "warmup_ratio": 0.1, "epochs": 2,
-         "selection": "dev", "similarity": "cosine", "temperature": 0.05, "refit": False}
-QUESTION = {**GRAPH, "edge_dim": 4, "edge_attention": "per_group", "encoder_lr": 1e-3,
-            "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
-            "bipartite": True, "structure": True}
-BASE_PARAMS = {**SHARED, "gdsr": dict(GRAPH), "qabisar": dict(QUESTION), "hgraph": dict(GRAPH),
-               "hgraph_qa": dict(QUESTION)}
+GRAPH = {
+    "hidden": None,
+    "heads": 2,
+    "concat_heads": True,
+    "attention_dropout": 0.0,
+    "residual": True,
+    "self_loops": False,
+    "projections": "linear",
+    "edge_dim": None,
+    "init": "random",
+    "activation": "elu",
+    "heading_features": "articles",
+    "normalize_features": True,
+    "lr": 1e-2,
+    "schedule": "linear",
+    "warmup_ratio": 0.1,
+    "epochs": 2,
+    "selection": "dev",
+    "similarity": "cosine",
+    "temperature": 0.05,
+    "refit": False,
+}
+QUESTION = {
+    **GRAPH,
+    "edge_dim": 4,
+    "edge_attention": "per_group",
+    "encoder_lr": 1e-3,
+    "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
+    "bipartite": True,
+    "structure": True,
+}
+BASE_PARAMS = {
+    **SHARED,
+    "gdsr": dict(GRAPH),
+    "qabisar": dict(QUESTION),
+    "hgraph": dict(GRAPH),
+    "hgraph_qa": dict(QUESTION),
+}
 
 #: every GraphEncoderConfig field without a default, at a plain setting
-ENCODER = dict(in_dim=DIM, model="gatv2", layers=1, hidden=None, heads=1, concat_heads=True, dropout=0.1,
-               residual=True, edge_dim=None, init="random")
+ENCODER = dict(
+    in_dim=DIM,
+    model="gatv2",
+    layers=1,
+    hidden=None,
+    heads=1,
+    concat_heads=True,
+    dropout=0.1,
+    residual=True,
+    edge_dim=None,
+    init="random",
+)
 
 
 def encoder_config(**overrides) -> GraphEncoderConfig:
@@ -99,8 +148,7 @@ def settings(variant: str, **overrides) -> GNNSettings:
 def test_forward_shapes(model, edge_dim, hidden, concat_heads):
     data = graph(consecutive=True)
     x = torch.randn(data.num_nodes, DIM)  # (nodes, dim)
-    config = dict(ENCODER, model=model, layers=2, hidden=hidden, heads=2, concat_heads=concat_heads,
-                  edge_dim=edge_dim)
+    config = dict(ENCODER, model=model, layers=2, hidden=hidden, heads=2, concat_heads=concat_heads, edge_dim=edge_dim)
     if edge_dim is not None and model not in ("gatv2", "gat"):
         with pytest.raises(ConfigError, match="edge_dim"):
             GraphEncoderConfig(**config)
@@ -116,8 +164,17 @@ def test_forward_shapes(model, edge_dim, hidden, concat_heads):
 
 def test_bad_encoder_configs():
     with pytest.raises(TypeError, match="init"):  # the architecture keys have no defaults
-        GraphEncoderConfig(in_dim=DIM, model="gatv2", layers=1, hidden=None, heads=1, concat_heads=True,
-                           dropout=0.1, residual=True, edge_dim=None)
+        GraphEncoderConfig(
+            in_dim=DIM,
+            model="gatv2",
+            layers=1,
+            hidden=None,
+            heads=1,
+            concat_heads=True,
+            dropout=0.1,
+            residual=True,
+            edge_dim=None,
+        )
     with pytest.raises(ConfigError, match="divisible"):
         encoder_config(model="gatv2", heads=3)
     encoder_config(model="gatv2", heads=3, concat_heads=False)  # averaged heads are full width each
@@ -183,7 +240,9 @@ def test_distillation_score_mode_by_hand():
     assert loss.item() == pytest.approx(_kl_by_hand(tau, [[1, 1, 1], [1, 1, 1]]), rel=1e-5)
 
     mask = torch.tensor([[False, False, True], [False, True, False]])
-    masked = DistillationLoss("score", tau)(torch.tensor(TEACHER), torch.tensor(STUDENT), torch.tensor(CANDIDATES), mask)
+    masked = DistillationLoss("score", tau)(
+        torch.tensor(TEACHER), torch.tensor(STUDENT), torch.tensor(CANDIDATES), mask
+    )
     assert masked.item() == pytest.approx(_kl_by_hand(tau, [[1, 1, 0], [1, 0, 1]]), rel=1e-5)
 
 
@@ -250,7 +309,9 @@ def test_subgraph_is_exact_l_hop_neighbourhood(directed, hops, seeds):
     expected_nodes = bfs_in_neighbourhood(edge_list, seeds, hops)
     assert set(subset.tolist()) == expected_nodes
     got = sorted((int(subset[s]), int(subset[d]), int(t)) for (s, d), t in zip(sub_ei.T.tolist(), sub_et))
-    want = sorted((s, d, int(t)) for (s, d), t in zip(edge_list, data.edge_type) if s in expected_nodes and d in expected_nodes)
+    want = sorted(
+        (s, d, int(t)) for (s, d), t in zip(edge_list, data.edge_type) if s in expected_nodes and d in expected_nodes
+    )
     assert got == want
 
 
@@ -274,7 +335,11 @@ def test_cut_pairs_removes_the_scored_pairs_edges_only(directed, questions, arti
     assert cut <= all_edges
     seeds = torch.tensor([*articles, *questions])
     subset, sub_ei, sub_et = batch_subgraph(
-        data.edge_index, data.edge_type, seeds, 2, data.num_nodes,
+        data.edge_index,
+        data.edge_type,
+        seeds,
+        2,
+        data.num_nodes,
         cut_pairs=(torch.tensor(questions), torch.tensor(articles)),
     )
     triples = {(int(subset[s]), int(subset[d]), int(t)) for (s, d), t in zip(sub_ei.T.tolist(), sub_et)}
@@ -295,8 +360,9 @@ def test_subgraph_outputs_equal_full_graph_outputs(model):
     data = graph(consecutive=True)
     torch.manual_seed(0)
     x = torch.randn(data.num_nodes, DIM)
-    encoder = GraphEncoder(encoder_config(model=model, layers=2, heads=2,
-                                          edge_dim=4 if model == "gatv2" else None)).eval()
+    encoder = GraphEncoder(
+        encoder_config(model=model, layers=2, heads=2, edge_dim=4 if model == "gatv2" else None)
+    ).eval()
     full = encoder(x, data.edge_index, data.edge_type)
     seeds = torch.tensor([2, 4, 13])
     subset, sub_ei, sub_et = batch_subgraph(data.edge_index, data.edge_type, seeds, 2, data.num_nodes)
@@ -320,8 +386,9 @@ SUBTREES = {0: [10, 11, 12, 13], 1: [10, 11, 12, 13], 2: [10, 11], 3: [12], 4: [
 @pytest.mark.parametrize("heading_features", ["articles", "title"])
 @pytest.mark.parametrize("variant", ["hgraph", "hgraph_qa"])
 def test_training_inputs_hold_train_questions_only(variant, heading_features):
-    ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(),
-                              settings(variant, heading_features=heading_features))
+    ts = prepare_training_set(
+        graph(), QUESTIONS, NEGATIVES, embeddings(), settings(variant, heading_features=heading_features)
+    )
     assert set(ts.train_ids.tolist()) == TRAIN
     assert set(ts.graph.question_ids.tolist()) == (TRAIN if variant == "hgraph_qa" else set())
     assert set(ts.dev_ids.tolist()) == DEV and set(ts.dev_qrels) == DEV
@@ -345,8 +412,11 @@ def test_training_inputs_hold_train_questions_only(variant, heading_features):
     for node, aid in enumerate(ts.graph.article_ids.tolist()):
         torch.testing.assert_close(ts.x[node], unit(feature("a", aid)), rtol=0, atol=1e-6)
     for row, hid in enumerate(ts.graph.heading_ids.tolist()):
-        want = (torch.stack([unit(feature("a", a)) for a in SUBTREES[hid]]).mean(0)
-                if heading_features == "articles" else unit(feature("h", hid)))
+        want = (
+            torch.stack([unit(feature("a", a)) for a in SUBTREES[hid]]).mean(0)
+            if heading_features == "articles"
+            else unit(feature("h", hid))
+        )
         torch.testing.assert_close(ts.x[ts.num_articles + row], want, rtol=0, atol=1e-6)
     if variant == "hgraph_qa":  # question nodes carry their own (normalised) embeddings
         for r, qid in enumerate(ts.train_ids.tolist()):
@@ -373,9 +443,17 @@ def tiny_query_encoder_dir(tmp_path_factory):
     texts = QUESTIONS["question"].to_list() + ARTICLES["article"].to_list()
     tokenizer = train_wordpiece_tokenizer(texts * 5, vocab_size=120)
     torch.manual_seed(0)
-    backbone = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=DIM, num_hidden_layers=1,
-                                    num_attention_heads=2, intermediate_size=16, max_position_embeddings=64),
-                         add_pooling_layer=False)
+    backbone = BertModel(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=DIM,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
     path = tmp_path_factory.mktemp("dsr") / "query_encoder"
     QueryEncoder(backbone, tokenizer, max_length=32).save_pretrained(path)
     return path
@@ -411,10 +489,14 @@ def test_hgraph_training_is_deterministic_and_saves(tmp_path, monkeypatch):
 
     gnn_io.save_trained(c, ts, s, tmp_path / "gnn_hgraph")
     assert sorted(p.name for p in (tmp_path / "gnn_hgraph").iterdir()) == [
-        "article_embeddings.safetensors", "gnn.json", "gnn.safetensors"]
+        "article_embeddings.safetensors",
+        "gnn.json",
+        "gnn.safetensors",
+    ]
     reloaded = gnn_io.load_graph_encoder(tmp_path / "gnn_hgraph")
     torch.testing.assert_close(
-        reloaded(ts.x, ts.graph.edge_index, ts.graph.edge_type)[:7], c.article_embeddings, rtol=1e-5, atol=1e-6)
+        reloaded(ts.x, ts.graph.edge_index, ts.graph.edge_type)[:7], c.article_embeddings, rtol=1e-5, atol=1e-6
+    )
     metrics = gnn_io.training_metrics(a, ts, s)
     assert metrics["train_pairs"] == 4 and metrics["best_epoch"] == 0
     assert metrics["dev_untrained"]["recall@200"] == round(a.history[0]["dev_recall@200"], 4)
@@ -462,8 +544,9 @@ def test_hgraph_qa_training_and_retrieval(tmp_path, monkeypatch, tiny_query_enco
     QueryEncoder.from_pretrained(tiny_query_encoder_dir).save_pretrained(workspace / "models/dsr/query_encoder")
     (workspace / "models/gnn_hgraph").mkdir(parents=True)
     (workspace / "models/gnn_hgraph/gnn.json").write_text(json.dumps({"similarity": "cosine"}))
-    save_embeddings(workspace / "models/gnn_hgraph/article_embeddings.safetensors", ts.article_ids,
-                    result.article_embeddings)
+    save_embeddings(
+        workspace / "models/gnn_hgraph/article_embeddings.safetensors", ts.article_ids, result.article_embeddings
+    )
     for load in (load_hgraph, load_hgraph_qa):
         retriever = load(workspace, "cpu")
         ids, scores = retriever.search(["Qui paie le mur ?", "bail"], 3)

@@ -25,9 +25,19 @@ from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
 from lexgraph.training.gnn_data import prepare_training_set
-
-from test_gnn import AQ, BASE_PARAMS, DIM as TOY_DIM, GRAPH, NEGATIVES, QA, QUESTIONS, embeddings, graph, settings
-from test_gnn import tiny_query_encoder_dir  # noqa: F401 (a fixture)
+from test_gnn import (
+    AQ,
+    BASE_PARAMS,
+    GRAPH,
+    NEGATIVES,
+    QA,
+    QUESTIONS,
+    embeddings,
+    graph,
+    settings,
+    tiny_query_encoder_dir,  # noqa: F401 (a fixture)
+)
+from test_gnn import DIM as TOY_DIM
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -37,8 +47,7 @@ def section(profile: str) -> dict:
     return yaml.safe_load((ROOT / profile).read_text(encoding="utf-8"))["gnn"]
 
 
-def published(variant: str, profile: str = "profiles/paper.yaml", shared: dict | None = None,
-              **own) -> GNNSettings:
+def published(variant: str, profile: str = "profiles/paper.yaml", shared: dict | None = None, **own) -> GNNSettings:
     """``variant``'s settings from ``profile``, with toy-sized overrides."""
     params = copy.deepcopy(section(profile))
     params.update(shared or {})
@@ -194,10 +203,10 @@ def test_refit_trains_dev_questions_with_their_bm25_negatives():
     settings = published("gdsr", "params.yaml", heading_features="articles")
     with pytest.raises(DataError, match="dev question 3 has no BM25 negatives.*negatives.splits"):
         prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), settings, train_splits=("train", "dev"))
-    dev_row = pl.DataFrame({"question_id": [3], "split": ["dev"], "negative_ids": [[20, 30]]},
-                           schema=NEGATIVES.schema)
-    ts = prepare_training_set(graph(), QUESTIONS, pl.concat([NEGATIVES, dev_row]), embeddings(), settings,
-                              train_splits=("train", "dev"))
+    dev_row = pl.DataFrame({"question_id": [3], "split": ["dev"], "negative_ids": [[20, 30]]}, schema=NEGATIVES.schema)
+    ts = prepare_training_set(
+        graph(), QUESTIONS, pl.concat([NEGATIVES, dev_row]), embeddings(), settings, train_splits=("train", "dev")
+    )
     row = ts.train_ids.tolist().index(3)
     assert sorted(ts.graph.article_ids[ts.negatives[row]].tolist()) == [20, 30]
 
@@ -266,7 +275,8 @@ def test_settings_per_variant_and_errors():
     record = settings("hgraph_qa").to_dict()
     assert "encoder" not in record and record["edge_dim"] == 4 and record["variant"] == "hgraph_qa"
     assert set(record) == {"model", "layers", "dropout", *ARCH_KEYS} | set(GNNSettings.__dataclass_fields__) - {
-        "encoder"}
+        "encoder"
+    }
     assert "kd_weight" not in settings("hgraph").to_dict()
 
 
@@ -299,5 +309,6 @@ def test_qabisar_trains_its_graph_and_query_encoder_end_to_end(tiny_query_encode
     assert any(not torch.equal(before[k], v) for k, v in result.encoder.state_dict().items())
     full = GraphEncoder(result.model.config).eval()
     full.load_state_dict(result.model.state_dict())
-    torch.testing.assert_close(full(ts.x, ts.graph.edge_index, ts.graph.edge_type)[: ts.num_articles],
-                               result.article_embeddings)
+    torch.testing.assert_close(
+        full(ts.x, ts.graph.edge_index, ts.graph.edge_type)[: ts.num_articles], result.article_embeddings
+    )

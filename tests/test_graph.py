@@ -49,8 +49,15 @@ ARTICLES = pl.DataFrame(
         "id": [21, 10, 12, 30, 11, 13, 20],
         "article": [f"texte {i}" for i in (21, 10, 12, 30, 11, 13, 20)],
         "reference": [f"Art. {i}" for i in (21, 10, 12, 30, 11, 13, 20)],
-        "path": [["Code B"], ["Code A", "Livre 1", "Chapitre 1"], ["Code A", "Livre 1", "Chapitre 2"], [],
-                 ["Code A", "Livre 1", "Chapitre 1"], ["Code A", "Livre 1"], ["Code B"]],
+        "path": [
+            ["Code B"],
+            ["Code A", "Livre 1", "Chapitre 1"],
+            ["Code A", "Livre 1", "Chapitre 2"],
+            [],
+            ["Code A", "Livre 1", "Chapitre 1"],
+            ["Code A", "Livre 1"],
+            ["Code B"],
+        ],
         "heading_id": [4, 2, 3, -1, 2, 1, 4],
     }
 )
@@ -70,9 +77,19 @@ A = {10: 0, 11: 1, 12: 2, 13: 3, 20: 4, 21: 5, 30: 6}
 Q = {1: 12, 2: 13, 6: 14}
 
 FORWARD = [
-    (0, H[0], H[1]), (0, H[1], H[2]), (0, H[1], H[3]),
-    (1, H[1], A[13]), (1, H[2], A[10]), (1, H[2], A[11]), (1, H[3], A[12]), (1, H[4], A[20]), (1, H[4], A[21]),
-    (2, Q[1], A[10]), (2, Q[1], A[12]), (2, Q[2], A[20]), (2, Q[6], A[10]),
+    (0, H[0], H[1]),
+    (0, H[1], H[2]),
+    (0, H[1], H[3]),
+    (1, H[1], A[13]),
+    (1, H[2], A[10]),
+    (1, H[2], A[11]),
+    (1, H[3], A[12]),
+    (1, H[4], A[20]),
+    (1, H[4], A[21]),
+    (2, Q[1], A[10]),
+    (2, Q[1], A[12]),
+    (2, Q[2], A[20]),
+    (2, Q[6], A[10]),
 ]
 CONSECUTIVE = [(3, A[10], A[11]), (3, A[20], A[21])]
 
@@ -174,17 +191,25 @@ def test_stats_and_restrict():
 
 
 def test_bad_references_raise():
-    bad = ARTICLES.with_columns(pl.when(pl.col("id") == 10).then(99).otherwise(pl.col("heading_id")).alias("heading_id"))
+    bad = ARTICLES.with_columns(
+        pl.when(pl.col("id") == 10).then(99).otherwise(pl.col("heading_id")).alias("heading_id")
+    )
     with pytest.raises(DataError, match="article 10 refers to unknown heading_id 99"):
         build_graph(bad, HEADINGS, QUESTIONS, GraphConfig())
-    bad_h = HEADINGS.with_columns(pl.when(pl.col("heading_id") == 2).then(7).otherwise(pl.col("parent_id")).alias("parent_id"))
+    bad_h = HEADINGS.with_columns(
+        pl.when(pl.col("heading_id") == 2).then(7).otherwise(pl.col("parent_id")).alias("parent_id")
+    )
     with pytest.raises(DataError, match="heading 2 refers to unknown parent heading_id 7"):
         build_graph(ARTICLES, bad_h, QUESTIONS, GraphConfig())
-    bad_q = QUESTIONS.with_columns(pl.when(pl.col("id") == 1).then(pl.lit([999])).otherwise(pl.col("article_ids")).alias("article_ids"))
+    bad_q = QUESTIONS.with_columns(
+        pl.when(pl.col("id") == 1).then(pl.lit([999])).otherwise(pl.col("article_ids")).alias("article_ids")
+    )
     with pytest.raises(DataError, match="question 1 cites unknown article id 999"):
         build_graph(ARTICLES, HEADINGS, bad_q, GraphConfig())
     # an unknown article cited by a *test* question is not the graph's business
-    ok_q = QUESTIONS.with_columns(pl.when(pl.col("id") == 4).then(pl.lit([999])).otherwise(pl.col("article_ids")).alias("article_ids"))
+    ok_q = QUESTIONS.with_columns(
+        pl.when(pl.col("id") == 4).then(pl.lit([999])).otherwise(pl.col("article_ids")).alias("article_ids")
+    )
     build_graph(ARTICLES, HEADINGS, ok_q, GraphConfig())
 
 
@@ -193,8 +218,9 @@ def test_stage_writes_deterministic_outputs(tmp_path, monkeypatch):
 
     for name, df in (("articles", ARTICLES), ("headings", HEADINGS), ("questions", QUESTIONS)):
         df.write_parquet(tmp_path / f"{name}.parquet")
-    write_params(tmp_path / "params.yaml", base={"seed": 1},
-                 graph={"directed": False, "consecutive": True, "questions": True})
+    write_params(
+        tmp_path / "params.yaml", base={"seed": 1}, graph={"directed": False, "consecutive": True, "questions": True}
+    )
     outs = []
     for run in ("a", "b"):
         argv = ["--params", str(tmp_path / "params.yaml")]

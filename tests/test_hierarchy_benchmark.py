@@ -17,10 +17,12 @@ def toy():
     # corpus order = ascending id; deepest headings 0 0 0 1 1 and one article with none (-1);
     # the rows arrive shuffled, as nothing promises they come sorted
     articles = pl.DataFrame({"id": [4, 1, 6, 2, 5, 3], "heading_id": [1, 0, -1, 0, 1, 0]})
-    questions = pl.DataFrame({
-        "id": [10, 11, 12, 13],
-        "article_ids": [[4, 1, 2, 99], [4, 5], [6], [3, 6]],  # 99 is not in the corpus: ignored
-    })
+    questions = pl.DataFrame(
+        {
+            "id": [10, 11, 12, 13],
+            "article_ids": [[4, 1, 2, 99], [4, 5], [6], [3, 6]],  # 99 is not in the corpus: ignored
+        }
+    )
     return articles, questions
 
 

@@ -12,39 +12,49 @@ import zlib
 import numpy as np
 import polars as pl
 import pytest
-
-from lexgraph.metrics import DEEPEST
-
 import yaml
 
 from conftest import ROOT, section
 from lexgraph.errors import ConfigError, DataError, LexgraphError
 from lexgraph.io import json_text
-from lexgraph.retrieval.systems import SYSTEMS, load_retriever
+from lexgraph.metrics import DEEPEST
 from lexgraph.retrieval.fusion import Fusion, fuse
 from lexgraph.retrieval.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
 from lexgraph.retrieval.hybrid_tune import tune
-
+from lexgraph.retrieval.systems import SYSTEMS, load_retriever
 
 # ---------------------------------------------------------------------------
 # Parameters
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("edits, fragment", [
-    ({"split": "test"}, "'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"),
-    ({"split": "dve"}, "'hybrid.split' = 'dve', expected dev (or train)"),
-    ({"metric": "recall@1000"}, "'hybrid.metric' = 'recall@1000', expected one of recall@10"),
-    ({"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best"),
-    ({"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
-    ({"depth": 1000.5}, "'hybrid.depth' = 1000.5, expected an integer >= 500"),
-    ({"rrf_k": [60, -1]}, "'hybrid.rrf_k' = [60, -1], expected a list of distinct integers >= 0"),
-    ({"rrf_k": 60}, "'hybrid.rrf_k' = 60, expected a list of distinct integers >= 0"),
-    ({"norms": ["minmax"]}, "'hybrid.norms' = ['minmax'], expected a list of distinct normalisations among min-max, zmuv"),
-    ({"weights": [0.5, 1.2]}, "'hybrid.weights' = [0.5, 1.2], expected a list of distinct numbers in [0, 1]"),
-    ({"rrf_k": [], "weights": []}, "leave no fusion to try; expected a non-empty 'hybrid.rrf_k'"),
-    ({"wieghts": [0.5]}, "unknown keys 'hybrid.wieghts' (did you mean 'hybrid.weights'?)"),
-], ids=lambda v: "-".join(v) if isinstance(v, dict) else None)
+@pytest.mark.parametrize(
+    "edits, fragment",
+    [
+        (
+            {"split": "test"},
+            "'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)",
+        ),
+        ({"split": "dve"}, "'hybrid.split' = 'dve', expected dev (or train)"),
+        ({"metric": "recall@1000"}, "'hybrid.metric' = 'recall@1000', expected one of recall@10"),
+        (
+            {"dense": "bm25"},
+            "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best",
+        ),
+        ({"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
+        ({"depth": 1000.5}, "'hybrid.depth' = 1000.5, expected an integer >= 500"),
+        ({"rrf_k": [60, -1]}, "'hybrid.rrf_k' = [60, -1], expected a list of distinct integers >= 0"),
+        ({"rrf_k": 60}, "'hybrid.rrf_k' = 60, expected a list of distinct integers >= 0"),
+        (
+            {"norms": ["minmax"]},
+            "'hybrid.norms' = ['minmax'], expected a list of distinct normalisations among min-max, zmuv",
+        ),
+        ({"weights": [0.5, 1.2]}, "'hybrid.weights' = [0.5, 1.2], expected a list of distinct numbers in [0, 1]"),
+        ({"rrf_k": [], "weights": []}, "leave no fusion to try; expected a non-empty 'hybrid.rrf_k'"),
+        ({"wieghts": [0.5]}, "unknown keys 'hybrid.wieghts' (did you mean 'hybrid.weights'?)"),
+    ],
+    ids=lambda v: "-".join(v) if isinstance(v, dict) else None,
+)
 def test_config_errors_name_params_yaml_and_the_key(edits, fragment):
     with pytest.raises(ConfigError) as info:
         HybridConfig.from_params(section("hybrid", **edits))
@@ -62,8 +72,16 @@ def test_profiles_build_and_the_grid_is_ordered():
         assert config.split == "dev" and config.depth >= DEEPEST
         assert "hybrid" in params["evaluate"]["systems"]
     labels = [f.label for f in grid(HybridConfig(rrf_k=[60, 10], norms=["zmuv", "min-max"], weights=[0.5, 0.2]))]
-    assert labels == ["rrf k=10", "rrf k=60", "wsum zmuv w=0.2", "wsum zmuv w=0.5", "wsum min-max w=0.2",
-                      "wsum min-max w=0.5", "bm25 alone", "dense alone"]  # one system last: ties go to a fusion
+    assert labels == [
+        "rrf k=10",
+        "rrf k=60",
+        "wsum zmuv w=0.2",
+        "wsum zmuv w=0.5",
+        "wsum min-max w=0.2",
+        "wsum min-max w=0.5",
+        "bm25 alone",
+        "dense alone",
+    ]  # one system last: ties go to a fusion
     assert [f.label for f in grid(HybridConfig(rrf_k=[60], alone=False))][-1] == "wsum zmuv w=0.9"
 
 
@@ -96,7 +114,7 @@ class Table:
             order += [int(d) for d in rng.permutation(CORPUS) if int(d) not in order]
             values = np.sort(rng.random(CORPUS.size))[::-1] * self.scale
             if self.zero_after is not None:
-                values[self.zero_after:] = 0.0
+                values[self.zero_after :] = 0.0
             ids[i], scores[i] = order[:k], values[:k]
         return ids, scores
 
@@ -146,8 +164,10 @@ def test_selection_reads_the_dev_split_only():
     report = tune(questions_table(QUESTIONS), sparse, dense, CONFIG)
     for system in (sparse, *dense.values()):
         assert set(system.seen) == set(DEV), system.name
-    corrupt = [(qid, f"garbage {qid} ?" if split == "test" else text, [59, 60] if split == "test" else gold, split)
-               for qid, text, gold, split in QUESTIONS]
+    corrupt = [
+        (qid, f"garbage {qid} ?" if split == "test" else text, [59, 60] if split == "test" else gold, split)
+        for qid, text, gold, split in QUESTIONS
+    ]
     sparse2, dense2 = systems()
     again = tune(questions_table(corrupt), sparse2, dense2, CONFIG)
     assert json_text(again, sort_keys=True) == json_text(report, sort_keys=True)
@@ -171,9 +191,13 @@ def test_selection_picks_the_best_dense_system_and_the_best_fusion_on_dev():
     qids = [2, 3, 4, 5]
     texts = [q[1] for q in QUESTIONS if q[0] in qids]
     sparse2, dense2 = systems()
-    fused = fuse(sparse2.search(texts, 1000), dense2["gdsr"].search(texts, 1000), Fusion.from_dict(report["fusion"]), 500)
-    got = evaluate_run({q: [x for x in row.tolist() if x >= 0] for q, row in zip(qids, fused[0])},
-                       {q[0]: q[2] for q in QUESTIONS if q[0] in qids})
+    fused = fuse(
+        sparse2.search(texts, 1000), dense2["gdsr"].search(texts, 1000), Fusion.from_dict(report["fusion"]), 500
+    )
+    got = evaluate_run(
+        {q: [x for x in row.tolist() if x >= 0] for q, row in zip(qids, fused[0])},
+        {q[0]: q[2] for q in QUESTIONS if q[0] in qids},
+    )
     assert round(got["recall@10"], 4) == report["score"] == report["dev"]["recall@10"]
     assert set(report["grid"][0]["dev"]) >= {"recall@100", "map", "ndcg@10"}
 
@@ -189,6 +213,7 @@ def test_fixed_dense_system_is_used_as_named_and_others_are_not_needed():
 def test_selection_chooses_one_system_when_every_fusion_loses_on_dev():
     """BM25 ranks every dev gold article first and the dense system is noise: every fusion
     lowers dev mAP, so the hybrid is BM25 alone, and hybrid.json says so."""
+
     def stand_ins():
         return Table("bm25", dict(DEV), scale=12.0, zero_after=40), {"dsr": Table("dsr")}
 
@@ -212,8 +237,12 @@ def test_selection_chooses_one_system_when_every_fusion_loses_on_dev():
         np.testing.assert_array_equal(got[1], want[1])
     # without hybrid.alone the same dev data still fuses (the behaviour before)
     sparse, dense = stand_ins()
-    forced = tune(questions_table(QUESTIONS), sparse, dense, HybridConfig(metric="map", dense="dsr", rrf_k=[60],
-                                                                          weights=[0.5], alone=False))
+    forced = tune(
+        questions_table(QUESTIONS),
+        sparse,
+        dense,
+        HybridConfig(metric="map", dense="dsr", rrf_k=[60], weights=[0.5], alone=False),
+    )
     assert forced["fusion"]["method"] in ("rrf", "wsum") and forced["uses"] == ["bm25", "dsr"]
 
 
@@ -284,8 +313,10 @@ def workspace(tmp_path, monkeypatch):
     texts = [" ".join(words[(i * j) % len(words)] for j in range(1, 8)) + f" article{i}" for i in CORPUS.tolist()]
     (tmp_path / "data/clean").mkdir(parents=True)
     pl.DataFrame({"id": CORPUS, "article": texts}).write_parquet(tmp_path / "data/clean/articles.parquet")
-    rows = [(qid, text.replace("dev", "mur bail").replace("test", "loyer"), gold, split)
-            for qid, text, gold, split in QUESTIONS]
+    rows = [
+        (qid, text.replace("dev", "mur bail").replace("test", "loyer"), gold, split)
+        for qid, text, gold, split in QUESTIONS
+    ]
     questions_table(rows).write_parquet(tmp_path / "data/clean/questions.parquet")
     BM25(k1=1.2, b=0.75).fit_texts(texts, CORPUS.tolist()).save(tmp_path / "models/bm25")
     monkeypatch.setitem(SYSTEMS, "dsr", load_table_dsr)
@@ -296,9 +327,20 @@ def workspace(tmp_path, monkeypatch):
 
 
 def run_stage_script(ws, *extra):
-    argv = [str(ROOT / "stages/hybrid.py"), "--params", str(ws / "params.yaml"), "--questions",
-            str(ws / "data/clean/questions.parquet"), "--workspace", str(ws), "--out", str(ws / "models/hybrid"),
-            "--metrics", str(ws / "metrics/hybrid_tune.json"), *extra]
+    argv = [
+        str(ROOT / "stages/hybrid.py"),
+        "--params",
+        str(ws / "params.yaml"),
+        "--questions",
+        str(ws / "data/clean/questions.parquet"),
+        "--workspace",
+        str(ws),
+        "--out",
+        str(ws / "models/hybrid"),
+        "--metrics",
+        str(ws / "metrics/hybrid_tune.json"),
+        *extra,
+    ]
     old, sys.argv = sys.argv, argv
     try:
         with pytest.raises(SystemExit) as info:
@@ -331,15 +373,27 @@ def test_stage_writes_deterministic_outputs_that_load_as_the_hybrid_system(works
 
 
 def test_loading_needs_the_stage_and_refuses_a_corrupt_settings_file(workspace):
-    with pytest.raises(LexgraphError, match=r"hybrid\.json: the hybrid fusion settings not found; run `dvc repro hybrid`"):
+    with pytest.raises(
+        LexgraphError, match=r"hybrid\.json: the hybrid fusion settings not found; run `dvc repro hybrid`"
+    ):
         load_retriever("hybrid", workspace, "cpu")
     path = workspace / "models/hybrid/hybrid.json"
     path.parent.mkdir(parents=True)
     path.write_text('{"format": "lexgraph-hyb', encoding="utf-8")
     with pytest.raises(DataError, match="truncated or corrupt hybrid settings"):
         load_retriever("hybrid", workspace, "cpu")
-    path.write_text(json.dumps({"format": "lexgraph-hybrid", "version": 1, "sparse": "bm25", "dense": "dsr",
-                                "depth": 1000, "fusion": {"method": "wsum", "norm": "l2", "weight": 0.5}}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "lexgraph-hybrid",
+                "version": 1,
+                "sparse": "bm25",
+                "dense": "dsr",
+                "depth": 1000,
+                "fusion": {"method": "wsum", "norm": "l2", "weight": 0.5},
+            }
+        )
+    )
     with pytest.raises(DataError, match="inconsistent hybrid settings"):
         load_retriever("hybrid", workspace, "cpu")
 

@@ -203,8 +203,13 @@ with atomic_path(target, directory=kind == "dir") as tmp:
 def _writer(target: Path, kind: str, text: str) -> tuple[subprocess.Popen, Path]:
     """A process half-way through ``atomic_path(target)``, and its temporary."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(target), kind, text], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(target), kind, text],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     return proc, Path(proc.stdout.readline().strip())
 
 
@@ -216,8 +221,9 @@ def _dead_pid() -> int:
 
 def test_next_write_removes_what_killed_writers_left(tmp_path, caplog):
     (tmp_path / "run.trec").write_text("previous\n", encoding="utf-8")
-    writers = [_writer(target, kind, "half") for target, kind in ((tmp_path / "run.trec", "file"),
-                                                                   (tmp_path / "bm25", "dir"))]
+    writers = [
+        _writer(target, kind, "half") for target, kind in ((tmp_path / "run.trec", "file"), (tmp_path / "bm25", "dir"))
+    ]
     for proc, _ in writers:  # both half-way, then killed outright
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -302,10 +308,15 @@ def test_read_json_names_what_is_wrong(tmp_path):
         read()
     path.rmdir()
     path.write_text('{"a": ', encoding="utf-8")
-    with pytest.raises(DataError, match=r"not valid JSON, truncated or corrupt \(.*\); expected the settings; rerun it$"):
+    with pytest.raises(
+        DataError, match=r"not valid JSON, truncated or corrupt \(.*\); expected the settings; rerun it$"
+    ):
         read()
-    with pytest.raises(DataError, match=r"settings\.json: the model directory is a file, expected a readable "
-                                        r"directory"):
+    with pytest.raises(
+        DataError,
+        match=r"settings\.json: the model directory is a file, expected a readable "
+        r"directory",
+    ):
         check_file(path, "the model directory", "rerun it", directory=True)
 
 
@@ -314,8 +325,11 @@ def test_load_tensors_on_a_symbolic_link_loop(tmp_path):
 
     path = tmp_path / "e.safetensors"
     path.symlink_to("e.safetensors")
-    with pytest.raises(DataError, match=r"e\.safetensors: embeddings file is a symbolic link loop, expected a "
-                                        r"readable file; run it"):
+    with pytest.raises(
+        DataError,
+        match=r"e\.safetensors: embeddings file is a symbolic link loop, expected a "
+        r"readable file; run it",
+    ):
         load_tensors(path, "embeddings file", "run it")
 
 
@@ -326,12 +340,14 @@ def test_write_json_keeps_each_writers_format(tmp_path):
     from lexgraph.io import json_text, write_json
 
     obj = {"b": "requête", "a": [1, 0.5, None], "c": {"z": True, "y": "×"}}
-    for kwargs, same in (({}, dict(indent=2, ensure_ascii=False)),
-                         ({"ensure_ascii": True}, dict(indent=2)),
-                         ({"sort_keys": True, "ensure_ascii": True}, dict(indent=2, sort_keys=True)),
-                         ({"sort_keys": True}, dict(indent=2, sort_keys=True, ensure_ascii=False)),
-                         ({"indent": None}, dict(ensure_ascii=False)),
-                         ({"indent": None, "ensure_ascii": True}, {})):
+    for kwargs, same in (
+        ({}, dict(indent=2, ensure_ascii=False)),
+        ({"ensure_ascii": True}, dict(indent=2)),
+        ({"sort_keys": True, "ensure_ascii": True}, dict(indent=2, sort_keys=True)),
+        ({"sort_keys": True}, dict(indent=2, sort_keys=True, ensure_ascii=False)),
+        ({"indent": None}, dict(ensure_ascii=False)),
+        ({"indent": None, "ensure_ascii": True}, {}),
+    ):
         path = tmp_path / "sub" / "out.json"
         write_json(obj, path, **kwargs)
         assert path.read_bytes() == (json.dumps(obj, **same) + "\n").encode("utf-8"), kwargs

@@ -78,18 +78,26 @@ def test_stage_paths_come_from_dvc_yaml_only(name):
 
 def test_no_artifact_path_literal_outside_the_layout_module():
     literal = re.compile(r"""["'](?:data|models|metrics)/""")
-    offenders = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "src").rglob("*.py"))
-                 if path.name != "layout.py"
-                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        if path.name != "layout.py"
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if literal.search(line)
+    ]
     assert offenders == []
 
 
 def test_only_the_config_layer_words_params_yaml_errors():
     """Messages that name params.yaml come from lexgraph.config (params_error, bad_value)."""
     literal = re.compile(r"""(ConfigError|LexgraphError|DataError)\(\s*f?["']params\.yaml""")
-    offenders = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "src").rglob("*.py"))
-                 if path.name != "config.py"
-                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        if path.name != "config.py"
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if literal.search(line)
+    ]
     assert offenders == []
 
 
@@ -100,5 +108,6 @@ def test_producer_names_the_stage_that_writes_a_path():
     assert layout.producer("data/queries/synthetic.parquet").stage == "generate_queries"
     assert layout.producer("/home/me/checkpoints/camembert") is None
     assert layout.restore_hint("ws/models/dsr/query_encoder") == (
-        "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it")
+        "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it"
+    )
     assert layout.restore_hint("/elsewhere") == "rerun `dvc repro` (or `dvc checkout`) to restore it"

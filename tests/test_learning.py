@@ -24,12 +24,18 @@ def toy_data() -> TrainingData:
     """Article i is about WORDS[i]; train questions ask about it one way, dev questions another."""
     texts = [f"article de la {w} et du {w}" for w in WORDS]
     ids = list(range(1, len(WORDS) + 1))
-    pairs = [Pair(query=f"le {w} ?", key=("train", i), gold=frozenset({i}), positive=i, negatives=())
-             for i, w in zip(ids, WORDS)]
+    pairs = [
+        Pair(query=f"le {w} ?", key=("train", i), gold=frozenset({i}), positive=i, negatives=())
+        for i, w in zip(ids, WORDS)
+    ]
     return TrainingData(
-        pairs=pairs, article_ids=ids, article_texts=texts, synthetic_pairs=[],
+        pairs=pairs,
+        article_ids=ids,
+        article_texts=texts,
+        synthetic_pairs=[],
         dev_questions=[f"la {w} de la les" for w in WORDS],
-        dev_qrels={100 + i: {i} for i in ids}, dev_ids=[100 + i for i in ids],
+        dev_qrels={100 + i: {i} for i in ids},
+        dev_ids=[100 + i for i in ids],
     )
 
 
@@ -48,8 +54,18 @@ def test_graph_encoder_equals_a_hand_built_pyg_stack():
     n, dim, heads = 9, 8, 2
     x = torch.randn(n, dim)  # (nodes, dim)
     edge_index = torch.tensor([[0, 0, 1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 0, 3]])  # (2, E)
-    config = GraphEncoderConfig(in_dim=dim, model="gatv2", layers=3, hidden=None, heads=heads, concat_heads=True,
-                                dropout=0.0, residual=True, edge_dim=None, init="random")
+    config = GraphEncoderConfig(
+        in_dim=dim,
+        model="gatv2",
+        layers=3,
+        hidden=None,
+        heads=heads,
+        concat_heads=True,
+        dropout=0.0,
+        residual=True,
+        edge_dim=None,
+        init="random",
+    )
     encoder = GraphEncoder(config).eval()
     reference = [GATv2Conv(dim, dim // heads, heads=heads, concat=True, add_self_loops=False) for _ in range(3)]
     for ours, ref in zip(encoder.convs, reference):

@@ -17,12 +17,10 @@ from torch import nn
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
-from lexgraph.models.mvcl import InteractionModel
-from lexgraph.models.mvcl import fuse_list
+from lexgraph.models.mvcl import InteractionModel, fuse_list
 from lexgraph.models.mvcl_config import RerankConfig
 from lexgraph.models.mvcl_features import TokenStore
 from lexgraph.training.rerank import Lists, train
-
 
 # ---------------------------------------------------------------------------
 # Losses vs hand computations
@@ -64,8 +62,10 @@ def test_case_view_loss_matches_hand_computation_with_in_batch_negatives():
     t1 = 0.5
     r = 1 / math.sqrt(2)
     # candidates [b_1, b_2, c_1, c_2]; cos(a_i, .) by hand
-    cos = [[r, 0.0, 0.0, 1.0],  # a_1 = (1, 0)
-           [r, 1.0, 1.0, 0.0]]  # a_2 = (0, 1)
+    cos = [
+        [r, 0.0, 0.0, 1.0],  # a_1 = (1, 0)
+        [r, 1.0, 1.0, 0.0],
+    ]  # a_2 = (0, 1)
     expected = (_ce([x / t1 for x in cos[0]], 0) + _ce([x / t1 for x in cos[1]], 1)) / 2
     assert CaseViewLoss(t1)(a, b, c).item() == pytest.approx(expected, rel=1e-6)
     # b_2 excluded from a_1's negatives (say, another gold article of question 1)
@@ -163,7 +163,7 @@ def test_tournament_scores_are_mean_margins_over_the_other_candidates():
     h = torch.randn(4, model.match_dim)
     with torch.no_grad():
         scores = model.tournament_scores(h)
-        games = {(b, c): model.compare(h[b:b + 1], h[c:c + 1])[0] for b in range(4) for c in range(4)}
+        games = {(b, c): model.compare(h[b : b + 1], h[c : c + 1])[0] for b in range(4) for c in range(4)}
     for b in range(4):
         expected = sum(float(games[b, c][0] - games[b, c][1]) for c in range(4) if c != b) / 3
         assert float(scores[b]) == pytest.approx(expected, abs=1e-5)
@@ -183,7 +183,8 @@ def test_fuse_list_reorders_the_head_and_keeps_the_tail_below():
     assert np.all(np.diff(scores[:5]) <= 0)
     # alpha = 0 is the first stage itself
     assert fuse_list(ids, first, mvcl, alpha=0.0, k=3)[0].tolist() == ids.tolist()
-    # alpha = 0.5: z(first) = [1.2247, 0, -1.2247], z(mvcl) = [-1.069, -0.267, 1.336] -> 10: 0.078, 11: -0.134, 12: 0.056
+    # alpha = 0.5: z(first) = [1.2247, 0, -1.2247], z(mvcl) = [-1.069, -0.267, 1.336]
+    #   -> 10: 0.078, 11: -0.134, 12: 0.056
     assert fuse_list(ids, first, mvcl, alpha=0.5, k=3)[0].tolist() == [10, 12, 11, 13, 14, -1]
 
 
@@ -214,16 +215,30 @@ def _toy(seed=0, n_articles=30, dim=16):
 
     def lists(qids):
         ids = np.array([[(q - 100 + j) % n_articles for j in range(10)] for q in qids])[:, ::-1].copy()  # gold 9th
-        return Lists(list(qids), {q: [(q - 100) % n_articles] for q in qids}, ids,
-                     np.linspace(1, 0, 10)[None].repeat(len(qids), 0))
+        return Lists(
+            list(qids),
+            {q: [(q - 100) % n_articles] for q in qids},
+            ids,
+            np.linspace(1, 0, 10)[None].repeat(len(qids), 0),
+        )
 
     return articles, queries, views, lists(range(100, 130)), lists(range(130, 140))
 
 
 def test_tiny_training_learns_and_is_deterministic(one_thread):
     # the paper's plain network (no MaxSim warm start): whatever it ranks well, it learned
-    config = RerankConfig(k=10, hidden=8, epochs=6, batch_size=8, negatives=2, lr=1e-2, dropout=0.0,
-                          alignment="projected", match_features=False, warm_start=False)
+    config = RerankConfig(
+        k=10,
+        hidden=8,
+        epochs=6,
+        batch_size=8,
+        negatives=2,
+        lr=1e-2,
+        dropout=0.0,
+        alignment="projected",
+        match_features=False,
+        warm_start=False,
+    )
     args = _toy()
     model_a, report_a = train(config, *args, device=torch.device("cpu"), seed=13)
     model_b, report_b = train(config, *args, device=torch.device("cpu"), seed=13)
@@ -234,7 +249,11 @@ def test_tiny_training_learns_and_is_deterministic(one_thread):
     assert report_a["dev_first_stage"]["map"] == pytest.approx(0.1)
     assert report_a["dev_mvcl_only"]["map"] > 0.5
     assert report_a["alpha"] in config.interpolation and set(report_a["history"][0]) >= {
-        "train_triple", "train_case", "train_element", "dev_map"}
+        "train_triple",
+        "train_case",
+        "train_element",
+        "dev_map",
+    }
 
 
 def test_alignment_features_match_a_hand_computation_and_ignore_padding():
@@ -278,10 +297,12 @@ def test_plm_alignment_attends_by_the_plm_cosine():
     model.lstm.register_forward_hook(lambda mod, inp, out: captured.setdefault("x", []).append(inp[0]))
     model.match(q, ones_q, d, ones_d)
     from torch.nn.utils.rnn import pad_packed_sequence
+
     mq, _ = pad_packed_sequence(captured["x"][0], batch_first=True)  # (1, 2, 4 * hidden): [h; h~; h - h~; h * h~]
     hd = model.proj(d)[0]  # (4, 2)
-    cos = torch.stack([torch.stack([nn.functional.cosine_similarity(q[0, i], d[0, j], dim=0) for j in range(4)])
-                       for i in range(2)])  # (2, 4)
+    cos = torch.stack(
+        [torch.stack([nn.functional.cosine_similarity(q[0, i], d[0, j], dim=0) for j in range(4)]) for i in range(2)]
+    )  # (2, 4)
     expected = torch.softmax(cos / 0.1, dim=1) @ hd  # (2, 2)
     torch.testing.assert_close(mq[0, :, 2:4], expected, rtol=1e-5, atol=1e-5)
 
@@ -298,6 +319,7 @@ def test_projected_alignment_is_a_scaled_dot_product():
     model.lstm.register_forward_hook(lambda mod, inp, out: captured.setdefault("x", []).append(inp[0]))
     model.match(q, ones_q, d, ones_d)
     from torch.nn.utils.rnn import pad_packed_sequence
+
     mq, _ = pad_packed_sequence(captured["x"][0], batch_first=True)  # (1, 2, 4 * hidden)
     W, b = model.proj.weight.detach().tolist(), model.proj.bias.detach().tolist()
 
@@ -310,7 +332,7 @@ def test_projected_alignment_is_a_scaled_dot_product():
         e = [sum(x * y for x, y in zip(hq[i], hd[j])) / math.sqrt(hidden) for j in range(3)]
         w = [math.exp(x) / sum(math.exp(y) for y in e) for x in e]
         aligned = [sum(w[j] * hd[j][o] for j in range(3)) for o in range(hidden)]
-        assert mq[0, i, hidden:2 * hidden].tolist() == pytest.approx(aligned, abs=1e-5)
+        assert mq[0, i, hidden : 2 * hidden].tolist() == pytest.approx(aligned, abs=1e-5)
         unscaled = [math.exp(x * 2) / sum(math.exp(y * 2) for y in e) for x in e]  # without 1/sqrt(4) = 1/2
         assert max(abs(x - y) for x, y in zip(w, unscaled)) > 1e-3  # the scaling shows
 
@@ -322,13 +344,16 @@ def test_case_view_negatives_leave_out_the_questions_gold_articles():
 
     articles, queries, views, _, dev = _toy()
     train = Lists([100, 101], {100: [0, 1], 101: [2]}, np.array([[0, 1, 5, 6], [2, 0, 7, 8]]), np.ones((2, 4)))
-    trainer = RerankTrainer(InteractionModel(16, 4), RerankConfig(k=4), articles, queries, views, train, dev,
-                            torch.device("cpu"), seed=0)
+    trainer = RerankTrainer(
+        InteractionModel(16, 4), RerankConfig(k=4), articles, queries, views, train, dev, torch.device("cpu"), seed=0
+    )
     qids, golds, negs = (100, 100, 101), (0, 1, 2), (5, 0, 7)  # columns: b = 0, 1, 2; c = 5, 0, 7
     exclude = trainer.case_exclusions(qids, golds, negs)
-    assert exclude.tolist() == [[True, True, False, False, True, False],
-                                [True, True, False, False, True, False],
-                                [False, False, True, False, False, False]]
+    assert exclude.tolist() == [
+        [True, True, False, False, True, False],
+        [True, True, False, False, True, False],
+        [False, False, True, False, False, False],
+    ]
     # the loss keeps each row's own positive: row 0 has 6 - 3 = 3 negatives (b_3, c_1, c_3)
     eye = torch.eye(6)
     a, b, c = eye[[0, 1, 2]], eye[[0, 1, 2]], eye[[3, 4, 5]]
@@ -341,8 +366,9 @@ def test_warm_start_ranks_by_maxsim_before_training():
     """Untrained, with the warm start: margin(b, c) = (maxsim_b - maxsim_c) / temperature, so a
     candidate's tournament score is (maxsim_b - mean of the others' maxsim) / temperature."""
     torch.manual_seed(3)
-    model = InteractionModel(input_dim=8, hidden=4, dropout=0.0, alignment="cosine", temperature=0.05,
-                             features=True, warm_start=True).eval()
+    model = InteractionModel(
+        input_dim=8, hidden=4, dropout=0.0, alignment="cosine", temperature=0.05, features=True, warm_start=True
+    ).eval()
     q = torch.randn(1, 5, 8).expand(6, -1, -1)
     d = torch.randn(6, 7, 8)
     q_mask, d_mask = torch.ones(6, 5, dtype=torch.bool), torch.ones(6, 7, dtype=torch.bool)
@@ -374,9 +400,9 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
     from lexgraph.errors import LexgraphError
-    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
     from lexgraph.models.mvcl import load_model
     from lexgraph.models.mvcl_features import write_disabled
+    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
 
     assert not is_switched_off(tmp_path, "mvcl")
     write_disabled(tmp_path / "models/mvcl", "mvcl")
@@ -403,8 +429,9 @@ def test_the_views_pooling_shares_the_interaction_projection():
 def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread):
     # a grid without alpha = 1: the re-ranker alone is not a system that can be kept, so
     # selecting the epoch by it would differ from selecting by what `mvcl` returns
-    config = RerankConfig(k=10, hidden=8, epochs=4, batch_size=8, negatives=2, lr=1e-2, dropout=0.0,
-                          interpolation=[0.0, 0.3, 0.6])
+    config = RerankConfig(
+        k=10, hidden=8, epochs=4, batch_size=8, negatives=2, lr=1e-2, dropout=0.0, interpolation=[0.0, 0.3, 0.6]
+    )
     model, report = train(config, *_toy(), device=torch.device("cpu"), seed=13)
     history = report["history"]
     assert [h["epoch"] for h in history] == [0, 1, 2, 3, 4]  # warm start: epoch 0 is a candidate

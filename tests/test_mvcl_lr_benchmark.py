@@ -57,8 +57,19 @@ def test_a_missing_table_is_one_line_not_a_traceback(name, tmp_path):
 
     params = tmp_path / "params.yaml"
     params.write_text((ROOT / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--workspace", str(tmp_path),
-                           "--params", str(params)], capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / f"{name}.py"),
+            "--workspace",
+            str(tmp_path),
+            "--params",
+            str(params),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert lines[-1].startswith(f"{name}.py: error: ") and "file not found" in lines[-1] and str(tmp_path) in lines[-1]

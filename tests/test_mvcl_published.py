@@ -69,7 +69,7 @@ def test_mvcl_alignment_is_h_a_dot_h_b_over_sqrt_d_of_the_plm_states():
         e = [sum(x * y for x, y in zip(qa[i], da[j])) / math.sqrt(dim) for j in range(3)]
         w = [math.exp(x) / sum(math.exp(y) for y in e) for x in e]
         aligned = [sum(w[j] * hd[j][o] for j in range(3)) for o in range(hidden)]
-        assert mq[0, i, hidden:2 * hidden].tolist() == pytest.approx(aligned, abs=1e-5)
+        assert mq[0, i, hidden : 2 * hidden].tolist() == pytest.approx(aligned, abs=1e-5)
         unscaled = [math.exp(x * math.sqrt(dim)) / sum(math.exp(y * math.sqrt(dim)) for y in e) for x in e]
         assert max(abs(x - y) for x, y in zip(w, unscaled)) > 1e-3  # the 1 / sqrt(d) shows
     # the sample's and the paper profile's mvcl use it; xrerank keeps the cosine
@@ -153,8 +153,12 @@ def test_mvcl_search_without_fusion_orders_by_the_network(one_thread):
         def encode_queries(self, texts, max_length, batch_size):
             return states[: len(texts)]
 
-    settings = {"first_stage": "bm25", "k": 6, "alpha": None,
-                "config": {"max_query_length": 8, "encode_batch_size": 4, "eval_batch_size": 4}}
+    settings = {
+        "first_stage": "bm25",
+        "k": 6,
+        "alpha": None,
+        "config": {"max_query_length": 8, "encode_batch_size": 4, "eval_batch_size": 4},
+    }
     retriever = MvclRetriever("mvcl", _First(), model, Encoder(), articles, settings, torch.device("cpu"), "x")
     ids, _ = retriever.search(["q 0", "q 5"], 8)
     for i, start in enumerate((0, 5)):
@@ -174,8 +178,15 @@ def _tiny_xlmr(vocab=40):
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     torch.manual_seed(0)
-    config = XLMRobertaConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                              intermediate_size=32, max_position_embeddings=40, pad_token_id=1)
+    config = XLMRobertaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=40,
+        pad_token_id=1,
+    )
     return XLMRobertaModel(config, add_pooling_layer=False)
 
 
@@ -202,12 +213,23 @@ def test_a_finetuned_plm_gets_gradients_from_the_training_step(one_thread):
 
     def lists(qids):
         ids = np.array([[(q - 100 + j) % 12 for j in range(6)] for q in qids])
-        return Lists(list(qids), {q: [(q - 100) % 12] for q in qids}, ids, np.tile(np.linspace(1, 0, 6), (len(qids), 1)))
+        return Lists(
+            list(qids), {q: [(q - 100) % 12] for q in qids}, ids, np.tile(np.linspace(1, 0, 6), (len(qids), 1))
+        )
 
     config = _config("mvcl", {"k": 6, "hidden": 8, "batch_size": 8, "eval_batch_size": 8}, {"epochs": 1})
     assert config.plm == "finetune" and not config.fusion
-    model, report = train(config, articles, queries, views, lists(range(100, 112)), lists(range(112, 116)),
-                          torch.device("cpu"), seed=13, plm=plm)
+    model, report = train(
+        config,
+        articles,
+        queries,
+        views,
+        lists(range(100, 112)),
+        lists(range(112, 116)),
+        torch.device("cpu"),
+        seed=13,
+        plm=plm,
+    )
     assert report["plm"] == "finetune" and report["steps"] == 2  # 12 pairs, batch 8
     assert report["plm_grad_norm_first_step"] > 0
     changed = [k for k, v in plm.state_dict().items() if not torch.equal(v, before[k])]
@@ -228,20 +250,41 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
     from lexgraph.training.rerank import RerankPaths, run_rerank
 
     words = ["loi", "contrat", "bail", "mariage", "enfant", "divorce"]
-    articles = pl.DataFrame({"id": list(range(12)), "article": [f"la {words[i % 6]} {words[(i + 1) % 6]} de l'article."
-                                                                   for i in range(12)]})
-    questions = pl.DataFrame({"id": list(range(100, 116)), "question": [f"le {words[q % 6]} ?" for q in range(16)],
-                              "article_ids": [[q % 12] for q in range(16)],
-                              "split": ["train"] * 12 + ["dev"] * 4})
+    articles = pl.DataFrame(
+        {"id": list(range(12)), "article": [f"la {words[i % 6]} {words[(i + 1) % 6]} de l'article." for i in range(12)]}
+    )
+    questions = pl.DataFrame(
+        {
+            "id": list(range(100, 116)),
+            "question": [f"le {words[q % 6]} ?" for q in range(16)],
+            "article_ids": [[q % 12] for q in range(16)],
+            "split": ["train"] * 12 + ["dev"] * 4,
+        }
+    )
     (tmp_path / "data/clean").mkdir(parents=True)
     write_parquet(articles, tmp_path / "data/clean/articles.parquet")
     write_parquet(questions, tmp_path / "data/clean/questions.parquet")
-    config = _config("mvcl", {"k": 6, "hidden": 8, "batch_size": 8, "eval_batch_size": 8, "encode_batch_size": 8,
-                              "del_token": "[MASK]", "first_stage": "bm25"},
-                     {"epochs": 1, "enabled": True, "max_query_length": 16, "max_article_length": 24})
-    paths = RerankPaths(tmp_path / "data/clean/questions.parquet", tmp_path / "data/clean/articles.parquet",
-                        tmp_path / "data/rerank", Path(tiny_model_dir), tmp_path / "models/mvcl",
-                        tmp_path / "rerank_mvcl.json")
+    config = _config(
+        "mvcl",
+        {
+            "k": 6,
+            "hidden": 8,
+            "batch_size": 8,
+            "eval_batch_size": 8,
+            "encode_batch_size": 8,
+            "del_token": "[MASK]",
+            "first_stage": "bm25",
+        },
+        {"epochs": 1, "enabled": True, "max_query_length": 16, "max_article_length": 24},
+    )
+    paths = RerankPaths(
+        tmp_path / "data/clean/questions.parquet",
+        tmp_path / "data/clean/articles.parquet",
+        tmp_path / "data/rerank",
+        Path(tiny_model_dir),
+        tmp_path / "models/mvcl",
+        tmp_path / "rerank_mvcl.json",
+    )
 
     class First(_First):
         def search(self, texts, k):
@@ -255,7 +298,9 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
     retriever = load_mvcl(tmp_path, "cpu", load=lambda name, workspace, device: First())
     assert retriever.encoder.model.config.hidden_size == 16 and retriever.alpha is None
     ids, scores = retriever.search(["le bail ?", "le loi ?"], 8)
-    assert ids.shape == (2, 8) and sorted(ids[0, :6].tolist()) == sorted(First().search(["le bail ?"], 6)[0][0].tolist())
+    assert ids.shape == (2, 8) and sorted(ids[0, :6].tolist()) == sorted(
+        First().search(["le bail ?"], 6)[0][0].tolist()
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -283,20 +328,64 @@ def test_a_key_the_variant_would_not_read_is_refused_not_ignored():
         _config("mvcl", own={"interpolation": [0.5]})
     with pytest.raises(ConfigError, match=r"missing key 'rerank\.xrerank\.plm_lr'"):
         _config("xrerank", own={"plm": "finetune"})
-    with pytest.raises(ConfigError, match=r"'rerank\.first_stage' = 'xrerank', expected a retrieval system other than a re-ranker"):
+    with pytest.raises(
+        ConfigError, match=r"'rerank\.first_stage' = 'xrerank', expected a retrieval system other than a re-ranker"
+    ):
         _config("mvcl", {"first_stage": "xrerank"})
 
 
 def test_the_sample_keeps_xrerank_as_todays_recipe_and_mvcl_as_published():
     x = _config("xrerank")
-    assert (x.enabled, x.plm, x.alignment, x.align_temperature, x.pooling, x.match_features, x.warm_start,
-            x.fusion, x.lr, x.weight_decay, x.epochs, x.max_query_length, x.max_article_length) == \
-        (True, "frozen", "cosine", 0.05, "tanh", True, True, True, 3e-4, 0.01, 5, 64, 128)
+    assert (
+        x.enabled,
+        x.plm,
+        x.alignment,
+        x.align_temperature,
+        x.pooling,
+        x.match_features,
+        x.warm_start,
+        x.fusion,
+        x.lr,
+        x.weight_decay,
+        x.epochs,
+        x.max_query_length,
+        x.max_article_length,
+    ) == (True, "frozen", "cosine", 0.05, "tanh", True, True, True, 3e-4, 0.01, 5, 64, 128)
     for profile, enabled in (("params.yaml", False), ("profiles/paper.yaml", True)):
         m = _config("mvcl", profile=profile)
-        assert (m.enabled, m.plm, m.plm_lr, m.alignment, m.pooling, m.match_features, m.warm_start, m.fusion,
-                m.lr, m.weight_decay, m.max_query_length, m.max_article_length, m.batch_size, m.warmup_ratio,
-                m.lambda_case, m.lambda_ele) == \
-            (enabled, "finetune", 2e-5, "scaled_dot", "relu", False, False, False, 2e-5, 0.0, 512, 512, 16, 0.1,
-             0.01, 0.01), profile
+        assert (
+            m.enabled,
+            m.plm,
+            m.plm_lr,
+            m.alignment,
+            m.pooling,
+            m.match_features,
+            m.warm_start,
+            m.fusion,
+            m.lr,
+            m.weight_decay,
+            m.max_query_length,
+            m.max_article_length,
+            m.batch_size,
+            m.warmup_ratio,
+            m.lambda_case,
+            m.lambda_ele,
+        ) == (
+            enabled,
+            "finetune",
+            2e-5,
+            "scaled_dot",
+            "relu",
+            False,
+            False,
+            False,
+            2e-5,
+            0.0,
+            512,
+            512,
+            16,
+            0.1,
+            0.01,
+            0.01,
+        ), profile
     assert not _config("xrerank", profile="profiles/paper.yaml").enabled

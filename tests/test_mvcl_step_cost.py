@@ -10,7 +10,6 @@ import copy
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 import yaml
 
@@ -25,8 +24,15 @@ def _tiny_xlmr():
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     torch.manual_seed(0)
-    config = XLMRobertaConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                              intermediate_size=32, max_position_embeddings=80, pad_token_id=1)
+    config = XLMRobertaConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=80,
+        pad_token_id=1,
+    )
     return XLMRobertaModel(config, add_pooling_layer=False)
 
 
@@ -110,6 +116,7 @@ def test_a_step_encodes_each_gold_article_once_and_the_report_scores_dev_once_pe
     articles = PLMTokens(range(12), arts, plm, pad_id=1)
     asked: list[list[int]] = []
     batch = articles.batch
+
     def recording(keys, device):
         if plm.training:  # the training step's calls (dev scoring encodes in eval mode)
             asked.append(list(keys))
@@ -123,8 +130,17 @@ def test_a_step_encodes_each_gold_article_once_and_the_report_scores_dev_once_pe
     views = PLMTokens(range(12), [a[:5] + [3] * 4 + a[-1:] for a in arts], plm, pad_id=1)
     config = _config({"epochs": 2})
     assert config.lambda_ele > 0
-    _, report = rerank.train(config, articles, queries, views, _lists(range(100, 112)), _lists(range(112, 116)),
-                             torch.device("cpu"), seed=13, plm=plm)
+    _, report = rerank.train(
+        config,
+        articles,
+        queries,
+        views,
+        _lists(range(100, 112)),
+        _lists(range(112, 116)),
+        torch.device("cpu"),
+        seed=13,
+        plm=plm,
+    )
     assert report["steps"] == 4 and len(asked) == 2 * 4  # B+ and C- per step: the element view reads B+'s rows
     assert len(scorings) == 2  # one per epoch; the report reuses the kept epoch's
     kept = next(h for h in report["history"] if h["epoch"] == report["epoch"])

@@ -59,8 +59,13 @@ def write_fixtures(tmp_path: Path, *, drop_article_ids: bool = False) -> dict[st
             "article_ids": [q[2] for q in QUESTIONS],
             "split": [q[3] for q in QUESTIONS],
         },
-        schema={"id": pl.Int64, "question": pl.String, "category": pl.String,
-                "article_ids": pl.List(pl.Int64), "split": pl.String},
+        schema={
+            "id": pl.Int64,
+            "question": pl.String,
+            "category": pl.String,
+            "article_ids": pl.List(pl.Int64),
+            "split": pl.String,
+        },
     )
     synthetic = pl.DataFrame(
         {"id": [1], "question": ["servitudes des fonds voisins"], "article_ids": [[102]], "split": ["synthetic"]},
@@ -68,11 +73,16 @@ def write_fixtures(tmp_path: Path, *, drop_article_ids: bool = False) -> dict[st
     )
     if drop_article_ids:
         questions = questions.drop("article_ids")
-    paths = {"articles": tmp_path / "articles.parquet", "questions": tmp_path / "questions.parquet",
-             "synthetic": tmp_path / "synthetic.parquet", "params": tmp_path / "params.yaml",
-             "hub": tmp_path / "raw_negatives.parquet"}
+    paths = {
+        "articles": tmp_path / "articles.parquet",
+        "questions": tmp_path / "questions.parquet",
+        "synthetic": tmp_path / "synthetic.parquet",
+        "params": tmp_path / "params.yaml",
+        "hub": tmp_path / "raw_negatives.parquet",
+    }
     pl.DataFrame(schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)}).write_parquet(
-        paths["hub"])  # fetch.negatives false: nothing fetched
+        paths["hub"]
+    )  # fetch.negatives false: nothing fetched
     articles.write_parquet(paths["articles"])
     questions.write_parquet(paths["questions"])
     synthetic.write_parquet(paths["synthetic"])
@@ -118,12 +128,16 @@ def test_mine_from_index_never_returns_gold_and_matches_brute_force():
 def test_mine_negatives_dataframe():
     articles = pl.DataFrame({"id": [a for a, _ in ARTICLES], "article": [t for _, t in ARTICLES]})
     questions = pl.DataFrame(
-        {"id": [q[0] for q in QUESTIONS], "question": [q[1] for q in QUESTIONS],
-         "article_ids": [q[2] for q in QUESTIONS], "split": [q[3] for q in QUESTIONS]}
+        {
+            "id": [q[0] for q in QUESTIONS],
+            "question": [q[1] for q in QUESTIONS],
+            "article_ids": [q[2] for q in QUESTIONS],
+            "split": [q[3] for q in QUESTIONS],
+        }
     )
     out = mine_negatives(articles, questions, k=2)
     assert out.schema == {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(pl.Int64)}
-    for (qid, text, gold, _), negs in zip(QUESTIONS, out["negative_ids"].to_list()):
+    for (_qid, text, gold, _), negs in zip(QUESTIONS, out["negative_ids"].to_list()):
         assert negs == expected_negatives(text, gold, 2)
         assert len(negs) <= 2 and not set(negs) & set(gold)
     assert out.filter(pl.col("question_id") == 5)["negative_ids"].to_list() == [[]]
@@ -134,9 +148,20 @@ def run_stage_once(tmp_path):
     paths = write_fixtures(tmp_path)
     out = tmp_path / "data" / "negatives" / "negatives.parquet"
     driver = load_driver()
-    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]),
-            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
+    argv = [
+        "--params",
+        str(paths["params"]),
+        "--articles",
+        str(paths["articles"]),
+        "--questions",
+        str(paths["questions"]),
+        "--synthetic",
+        str(paths["synthetic"]),
+        "--hub-negatives",
+        str(paths["hub"]),
+        "--out",
+        str(out),
+    ]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     return driver, argv, out
 
@@ -146,8 +171,13 @@ def test_stage_writes_expected_parquet(tmp_path):
     df = pl.read_parquet(out)
     assert df.schema == {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(pl.Int64)}
     # train questions in input order (the dev one is skipped), then the synthetic one
-    assert list(zip(df["question_id"], df["split"])) == [(1, "train"), (2, "train"), (4, "train"), (5, "train"),
-                                                         (1, "synthetic")]
+    assert list(zip(df["question_id"], df["split"])) == [
+        (1, "train"),
+        (2, "train"),
+        (4, "train"),
+        (5, "train"),
+        (1, "synthetic"),
+    ]
     texts = {(q[0], "train"): (q[1], q[2]) for q in QUESTIONS}
     texts[(1, "synthetic")] = ("servitudes des fonds voisins", [102])
     for qid, split, negs in df.iter_rows():
@@ -168,9 +198,20 @@ def test_stage_fails_cleanly_without_article_ids(tmp_path, capsys):
     paths = write_fixtures(tmp_path, drop_article_ids=True)
     out = tmp_path / "out" / "negatives.parquet"
     driver = load_driver()
-    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"),
-            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
+    argv = [
+        "--params",
+        str(paths["params"]),
+        "--articles",
+        str(paths["articles"]),
+        "--questions",
+        str(paths["questions"]),
+        "--synthetic",
+        str(tmp_path / "none.parquet"),
+        "--hub-negatives",
+        str(paths["hub"]),
+        "--out",
+        str(out),
+    ]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
@@ -187,9 +228,20 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
     raw.write_parquet(paths["questions"])
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
-    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"),
-            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
+    argv = [
+        "--params",
+        str(paths["params"]),
+        "--articles",
+        str(paths["articles"]),
+        "--questions",
+        str(paths["questions"]),
+        "--synthetic",
+        str(tmp_path / "none.parquet"),
+        "--hub-negatives",
+        str(paths["hub"]),
+        "--out",
+        str(out),
+    ]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "column 'article_ids'" in err and len(err.splitlines()) == 1
@@ -203,9 +255,20 @@ def test_stage_rejects_bad_params(tmp_path, capsys, bad):
     write_params(paths["params"], base=BASE, negatives={**NEGATIVES, **yaml.safe_load(bad)})
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
-    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(tmp_path / "none.parquet"),
-            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
+    argv = [
+        "--params",
+        str(paths["params"]),
+        "--articles",
+        str(paths["articles"]),
+        "--questions",
+        str(paths["questions"]),
+        "--synthetic",
+        str(tmp_path / "none.parquet"),
+        "--hub-negatives",
+        str(paths["hub"]),
+        "--out",
+        str(out),
+    ]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     assert f"negatives.{key}" in capsys.readouterr().err
     assert not out.exists()
@@ -217,9 +280,20 @@ def test_stage_rejects_duplicate_question_ids(tmp_path, capsys):
     pl.concat([syn, syn]).write_parquet(paths["synthetic"])
     out = tmp_path / "negatives.parquet"
     driver = load_driver()
-    argv = ["--params", str(paths["params"]), "--articles", str(paths["articles"]),
-            "--questions", str(paths["questions"]), "--synthetic", str(paths["synthetic"]),
-            "--hub-negatives", str(paths["hub"]), "--out", str(out)]
+    argv = [
+        "--params",
+        str(paths["params"]),
+        "--articles",
+        str(paths["articles"]),
+        "--questions",
+        str(paths["questions"]),
+        "--synthetic",
+        str(paths["synthetic"]),
+        "--hub-negatives",
+        str(paths["hub"]),
+        "--out",
+        str(out),
+    ]
     assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "more than once" in err and "synthetic.parquet" in err
@@ -259,8 +333,14 @@ def test_dev_questions_are_mined_with_split_dev_when_listed(tmp_path):
     paths = write_fixtures(tmp_path)
     config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
     df = run(config, paths["articles"], paths["questions"], paths["synthetic"])
-    assert list(zip(df["question_id"], df["split"])) == [(1, "train"), (2, "train"), (3, "dev"), (4, "train"),
-                                                         (5, "train"), (1, "synthetic")]
+    assert list(zip(df["question_id"], df["split"])) == [
+        (1, "train"),
+        (2, "train"),
+        (3, "dev"),
+        (4, "train"),
+        (5, "train"),
+        (1, "synthetic"),
+    ]
     dev = df.filter(pl.col("split") == "dev")["negative_ids"].to_list()[0]
     assert dev == expected_negatives(QUESTIONS[2][1], QUESTIONS[2][2], 3)
 
@@ -272,9 +352,14 @@ def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
     from lexgraph.negatives import run
 
     paths = write_fixtures(tmp_path)
-    hub = pl.DataFrame({"question_id": [1, 3], "split": ["train", "train"],
-                        "article_ids": [[110, 103, 999, 104, 105, 106], [101, 107]]},
-                       schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)})
+    hub = pl.DataFrame(
+        {
+            "question_id": [1, 3],
+            "split": ["train", "train"],
+            "article_ids": [[110, 103, 999, 104, 105, 106], [101, 107]],
+        },
+        schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)},
+    )
     hub.write_parquet(paths["hub"])
     config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
     df = run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])

@@ -28,8 +28,14 @@ TEXTS = [
 def _encoder(path, pooling="max", token_pooling="cls") -> HierarchicalArticleEncoder:
     torch.manual_seed(3)
     enc = HierarchicalArticleEncoder.from_pretrained(
-        path, max_chunk_length=16, max_document_length=64, pooling=pooling, num_layers=2, num_heads=2,
-        token_pooling=token_pooling, dropout=0.0,
+        path,
+        max_chunk_length=16,
+        max_document_length=64,
+        pooling=pooling,
+        num_layers=2,
+        num_heads=2,
+        token_pooling=token_pooling,
+        dropout=0.0,
     )
     with torch.no_grad():  # non-trivial chunk positions and chunk Transformer
         for p in [enc.chunk_positions.weight, *enc.chunk_transformer.parameters()]:
@@ -78,8 +84,9 @@ def test_length_buckets_by_hand():
 
 @pytest.mark.parametrize("min_bucket", [1, 16])  # 1: every length its own trimmed bucket
 @pytest.mark.parametrize("pooling,token_pooling", [("max", "cls"), ("mean", "mean"), ("token_mean", "cls")])
-def test_packed_padded_and_encode_equal_the_chunk_by_chunk_reference(tiny_model_dir, pooling, token_pooling,
-                                                                      min_bucket, monkeypatch):
+def test_packed_padded_and_encode_equal_the_chunk_by_chunk_reference(
+    tiny_model_dir, pooling, token_pooling, min_bucket, monkeypatch
+):
     monkeypatch.setattr(article_encoder, "MIN_BUCKET", min_bucket)
     enc = _encoder(tiny_model_dir, pooling, token_pooling)
     expected = _reference(enc, TEXTS)  # (5, 16)
@@ -92,8 +99,9 @@ def test_packed_padded_and_encode_equal_the_chunk_by_chunk_reference(tiny_model_
     torch.testing.assert_close(packed, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(padded, expected, atol=1e-5, rtol=1e-5)
     for batch_size in (1, 2, 64):  # chunk batches and aggregate batches of every size
-        torch.testing.assert_close(enc.encode(TEXTS, batch_size=batch_size, show_progress=False), expected,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            enc.encode(TEXTS, batch_size=batch_size, show_progress=False), expected, atol=1e-5, rtol=1e-5
+        )
     assert mask.tolist() == [[i < n for i in range(4)] for n in (4, 1, 2, 1, 3)]
     assert tokens.tolist() == [[len(c) for c in doc] + [0] * (4 - len(doc)) for doc in chunks]
     assert bool((vectors[~mask] == 0).all())  # empty slots hold nothing
@@ -113,8 +121,9 @@ def test_max_pool_ignores_empty_slots(tiny_model_dir):
 def test_bucketed_training_gradients_equal_the_padded_ones(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(article_encoder, "MIN_BUCKET", 1)
     calls = []
-    monkeypatch.setattr(HierarchicalArticleEncoder, "_pool", lambda self, i, m: calls.append(i.shape) or
-                        TextEncoder._pool(self, i, m))
+    monkeypatch.setattr(
+        HierarchicalArticleEncoder, "_pool", lambda self, i, m: calls.append(i.shape) or TextEncoder._pool(self, i, m)
+    )
     enc = _encoder(tiny_model_dir, "max")
     weights = torch.randn(len(TEXTS), enc.dim)
 

@@ -44,8 +44,6 @@ import pytest
 import yaml
 
 from tests import paper_fixture as pf
-from tests.conftest import ROOT
-
 
 #: the whole run (fixtures + `dvc repro`) must fit CI's budget (issue 24: 15 min on 2 cores)
 BUDGET_S = 15 * 60
@@ -110,8 +108,12 @@ def repro(dest: Path, env: dict, log_path: Path) -> tuple[subprocess.CompletedPr
     the output as it comes, each line stamped with the seconds since the start."""
     start = time.monotonic()
     lines, marks = [], []
-    with subprocess.Popen(["dvc", "repro"], cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc, log_path.open("w", encoding="utf-8") as out:
+    with (
+        subprocess.Popen(
+            ["dvc", "repro"], cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc,
+        log_path.open("w", encoding="utf-8") as out,
+    ):
         for line in proc.stdout:
             now = time.monotonic() - start
             out.write(f"{now:7.1f} {line}")
@@ -134,16 +136,31 @@ def paper_run(tmp_path_factory):
     dest = pf.copy_project(base / "lexgraph")
     params = pf.build_all(base / "fixtures")
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    env = {**THREADS, **os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(dest / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(base / "hf"), "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **THREADS,
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(dest / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(base / "hf"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     fixtures_s = time.monotonic() - start
     proc, times = repro(dest, env, base / "repro.log")
     elapsed = time.monotonic() - start
-    (base / "stage_times.json").write_text(json.dumps({"fixtures": round(fixtures_s, 1), **times, "total": round(elapsed, 1)},
-                                                      indent=1), encoding="utf-8")
-    return {"dest": dest, "params": params, "proc": proc, "elapsed": elapsed, "env": env, "times": times,
-            "fixtures_s": fixtures_s}
+    (base / "stage_times.json").write_text(
+        json.dumps({"fixtures": round(fixtures_s, 1), **times, "total": round(elapsed, 1)}, indent=1), encoding="utf-8"
+    )
+    return {
+        "dest": dest,
+        "params": params,
+        "proc": proc,
+        "elapsed": elapsed,
+        "env": env,
+        "times": times,
+        "fixtures_s": fixtures_s,
+    }
 
 
 def switched_off(params: dict) -> set[str]:
@@ -179,8 +196,9 @@ def test_repro_runs_every_stage_within_budget(paper_run):
     assert proc.returncode == 0, f"dvc repro failed:\n{out[-6000:]}"
     ran = re.findall(r"Running stage '([^']+)'", out)
     assert sorted(ran) == sorted(stage_names(paper_run["dest"])), ran
-    assert paper_run["elapsed"] < BUDGET_S, (f"{paper_run['elapsed']:.0f} s (fixtures {paper_run['fixtures_s']:.0f} s; "
-                                             f"per stage: {paper_run['times']})")
+    assert paper_run["elapsed"] < BUDGET_S, (
+        f"{paper_run['elapsed']:.0f} s (fixtures {paper_run['fixtures_s']:.0f} s; per stage: {paper_run['times']})"
+    )
 
 
 @pytest.mark.slow
@@ -301,8 +319,11 @@ def test_mvcl_fine_tunes_its_plm(paper_run):
     assert [r["epoch"] for r in metrics["history"] if r["epoch"] >= 1] == list(range(1, epochs + 1)), metrics
     tuned = load_file(paper_run["dest"] / "models/mvcl/plm/model.safetensors")
     start = load_file(paper_run["dest"] / "models/pretrain/model.safetensors")
-    pairs = [(tuned[k], next(v for s, v in start.items() if s.endswith(k))) for k in tuned
-             if "encoder.layer" in k and any(s.endswith(k) for s in start)]
+    pairs = [
+        (tuned[k], next(v for s, v in start.items() if s.endswith(k)))
+        for k in tuned
+        if "encoder.layer" in k and any(s.endswith(k) for s in start)
+    ]
     assert pairs and any(not torch_equal(a, b) for a, b in pairs), len(pairs)
 
 

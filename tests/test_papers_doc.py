@@ -60,9 +60,11 @@ def lookup(params: dict, key: str):
 
 
 def test_parsing_by_hand():
-    text = ("intro\n| setting | paper | source | checked | profile |\n|:---|:---|:---|:---|:---|\n"
-            "| a | 1 | s | code | `gnn.layers = 3` (shared), `rerank.del_token = \"<mask>\"`, `x.y` |\n\nafter\n"
-            "| not | a | settings | table |\n")
+    text = (
+        "intro\n| setting | paper | source | checked | profile |\n|:---|:---|:---|:---|:---|\n"
+        '| a | 1 | s | code | `gnn.layers = 3` (shared), `rerank.del_token = "<mask>"`, `x.y` |\n\nafter\n'
+        "| not | a | settings | table |\n"
+    )
     assert profile_rows(text) == [(4, '`gnn.layers = 3` (shared), `rerank.del_token = "<mask>"`, `x.y`')]
     assert assignments(profile_rows(text)[0][1]) == [("gnn.layers", "3"), ("rerank.del_token", '"<mask>"')]
     assert lookup({"gnn": {"qabisar": {"kd": {"mode": "score"}}}}, "gnn.qabisar.kd.mode") == "score"
@@ -102,15 +104,16 @@ def test_mvcl_is_credited_to_its_one_author():
     # may add co-authors ("et al.", or the six-name list once copied into the loss docstrings)
     import subprocess
 
-    tracked = subprocess.run(["git", "ls-files", "*.py", "*.md", "*.yaml"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py", "*.md", "*.yaml"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     wrong = []
     for name in tracked:
         text = (ROOT / name).read_text(encoding="utf-8")
         for match in re.finditer(r"IJCNN 2022", text):
-            before = text[max(0, match.start() - 300): match.start()]
+            before = text[max(0, match.start() - 300) : match.start()]
             start = max(before.rfind("\n\n"), before.rfind("\n- "), before.rfind('"""'), 0)
-            around = before[start:] + text[match.end(): match.end() + 50]  # the citation's paragraph or item
+            around = before[start:] + text[match.end() : match.end() + 50]  # the citation's paragraph or item
             if re.search(r"et al|Wang, Zhang|Zhang, Chen", around):
                 wrong.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}")
     assert not wrong, f"MVCL credited to more than Zhaowei Wang at {wrong}"

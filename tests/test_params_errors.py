@@ -8,11 +8,10 @@ sentinel bytes, and checks the message and that the outputs are byte-for-byte in
 
 from __future__ import annotations
 
-import copy
-
 import contextlib
-import json
+import copy
 import io
+import json
 import runpy
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import pytest
 import yaml
 
 from conftest import ROOT
-
 from lexgraph.config import SECTIONS, Base, read_params, resolve_device, section_config
 from lexgraph.errors import ConfigError, DataError
 
@@ -34,32 +32,143 @@ SENTINEL = b"sentinel: must survive a failed stage\n"
 STAGES = {
     "fetch": ("fetch", ["--out", "{out}/raw"]),
     "clean": ("clean", ["--raw", "{in}/raw", "--out", "{out}/clean", "--metrics", "{out}/data.json"]),
-    "bm25_tune": ("bm25_tune", ["--articles", "{in}/articles.parquet", "--questions", "{in}/questions.parquet",
-                                "--best", "{out}/bm25_tune.json", "--grid", "{out}/bm25_tune.csv"]),
+    "bm25_tune": (
+        "bm25_tune",
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--questions",
+            "{in}/questions.parquet",
+            "--best",
+            "{out}/bm25_tune.json",
+            "--grid",
+            "{out}/bm25_tune.csv",
+        ],
+    ),
     "bm25": ("bm25", ["--articles", "{in}/articles.parquet", "--tuned", "{in}/bm25_tune.json", "--out", "{out}/bm25"]),
-    "mine_negatives": ("mine_negatives", ["--articles", "{in}/articles.parquet", "--questions", "{in}/questions.parquet",
-                                     "--synthetic", "{in}/synthetic.parquet", "--hub-negatives",
-                                     "{in}/raw_negatives.parquet", "--out", "{out}/negatives.parquet"]),
-    "evaluate": ("evaluate", ["--questions", "{in}/questions.parquet", "--runs", "{out}/runs",
-                              "--metrics-dir", "{out}/metrics", "--workspace", "{in}"]),
-    "build_graph": ("build_graph", ["--articles", "{in}/articles.parquet", "--headings", "{in}/headings.parquet",
-                              "--questions", "{in}/questions.parquet", "--out", "{out}/graph",
-                              "--metrics", "{out}/graph.json"]),
-    "generate_queries": ("generate_queries", ["--articles", "{in}/articles.parquet", "--out", "{out}/synthetic.parquet"]),
-    "pretrain": ("pretrain", ["--articles", "{in}/articles.parquet", "--out", "{out}/pretrain",
-                              "--metrics", "{out}/pretrain.json"]),
-    "zeroshot": ("zeroshot", ["--pretrained", "{in}/pretrain", "--articles", "{in}/articles.parquet",
-                              "--chunks", "{in}/chunks", "--out", "{out}/zeroshot"]),
-    "train_dsr": ("train_dsr", ["--articles", "{in}/articles.parquet", "--questions", "{in}/questions.parquet",
-                          "--synthetic", "{in}/synthetic.parquet", "--negatives", "{in}/negatives.parquet", "--pretrained", "{in}/pretrain",
-                          "--chunks", "{in}/chunks", "--out", "{out}/dsr", "--metrics", "{out}/train_dsr.json",
-                          "--plot", "{out}/train_dsr_curve.csv"]),
-    "hybrid": ("hybrid", ["--questions", "{in}/questions.parquet", "--workspace", "{in}", "--out", "{out}/hybrid",
-                          "--metrics", "{out}/hybrid_tune.json"]),
-    "train_gnn": ("train_gnn", ["--variant", "hgraph", "--graph", "{in}/graph", "--embed", "{in}/embed",
-                                "--questions", "{in}/questions.parquet", "--negatives", "{in}/negatives.parquet",
-                                "--dsr", "{in}/dsr", "--hprior", "{in}/hprior", "--out", "{out}/gnn_hgraph",
-                                "--metrics", "{out}/train_gnn_hgraph.json"]),
+    "mine_negatives": (
+        "mine_negatives",
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--questions",
+            "{in}/questions.parquet",
+            "--synthetic",
+            "{in}/synthetic.parquet",
+            "--hub-negatives",
+            "{in}/raw_negatives.parquet",
+            "--out",
+            "{out}/negatives.parquet",
+        ],
+    ),
+    "evaluate": (
+        "evaluate",
+        [
+            "--questions",
+            "{in}/questions.parquet",
+            "--runs",
+            "{out}/runs",
+            "--metrics-dir",
+            "{out}/metrics",
+            "--workspace",
+            "{in}",
+        ],
+    ),
+    "build_graph": (
+        "build_graph",
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--headings",
+            "{in}/headings.parquet",
+            "--questions",
+            "{in}/questions.parquet",
+            "--out",
+            "{out}/graph",
+            "--metrics",
+            "{out}/graph.json",
+        ],
+    ),
+    "generate_queries": (
+        "generate_queries",
+        ["--articles", "{in}/articles.parquet", "--out", "{out}/synthetic.parquet"],
+    ),
+    "pretrain": (
+        "pretrain",
+        ["--articles", "{in}/articles.parquet", "--out", "{out}/pretrain", "--metrics", "{out}/pretrain.json"],
+    ),
+    "zeroshot": (
+        "zeroshot",
+        [
+            "--pretrained",
+            "{in}/pretrain",
+            "--articles",
+            "{in}/articles.parquet",
+            "--chunks",
+            "{in}/chunks",
+            "--out",
+            "{out}/zeroshot",
+        ],
+    ),
+    "train_dsr": (
+        "train_dsr",
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--questions",
+            "{in}/questions.parquet",
+            "--synthetic",
+            "{in}/synthetic.parquet",
+            "--negatives",
+            "{in}/negatives.parquet",
+            "--pretrained",
+            "{in}/pretrain",
+            "--chunks",
+            "{in}/chunks",
+            "--out",
+            "{out}/dsr",
+            "--metrics",
+            "{out}/train_dsr.json",
+            "--plot",
+            "{out}/train_dsr_curve.csv",
+        ],
+    ),
+    "hybrid": (
+        "hybrid",
+        [
+            "--questions",
+            "{in}/questions.parquet",
+            "--workspace",
+            "{in}",
+            "--out",
+            "{out}/hybrid",
+            "--metrics",
+            "{out}/hybrid_tune.json",
+        ],
+    ),
+    "train_gnn": (
+        "train_gnn",
+        [
+            "--variant",
+            "hgraph",
+            "--graph",
+            "{in}/graph",
+            "--embed",
+            "{in}/embed",
+            "--questions",
+            "{in}/questions.parquet",
+            "--negatives",
+            "{in}/negatives.parquet",
+            "--dsr",
+            "{in}/dsr",
+            "--hprior",
+            "{in}/hprior",
+            "--out",
+            "{out}/gnn_hgraph",
+            "--metrics",
+            "{out}/train_gnn_hgraph.json",
+        ],
+    ),
 }
 
 DELETE = object()
@@ -69,61 +178,171 @@ CASES = [
     ("base.seed-word", "clean", {"base.seed": "thirteen"}, ["'base.seed' = 'thirteen', expected an integer"]),
     ("base.seed-float", "clean", {"base.seed": 13.5}, ["'base.seed' = 13.5, expected an integer"]),
     ("base.device-int", "fetch", {"base.device": 0}, ["'base.device' = 0, expected auto, cpu, cuda or cuda:N"]),
-    ("base.log_level", "zeroshot", {"base.log_level": "LOUD"},
-     ["'base.log_level' = 'LOUD', expected one of DEBUG, INFO, WARNING, ERROR"]),
+    (
+        "base.log_level",
+        "zeroshot",
+        {"base.log_level": "LOUD"},
+        ["'base.log_level' = 'LOUD', expected one of DEBUG, INFO, WARNING, ERROR"],
+    ),
     ("base.unknown", "clean", {"base.sed": 1}, ["unknown keys 'base.sed' (did you mean 'base.seed'?)"]),
-    ("section-typo", "bm25_tune", {"bm25_tune": DELETE, "bm25_tunes": {"split": "dev"}},
-     ["unknown section(s) 'bm25_tunes' (did you mean 'bm25_tune'?)", "expected only the sections base, fetch, clean"]),
-    ("clean.min_words-word", "clean", {"clean.min_words": "three"},
-     ["'clean.min_words' = 'three', expected an integer >= 0"]),
-    ("clean.min_words-negative", "clean", {"clean.min_words": -1}, ["'clean.min_words' = -1, expected an integer >= 0"]),
-    ("clean.drop_repealed-int", "clean", {"clean.drop_repealed": 1},
-     ["'clean.drop_repealed' = 1, expected true or false"]),
-    ("clean.unknown", "clean", {"clean.min_word": 3},
-     ["unknown keys 'clean.min_word' (did you mean 'clean.min_words'?)", "expected keys of 'clean': allow_test_changes, drop_repealed, min_words"]),
-    ("fetch.dev_fraction", "fetch", {"fetch.dev_fraction": "ten percent"},
-     ["'fetch.dev_fraction' = 'ten percent', expected a number in (0, 1)"]),
-    ("bm25_tune.split-test", "bm25_tune", {"bm25_tune.split": "test"},
-     ["'bm25_tune.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"]),
+    (
+        "section-typo",
+        "bm25_tune",
+        {"bm25_tune": DELETE, "bm25_tunes": {"split": "dev"}},
+        [
+            "unknown section(s) 'bm25_tunes' (did you mean 'bm25_tune'?)",
+            "expected only the sections base, fetch, clean",
+        ],
+    ),
+    (
+        "clean.min_words-word",
+        "clean",
+        {"clean.min_words": "three"},
+        ["'clean.min_words' = 'three', expected an integer >= 0"],
+    ),
+    (
+        "clean.min_words-negative",
+        "clean",
+        {"clean.min_words": -1},
+        ["'clean.min_words' = -1, expected an integer >= 0"],
+    ),
+    (
+        "clean.drop_repealed-int",
+        "clean",
+        {"clean.drop_repealed": 1},
+        ["'clean.drop_repealed' = 1, expected true or false"],
+    ),
+    (
+        "clean.unknown",
+        "clean",
+        {"clean.min_word": 3},
+        [
+            "unknown keys 'clean.min_word' (did you mean 'clean.min_words'?)",
+            "expected keys of 'clean': allow_test_changes, drop_repealed, min_words",
+        ],
+    ),
+    (
+        "fetch.dev_fraction",
+        "fetch",
+        {"fetch.dev_fraction": "ten percent"},
+        ["'fetch.dev_fraction' = 'ten percent', expected a number in (0, 1)"],
+    ),
+    (
+        "bm25_tune.split-test",
+        "bm25_tune",
+        {"bm25_tune.split": "test"},
+        ["'bm25_tune.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"],
+    ),
     ("bm25.k1", "bm25", {"bm25.k1": "fast"}, ["'bm25.k1' = 'fast', expected a number >= 0 or 'tuned'"]),
-    ("negatives.splits-test", "mine_negatives", {"negatives.splits": ["train", "test"]},
-     ["'negatives.splits' = ['train', 'test'], but the 'test' split is held out for evaluation"]),
-    ("negatives.depth-float", "mine_negatives", {"negatives.depth": 1.5},
-     ["'negatives.depth' = 1.5, expected a positive integer"]),
+    (
+        "negatives.splits-test",
+        "mine_negatives",
+        {"negatives.splits": ["train", "test"]},
+        ["'negatives.splits' = ['train', 'test'], but the 'test' split is held out for evaluation"],
+    ),
+    (
+        "negatives.depth-float",
+        "mine_negatives",
+        {"negatives.depth": 1.5},
+        ["'negatives.depth' = 1.5, expected a positive integer"],
+    ),
     ("evaluate.k-shallow", "evaluate", {"evaluate.k": 100}, ["'evaluate.k' = 100, expected an integer >= 500"]),
-    ("evaluate.systems", "evaluate", {"evaluate.systems": ["bm25", "bm26"]},
-     ["'evaluate.systems' = ['bm25', 'bm26'], expected a non-empty list of distinct systems among bm25"]),
-    ("graph.questions", "build_graph", {"graph.questions": "yes"}, ["'graph.questions' = 'yes', expected true or false"]),
-    ("queries.per_article", "generate_queries", {"queries.per_article": 2.5},
-     ["'queries.per_article' = 2.5, expected an integer"]),
-    ("pretrain.learning_rate", "pretrain", {"pretrain.learning_rate": "fast"},
-     ["'pretrain.learning_rate' = 'fast', expected a number"]),
-    ("zeroshot.batch_size", "zeroshot", {"zeroshot.batch_size": True},
-     ["'zeroshot.batch_size' = True, expected an integer"]),
+    (
+        "evaluate.systems",
+        "evaluate",
+        {"evaluate.systems": ["bm25", "bm26"]},
+        ["'evaluate.systems' = ['bm25', 'bm26'], expected a non-empty list of distinct systems among bm25"],
+    ),
+    (
+        "graph.questions",
+        "build_graph",
+        {"graph.questions": "yes"},
+        ["'graph.questions' = 'yes', expected true or false"],
+    ),
+    (
+        "queries.per_article",
+        "generate_queries",
+        {"queries.per_article": 2.5},
+        ["'queries.per_article' = 2.5, expected an integer"],
+    ),
+    (
+        "pretrain.learning_rate",
+        "pretrain",
+        {"pretrain.learning_rate": "fast"},
+        ["'pretrain.learning_rate' = 'fast', expected a number"],
+    ),
+    (
+        "zeroshot.batch_size",
+        "zeroshot",
+        {"zeroshot.batch_size": True},
+        ["'zeroshot.batch_size' = True, expected an integer"],
+    ),
     ("dsr.lr", "train_dsr", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
-    ("hybrid.split-test", "hybrid", {"hybrid.split": "test"},
-     ["'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"]),
+    (
+        "hybrid.split-test",
+        "hybrid",
+        {"hybrid.split": "test"},
+        ["'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"],
+    ),
     # numbers that type-check but mean nothing (issue 18): refused by the config layer, naming the key
-    ("dsr.temperature-inf", "train_dsr", {"dsr.temperature": float("inf")},
-     ["'dsr.temperature' = inf, expected a positive number, finite (not nan or inf)"]),
+    (
+        "dsr.temperature-inf",
+        "train_dsr",
+        {"dsr.temperature": float("inf")},
+        ["'dsr.temperature' = inf, expected a positive number, finite (not nan or inf)"],
+    ),
     ("dsr.lr-nan-string", "train_dsr", {"dsr.lr": "nan"}, ["'dsr.lr' = 'nan', expected a positive number, finite"]),
-    ("pretrain.weight_decay-nan", "pretrain", {"pretrain.weight_decay": float("nan")},
-     ["'pretrain.weight_decay' = nan, expected a finite number (not nan or inf)"]),
-    ("pretrain.weight_decay-negative", "pretrain", {"pretrain.weight_decay": -0.5},
-     ["'pretrain.weight_decay' = -0.5, expected a number >= 0"]),
-    ("bm25.k1-inf", "bm25", {"bm25.k1": float("inf")},
-     ["'bm25.k1' = inf, expected a number >= 0 or 'tuned', finite (not nan or inf)"]),
-    ("bm25_tune.k1-inf", "bm25_tune", {"bm25_tune.k1": [1.2, float("inf")]},
-     ["'bm25_tune.k1' = [1.2, inf], expected a non-empty list of numbers >= 0, finite (not nan or inf)"]),
-    ("negatives.k1-inf", "mine_negatives", {"negatives.k1": float("inf")},
-     ["'negatives.k1' = inf, expected a number >= 0, finite (not nan or inf)"]),
-    ("gnn.temperature-inf", "train_gnn", {"gnn.hgraph.temperature": float("inf")},
-     ["'gnn.hgraph.temperature' = inf, expected a finite number (not nan or inf)"]),
-    ("gnn.weight_decay-nan", "train_gnn", {"gnn.weight_decay": float("nan")},
-     ["'gnn.weight_decay' = nan, expected a finite number (not nan or inf)"]),
-    ("gnn.layers-100", "train_gnn", {"gnn.layers": 100},
-     ["'gnn.layers' = 100, expected an integer in [1, 8] (one hop per layer: an article's farthest heading is 8 "
-      "hops up the hierarchy's 8 levels"]),
+    (
+        "pretrain.weight_decay-nan",
+        "pretrain",
+        {"pretrain.weight_decay": float("nan")},
+        ["'pretrain.weight_decay' = nan, expected a finite number (not nan or inf)"],
+    ),
+    (
+        "pretrain.weight_decay-negative",
+        "pretrain",
+        {"pretrain.weight_decay": -0.5},
+        ["'pretrain.weight_decay' = -0.5, expected a number >= 0"],
+    ),
+    (
+        "bm25.k1-inf",
+        "bm25",
+        {"bm25.k1": float("inf")},
+        ["'bm25.k1' = inf, expected a number >= 0 or 'tuned', finite (not nan or inf)"],
+    ),
+    (
+        "bm25_tune.k1-inf",
+        "bm25_tune",
+        {"bm25_tune.k1": [1.2, float("inf")]},
+        ["'bm25_tune.k1' = [1.2, inf], expected a non-empty list of numbers >= 0, finite (not nan or inf)"],
+    ),
+    (
+        "negatives.k1-inf",
+        "mine_negatives",
+        {"negatives.k1": float("inf")},
+        ["'negatives.k1' = inf, expected a number >= 0, finite (not nan or inf)"],
+    ),
+    (
+        "gnn.temperature-inf",
+        "train_gnn",
+        {"gnn.hgraph.temperature": float("inf")},
+        ["'gnn.hgraph.temperature' = inf, expected a finite number (not nan or inf)"],
+    ),
+    (
+        "gnn.weight_decay-nan",
+        "train_gnn",
+        {"gnn.weight_decay": float("nan")},
+        ["'gnn.weight_decay' = nan, expected a finite number (not nan or inf)"],
+    ),
+    (
+        "gnn.layers-100",
+        "train_gnn",
+        {"gnn.layers": 100},
+        [
+            "'gnn.layers' = 100, expected an integer in [1, 8] (one hop per layer: an article's farthest heading is 8 "
+            "hops up the hierarchy's 8 levels"
+        ],
+    ),
 ]
 
 
@@ -192,15 +411,22 @@ def run_failing_stage(tmp_path: Path, stage: str, params: dict | bytes, *, in_pr
                 sys.argv = old_argv
         returncode, err = info.value.code, stderr.getvalue()
     else:
-        proc = subprocess.run([sys.executable, str(script), "--params", str(params_path), *argv],
-                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, str(script), "--params", str(params_path), *argv],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
         returncode, err = proc.returncode, proc.stderr
     assert returncode == 2, (returncode, err[-2000:])
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.startswith(f"lexgraph {label}: error: ")]
     assert len(lines) == 1, err
     assert _snapshot(outputs) == before, "a failed stage changed its outputs"
-    assert _snapshot(tmp_path / "in") | {"params": _snapshot(tmp_path)} == inputs_before, "a failed stage changed its inputs"
+    assert _snapshot(tmp_path / "in") | {"params": _snapshot(tmp_path)} == inputs_before, (
+        "a failed stage changed its inputs"
+    )
     return lines[0]
 
 
@@ -210,8 +436,14 @@ def sample_params() -> dict:
 
 
 #: cases also run as a real subprocess (exit status and stderr of the process itself)
-SUBPROCESS = {"base.seed-word", "section-typo", "clean.min_words-word", "bm25_tune.split-test", "negatives.splits-test",
-              "gnn.layers-100"}
+SUBPROCESS = {
+    "base.seed-word",
+    "section-typo",
+    "clean.min_words-word",
+    "bm25_tune.split-test",
+    "negatives.splits-test",
+    "gnn.layers-100",
+}
 
 
 @pytest.mark.parametrize("stage, edits, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -246,55 +478,86 @@ def _after(text: str, prefix: str, new: str) -> str:
 
 # (id, stage run, params.yaml text, the repeated dotted key, prefix of its first line, of its second line)
 DUPLICATES = [
-    ("key", "clean", _after(PARAMS_TEXT, "  min_words: 3", "  min_words: 50"), "clean.min_words",
-     "  min_words: 3", "  min_words: 50"),
-    ("section", "clean", PARAMS_TEXT + "\nclean:\n  min_words: 50\n  drop_repealed: true\n", "clean",
-     "clean:", "clean:"),
-    ("another-stages-key", "bm25_tune", _after(PARAMS_TEXT, "    temperature: 0.01", "    temperature: .inf"),
-     "gnn.gdsr.temperature", "    temperature: 0.01", "    temperature: .inf"),
-    ("nested-key", "clean", _after(PARAMS_TEXT, "      weight: 0.3", "      weight: 0.0"), "gnn.qabisar.kd.weight",
-     "      weight: 0.3", "      weight: 0.0"),
+    (
+        "key",
+        "clean",
+        _after(PARAMS_TEXT, "  min_words: 3", "  min_words: 50"),
+        "clean.min_words",
+        "  min_words: 3",
+        "  min_words: 50",
+    ),
+    (
+        "section",
+        "clean",
+        PARAMS_TEXT + "\nclean:\n  min_words: 50\n  drop_repealed: true\n",
+        "clean",
+        "clean:",
+        "clean:",
+    ),
+    (
+        "another-stages-key",
+        "bm25_tune",
+        _after(PARAMS_TEXT, "    temperature: 0.01", "    temperature: .inf"),
+        "gnn.gdsr.temperature",
+        "    temperature: 0.01",
+        "    temperature: .inf",
+    ),
+    (
+        "nested-key",
+        "clean",
+        _after(PARAMS_TEXT, "      weight: 0.3", "      weight: 0.0"),
+        "gnn.qabisar.kd.weight",
+        "      weight: 0.3",
+        "      weight: 0.0",
+    ),
 ]
 
 
 @pytest.mark.parametrize("stage, text, key, first, second", [c[1:] for c in DUPLICATES], ids=[c[0] for c in DUPLICATES])
-def test_a_key_given_twice_stops_every_stage_naming_the_key_and_its_lines(request, tmp_path, stage, text, key, first,
-                                                                           second):
+def test_a_key_given_twice_stops_every_stage_naming_the_key_and_its_lines(
+    request, tmp_path, stage, text, key, first, second
+):
     """Outside DVC (torchrun, python stages/x.py) PyYAML kept the last value silently; DVC
     refuses such a file, and so does lexgraph's own loader, whichever stage runs."""
     first_line = _line(text, first)
     second_line = _line(text, second, 2 if first == second else 1)
     line = run_failing_stage(tmp_path, stage, text.encode("utf-8"), in_process=request.node.callspec.id != "section")
-    assert line.endswith(f"params.yaml: key '{key}' appears twice, again on line {second_line} (first on line "
-                         f"{first_line}); expected each key once (a repeated key would silently replace the first)"), line
+    assert line.endswith(
+        f"params.yaml: key '{key}' appears twice, again on line {second_line} (first on line "
+        f"{first_line}); expected each key once (a repeated key would silently replace the first)"
+    ), line
 
 
 def test_params_that_are_not_utf8_name_the_file_and_the_byte(tmp_path):
-    raw = PARAMS_TEXT.encode("utf-8").replace(b"# articles with fewer", b"# articl\xe9s with fewer")  # a Latin-1 e-acute
+    raw = PARAMS_TEXT.encode("utf-8").replace(
+        b"# articles with fewer", b"# articl\xe9s with fewer"
+    )  # a Latin-1 e-acute
     offset = raw.index(b"\xe9")
     line = run_failing_stage(tmp_path, "clean", raw)
-    assert line.endswith(f"params.yaml: not valid UTF-8 (invalid continuation byte at byte {offset}); "
-                         "expected a UTF-8 text file"), line
+    assert line.endswith(
+        f"params.yaml: not valid UTF-8 (invalid continuation byte at byte {offset}); expected a UTF-8 text file"
+    ), line
 
 
 def test_params_that_are_a_directory_say_so(tmp_path):
     line = run_failing_stage(tmp_path, "clean", PARAMS_DIRECTORY, in_process=True)
-    assert line.endswith("params.yaml: is a directory; expected the parameters file (YAML, like the repository's "
-                         "params.yaml)"), line
+    assert line.endswith(
+        "params.yaml: is a directory; expected the parameters file (YAML, like the repository's params.yaml)"
+    ), line
 
 
 def test_params_that_are_not_yaml_are_one_line(tmp_path):
     line = run_failing_stage(tmp_path, "clean", b"base: {seed: [1\n", in_process=True)
-    assert line.endswith("params.yaml: not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, "
-                         "column 1)"), line
+    assert line.endswith(
+        "params.yaml: not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"
+    ), line
 
 
 @pytest.fixture
 def search_ws(tmp_path):
     """A BM25 workspace for `lexgraph search`, which reads the workspace's params.yaml (evaluate.index)."""
-    from test_cli_errors import ARTICLES, write_articles
-
     from lexgraph.retrieval.bm25 import BM25
+    from test_cli_errors import ARTICLES, write_articles
 
     write_articles(tmp_path, ARTICLES)
     BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
@@ -378,9 +641,15 @@ def write_raw(tmp_path, texts: list[str], questions: list[tuple[int, str, str, s
 
 def test_clean_that_keeps_no_article_fails_naming_the_reasons_and_the_key(tmp_path, sample_params):
     """clean.min_words above every article's length: an error, not an empty corpus for build_graph."""
-    raw = write_raw(tmp_path, ["Le preneur paie le loyer.", "Le bail est un contrat.", "(Abrogé)"],
-                    [(1, "Quand payer le loyer ?", "1", "train")])
-    params = {"base": sample_params["base"], "clean": {"min_words": 50, "drop_repealed": True, "allow_test_changes": False}}
+    raw = write_raw(
+        tmp_path,
+        ["Le preneur paie le loyer.", "Le bail est un contrat.", "(Abrogé)"],
+        [(1, "Quand payer le loyer ?", "1", "train")],
+    )
+    params = {
+        "base": sample_params["base"],
+        "clean": {"min_words": 50, "drop_repealed": True, "allow_test_changes": False},
+    }
     line = run_failing_stage(tmp_path, "clean", params)
     assert line.endswith(
         f"{raw / 'articles.parquet'}: cleaning dropped all 3 articles (2 shorter than 'clean.min_words' = 50 words, "
@@ -391,10 +660,15 @@ def test_clean_that_keeps_no_article_fails_naming_the_reasons_and_the_key(tmp_pa
 def test_clean_that_leaves_a_split_without_questions_fails(tmp_path, sample_params):
     """Articles survive but every gold article of the test questions is dropped: an error
     naming the split, not a silently empty evaluation split."""
-    raw = write_raw(tmp_path, ["Le preneur est tenu de payer le prix du bail aux termes convenus entre les parties.",
-                               "Court."],
-                    [(1, "Quand payer le loyer ?", "1", "train"), (2, "Quoi ?", "2", "test")])
-    params = {"base": sample_params["base"], "clean": {"min_words": 5, "drop_repealed": True, "allow_test_changes": False}}
+    raw = write_raw(
+        tmp_path,
+        ["Le preneur est tenu de payer le prix du bail aux termes convenus entre les parties.", "Court."],
+        [(1, "Quand payer le loyer ?", "1", "train"), (2, "Quoi ?", "2", "test")],
+    )
+    params = {
+        "base": sample_params["base"],
+        "clean": {"min_words": 5, "drop_repealed": True, "allow_test_changes": False},
+    }
     line = run_failing_stage(tmp_path, "clean", params)
     assert line.endswith(
         f"{raw / 'questions.parquet'}: cleaning dropped all 1 questions of split 'test' (every article they cite "
@@ -407,8 +681,9 @@ def test_build_graph_refuses_an_empty_article_table():
 
     empty = pl.DataFrame(schema={"id": pl.Int64, "article": pl.Utf8, "heading_id": pl.Int64})
     headings = pl.DataFrame(schema={"heading_id": pl.Int64, "parent_id": pl.Int64, "label": pl.Utf8, "text": pl.Utf8})
-    questions = pl.DataFrame(schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.List(pl.Int64),
-                                     "split": pl.Utf8})
+    questions = pl.DataFrame(
+        schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.List(pl.Int64), "split": pl.Utf8}
+    )
     with pytest.raises(DataError, match=r"^a\.parquet: no articles, so the graph would be empty.*'clean\.min_words'"):
         build_graph(empty, headings, questions, GraphConfig(), paths=("a.parquet", "h.parquet", "q.parquet"))
 
@@ -420,20 +695,20 @@ def test_build_graph_refuses_an_empty_article_table():
 
 def _builders() -> dict:
     """Section -> the typed config its stage builds (every section has one)."""
+    from lexgraph.data.clean import CleanConfig
     from lexgraph.data.fetch import FetchConfig
     from lexgraph.embed import EmbedConfig
-    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
-    from lexgraph.retrieval.hprior import HpriorConfig
-    from lexgraph.retrieval.hybrid import HybridConfig
-    from lexgraph.data.clean import CleanConfig
     from lexgraph.evaluation import EvaluateConfig
     from lexgraph.graph import GraphConfig
+    from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.models.pretrain import PretrainConfig
     from lexgraph.negatives import NegativesConfig
     from lexgraph.queries import QueriesConfig
+    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.retrieval.hprior import HpriorConfig
+    from lexgraph.retrieval.hybrid import HybridConfig
     from lexgraph.training.dsr_config import DSRConfig
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
-    from lexgraph.models.mvcl_config import RerankConfig
     from lexgraph.zeroshot import ZeroshotConfig
 
     return {
@@ -484,10 +759,22 @@ CONFIG_CASES = [
     ("bm25_tune", {"k1": 1.2}, "'bm25_tune.k1' = 1.2, expected a non-empty list of numbers >= 0"),
     ("bm25_tune", {"b": [0.5, 1.5]}, "'bm25_tune.b' = [0.5, 1.5], expected a non-empty list of numbers in [0, 1]"),
     ("evaluate", {"split": "test"}, "unknown keys 'evaluate.split' (did you mean 'evaluate.splits'?)"),
-    ("evaluate", {"significance_split": "train"}, "'evaluate.significance_split' = 'train', expected one of the splits"),
-    ("negatives", {"splits": ["trian"]}, "'negatives.splits' = ['trian'], expected split names among train, dev, synthetic"),
+    (
+        "evaluate",
+        {"significance_split": "train"},
+        "'evaluate.significance_split' = 'train', expected one of the splits",
+    ),
+    (
+        "negatives",
+        {"splits": ["trian"]},
+        "'negatives.splits' = ['trian'], expected split names among train, dev, synthetic",
+    ),
     ("dsr", {"epochs": DELETE}, "missing key 'dsr.epochs', expected a positive integer"),
-    ("dsr", {"query_trainable_layers": "all"}, "'dsr.query_trainable_layers' = 'all', expected null or an integer >= 0"),
+    (
+        "dsr",
+        {"query_trainable_layers": "all"},
+        "'dsr.query_trainable_layers' = 'all', expected null or an integer >= 0",
+    ),
     ("gnn", {"layers": 1.5}, "'gnn.layers' = 1.5, expected an integer"),
     ("gnn", {"layers": 9}, "'gnn.layers' = 9, expected an integer in [1, 8]"),
     ("gnn", {"hgraph.layers": 2}, "unknown keys 'gnn.hgraph.layers' (a shared key: set it once under 'gnn')"),
@@ -499,7 +786,11 @@ CONFIG_CASES = [
     ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
     ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
     ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
-    ("rerank", {"xrerank.weight_decay": "inf"}, "'rerank.xrerank.weight_decay' = 'inf', expected a number >= 0, finite"),
+    (
+        "rerank",
+        {"xrerank.weight_decay": "inf"},
+        "'rerank.xrerank.weight_decay' = 'inf', expected a number >= 0, finite",
+    ),
     ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
     ("gnn", {"hgraph_qa.kd.weight": "half"}, "'gnn.hgraph_qa.kd.weight' = 'half', expected a number"),
     ("gnn", {"hgraph.init": DELETE}, "missing key(s) 'gnn.hgraph.init'"),
@@ -507,26 +798,44 @@ CONFIG_CASES = [
     ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
     ("hprior", {"split": "test"}, "'hprior.split' = 'test', but the 'test' split is held out"),
-    ("hybrid", {"dense": "bm25"}, "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best"),
+    (
+        "hybrid",
+        {"dense": "bm25"},
+        "'hybrid.dense' = 'bm25', expected one of zeroshot, dsr, hprior, gdsr, qabisar, hgraph, hgraph_qa or best",
+    ),
     ("hybrid", {"depth": 100}, "'hybrid.depth' = 100, expected an integer >= 500"),
-    ("rerank", {"first_stage": "mvcl"}, "'rerank.first_stage' = 'mvcl', expected a retrieval system other than a re-ranker"),
+    (
+        "rerank",
+        {"first_stage": "mvcl"},
+        "'rerank.first_stage' = 'mvcl', expected a retrieval system other than a re-ranker",
+    ),
     ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),
     ("rerank", {"k": 1}, "'rerank.k' = 1, expected an integer >= 2"),
     ("rerank", {"hidden": 127}, "'rerank.hidden' = 127, expected an even positive integer"),
-    ("rerank", {"xrerank.alignment": "dot"}, "'rerank.xrerank.alignment' = 'dot', expected scaled_dot (h_a . h_b / sqrt(d)"),
+    (
+        "rerank",
+        {"xrerank.alignment": "dot"},
+        "'rerank.xrerank.alignment' = 'dot', expected scaled_dot (h_a . h_b / sqrt(d)",
+    ),
     ("rerank", {"xrerank.align_temperature": 0}, "'rerank.xrerank.align_temperature' = 0.0, expected a number > 0"),
     ("rerank", {"mvcl.align_temperature": 0.05}, "'rerank.mvcl.align_temperature' is read only with alignment: cosine"),
     ("rerank", {"mvcl.plm": "thawed"}, "'rerank.mvcl.plm' = 'thawed', expected frozen (cached states) or finetune"),
     ("rerank", {"lambda_case": -0.1}, "'rerank.lambda_case' = -0.1, expected a number >= 0"),
     ("rerank", {"t1": 0}, "'rerank.t1' = 0.0, expected a number > 0"),
     ("rerank", {"element_patterns": ["deontic"]}, "'rerank.element_patterns' = ['deontic'], expected a non-empty list"),
-    ("rerank", {"xrerank.interpolation": [0.5, 1.5]}, "'rerank.xrerank.interpolation' = [0.5, 1.5], expected a non-empty list of distinct numbers in [0, 1]"),
+    (
+        "rerank",
+        {"xrerank.interpolation": [0.5, 1.5]},
+        "'rerank.xrerank.interpolation' = [0.5, 1.5], expected a non-empty list of distinct numbers in [0, 1]",
+    ),
     ("rerank", {"swap": "yes"}, "'rerank.swap' = 'yes', expected true or false"),
     ("rerank", {"lamda_ele": 0.0}, "unknown keys 'rerank.lamda_ele' (did you mean 'rerank.lambda_ele'?)"),
 ]
 
 
-@pytest.mark.parametrize("section, edits, fragment", CONFIG_CASES, ids=[f"{c[0]}-{next(iter(c[1]))}" for c in CONFIG_CASES])
+@pytest.mark.parametrize(
+    "section, edits, fragment", CONFIG_CASES, ids=[f"{c[0]}-{next(iter(c[1]))}" for c in CONFIG_CASES]
+)
 def test_typed_config_errors(sample_params, section, edits, fragment):
     import copy
 
@@ -598,7 +907,9 @@ def test_unknown_top_level_section_is_refused_when_loading_any_section(tmp_path)
 
 
 def test_resolve_device_names_the_setting_it_was_given():
-    with pytest.raises(ConfigError, match=r"^params\.yaml: 'base\.device' = 'gpu', expected auto, cpu, cuda or cuda:N$"):
+    with pytest.raises(
+        ConfigError, match=r"^params\.yaml: 'base\.device' = 'gpu', expected auto, cpu, cuda or cuda:N$"
+    ):
         resolve_device("gpu")
     with pytest.raises(ConfigError, match=r"^--device = 'cuda0', expected auto, cpu, cuda or cuda:N$"):
         resolve_device("cuda0", where="--device")
@@ -623,11 +934,25 @@ def _config_classes() -> dict:
     from lexgraph.training.dsr_config import DSRConfig
     from lexgraph.zeroshot import ZeroshotConfig
 
-    return {"base": Base, "fetch": FetchConfig, "clean": CleanConfig, "bm25_tune": Bm25TuneConfig, "bm25": Bm25Config,
-            "evaluate": EvaluateConfig, "evaluate.index": IndexConfig, "zeroshot": ZeroshotConfig,
-            "graph": GraphConfig, "negatives": NegativesConfig, "pretrain": PretrainConfig, "queries": QueriesConfig,
-            "dsr": DSRConfig, "embed": EmbedConfig, "hprior": HpriorConfig, "hybrid": HybridConfig,
-            "rerank": RerankConfig}
+    return {
+        "base": Base,
+        "fetch": FetchConfig,
+        "clean": CleanConfig,
+        "bm25_tune": Bm25TuneConfig,
+        "bm25": Bm25Config,
+        "evaluate": EvaluateConfig,
+        "evaluate.index": IndexConfig,
+        "zeroshot": ZeroshotConfig,
+        "graph": GraphConfig,
+        "negatives": NegativesConfig,
+        "pretrain": PretrainConfig,
+        "queries": QueriesConfig,
+        "dsr": DSRConfig,
+        "embed": EmbedConfig,
+        "hprior": HpriorConfig,
+        "hybrid": HybridConfig,
+        "rerank": RerankConfig,
+    }
 
 
 @pytest.mark.parametrize("section", sorted(_config_classes()))
@@ -641,8 +966,9 @@ def test_code_defaults_equal_params_yaml(section):
     values = read_params(PROFILES[0])
     for part in section.split("."):
         values = values[part]
-    expected = dataclasses.asdict(cls.from_params(values) if hasattr(cls, "from_params")
-                                  else section_config(cls, values, section))
+    expected = dataclasses.asdict(
+        cls.from_params(values) if hasattr(cls, "from_params") else section_config(cls, values, section)
+    )
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             default = f.default
@@ -651,8 +977,9 @@ def test_code_defaults_equal_params_yaml(section):
         else:
             continue
         default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
-        assert default == expected[f.name], f"{cls.__name__}.{f.name} defaults to {default!r}, " \
-                                            f"params.yaml says {expected[f.name]!r}"
+        assert default == expected[f.name], (
+            f"{cls.__name__}.{f.name} defaults to {default!r}, params.yaml says {expected[f.name]!r}"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -684,8 +1011,10 @@ def test_bm25_stops_on_a_damaged_bm25_tune_result(request, tmp_path, sample_para
         tuned.write_bytes(raw)
     line = run_failing_stage(tmp_path, "bm25", sample_params, in_process=request.node.callspec.id != "truncated")
     assert line.startswith(f"lexgraph bm25: error: {tuned}: {problem}"), line
-    assert line.endswith("; expected bm25_tune's best pair, an object with k1 and b (e.g. {\"k1\": 1.0, \"b\": 0.1, "
-                         "...}); rerun `dvc repro bm25_tune`"), line
+    assert line.endswith(
+        '; expected bm25_tune\'s best pair, an object with k1 and b (e.g. {"k1": 1.0, "b": 0.1, '
+        "...}); rerun `dvc repro bm25_tune`"
+    ), line
 
 
 def test_bm25_with_both_numbers_given_does_not_read_bm25_tune(tmp_path, sample_params):
@@ -744,36 +1073,104 @@ def _backbone_ref(path):
     return HierarchicalArticleEncoder.from_pretrained(path.parent)
 
 
-GRAPH_ENCODER = {"in_dim": 4, "model": "gatv2", "layers": 1, "hidden": None, "heads": 1, "concat_heads": True,
-                 "dropout": 0.0, "residual": True, "edge_dim": None, "init": "random"}
+GRAPH_ENCODER = {
+    "in_dim": 4,
+    "model": "gatv2",
+    "layers": 1,
+    "hidden": None,
+    "heads": 1,
+    "concat_heads": True,
+    "dropout": 0.0,
+    "residual": True,
+    "edge_dim": None,
+    "init": "random",
+}
 
 # (id, reader(path), the file (under the workspace), its text, what the line says, the stage to rerun)
 ARTEFACTS = [
-    ("hprior-truncated", _read_hprior, "models/hprior/hprior.json", '{"format": "lexgraph-hprior/1", "grid": [',
-     "not valid JSON, truncated or corrupt", "hprior"),
-    ("hprior-row", _read_hprior, "models/hprior/hprior.json",
-     json.dumps({"format": "lexgraph-hprior/1", "metric": "recall@100", "grid": [{"scope": 0, "weight": 0.5}]}),
-     "key 'grid.0' = {\"scope\": 0, \"weight\": 0.5}, not a row with an integer 'scope' and numbers 'weight' and "
-     "'recall@100'", "hprior"),
-    ("dsr-truncated", _dsr, "models/dsr/dsr.json", '{"temperature": 0.0', "not valid JSON, truncated or corrupt",
-     "train_dsr"),
+    (
+        "hprior-truncated",
+        _read_hprior,
+        "models/hprior/hprior.json",
+        '{"format": "lexgraph-hprior/1", "grid": [',
+        "not valid JSON, truncated or corrupt",
+        "hprior",
+    ),
+    (
+        "hprior-row",
+        _read_hprior,
+        "models/hprior/hprior.json",
+        json.dumps({"format": "lexgraph-hprior/1", "metric": "recall@100", "grid": [{"scope": 0, "weight": 0.5}]}),
+        "key 'grid.0' = {\"scope\": 0, \"weight\": 0.5}, not a row with an integer 'scope' and numbers 'weight' and "
+        "'recall@100'",
+        "hprior",
+    ),
+    (
+        "dsr-truncated",
+        _dsr,
+        "models/dsr/dsr.json",
+        '{"temperature": 0.0',
+        "not valid JSON, truncated or corrupt",
+        "train_dsr",
+    ),
     ("dsr-empty", _dsr, "models/dsr/dsr.json", "{}", "key 'temperature' is missing (a positive number)", "train_dsr"),
-    ("gnn-truncated", _gnn, "models/gnn_hgraph/gnn.json", '{"graph_encoder": {', "not valid JSON, truncated or corrupt",
-     "train_gnn@hgraph"),
-    ("gnn-bad-architecture", _gnn, "models/gnn_hgraph/gnn.json",
-     json.dumps({"graph_encoder": {**GRAPH_ENCODER, "layers": 100}}), "key 'graph_encoder' does not build an encoder",
-     "train_gnn@hgraph"),
-    ("gnn-similarity-truncated", _cosine, "models/gnn_hgraph/gnn.json", '{"similarity": "cos',
-     "not valid JSON, truncated or corrupt", "train_gnn"),
+    (
+        "gnn-truncated",
+        _gnn,
+        "models/gnn_hgraph/gnn.json",
+        '{"graph_encoder": {',
+        "not valid JSON, truncated or corrupt",
+        "train_gnn@hgraph",
+    ),
+    (
+        "gnn-bad-architecture",
+        _gnn,
+        "models/gnn_hgraph/gnn.json",
+        json.dumps({"graph_encoder": {**GRAPH_ENCODER, "layers": 100}}),
+        "key 'graph_encoder' does not build an encoder",
+        "train_gnn@hgraph",
+    ),
+    (
+        "gnn-similarity-truncated",
+        _cosine,
+        "models/gnn_hgraph/gnn.json",
+        '{"similarity": "cos',
+        "not valid JSON, truncated or corrupt",
+        "train_gnn",
+    ),
     ("mvcl-first-stage", _first_stage, "models/mvcl/mvcl.json", "[]", "holds [], not a JSON object", "rerank@mvcl"),
-    ("mvcl-first-stage-unknown", _first_stage, "models/mvcl/mvcl.json", '{"first_stage": "bm26"}',
-     "key 'first_stage' = \"bm26\", not a retrieval system other than a re-ranker", "rerank@mvcl"),
-    ("mvcl-settings", _mvcl, "models/mvcl/mvcl.json", '{"format": "lexgraph-mvcl"}', "key 'input_dim' is missing",
-     "rerank@mvcl"),
-    ("base-info", _base_info, "models/pretrain/lexgraph_base.json", '{"query_prefix": ',
-     "not valid JSON, truncated or corrupt", "pretrain"),
-    ("backbone-reference", _backbone_ref, "models/dsr/article_encoder/backbone.json", '{"path": 3}',
-     "key 'path' = 3, not a directory", "train_dsr"),
+    (
+        "mvcl-first-stage-unknown",
+        _first_stage,
+        "models/mvcl/mvcl.json",
+        '{"first_stage": "bm26"}',
+        "key 'first_stage' = \"bm26\", not a retrieval system other than a re-ranker",
+        "rerank@mvcl",
+    ),
+    (
+        "mvcl-settings",
+        _mvcl,
+        "models/mvcl/mvcl.json",
+        '{"format": "lexgraph-mvcl"}',
+        "key 'input_dim' is missing",
+        "rerank@mvcl",
+    ),
+    (
+        "base-info",
+        _base_info,
+        "models/pretrain/lexgraph_base.json",
+        '{"query_prefix": ',
+        "not valid JSON, truncated or corrupt",
+        "pretrain",
+    ),
+    (
+        "backbone-reference",
+        _backbone_ref,
+        "models/dsr/article_encoder/backbone.json",
+        '{"path": 3}',
+        "key 'path' = 3, not a directory",
+        "train_dsr",
+    ),
 ]
 
 

@@ -20,8 +20,10 @@ from lexgraph.per_query import first_relevant_rank, per_query_table, recall_curv
 
 def random_runs(seed: int = 0, n_queries: int = 40, n_docs: int = 300, depth: int = 120):
     rng = np.random.default_rng(seed)
-    qrels = {int(q): rng.choice(n_docs, size=int(rng.integers(1, 6)), replace=False).tolist()
-             for q in rng.choice(10_000, size=n_queries, replace=False)}
+    qrels = {
+        int(q): rng.choice(n_docs, size=int(rng.integers(1, 6)), replace=False).tolist()
+        for q in rng.choice(10_000, size=n_queries, replace=False)
+    }
     runs = {}
     for system in ("sys_a", "sys_b"):
         run = {}
@@ -47,13 +49,40 @@ def test_table_by_hand():
     qrels = {2: [30], 1: [10, 20, 20]}
     runs = {"a": {1: [5, 10, 7, 20], 2: [1, 2]}, "b": {1: [20]}}
     table = per_query_table(runs, qrels, k=3, questions={1: "q un", 2: "q deux"})
-    assert table.columns == ["id", "n_relevant", "a_recall@100", "a_ap", "a_first_rank",
-                             "b_recall@100", "b_ap", "b_first_rank", "question"]
+    assert table.columns == [
+        "id",
+        "n_relevant",
+        "a_recall@100",
+        "a_ap",
+        "a_first_rank",
+        "b_recall@100",
+        "b_ap",
+        "b_first_rank",
+        "question",
+    ]
     assert table.to_dicts() == [
-        {"id": 1, "n_relevant": 2, "a_recall@100": 1.0, "a_ap": (1 / 2 + 2 / 4) / 2, "a_first_rank": 2,
-         "b_recall@100": 0.5, "b_ap": 0.5, "b_first_rank": 1, "question": "q un"},
-        {"id": 2, "n_relevant": 1, "a_recall@100": 0.0, "a_ap": 0.0, "a_first_rank": None,
-         "b_recall@100": 0.0, "b_ap": 0.0, "b_first_rank": None, "question": "q deux"},
+        {
+            "id": 1,
+            "n_relevant": 2,
+            "a_recall@100": 1.0,
+            "a_ap": (1 / 2 + 2 / 4) / 2,
+            "a_first_rank": 2,
+            "b_recall@100": 0.5,
+            "b_ap": 0.5,
+            "b_first_rank": 1,
+            "question": "q un",
+        },
+        {
+            "id": 2,
+            "n_relevant": 1,
+            "a_recall@100": 0.0,
+            "a_ap": 0.0,
+            "a_first_rank": None,
+            "b_recall@100": 0.0,
+            "b_ap": 0.0,
+            "b_first_rank": None,
+            "question": "q deux",
+        },
     ]
 
 
@@ -98,8 +127,14 @@ def _workspace(tmp_path, splits=("dev", "test")):
     runs, qrels = random_runs(4)
     qids = sorted(qrels)
     split_of = {q: splits[i % len(splits)] for i, q in enumerate(qids)}
-    questions = pl.DataFrame({"id": qids, "question": [f"question {q}, « citée »" for q in qids],
-                              "article_ids": [qrels[q] for q in qids], "split": [split_of[q] for q in qids]})
+    questions = pl.DataFrame(
+        {
+            "id": qids,
+            "question": [f"question {q}, « citée »" for q in qids],
+            "article_ids": [qrels[q] for q in qids],
+            "split": [split_of[q] for q in qids],
+        }
+    )
     for system, run in runs.items():
         for split in splits:
             sq = [q for q in qids if split_of[q] == split and q in run]
@@ -145,8 +180,9 @@ def test_no_test_split_gives_an_empty_curve(tmp_path, caplog):
     (tmp_path / "metrics" / "per_query" / "stale.csv").write_text("old\n")
     curve = tmp_path / "metrics" / "recall_curve_test.csv"
     with caplog.at_level(logging.WARNING):
-        write_per_query_reports(questions, tmp_path / "runs", list(runs), ["dev"], 500,
-                                tmp_path / "metrics" / "per_query", curve)
+        write_per_query_reports(
+            questions, tmp_path / "runs", list(runs), ["dev"], 500, tmp_path / "metrics" / "per_query", curve
+        )
     assert curve.read_text(encoding="utf-8") == "k,system,recall\n"
     assert [p.name for p in (tmp_path / "metrics" / "per_query").iterdir()] == ["dev.csv"]  # replaced whole
     assert any("'test' is not evaluated" in r.getMessage() for r in caplog.records)
@@ -162,8 +198,14 @@ def test_dvc_plot_draws_one_line_per_system():
     outs = {next(iter(o)): next(iter(o.values())) for o in stage["outs"]}
     assert outs["metrics/per_query"] == {"persist": True, "cache": False}
     data = [{"k": k, "system": s, "recall": k / 10, "rev": "workspace"} for s in ("bm25", "dsr") for k in (1, 2)]
-    spec = VegaRenderer(data, "metrics/recall_curve_test.csv", template=props["template"],
-                        template_dir=str(ROOT / ".dvc" / "plots"), x="k", y="recall").get_filled_template()
+    spec = VegaRenderer(
+        data,
+        "metrics/recall_curve_test.csv",
+        template=props["template"],
+        template_dir=str(ROOT / ".dvc" / "plots"),
+        x="k",
+        y="recall",
+    ).get_filled_template()
     assert spec["encoding"]["color"]["field"] == "system"
     assert spec["encoding"]["x"]["field"] == "k" and spec["encoding"]["y"]["field"] == "recall"
     assert json.dumps(spec).count("<DVC_METRIC") == 0

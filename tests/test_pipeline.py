@@ -38,7 +38,11 @@ def ran_stages(output: str) -> list[str]:
 def workspace(tmp_path_factory) -> tuple[Path, dict]:
     """A clean clone of the committed repository with the pipeline reproduced in it."""
     dest = tmp_path_factory.mktemp("clone") / "lexgraph"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+    }
     sh(["git", "clone", "-q", str(ROOT), str(dest)], ROOT, env)
     # the working tree's dvc.yaml/params/code may be ahead of HEAD while developing: test what is checked out
     for rel in ("dvc.yaml", "params.yaml"):
@@ -78,7 +82,15 @@ def test_gnn_layers_experiment_reruns_only_the_stages_downstream_of_the_gnn(work
     sh(["dvc", "checkout", "-q"], dest, ctx["env"])
     out = sh(["dvc", "exp", "run", "-S", "gnn.layers=2"], dest, ctx["env"])
     # hybrid (dense: best) and the re-rankers may use either graph system
-    assert sorted(ran_stages(out)) == ["evaluate", "hybrid", "rerank@mvcl", "rerank@xrerank", "train_gnn@gdsr",
-                                       "train_gnn@hgraph", "train_gnn@hgraph_qa", "train_gnn@qabisar"], out
+    assert sorted(ran_stages(out)) == [
+        "evaluate",
+        "hybrid",
+        "rerank@mvcl",
+        "rerank@xrerank",
+        "train_gnn@gdsr",
+        "train_gnn@hgraph",
+        "train_gnn@hgraph_qa",
+        "train_gnn@qabisar",
+    ], out
     diff = sh(["dvc", "metrics", "diff"], dest, ctx["env"])
     assert all(f"metrics/{name}.json" in diff for name in ("gdsr", "qabisar", "hgraph", "hgraph_qa"))

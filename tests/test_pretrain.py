@@ -52,14 +52,22 @@ def make_articles(n: int = 50, seed: int = 0) -> list[str]:
 def articles_file(tmp_path):
     texts = make_articles()
     path = tmp_path / "articles.parquet"
-    pl.DataFrame({"id": list(range(1, len(texts) + 1)), "article": texts}, schema={"id": pl.Int64, "article": pl.Utf8}).write_parquet(path)
+    pl.DataFrame(
+        {"id": list(range(1, len(texts) + 1)), "article": texts}, schema={"id": pl.Int64, "article": pl.Utf8}
+    ).write_parquet(path)
     return path
 
 
 def run_tiny(articles_file, out_dir, params=None, seed=13):
     metrics_path = out_dir.parent / f"{out_dir.name}.json"
-    metrics = mlm.run(articles_file, out_dir, metrics_path, pt.PretrainConfig.from_params(dict(TINY, **(params or {}))),
-                      seed=seed, device="cpu")
+    metrics = mlm.run(
+        articles_file,
+        out_dir,
+        metrics_path,
+        pt.PretrainConfig.from_params(dict(TINY, **(params or {}))),
+        seed=seed,
+        device="cpu",
+    )
     return metrics, json.loads(metrics_path.read_text())
 
 
@@ -154,7 +162,9 @@ def test_masked_only_loss_matches_the_model_loss():
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(0)
-    model = BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)).eval()
+    model = BertForMaskedLM(
+        BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    ).eval()
     ids = torch.randint(5, 50, (3, 12))
     attention = torch.ones_like(ids)
     labels = torch.full_like(ids, -100)
@@ -171,8 +181,11 @@ def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file,
     from lexgraph.stage import run_stage
 
     run_tiny(articles_file, tmp_path / "base")
-    params = write_params(tmp_path / "params.yaml", base={"seed": 1, "device": "cpu"},
-                          pretrain=dict(TINY, mode="continue", model=str(tmp_path / "base"), source="auto", max_steps=2))
+    params = write_params(
+        tmp_path / "params.yaml",
+        base={"seed": 1, "device": "cpu"},
+        pretrain=dict(TINY, mode="continue", model=str(tmp_path / "base"), source="auto", max_steps=2),
+    )
     driver_path = Path(__file__).resolve().parents[1] / "stages" / "pretrain.py"
     spec = importlib.util.spec_from_file_location("stage_pretrain", driver_path)
     driver = importlib.util.module_from_spec(spec)
@@ -191,7 +204,11 @@ def test_continue_mode_offline_is_one_sentence(articles_file, tmp_path, monkeypa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(HubUnreachableError) as info:
-        run_tiny(articles_file, tmp_path / "x", {"mode": "continue", "model": "lexgraph-test/no-such-model", "source": "auto"})
+        run_tiny(
+            articles_file,
+            tmp_path / "x",
+            {"mode": "continue", "model": "lexgraph-test/no-such-model", "source": "auto"},
+        )
     message = str(info.value)
     assert "\n" not in message and "lexgraph-test/no-such-model" in message and "pretrain.model" in message
     assert not (tmp_path / "x").exists()
@@ -199,7 +216,13 @@ def test_continue_mode_offline_is_one_sentence(articles_file, tmp_path, monkeypa
 
 @pytest.mark.parametrize(
     "params",
-    [{"mode": "finetune"}, {"hidden_size": 30, "num_heads": 4}, {"learning_rate": "fast"}, {"max_length": 4}, {"epochs": 3}],
+    [
+        {"mode": "finetune"},
+        {"hidden_size": 30, "num_heads": 4},
+        {"learning_rate": "fast"},
+        {"max_length": 4},
+        {"epochs": 3},
+    ],
 )
 def test_bad_params_are_config_errors(params):
     with pytest.raises(ConfigError):

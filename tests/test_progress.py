@@ -101,22 +101,52 @@ def test_a_user_who_asks_for_bars_keeps_them(monkeypatch):
 def _run(args: list[str], cwd, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in HF_PROGRESS_ENV}
     env["PYTHONPATH"] = str(ROOT / "src")
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout
+    )
 
 
 def test_a_stage_with_piped_output_writes_no_carriage_return(tmp_path):
     """bm25_tune (a k1 x b grid loop, a tqdm bar before issue 10) as `dvc repro` in CI runs it."""
-    articles = {1: "Le mur mitoyen est réparé à frais communs.", 2: "Le bail est un contrat de louage.",
-                3: "Le locataire paie le loyer au bailleur.", 4: "Le voisin peut exiger le bornage."}
-    pl.DataFrame({"id": list(articles), "article": list(articles.values())}).write_parquet(tmp_path / "articles.parquet")
-    pl.DataFrame({"id": [1, 2, 3], "question": ["Qui répare le mur ?", "Quand payer le loyer ?", "bornage"],
-                  "article_ids": [[1], [3], [4]], "split": ["dev", "dev", "test"]},
-                 schema_overrides={"article_ids": pl.List(pl.Int64)}).write_parquet(tmp_path / "questions.parquet")
-    write_params(tmp_path / "params.yaml", base={"seed": 13, "device": "cpu", "log_level": "INFO"},
-                 bm25_tune={"split": "dev", "metric": "recall@100", "k1": [0.5, 1.0, 1.5, 2.0], "b": [0.25, 0.5, 0.75]})
-    proc = _run([str(ROOT / "stages" / "bm25_tune.py"), "--params", "params.yaml", "--articles", "articles.parquet",
-                 "--questions", "questions.parquet", "--best", "best.json", "--grid", "grid.csv"], tmp_path)
+    articles = {
+        1: "Le mur mitoyen est réparé à frais communs.",
+        2: "Le bail est un contrat de louage.",
+        3: "Le locataire paie le loyer au bailleur.",
+        4: "Le voisin peut exiger le bornage.",
+    }
+    pl.DataFrame({"id": list(articles), "article": list(articles.values())}).write_parquet(
+        tmp_path / "articles.parquet"
+    )
+    pl.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "question": ["Qui répare le mur ?", "Quand payer le loyer ?", "bornage"],
+            "article_ids": [[1], [3], [4]],
+            "split": ["dev", "dev", "test"],
+        },
+        schema_overrides={"article_ids": pl.List(pl.Int64)},
+    ).write_parquet(tmp_path / "questions.parquet")
+    write_params(
+        tmp_path / "params.yaml",
+        base={"seed": 13, "device": "cpu", "log_level": "INFO"},
+        bm25_tune={"split": "dev", "metric": "recall@100", "k1": [0.5, 1.0, 1.5, 2.0], "b": [0.25, 0.5, 0.75]},
+    )
+    proc = _run(
+        [
+            str(ROOT / "stages" / "bm25_tune.py"),
+            "--params",
+            "params.yaml",
+            "--articles",
+            "articles.parquet",
+            "--questions",
+            "questions.parquet",
+            "--best",
+            "best.json",
+            "--grid",
+            "grid.csv",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"stage bm25_tune done" in proc.stderr
     assert b"\r" not in proc.stdout and b"\r" not in proc.stderr
@@ -131,13 +161,22 @@ def test_cli_loading_a_transformers_model_writes_no_carriage_return(tmp_path, ti
     from lexgraph.models.encoders import QueryEncoder
 
     (tmp_path / "data" / "clean").mkdir(parents=True)
-    pl.DataFrame({"id": [1, 2, 3], "article": ["Le bail.", "Le loyer.", "Le mur."], "reference": ["Art. 1", "Art. 2", "Art. 3"],
-                  "path": [["Code A"]] * 3}).write_parquet(tmp_path / "data" / "clean" / "articles.parquet")
+    pl.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "article": ["Le bail.", "Le loyer.", "Le mur."],
+            "reference": ["Art. 1", "Art. 2", "Art. 3"],
+            "path": [["Code A"]] * 3,
+        }
+    ).write_parquet(tmp_path / "data" / "clean" / "articles.parquet")
     QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling="mean").save_pretrained(
-        tmp_path / "models" / "dsr" / "query_encoder")
+        tmp_path / "models" / "dsr" / "query_encoder"
+    )
     (tmp_path / "data" / "embed").mkdir(parents=True)
     save_embeddings(tmp_path / "data" / "embed" / "articles.safetensors", [1, 2, 3], torch.randn(3, 16))
-    proc = _run(["-m", "lexgraph.cli", "search", "--system", "dsr", "--device", "cpu", "--top", "2", "le bail"], tmp_path)
+    proc = _run(
+        ["-m", "lexgraph.cli", "search", "--system", "dsr", "--device", "cpu", "--top", "2", "le bail"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"  1. Art. " in proc.stdout
     assert b"\r" not in proc.stdout and b"\r" not in proc.stderr, proc.stderr.decode()

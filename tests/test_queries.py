@@ -22,8 +22,11 @@ SCHEMA = {
 }
 
 ARTICLES = [
-    (10, "Le propriétaire du fonds servant ne peut rien faire qui tende à diminuer l'usage de la "
-         "servitude ou à le rendre plus incommode ; ainsi il ne peut changer l'état des lieux."),
+    (
+        10,
+        "Le propriétaire du fonds servant ne peut rien faire qui tende à diminuer l'usage de la "
+        "servitude ou à le rendre plus incommode ; ainsi il ne peut changer l'état des lieux.",
+    ),
     (11, "Nul ne peut être contraint de céder sa propriété, si ce n'est pour cause d'utilité publique."),
     (12, "Abrogé."),
     (13, ""),
@@ -70,8 +73,11 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
     articles = tmp_path / "articles.parquet"
     pl.DataFrame({"id": [a for a, _ in ARTICLES], "article": [t for _, t in ARTICLES]}).write_parquet(articles)
     params = tmp_path / "params.yaml"
-    write_params(params, base={"seed": 3},
-                 queries={"generator": "crop", "per_article": 4, "min_words": 2, "max_words": 5, "first_id": 500})
+    write_params(
+        params,
+        base={"seed": 3},
+        queries={"generator": "crop", "per_article": 4, "min_words": 2, "max_words": 5, "first_id": 500},
+    )
     out = tmp_path / "queries" / "synthetic.parquet"
     argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
     assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 0
@@ -113,10 +119,20 @@ def tiny_mt5(tmp_path_factory):
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
     backend.decoder = decoders.WordPiece()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
     config = MT5Config(
-        vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        vocab_size=len(vocab),
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
     )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny-mt5")
@@ -145,7 +161,12 @@ def test_doc2query_passes_generation_arguments(tiny_mt5, monkeypatch):
     assert len(calls) == 2  # 4 non-empty articles in batches of 2
     for kwargs in calls:
         assert kwargs["do_sample"] is True
-        assert (kwargs["top_k"], kwargs["top_p"], kwargs["max_length"], kwargs["num_return_sequences"]) == (7, 0.9, 9, 3)
+        assert (kwargs["top_k"], kwargs["top_p"], kwargs["max_length"], kwargs["num_return_sequences"]) == (
+            7,
+            0.9,
+            9,
+            3,
+        )
         assert kwargs["input_ids"].shape[1] <= 12 and kwargs["attention_mask"].shape == kwargs["input_ids"].shape
     assert max(k["input_ids"].shape[1] for k in calls) == 12  # the long article was truncated to 12
 

@@ -60,10 +60,21 @@ def test_every_metric_of_the_sample_fails_when_zeroed(metrics):
 def test_cross_machine_noise_passes_and_real_drops_fail(metrics):
     want = yaml.safe_load(SAMPLE.read_text(encoding="utf-8"))["systems"]  # the expected values (a re-run moves them)
     # another CPU: 2 points on the neural R@100 (one question on test is 1.5), 1 on recall@10
-    edit(metrics, "dsr", "test", **{"recall@100": want["dsr"]["test"]["recall@100"] - 0.02,
-                                    "recall@10": want["dsr"]["test"]["recall@10"] + 0.01})
-    edit(metrics, "zeroshot", "dev", **{"recall@100": want["zeroshot"]["dev"]["recall@100"] + 0.02,
-                                        "map": want["zeroshot"]["dev"]["map"] - 0.005})
+    edit(
+        metrics,
+        "dsr",
+        "test",
+        **{
+            "recall@100": want["dsr"]["test"]["recall@100"] - 0.02,
+            "recall@10": want["dsr"]["test"]["recall@10"] + 0.01,
+        },
+    )
+    edit(
+        metrics,
+        "zeroshot",
+        "dev",
+        **{"recall@100": want["zeroshot"]["dev"]["recall@100"] + 0.02, "map": want["zeroshot"]["dev"]["map"] - 0.005},
+    )
     edit(metrics, "gdsr", "dev", **{"recall@500": want["gdsr"]["dev"]["recall@500"] - 0.02})
     assert check(metrics, SAMPLE) == []
     # BM25 is exact: a 0.5-point change is a regression
@@ -75,8 +86,10 @@ def test_small_metrics_get_a_relative_tolerance(tmp_path):
     """The old flat ±0.03 let a metric of 0.03 drop to 0; relative tolerances do not."""
     (tmp_path / "dsr.json").write_text(json.dumps({"test": {"recall@10": 0.0, "map": 0.018}}))
     spec = tmp_path / "exp.yaml"
-    spec.write_text("tolerance:\n  default: {abs: 0.005, rel: 0.1}\n  map: {abs: 0.001, rel: 0.1}\n"
-                    "systems:\n  dsr:\n    test: {recall@10: 0.03, map: 0.02}\n")
+    spec.write_text(
+        "tolerance:\n  default: {abs: 0.005, rel: 0.1}\n  map: {abs: 0.001, rel: 0.1}\n"
+        "systems:\n  dsr:\n    test: {recall@10: 0.03, map: 0.02}\n"
+    )
     assert [f.split(":")[0] for f in check(tmp_path, spec)] == ["dsr/test/recall@10"]  # map: 0.002 within 10%
     (tmp_path / "dsr.json").write_text(json.dumps({"test": {"recall@10": 0.03, "map": 0.017}}))
     assert [f.split(":")[0] for f in check(tmp_path, spec)] == ["dsr/test/map"]
@@ -122,23 +135,47 @@ def test_update_refuses_a_malformed_expected_file(tmp_path, metrics, capsys):
 
 # (id, expected file, what the error line says about it)
 CHECKS_NOTHING = [
-    ("empty-split", "systems:\n  bm25: {test: {}}\n",
-     "key 'systems.bm25.test' = {} checks no metric; expected at least one {metric: value}, e.g. {recall@100: 0.39}"),
-    ("system-without-split", "systems:\n  bm25: {}\n",
-     "key 'systems.bm25' = {} checks no split; expected at least one split with metrics"),
-    ("system-with-a-tolerance-only", "systems:\n  bm25: {tolerance: 0.5}\n",
-     "key 'systems.bm25' = {\"tolerance\": 0.5} checks no split"),
-    ("one-empty-split-among-others", "systems:\n  bm25: {test: {map: 0.1034}, dev: {}}\n",
-     "key 'systems.bm25.dev' = {} checks no metric"),
-    ("system-twice", "systems:\n  bm25: {test: {map: 0.9}}\n  bm25: {test: {map: 0.1034}}\n",
-     "key 'systems.bm25' appears twice, again on line 3 (first on line 2); expected each key once (the second "
-     "would silently replace the first)"),
-    ("split-twice", "systems:\n  bm25:\n    test: {map: 0.9}\n    test: {map: 0.1034}\n",
-     "key 'systems.bm25.test' appears twice, again on line 4 (first on line 3)"),
-    ("metric-twice", "systems:\n  bm25:\n    test: {map: 0.9, map: 0.1034}\n",
-     "key 'systems.bm25.test.map' appears twice, again on line 3 (first on line 3)"),
-    ("tolerance-twice", "tolerance: 0.5\ntolerance: 0.001\nsystems:\n  bm25: {test: {map: 0.1034}}\n",
-     "key 'tolerance' appears twice, again on line 2 (first on line 1)"),
+    (
+        "empty-split",
+        "systems:\n  bm25: {test: {}}\n",
+        "key 'systems.bm25.test' = {} checks no metric; expected at least one {metric: value}, e.g. {recall@100: 0.39}",
+    ),
+    (
+        "system-without-split",
+        "systems:\n  bm25: {}\n",
+        "key 'systems.bm25' = {} checks no split; expected at least one split with metrics",
+    ),
+    (
+        "system-with-a-tolerance-only",
+        "systems:\n  bm25: {tolerance: 0.5}\n",
+        "key 'systems.bm25' = {\"tolerance\": 0.5} checks no split",
+    ),
+    (
+        "one-empty-split-among-others",
+        "systems:\n  bm25: {test: {map: 0.1034}, dev: {}}\n",
+        "key 'systems.bm25.dev' = {} checks no metric",
+    ),
+    (
+        "system-twice",
+        "systems:\n  bm25: {test: {map: 0.9}}\n  bm25: {test: {map: 0.1034}}\n",
+        "key 'systems.bm25' appears twice, again on line 3 (first on line 2); expected each key once (the second "
+        "would silently replace the first)",
+    ),
+    (
+        "split-twice",
+        "systems:\n  bm25:\n    test: {map: 0.9}\n    test: {map: 0.1034}\n",
+        "key 'systems.bm25.test' appears twice, again on line 4 (first on line 3)",
+    ),
+    (
+        "metric-twice",
+        "systems:\n  bm25:\n    test: {map: 0.9, map: 0.1034}\n",
+        "key 'systems.bm25.test.map' appears twice, again on line 3 (first on line 3)",
+    ),
+    (
+        "tolerance-twice",
+        "tolerance: 0.5\ntolerance: 0.001\nsystems:\n  bm25: {test: {map: 0.1034}}\n",
+        "key 'tolerance' appears twice, again on line 2 (first on line 1)",
+    ),
 ]
 
 

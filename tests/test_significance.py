@@ -239,8 +239,16 @@ def test_compare_systems_structure_and_markers():
             baseline = key.removeprefix("vs_")
             assert list(by_metric) == ["recall@100", "map"]
             for metric, entry in by_metric.items():
-                assert set(entry) == {"system", "baseline", "diff", "p_value", "p_holm", "ci95", "significant",
-                                      "n_queries"}
+                assert set(entry) == {
+                    "system",
+                    "baseline",
+                    "diff",
+                    "p_value",
+                    "p_holm",
+                    "ci95",
+                    "significant",
+                    "n_queries",
+                }
                 assert entry["n_queries"] == 40
                 assert entry["system"] == round(means[system][metric], 4)
                 assert entry["baseline"] == round(means[baseline][metric], 4)
@@ -266,8 +274,12 @@ def test_compare_systems_structure_and_markers():
     assert significance_markers(cmp, "gdsr", "ndcg@10", baselines) == ""  # metric not compared
 
     # Holm over the family: 3 pairs x 2 metrics = 6 distinct tests (A vs B is B vs A)
-    family = {(frozenset((s, k.removeprefix("vs_"))), m): e["p_value"]
-              for s, versus in cmp.items() for k, by_metric in versus.items() for m, e in by_metric.items()}
+    family = {
+        (frozenset((s, k.removeprefix("vs_"))), m): e["p_value"]
+        for s, versus in cmp.items()
+        for k, by_metric in versus.items()
+        for m, e in by_metric.items()
+    }
     assert len(family) == 6
     keys = list(family)
     by_hand = holm_adjust([family[k] for k in keys])

@@ -25,8 +25,9 @@ def test_attention_flops_by_hand():
 def test_padding_table_on_a_known_distribution():
     # every article: one full chunk of 128 and one of 16 tokens -> useful 144 per article
     chunks = [[128, 16]] * 10
-    ratios = throughput.padding_table(chunks, batch_articles=24, max_chunks=8, chunk_length=128,
-                                      rng=np.random.default_rng(0))
+    ratios = throughput.padding_table(
+        chunks, batch_articles=24, max_chunks=8, chunk_length=128, rng=np.random.default_rng(0)
+    )
     assert ratios["slots"] == pytest.approx(8 * 128 / 144)
     assert ratios["real"] == pytest.approx(2 * 128 / 144)
     # 48 chunks: 24 of 128 form a bucket, the 24 short ones (< 0.75 x 128) another, trimmed to 16

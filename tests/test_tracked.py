@@ -22,20 +22,33 @@ def test_the_repository_outputs_are_owned_and_a_new_file_beside_them_is_not():
     ones too) is DVC's; a new run file at the top of the workspace is not."""
     for art in layout.ARTIFACTS.values():
         assert dvc_owner(art.under(ROOT, "x.trec"), ROOT), art
-    for path in ("metrics/bm25.json", "metrics/train_gnn_hgraph.json", "metrics/per_query/test.csv",
-                 "metrics/recall_curve_test.csv", "metrics/bm25_tune.csv", "dvc.lock", ".dvc/cache/files/md5/00/1"):
+    for path in (
+        "metrics/bm25.json",
+        "metrics/train_gnn_hgraph.json",
+        "metrics/per_query/test.csv",
+        "metrics/recall_curve_test.csv",
+        "metrics/bm25_tune.csv",
+        "dvc.lock",
+        ".dvc/cache/files/md5/00/1",
+    ):
         assert dvc_owner(ROOT / path, ROOT), path
     assert dvc_owner(ROOT / "my_run.trec", ROOT) is None
     assert dvc_owner(ROOT / "metrics" / "my_run.trec", ROOT) is None  # metrics/ itself is git's, not an output
 
 
 def test_wdir_matrix_lock_and_top_level_plots(tmp_path):
-    ws = _stages(tmp_path, "stages:\n  a:\n    wdir: sub\n    cmd: x\n    outs: [out]\n"
-                           "  b:\n    matrix:\n      sys: [bm25, dsr]\n      split: [dev, test]\n    cmd: x\n"
-                           "    outs:\n      - runs/${item.sys}/${item.split}.trec\n"
-                           "plots:\n  - curves/recall.csv:\n      x: k\n")
-    _stages(ws, "schema: '2.0'\nstages:\n  c:\n    cmd: x\n    outs:\n    - path: locked/file.trec\n      md5: 0\n",
-            "dvc.lock")
+    ws = _stages(
+        tmp_path,
+        "stages:\n  a:\n    wdir: sub\n    cmd: x\n    outs: [out]\n"
+        "  b:\n    matrix:\n      sys: [bm25, dsr]\n      split: [dev, test]\n    cmd: x\n"
+        "    outs:\n      - runs/${item.sys}/${item.split}.trec\n"
+        "plots:\n  - curves/recall.csv:\n      x: k\n",
+    )
+    _stages(
+        ws,
+        "schema: '2.0'\nstages:\n  c:\n    cmd: x\n    outs:\n    - path: locked/file.trec\n      md5: 0\n",
+        "dvc.lock",
+    )
     assert dvc_owner(ws / "sub" / "out" / "r.trec", ws) == f"is inside out, an output of stage 'a' in {ws / 'dvc.yaml'}"
     assert dvc_owner(ws / "out" / "r.trec", ws) is None  # out is relative to wdir
     assert dvc_owner(ws / "runs" / "hprior" / "dev.trec", ws).startswith("matches runs/${item.sys}/${item.split}.trec")
@@ -58,7 +71,8 @@ def test_cache_dir_from_the_global_config(tmp_path, monkeypatch):
     (tmp_path / "home" / "config").write_text("[cache]\n    dir = '../shared cache'  # quoted\n", encoding="utf-8")
     monkeypatch.setenv("DVC_GLOBAL_CONFIG_DIR", str(tmp_path / "home"))
     assert dvc_owner(tmp_path / "shared cache" / "files" / "md5" / "ab" / "cd", tmp_path / "ws") == (
-        f"is inside DVC's cache {tmp_path / 'shared cache'} (cache.dir of {tmp_path / 'home' / 'config'})")
+        f"is inside DVC's cache {tmp_path / 'shared cache'} (cache.dir of {tmp_path / 'home' / 'config'})"
+    )
 
 
 def test_a_dvc_file_that_cannot_be_read_is_a_reason(tmp_path):

@@ -103,8 +103,9 @@ def test_markdown_table_rows():
     assert "ΔR@100 (p adj.)" in rows["System"]
     # the deltas carry the Holm-adjusted p over the table's 2 tests (a's R@100 and mAP against b)
     vs = result["systems"]["a"]["vs_baseline"]
-    assert vs["recall@100"]["p_holm"] == pytest.approx(min(1.0, 2 * min(vs["recall@100"]["p_value"],
-                                                                         vs["map"]["p_value"])), abs=1e-4)
+    assert vs["recall@100"]["p_holm"] == pytest.approx(
+        min(1.0, 2 * min(vs["recall@100"]["p_value"], vs["map"]["p_value"])), abs=1e-4
+    )
     assert "| 100.0 | 100.0 | 100.0 | 58.3 | 71.0 |" in rows["a"]
     assert f"+75.0 ({unseen.format_p(vs['recall@100']['p_holm'])}) |" in rows["a"]
     assert rows["b"].endswith("|  |  |")
@@ -113,7 +114,13 @@ def test_markdown_table_rows():
 
 def test_format_p():
     assert [unseen.format_p(p) for p in (0.0018, 0.0325, 0.2, 0.02, 1.0, 1.2)] == [
-        "0.0018", "0.033", "0.20", "0.020", "1.0", "1.0"]
+        "0.0018",
+        "0.033",
+        "0.20",
+        "0.020",
+        "1.0",
+        "1.0",
+    ]
 
 
 def test_docs_table_is_the_committed_result():
@@ -127,6 +134,6 @@ def test_docs_table_is_the_committed_result():
     readme = (ROOT / "docs" / "analysis.md").read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(readme) if line.startswith("**Questions the project never saw**"))
     first = next(i for i in range(start, len(readme)) if readme[i].startswith("|"))
-    table = readme[first:first + len(expected)]
+    table = readme[first : first + len(expected)]
     assert table == expected
     assert not readme[first + len(expected)].startswith("|")

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,14 +75,20 @@ class ChunkTable:
         counts = ends - starts
         width = int(counts.max()) if len(rows) else 0
         mask = torch.from_numpy(np.arange(width)[None, :] < counts[:, None])  # (b, c)
-        index = torch.from_numpy((starts[:, None] + np.minimum(np.arange(width)[None, :], counts[:, None] - 1)))
+        index = torch.from_numpy(starts[:, None] + np.minimum(np.arange(width)[None, :], counts[:, None] - 1))
         chunks = self.vectors[index] * mask.unsqueeze(-1)  # (b, c, dim)
         tokens = self.tokens[index] * mask  # (b, c)
         return chunks, mask, tokens
 
 
-def encode_chunk_table(encoder, ids: Sequence[int], texts: Sequence[str], batch_size: int = 64,
-                       vectors: bool = True, desc: str = "encode chunks") -> ChunkTable:
+def encode_chunk_table(
+    encoder,
+    ids: Sequence[int],
+    texts: Sequence[str],
+    batch_size: int = 64,
+    vectors: bool = True,
+    desc: str = "encode chunks",
+) -> ChunkTable:
     """Chunk ``texts`` with ``encoder`` (a HierarchicalArticleEncoder) and, with
     ``vectors``, run its backbone once over every chunk (longest first, no grad)."""
     chunked = encoder.chunk(list(texts))
@@ -118,8 +125,11 @@ def encode_chunk_table(encoder, ids: Sequence[int], texts: Sequence[str], batch_
 
 
 def save_chunk_table(table: ChunkTable, path: str | os.PathLike) -> None:
-    tensors = {"ids": torch.from_numpy(table.ids), "offsets": torch.from_numpy(table.offsets),
-               "tokens": table.tokens.contiguous()}
+    tensors = {
+        "ids": torch.from_numpy(table.ids),
+        "offsets": torch.from_numpy(table.offsets),
+        "tokens": table.tokens.contiguous(),
+    }
     if table.vectors is not None:
         tensors["vectors"] = table.vectors.contiguous()
     metadata = {**table.settings, "vectors": str(table.vectors is not None).lower()}
@@ -156,8 +166,14 @@ def check_settings(table: ChunkTable, encoder, path: str | os.PathLike) -> None:
         raise DataError(path, f"chunk cache made with other settings (cache, expected): {diff}; run `dvc repro`")
 
 
-def run_encode_chunks(config, pretrained: str | os.PathLike, articles_path: str | os.PathLike,
-                      headings_path: str | os.PathLike, out: str | os.PathLike, device) -> dict[str, Any]:
+def run_encode_chunks(
+    config,
+    pretrained: str | os.PathLike,
+    articles_path: str | os.PathLike,
+    headings_path: str | os.PathLike,
+    out: str | os.PathLike,
+    device,
+) -> dict[str, Any]:
     """The ``encode_chunks`` stage: chunk (and, frozen, encode) articles and headings."""
     from lexgraph.io import atomic_path, read_parquet
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
@@ -165,8 +181,11 @@ def run_encode_chunks(config, pretrained: str | os.PathLike, articles_path: str 
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "base model directory not found (run `dvc repro pretrain`)")
     encoder = HierarchicalArticleEncoder.from_pretrained(
-        pretrained, max_chunk_length=config.max_chunk_length, max_document_length=config.max_document_length,
-        token_pooling=config.token_pooling, num_layers=0,
+        pretrained,
+        max_chunk_length=config.max_chunk_length,
+        max_document_length=config.max_document_length,
+        token_pooling=config.token_pooling,
+        num_layers=0,
     ).to(device)
     frozen = config.chunk_encoder == "frozen"
     sources = {
@@ -180,18 +199,25 @@ def run_encode_chunks(config, pretrained: str | os.PathLike, articles_path: str 
             if len(np.unique(ids)) != len(ids):
                 raise DataError(path, "ids are not unique", column=id_col)
             texts = ["" if t is None else str(t) for t in df[text_col].to_list()]
-            table = encode_chunk_table(encoder, ids, texts, config.eval_batch_size, vectors=frozen,
-                                       desc=f"encode_chunks {name}")
+            table = encode_chunk_table(
+                encoder, ids, texts, config.eval_batch_size, vectors=frozen, desc=f"encode_chunks {name}"
+            )
             save_chunk_table(table, Path(tmp) / f"{name}.safetensors")
             counts[name] = {"texts": len(table), "chunks": int(table.tokens.numel())}
-            log.info("%s: %d texts, %d chunks%s", name, len(table), table.tokens.numel(),
-                     "" if frozen else " (chunking only: the chunk encoder is fine-tuned)")
+            log.info(
+                "%s: %d texts, %d chunks%s",
+                name,
+                len(table),
+                table.tokens.numel(),
+                "" if frozen else " (chunking only: the chunk encoder is fine-tuned)",
+            )
     return counts
 
 
 @torch.no_grad()
-def embed_from_chunks(encoder, table: ChunkTable, rows: Sequence[int] | np.ndarray | None = None,
-                      batch_size: int = 256) -> torch.Tensor:
+def embed_from_chunks(
+    encoder, table: ChunkTable, rows: Sequence[int] | np.ndarray | None = None, batch_size: int = 256
+) -> torch.Tensor:
     """Article embeddings ``(n, dim)`` float32 of ``rows`` (default: all) from cached chunk
     vectors, through ``encoder.aggregate`` (eval mode, no grad)."""
     rows = np.arange(len(table)) if rows is None else np.asarray(rows, dtype=np.int64)
@@ -201,8 +227,8 @@ def embed_from_chunks(encoder, table: ChunkTable, rows: Sequence[int] | np.ndarr
     encoder.eval()
     for start in range(0, len(rows), batch_size):
         chunks, mask, tokens = table.padded(rows[start : start + batch_size])  # (b, c, dim), (b, c), (b, c)
-        out[start : start + batch_size] = encoder.aggregate(
-            chunks.to(device), mask.to(device), tokens.to(device)
-        ).float().cpu()
+        out[start : start + batch_size] = (
+            encoder.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
+        )
     encoder.train(was_training)
     return out

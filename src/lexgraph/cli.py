@@ -39,7 +39,6 @@ tool that SIGPIPE ended).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -48,157 +47,12 @@ from pathlib import Path
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
 from lexgraph import layout
+from lexgraph.cli_files import check_run_path, read_questions_jsonl
 from lexgraph.config import SYSTEM_NAMES
-from lexgraph.errors import DataError, LexgraphError
-from lexgraph.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
+from lexgraph.errors import LexgraphError
+from lexgraph.inputs import text_problem
 
 log = logging.getLogger("lexgraph")
-
-
-def _show(value) -> str:
-    """``value`` as JSON for a message, at most 60 characters; lone surrogates and control
-    characters escaped (the message goes to a terminal)."""
-    text = json.dumps(value, ensure_ascii=False)
-    if not text.isprintable():
-        text = json.dumps(value)
-    return text[:60]
-
-
-def read_questions_jsonl(path: Path) -> tuple[list[str], list[str]]:
-    """``(ids, questions)`` from a JSON-lines file whose lines have ``id`` and ``question``.
-
-    ``id``: a string or an integer, unique in the file, without whitespace or control
-    characters (it is written into the TREC run); ``question``: a non-empty string of valid
-    Unicode text. A key may appear once per object. Lines end at ``\n`` only (U+2028 and
-    U+0085 are text inside a JSON string; :func:`lexgraph.inputs.json_lines`). Errors name
-    the file, its row (line) and the key.
-    """
-    if not path.is_file():
-        raise DataError(path, "file not found; expected the --questions JSON-lines file" if not path.exists()
-                        else "not a file; expected the --questions JSON-lines file")
-    ids, questions, first_row = [], [], {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    for n, line in json_lines(text):
-        try:
-            rec = json_object(line)
-        except DuplicateKeyError as exc:
-            raise DataError(path, f"key {_show(exc.key)} appears twice; expected each key once per line",
-                            row=n) from None
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"not valid JSON ({exc.msg})", row=n) from None
-        if not isinstance(rec, dict) or "id" not in rec or "question" not in rec:
-            missing = [k for k in ("id", "question") if not isinstance(rec, dict) or k not in rec]
-            raise DataError(path, f"expected an object with keys 'id' and 'question' (missing {missing})", row=n)
-        raw_id, question = rec["id"], rec["question"]
-        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
-            raise DataError(path, f"got {_show(raw_id)}, expected a string or an integer", row=n, column="id")
-        qid = str(raw_id)
-        problem = id_problem(qid)
-        if problem:
-            raise DataError(path, f"id {_show(raw_id)} {problem}; expected a non-empty id without whitespace "
-                            "or control characters", row=n, column="id")
-        if qid in first_row:
-            raise DataError(path, f"id {_show(qid)} already used on row {first_row[qid]}; expected unique ids",
-                            row=n, column="id")
-        if not isinstance(question, str) or not question.strip():
-            raise DataError(path, f"got {_show(question)}, expected a non-empty string", row=n,
-                            column="question")
-        problem = text_problem(question)
-        if problem:
-            raise DataError(path, f"the question {problem}; expected valid Unicode text", row=n, column="question")
-        first_row[qid] = n
-        ids.append(qid)
-        questions.append(question)
-    if not ids:
-        raise DataError(path, "no questions; expected one JSON object per line with 'id' and 'question'")
-    return ids, questions
-
-
-def _looks_like_trec_run(path: Path) -> bool:
-    """True for an empty file or one whose first line is ``qid Q0 docid rank score tag``."""
-    with open(path, "rb") as fh:
-        head = fh.read(4096)
-    if not head.strip():
-        return True
-    if b"\0" in head:
-        return False
-    try:
-        first = head.decode("utf-8").splitlines()[0].split()
-    except (UnicodeDecodeError, IndexError):
-        return False
-    if len(first) != 6 or first[1] != "Q0":
-        return False
-    try:
-        int(first[3]), float(first[4])
-    except ValueError:
-        return False
-    return True
-
-
-def _read_only(path: Path) -> str | None:
-    """Why ``path`` may not be written, or None: not writable for this process, or no write
-    bit set for anyone (root writes such a file anyway; DVC's cache files are mode 0444)."""
-    mode = path.stat().st_mode
-    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)) or not mode & 0o222:
-        return f"mode {mode & 0o7777:04o}"
-    return None
-
-
-def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
-    """Refuse a ``--run`` target that is not a writable new file or earlier TREC run: a
-    directory, the questions file, a file under the workspace's ``data/`` or ``models/``,
-    a path DVC owns (its cache, a ``.dvc`` directory, an output that ``dvc.yaml``, ``dvc.lock``
-    or a ``*.dvc`` file tracks: :func:`lexgraph.tracked.dvc_owner`), a place that is not
-    writable or a read-only file (no write bit: refused even for root, who ignores mode
-    bits), a file with several hard links (it may share its inode with DVC's cache), or
-    any existing file that is not a TREC run. Symlinks are resolved first."""
-    from lexgraph.tracked import dvc_owner
-
-    path = Path(run)
-    if path.is_dir():
-        raise LexgraphError(f"--run {run} is a directory; expected the path of the TREC run file to write")
-    resolved = path.resolve()
-    if questions is not None:
-        qpath = Path(questions)
-        if resolved == qpath.resolve() or (path.exists() and qpath.exists() and path.samefile(qpath)):
-            raise LexgraphError(f"--run {run} is the --questions file; refusing to overwrite an input, "
-                                "expected a separate output path")
-    for managed in layout.MANAGED_ROOTS:
-        root = (workspace / managed).resolve()
-        if resolved == root or root in resolved.parents:
-            raise LexgraphError(f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
-                                "expected a path outside data/ and models/")
-    owner = dvc_owner(path, workspace)
-    if owner:
-        raise LexgraphError(f"--run {run} {owner}; refusing to write there, expected a path outside DVC's "
-                            "cache and the outputs it tracks")
-    parent = resolved.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise LexgraphError(f"--run {run}: {parent} is not a directory; expected a writable path for the TREC run")
-    locked = _read_only(parent)
-    if locked:
-        raise LexgraphError(f"--run {run}: directory {parent} is not writable ({locked}); expected a writable path")
-    if path.exists():
-        if not path.is_file():
-            raise LexgraphError(f"--run {run} is not a regular file; expected the path of the TREC run file to write")
-        links = path.stat().st_nlink
-        if links > 1:
-            raise LexgraphError(f"--run {run} has {links} hard links (it may share its content with DVC's cache "
-                                "or another file); refusing to overwrite it, expected a new path or a file with "
-                                "a single link")
-        locked = _read_only(path)
-        if locked:
-            raise LexgraphError(f"--run {run} is read-only ({locked}); refusing to overwrite it, "
-                                "expected a writable path")
-        if not _looks_like_trec_run(path):
-            raise LexgraphError(f"--run {run} exists and is not a TREC run; refusing to overwrite it, "
-                                "expected a new path or an earlier run")
-    return path
 
 
 def _articles(workspace: Path):
@@ -254,11 +108,15 @@ def _check_workspace(workspace: Path) -> None:
     there), naming the directory and ``--workspace``: not a missing artefact of some stage."""
     where = workspace.resolve()
     if not workspace.is_dir():
-        raise LexgraphError(f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
-                            "the directory with dvc.yaml and params.yaml")
+        raise LexgraphError(
+            f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
+            "the directory with dvc.yaml and params.yaml"
+        )
     if not any((workspace / marker).exists() for marker in WORKSPACE_MARKERS):
-        raise LexgraphError(f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
-                            "run lexgraph from the project's directory or pass --workspace DIR")
+        raise LexgraphError(
+            f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
+            "run lexgraph from the project's directory or pass --workspace DIR"
+        )
 
 
 def _check_depth(name: str, value: int) -> None:
@@ -287,25 +145,42 @@ def _show_many(retriever, display, questions, qids, top, scores, args, source: s
         keep = real[i]
         if keep.any() and not keep.all():
             short.append((qids[i] if qids is not None else None, int(keep.sum())))
-        _show_results(display, question, top[i, : args.top][keep], scores[i, : args.top][keep], args,
-                      qid=qids[i] if qids is not None else None)
+        _show_results(
+            display,
+            question,
+            top[i, : args.top][keep],
+            scores[i, : args.top][keep],
+            args,
+            qid=qids[i] if qids is not None else None,
+        )
     if short and qids is None:
-        log.info("only %d article(s) match any term of the question (the others score 0); shown: those, "
-                 "not --top %d", short[0][1], args.top)
+        log.info(
+            "only %d article(s) match any term of the question (the others score 0); shown: those, not --top %d",
+            short[0][1],
+            args.top,
+        )
     elif short:
-        log.info("fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
-                 "score 0); their hits stop at the last article that does", args.top, len(short), source,
-                 ", ".join(str(q) for q, _ in short[:10]), ", …" if len(short) > 10 else "")
+        log.info(
+            "fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
+            "score 0); their hits stop at the last article that does",
+            args.top,
+            len(short),
+            source,
+            ", ".join(str(q) for q, _ in short[:10]),
+            ", …" if len(short) > 10 else "",
+        )
 
 
 def _question_argument(question: str) -> None:
     if not question.strip():
-        raise LexgraphError("the question argument is empty; expected a non-empty question "
-                            "(or none, for interactive mode)")
+        raise LexgraphError(
+            "the question argument is empty; expected a non-empty question (or none, for interactive mode)"
+        )
     problem = text_problem(question)
     if problem:
-        raise LexgraphError(f"the question argument {problem} (bytes that are not UTF-8?); expected a question "
-                            "in valid UTF-8 text")
+        raise LexgraphError(
+            f"the question argument {problem} (bytes that are not UTF-8?); expected a question in valid UTF-8 text"
+        )
 
 
 def _read_interactive(args, prompt: str, lineno: int) -> str | None:
@@ -328,12 +203,15 @@ def _read_interactive(args, prompt: str, lineno: int) -> str | None:
     except EOFError:
         return None
     except UnicodeDecodeError as exc:
-        raise LexgraphError(f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
-                            "question per line in UTF-8 text") from None
+        raise LexgraphError(
+            f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
+            "question per line in UTF-8 text"
+        ) from None
     problem = text_problem(question)
     if problem:
-        raise LexgraphError(f"standard input, line {lineno}: the question {problem}; expected one question per "
-                            "line in UTF-8 text")
+        raise LexgraphError(
+            f"standard input, line {lineno}: the question {problem}; expected one question per line in UTF-8 text"
+        )
     return question.strip()
 
 
@@ -368,12 +246,22 @@ def cmd_search(args) -> int:
         matched = _results(retriever, top, scores).any(axis=1)  # (n,)
         if not matched.all():
             unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
-            log.warning("no article matches any term of %d question(s) of %s (ids: %s%s)%s", len(unmatched),
-                        args.questions, ", ".join(unmatched[:10]), ", …" if len(unmatched) > 10 else "",
-                        "; the run has nothing for them" if args.run else "")
+            log.warning(
+                "no article matches any term of %d question(s) of %s (ids: %s%s)%s",
+                len(unmatched),
+                args.questions,
+                ", ".join(unmatched[:10]),
+                ", …" if len(unmatched) > 10 else "",
+                "; the run has nothing for them" if args.run else "",
+            )
         if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
-            write_trec(args.run, [q for q, ok in zip(ids, matched) if ok], top[matched, : args.k],
-                       scores[matched, : args.k], args.system)
+            write_trec(
+                args.run,
+                [q for q, ok in zip(ids, matched) if ok],
+                top[matched, : args.k],
+                scores[matched, : args.k],
+                args.system,
+            )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
             _show_many(retriever, display, questions, ids, top, scores, args, args.questions)
@@ -402,8 +290,10 @@ def cmd_regress(args) -> int:
 
         owner = dvc_owner(args.expected)
         if owner:
-            raise LexgraphError(f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
-                                "expected-scores file you keep in git (like regression/sample.yaml)")
+            raise LexgraphError(
+                f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
+                "expected-scores file you keep in git (like regression/sample.yaml)"
+            )
         write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
         log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
         return 0
@@ -420,37 +310,74 @@ def cmd_regress(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``lexgraph`` parser; every option has a help string, which shows its default."""
     systems = ", ".join(SYSTEM_NAMES)  # the one registry of names (lexgraph.retrieval.systems maps each to its loader)
-    parser = argparse.ArgumentParser(prog="lexgraph", description="Statutory article retrieval on BSARD with the "
-                                     f"systems that `dvc repro` builds: {systems}.")
+    parser = argparse.ArgumentParser(
+        prog="lexgraph",
+        description=f"Statutory article retrieval on BSARD with the systems that `dvc repro` builds: {systems}.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("search", help="retrieve articles for questions with a trained system",
-                       description="Retrieve articles for one question, a JSON-lines file of questions (batch "
-                                   "mode) or questions typed one per line (interactive mode).")
-    s.add_argument("question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)")
-    s.add_argument("--system", default="bm25", metavar="SYSTEM",
-                   help=f"the retrieval system, one of: {systems} (default: %(default)s)")
-    s.add_argument("--questions", metavar="FILE.jsonl",
-                   help="JSON-lines file, one {'id', 'question'} per line (batch mode)")
+    s = sub.add_parser(
+        "search",
+        help="retrieve articles for questions with a trained system",
+        description="Retrieve articles for one question, a JSON-lines file of questions (batch "
+        "mode) or questions typed one per line (interactive mode).",
+    )
+    s.add_argument(
+        "question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)"
+    )
+    s.add_argument(
+        "--system",
+        default="bm25",
+        metavar="SYSTEM",
+        help=f"the retrieval system, one of: {systems} (default: %(default)s)",
+    )
+    s.add_argument(
+        "--questions", metavar="FILE.jsonl", help="JSON-lines file, one {'id', 'question'} per line (batch mode)"
+    )
     s.add_argument("--run", metavar="OUT.trec", help="output TREC run file (batch mode)")
-    s.add_argument("--json", action="store_true",
-                   help="print one JSON object per question (id, question, system, hits with rank, id, article, "
-                        "reference, path, score, snippet, highlights, matched_terms) instead of text")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per question (id, question, system, hits with rank, id, article, "
+        "reference, path, score, snippet, highlights, matched_terms) instead of text",
+    )
     s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default: %(default)s)")
     s.add_argument("--top", type=int, default=10, help="articles shown per question (default: %(default)s)")
-    s.add_argument("--workspace", default=".", metavar="DIR",
-                   help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
-                        "wrote models/ and data/ (default: %(default)s)")
-    s.add_argument("--device", default="auto", help="where the dense systems run: auto (cuda when available, "
-                   "else cpu), cpu, cuda or cuda:N (default: %(default)s)")
+    s.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
+        "wrote models/ and data/ (default: %(default)s)",
+    )
+    s.add_argument(
+        "--device",
+        default="auto",
+        help="where the dense systems run: auto (cuda when available, "
+        "else cpu), cpu, cuda or cuda:N (default: %(default)s)",
+    )
     s.set_defaults(func=cmd_search)
-    r = sub.add_parser("regress", help="compare metrics/<system>.json with expected scores",
-                       description="Check that metrics/<system>.json reproduce the expected scores within tolerance.")
-    r.add_argument("--expected", default="regression/sample.yaml", metavar="FILE.yaml",
-                   help="the expected scores and tolerances, per system and split (default: %(default)s)")
-    r.add_argument("--metrics-dir", default="metrics", metavar="DIR",
-                   help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)")
-    r.add_argument("--update", action="store_true", help="rewrite the expected file from the current metrics "
-                   "(keeps its comments and tolerances)")
+    r = sub.add_parser(
+        "regress",
+        help="compare metrics/<system>.json with expected scores",
+        description="Check that metrics/<system>.json reproduce the expected scores within tolerance.",
+    )
+    r.add_argument(
+        "--expected",
+        default="regression/sample.yaml",
+        metavar="FILE.yaml",
+        help="the expected scores and tolerances, per system and split (default: %(default)s)",
+    )
+    r.add_argument(
+        "--metrics-dir",
+        default="metrics",
+        metavar="DIR",
+        help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)",
+    )
+    r.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite the expected file from the current metrics (keeps its comments and tolerances)",
+    )
     r.set_defaults(func=cmd_regress)
     return parser
 

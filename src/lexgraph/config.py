@@ -62,8 +62,19 @@ SECTIONS: dict[str, str] = {
 
 #: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);
 #: :data:`lexgraph.retrieval.systems.SYSTEMS` maps each to its loader (a test keeps them equal).
-SYSTEM_NAMES: tuple[str, ...] = ("bm25", "zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa",
-                                  "hybrid", "xrerank", "mvcl")
+SYSTEM_NAMES: tuple[str, ...] = (
+    "bm25",
+    "zeroshot",
+    "dsr",
+    "hprior",
+    "gdsr",
+    "qabisar",
+    "hgraph",
+    "hgraph_qa",
+    "hybrid",
+    "xrerank",
+    "mvcl",
+)
 
 #: The split held out for evaluation: no tuning or training stage may read it.
 HELD_OUT_SPLIT = "test"
@@ -96,9 +107,15 @@ def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
 
 def _describe(hint: Any, plural: bool = False) -> str:
     """User wording of a type annotation: ``int | None`` -> "null or an integer"."""
-    words = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("true or false", "true/false values"),
-             str: ("a string", "strings"), _NONE: ("null", "nulls"), dict: ("a mapping", "mappings"),
-             list: ("a list", "lists")}
+    words = {
+        int: ("an integer", "integers"),
+        float: ("a number", "numbers"),
+        bool: ("true or false", "true/false values"),
+        str: ("a string", "strings"),
+        _NONE: ("null", "nulls"),
+        dict: ("a mapping", "mappings"),
+        list: ("a list", "lists"),
+    }
     if hint in words:
         return words[hint][plural]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -285,8 +302,10 @@ class Base:
     deterministic: bool = True
     # the program the training stages' dvc.yaml commands start with: `python`, or a
     # multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)
-    launcher: str = field(default="python", metadata={"expected": "a command such as python or "
-                                                                   "'accelerate launch --multi_gpu --num_processes 2'"})
+    launcher: str = field(
+        default="python",
+        metadata={"expected": "a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"},
+    )
 
     def validate(self) -> None:
         if not 0 <= self.seed < 2**32:
@@ -305,28 +324,33 @@ def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
     keep the last value silently; DVC refuses such a file) are errors naming the file."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"{path}: is a directory; expected the parameters file (YAML, like the repository's "
-                          f"params.yaml)")
+        raise ConfigError(
+            f"{path}: is a directory; expected the parameters file (YAML, like the repository's params.yaml)"
+        )
     if not path.is_file():
         raise ConfigError(f"{path}: parameters file not found (run from the repository root)")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start}); expected a UTF-8 text "
-                          f"file") from None
+        raise ConfigError(
+            f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start}); expected a UTF-8 text file"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror}); expected a readable parameters file") from None
     try:
         params = load_yaml(text)
     except DuplicateKeyError as exc:
-        raise ConfigError(f"{path}: {exc.located}; expected each key once (a repeated key would silently replace "
-                          "the first)") from None
+        raise ConfigError(
+            f"{path}: {exc.located}; expected each key once (a repeated key would silently replace the first)"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections ({', '.join(SECTIONS)}), got {type(params).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of sections ({', '.join(SECTIONS)}), got {type(params).__name__}"
+        )
     unknown = sorted((s for s in params if s not in SECTIONS), key=str)
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), list(SECTIONS), n=1)
@@ -398,7 +422,9 @@ def resolve_device(spec: str = "auto", *, where: str = "params.yaml: 'base.devic
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"{where} = {spec!r} but no CUDA device is available; expected auto or cpu on this machine")
+            raise ConfigError(
+                f"{where} = {spec!r} but no CUDA device is available; expected auto or cpu on this machine"
+            )
         index = int(spec.split(":")[1]) if ":" in spec else 0
         if index >= torch.cuda.device_count():
             raise ConfigError(

@@ -21,8 +21,9 @@ import json
 import os
 import re
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def _reference_rest(reference: str, number: str) -> str:
     """What a reference says after its article number ("Code civil (Livre II, Titre IV)")."""
     reference = " ".join((reference or "").split())
     if number and reference.startswith(number):
-        return reference[len(number):].lstrip(" ,;:–—-")
+        return reference[len(number) :].lstrip(" ,;:–—-")
     return "" if reference == number else reference
 
 
@@ -74,8 +75,13 @@ class TermMatcher:
         out = []
         for m in _TOKEN_RE.finditer(text):
             start, end = m.span()
-            if (end + 1 < len(text) and text[end] in _APOSTROPHES and (text[end + 1].isalnum())
-                    and m.group().lower() in ELISIONS and (start == 0 or not text[start - 1].isalnum())):
+            if (
+                end + 1 < len(text)
+                and text[end] in _APOSTROPHES
+                and (text[end + 1].isalnum())
+                and m.group().lower() in ELISIONS
+                and (start == 0 or not text[start - 1].isalnum())
+            ):
                 continue
             term = self.term(m.group())
             if term is not None:
@@ -109,7 +115,7 @@ def make_snippet(text: str, spans: Sequence[tuple[int, int, str]], width: int = 
     else:
         lead = width // 5  # context kept before the first matched word of the window
         best = None
-        for i, (anchor, _, _) in enumerate(spans):
+        for anchor, _, _ in spans:
             lo = max(0, min(anchor - lead, len(text) - width))
             inside = [s for s in spans if s[0] >= lo and s[1] <= lo + width]
             key = (len({t for _, _, t in inside}), len(inside), -lo)
@@ -134,8 +140,11 @@ def make_snippet(text: str, spans: Sequence[tuple[int, int, str]], width: int = 
     offset = start + (len(text[start:end]) - len(text[start:end].lstrip()))
     prefix = "… " if start > 0 else ""
     suffix = " …" if end < len(text) else ""
-    highlights = [[s - offset + len(prefix), e - offset + len(prefix)]
-                  for s, e, _ in spans if s >= offset and e <= offset + len(body)]
+    highlights = [
+        [s - offset + len(prefix), e - offset + len(prefix)]
+        for s, e, _ in spans
+        if s >= offset and e <= offset + len(body)
+    ]
     return prefix + body + suffix, highlights
 
 
@@ -168,7 +177,9 @@ class Display:
     """Builds :class:`Hit` lists for a system's results over the clean articles table."""
 
     def __init__(self, articles, analyzer: FrenchAnalyzer | None = None, width: int = 240) -> None:
-        self.by_id = {row["id"]: row for row in articles.select("id", "article", "reference", "path").iter_rows(named=True)}
+        self.by_id = {
+            row["id"]: row for row in articles.select("id", "article", "reference", "path").iter_rows(named=True)
+        }
         self.matcher = TermMatcher(analyzer)
         self.width = width
 
@@ -184,8 +195,9 @@ class Display:
                 break
             art = self.by_id.get(aid)
             if art is None:
-                raise LexgraphError(f"article {aid} of the results is not in the corpus "
-                                    "(data/clean/articles.parquet); run `dvc repro`")
+                raise LexgraphError(
+                    f"article {aid} of the results is not in the corpus (data/clean/articles.parquet); run `dvc repro`"
+                )
             text = " ".join(art["article"].split())
             spans = [s for s in self.matcher.words(text) if s[2] in query_terms]
             found = {t for _, _, t in spans}
@@ -196,9 +208,19 @@ class Display:
                     matched.append(question[s:e].lower())
             snippet, highlights = make_snippet(text, spans, self.width)
             reference = art["reference"] or ""
-            out.append(Hit(rank=rank, id=aid, article=article_number(reference), reference=reference,
-                           path=list(art["path"] or []), score=round(float(score), 6), snippet=snippet,
-                           highlights=highlights, matched_terms=matched))
+            out.append(
+                Hit(
+                    rank=rank,
+                    id=aid,
+                    article=article_number(reference),
+                    reference=reference,
+                    path=list(art["path"] or []),
+                    score=round(float(score), 6),
+                    snippet=snippet,
+                    highlights=highlights,
+                    matched_terms=matched,
+                )
+            )
         return out
 
 
@@ -223,10 +245,22 @@ def render_text(question: str, hits: Sequence[Hit], style: str = "plain", line_w
             title = f"{BOLD}{title}{RESET}"
         lines += ["", f"{hit.rank:>3}. {title}   (score {hit.score:.4f}, id {hit.id})"]
         if hit.path:
-            lines += textwrap.wrap(PATH_SEPARATOR.join(hit.path), line_width, initial_indent="     ",
-                                   subsequent_indent="       ", break_on_hyphens=False, break_long_words=False)
-        lines += textwrap.wrap(mark(hit.snippet, hit.highlights, style), line_width, initial_indent="     ",
-                               subsequent_indent="     ", break_on_hyphens=False, break_long_words=False)
+            lines += textwrap.wrap(
+                PATH_SEPARATOR.join(hit.path),
+                line_width,
+                initial_indent="     ",
+                subsequent_indent="       ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+        lines += textwrap.wrap(
+            mark(hit.snippet, hit.highlights, style),
+            line_width,
+            initial_indent="     ",
+            subsequent_indent="     ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -237,5 +271,15 @@ def render_json(question: str, hits: Sequence[Hit], qid: str | None = None, syst
     return json.dumps(record, ensure_ascii=False)
 
 
-__all__ = ["Display", "Hit", "TermMatcher", "article_number", "make_snippet", "mark", "ranked_entries", "render_json",
-           "render_text", "use_ansi"]
+__all__ = [
+    "Display",
+    "Hit",
+    "TermMatcher",
+    "article_number",
+    "make_snippet",
+    "mark",
+    "ranked_entries",
+    "render_json",
+    "render_text",
+    "use_ansi",
+]

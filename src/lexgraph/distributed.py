@@ -20,12 +20,22 @@ import atexit
 import contextlib
 import logging
 import os
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def shard(batch: Sequence, index: int, count: int) -> Sequence:
+    """Part ``index`` of ``count`` contiguous, near-equal parts of ``batch`` (the first
+    ``len % count`` parts one longer; a part may be empty)."""
+    n = len(batch)
+    size, extra = divmod(n, count)
+    start = index * size + min(index, extra)
+    return batch[start : start + size + (1 if index < extra else 0)]
 
 
 def world_size() -> int:
@@ -99,8 +109,13 @@ def session(device) -> Iterator[Any]:
         dist.barrier()
 
 
-def map_batches(fn: Callable[[T], R], batches: Sequence[T], *, distributed: bool = True,
-                wrap: Callable[[Sequence[T]], Any] | None = None) -> list[R]:
+def map_batches(
+    fn: Callable[[T], R],
+    batches: Sequence[T],
+    *,
+    distributed: bool = True,
+    wrap: Callable[[Sequence[T]], Any] | None = None,
+) -> list[R]:
     """``[fn(b) for b in batches]`` with the batches shared out across ranks (a contiguous
     slice each) when a process group is open and ``distributed``; every rank gets the
     whole list back, in plan order. ``wrap`` decorates the local iterable (a progress bar).

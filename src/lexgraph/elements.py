@@ -25,26 +25,45 @@ token of a deleted sentence replaced by the ``[DEL]`` token (one for one, so T+ 
 positions and length). :func:`deleted_sentences` draws that subset: the non-element
 sentences (those with at least one token in the tokenised text) in a random order from
 ``numpy.random.default_rng([seed, text_id])``, each deleted when its tokens fit in what is
-left of L1 (first fit), so the deleted total is at most L1; the same seed and text id give the same view, byte for byte. A
-text keeps at least one sentence: when it holds no element sentence, the last sentence of
-the random order is never deleted.
+left of L1 (first fit), so the deleted total is at most L1; the same seed and text id give
+the same view, byte for byte. A text keeps at least one sentence: when it holds no element
+sentence, the last sentence of the random order is never deleted.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 #: Pattern families of the indicator (on lower-cased, accent-stripped text).
 PATTERNS: dict[str, tuple[str, ...]] = {
     "obligation": (r"doit", r"doivent", r"est tenue?s?", r"sont tenue?s", r"oblig\w*", r"il incombe"),
     "right": (r"peut", r"peuvent", r"a le droit", r"ont (?:le )?droit", r"droit de", r"faculte", r"autoris\w*"),
     "prohibition": (r"il est interdit", r"nul ne", r"ne (?:peut|peuvent)", r"interdi\w*"),
-    "condition": (r"si", r"s'il", r"s'ils", r"lorsque", r"lorsqu'\w*", r"sauf", r"a moins que", r"en cas d\w*",
-                  r"a condition", r"dans le cas ou", r"pourvu que"),
-    "sanction": (r"a peine d\w*", r"puni\w*", r"amendes?", r"nullite", r"dechu\w*", r"dommages(?:-| et )interets",
-                 r"responsables?", r"repute\w*"),
+    "condition": (
+        r"si",
+        r"s'il",
+        r"s'ils",
+        r"lorsque",
+        r"lorsqu'\w*",
+        r"sauf",
+        r"a moins que",
+        r"en cas d\w*",
+        r"a condition",
+        r"dans le cas ou",
+        r"pourvu que",
+    ),
+    "sanction": (
+        r"a peine d\w*",
+        r"puni\w*",
+        r"amendes?",
+        r"nullite",
+        r"dechu\w*",
+        r"dommages(?:-| et )interets",
+        r"responsables?",
+        r"repute\w*",
+    ),
 }
 _FAMILIES = {name: re.compile(r"(?<!\w)(?:" + "|".join(p) + r")(?!\w)") for name, p in PATTERNS.items()}
 _SENTENCE_END = re.compile(r"(?<=[.;!?])\s+|\n+")
@@ -60,7 +79,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     """Character spans ``(start, end)`` of the non-blank sentences of ``text``."""
     spans, start = [], 0
     for match in _SENTENCE_END.finditer(text):
-        if text[start:match.start()].strip():
+        if text[start : match.start()].strip():
             spans.append((start, match.start()))
         start = match.end()
     if text[start:].strip():
@@ -79,8 +98,9 @@ def element_sentences(text: str) -> list[tuple[int, int, bool]]:
     return [(s, e, bool(element_families(text[s:e]))) for s, e in split_sentences(text)]
 
 
-def token_sentences(offsets: Sequence[tuple[int, int]], sentences: Sequence[tuple[int, int, bool]],
-                    text_start: int = 0) -> list[int | None]:
+def token_sentences(
+    offsets: Sequence[tuple[int, int]], sentences: Sequence[tuple[int, int, bool]], text_start: int = 0
+) -> list[int | None]:
     """For every token (its character ``offsets`` in the tokenised string), the index of the
     sentence of ``sentences`` it lies in, or None: special tokens, a prefix such as
     ``passage: ``. ``text_start`` is where the text begins in the tokenised string."""
@@ -94,8 +114,9 @@ def token_sentences(offsets: Sequence[tuple[int, int]], sentences: Sequence[tupl
     return out
 
 
-def deleted_sentences(lengths: Sequence[int], is_element: Sequence[bool], budget: int, seed: int,
-                      text_id: int) -> list[int]:
+def deleted_sentences(
+    lengths: Sequence[int], is_element: Sequence[bool], budget: int, seed: int, text_id: int
+) -> list[int]:
     """Indices (ascending) of the sentences the element view deletes.
 
     ``lengths[i]`` is sentence i's number of tokens in the tokenised text, ``is_element[i]``
@@ -125,8 +146,15 @@ def deleted_sentences(lengths: Sequence[int], is_element: Sequence[bool], budget
     return sorted(out)
 
 
-def element_view(input_ids: Sequence[int], sentence_of: Sequence[int | None], is_element: Sequence[bool],
-                 del_id: int, budget: int, seed: int, text_id: int) -> tuple[list[int], list[int]]:
+def element_view(
+    input_ids: Sequence[int],
+    sentence_of: Sequence[int | None],
+    is_element: Sequence[bool],
+    del_id: int,
+    budget: int,
+    seed: int,
+    text_id: int,
+) -> tuple[list[int], list[int]]:
     """MVCL's positive view T+ of a tokenised text (special tokens included), and the
     indices of the sentences it deleted.
 

@@ -45,7 +45,7 @@ class EmbedConfig:
     batch_size: int = field(default=128, metadata={"expected": "a positive integer"})  # texts per encoder call
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "EmbedConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> EmbedConfig:
         return section_config(cls, params, "embed")
 
     def validate(self) -> None:
@@ -73,15 +73,14 @@ def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
     ids, emb = tensors["ids"], tensors["embeddings"]
     if ids.dtype != torch.int64 or emb.dtype != torch.float32 or emb.ndim != 2 or emb.size(0) != ids.size(0):
         raise DataError(
-            path, f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
-            f"and {emb.dtype} {tuple(emb.shape)}"
+            path,
+            f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
+            f"and {emb.dtype} {tuple(emb.shape)}",
         )
     return ids.numpy(), emb
 
 
-def select_rows(
-    ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str
-) -> torch.Tensor:
+def select_rows(ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str) -> torch.Tensor:
     """Rows of ``embeddings`` for ``wanted`` ids, in that order; DataError on a missing id."""
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
@@ -143,15 +142,18 @@ def embed_all(
             try:
                 rows = table.rows(ids)
             except KeyError as exc:
-                raise DataError(paths.get(name, name), f"id {exc.args[0]} has no cached chunks; run `dvc repro`",
-                                column=id_col) from None
+                raise DataError(
+                    paths.get(name, name), f"id {exc.args[0]} has no cached chunks; run `dvc repro`", column=id_col
+                ) from None
             embeddings = embed_from_chunks(model.article_encoder, table, rows, batch_size)  # (n, dim)
         else:
-            embeddings = encode(_texts(df, text_col), batch_size=batch_size, desc=f"embed {name}",
-                                distributed=distributed)  # (n, dim)
+            embeddings = encode(
+                _texts(df, text_col), batch_size=batch_size, desc=f"embed {name}", distributed=distributed
+            )  # (n, dim)
         if out_dir is not None:
-            save_embeddings(Path(out_dir) / f"{name}.safetensors", ids, embeddings,
-                            {**meta, "encoder": encode.__name__})
+            save_embeddings(
+                Path(out_dir) / f"{name}.safetensors", ids, embeddings, {**meta, "encoder": encode.__name__}
+            )
         counts[name] = len(ids)
         log.info("embedded %d %s (dim %d)", len(ids), name, embeddings.size(1))
     return counts
@@ -178,7 +180,6 @@ def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
     headings = read_parquet(paths.headings, ["heading_id", "text"])
     questions = read_parquet(paths.questions, ["id", "question"])
     from lexgraph.chunks import check_settings, load_chunk_table
-
     from lexgraph.distributed import is_main, session, world_size
 
     with session(device) as device:  # under torchrun: one shard of the batches per rank, rank 0 writes
@@ -193,11 +194,32 @@ def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
             model = DSR.load(dsr_dir, device=device)
         sources = {"articles": paths.articles, "headings": paths.headings, "questions": paths.questions}
         if not is_main():
-            return embed_all(model, articles, headings, questions, None, batch_size=batch_size, paths=sources,
-                             chunk_tables=tables, distributed=True)
+            return embed_all(
+                model,
+                articles,
+                headings,
+                questions,
+                None,
+                batch_size=batch_size,
+                paths=sources,
+                chunk_tables=tables,
+                distributed=True,
+            )
         with atomic_path(out, directory=True) as tmp:
-            counts = embed_all(model, articles, headings, questions, tmp, batch_size=batch_size, paths=sources,
-                               chunk_tables=tables, distributed=True)
-        log.info("wrote %s%s", ", ".join(f"{out}/{name}.safetensors" for name in FILES),
-                 f" ({world_size()} processes)" if world_size() > 1 else "")
+            counts = embed_all(
+                model,
+                articles,
+                headings,
+                questions,
+                tmp,
+                batch_size=batch_size,
+                paths=sources,
+                chunk_tables=tables,
+                distributed=True,
+            )
+        log.info(
+            "wrote %s%s",
+            ", ".join(f"{out}/{name}.safetensors" for name in FILES),
+            f" ({world_size()} processes)" if world_size() > 1 else "",
+        )
     return counts

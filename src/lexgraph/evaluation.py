@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from lexgraph.config import bad_value, expectation, section_config
-from lexgraph.data.schema import SPLITS
+from lexgraph.data.schema import (
+    SPLITS,
+    split_questions,  # noqa: F401 - re-exported
+)
 from lexgraph.errors import DataError
 from lexgraph.io import atomic_path
 from lexgraph.metrics import DEEPEST, METRICS, rounded
-from lexgraph.retrieval.systems import SYSTEMS
 from lexgraph.retrieval.index import IndexConfig
-
-from lexgraph.data.schema import split_questions  # noqa: E402,F401  (re-exported)
+from lexgraph.retrieval.systems import SYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +38,32 @@ SECTION = "evaluate"
 class EvaluateConfig:
     """The ``evaluate`` section of params.yaml."""
 
-    splits: list[str] = field(default_factory=lambda: ["dev", "test"],
-                              metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"})
+    splits: list[str] = field(
+        default_factory=lambda: ["dev", "test"],
+        metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"},
+    )
     k: int = field(default=500, metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
-    systems: list[str] = field(default_factory=lambda: list(SYSTEMS),
-                               metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"})
+    systems: list[str] = field(
+        default_factory=lambda: list(SYSTEMS),
+        metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"},
+    )
     significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
-    baselines: list[str] = field(default_factory=lambda: ["bm25", "dsr", "hprior"],
-                                 metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
-    significance_metrics: list[str] = field(default_factory=lambda: ["recall@100", "map", "ndcg@10"],
-                                            metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"})
+    baselines: list[str] = field(
+        default_factory=lambda: ["bm25", "dsr", "hprior"],
+        metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"},
+    )
+    significance_metrics: list[str] = field(
+        default_factory=lambda: ["recall@100", "map", "ndcg@10"],
+        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"},
+    )
     #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
-    index: IndexConfig = field(default_factory=IndexConfig,
-                               metadata={"expected": "a mapping of index settings (lexgraph.retrieval.index.IndexConfig)"})
+    index: IndexConfig = field(
+        default_factory=IndexConfig,
+        metadata={"expected": "a mapping of index settings (lexgraph.retrieval.index.IndexConfig)"},
+    )
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "EvaluateConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
         if isinstance(params, dict) and isinstance(params.get("index"), dict):  # the nested section, typed first
             params = {**params, "index": IndexConfig.from_params(params["index"])}
         elif isinstance(params, dict) and "index" in params:
@@ -67,7 +79,11 @@ class EvaluateConfig:
             raise bad("splits")
         if self.k < DEEPEST:
             raise bad("k")
-        if not self.systems or any(s not in systems for s in self.systems) or len(set(self.systems)) < len(self.systems):
+        if (
+            not self.systems
+            or any(s not in systems for s in self.systems)
+            or len(set(self.systems)) < len(self.systems)
+        ):
             raise bad("systems")
         if self.significance_split not in self.splits:
             raise bad("significance_split")
@@ -258,8 +274,11 @@ def results_markdown(
     n_questions, markers, notes = n_questions or {}, markers or {}, notes or {}
     parts = ["# Retrieval results", ""]
     for split in splits:
-        parts += [f"## {split} split", "",
-                  results_table(metrics_by_system, split, n_questions.get(split), markers.get(split))]
+        parts += [
+            f"## {split} split",
+            "",
+            results_table(metrics_by_system, split, n_questions.get(split), markers.get(split)),
+        ]
         if split in notes:
             parts += [notes[split], ""]
     return "\n".join(parts)
@@ -281,14 +300,11 @@ def significance_report(
     from lexgraph.significance import compare_systems, marker_legend, significance_markers
 
     present = [b for b in baselines if b in runs]
-    comparisons = compare_systems(dict(runs), dict(qrels), present, metrics=tuple(metrics),
-                                  n_resamples=n_resamples, seed=seed)
-    markers = {
-        system: {m: significance_markers(comparisons, system, m, present) for m in metrics} for system in runs
-    }
+    comparisons = compare_systems(
+        dict(runs), dict(qrels), present, metrics=tuple(metrics), n_resamples=n_resamples, seed=seed
+    )
+    markers = {system: {m: significance_markers(comparisons, system, m, present) for m in metrics} for system in runs}
     return comparisons, markers, marker_legend(present) + f" Tested: {', '.join(metrics)}."
-
-
 
 
 def evaluate_systems(

@@ -96,7 +96,7 @@ class GraphConfig:
     questions: bool = True  # train questions as nodes, linked to their gold articles
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "GraphConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> GraphConfig:
         return section_config(cls, params, "graph")
 
 
@@ -117,8 +117,16 @@ def _ids(df, column: str, path) -> np.ndarray:
     return values
 
 
-def _lookup(sorted_ids: np.ndarray, offset: int, values: np.ndarray, owners: np.ndarray, path, column: str,
-            what: str, owner: str) -> np.ndarray:
+def _lookup(
+    sorted_ids: np.ndarray,
+    offset: int,
+    values: np.ndarray,
+    owners: np.ndarray,
+    path,
+    column: str,
+    what: str,
+    owner: str,
+) -> np.ndarray:
     """Node index of each id in ``values`` (``sorted_ids`` sorted); a DataError names the
     first unknown value and the record (``owner`` with id ``owners[i]``) that cites it."""
     pos = np.searchsorted(sorted_ids, values)
@@ -150,8 +158,11 @@ def build_graph(
     """
     a_path, h_path, q_path = paths
     if len(articles) == 0:
-        raise DataError(a_path, "no articles, so the graph would be empty; expected at least one article "
-                                "(rerun clean, lowering 'clean.min_words' in params.yaml if it dropped them all)")
+        raise DataError(
+            a_path,
+            "no articles, so the graph would be empty; expected at least one article "
+            "(rerun clean, lowering 'clean.min_words' in params.yaml if it dropped them all)",
+        )
     import polars as pl
 
     articles = articles.sort("id")
@@ -164,17 +175,26 @@ def build_graph(
     blocks = _statute_edges(articles, headings, article_ids, heading_ids, config, a_path, h_path)
     if len(question_ids):
         blocks.append(_question_edges(train, question_ids, article_ids, len(article_ids) + len(heading_ids), q_path))
-    blocks += [(dst, src, REVERSE[etype]) for src, dst, etype in list(blocks)
-               if not config.directed or etype == EdgeType.QUESTION_ARTICLE]
+    blocks += [
+        (dst, src, REVERSE[etype])
+        for src, dst, etype in list(blocks)
+        if not config.directed or etype == EdgeType.QUESTION_ARTICLE
+    ]
     data = _graph_data(blocks, article_ids, heading_ids, question_ids)
     nodes = _node_table(articles, headings, train, article_ids, heading_ids, question_ids)
-    log.info("graph: %d articles, %d headings, %d train questions, %d edges", len(article_ids), len(heading_ids),
-             len(question_ids), data.edge_index.size(1))
+    log.info(
+        "graph: %d articles, %d headings, %d train questions, %d edges",
+        len(article_ids),
+        len(heading_ids),
+        len(question_ids),
+        data.edge_index.size(1),
+    )
     return data, nodes
 
 
-def _statute_edges(articles, headings, article_ids: np.ndarray, heading_ids: np.ndarray, config: GraphConfig,
-                   a_path, h_path) -> list[EdgeBlock]:
+def _statute_edges(
+    articles, headings, article_ids: np.ndarray, heading_ids: np.ndarray, config: GraphConfig, a_path, h_path
+) -> list[EdgeBlock]:
     """The forward edges of the statute: heading -> subheading, heading -> article and, with
     ``config.consecutive``, article -> next article under the same heading (articles and
     headings sorted by id; heading nodes follow the articles)."""
@@ -184,15 +204,24 @@ def _statute_edges(articles, headings, article_ids: np.ndarray, heading_ids: np.
     # heading -> subheading
     parents = headings["parent_id"].fill_null(-1).to_numpy().astype(np.int64)
     has_parent = parents != -1
-    src = _lookup(heading_ids, h_off, parents[has_parent], heading_ids[has_parent], h_path, "parent_id",
-                  "parent heading_id", "heading")
+    src = _lookup(
+        heading_ids,
+        h_off,
+        parents[has_parent],
+        heading_ids[has_parent],
+        h_path,
+        "parent_id",
+        "parent heading_id",
+        "heading",
+    )
     blocks.append((src, np.flatnonzero(has_parent) + h_off, EdgeType.HEADING_SUBHEADING))
 
     # heading -> article
     art_heading = articles["heading_id"].fill_null(-1).to_numpy().astype(np.int64)
     under = art_heading != -1
-    src = _lookup(heading_ids, h_off, art_heading[under], article_ids[under], a_path, "heading_id",
-                  "heading_id", "article")
+    src = _lookup(
+        heading_ids, h_off, art_heading[under], article_ids[under], a_path, "heading_id", "heading_id", "article"
+    )
     blocks.append((src, np.flatnonzero(under), EdgeType.HEADING_ARTICLE))
 
     # article -> next article under the same heading (articles are sorted by id)
@@ -223,8 +252,7 @@ def _question_edges(train, question_ids: np.ndarray, article_ids: np.ndarray, q_
     return pairs[0], pairs[1], EdgeType.QUESTION_ARTICLE
 
 
-def _graph_data(blocks: list[EdgeBlock], article_ids: np.ndarray, heading_ids: np.ndarray,
-                question_ids: np.ndarray):
+def _graph_data(blocks: list[EdgeBlock], article_ids: np.ndarray, heading_ids: np.ndarray, question_ids: np.ndarray):
     """The PyG ``Data`` of ``blocks``: edges sorted by type, then source, then target; nodes
     are the articles, then the headings, then the questions."""
     import torch
@@ -250,16 +278,14 @@ def _graph_data(blocks: list[EdgeBlock], article_ids: np.ndarray, heading_ids: n
     )
 
 
-def _node_table(articles, headings, train, article_ids: np.ndarray, heading_ids: np.ndarray,
-                question_ids: np.ndarray):
+def _node_table(articles, headings, train, article_ids: np.ndarray, heading_ids: np.ndarray, question_ids: np.ndarray):
     """The node table (``node_id``, ``type``, ``source_id``, ``text``) in node order; a
     heading's text is its title, else its label."""
     import polars as pl
 
     n_a, n_h, n_q = len(article_ids), len(heading_ids), len(question_ids)
     heading_text = [
-        (text if text else label) or ""
-        for text, label in zip(headings["text"].to_list(), headings["label"].to_list())
+        (text if text else label) or "" for text, label in zip(headings["text"].to_list(), headings["label"].to_list())
     ]
     return pl.DataFrame(
         {

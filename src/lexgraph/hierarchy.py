@@ -112,18 +112,31 @@ def read_hprior(model_dir: str | Path) -> dict[str, Any]:
     path = Path(model_dir) / HPRIOR_SETTINGS
     fix = "rerun `dvc repro hprior`"
     what = f"the hprior stage's {HPRIOR_FORMAT} report"
-    report = read_json_object(path, what=what, fix=fix, keys={
-        "format": (lambda v: v == HPRIOR_FORMAT, repr(HPRIOR_FORMAT)),
-        "metric": (lambda v: isinstance(v, str) and bool(v), "a metric name"),
-        "grid": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of rows"),
-    })
+    report = read_json_object(
+        path,
+        what=what,
+        fix=fix,
+        keys={
+            "format": (lambda v: v == HPRIOR_FORMAT, repr(HPRIOR_FORMAT)),
+            "metric": (lambda v: isinstance(v, str) and bool(v), "a metric name"),
+            "grid": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of rows"),
+        },
+    )
     metric = report["metric"]
     for n, row in enumerate(report["grid"]):
-        ok = (isinstance(row, dict) and isinstance(row.get("scope"), int) and not isinstance(row["scope"], bool)
-              and finite_number(row.get("weight")) and finite_number(row.get(metric)))
+        ok = (
+            isinstance(row, dict)
+            and isinstance(row.get("scope"), int)
+            and not isinstance(row["scope"], bool)
+            and finite_number(row.get("weight"))
+            and finite_number(row.get(metric))
+        )
         if not ok:
-            raise DataError(path, f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' and "
-                                  f"numbers 'weight' and '{metric}'; expected {what}; {fix}")
+            raise DataError(
+                path,
+                f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' and "
+                f"numbers 'weight' and '{metric}'; expected {what}; {fix}",
+            )
     return report
 
 

@@ -19,8 +19,9 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from lexgraph import layout
@@ -32,8 +33,17 @@ log = logging.getLogger(__name__)
 
 HUB_ENDPOINT = "https://huggingface.co"
 #: loggers of the hub clients and their HTTP stacks; their retry warnings are noise to a user
-HUB_LOGGERS = ("huggingface_hub", "datasets", "transformers", "sentence_transformers", "urllib3", "httpx", "httpcore",
-               "filelock", "fsspec")
+HUB_LOGGERS = (
+    "huggingface_hub",
+    "datasets",
+    "transformers",
+    "sentence_transformers",
+    "urllib3",
+    "httpx",
+    "httpcore",
+    "filelock",
+    "fsspec",
+)
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -53,8 +63,14 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     if offline_requested():
         return False
     endpoint = urlparse(hub_endpoint())
-    proxy = next((os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
-                  if os.environ.get(k, "").strip()), None)
+    proxy = next(
+        (
+            os.environ[k]
+            for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+            if os.environ.get(k, "").strip()
+        ),
+        None,
+    )
     url = urlparse(proxy if "://" in (proxy or "") else f"http://{proxy}") if proxy else endpoint
     default_port = 443 if url.scheme == "https" else 80
     try:
@@ -118,8 +134,10 @@ def unreachable_reason(name: str, requested: bool) -> str:
     ``requested``: :func:`offline_requested`, read before :func:`hub_access` sets offline mode."""
     if requested:
         return f"HF_HUB_OFFLINE is set and '{name}' is not in the local Hugging Face cache"
-    return (f"the Hugging Face hub at {hub_endpoint()} cannot be reached from this machine and '{name}' is not in the "
-            "local Hugging Face cache")
+    return (
+        f"the Hugging Face hub at {hub_endpoint()} cannot be reached from this machine and '{name}' is not in the "
+        "local Hugging Face cache"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -128,9 +146,20 @@ def unreachable_reason(name: str, requested: bool) -> str:
 
 #: files a tokenizer is built from: a local checkpoint needs one (transformers would otherwise
 #: build a tokenizer that knows its special tokens only)
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model",
-                   "tokenizer.model")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
+)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 #: entries of a checkpoint directory that must be readable files (not loops, directories, ...)
 FILE_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".bin")
 
@@ -151,8 +180,13 @@ def check_safetensors(path: str | os.PathLike, remedy: str | None = None) -> Non
         raise DataError(path, f"truncated or corrupt weights file ({reason}); {remedy}") from None
 
 
-def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None = 1 << 20, *, weights: bool = True,
-                      remedy: str | None = None) -> None:
+def check_model_files(
+    directory: str | os.PathLike,
+    max_json_bytes: int | None = 1 << 20,
+    *,
+    weights: bool = True,
+    remedy: str | None = None,
+) -> None:
     """Check a local Hugging Face directory before transformers loads it, so that a damaged
     one is named in one sentence with the ``remedy`` (default: rerun the stage that writes
     it): the directory itself, every file-like entry (a symbolic link loop, a directory
@@ -168,7 +202,8 @@ def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None =
             check_file(path, "this model file", remedy)
     check_file(directory / "config.json", "the model's config.json", remedy)
     if not any((directory / name).is_file() for name in TOKENIZER_FILES) and not any(
-            p.suffix == ".model" for p in entries):
+        p.suffix == ".model" for p in entries
+    ):
         raise DataError(directory, f"no tokenizer vocabulary, expected one of {', '.join(TOKENIZER_FILES)}; {remedy}")
     if weights and not any((directory / name).is_file() for name in WEIGHT_FILES):
         raise DataError(directory, f"no model weights, expected {WEIGHT_FILES[0]}; {remedy}")
@@ -177,7 +212,9 @@ def check_model_files(directory: str | os.PathLike, max_json_bytes: int | None =
             check_safetensors(path, remedy)
     for path in entries:
         if path.suffix == ".json" and (max_json_bytes is None or path.stat().st_size <= max_json_bytes):
-            read_json(path, what="a JSON file", fix=remedy)  # a 17 MB tokenizer.json: parsed only to diagnose a failed load
+            read_json(
+                path, what="a JSON file", fix=remedy
+            )  # a 17 MB tokenizer.json: parsed only to diagnose a failed load
 
 
 def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwargs) -> Any:
@@ -191,15 +228,19 @@ def from_pretrained(loader: Callable[..., Any], name: str, *, param: str, **kwar
     from huggingface_hub.errors import HfHubHTTPError
 
     if Path(name).is_dir():
-        remedy = (layout.restore_hint(name) if layout.producer(name) else
-                  f"expected a readable Hugging Face checkpoint directory (params '{param}')")
+        remedy = (
+            layout.restore_hint(name)
+            if layout.producer(name)
+            else f"expected a readable Hugging Face checkpoint directory (params '{param}')"
+        )
         check_model_files(name, remedy=remedy)
         try:
             return loader(name, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a local checkpoint that does not load is damaged input
             check_model_files(name, max_json_bytes=None, remedy=remedy)
-            raise DataError(name, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
-                            f"{first_line(exc)}); {remedy}") from exc
+            raise DataError(
+                name, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: {first_line(exc)}); {remedy}"
+            ) from exc
     requested = offline_requested()
     with hub_access() as online:
         try:

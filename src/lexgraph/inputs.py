@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import yaml
 
@@ -39,8 +40,14 @@ class DuplicateKeyError(ValueError):
     from the top (:func:`load_yaml` fills them in), so :attr:`dotted` is the key as a user
     names it (``gnn.temperature``)."""
 
-    def __init__(self, key: Any, line: int | None = None, where: str = "", parents: tuple[str, ...] = (),
-                 first_line: int | None = None) -> None:
+    def __init__(
+        self,
+        key: Any,
+        line: int | None = None,
+        where: str = "",
+        parents: tuple[str, ...] = (),
+        first_line: int | None = None,
+    ) -> None:
         at = f" on line {line}" if line is not None else ""
         super().__init__(f"key {key!r} appears twice{where}{at}; expected each key once")
         self.key, self.line, self.parents, self.first_line = key, line, tuple(parents), first_line
@@ -103,8 +110,11 @@ def _parents_of_line(text: str, line: int) -> tuple[str, ...]:
         if isinstance(node, yaml.MappingNode):
             names = [k.value if isinstance(k, yaml.ScalarNode) else None for k, _ in node.value]
             for key_node, _ in node.value:
-                if (key_node.start_mark.line + 1 == line and isinstance(key_node, yaml.ScalarNode)
-                        and names.count(key_node.value) > 1):
+                if (
+                    key_node.start_mark.line + 1 == line
+                    and isinstance(key_node, yaml.ScalarNode)
+                    and names.count(key_node.value) > 1
+                ):
                     return path
             stack += [(v, (*path, str(n))) for n, (_, v) in zip(names, node.value)]
         elif isinstance(node, yaml.SequenceNode):
@@ -154,7 +164,9 @@ def text_problem(text: str) -> str | None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return f"holds {text[exc.start]!r} at character {exc.start + 1}, a lone surrogate that is not valid Unicode text"
+        return (
+            f"holds {text[exc.start]!r} at character {exc.start + 1}, a lone surrogate that is not valid Unicode text"
+        )
     return None
 
 
@@ -217,13 +229,21 @@ def read_json(path: str | Path, *, what: str, fix: str, missing_ok: bool = False
                 try:
                     return json.loads(text)
                 except json.JSONDecodeError as exc:
-                    problem = (f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, "
-                               f"column {exc.colno})")
+                    problem = (
+                        f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+                    )
     raise DataError(path, f"{problem}; expected {what}; {fix}")
 
 
-def read_json_object(path: str | Path, *, what: str, fix: str, keys: dict[str, KeyCheck] | None = None,
-                     optional: dict[str, KeyCheck] | None = None, missing_ok: bool = False) -> dict[str, Any] | None:
+def read_json_object(
+    path: str | Path,
+    *,
+    what: str,
+    fix: str,
+    keys: dict[str, KeyCheck] | None = None,
+    optional: dict[str, KeyCheck] | None = None,
+    missing_ok: bool = False,
+) -> dict[str, Any] | None:
     """:func:`read_json` of a JSON object; ``keys`` maps the keys the caller reads to their
     check, ``optional`` those it reads when present. Another JSON value than an object, a
     missing key or a value that fails its check is a :class:`DataError` worded the same way."""
@@ -236,7 +256,7 @@ def read_json_object(path: str | Path, *, what: str, fix: str, keys: dict[str, K
 
     if not isinstance(value, dict):
         raise bad(f"holds {_show(value)}, not a JSON object")
-    for key, (test, expected) in (keys or {}).items():
+    for key, (_test, expected) in (keys or {}).items():
         if key not in value:
             raise bad(f"key '{key}' is missing ({expected})")
     for key, (test, expected) in {**(keys or {}), **(optional or {})}.items():

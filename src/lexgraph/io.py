@@ -38,8 +38,9 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from lexgraph.errors import DataError, LexgraphError
 
@@ -125,8 +126,11 @@ def _write_error(target: Path, exc: BaseException, tmp: Path | None) -> DataErro
     code = _write_errno(exc)
     if isinstance(exc, OSError) and exc.filename is not None:
         where = Path(os.fsdecode(exc.filename))
-        ours = where in (target, target.parent) or where.name.startswith(f".{target.name}.") or (
-            tmp is not None and (where == tmp or tmp in where.parents))
+        ours = (
+            where in (target, target.parent)
+            or where.name.startswith(f".{target.name}.")
+            or (tmp is not None and (where == tmp or tmp in where.parents))
+        )
         if not ours:
             return None  # about another file: not ours to relabel
     elif code is None:
@@ -134,7 +138,9 @@ def _write_error(target: Path, exc: BaseException, tmp: Path | None) -> DataErro
     if code in _WRITE_REMEDIES:
         what = _WRITE_REMEDIES[code].format(dir=target.parent)
     else:
-        reason = os.strerror(code).lower() if code else (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        reason = (
+            os.strerror(code).lower() if code else (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        )
         what = f"{reason}; fix that and rerun"
     return DataError(target, f"not written, {what} (any previous version is left as it was)")
 
@@ -289,8 +295,9 @@ def json_text(obj: Any, *, indent: int | None = 2, sort_keys: bool = False, ensu
     return json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys) + "\n"
 
 
-def write_json(obj: Any, target: str | os.PathLike, *, indent: int | None = 2, sort_keys: bool = False,
-               ensure_ascii: bool = False) -> None:
+def write_json(
+    obj: Any, target: str | os.PathLike, *, indent: int | None = 2, sort_keys: bool = False, ensure_ascii: bool = False
+) -> None:
     """:func:`json_text` of ``obj`` written to ``target`` atomically, UTF-8 (missing parent
     directories are created)."""
     with atomic_path(target) as tmp:
@@ -385,8 +392,9 @@ def unreadable(path: Path, directory: bool = False) -> str | None:
     return None
 
 
-def check_file(path: str | os.PathLike, what: str, remedy: str, *, optional: bool = False,
-               directory: bool = False) -> bool:
+def check_file(
+    path: str | os.PathLike, what: str, remedy: str, *, optional: bool = False, directory: bool = False
+) -> bool:
     """Check that ``path`` is a readable file (``directory=True``: directory); a missing one
     (unless ``optional``: then ``False``), a symbolic link loop, a directory instead of a
     file, an unreadable one is a one-sentence :class:`DataError` naming ``path``, ``what``

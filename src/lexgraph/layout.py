@@ -45,8 +45,10 @@ EMBED = Artifact("data/embed", "embed")
 GRAPH = Artifact("data/graph", "build_graph")
 HPRIOR = Artifact("models/hprior", "hprior")
 #: train_gnn's variants: the papers as published (gdsr, qabisar) and lexgraph's recipes (hgraph, hgraph_qa)
-GNN = {variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}")
-       for variant in ("gdsr", "qabisar", "hgraph", "hgraph_qa")}
+GNN = {
+    variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}")
+    for variant in ("gdsr", "qabisar", "hgraph", "hgraph_qa")
+}
 HYBRID = Artifact("models/hybrid", "hybrid")
 RERANK_FEATURES = Artifact("data/rerank", "encode_rerank")
 RERANKERS = {variant: Artifact(f"models/{variant}", f"rerank@{variant}") for variant in ("xrerank", "mvcl")}
@@ -54,10 +56,23 @@ RUNS = Artifact("data/runs", "evaluate")
 
 #: every artefact above, by name (the layout test walks it)
 ARTIFACTS: dict[str, Artifact] = {
-    "raw": RAW, "clean": CLEAN, "bm25": BM25, "pretrain": PRETRAIN, "synthetic": SYNTHETIC,
-    "negatives": NEGATIVES, "zeroshot": ZEROSHOT, "chunks": CHUNKS, "dsr": DSR, "embed": EMBED,
-    "graph": GRAPH, "hprior": HPRIOR, **{f"gnn_{v}": a for v, a in GNN.items()}, "hybrid": HYBRID,
-    "rerank_features": RERANK_FEATURES, **RERANKERS, "runs": RUNS,
+    "raw": RAW,
+    "clean": CLEAN,
+    "bm25": BM25,
+    "pretrain": PRETRAIN,
+    "synthetic": SYNTHETIC,
+    "negatives": NEGATIVES,
+    "zeroshot": ZEROSHOT,
+    "chunks": CHUNKS,
+    "dsr": DSR,
+    "embed": EMBED,
+    "graph": GRAPH,
+    "hprior": HPRIOR,
+    **{f"gnn_{v}": a for v, a in GNN.items()},
+    "hybrid": HYBRID,
+    "rerank_features": RERANK_FEATURES,
+    **RERANKERS,
+    "runs": RUNS,
 }
 
 #: the workspace directories `dvc repro` manages (nothing else may write under them)

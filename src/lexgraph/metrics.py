@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -218,9 +219,7 @@ def per_query(
     return {qid: {name: float(arrays[name][i]) for name in METRICS} for i, qid in enumerate(qids)}
 
 
-def evaluate_run(
-    run: Mapping[Hashable, Sequence[int]], qrels: Mapping[Hashable, Collection[int]]
-) -> dict[str, float]:
+def evaluate_run(run: Mapping[Hashable, Sequence[int]], qrels: Mapping[Hashable, Collection[int]]) -> dict[str, float]:
     """Macro-average of :data:`METRICS` over all queries of ``qrels``.
 
     ``metric(run) = (1/|Q|) * sum_{q in Q} metric(run[q], qrels[q])`` with ``Q`` the
@@ -243,8 +242,8 @@ DEEPEST = max(int(name.split("@")[1]) for name in METRICS if "@" in name)
 
 
 def exact_top_k(
-    queries: "torch.Tensor",
-    articles: "torch.Tensor",
+    queries: torch.Tensor,
+    articles: torch.Tensor,
     article_ids: np.ndarray,
     k: int,
     block_size: int = 256,
@@ -281,8 +280,8 @@ def exact_top_k(
 
 
 def dense_run_metrics(
-    queries: "torch.Tensor",
-    articles: "torch.Tensor",
+    queries: torch.Tensor,
+    articles: torch.Tensor,
     article_ids: np.ndarray,
     qids: Sequence[Hashable],
     qrels: Mapping[Hashable, Collection[int]],

@@ -22,8 +22,9 @@ Output (``data/negatives/negatives.parquet``): ``question_id`` int64, ``split`` 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -57,7 +58,7 @@ class NegativesConfig:
     )
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "NegativesConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> NegativesConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -77,7 +78,9 @@ class NegativesConfig:
         refuse_held_out(SECTION, "splits", self.splits, f"training splits only ({allowed})")
         unknown = [s for s in self.splits if s not in SPLITS]
         if unknown:
-            raise bad_value(SECTION, "splits", self.splits, f"split names among {allowed} (unknown: {', '.join(unknown)})")
+            raise bad_value(
+                SECTION, "splits", self.splits, f"split names among {allowed} (unknown: {', '.join(unknown)})"
+            )
 
 
 def mine_from_index(
@@ -117,7 +120,9 @@ def mine_from_index(
 def _check_article_ids(df: pl.DataFrame, path) -> None:
     dtype = df.schema["article_ids"]
     if not (isinstance(dtype, pl.List) and dtype.inner.is_integer()):
-        raise DataError(path, f"expected a list of int64 article ids (clean stage output), got {dtype}", column="article_ids")
+        raise DataError(
+            path, f"expected a list of int64 article ids (clean stage output), got {dtype}", column="article_ids"
+        )
 
 
 def load_questions(path, splits: Sequence[str]) -> pl.DataFrame:
@@ -159,7 +164,10 @@ def mine_negatives(
     if counts.size:
         log.info(
             "negatives: %d questions, %.2f negatives on average, %d with fewer than %d",
-            counts.size, counts.mean(), int((counts < k).sum()), k,
+            counts.size,
+            counts.mean(),
+            int((counts < k).sum()),
+            k,
         )
     return pl.DataFrame(
         {
@@ -196,8 +204,14 @@ def with_hub_lists(questions: pl.DataFrame, hub: dict[int, list[int]], mine, k: 
         golds = set(gold or [])
         rows.append(list(dict.fromkeys(a for a in hub[int(qid)] if a not in golds))[:k] if from_hub else next(pending))
     log.info("negatives: %d questions take the hub's lists, %d are mined here", sum(has), len(has) - sum(has))
-    return pl.DataFrame({"question_id": questions["id"].cast(pl.Int64), "split": questions["split"].cast(pl.String),
-                         "negative_ids": rows}, schema=SCHEMA)
+    return pl.DataFrame(
+        {
+            "question_id": questions["id"].cast(pl.Int64),
+            "split": questions["split"].cast(pl.String),
+            "negative_ids": rows,
+        },
+        schema=SCHEMA,
+    )
 
 
 def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=None, hub_path=None) -> pl.DataFrame:
@@ -225,7 +239,9 @@ def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=N
             f"question id {qid} occurs more than once in split '{split}' (ids must be unique per split)",
             column="id",
         )
-    log.info("mining negatives for %d questions (splits %s) over %d articles", questions.height, splits, articles.height)
+    log.info(
+        "mining negatives for %d questions (splits %s) over %d articles", questions.height, splits, articles.height
+    )
     if questions.height == 0:
         log.warning("no question has a split in %s: writing an empty negatives file", splits)
 

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from lexgraph.evaluation import read_trec, split_questions
-from lexgraph.metrics import DEEPEST
 from lexgraph.io import atomic_path
-from lexgraph.metrics import per_query
+from lexgraph.metrics import DEEPEST, per_query
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +95,9 @@ def recall_curve(
             ranked = _ranked(run.get(qid, []))[:depth]
             hits[row, : ranked.size] = np.isin(ranked, gold)
         recall = (np.cumsum(hits, axis=1) / n_rel[:, None]).mean(axis=0) if qids else np.zeros(depth)  # (depth,)
-        frames.append(pl.DataFrame({"k": np.arange(1, depth + 1, dtype=np.int64), "system": [system] * depth,
-                                    "recall": recall}))
+        frames.append(
+            pl.DataFrame({"k": np.arange(1, depth + 1, dtype=np.int64), "system": [system] * depth, "recall": recall})
+        )
     if not frames:
         return pl.DataFrame(schema={"k": pl.Int64, "system": pl.String, "recall": pl.Float64})
     return pl.concat(frames)
@@ -132,8 +132,9 @@ def write_per_query_reports(
             if split == curve_split:
                 curve = recall_curve(runs, qrels, min(DEEPEST, k))
     if curve is None:
-        log.warning("split %r is not evaluated (evaluate.splits = %s); %s has no curve", curve_split,
-                    list(splits), curve_path)
+        log.warning(
+            "split %r is not evaluated (evaluate.splits = %s); %s has no curve", curve_split, list(splits), curve_path
+        )
         curve = recall_curve({}, {})
     _write_csv(curve, curve_path)
     log.info("wrote per-question results to %s/ and the %s recall curve to %s", out_dir, curve_split, curve_path)

@@ -16,7 +16,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger("lexgraph.progress")
@@ -39,8 +40,16 @@ class Progress:
 
     ``disable=True`` reports nothing at all (small inputs)."""
 
-    def __init__(self, iterable: Iterable[T] | None = None, desc: str = "", total: int | None = None,
-                 unit: str = "it", every: float = 30.0, disable: bool = False, leave: bool = True) -> None:
+    def __init__(
+        self,
+        iterable: Iterable[T] | None = None,
+        desc: str = "",
+        total: int | None = None,
+        unit: str = "it",
+        every: float = 30.0,
+        disable: bool = False,
+        leave: bool = True,
+    ) -> None:
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
         self.iterable, self.desc, self.total, self.unit, self.every = iterable, desc, total, unit, every
@@ -66,7 +75,7 @@ class Progress:
             self.update(1)
         self.close()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -75,8 +84,16 @@ class Progress:
     def _line(self, done: bool) -> None:
         elapsed = time.monotonic() - self._start
         total = self.total if self.total is not None else "?"
-        log.info("%s: %d/%s %s %s %.0f s%s", self.desc, self.count, total, self.unit,
-                 "done in" if done else "after", elapsed, f" ({self._postfix})" if self._postfix else "")
+        log.info(
+            "%s: %d/%s %s %s %.0f s%s",
+            self.desc,
+            self.count,
+            total,
+            self.unit,
+            "done in" if done else "after",
+            elapsed,
+            f" ({self._postfix})" if self._postfix else "",
+        )
 
     def update(self, n: int = 1) -> None:
         if self._bar is not None:
@@ -106,14 +123,23 @@ class Progress:
             self._line(done=True)
 
 
-def progress(iterable: Iterable[T], desc: str, total: int | None = None, every: float = 30.0, *,
-             unit: str = "it", disable: bool = False, leave: bool = True) -> Progress:
+def progress(
+    iterable: Iterable[T],
+    desc: str,
+    total: int | None = None,
+    every: float = 30.0,
+    *,
+    unit: str = "it",
+    disable: bool = False,
+    leave: bool = True,
+) -> Progress:
     """Iterate ``iterable`` reporting progress (see the module docstring)."""
     return Progress(iterable, desc, total, unit=unit, every=every, disable=disable, leave=leave)
 
 
-def progress_bar(total: int | None, desc: str, *, unit: str = "it", every: float = 30.0, disable: bool = False,
-                 leave: bool = True) -> Progress:
+def progress_bar(
+    total: int | None, desc: str, *, unit: str = "it", every: float = 30.0, disable: bool = False, leave: bool = True
+) -> Progress:
     """A :class:`Progress` counted by hand with :meth:`Progress.update`."""
     return Progress(None, desc, total, unit=unit, every=every, disable=disable, leave=leave)
 
@@ -124,8 +150,9 @@ def quiet_third_party_bars() -> None:
     imported, and through their own switches for those already imported."""
     if stderr_is_tty():
         return
-    hub, datasets = (os.environ.setdefault(name, "1").strip().lower() in ("1", "true", "yes", "on")
-                     for name in HF_PROGRESS_ENV)  # False: the user asked for bars
+    hub, datasets = (
+        os.environ.setdefault(name, "1").strip().lower() in ("1", "true", "yes", "on") for name in HF_PROGRESS_ENV
+    )  # False: the user asked for bars
     if hub and "huggingface_hub" in sys.modules:
         from huggingface_hub.utils import disable_progress_bars
 

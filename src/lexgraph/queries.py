@@ -30,12 +30,13 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from lexgraph.errors import ConfigError, DataError
 from lexgraph.config import params_error, section_config
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
+from lexgraph.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class QueriesConfig:
     mixed_precision: bool = True  # bf16 autocast on CUDA (mT5 is unstable in fp16)
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "QueriesConfig":
+    def from_params(cls, params: dict[str, Any]) -> QueriesConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -157,7 +158,9 @@ def doc2query_queries(
     # Longest articles first: batches of similar length waste less padding. The order
     # is a pure function of the input, and each batch is seeded by its index.
     order = sorted((i for i in range(len(articles)) if articles[i][1].strip()), key=lambda i: (-len(articles[i][1]), i))
-    log.info("doc2query: %d articles, %d queries each, batches of %d on %s", len(articles), per_article, batch_size, device)
+    log.info(
+        "doc2query: %d articles, %d queries each, batches of %d on %s", len(articles), per_article, batch_size, device
+    )
     batches = list(enumerate(order[start : start + batch_size] for start in range(0, len(order), batch_size)))
 
     def run(batch: tuple[int, list[int]]) -> list[str]:
@@ -182,8 +185,9 @@ def doc2query_queries(
             )  # (batch * per_article, <= max_length)
         return tokenizer.batch_decode(out.cpu(), skip_special_tokens=True)
 
-    results = map_batches(run, batches, distributed=distributed,
-                          wrap=lambda local: progress(local, "doc2query", unit="batch"))
+    results = map_batches(
+        run, batches, distributed=distributed, wrap=lambda local: progress(local, "doc2query", unit="batch")
+    )
     generated: dict[int, list[str]] = {}
     for (_, idx), texts in zip(batches, results):
         for row, i in enumerate(idx):
@@ -244,8 +248,12 @@ def read_articles(path: str | os.PathLike) -> list[tuple[int, str]]:
             raise DataError(path, "null value; expected a value on every row", row=int(nulls.arg_max()), column=column)
     dup = df["id"].is_duplicated()
     if dup.any():
-        raise DataError(path, f"duplicate article id {df['id'][int(dup.arg_max())]}; expected unique ids",
-                        row=int(dup.arg_max()), column="id")
+        raise DataError(
+            path,
+            f"duplicate article id {df['id'][int(dup.arg_max())]}; expected unique ids",
+            row=int(dup.arg_max()),
+            column="id",
+        )
     return list(zip(df["id"].cast(int).to_list(), df["article"].to_list()))
 
 
@@ -276,18 +284,22 @@ def generate(articles: Sequence[tuple[int, str]], cfg: QueriesConfig, *, seed: i
     raw = len(pairs)
     pairs = deduplicate(pairs)
     covered = len({a for a, _ in pairs})
-    log.info("%s: %d queries kept of %d generated, covering %d of %d articles",
-             cfg.generator, len(pairs), raw, covered, len(articles))
+    log.info(
+        "%s: %d queries kept of %d generated, covering %d of %d articles",
+        cfg.generator,
+        len(pairs),
+        raw,
+        covered,
+        len(articles),
+    )
     return to_frame(pairs, cfg.generator, cfg.first_id)
 
 
-def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig, *, seed: int,
-        device: str = "auto"):
+def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig, *, seed: int, device: str = "auto"):
     """The ``generate_queries`` stage: clean articles -> synthetic questions Parquet."""
     from lexgraph.config import resolve_device
-    from lexgraph.io import write_parquet
-
     from lexgraph.distributed import is_main, session
+    from lexgraph.io import write_parquet
 
     rows = read_articles(articles)
     dev = resolve_device(device) if cfg.generator == "doc2query" else "cpu"

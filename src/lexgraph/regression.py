@@ -62,15 +62,19 @@ def read_expected(path: str | Path, *, checks: bool = True) -> dict[str, Any]:
     if path.is_dir():
         raise DataError(path, "is a directory; expected a YAML file like regression/sample.yaml")
     if not path.is_file():
-        raise DataError(path, "expected-scores file not found; expected a YAML file like regression/sample.yaml "
-                              "(`lexgraph regress --update` writes one from metrics/)")
+        raise DataError(
+            path,
+            "expected-scores file not found; expected a YAML file like regression/sample.yaml "
+            "(`lexgraph regress --update` writes one from metrics/)",
+        )
     try:
         spec = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     except DuplicateKeyError as exc:
-        raise DataError(path, f"{exc.located}; expected each key once (the second would silently replace the "
-                              "first)") from None
+        raise DataError(
+            path, f"{exc.located}; expected each key once (the second would silently replace the first)"
+        ) from None
     except yaml.YAMLError as exc:
         raise DataError(path, f"not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("systems"), dict) or not spec["systems"]:
@@ -80,8 +84,11 @@ def read_expected(path: str | Path, *, checks: bool = True) -> dict[str, Any]:
         if not isinstance(by_split, dict):
             raise DataError(path, f"key 'systems.{system}' = {_show(by_split)}, expected a mapping of splits")
         if checks and not set(by_split) - {"tolerance"}:
-            raise DataError(path, f"key 'systems.{system}' = {_show(by_split)} checks no split; expected at least "
-                                  "one split with metrics, e.g. test: {recall@100: 0.39}")
+            raise DataError(
+                path,
+                f"key 'systems.{system}' = {_show(by_split)} checks no split; expected at least "
+                "one split with metrics, e.g. test: {recall@100: 0.39}",
+            )
         for split, metrics in by_split.items():
             key = f"systems.{system}.{split}"
             if split == "tolerance":
@@ -90,8 +97,11 @@ def read_expected(path: str | Path, *, checks: bool = True) -> dict[str, Any]:
             if not isinstance(metrics, dict):
                 raise DataError(path, f"key '{key}' = {_show(metrics)}, expected a mapping {{metric: value}}")
             if checks and not metrics:
-                raise DataError(path, f"key '{key}' = {{}} checks no metric; expected at least one "
-                                      "{metric: value}, e.g. {recall@100: 0.39}")
+                raise DataError(
+                    path,
+                    f"key '{key}' = {{}} checks no metric; expected at least one "
+                    "{metric: value}, e.g. {recall@100: 0.39}",
+                )
             for metric, want in metrics.items():
                 if not _is_number(want) or not 0 <= want <= 1:
                     raise DataError(path, f"key '{key}.{metric}' = {_show(want)}, expected a number in [0, 1]")
@@ -103,14 +113,19 @@ def _tolerance_table(raw: Any, path: Path, key: str) -> dict[str, tuple[float, f
     if _is_number(raw):
         raw = {"default": {"abs": raw, "rel": 0.0}}
     if not isinstance(raw, dict):
-        raise DataError(path, f"key '{key}' = {_show(raw)}, expected a number or a table "
-                              "{default|metric: {abs: number, rel: number}}")
+        raise DataError(
+            path,
+            f"key '{key}' = {_show(raw)}, expected a number or a table "
+            "{default|metric: {abs: number, rel: number}}",
+        )
     table = {}
     for metric, entry in raw.items():
         if _is_number(entry):
             entry = {"abs": entry, "rel": 0.0}
         if not isinstance(entry, dict) or set(entry) - {"abs", "rel"}:
-            raise DataError(path, f"key '{key}.{metric}' = {_show(entry)}, expected a number or {{abs: number, rel: number}}")
+            raise DataError(
+                path, f"key '{key}.{metric}' = {_show(entry)}, expected a number or {{abs: number, rel: number}}"
+            )
         pair = []
         for part in ("abs", "rel"):
             value = entry.get(part, 0.0)
@@ -209,8 +224,12 @@ def run_checks(metrics_dir: str | Path, expected_file: str | Path) -> Outcome:
         raise DataError(metrics_dir, "metrics directory not found; expected the metrics/ that `dvc repro` writes")
     failures, passed, total = [], 0, 0
     for system, by_split in spec["systems"].items():
-        expected = [(split, metric, want) for split, metrics in by_split.items() if split != "tolerance"
-                    for metric, want in metrics.items()]
+        expected = [
+            (split, metric, want)
+            for split, metrics in by_split.items()
+            if split != "tolerance"
+            for metric, want in metrics.items()
+        ]
         total += len(expected)
         path = metrics_dir / f"{system}.json"
         if not path.is_file():
@@ -224,8 +243,9 @@ def run_checks(metrics_dir: str | Path, expected_file: str | Path) -> Outcome:
             if have is None:
                 failures.append(f"{system}/{split}/{metric}: missing from {path}")
             elif abs(have - want) > bound + 1e-9:
-                failures.append(f"{system}/{split}/{metric}: {have:.4f}, expected {want:.4f} ± {bound:.4f} "
-                                f"({_describe(tol)})")
+                failures.append(
+                    f"{system}/{split}/{metric}: {have:.4f}, expected {want:.4f} ± {bound:.4f} ({_describe(tol)})"
+                )
             else:
                 passed += 1
                 log.info("%s/%s/%s: %.4f (expected %.4f ± %.4f) ok", system, split, metric, have, want, bound)
@@ -251,8 +271,11 @@ def _format_tolerance(raw: Any, indent: str) -> list[str]:
 
 
 def _is_system_metrics(got: Any) -> bool:
-    return (isinstance(got, dict) and bool({"dev", "test"} & set(got))
-            and all(isinstance(v, dict) and "recall@100" in v for v in got.values()))
+    return (
+        isinstance(got, dict)
+        and bool({"dev", "test"} & set(got))
+        and all(isinstance(v, dict) and "recall@100" in v for v in got.values())
+    )
 
 
 def expected_from_metrics(metrics_dir: str | Path, expected_file: str | Path) -> str:

@@ -53,7 +53,7 @@ one definition by construction.
 from __future__ import annotations
 
 import logging
-from typing import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -176,9 +176,7 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
     return adjusted.tolist()
 
 
-def bootstrap_ci(
-    diff, n_resamples: int = 10000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
+def bootstrap_ci(diff, n_resamples: int = 10000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of ``mean(diff)``.
 
     Draws ``n_resamples`` resamples of the queries with replacement (numpy ``Generator``

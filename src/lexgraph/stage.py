@@ -30,8 +30,9 @@ import dataclasses
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from lexgraph.config import Base, load_params, seed_everything, set_deterministic
 from lexgraph.errors import LexgraphError
@@ -45,8 +46,9 @@ def add_paths(parser: argparse.ArgumentParser, paths: type) -> None:
     """One required ``--<field>`` option per field of the dataclass ``paths`` (a stage's paths
     object), with the field's ``metadata["help"]``: dvc.yaml writes them all."""
     for f in dataclasses.fields(paths):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=Path, required=True,
-                            help=f.metadata.get("help"))
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}", dest=f.name, type=Path, required=True, help=f.metadata.get("help")
+        )
 
 
 def paths_from(paths: type[P], args: argparse.Namespace) -> P:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from lexgraph.progress import progress_bar
 

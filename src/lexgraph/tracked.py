@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
@@ -97,8 +97,10 @@ def _user_configs() -> list[Path]:
     """DVC's global and system config files (``dvc.dirs``: the environment overrides, else XDG)."""
     home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     system = (os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep)[0] or "/etc/xdg"
-    return [Path(os.environ.get("DVC_GLOBAL_CONFIG_DIR") or os.path.join(home, "dvc"), "config"),
-            Path(os.environ.get("DVC_SYSTEM_CONFIG_DIR") or os.path.join(system, "dvc"), "config")]
+    return [
+        Path(os.environ.get("DVC_GLOBAL_CONFIG_DIR") or os.path.join(home, "dvc"), "config"),
+        Path(os.environ.get("DVC_SYSTEM_CONFIG_DIR") or os.path.join(system, "dvc"), "config"),
+    ]
 
 
 def cache_dirs(roots: list[Path]) -> list[tuple[Path, str]]:
@@ -145,8 +147,9 @@ def _declared(directory: Path) -> Iterator[tuple[Path, str, str]]:
                 continue
             spec = yaml.load(file.read_text(encoding="utf-8"), Loader=_LOADER)  # noqa: S506 - a safe loader
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ValueError(f"{file} cannot be read ({type(exc).__name__}), so which paths DVC tracks "
-                             "there cannot be told") from None
+            raise ValueError(
+                f"{file} cannot be read ({type(exc).__name__}), so which paths DVC tracks there cannot be told"
+            ) from None
         if not isinstance(spec, dict):
             continue
         if file.suffix == ".dvc":
@@ -181,8 +184,10 @@ def _matches(target: Path, absolute: Path, base: Path, declared: str) -> str | N
     template), or None."""
     declared = os.path.normpath(declared)
     if _TEMPLATE.search(declared):
-        regex = re.compile("".join("[^/]*" if part.startswith("${") else re.escape(part)
-                                   for part in _TEMPLATE.split(declared)) + "(/.*)?")
+        regex = re.compile(
+            "".join("[^/]*" if part.startswith("${") else re.escape(part) for part in _TEMPLATE.split(declared))
+            + "(/.*)?"
+        )
         for path, root in ((target, base.resolve()), (absolute, Path(os.path.abspath(base)))):
             try:
                 rel = path.relative_to(root).as_posix()
@@ -221,8 +226,10 @@ def dvc_owner(path: str | os.PathLike, workspace: str | os.PathLike = ".") -> st
     for art in layout.ARTIFACTS.values():
         out = art.under(workspace).resolve()
         if _within(target, out):
-            return (f"{'is' if target == out else 'is inside'} {art.path}, the output of stage '{art.stage}' "
-                    "(lexgraph.layout)")
+            return (
+                f"{'is' if target == out else 'is inside'} {art.path}, the output of stage '{art.stage}' "
+                "(lexgraph.layout)"
+            )
     repos = [r for r in roots if _within(target, r)] + ([workspace] if _within(target, workspace) else [])
     seen: set[Path] = set()
     for root in repos:

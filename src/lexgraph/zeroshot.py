@@ -51,7 +51,7 @@ class ZeroshotConfig:
     batch_size: int = 16  # windows per encoder call
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "ZeroshotConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -73,16 +73,21 @@ def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
     backbone, _ = load_backbone(pretrained)
     window = min(config.max_length, _max_positions(backbone.config) or config.max_length)
     return HierarchicalArticleEncoder.from_pretrained(
-        pretrained, max_chunk_length=window, max_document_length=max(config.max_document_length, window),
-        pooling="token_mean", num_layers=0, token_pooling=config.token_pooling,
+        pretrained,
+        max_chunk_length=window,
+        max_document_length=max(config.max_document_length, window),
+        pooling="token_mean",
+        num_layers=0,
+        token_pooling=config.token_pooling,
     )
 
 
 def query_encoder(pretrained: str | os.PathLike, token_pooling: str, max_length: int):
     from lexgraph.models.encoders import QueryEncoder
 
-    return QueryEncoder.from_pretrained(pretrained, max_length=max_length, token_pooling=token_pooling,
-                                        trainable_layers=0)
+    return QueryEncoder.from_pretrained(
+        pretrained, max_length=max_length, token_pooling=token_pooling, trainable_layers=0
+    )
 
 
 def reusable_cache(chunks_dir: str | os.PathLike | None, encoder, ids: np.ndarray):
@@ -107,8 +112,14 @@ def reusable_cache(chunks_dir: str | os.PathLike | None, encoder, ids: np.ndarra
     return table, rows
 
 
-def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike, out: str | os.PathLike,
-                 config: ZeroshotConfig, device, chunks: str | os.PathLike | None = None) -> dict[str, Any]:
+def run_zeroshot(
+    pretrained: str | os.PathLike,
+    articles_path: str | os.PathLike,
+    out: str | os.PathLike,
+    config: ZeroshotConfig,
+    device,
+    chunks: str | os.PathLike | None = None,
+) -> dict[str, Any]:
     """The ``zeroshot`` stage: embed every article with the base model (reusing the
     ``chunks`` cache when it holds these very windows)."""
     from lexgraph.chunks import embed_from_chunks, encode_chunk_table
@@ -128,16 +139,20 @@ def run_zeroshot(pretrained: str | os.PathLike, articles_path: str | os.PathLike
         table = encode_chunk_table(encoder, ids, texts, config.batch_size, desc="zeroshot: encode articles")
         rows = np.arange(len(ids))
     embeddings = embed_from_chunks(encoder, table, rows)  # (n, dim)
-    settings = {"base": str(pretrained), "token_pooling": config.token_pooling, "query_max_length": config.max_length,
-                "window": encoder.max_chunk_length, "prefix": encoder.prefix, "dim": encoder.dim}
+    settings = {
+        "base": str(pretrained),
+        "token_pooling": config.token_pooling,
+        "query_max_length": config.max_length,
+        "window": encoder.max_chunk_length,
+        "prefix": encoder.prefix,
+        "dim": encoder.dim,
+    }
     with atomic_path(out, directory=True) as tmp:
         save_embeddings(Path(tmp) / ARTICLES, ids, embeddings, {"normalized": "false", "similarity": "cosine"})
         write_json(settings, Path(tmp) / SETTINGS, sort_keys=True, ensure_ascii=True)
     windows = int(sum(table.offsets[r + 1] - table.offsets[r] for r in rows))
     log.info("zeroshot: %d articles in %d windows of <= %d tokens", len(ids), windows, encoder.max_chunk_length)
     return {"articles": len(ids), "windows": windows, **asdict(config)}
-
-
 
 
 def load_system(workspace: Path, device: str = "auto", index=None):
@@ -155,11 +170,15 @@ def load_system(workspace: Path, device: str = "auto", index=None):
         base = Path(settings["base"])
         token_pooling, max_length = settings["token_pooling"], settings["query_max_length"]
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise DataError(settings_path, f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
-                                       "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it") from None
+        raise DataError(
+            settings_path,
+            f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
+            "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it",
+        ) from None
     base = base if base.is_absolute() else workspace / base
     _require(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
     encoder = query_encoder(base, token_pooling, max_length)
-    return DenseRetriever(encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path,
-                          index=index)
+    return DenseRetriever(
+        encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index
+    )

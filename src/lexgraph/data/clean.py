@@ -50,17 +50,20 @@ class CleanConfig:
     allow_test_changes: bool = False  # may cleaning drop test questions or their gold articles?
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "CleanConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> CleanConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
         if self.min_words < 0:
             raise bad_value(SECTION, "min_words", self.min_words, expectation(CleanConfig, "min_words"))
 
+
 _JUSTEL_NOTE = re.compile(r"<\s*(?:L|W|AR|A|DCE|DRW|ORD|DCFR|DWG|ARR|AGW|AGCF|DECR)[ .][^<>]{0,400}?>")
 _INSERTION_OPEN = re.compile(r"\[\d+\s*")
 _INSERTION_CLOSE = re.compile(r"\s*\]\d+")
-_REPEALED_ITEM = re.compile(r"^\s*(?:\d+°|[a-z]\))?\s*(?:Alinéa|Paragraphe|Disposition)s?\s+abrogée?s?\s*[;.]?\s*$", re.I)
+_REPEALED_ITEM = re.compile(
+    r"^\s*(?:\d+°|[a-z]\))?\s*(?:Alinéa|Paragraphe|Disposition)s?\s+abrogée?s?\s*[;.]?\s*$", re.I
+)
 _REPEAL_NOTICE = re.compile(r"^\W*(?:article\s+)?(?:abrogée?s?|supprimée?s?|\[?abrogé\]?)(?:\s+par\b.*)?\W*$", re.I)
 
 
@@ -106,6 +109,17 @@ def hierarchy_path(row: dict) -> list[tuple[str, str]]:
     return out
 
 
+def _drop_reason(text: str, min_words: int, drop_repealed: bool) -> str | None:
+    """Why a cleaned article is dropped (``empty``, ``repealed``, ``too_short``), or None to keep it."""
+    if not text:
+        return "empty"
+    if drop_repealed and is_repeal_notice(text):
+        return "repealed"
+    if len(text.split()) < min_words:
+        return "too_short"
+    return None
+
+
 def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
     """Return (articles, headings, stats, {dropped article id: reason}) from the raw corpus table."""
     dup = (~raw["id"].is_first_distinct()).arg_true()
@@ -121,8 +135,7 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
     for rec in raw.sort("id").iter_rows(named=True):
         text, n = clean_text(rec["article"])
         artefacts += n
-        reason = ("empty" if not text else "repealed" if drop_repealed and is_repeal_notice(text)
-                  else "too_short" if len(text.split()) < min_words else None)
+        reason = _drop_reason(text, min_words, drop_repealed)
         if reason:
             dropped[reason] += 1
             reasons[rec["id"]] = reason
@@ -156,7 +169,13 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
         )
     articles = pl.DataFrame(
         rows,
-        schema={"id": pl.Int64, "article": pl.Utf8, "reference": pl.Utf8, "path": pl.List(pl.Utf8), "heading_id": pl.Int64},
+        schema={
+            "id": pl.Int64,
+            "article": pl.Utf8,
+            "reference": pl.Utf8,
+            "path": pl.List(pl.Utf8),
+            "heading_id": pl.Int64,
+        },
     )
     heads = pl.DataFrame(
         headings,
@@ -170,7 +189,12 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
             "text": pl.Utf8,
         },
     )
-    stats = {"in": raw.height, "out": articles.height, "dropped": dict(sorted(dropped.items())), "artefacts_removed": artefacts}
+    stats = {
+        "in": raw.height,
+        "out": articles.height,
+        "dropped": dict(sorted(dropped.items())),
+        "artefacts_removed": artefacts,
+    }
     return articles, heads, stats, reasons
 
 
@@ -179,7 +203,9 @@ def article_ids_of(value, path, row: int) -> list[int]:
     try:
         return list(dict.fromkeys(parse_article_ids(value)))
     except ValueError as exc:
-        raise DataError(path, f"{exc}; expected a comma-separated list of integers", row=row, column="article_ids") from None
+        raise DataError(
+            path, f"{exc}; expected a comma-separated list of integers", row=row, column="article_ids"
+        ) from None
 
 
 def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_article_ids: set[int]):
@@ -194,9 +220,13 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
         st["in"] += 1
         qid = rec["id"]
         if qid in seen:  # fetch already renumbered synthetic ids that overlap human ones
-            raise DataError(path, f"duplicate question id {qid} (already used in split '{seen[qid]}'); expected each "
-                                  "question id once across every split, synthetic included (rerun fetch)",
-                            row=i, column="id")
+            raise DataError(
+                path,
+                f"duplicate question id {qid} (already used in split '{seen[qid]}'); expected each "
+                "question id once across every split, synthetic included (rerun fetch)",
+                row=i,
+                column="id",
+            )
         seen[qid] = split
         question = " ".join(unicodedata.normalize("NFC", rec["question"] or "").split())
         if not question:
@@ -205,7 +235,10 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
         unknown = [a for a in ids if a not in raw_article_ids]
         if unknown:
             raise DataError(
-                path, f"question {rec['id']} cites article id(s) {unknown} that are not in the corpus", row=i, column="article_ids"
+                path,
+                f"question {rec['id']} cites article id(s) {unknown} that are not in the corpus",
+                row=i,
+                column="article_ids",
             )
         kept = [a for a in ids if a in kept_article_ids]
         removed_gold += len(ids) - len(kept)
@@ -232,17 +265,28 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
 
 def refuse_shared_texts(raw: pl.DataFrame, path) -> None:
     """No question text in two of the train, dev and test splits of the raw table (rows 1-based)."""
-    rows = [(i, rec) for i, rec in enumerate(raw.select("id", "question", "split").iter_rows(named=True), 1)
-            if rec["split"] in HUMAN_SPLITS]
+    rows = [
+        (i, rec)
+        for i, rec in enumerate(raw.select("id", "question", "split").iter_rows(named=True), 1)
+        if rec["split"] in HUMAN_SPLITS
+    ]
     hit = shared_text((rec["split"], rec["question"]) for _, rec in rows)
     if hit:
         (i, rec), (j, other) = rows[hit[0]], rows[hit[1]]
-        raise DataError(path, f"question {rec['id']} ({rec['split']}) has the same text as question {other['id']} "
-                              f"({other['split']}, row {j}); {SHARED_TEXT_RULE}", row=i, column="question")
+        raise DataError(
+            path,
+            f"question {rec['id']} ({rec['split']}) has the same text as question {other['id']} "
+            f"({other['split']}, row {j}); {SHARED_TEXT_RULE}",
+            row=i,
+            column="question",
+        )
 
 
-RULES = {"empty": "empty after cleaning", "repealed": "a repeal notice, 'clean.drop_repealed' = true",
-         "too_short": "shorter than 'clean.min_words' = {min_words} words"}
+RULES = {
+    "empty": "empty after cleaning",
+    "repealed": "a repeal notice, 'clean.drop_repealed' = true",
+    "too_short": "shorter than 'clean.min_words' = {min_words} words",
+}
 
 
 def describe_test_changes(changes: list, reasons: dict[int, str], config: CleanConfig, limit: int = 5) -> str:
@@ -274,15 +318,20 @@ def _nothing_left(path, total: int, dropped: Counter, config: CleanConfig) -> Da
     return DataError(path, f"cleaning dropped all {total} articles ({detail or 'the file has no rows'}); {fix}")
 
 
-def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: CleanConfig | dict | None,
-          paths=("articles", "questions")):
+def clean(
+    raw_articles: pl.DataFrame,
+    raw_questions: pl.DataFrame,
+    params: CleanConfig | dict | None,
+    paths=("articles", "questions"),
+):
     """Clean both tables; return (articles, headings, questions, stats for metrics/data.json).
 
     ``params``: the ``clean`` section (a :class:`CleanConfig` or its mapping). A corpus
     that cleaning empties is a :class:`DataError` (nothing downstream could run on it)."""
     config = params if isinstance(params, CleanConfig) else CleanConfig.from_params(params)
-    articles, headings, art_stats, reasons = clean_articles(raw_articles, paths[0], config.min_words,
-                                                            config.drop_repealed)
+    articles, headings, art_stats, reasons = clean_articles(
+        raw_articles, paths[0], config.min_words, config.drop_repealed
+    )
     if articles.height == 0:
         raise _nothing_left(paths[0], raw_articles.height, Counter(art_stats.get("dropped", {})), config)
     questions, q_stats, test_changes = clean_questions(
@@ -299,16 +348,27 @@ def clean(raw_articles: pl.DataFrame, raw_questions: pl.DataFrame, params: Clean
             f"'clean.min_words' (= {config.min_words}) in params.yaml",
         )
     if test_changes and not config.allow_test_changes:
-        raise DataError(paths[1], f"cleaning would change the test set: {describe_test_changes(test_changes, reasons, config)}; "
-                                  "expected every test question kept with all its gold articles: fix those articles in "
-                                  "the source corpus, or set 'clean.allow_test_changes' to true in params.yaml")
+        raise DataError(
+            paths[1],
+            f"cleaning would change the test set: {describe_test_changes(test_changes, reasons, config)}; "
+            "expected every test question kept with all its gold articles: fix those articles in "
+            "the source corpus, or set 'clean.allow_test_changes' to true in params.yaml",
+        )
     if test_changes:
-        log.warning("clean: the test set changes ('clean.allow_test_changes' = true): %s",
-                    describe_test_changes(test_changes, reasons, config))
+        log.warning(
+            "clean: the test set changes ('clean.allow_test_changes' = true): %s",
+            describe_test_changes(test_changes, reasons, config),
+        )
     stats = {
         "articles": art_stats,
         "headings": {"nodes": headings.height, "by_level": dict(Counter(headings["level_name"].to_list()))},
         "questions": q_stats,
     }
-    log.info("clean: %d/%d articles kept, %d headings, %d questions", articles.height, raw_articles.height, headings.height, questions.height)
+    log.info(
+        "clean: %d/%d articles kept, %d headings, %d questions",
+        articles.height,
+        raw_articles.height,
+        headings.height,
+        questions.height,
+    )
     return articles, headings, questions, stats

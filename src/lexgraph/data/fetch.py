@@ -6,7 +6,7 @@ Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
 - ``sample``: the embedded French Code civil in ``data/sample`` (BSARD's file layout);
 - ``local``: a directory holding the hub's files (``articles.csv``,
   ``questions_{train,test,synthetic}.csv``, ``negatives/bm25_negatives_*.json``);
-- ``hub``: ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
+- ``hub`` (:mod:`lexgraph.data.fetch_hub`): ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
   with configs ``corpus`` (split ``corpus``), ``questions`` (``train``, ``test``,
   ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
   are downloaded as files, only with ``fetch.negatives`` (``mine_negatives`` then uses
@@ -35,7 +35,6 @@ things again on ``data/raw``, where they can no longer fail for a fetched table.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -49,6 +48,19 @@ import polars as pl
 
 from lexgraph import layout
 from lexgraph.config import bad_value, expectation, params_error, section_config
+from lexgraph.data.integrity import (
+    HUMAN_SPLITS,
+    check_csv_layout,
+    csv_layout,
+    duplicated_column,
+    expected_columns,
+    first_duplicate,
+    integer_id,
+    question_key,
+    refuse_shared_ids,
+    refuse_shared_texts,
+    renumber_synthetic,
+)
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
     CORPUS_FILES,
@@ -59,11 +71,8 @@ from lexgraph.data.schema import (
     REQUIRED_QUESTION_COLUMNS,
     parse_article_ids,
 )
-from lexgraph.data.integrity import (HUMAN_SPLITS, check_csv_layout, csv_layout, duplicated_column, expected_columns,
-                                     first_duplicate, integer_id, question_key, refuse_shared_ids, refuse_shared_texts,
-                                     renumber_synthetic)
-from lexgraph.errors import DataError, HubUnreachableError, LexgraphError
-from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
+from lexgraph.errors import DataError
+from lexgraph.hub import first_line
 from lexgraph.inputs import DuplicateKeyError, id_problem, json_object
 
 log = logging.getLogger(__name__)
@@ -87,7 +96,7 @@ class FetchConfig:
     negatives: bool = False
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "FetchConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> FetchConfig:
         return section_config(cls, params, "fetch")
 
     def validate(self) -> None:
@@ -96,8 +105,14 @@ class FetchConfig:
         if not 0 < self.dev_fraction < 1:
             raise bad_value("fetch", "dev_fraction", self.dev_fraction, expectation(FetchConfig, "dev_fraction"))
         if self.source == "local" and not self.local_dir:
-            raise bad_value("fetch", "local_dir", self.local_dir, "a directory holding the hub's files, since "
-                            "'fetch.source' is local")
+            raise bad_value(
+                "fetch",
+                "local_dir",
+                self.local_dir,
+                "a directory holding the hub's files, since 'fetch.source' is local",
+            )
+
+
 NEGATIVES_SCHEMA = {"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)}
 
 
@@ -142,7 +157,9 @@ def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, .
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(path, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV") from exc
+        raise DataError(
+            path, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV"
+        ) from exc
     layout = csv_layout(text)
     if layout is not None:
         check_csv_layout(path, layout, required, columns)
@@ -166,11 +183,16 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
     source = source if isinstance(source, Source) else Source(source)
     repeated = duplicated_column(df.columns)
     if repeated:
-        raise DataError(source.path, f"column {repeated[0]!r} appears twice in the header (the second read as "
-                                     f"{repeated[1]!r}); expected each column once")
+        raise DataError(
+            source.path,
+            f"column {repeated[0]!r} appears twice in the header (the second read as "
+            f"{repeated[1]!r}); expected each column once",
+        )
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise DataError(source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}")
+        raise DataError(
+            source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
+        )
     if df.height == 0:
         raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
@@ -182,8 +204,9 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
             raise source.error(row, "the id is empty; expected an integer id", column="id")
         problem = id_problem(value)  # whitespace and control characters are refused, not stripped
         if problem or number is None:
-            raise source.error(row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id",
-                               column="id")
+            raise source.error(
+                row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id", column="id"
+            )
     return df.with_columns(parsed.alias("id"))
 
 
@@ -196,7 +219,8 @@ def validate_articles(articles: pl.DataFrame, source: Source) -> None:
     if dup:
         i, j = dup
         raise source.error(
-            i, f"article id {articles['id'][i]} is already used by {source.where(j)}; expected each article id once",
+            i,
+            f"article id {articles['id'][i]} is already used by {source.where(j)}; expected each article id once",
             column="id",
         )
 
@@ -206,14 +230,17 @@ def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> li
     try:
         return parse_article_ids(value)
     except ValueError as exc:
-        raise source.error(index, f"{exc}; expected a comma-separated list of integer ids of {corpus.path}",
-                           column="article_ids") from None
+        raise source.error(
+            index, f"{exc}; expected a comma-separated list of integer ids of {corpus.path}", column="article_ids"
+        ) from None
 
 
-def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source) -> None:
+def validate_questions(
+    questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source
+) -> None:
     """Question texts are not empty, ``article_ids`` are integers of the corpus, and question
     ids are unique across the train, dev and test questions."""
-    for split, (df, source) in questions.items():
+    for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
                 raise source.error(i, f"question {qid} has no text; expected the question", column="question")
@@ -221,8 +248,10 @@ def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], articl
             unknown = [a for a in dict.fromkeys(ids) if a not in article_ids]
             if unknown:
                 raise source.error(
-                    i, f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
-                    f"expected ids of its 'id' column", column="article_ids",
+                    i,
+                    f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
+                    f"expected ids of its 'id' column",
+                    column="article_ids",
                 )
     seen: dict[int, tuple[Source, int]] = {}
     for split in HUMAN_SPLITS:
@@ -233,8 +262,10 @@ def validate_questions(questions: dict[str, tuple[pl.DataFrame, Source]], articl
             if qid in seen:
                 other, j = seen[qid]
                 raise source.error(
-                    i, f"question id {qid} is already used by {other.where(j)}; expected each question id once "
-                    "across the train, dev and test questions", column="id",
+                    i,
+                    f"question id {qid} is already used by {other.where(j)}; expected each question id once "
+                    "across the train, dev and test questions",
+                    column="id",
                 )
             seen[qid] = (source, i)
 
@@ -319,115 +350,6 @@ def fetch_directory(root: Path, synthetic: bool, negatives: bool = True):
     return articles, sources, pl.concat(lists)
 
 
-def _hub_error(repo: str, exc: BaseException, online: bool, requested: bool) -> HubUnreachableError:
-    """One sentence: why ``repo`` could not be loaded and the two ways out."""
-    if online:
-        why, fix = f"the hub answered: {first_line(exc)}", "check fetch.hub_repo, fetch.revision and HF_TOKEN"
-    else:
-        why, fix = unreachable_reason(repo, requested), "connect to the internet"
-    return HubUnreachableError(
-        f"could not load '{repo}' (params 'fetch.hub_repo'): {why}; {fix}, or download the dataset's files "
-        "and set fetch.source=local and fetch.local_dir=<that directory> in params.yaml"
-    )
-
-
-def _load_config(repo: str, config: str, revision: str | None, fail):
-    import datasets
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        return datasets.load_dataset(repo, config, revision=revision)
-    except (ConnectionError, TimeoutError, HfHubHTTPError, datasets.exceptions.DatasetNotFoundError) as exc:
-        raise fail(exc) from exc
-    except datasets.exceptions.DatasetGenerationError as exc:  # a data file its builder cannot parse
-        cause = exc.__cause__ or exc
-        raise DataError(f"{repo}@{revision or 'main'} ({config})", f"its files could not be read ({first_line(cause)}); "
-                        "expected UTF-8 CSV or JSON-lines files in BSARD's schema, each column or key once") from None
-    except ValueError as exc:  # unknown config name: the hub layout changed
-        raise LexgraphError(f"'{repo}' has no config '{config}' ({first_line(exc)}); the hub layout may have changed "
-                            "(pin fetch.revision to a known commit in params.yaml)") from exc
-
-
-def _hub_file(repo: str, rel: str, revision: str | None, fail) -> Path | None:
-    """Download one file of the dataset repo (or take it from a local clone); None if absent."""
-    if Path(repo).is_dir():
-        path = Path(repo) / rel
-        return path if path.is_file() else None
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
-
-    try:
-        return Path(hf_hub_download(repo, rel, repo_type="dataset", revision=revision))
-    except LocalEntryNotFoundError as exc:  # offline and not cached: absent or not, we cannot tell
-        raise fail(exc) from exc
-    except EntryNotFoundError:
-        return None
-    except (ConnectionError, TimeoutError, HfHubHTTPError) as exc:
-        raise fail(exc) from exc
-
-
-def _pick_split(dd, names: tuple[str, ...], repo: str, config: str, required: bool = True):
-    for name in names:
-        if name in dd:
-            return dd[name]
-    if required:
-        raise LexgraphError(
-            f"'{repo}' config '{config}' has splits {sorted(dd)}, expected {' or '.join(names)}; "
-            "the hub layout may have changed (pin fetch.revision to a known commit)"
-        )
-    return None
-
-
-def _to_polars(ds) -> pl.DataFrame:
-    return pl.from_arrow(ds.data.table)
-
-
-def fetch_hub(repo: str, revision: str | None, synthetic: bool, negatives: bool = True):
-    """BSARD from the hub (or a local directory in the hub's layout, for tests).
-
-    Hub calls run under :func:`lexgraph.hub.hub_access`: no retry logs, and when the
-    hub cannot be reached, cached files only and one sentence instead of a minute of retries."""
-    import datasets  # noqa: F401 - imported before hub_access, which sets its log level
-
-    requested = offline_requested()
-    local = Path(repo).is_dir()
-    with contextlib.nullcontext(True) if local else hub_access() as online:
-        return _fetch_hub(repo, revision, synthetic, negatives, lambda exc: _hub_error(repo, exc, online, requested))
-
-
-def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fetch_negatives: bool, fail):
-    where = f"{repo}@{revision or 'main'}"
-    corpus = _load_config(repo, "corpus", revision, fail)
-    corpus_source = Source(f"{where} (corpus)")
-    articles = conform(
-        _to_polars(_pick_split(corpus, ("corpus",), repo, "corpus")),
-        REQUIRED_ARTICLE_COLUMNS,
-        ARTICLE_COLUMNS,
-        corpus_source,
-    )
-    validate_articles(articles, corpus_source)
-    qs = _load_config(repo, "questions", revision, fail)
-    sources: dict[str, tuple[pl.DataFrame, Source]] = {}
-    for split in ("train", "test", "synthetic") if synthetic else ("train", "test"):
-        ds = _pick_split(qs, (split,), repo, "questions", required=split != "synthetic")
-        if ds is not None:
-            source = Source(f"{where} (questions/{split})")
-            sources[split] = conform(_to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, source), source
-    validate_questions(sources, set(articles["id"].to_list()), corpus_source)
-    # The negatives are JSON files in a repo whose first config is CSV: `datasets` infers one
-    # builder (csv) for every config of such a repo, so they are downloaded and parsed directly.
-    negatives = [empty_negatives()]
-    for split, rel in NEGATIVE_FILES.items():
-        if not fetch_negatives or (split == "synthetic" and not synthetic):
-            continue
-        path = _hub_file(repo, rel, revision, fail)
-        if path is None:
-            log.warning("%s: no file %s; continuing without %s negatives", where, rel, split)
-            continue
-        negatives.append(read_negatives(path, split, f"{where}/{rel}"))
-    return articles, sources, pl.concat(negatives)
-
-
 # --------------------------------------------------------------------------- dev split
 
 
@@ -467,6 +389,8 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
     elif config.source == "local":
         articles, sources, negatives = fetch_directory(Path(config.local_dir), config.synthetic, config.negatives)
     else:
+        from lexgraph.data.fetch_hub import fetch_hub  # it imports this module's readers
+
         articles, sources, negatives = fetch_hub(config.hub_repo, config.revision, config.synthetic, config.negatives)
     negatives = renumber_synthetic(sources, negatives)
     questions = {split: df for split, (df, _) in sources.items()}
@@ -474,8 +398,12 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         train, dev = carve_dev(questions["train"], questions["test"], config.dev_fraction, seed)
         log.info("carved a dev split of %d questions from %d train questions", dev.height, questions["train"].height)
         questions["train"], questions["dev"] = train, dev
-    rows = {qid: (source, i) for split, (df, source) in sources.items() if split in HUMAN_SPLITS
-            for i, qid in enumerate(df["id"].to_list())}
+    rows = {
+        qid: (source, i)
+        for split, (df, source) in sources.items()
+        if split in HUMAN_SPLITS
+        for i, qid in enumerate(df["id"].to_list())
+    }
     refuse_shared_texts(questions, rows)  # after the dev split is assigned, carved or read
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"

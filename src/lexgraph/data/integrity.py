@@ -31,9 +31,10 @@ import io
 import logging
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from lexgraph.errors import DataError
 from lexgraph.inputs import id_problem
@@ -43,8 +44,10 @@ log = logging.getLogger(__name__)
 #: question splits whose ids are unique together and whose texts must not repeat across them
 HUMAN_SPLITS = ("train", "dev", "test")
 
-SHARED_TEXT_RULE = ("expected each question text in only one of the train, dev and test splits (texts compared "
-                    "NFKC-normalised and casefolded, punctuation and spacing ignored)")
+SHARED_TEXT_RULE = (
+    "expected each question text in only one of the train, dev and test splits (texts compared "
+    "NFKC-normalised and casefolded, punctuation and spacing ignored)"
+)
 
 
 # --------------------------------------------------------------------------- CSV layout
@@ -89,7 +92,8 @@ def csv_layout(text: str) -> CsvLayout | None:
 def expected_columns(required: tuple[str, ...], columns: tuple[str, ...]) -> str:
     optional = [c for c in columns if c not in required]
     return f"expected comma-separated columns {', '.join(required)}" + (
-        f" and optionally {', '.join(optional)}" if optional else "")
+        f" and optionally {', '.join(optional)}" if optional else ""
+    )
 
 
 def check_csv_layout(path: Path, layout: CsvLayout, required: tuple[str, ...], columns: tuple[str, ...]) -> None:
@@ -98,17 +102,25 @@ def check_csv_layout(path: Path, layout: CsvLayout, required: tuple[str, ...], c
     seen: dict[str, int] = {}
     for n, name in enumerate(layout.header, 1):
         if name in seen:
-            raise DataError(path, f"column {name!r} appears twice in the header (columns {seen[name]} and {n}); "
-                                  "expected each column once")
+            raise DataError(
+                path,
+                f"column {name!r} appears twice in the header (columns {seen[name]} and {n}); "
+                "expected each column once",
+            )
         seen[name] = n
     expected = expected_columns(required, columns)
     if len(layout.header) == 1 and len(required) > 1:
-        raise DataError(path, f"the header {layout.header[0]!r} is a single column, so the file is not "
-                              f"comma-separated; {expected}")
+        raise DataError(
+            path, f"the header {layout.header[0]!r} is a single column, so the file is not comma-separated; {expected}"
+        )
     for i, (line, width) in enumerate(zip(layout.starts, layout.widths)):
         if width and width != len(layout.header):
-            raise DataError(path, f"{width} fields where the header has {len(layout.header)}; {expected} (a value "
-                                  f"holding a comma must be quoted) (row {i + 1} starts on line {line})", row=i + 1)
+            raise DataError(
+                path,
+                f"{width} fields where the header has {len(layout.header)}; {expected} (a value "
+                f"holding a comma must be quoted) (row {i + 1} starts on line {line})",
+                row=i + 1,
+            )
 
 
 def duplicated_column(columns: list[str]) -> tuple[str, str] | None:
@@ -166,15 +178,23 @@ def refuse_shared_texts(questions: dict[str, Any], rows: dict[int, tuple[Any, in
     assigned, carved or not). ``questions``: split → table with ``id`` and ``question``;
     ``rows``: question id → (the :class:`~lexgraph.data.fetch.Source` it was read from, its
     0-based row there), so the error names the file and row the user edits."""
-    items = [(split, qid, text) for split in HUMAN_SPLITS if split in questions
-             for qid, text in questions[split].select("id", "question").iter_rows()]
+    items = [
+        (split, qid, text)
+        for split in HUMAN_SPLITS
+        if split in questions
+        for qid, text in questions[split].select("id", "question").iter_rows()
+    ]
     hit = shared_text((split, text) for split, _, text in items)
     if hit is None:
         return
     (split, qid, _), (other_split, other_qid, _) = items[hit[0]], items[hit[1]]
     (source, i), (other, j) = rows[qid], rows[other_qid]
-    raise source.error(i, f"question {qid} ({split}) has the same text as question {other_qid} ({other_split}, "
-                          f"{other.where(j)}); {SHARED_TEXT_RULE}", column="question")
+    raise source.error(
+        i,
+        f"question {qid} ({split}) has the same text as question {other_qid} ({other_split}, "
+        f"{other.where(j)}); {SHARED_TEXT_RULE}",
+        column="question",
+    )
 
 
 # --------------------------------------------------------------------------- question ids
@@ -215,17 +235,27 @@ def renumber_synthetic(sources: dict[str, tuple[Any, Any]], negatives):
     dup = first_duplicate(ids)
     if dup:
         i, j = dup
-        raise source.error(i, f"question id {ids[i]} is already used by {source.where(j)}; expected each synthetic "
-                              "question id once", column="id")
+        raise source.error(
+            i,
+            f"question id {ids[i]} is already used by {source.where(j)}; expected each synthetic question id once",
+            column="id",
+        )
     human = [qid for split, (frame, _) in sources.items() if split in HUMAN_SPLITS for qid in frame["id"].to_list()]
     offset = synthetic_offset(human, ids)
     if offset:
-        log.info("%s: synthetic question ids overlap the human ones; every synthetic id is renumbered as its id + %d "
-                 "(its BM25 negatives with it)", source.path, offset)
+        log.info(
+            "%s: synthetic question ids overlap the human ones; every synthetic id is renumbered as its id + %d "
+            "(its BM25 negatives with it)",
+            source.path,
+            offset,
+        )
         sources["synthetic"] = df.with_columns(pl.col("id") + offset), source
         negatives = negatives.with_columns(
-            pl.when(pl.col("split") == "synthetic").then(pl.col("question_id") + offset)
-            .otherwise(pl.col("question_id")).alias("question_id"))
+            pl.when(pl.col("split") == "synthetic")
+            .then(pl.col("question_id") + offset)
+            .otherwise(pl.col("question_id"))
+            .alias("question_id")
+        )
     return negatives
 
 
@@ -235,6 +265,10 @@ def refuse_shared_ids(table, source: str) -> None:
     if hit:
         i, j = hit
         qid, split, other = table["id"][i], table["split"][i], table["split"][j]
-        raise DataError(source, f"question id {qid} ({split}) is also the id of a {other} "
-                        "question; expected each question id once across every split, synthetic included",
-                        row=i + 1, column="id")
+        raise DataError(
+            source,
+            f"question id {qid} ({split}) is also the id of a {other} "
+            "question; expected each question id once across every split, synthetic included",
+            row=i + 1,
+            column="id",
+        )

@@ -94,7 +94,9 @@ def _records(path: Path, required: tuple[str, ...]):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line") from None
+                raise DataError(
+                    path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line"
+                ) from None
             missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
             if missing:
                 raise DataError(path, f"line {line_no}: missing key(s) {missing}; expected {list(required)}")

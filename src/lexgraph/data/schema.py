@@ -34,6 +34,7 @@ QUESTION_COLUMNS: tuple[str, ...] = (
 REQUIRED_ARTICLE_COLUMNS: tuple[str, ...] = ("id", "article")
 REQUIRED_QUESTION_COLUMNS: tuple[str, ...] = ("id", "question", "article_ids")
 
+
 def _clean_question_schema():
     import polars as pl
 

@@ -34,8 +34,9 @@ class CaseViewLoss(nn.Module):
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.temperature = float(temperature)
 
-    def forward(self, anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,
-                exclude: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor, exclude: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``anchor``, ``positive``, ``negative``: ``(N, dim)`` (triple i: a_i, b_i, c_i);
         ``exclude``: optional bool ``(N, 2N)``, True where column k of ``[b; c]`` is not a
         negative of row i (its own column i is never excluded)."""

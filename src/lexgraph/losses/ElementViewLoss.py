@@ -37,7 +37,9 @@ class ElementViewLoss(nn.Module):
 
     def forward(self, texts: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
         if texts.shape != views.shape or texts.dim() != 2:
-            raise ValueError(f"texts and views must be (batch, dim) of one shape, got {tuple(texts.shape)} and {tuple(views.shape)}")
+            raise ValueError(
+                f"texts and views must be (batch, dim) of one shape, got {tuple(texts.shape)} and {tuple(views.shape)}"
+            )
         n = texts.shape[0]
         t = F.normalize(texts.float(), dim=-1)  # (N, dim)
         v = F.normalize(views.float(), dim=-1)  # (N, dim)

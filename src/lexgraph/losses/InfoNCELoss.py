@@ -11,12 +11,11 @@ batch (in-batch negatives) and BM25 hard negatives as the alternatives.
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 
 SIMILARITIES = ("cosine", "dot")
 

@@ -15,7 +15,7 @@ and without the swap only the first term.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -30,9 +30,13 @@ class PairwiseTripleLoss(nn.Module):
         super().__init__()
         self.swap = bool(swap)
 
-    def forward(self, h_ab: torch.Tensor, h_ac: torch.Tensor, classifier: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, h_ab: torch.Tensor, h_ac: torch.Tensor, classifier: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
         if h_ab.shape != h_ac.shape or h_ab.dim() != 2:
-            raise ValueError(f"h_ab and h_ac must be (batch, dim) of one shape, got {tuple(h_ab.shape)} and {tuple(h_ac.shape)}")
+            raise ValueError(
+                f"h_ab and h_ac must be (batch, dim) of one shape, got {tuple(h_ab.shape)} and {tuple(h_ac.shape)}"
+            )
         batch = h_ab.shape[0]
         logits = classifier(h_ab - h_ac).float()  # (batch, 2): class 0 = B is the more relevant
         first = torch.zeros(batch, dtype=torch.long, device=h_ab.device)  # (batch,)

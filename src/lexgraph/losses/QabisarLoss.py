@@ -37,9 +37,15 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 class QabisarLoss(nn.Module):
     """``(1 - kd_weight) * contrastive + kd_weight * distillation``."""
 
-    def __init__(self, temperature: float = 0.01, kd_weight: float = 0.3, kd_mode: str = "score",
-                 kd_temperature: float | None = None, similarity: str = "cosine",
-                 student_contrastive: bool = False) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.01,
+        kd_weight: float = 0.3,
+        kd_mode: str = "score",
+        kd_temperature: float | None = None,
+        similarity: str = "cosine",
+        student_contrastive: bool = False,
+    ) -> None:
         super().__init__()
         if not 0.0 <= kd_weight <= 1.0:
             raise ValueError(f"kd_weight must be in [0, 1], got {kd_weight}")

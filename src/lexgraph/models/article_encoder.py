@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,15 +19,27 @@ from lexgraph.hub import check_model_files, check_safetensors, first_line
 from lexgraph.inputs import read_json_object
 from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
-from lexgraph.models.family import read_base_info
-from lexgraph.models.weights import built_from
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, _autocast, _bar, _max_positions, load_backbone, longest_first,
+    FORMAT_VERSION,
+    _autocast,
+    _bar,
+    _max_positions,
+    load_backbone,
+    longest_first,
 )
 from lexgraph.models.encoders import TextEncoder
+from lexgraph.models.family import read_base_info
 from lexgraph.models.packing import (
-    BUCKET_RATIO, MIN_BUCKET, chunk_token_ids, collate_chunks, length_buckets, pack_chunks, scatter_chunks, trimmed_length,
+    BUCKET_RATIO,
+    MIN_BUCKET,
+    chunk_token_ids,
+    collate_chunks,
+    length_buckets,
+    pack_chunks,
+    scatter_chunks,
+    trimmed_length,
 )
+from lexgraph.models.weights import built_from
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +263,15 @@ class HierarchicalArticleEncoder(TextEncoder):
             chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask, chunk_counts)
         return self.aggregate(chunks, chunk_mask, tokens)  # (batch, dim)
 
-    def _encode(self, texts: list[str], batch_size: int, device: torch.device, label: str, show_progress: bool,
-                distributed: bool) -> torch.Tensor:
+    def _encode(
+        self,
+        texts: list[str],
+        batch_size: int,
+        device: torch.device,
+        label: str,
+        show_progress: bool,
+        distributed: bool,
+    ) -> torch.Tensor:
         """:meth:`TextEncoder.encode`'s work for articles, in eval mode.
 
         Packed inference: every real chunk of every text, sorted longest first across the
@@ -282,7 +302,9 @@ class HierarchicalArticleEncoder(TextEncoder):
             with _autocast(device):
                 return self.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
 
-        parts = map_batches(backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)", show_progress))
+        parts = map_batches(
+            backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)", show_progress)
+        )
         vectors = torch.empty(len(flat), self.dim, dtype=torch.float32)  # (m, dim)
         for idx, part in zip(chunk_batches, parts):
             vectors[torch.tensor(idx)] = part
@@ -318,7 +340,7 @@ class HierarchicalArticleEncoder(TextEncoder):
     @classmethod
     def from_pretrained(
         cls, name_or_path: str | os.PathLike, *, random_init: bool = False, with_backbone: bool = True, **settings: Any
-    ) -> "HierarchicalArticleEncoder":
+    ) -> HierarchicalArticleEncoder:
         """Load a saved article encoder (``hierarchical.json`` present), or start a fresh
         one from an HF backbone with ``settings`` (``max_chunk_length``, ``pooling``, …)
         and a newly initialised chunk-level module. ``with_backbone=False`` loads the
@@ -332,9 +354,12 @@ class HierarchicalArticleEncoder(TextEncoder):
         reference = directory / BACKBONE_REF
         backbone_path: str | os.PathLike = name_or_path
         if not random_init and (reference.exists() or reference.is_symlink()):
-            backbone_path = read_json_object(reference, what="the frozen chunk encoder's checkpoint directory",
-                                             keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
-                                             fix=remedy)["path"]
+            backbone_path = read_json_object(
+                reference,
+                what="the frozen chunk encoder's checkpoint directory",
+                keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
+                fix=remedy,
+            )["path"]
             if with_backbone and not Path(backbone_path).is_dir():
                 raise LexgraphError(
                     f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
@@ -348,15 +373,22 @@ class HierarchicalArticleEncoder(TextEncoder):
             try:
                 tokenizer, config = AutoTokenizer.from_pretrained(directory), AutoConfig.from_pretrained(directory)
             except Exception as exc:  # noqa: BLE001 - a saved directory that does not load is damaged input
-                raise DataError(directory, f"not a loadable tokenizer and config ({type(exc).__name__}: "
-                                f"{first_line(exc)}); {remedy}") from exc
+                raise DataError(
+                    directory,
+                    f"not a loadable tokenizer and config ({type(exc).__name__}: {first_line(exc)}); {remedy}",
+                ) from exc
             backbone = None
         if not random_init and (saved_config.exists() or saved_config.is_symlink()):
             config_values = read_json_object(saved_config, what="the chunk-level module's settings", fix=remedy)
             config_values.pop("format_version", None)
             config_values.update(settings)
-            with built_from(saved_config, "settings that do not build a chunk-level module",
-                            "the settings train_dsr saved", remedy, errors=(TypeError, ValueError, ConfigError)):
+            with built_from(
+                saved_config,
+                "settings that do not build a chunk-level module",
+                "the settings train_dsr saved",
+                remedy,
+                errors=(TypeError, ValueError, ConfigError),
+            ):
                 encoder = cls(backbone, tokenizer, config=config, **config_values)
             check_safetensors(directory / HIERARCHICAL_WEIGHTS)
             weights = load_file(str(directory / HIERARCHICAL_WEIGHTS))

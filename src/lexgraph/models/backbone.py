@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -99,8 +100,11 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
     except Exception as exc:  # noqa: BLE001 - a local checkpoint that does not load is damaged input
         if local:  # name the damaged file if there is one (a large tokenizer.json is parsed only now)
             check_model_files(name_or_path, max_json_bytes=None, weights=not random_init)
-            raise DataError(name_or_path, f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
-                            f"{first_line(exc)}); {restore_hint(name_or_path)}") from exc
+            raise DataError(
+                name_or_path,
+                f"not a loadable Hugging Face checkpoint ({type(exc).__name__}: "
+                f"{first_line(exc)}); {restore_hint(name_or_path)}",
+            ) from exc
         if isinstance(exc, OSError):
             raise LexgraphError(
                 f"cannot load the transformer '{name_or_path}' ({exc.__class__.__name__}): expected a local "

@@ -23,8 +23,8 @@ from typing import Any
 
 from lexgraph.config import params_error
 from lexgraph.errors import DataError, HubUnreachableError
-from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
 from lexgraph.hub import check_model_files, from_pretrained, hub_reachable
+from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,9 @@ def _unavailable(name: str, param: str) -> HubUnreachableError:
     )
 
 
-def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "auto",
-                       param: str = "pretrain.model", mlm: bool = False) -> dict[str, Any]:
+def resolve_base_model(
+    name: str, out_dir: str | os.PathLike, *, source: str = "auto", param: str = "pretrain.model", mlm: bool = False
+) -> dict[str, Any]:
     """Write the checkpoint ``name`` into ``out_dir`` (an existing empty directory).
 
     ``mlm=True`` keeps a hub model's masked-LM head (for continued pre-training).
@@ -61,8 +62,7 @@ def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "
     ``source`` and :class:`HubUnreachableError` (one sentence) when no source can supply it.
     """
     if source not in SOURCES:
-        raise params_error(f"'{param.rsplit('.', 1)[0]}.source' = {source!r}, expected one of "
-                          f"{', '.join(SOURCES)}")
+        raise params_error(f"'{param.rsplit('.', 1)[0]}.source' = {source!r}, expected one of {', '.join(SOURCES)}")
     out_dir = Path(out_dir)
     info: dict[str, Any] = {"model": str(name), **family_prefixes(name)}
     if source in ("auto", "local") and Path(name).is_dir():
@@ -71,8 +71,11 @@ def resolve_base_model(name: str, out_dir: str | os.PathLike, *, source: str = "
             shutil.copytree(name, out_dir, dirs_exist_ok=True)
         except OSError as exc:  # shutil.Error lists every file it could not copy
             detail = exc.args[0][0][2] if isinstance(exc, shutil.Error) and exc.args and exc.args[0] else exc
-            raise DataError(name, f"could not copy the checkpoint ({detail}); expected a readable Hugging Face "
-                            f"checkpoint directory (params '{param}')") from None
+            raise DataError(
+                name,
+                f"could not copy the checkpoint ({detail}); expected a readable Hugging Face "
+                f"checkpoint directory (params '{param}')",
+            ) from None
         info.update(read_base_summary(out_dir))
         info.update(source="local")
         write_base_info(out_dir, info)

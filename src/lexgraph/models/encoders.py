@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -62,11 +62,18 @@ from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.inputs import read_json_object
 from lexgraph.io import write_json
 from lexgraph.layout import restore_hint
-from lexgraph.models.family import read_base_info
 from lexgraph.models.backbone import (
-    FORMAT_VERSION, TOKEN_POOLING, _autocast, _bar, _max_positions, _module_device, load_backbone, longest_first,
+    FORMAT_VERSION,
+    TOKEN_POOLING,
+    _autocast,
+    _bar,
+    _max_positions,
+    _module_device,
+    load_backbone,
+    longest_first,
     set_trainable_layers,
 )
+from lexgraph.models.family import read_base_info
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +82,10 @@ _SAVED_KEYS = {  # query_encoder.json: the settings from_pretrained reads back
     "prefix": (lambda v: isinstance(v, str), "a string"),
     "max_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
     "token_pooling": (lambda v: v in TOKEN_POOLING, " or ".join(TOKEN_POOLING)),
-    "trainable_layers": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
-                         "null or an integer >= 0"),
+    "trainable_layers": (
+        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+        "null or an integer >= 0",
+    ),
 }
 
 
@@ -93,8 +102,9 @@ class TextEncoder(nn.Module):
     ``token_pooling``: ``cls`` ([CLS] hidden state) or ``mean`` (over real tokens).
     """
 
-    def __init__(self, backbone: nn.Module | None, tokenizer, token_pooling: str = "cls", prefix: str = "",
-                 config=None) -> None:
+    def __init__(
+        self, backbone: nn.Module | None, tokenizer, token_pooling: str = "cls", prefix: str = "", config=None
+    ) -> None:
         super().__init__()
         if token_pooling not in TOKEN_POOLING:
             raise ConfigError(f"token_pooling = {token_pooling!r}, expected one of {', '.join(TOKEN_POOLING)}")
@@ -150,13 +160,26 @@ class TextEncoder(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            return self._encode(texts, batch_size, _module_device(self), desc or f"encode {type(self).__name__}",
-                                show_progress, distributed)
+            return self._encode(
+                texts,
+                batch_size,
+                _module_device(self),
+                desc or f"encode {type(self).__name__}",
+                show_progress,
+                distributed,
+            )
         finally:
             self.train(was_training)
 
-    def _encode(self, texts: list[str], batch_size: int, device: torch.device, label: str, show_progress: bool,
-                distributed: bool) -> torch.Tensor:
+    def _encode(
+        self,
+        texts: list[str],
+        batch_size: int,
+        device: torch.device,
+        label: str,
+        show_progress: bool,
+        distributed: bool,
+    ) -> torch.Tensor:
         """:meth:`encode`'s work on a non-empty list, in eval mode: whole texts, longest first."""
         out = torch.empty(len(texts), self.dim, dtype=torch.float32)  # (n, dim)
         batches = longest_first(self._lengths(texts), batch_size)
@@ -166,7 +189,9 @@ class TextEncoder(nn.Module):
             with _autocast(device):
                 return self(**inputs).float().cpu()  # (batch, dim)
 
-        for idx, emb in zip(batches, map_batches(run, batches, distributed=distributed, wrap=_bar(label, show_progress))):
+        for idx, emb in zip(
+            batches, map_batches(run, batches, distributed=distributed, wrap=_bar(label, show_progress))
+        ):
             out[torch.tensor(idx)] = emb
         return out
 
@@ -203,8 +228,10 @@ def write_sentence_transformers_config(
         (directory / "modules.json", modules),
         (directory / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False}),
         (directory / "1_Pooling" / "config.json", pooling),
-        (directory / "config_sentence_transformers.json",
-         {"prompts": dict(prompts or {}), "default_prompt_name": next(iter(prompts), None) if prompts else None}),
+        (
+            directory / "config_sentence_transformers.json",
+            {"prompts": dict(prompts or {}), "default_prompt_name": next(iter(prompts), None) if prompts else None},
+        ),
     ):
         write_json(obj, path, ensure_ascii=True)
 
@@ -217,8 +244,15 @@ class QueryEncoder(TextEncoder):
     (``train_dsr``, QABISAR's distillation) trains the same weights.
     """
 
-    def __init__(self, backbone: nn.Module, tokenizer, max_length: int = 512, token_pooling: str = "cls",
-                 prefix: str = "", trainable_layers: int | None = None) -> None:
+    def __init__(
+        self,
+        backbone: nn.Module,
+        tokenizer,
+        max_length: int = 512,
+        token_pooling: str = "cls",
+        prefix: str = "",
+        trainable_layers: int | None = None,
+    ) -> None:
         super().__init__(backbone, tokenizer, token_pooling, prefix)
         limit = _max_positions(backbone.config)
         self.max_length = int(min(max_length, limit) if limit else max_length)
@@ -227,7 +261,10 @@ class QueryEncoder(TextEncoder):
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         enc = self.tokenizer(
-            [self.prefix + t for t in texts], padding=True, truncation=True, max_length=self.max_length,
+            [self.prefix + t for t in texts],
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
             return_tensors="pt",
         )
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}  # (batch, seq) each
@@ -244,9 +281,17 @@ class QueryEncoder(TextEncoder):
         ``sentence_transformers.SentenceTransformer(directory)`` loads the same encoder."""
         directory = Path(directory)
         self._save_backbone(directory)
-        write_json({"format_version": FORMAT_VERSION, "token_pooling": self.token_pooling, "max_length": self.max_length,
-                    "prefix": self.prefix, "trainable_layers": self.trainable_layers},
-                   directory / QUERY_CONFIG, ensure_ascii=True)
+        write_json(
+            {
+                "format_version": FORMAT_VERSION,
+                "token_pooling": self.token_pooling,
+                "max_length": self.max_length,
+                "prefix": self.prefix,
+                "trainable_layers": self.trainable_layers,
+            },
+            directory / QUERY_CONFIG,
+            ensure_ascii=True,
+        )
         prompts = {"query": self.prefix} if self.prefix else None
         write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling, prompts)
 
@@ -259,7 +304,7 @@ class QueryEncoder(TextEncoder):
         token_pooling: str | None = None,
         random_init: bool = False,
         trainable_layers: int | None | str = "saved",
-    ) -> "QueryEncoder":
+    ) -> QueryEncoder:
         """Load a saved query encoder, or start one from any HF backbone (name or dir).
 
         Settings not given come from the saved ``query_encoder.json`` if any, else the
@@ -268,8 +313,16 @@ class QueryEncoder(TextEncoder):
         """
         backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
         settings = Path(name_or_path) / QUERY_CONFIG
-        saved = read_json_object(settings, what="the query encoder's settings (an object)", optional=_SAVED_KEYS,
-                                 fix=restore_hint(settings), missing_ok=True) or {}
+        saved = (
+            read_json_object(
+                settings,
+                what="the query encoder's settings (an object)",
+                optional=_SAVED_KEYS,
+                fix=restore_hint(settings),
+                missing_ok=True,
+            )
+            or {}
+        )
         prefix = saved.get("prefix", read_base_info(name_or_path)["query_prefix"])
         return cls(
             backbone,

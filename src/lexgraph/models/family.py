@@ -27,8 +27,11 @@ def read_base_info(name_or_path: str | os.PathLike) -> dict[str, Any]:
     for key in ("query_prefix", "passage_prefix"):
         if not isinstance(info.get(key, ""), str):
             path = Path(name_or_path) / BASE_INFO
-            raise DataError(path, f"key '{key}' = {json.dumps(info[key])[:60]}, not a "
-                            f"string; expected the base checkpoint's settings; {restore_hint(path)}")
+            raise DataError(
+                path,
+                f"key '{key}' = {json.dumps(info[key])[:60]}, not a "
+                f"string; expected the base checkpoint's settings; {restore_hint(path)}",
+            )
     return {"query_prefix": info.get("query_prefix", ""), "passage_prefix": info.get("passage_prefix", "")}
 
 
@@ -49,5 +52,9 @@ def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
     """``lexgraph_base.json`` of a checkpoint directory ({} when absent; a damaged one is a
     DataError naming it)."""
     path = Path(directory) / BASE_INFO
-    return read_json_object(path, what="the base checkpoint's settings (an object)", fix=restore_hint(path),
-                            missing_ok=True) or {}
+    return (
+        read_json_object(
+            path, what="the base checkpoint's settings (an object)", fix=restore_hint(path), missing_ok=True
+        )
+        or {}
+    )

@@ -107,9 +107,11 @@ class GraphEncoderConfig:
         if self.model not in MODELS:
             raise params_error(f"'gnn.model' = {self.model!r}, expected one of {', '.join(MODELS)}")
         if not isinstance(self.layers, int) or isinstance(self.layers, bool) or not 1 <= self.layers <= MAX_LAYERS:
-            raise params_error(f"'gnn.layers' = {self.layers!r}, expected an integer in [1, {MAX_LAYERS}] (one hop per "
-                               f"layer: an article's farthest heading is {MAX_LAYERS} hops up the hierarchy's "
-                               f"{MAX_LAYERS} levels, so a deeper stack adds parameters, not information)")
+            raise params_error(
+                f"'gnn.layers' = {self.layers!r}, expected an integer in [1, {MAX_LAYERS}] (one hop per "
+                f"layer: an article's farthest heading is {MAX_LAYERS} hops up the hierarchy's "
+                f"{MAX_LAYERS} levels, so a deeper stack adds parameters, not information)"
+            )
         if self.hidden is not None and (not isinstance(self.hidden, int) or self.hidden < 1):
             raise params_error(f"'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
         if not isinstance(self.heads, int) or self.heads < 1:
@@ -118,28 +120,29 @@ class GraphEncoderConfig:
             raise ValueError(f"in_dim must be a positive integer, got {self.in_dim!r}")
         known = self.in_dim is not None or self.hidden is not None  # the width is known
         if known and self.model in ATTENTION_MODELS and self.concat_heads and self.hidden_dim % self.heads:
-            raise params_error(f"'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
+            raise params_error(
+                f"'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
                 " (attention heads are concatenated: 'gnn.concat_heads' is true)"
             )
         if not 0.0 <= float(self.dropout) < 1.0:
             raise params_error(f"'gnn.dropout' = {self.dropout!r}, expected a number in [0, 1)")
         if self.edge_dim is not None:
             if not isinstance(self.edge_dim, int) or self.edge_dim < 1:
-                raise params_error(f"'gnn.edge_dim' = {self.edge_dim!r}, expected a positive integer or null"
-                )
+                raise params_error(f"'gnn.edge_dim' = {self.edge_dim!r}, expected a positive integer or null")
             if self.model not in ATTENTION_MODELS:
-                raise params_error(f"'gnn.edge_dim' = {self.edge_dim} needs an attention model (gatv2 or gat); "
+                raise params_error(
+                    f"'gnn.edge_dim' = {self.edge_dim} needs an attention model (gatv2 or gat); "
                     f"'{self.model}' cannot use edge features: set gnn.edge_dim to null"
                 )
         if self.init not in INITS:
             raise params_error(f"'gnn.init' = {self.init!r}, expected one of {', '.join(INITS)}")
         if self.init != "random" and not (self.residual and (self.in_dim is None or self.hidden_dim == self.in_dim)):
-            raise params_error(f"'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
+            raise params_error(
+                f"'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
                 f"embedding size ({self.in_dim}) or null"
             )
         if self.init == "prior" and self.model not in ATTENTION_MODELS:
-            raise params_error(f"'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'"
-            )
+            raise params_error(f"'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'")
         self._check_plain_stack()
         if not self.edge_groups or any(not g for g in self.edge_groups):
             raise ValueError(f"edge_groups must be non-empty groups of edge types, got {self.edge_groups}")
@@ -155,8 +158,10 @@ class GraphEncoderConfig:
         if self.activation not in ACTIVATIONS:
             raise params_error(f"'gnn.activation' = {self.activation!r}, expected one of {', '.join(ACTIVATIONS)}")
         if self.projections == "convolutions" and self.residual and self.hidden is not None:
-            raise params_error("'gnn.projections' = 'convolutions' changes the width inside the stack, which a "
-                               "residual cannot add across: set 'gnn.residual: false' or 'gnn.projections: linear'")
+            raise params_error(
+                "'gnn.projections' = 'convolutions' changes the width inside the stack, which a "
+                "residual cannot add across: set 'gnn.residual: false' or 'gnn.projections: linear'"
+            )
 
     @property
     def adds_self_loops(self) -> bool:
@@ -174,13 +179,13 @@ class GraphEncoderConfig:
             raise ValueError("the width of a GraphEncoderConfig without in_dim is not known yet")
         return self.hidden if self.hidden is not None else self.in_dim
 
-    def with_input(self, in_dim: int, prior_weight: float = 0.0) -> "GraphEncoderConfig":
+    def with_input(self, in_dim: int, prior_weight: float = 0.0) -> GraphEncoderConfig:
         """This architecture for ``in_dim``-dimensional node features; ``prior_weight``
         applies to ``init: prior`` only (0 otherwise)."""
         return replace(self, in_dim=in_dim, prior_weight=prior_weight if self.init == "prior" else 0.0)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "GraphEncoderConfig":
+    def from_dict(cls, values: dict[str, Any]) -> GraphEncoderConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
@@ -200,12 +205,21 @@ def make_conv(config: GraphEncoderConfig, in_dim: int | None = None, out_dim: in
     if config.model in ATTENTION_MODELS:
         conv = GATv2Conv if config.model == "gatv2" else GATConv
         if config.concat_heads and out_dim % heads:
-            raise params_error(f"'gnn.heads' = {heads} does not divide the width {out_dim} of a layer "
-                               "(heads are concatenated: 'gnn.concat_heads' is true)")
+            raise params_error(
+                f"'gnn.heads' = {heads} does not divide the width {out_dim} of a layer "
+                "(heads are concatenated: 'gnn.concat_heads' is true)"
+            )
         out = out_dim // heads if config.concat_heads else out_dim
         dropout = config.dropout if config.attention_dropout is None else config.attention_dropout
-        return conv(in_dim, out, heads=heads, concat=config.concat_heads, dropout=dropout,
-                    edge_dim=config.edge_dim, add_self_loops=self_loops)
+        return conv(
+            in_dim,
+            out,
+            heads=heads,
+            concat=config.concat_heads,
+            dropout=dropout,
+            edge_dim=config.edge_dim,
+            add_self_loops=self_loops,
+        )
     if config.model == "gcn":
         return GCNConv(in_dim, out_dim, add_self_loops=self_loops)
     if config.model == "sage":

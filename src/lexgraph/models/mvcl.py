@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -96,7 +97,7 @@ class PairClassifier(nn.Module):
         logits = self.mlp(diff)  # (..., 2)
         if self.skip is None:
             return logits
-        s = self.skip(diff[..., -self.n_features:])  # (..., 1)
+        s = self.skip(diff[..., -self.n_features :])  # (..., 1)
         return logits + torch.cat([s, -s], dim=-1) / 2  # (..., 2)
 
 
@@ -117,9 +118,17 @@ class InteractionModel(nn.Module):
 
     FEATURES = ("maxsim_query", "maxsim_candidate", "mean_cosine")
 
-    def __init__(self, input_dim: int, hidden: int = 128, dropout: float = 0.1, alignment: str = "scaled_dot",
-                 temperature: float = 0.05, features: bool = False, warm_start: bool = False,
-                 pooling: str = "relu") -> None:
+    def __init__(
+        self,
+        input_dim: int,
+        hidden: int = 128,
+        dropout: float = 0.1,
+        alignment: str = "scaled_dot",
+        temperature: float = 0.05,
+        features: bool = False,
+        warm_start: bool = False,
+        pooling: str = "relu",
+    ) -> None:
         super().__init__()
         if hidden % 2:
             raise ValueError(f"hidden must be even (a bidirectional LSTM of hidden / 2 per direction), got {hidden}")
@@ -185,8 +194,9 @@ class InteractionModel(nn.Module):
         return torch.cat(parts, dim=-1)  # (batch, match_dim)
 
     @staticmethod
-    def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor,
-                           cos: torch.Tensor) -> torch.Tensor:
+    def alignment_features(
+        q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor, cos: torch.Tensor
+    ) -> torch.Tensor:
         """:data:`FEATURES` of paired rows ``(batch, 3)``: the mean over A's tokens of their best
         cosine with B's tokens (MaxSim), the same from B's side, and the cosine of the two
         mean-pooled texts."""
@@ -223,8 +233,14 @@ class InteractionModel(nn.Module):
 
 
 @torch.no_grad()
-def rerank_scores(model, q_states: torch.Tensor, candidates: Sequence[int], articles: TokenStore,
-                  device: torch.device, batch_size: int = 128) -> np.ndarray:
+def rerank_scores(
+    model,
+    q_states: torch.Tensor,
+    candidates: Sequence[int],
+    articles: TokenStore,
+    device: torch.device,
+    batch_size: int = 128,
+) -> np.ndarray:
     """MVCL tournament scores ``(n,)`` of ``candidates`` for one question ``(Lq, dim)``."""
     model.eval()
     if len(candidates) == 0:
@@ -232,7 +248,7 @@ def rerank_scores(model, q_states: torch.Tensor, candidates: Sequence[int], arti
     q = q_states.float().to(device).unsqueeze(0)  # (1, Lq, dim)
     h = []
     for start in range(0, len(candidates), batch_size):
-        keys = list(candidates[start:start + batch_size])
+        keys = list(candidates[start : start + batch_size])
         d, d_mask = articles.batch(keys, device)  # (b, Ld, dim), (b, Ld)
         qb = q.expand(len(keys), -1, -1)  # (b, Lq, dim)
         q_mask = torch.ones(qb.shape[:2], dtype=torch.bool, device=device)  # (b, Lq)
@@ -247,8 +263,9 @@ def zscore(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / max(float(x.std()), 1e-9)
 
 
-def fuse_list(ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float | None,
-              k: int) -> tuple[np.ndarray, np.ndarray]:
+def fuse_list(
+    ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float | None, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """One question's re-ranked list: the first stage's ``ids``/``first`` scores (best first,
     ``-1`` padding) with the re-ranker's scores ``mvcl`` of its top-``k`` valid entries.
     Returns ``(ids, scores)`` of the same length: the top-``k`` by
@@ -272,20 +289,34 @@ def fuse_list(ids: np.ndarray, first: np.ndarray, mvcl: np.ndarray, alpha: float
     if tail.size:
         floor = float(fused.min()) - 1.0
         t = np.asarray(first[tail], dtype=np.float64)
-        out_ids[head.size: head.size + tail.size] = ids[tail]
-        out_scores[head.size: head.size + tail.size] = floor - (t[0] - t)  # keeps the tail's order, below the head
+        out_ids[head.size : head.size + tail.size] = ids[tail]
+        out_scores[head.size : head.size + tail.size] = floor - (t[0] - t)  # keeps the tail's order, below the head
     return out_ids, out_scores
 
 
 def build_model(input_dim: int, config: RerankConfig):
     """The interaction network that ``config`` describes, over PLM states of ``input_dim``."""
-    return InteractionModel(input_dim, config.hidden, config.dropout, alignment=config.alignment,
-                            temperature=config.align_temperature or 1.0, features=config.match_features,
-                            warm_start=config.warm_start, pooling=config.pooling)
+    return InteractionModel(
+        input_dim,
+        config.hidden,
+        config.dropout,
+        alignment=config.alignment,
+        temperature=config.align_temperature or 1.0,
+        features=config.match_features,
+        warm_start=config.warm_start,
+        pooling=config.pooling,
+    )
 
 
-def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str | os.PathLike,
-               plm=None, tokenizer=None, base_dir: str | os.PathLike | None = None) -> None:
+def save_model(
+    model,
+    config: RerankConfig,
+    report: dict[str, Any],
+    out_dir: str | os.PathLike,
+    plm=None,
+    tokenizer=None,
+    base_dir: str | os.PathLike | None = None,
+) -> None:
     """Write ``models/<variant>/`` atomically: the weights, ``mvcl.json`` (settings, first stage,
     k, alpha) and, with a fine-tuned PLM, the PLM and its tokenizer in ``plm/`` (with the base
     checkpoint's ``lexgraph_base.json`` from ``base_dir``: its text prefixes)."""
@@ -297,8 +328,16 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
     from lexgraph.models.family import BASE_INFO
     from lexgraph.models.mvcl_config import PLM_DIR, SETTINGS, WEIGHTS
 
-    settings = {"format": "lexgraph-mvcl", "version": 1, "config": asdict(config), "input_dim": model.input_dim,
-                "first_stage": config.first_stage, "k": config.k, "alpha": report["alpha"], "epoch": report["epoch"]}
+    settings = {
+        "format": "lexgraph-mvcl",
+        "version": 1,
+        "config": asdict(config),
+        "input_dim": model.input_dim,
+        "first_stage": config.first_stage,
+        "k": config.k,
+        "alpha": report["alpha"],
+        "epoch": report["epoch"],
+    }
     with atomic_path(out_dir, directory=True) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(dict(sorted(state.items())), str(Path(tmp) / WEIGHTS))
@@ -313,28 +352,36 @@ def save_model(model, config: RerankConfig, report: dict[str, Any], out_dir: str
 def load_model(directory: str | os.PathLike, device: torch.device):
     """``(model, settings)`` from a ``models/<variant>`` directory."""
     from lexgraph.layout import restore_hint
-    from lexgraph.models.weights import built_from, load_state
     from lexgraph.models.mvcl_config import SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
     from lexgraph.models.mvcl_features import is_disabled
+    from lexgraph.models.weights import built_from, load_state
 
     directory = Path(directory)
     path = directory / SETTINGS
     restore = restore_hint(path)  # rerun `dvc repro rerank@<variant>` ...
     if is_disabled(directory):
         variant = directory.name
-        raise LexgraphError(f"{directory}: the {variant} re-ranker is switched off (rerank.{variant}.enabled: false); "
-                            f"run `dvc exp run -S rerank.{variant}.enabled=true` (or set it in params.yaml and "
-                            "`dvc repro`)")
+        raise LexgraphError(
+            f"{directory}: the {variant} re-ranker is switched off (rerank.{variant}.enabled: false); "
+            f"run `dvc exp run -S rerank.{variant}.enabled=true` (or set it in params.yaml and "
+            "`dvc repro`)"
+        )
     if not path.exists() and not path.is_symlink():
         raise LexgraphError(f"{path}: the re-ranker not found; run `dvc repro rerank` first")
-    settings = read_json_object(path, what=SETTINGS_WHAT, fix=restore, keys={
-        "format": (lambda v: v == "lexgraph-mvcl", "'lexgraph-mvcl'"),
-        "input_dim": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
-        "config": (lambda v: isinstance(v, dict), "an object of rerank settings"),
-        "first_stage": (lambda v: isinstance(v, str), "a system name"),
-    })
-    with built_from(path, "key 'config' does not build the network", "the rerank settings the rerank stage saved",
-                    restore):
+    settings = read_json_object(
+        path,
+        what=SETTINGS_WHAT,
+        fix=restore,
+        keys={
+            "format": (lambda v: v == "lexgraph-mvcl", "'lexgraph-mvcl'"),
+            "input_dim": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
+            "config": (lambda v: isinstance(v, dict), "an object of rerank settings"),
+            "first_stage": (lambda v: isinstance(v, str), "a system name"),
+        },
+    )
+    with built_from(
+        path, "key 'config' does not build the network", "the rerank settings the rerank stage saved", restore
+    ):
         model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
     # weights of another network shape (e.g. trained before match_features) are one line too
     return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, restore).to(device).eval(), settings

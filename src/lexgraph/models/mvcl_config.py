@@ -49,17 +49,43 @@ PLM_DIR = "plm"  # the fine-tuned PLM inside models/<variant>/ (plm: finetune)
 SETTINGS_WHAT = "the re-ranker settings the rerank stage writes"
 
 #: the keys of ``rerank.<variant>``; every other key of :class:`RerankConfig` (but ``variant``) is shared
-VARIANT_KEYS = ("enabled", "plm", "plm_lr", "max_query_length", "max_article_length", "alignment",
-                "align_temperature", "pooling", "match_features", "warm_start", "fusion", "interpolation",
-                "lr", "weight_decay", "epochs")
+VARIANT_KEYS = (
+    "enabled",
+    "plm",
+    "plm_lr",
+    "max_query_length",
+    "max_article_length",
+    "alignment",
+    "align_temperature",
+    "pooling",
+    "match_features",
+    "warm_start",
+    "fusion",
+    "interpolation",
+    "lr",
+    "weight_decay",
+    "epochs",
+)
 #: variant keys read only under a condition: key -> (the key it depends on, the value that makes it read)
-CONDITIONAL = {"plm_lr": ("plm", "finetune"), "align_temperature": ("alignment", "cosine"),
-               "warm_start": ("match_features", True), "interpolation": ("fusion", True)}
+CONDITIONAL = {
+    "plm_lr": ("plm", "finetune"),
+    "align_temperature": ("alignment", "cosine"),
+    "warm_start": ("match_features", True),
+    "interpolation": ("fusion", True),
+}
 #: the value a conditional key takes when it is not read (not a setting: nothing reads it)
 UNREAD = {"plm_lr": None, "align_temperature": None, "warm_start": False, "interpolation": [1.0]}
 #: the keys the encode_rerank stage reads (it caches the frozen PLM's states for xrerank)
-ENCODE_KEYS = ("xrerank.enabled", "xrerank.max_query_length", "xrerank.max_article_length", "encode_batch_size",
-               "element_patterns", "element_budget", "del_token", "split")
+ENCODE_KEYS = (
+    "xrerank.enabled",
+    "xrerank.max_query_length",
+    "xrerank.max_article_length",
+    "encode_batch_size",
+    "element_patterns",
+    "element_budget",
+    "del_token",
+    "split",
+)
 
 
 def first_stages() -> tuple[str, ...]:
@@ -79,37 +105,65 @@ class RerankConfig:
     plm_lr: float | None = field(default=None, metadata={"expected": "a number > 0 (the PLM's learning rate)"})
     max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
     max_article_length: int = field(default=128, metadata={"expected": "an integer >= 8"})
-    alignment: str = field(default="cosine", metadata={"expected": "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) or projected"})
-    align_temperature: float | None = field(default=0.05, metadata={"expected": "a number > 0 (cosine / temperature of the cosine alignment)"})
+    alignment: str = field(
+        default="cosine",
+        metadata={
+            "expected": (
+                "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) "
+                "or projected"
+            )
+        },
+    )
+    align_temperature: float | None = field(
+        default=0.05, metadata={"expected": "a number > 0 (cosine / temperature of the cosine alignment)"}
+    )
     pooling: str = field(default="tanh", metadata={"expected": "relu or tanh (the attention pooling's activation)"})
     match_features: bool = True  # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
     warm_start: bool = True  # untrained network = MaxSim ranking (read with match_features); epoch 0 can be kept
     fusion: bool = True  # true: fused with the first stage at the alpha chosen on dev; false: the re-ranked list alone
-    interpolation: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
-                                       metadata={"expected": "a non-empty list of distinct numbers in [0, 1] (the re-ranker's weight)"})
+    interpolation: list[float] = field(
+        default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+        metadata={"expected": "a non-empty list of distinct numbers in [0, 1] (the re-ranker's weight)"},
+    )
     lr: float = field(default=0.0003, metadata={"expected": "a number > 0"})
     weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
     epochs: int = field(default=5, metadata={"expected": "a positive integer"})
     # -- shared
-    first_stage: str = field(default="hybrid", metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"})
+    first_stage: str = field(
+        default="hybrid",
+        metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"},
+    )
     k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
     encode_batch_size: int = field(default=32, metadata={"expected": "a positive integer"})
     hidden: int = field(default=64, metadata={"expected": "an even positive integer"})
     dropout: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
-    negatives: int = field(default=1, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"})
+    negatives: int = field(
+        default=1, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"}
+    )
     swap: bool = True
     lambda_case: float = field(default=0.01, metadata={"expected": "a number >= 0"})
     lambda_ele: float = field(default=0.01, metadata={"expected": "a number >= 0"})
     t1: float = field(default=0.1, metadata={"expected": "a number > 0 (case-view temperature)"})
     t2: float = field(default=0.1, metadata={"expected": "a number > 0 (element-view temperature)"})
-    element_patterns: list[str] = field(default_factory=lambda: list(PATTERNS),
-                                        metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"})
-    element_budget: int = field(default=32, metadata={"expected": "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"})
+    element_patterns: list[str] = field(
+        default_factory=lambda: list(PATTERNS),
+        metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"},
+    )
+    element_budget: int = field(
+        default=32,
+        metadata={
+            "expected": (
+                "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"
+            )
+        },
+    )
     del_token: str = field(default="<mask>", metadata={"expected": "a token of the base encoder's vocabulary"})
     batch_size: int = field(default=16, metadata={"expected": "a positive integer (triples per step)"})
     warmup_ratio: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
     max_grad_norm: float = field(default=1.0, metadata={"expected": "a number > 0"})
-    split: str = field(default="dev", metadata={"expected": "dev (the split that chooses the epoch, and alpha with fusion)"})
+    split: str = field(
+        default="dev", metadata={"expected": "dev (the split that chooses the epoch, and alpha with fusion)"}
+    )
     metric: str = field(default="map", metadata={"expected": f"one of {', '.join(METRICS)}"})
     eval_batch_size: int = field(default=128, metadata={"expected": "a positive integer"})
 
@@ -118,7 +172,7 @@ class RerankConfig:
         return tuple(f.name for f in fields(cls) if f.name not in VARIANT_KEYS and f.name != "variant")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None, variant: str = "xrerank") -> "RerankConfig":
+    def from_params(cls, params: dict[str, Any] | None, variant: str = "xrerank") -> RerankConfig:
         """The settings of re-ranker ``variant``: the shared keys of ``params`` (the ``rerank``
         section) and those of ``params[variant]``."""
         params = _mapping(params, SECTION)
@@ -144,19 +198,24 @@ class RerankConfig:
         for key, (depends, value) in CONDITIONAL.items():
             read = values[depends] == value
             if read and key not in own:
-                raise params_error(f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)} "
-                                   f"(read with {depends}: {_yaml(value)})")
+                raise params_error(
+                    f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)} "
+                    f"(read with {depends}: {_yaml(value)})"
+                )
             if not read and key in own:
-                raise params_error(f"'{SECTION}.{variant}.{key}' is read only with {depends}: {_yaml(value)}; "
-                                   f"expected no {key} with {depends}: {_yaml(values[depends])} (remove it)")
-            values[key] = check_types(cls, {key: own[key]}, SECTION, {key: f"{variant}.{key}"})[key] if read \
-                else UNREAD[key]
+                raise params_error(
+                    f"'{SECTION}.{variant}.{key}' is read only with {depends}: {_yaml(value)}; "
+                    f"expected no {key} with {depends}: {_yaml(values[depends])} (remove it)"
+                )
+            values[key] = (
+                check_types(cls, {key: own[key]}, SECTION, {key: f"{variant}.{key}"})[key] if read else UNREAD[key]
+            )
         config = cls(variant=variant, **values)
         config.validate()
         return config
 
     @classmethod
-    def per_variant(cls, params: dict[str, Any] | None) -> dict[str, "RerankConfig"]:
+    def per_variant(cls, params: dict[str, Any] | None) -> dict[str, RerankConfig]:
         """``{variant: settings}`` for both re-rankers (what the stages check before any work)."""
         return {variant: cls.from_params(params, variant) for variant in VARIANTS}
 
@@ -230,5 +289,7 @@ def _refuse_unknown(values: dict[str, Any], allowed: tuple[str, ...], where: str
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), list(allowed), n=1)
         hint = f" (did you mean '{where}.{close[0]}'?)" if close else ""
-        raise params_error(f"unknown keys {', '.join(repr(f'{where}.{k}') for k in unknown)}{hint}; "
-                           f"expected keys of '{where}': {', '.join(sorted(allowed))}")
+        raise params_error(
+            f"unknown keys {', '.join(repr(f'{where}.{k}') for k in unknown)}{hint}; "
+            f"expected keys of '{where}': {', '.join(sorted(allowed))}"
+        )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ class TokenStore:
         self.row = {int(i): r for r, i in enumerate(self.ids.tolist())}
 
     @classmethod
-    def from_list(cls, ids: Sequence[int], states: Sequence[torch.Tensor], dim: int) -> "TokenStore":
+    def from_list(cls, ids: Sequence[int], states: Sequence[torch.Tensor], dim: int) -> TokenStore:
         lengths = torch.tensor([s.shape[0] for s in states], dtype=torch.long)
         offsets = torch.zeros(len(states) + 1, dtype=torch.long)
         offsets[1:] = torch.cumsum(lengths, 0)
@@ -51,7 +52,7 @@ class TokenStore:
 
     def get(self, key: int) -> torch.Tensor:
         r = self.row[int(key)]
-        return self.states[self.offsets[r]:self.offsets[r + 1]]
+        return self.states[self.offsets[r] : self.offsets[r + 1]]
 
     def batch(self, keys: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Padded float32 states ``(n, L, dim)`` and bool mask ``(n, L)`` of ``keys``."""
@@ -67,11 +68,15 @@ class TokenStore:
     def save(self, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
         from lexgraph.io import save_tensors
 
-        tensors = {"ids": torch.as_tensor(self.ids), "offsets": self.offsets.contiguous(), "states": self.states.contiguous()}
+        tensors = {
+            "ids": torch.as_tensor(self.ids),
+            "offsets": self.offsets.contiguous(),
+            "states": self.states.contiguous(),
+        }
         save_tensors(tensors, path, metadata)  # reproducible header, written atomically
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "TokenStore":
+    def load(cls, path: str | os.PathLike) -> TokenStore:
         from lexgraph.io import load_tensors
 
         path = Path(path)
@@ -99,7 +104,9 @@ class FrozenTokenEncoder:
         return tokenize(self.tokenizer, texts, prefix, max_length)
 
     @torch.no_grad()
-    def encode_ids(self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode") -> list[torch.Tensor]:
+    def encode_ids(
+        self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode"
+    ) -> list[torch.Tensor]:
         from lexgraph.progress import progress
 
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # similar lengths batch together
@@ -107,7 +114,7 @@ class FrozenTokenEncoder:
         pad = self.tokenizer.pad_token_id
         starts = range(0, len(order), batch_size)
         for start in progress(starts, desc, total=len(starts), unit="batch", disable=len(order) <= batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             length = max(len(sequences[i]) for i in rows)
             ids = torch.full((len(rows), length), pad, dtype=torch.long)  # (b, L)
             mask = torch.zeros(len(rows), length, dtype=torch.long)  # (b, L)
@@ -115,7 +122,9 @@ class FrozenTokenEncoder:
                 ids[j, : len(sequences[i])] = torch.tensor(sequences[i])
                 mask[j, : len(sequences[i])] = 1
             with autocast(self.device):
-                states = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+                states = self.model(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device)
+                ).last_hidden_state
             states = states.float().cpu().half()  # (b, L, dim)
             for j, i in enumerate(rows):
                 out[i] = states[j, : len(sequences[i])].clone()
@@ -128,8 +137,9 @@ class FrozenTokenEncoder:
     def del_id(self, token: str) -> int:
         return del_token_id(self.tokenizer, token)
 
-    def encode_store(self, ids: Sequence[int], sequences: Sequence[Sequence[int]], batch_size: int,
-                     desc: str = "encode") -> TokenStore:
+    def encode_store(
+        self, ids: Sequence[int], sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode"
+    ) -> TokenStore:
         """The token states of ``sequences`` in a store keyed by ``ids``."""
         return TokenStore.from_list(list(ids), self.encode_ids(sequences, batch_size, desc), self.dim)
 
@@ -168,8 +178,12 @@ def write_disabled(out_dir: str | os.PathLike, variant: str = "xrerank") -> None
 
     with atomic_path(out_dir, directory=True) as tmp:
         write_json(DISABLED, Path(tmp) / "disabled.json", indent=None, ensure_ascii=True)
-    log.info("rerank.%s.enabled is false: %s holds a placeholder (dvc exp run -S rerank.%s.enabled=true builds it)",
-             variant, out_dir, variant)
+    log.info(
+        "rerank.%s.enabled is false: %s holds a placeholder (dvc exp run -S rerank.%s.enabled=true builds it)",
+        variant,
+        out_dir,
+        variant,
+    )
 
 
 def is_disabled(directory: str | os.PathLike) -> bool:
@@ -190,8 +204,9 @@ class TokenInputs:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def token_inputs(articles, questions, config: RerankConfig, tokenizer, query_prefix: str, passage_prefix: str,
-                 seed: int) -> TokenInputs:
+def token_inputs(
+    articles, questions, config: RerankConfig, tokenizer, query_prefix: str, passage_prefix: str, seed: int
+) -> TokenInputs:
     """Tokenise ``articles`` (first ``max_article_length`` tokens, ``passage_prefix``), the
     train and dev questions (``max_query_length``, ``query_prefix``) and build the element
     view of article ``i`` by deleting the sentences drawn from ``(seed, i)``
@@ -214,8 +229,9 @@ def token_inputs(articles, questions, config: RerankConfig, tokenizer, query_pre
         r = index[aid]
         sentences = _filter_patterns(texts[r], config.element_patterns)
         sentence_of = token_sentences(toks[r]["offsets"], sentences, text_start=len(passage_prefix))
-        view, deleted = element_view(toks[r]["input_ids"], sentence_of, [s[2] for s in sentences], del_id,
-                                     config.element_budget, seed, aid)
+        view, deleted = element_view(
+            toks[r]["input_ids"], sentence_of, [s[2] for s in sentences], del_id, config.element_budget, seed, aid
+        )
         view_ids.append(aid)
         view_seqs.append(view)
         n_tok += len(view)
@@ -244,20 +260,33 @@ def token_inputs(articles, questions, config: RerankConfig, tokenizer, query_pre
         "element_view_tokens": n_tok,
         "element_view_deleted_fraction": round(n_del / max(n_tok, 1), 4),
     }
-    return TokenInputs(ids, [t["input_ids"] for t in toks], q["id"].to_list(), [t["input_ids"] for t in q_toks],
-                       view_ids, view_seqs, stats)
+    return TokenInputs(
+        ids,
+        [t["input_ids"] for t in toks],
+        q["id"].to_list(),
+        [t["input_ids"] for t in q_toks],
+        view_ids,
+        view_seqs,
+        stats,
+    )
 
 
 def _metadata(config: RerankConfig, pretrain_dir: str | os.PathLike, seed: int) -> dict[str, str]:
     """What a cached store was built with (a frozen re-ranker reads the cache only when equal)."""
-    return {"model": str(pretrain_dir), "max_article_length": str(config.max_article_length),
-            "max_query_length": str(config.max_query_length), "element_budget": str(config.element_budget),
-            "del_token": config.del_token, "element_patterns": ",".join(config.element_patterns),
-            "view_seed": str(seed)}
+    return {
+        "model": str(pretrain_dir),
+        "max_article_length": str(config.max_article_length),
+        "max_query_length": str(config.max_query_length),
+        "element_budget": str(config.element_budget),
+        "del_token": config.del_token,
+        "element_patterns": ",".join(config.element_patterns),
+        "view_seed": str(seed),
+    }
 
 
-def encode_inputs(encoder: FrozenTokenEncoder, inputs: TokenInputs,
-                  batch_size: int) -> tuple[TokenStore, TokenStore, TokenStore]:
+def encode_inputs(
+    encoder: FrozenTokenEncoder, inputs: TokenInputs, batch_size: int
+) -> tuple[TokenStore, TokenStore, TokenStore]:
     """The frozen encoder's ``(articles, questions, element_views)`` stores of ``inputs``."""
     arts = encoder.encode_store(inputs.article_ids, inputs.articles, batch_size, "encode articles")
     views = encoder.encode_store(inputs.view_ids, inputs.views, batch_size, "encode element views")
@@ -265,8 +294,15 @@ def encode_inputs(encoder: FrozenTokenEncoder, inputs: TokenInputs,
     return arts, qs, views
 
 
-def build_features(articles, questions, config: RerankConfig, pretrain_dir: str | os.PathLike,
-                   out_dir: str | os.PathLike, device: torch.device, seed: int) -> dict[str, Any]:
+def build_features(
+    articles,
+    questions,
+    config: RerankConfig,
+    pretrain_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    device: torch.device,
+    seed: int,
+) -> dict[str, Any]:
     """Encode and write the ``articles``, ``questions`` (train + dev) and ``element_views``
     token stores of :func:`token_inputs` under ``out_dir`` (xrerank's cache); returns the
     element indicator's statistics."""
@@ -276,8 +312,9 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
         write_disabled(out_dir, config.variant)
         return dict(DISABLED)
     encoder = FrozenTokenEncoder(pretrain_dir, device)
-    inputs = token_inputs(articles, questions, config, encoder.tokenizer, encoder.query_prefix,
-                          encoder.passage_prefix, seed)
+    inputs = token_inputs(
+        articles, questions, config, encoder.tokenizer, encoder.query_prefix, encoder.passage_prefix, seed
+    )
     arts, qs, views = encode_inputs(encoder, inputs, config.encode_batch_size)
     meta = _metadata(config, pretrain_dir, seed)
     with atomic_path(out_dir, directory=True) as tmp:
@@ -288,8 +325,14 @@ def build_features(articles, questions, config: RerankConfig, pretrain_dir: str 
     return inputs.stats
 
 
-def cache_matches(features_dir: str | os.PathLike, config: RerankConfig, pretrain_dir: str | os.PathLike,
-                  seed: int, names: Sequence[str] = STORES, keys: Sequence[str] | None = None) -> bool:
+def cache_matches(
+    features_dir: str | os.PathLike,
+    config: RerankConfig,
+    pretrain_dir: str | os.PathLike,
+    seed: int,
+    names: Sequence[str] = STORES,
+    keys: Sequence[str] | None = None,
+) -> bool:
     """True when the stores ``names`` of ``features_dir`` were built with ``config``'s settings
     (``keys``: only these of them; the search side reads the articles at their length only)."""
     from safetensors import safe_open
@@ -311,16 +354,26 @@ def cache_matches(features_dir: str | os.PathLike, config: RerankConfig, pretrai
     return True
 
 
-def frozen_stores(articles, questions, config: RerankConfig, features_dir: str | os.PathLike,
-                  pretrain_dir: str | os.PathLike, device: torch.device,
-                  seed: int) -> tuple[TokenStore, TokenStore, TokenStore]:
+def frozen_stores(
+    articles,
+    questions,
+    config: RerankConfig,
+    features_dir: str | os.PathLike,
+    pretrain_dir: str | os.PathLike,
+    device: torch.device,
+    seed: int,
+) -> tuple[TokenStore, TokenStore, TokenStore]:
     """A frozen re-ranker's ``(articles, questions, element_views)`` stores: the cache of
     ``encode_rerank`` when it was built with the same settings, else encoded here."""
     if cache_matches(features_dir, config, pretrain_dir, seed):
         return tuple(TokenStore.load(Path(features_dir) / f"{n}.safetensors") for n in STORES)  # type: ignore[return-value]
-    log.info("rerank.%s: the cache in %s was built with other settings; encoding with the frozen PLM here",
-             config.variant, features_dir)
+    log.info(
+        "rerank.%s: the cache in %s was built with other settings; encoding with the frozen PLM here",
+        config.variant,
+        features_dir,
+    )
     encoder = FrozenTokenEncoder(pretrain_dir, device)
-    inputs = token_inputs(articles, questions, config, encoder.tokenizer, encoder.query_prefix,
-                          encoder.passage_prefix, seed)
+    inputs = token_inputs(
+        articles, questions, config, encoder.tokenizer, encoder.query_prefix, encoder.passage_prefix, seed
+    )
     return encode_inputs(encoder, inputs, config.encode_batch_size)

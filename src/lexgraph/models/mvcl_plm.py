@@ -12,7 +12,7 @@ store for scoring (dev evaluation; the search side does the same with the saved 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -42,7 +42,7 @@ def length_chunks(lengths: Sequence[int], overhead: int = CHUNK_OVERHEAD_TOKENS)
                 cost[end], cut[end] = c, start
     chunks, end = [], len(sizes)
     while end > 0:
-        chunks.append(order[cut[end]:end])
+        chunks.append(order[cut[end] : end])
         end = cut[end]
     return chunks[::-1]
 
@@ -51,8 +51,9 @@ class PLMTokens:
     """Token ids of many texts (``ids`` -> ``sequences``) and the trainable ``plm`` that turns
     them into last-layer token states."""
 
-    def __init__(self, ids: Sequence[int], sequences: Sequence[Sequence[int]], plm: torch.nn.Module,
-                 pad_id: int) -> None:
+    def __init__(
+        self, ids: Sequence[int], sequences: Sequence[Sequence[int]], plm: torch.nn.Module, pad_id: int
+    ) -> None:
         self.sequences = {int(i): list(s) for i, s in zip(ids, sequences)}
         self.plm, self.pad_id = plm, int(pad_id)
 
@@ -101,7 +102,7 @@ class PLMTokens:
         order = sorted(dict.fromkeys(int(k) for k in keys), key=lambda k: len(self.sequences[k]))
         states: dict[int, torch.Tensor] = {}
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             with autocast():
                 out, mask = self.batch(rows, device)
             out = out.float().cpu().half()  # (b, L, dim)

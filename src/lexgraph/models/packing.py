@@ -8,7 +8,7 @@ per article."""
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -39,9 +39,7 @@ def chunk_token_ids(
             f"max_chunk_length = {max_chunk_length} and max_document_length = {max_document_length}: "
             f"expected max_chunk_length >= {specials + 1} and max_document_length >= max_chunk_length"
         )
-    enc = tokenizer(
-        list(texts), add_special_tokens=False, truncation=True, max_length=max_chunks * body, verbose=False
-    )
+    enc = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_chunks * body, verbose=False)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     out = []
     for ids in enc["input_ids"]:

@@ -36,8 +36,9 @@ from __future__ import annotations
 import logging
 import os
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from lexgraph.config import params_error, section_config
 from lexgraph.errors import ConfigError
@@ -99,7 +100,7 @@ class PretrainConfig:
     log_every: int = 100
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "PretrainConfig":
+    def from_params(cls, params: dict[str, Any]) -> PretrainConfig:
         return section_config(cls, params, SECTION)
 
     @property
@@ -118,8 +119,17 @@ class PretrainConfig:
             raise bad("mode", f"one of {', '.join(MODES)}")
         if self.source not in SOURCES:
             raise bad("source", f"one of {', '.join(SOURCES)}")
-        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_eval_blocks", "max_steps",
-                    "batch_size", "log_every", "accumulation_steps"):
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "max_eval_blocks",
+            "max_steps",
+            "batch_size",
+            "log_every",
+            "accumulation_steps",
+        ):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(key, "a positive integer")
@@ -131,10 +141,16 @@ class PretrainConfig:
             raise bad("eval_fraction", "a fraction in (0, 0.5)")
         if not 0.0 < self.mlm_probability < 1.0:
             raise bad("mlm_probability", "a fraction in (0, 1)")
-        if not (isinstance(self.warmup_ratio, (int, float)) and 0 <= self.warmup_ratio < 1
-                and self.warmup_steps < self.max_steps):
-            raise bad("warmup_ratio", f"a share of max_steps in [0, 1) leaving at least one step after warm-up "
-                                      f"(max_steps = {self.max_steps})")
+        if not (
+            isinstance(self.warmup_ratio, (int, float))
+            and 0 <= self.warmup_ratio < 1
+            and self.warmup_steps < self.max_steps
+        ):
+            raise bad(
+                "warmup_ratio",
+                f"a share of max_steps in [0, 1) leaving at least one step after warm-up "
+                f"(max_steps = {self.max_steps})",
+            )
         if not (isinstance(self.adam_epsilon, (int, float)) and self.adam_epsilon > 0):
             raise bad("adam_epsilon", "a positive number")
         if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
@@ -252,7 +268,9 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int, model_max_l
         counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
     vocab = learn_wordpiece_vocab(counts, vocab_size, min_frequency=2)
 
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=unk, continuing_subword_prefix="##", max_input_chars_per_word=100))
+    tok = Tokenizer(
+        models.WordPiece(vocab=vocab, unk_token=unk, continuing_subword_prefix="##", max_input_chars_per_word=100)
+    )
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
     tok.post_processor = processors.TemplateProcessing(
@@ -303,7 +321,11 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
         model = build_scratch_model(cfg, tokenizer, seed)
         log.info(
             "scratch BERT: vocab %d, hidden %d, %d layers, %d heads, %.1fM parameters",
-            len(tokenizer), cfg.hidden_size, cfg.num_layers, cfg.num_heads, model.num_parameters() / 1e6,
+            len(tokenizer),
+            cfg.hidden_size,
+            cfg.num_layers,
+            cfg.num_heads,
+            model.num_parameters() / 1e6,
         )
         return tokenizer, model
 

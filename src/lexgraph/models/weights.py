@@ -5,8 +5,8 @@ weights (:func:`load_state`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from lexgraph.config import without_params_file
 from lexgraph.errors import DataError, LexgraphError
@@ -14,8 +14,13 @@ from lexgraph.io import load_tensors
 
 
 @contextmanager
-def built_from(settings_file: str | os.PathLike, problem: str, expected: str, remedy: str,
-               errors: tuple[type[Exception], ...] = (TypeError, ValueError, LexgraphError)) -> Iterator[None]:
+def built_from(
+    settings_file: str | os.PathLike,
+    problem: str,
+    expected: str,
+    remedy: str,
+    errors: tuple[type[Exception], ...] = (TypeError, ValueError, LexgraphError),
+) -> Iterator[None]:
     """Build a network inside the block from what ``settings_file`` holds: one of ``errors``
     raised there is a one-sentence :class:`DataError` naming that file,
     ``<problem> (<detail>); expected <expected>; <remedy>``. The detail drops a leading
@@ -23,8 +28,9 @@ def built_from(settings_file: str | os.PathLike, problem: str, expected: str, re
     try:
         yield
     except errors as exc:
-        raise DataError(settings_file, f"{problem} ({without_params_file(exc)}); expected {expected}; "
-                                       f"{remedy}") from None
+        raise DataError(
+            settings_file, f"{problem} ({without_params_file(exc)}); expected {expected}; {remedy}"
+        ) from None
 
 
 def load_state(model, target: str | os.PathLike, what: str, settings: str, remedy: str):
@@ -35,6 +41,7 @@ def load_state(model, target: str | os.PathLike, what: str, settings: str, remed
     try:
         model.load_state_dict(load_tensors(target, what, remedy))
     except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors
-        raise DataError(target, f"weights that do not fit the network {settings} describes "
-                                f"({str(exc).splitlines()[0]}); {remedy}") from None
+        raise DataError(
+            target, f"weights that do not fit the network {settings} describes ({str(exc).splitlines()[0]}); {remedy}"
+        ) from None
     return model

@@ -53,16 +53,16 @@ import logging
 import math
 import numbers
 import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from lexgraph import layout
 from lexgraph.errors import LexgraphError
-from lexgraph.progress import progress, progress_bar
+from lexgraph.progress import progress_bar
 
 try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip its counting pass
     from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
@@ -154,7 +154,7 @@ class BM25:
             self._analyzer = FrenchAnalyzer(**self.analyzer_config)
         return self._analyzer
 
-    def fit(self, tokenised_docs: Sequence[Sequence[str]], doc_ids: Iterable[int]) -> "BM25":
+    def fit(self, tokenised_docs: Sequence[Sequence[str]], doc_ids: Iterable[int]) -> BM25:
         """Index ``tokenised_docs`` (lists of terms) under the article ids ``doc_ids``."""
         doc_ids = np.asarray(list(doc_ids) if not isinstance(doc_ids, np.ndarray) else doc_ids, dtype=np.int64)
         if doc_ids.ndim != 1 or doc_ids.size != len(tokenised_docs):
@@ -194,14 +194,20 @@ class BM25:
         )
         return self
 
-    def fit_texts(self, texts: Sequence[str], doc_ids: Iterable[int]) -> "BM25":
+    def fit_texts(self, texts: Sequence[str], doc_ids: Iterable[int]) -> BM25:
         """Analyse ``texts`` with this index's analyzer, then :meth:`fit`."""
         return self.fit(self.analyzer.analyze_many(texts, desc="analyze articles"), doc_ids)
 
     def _set_tf(self, tf: sp.csr_matrix, lengths: np.ndarray) -> None:
         idx_dtype = np.int32 if tf.nnz < np.iinfo(np.int32).max else np.int64
-        tf = sp.csr_matrix((tf.data.astype(np.int32, copy=False), tf.indices.astype(idx_dtype, copy=False),
-                            tf.indptr.astype(idx_dtype, copy=False)), shape=tf.shape)
+        tf = sp.csr_matrix(
+            (
+                tf.data.astype(np.int32, copy=False),
+                tf.indices.astype(idx_dtype, copy=False),
+                tf.indptr.astype(idx_dtype, copy=False),
+            ),
+            shape=tf.shape,
+        )
         self._tf = tf
         self.doc_len = lengths.astype(np.int64, copy=False)
         self.doc_freq = np.diff(tf.indptr).astype(np.int64)
@@ -213,7 +219,7 @@ class BM25:
         self._weights = sp.csr_matrix((w32, self._tf.indices, self._tf.indptr), shape=self._tf.shape)
         self._zero_idf = self.idf == 0.0  # (n_terms,) every weight of such a term is 0
 
-    def reweight(self, k1: float, b: float) -> "BM25":
+    def reweight(self, k1: float, b: float) -> BM25:
         """Switch to new ``k1``/``b`` from the stored counts (no re-tokenising, no refit)."""
         self._require_fitted()
         self._check_params(k1, b)
@@ -221,7 +227,7 @@ class BM25:
         self._compute_weights()
         return self
 
-    def set_idf_floor(self, idf_floor: float | None) -> "BM25":
+    def set_idf_floor(self, idf_floor: float | None) -> BM25:
         """Change the negative-idf policy (see the module docstring) and recompute weights."""
         self._require_fitted()
         self.idf_floor = None if idf_floor is None else float(idf_floor)
@@ -241,8 +247,9 @@ class BM25:
         n = len(tokenised_queries)
         get = self.vocab.get
         lengths = np.fromiter((len(toks) for toks in tokenised_queries), dtype=np.int64, count=n)
-        terms = np.fromiter((get(t, -1) for toks in tokenised_queries for t in toks), dtype=np.int64,
-                            count=int(lengths.sum()))
+        terms = np.fromiter(
+            (get(t, -1) for toks in tokenised_queries for t in toks), dtype=np.int64, count=int(lengths.sum())
+        )
         rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
         keep = terms >= 0
         keep[keep] = ~self._zero_idf[terms[keep]]  # terms whose weights are all 0 add nothing: left out
@@ -265,15 +272,22 @@ class BM25:
         if _csr_matmat is not None:
             bound = int(self.doc_freq[q.indices].sum())
             idx_dtype = np.int32 if max(bound, w.indptr[-1]) < np.iinfo(np.int32).max else np.int64
-            args = [
-                np.asarray(a, dtype=idx_dtype) for a in (q.indptr, q.indices, w.indptr, w.indices)
-            ]
+            args = [np.asarray(a, dtype=idx_dtype) for a in (q.indptr, q.indices, w.indptr, w.indices)]
             indptr = np.empty(n + 1, dtype=idx_dtype)
             cols = np.empty(bound, dtype=idx_dtype)
             vals = np.empty(bound, dtype=np.float32)
             _csr_matmat(
-                n, self.n_docs, args[0], args[1], q.data.astype(np.float32, copy=False),
-                args[2], args[3], w.data, indptr, cols, vals,
+                n,
+                self.n_docs,
+                args[0],
+                args[1],
+                q.data.astype(np.float32, copy=False),
+                args[2],
+                args[3],
+                w.data,
+                indptr,
+                cols,
+                vals,
             )
             nnz = int(indptr[-1])
             return indptr, cols[:nnz], vals[:nnz]
@@ -323,8 +337,19 @@ class BM25:
                 stop = min(n, start + batch_size)
                 q = self._query_matrix(tokenised_queries[start:stop])
                 if kernel is not None:
-                    kernel(q.indptr.astype(np.int64), q.indices.astype(np.int64), q.data, w.indptr, w.indices,
-                           w.data, self.n_docs, k, cols[start:stop], scores[start:stop], kernel_scan())
+                    kernel(
+                        q.indptr.astype(np.int64),
+                        q.indices.astype(np.int64),
+                        q.data,
+                        w.indptr,
+                        w.indices,
+                        w.data,
+                        self.n_docs,
+                        k,
+                        cols[start:stop],
+                        scores[start:stop],
+                        kernel_scan(),
+                    )
                 else:
                     indptr, top, vals = self._score_sparse(q)
                     cols[start:stop], scores[start:stop] = sparse_topk(indptr, top, vals, self.n_docs, k)
@@ -340,7 +365,6 @@ class BM25:
         from lexgraph.retrieval.bm25_numba import search_batch
 
         return search_batch
-
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Analyse ``questions`` with the index's analyzer and return the top-``k`` (see :meth:`search_tokens`).
@@ -388,7 +412,7 @@ class BM25:
         log.info("saved BM25 index (%d documents, %d terms) to %s", self.n_docs, self.n_terms, directory)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "BM25":
+    def load(cls, directory: str | Path) -> BM25:
         """Load an index written by :meth:`save`; a missing, truncated or inconsistent file
         raises a :class:`LexgraphError` naming it."""
         directory = Path(directory)
@@ -399,7 +423,9 @@ class BM25:
         try:
             meta = json.loads((directory / _META).read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise LexgraphError(f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}") from None
+            raise LexgraphError(
+                f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}"
+            ) from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
             got = meta if not isinstance(meta, dict) else f"{meta.get('format')!r} v{meta.get('version')!r}"
             raise LexgraphError(
@@ -414,7 +440,9 @@ class BM25:
             with np.load(directory / _ARRAYS, allow_pickle=False) as z:
                 arrays = {name: z[name] for name in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise LexgraphError(f"{directory / _ARRAYS}: truncated or corrupt index arrays ({exc}); {restore}") from None
+            raise LexgraphError(
+                f"{directory / _ARRAYS}: truncated or corrupt index arrays ({exc}); {restore}"
+            ) from None
         if needed - set(arrays):
             raise LexgraphError(f"{directory / _ARRAYS}: missing arrays {sorted(needed - set(arrays))}; {restore}")
         try:
@@ -422,9 +450,7 @@ class BM25:
             if len(terms) != n_terms or arrays["doc_ids"].size != n_docs:
                 raise ValueError("the files disagree on the number of terms or documents")
             self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
-            tf = sp.csr_matrix(
-                (arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs)
-            )
+            tf = sp.csr_matrix((arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs))
         except (KeyError, TypeError, ValueError) as exc:
             raise LexgraphError(f"{directory}: inconsistent BM25 index ({exc}); {restore}") from None
         self.doc_ids, self.terms = arrays["doc_ids"], terms
@@ -453,35 +479,3 @@ def load_system(workspace: Path, device: str = "cpu") -> BM25:
     bm25 = BM25.load(directory)
     bm25.name = "bm25"
     return bm25
-
-
-def tune(
-    bm25: BM25,
-    question_tokens: Mapping[Hashable, Sequence[str]],
-    qrels: Mapping[Hashable, Iterable[int]],
-    k1_grid: Sequence[float],
-    b_grid: Sequence[float],
-    score_fn: Callable[[dict, Mapping], float],
-    k: int = 100,
-) -> list[dict[str, float]]:
-    """Grid search of ``k1`` x ``b``: ``[{"k1", "b", "score"}, ...]`` in grid order (k1 outer).
-
-    For each pair the index is re-weighted (:meth:`BM25.reweight`), the questions
-    ``{qid: tokens}`` are searched to depth ``k`` and ``score_fn(run, qrels)`` scores
-    the run ``{qid: [article ids, best first]}``. The index's own ``k1``/``b`` are
-    restored afterwards.
-    """
-    qids = list(question_tokens)
-    tokens = [question_tokens[q] for q in qids]
-    saved = (bm25.k1, bm25.b)
-    results: list[dict[str, float]] = []
-    grid = [(float(k1), float(b)) for k1 in k1_grid for b in b_grid]
-    try:
-        for k1, b in progress(grid, "bm25 tune", unit="pair"):
-            bm25.reweight(k1, b)
-            ids, _ = bm25.search_tokens(tokens, k, progress=False)
-            run = {q: row.tolist() for q, row in zip(qids, ids)}
-            results.append({"k1": k1, "b": b, "score": float(score_fn(run, qrels))})
-    finally:
-        bm25.reweight(*saved)
-    return results

@@ -60,9 +60,75 @@ _LOW = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
 # count of trailing zero bits by a De Bruijn sequence: ((x & -x) * _DEBRUIJN) >> 58 indexes _CTZ
 _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_CTZ = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22, 45, 39,
-                 33, 30, 24, 18, 12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26, 40,
-                 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6], dtype=np.int64)
+_CTZ = np.array(
+    [
+        0,
+        1,
+        48,
+        2,
+        57,
+        49,
+        28,
+        3,
+        61,
+        58,
+        50,
+        42,
+        38,
+        29,
+        17,
+        4,
+        62,
+        55,
+        59,
+        36,
+        53,
+        51,
+        43,
+        22,
+        45,
+        39,
+        33,
+        30,
+        24,
+        18,
+        12,
+        5,
+        63,
+        47,
+        56,
+        27,
+        60,
+        41,
+        37,
+        16,
+        54,
+        35,
+        52,
+        21,
+        44,
+        32,
+        23,
+        11,
+        46,
+        26,
+        40,
+        15,
+        34,
+        20,
+        31,
+        10,
+        25,
+        14,
+        19,
+        9,
+        13,
+        8,
+        7,
+        6,
+    ],
+    dtype=np.int64,
+)
 
 
 def _key(score_bits, doc):
@@ -207,8 +273,7 @@ def _write_row(row, buf, n, k, acc, out_cols, out_vals):
             d += 1
 
 
-def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_docs, k, out_cols, out_vals,
-                  dense_scan):
+def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_docs, k, out_cols, out_vals, dense_scan):
     nq = q_indptr.shape[0] - 1
     acc = np.zeros(n_docs, dtype=np.float32)  # (n_docs,) scores of the current query
     bits = acc.view(np.int32)  # the same scores as integers: same order, since they are >= 0
@@ -218,8 +283,9 @@ def _search_batch(q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, n_do
     cap = k + max(k, _BLOCK)
     buf = np.empty(cap, dtype=np.uint64)  # candidate keys
     for row in range(nq):
-        scan, n_touched = _accumulate(row, q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, acc, touched,
-                                      n_docs, dense_scan)
+        scan, n_touched = _accumulate(
+            row, q_indptr, q_indices, q_data, w_indptr, w_indices, w_data, acc, touched, n_docs, dense_scan
+        )
         if scan:
             n = _scan_candidates(bits, blocks, n_blocks, n_docs, buf, cap, k)
         else:
@@ -240,8 +306,11 @@ def _compiled_with_cache(function, **options):
     try:
         return numba.njit(cache=True, **options)(function)
     except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available for file ..."
-        log.info("BM25 kernel: %s; compiling it in this process (set NUMBA_CACHE_DIR to a writable folder "
-                 "to keep the compiled kernel)", exc)
+        log.info(
+            "BM25 kernel: %s; compiling it in this process (set NUMBA_CACHE_DIR to a writable folder "
+            "to keep the compiled kernel)",
+            exc,
+        )
         return numba.njit(**options)(function)
 
 

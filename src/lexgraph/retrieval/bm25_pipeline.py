@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,8 @@ from lexgraph.config import bad_value, expectation, refuse_held_out, section_con
 from lexgraph.data.schema import split_questions
 from lexgraph.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.metrics import METRICS, evaluate_run
-from lexgraph.retrieval.bm25 import BM25, tune
+from lexgraph.progress import progress
+from lexgraph.retrieval.bm25 import BM25
 from lexgraph.text import FrenchAnalyzer
 
 log = logging.getLogger(__name__)
@@ -24,13 +26,17 @@ class Bm25TuneConfig:
 
     split: str = field(default="dev", metadata={"expected": "dev (or train)"})
     metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    k1: list[float] = field(default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
-                            metadata={"expected": "a non-empty list of numbers >= 0"})
-    b: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
-                           metadata={"expected": "a non-empty list of numbers in [0, 1]"})
+    k1: list[float] = field(
+        default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
+        metadata={"expected": "a non-empty list of numbers >= 0"},
+    )
+    b: list[float] = field(
+        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
+        metadata={"expected": "a non-empty list of numbers in [0, 1]"},
+    )
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "Bm25TuneConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
         return section_config(cls, params, "bm25_tune")
 
     def validate(self) -> None:
@@ -51,7 +57,7 @@ class Bm25Config:
     b: float | str = field(default="tuned", metadata={"expected": "a number in [0, 1] or 'tuned'"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "Bm25Config":
+    def from_params(cls, params: dict[str, Any] | None) -> Bm25Config:
         return section_config(cls, params, "bm25")
 
     def validate(self) -> None:
@@ -76,7 +82,13 @@ def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, config: Bm25TuneC
     index = build_index(articles, 1.2, 0.75)
     depth = max(int(metric.split("@")[1]) if "@" in metric else 500, 10)
     grid = tune(
-        index, tokens, qrels, config.k1, config.b, lambda run, q: evaluate_run(run, q)[metric], k=min(depth, index.n_docs)
+        index,
+        tokens,
+        qrels,
+        config.k1,
+        config.b,
+        lambda run, q: evaluate_run(run, q)[metric],
+        k=min(depth, index.n_docs),
     )
     # best score; ties go to the first pair in grid order (deterministic)
     best = max(grid, key=lambda row: row["score"])
@@ -104,5 +116,41 @@ def read_tuned(path, config: Bm25Config) -> dict[str, Any]:
     needed = {key: check for key, check in TUNED_KEYS.items() if getattr(config, key) == "tuned"}
     if not needed:
         return {}
-    return read_json_object(path, what="bm25_tune's best pair, an object with k1 and b (e.g. "
-                            '{"k1": 1.0, "b": 0.1, ...})', fix="rerun `dvc repro bm25_tune`", keys=needed)
+    return read_json_object(
+        path,
+        what='bm25_tune\'s best pair, an object with k1 and b (e.g. {"k1": 1.0, "b": 0.1, ...})',
+        fix="rerun `dvc repro bm25_tune`",
+        keys=needed,
+    )
+
+
+def tune(
+    bm25: BM25,
+    question_tokens: Mapping[Hashable, Sequence[str]],
+    qrels: Mapping[Hashable, Iterable[int]],
+    k1_grid: Sequence[float],
+    b_grid: Sequence[float],
+    score_fn: Callable[[dict, Mapping], float],
+    k: int = 100,
+) -> list[dict[str, float]]:
+    """Grid search of ``k1`` x ``b``: ``[{"k1", "b", "score"}, ...]`` in grid order (k1 outer).
+
+    For each pair the index is re-weighted (:meth:`BM25.reweight`), the questions
+    ``{qid: tokens}`` are searched to depth ``k`` and ``score_fn(run, qrels)`` scores
+    the run ``{qid: [article ids, best first]}``. The index's own ``k1``/``b`` are
+    restored afterwards.
+    """
+    qids = list(question_tokens)
+    tokens = [question_tokens[q] for q in qids]
+    saved = (bm25.k1, bm25.b)
+    results: list[dict[str, float]] = []
+    grid = [(float(k1), float(b)) for k1 in k1_grid for b in b_grid]
+    try:
+        for k1, b in progress(grid, "bm25 tune", unit="pair"):
+            bm25.reweight(k1, b)
+            ids, _ = bm25.search_tokens(tokens, k, progress=False)
+            run = {q: row.tolist() for q, row in zip(qids, ids)}
+            results.append({"k1": k1, "b": b, "score": float(score_fn(run, qrels))})
+    finally:
+        bm25.reweight(*saved)
+    return results

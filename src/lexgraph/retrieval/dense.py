@@ -26,9 +26,9 @@ corpora, on the training device).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -141,8 +141,9 @@ class DenseRetriever:
         if self._index is None:
             from lexgraph.retrieval.index import DenseIndex
 
-            self._index = DenseIndex(self.article_ids, self.article_embeddings.numpy(), self.index_config,
-                                     normalize=self.normalize)
+            self._index = DenseIndex(
+                self.article_ids, self.article_embeddings.numpy(), self.index_config, normalize=self.normalize
+            )
         return self._index
 
     @property
@@ -158,8 +159,9 @@ class DenseRetriever:
             return self.query_encoder.encode(texts, batch_size=self.batch_size, show_progress=show_progress)
         key = (id(self.query_encoder), self.batch_size, str(self.device), tuple(texts))
         if key not in shared.encodings:
-            shared.encodings[key] = self.query_encoder.encode(texts, batch_size=self.batch_size, device=self.device,
-                                                              show_progress=show_progress)
+            shared.encodings[key] = self.query_encoder.encode(
+                texts, batch_size=self.batch_size, device=self.device, show_progress=show_progress
+            )
         return shared.encodings[key].clone()
 
     def search_embeddings(self, query_embeddings: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -195,8 +197,17 @@ def _require(path: Path, what: str, stage: str) -> Path:
     return path
 
 
-def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: str = "auto", index=None,
-               normalize: bool = True, *, embeddings_what: str | None = None) -> DenseRetriever:
+def load_dense(
+    name: str,
+    query_dir: Path,
+    emb_path: Path,
+    stage: str,
+    device: str = "auto",
+    index=None,
+    normalize: bool = True,
+    *,
+    embeddings_what: str | None = None,
+) -> DenseRetriever:
     """The system ``name``: the query encoder in ``query_dir`` + the article embeddings in
     ``emb_path``, both made by ``stage`` (the embeddings are checked first; a missing one is
     "the <name> article embeddings", or ``embeddings_what``, "not found; run `dvc repro <stage>` first")."""
@@ -207,8 +218,16 @@ def load_dense(name: str, query_dir: Path, emb_path: Path, stage: str, device: s
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
     encoder = load_query_encoder(query_dir)
-    return DenseRetriever(encoder, ids, embeddings, name=name, device=resolve_device(device), source=emb_path,
-                          index=index, normalize=normalize)
+    return DenseRetriever(
+        encoder,
+        ids,
+        embeddings,
+        name=name,
+        device=resolve_device(device),
+        source=emb_path,
+        index=index,
+        normalize=normalize,
+    )
 
 
 def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
@@ -216,5 +235,12 @@ def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetrieve
     query encoder is checked first: both come from ``dvc repro embed``)."""
     workspace = Path(workspace)
     query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
-    return load_dense("dsr", query_dir, layout.EMBED.under(workspace, "articles.safetensors"), "embed", device, index,
-                      embeddings_what="the DSR article embeddings")
+    return load_dense(
+        "dsr",
+        query_dir,
+        layout.EMBED.under(workspace, "articles.safetensors"),
+        "embed",
+        device,
+        index,
+        embeddings_what="the DSR article embeddings",
+    )

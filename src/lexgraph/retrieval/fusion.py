@@ -53,8 +53,9 @@ zero-score padding included, exactly as the system ranks on its own), so that th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -78,11 +79,21 @@ class Fusion:
 
     def __post_init__(self) -> None:
         if self.method == "rrf":
-            ok = isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 0 and self.norm is None \
+            ok = (
+                isinstance(self.k, int)
+                and not isinstance(self.k, bool)
+                and self.k >= 0
+                and self.norm is None
                 and self.weight is None
+            )
         elif self.method == "wsum":
-            ok = self.k is None and self.norm in NORMS and isinstance(self.weight, (int, float)) \
-                and not isinstance(self.weight, bool) and 0.0 <= self.weight <= 1.0
+            ok = (
+                self.k is None
+                and self.norm in NORMS
+                and isinstance(self.weight, (int, float))
+                and not isinstance(self.weight, bool)
+                and 0.0 <= self.weight <= 1.0
+            )
         else:
             ok = self.method in ALONE and self.k is None and self.norm is None and self.weight is None
         if not ok:
@@ -106,10 +117,14 @@ class Fusion:
         return {"method": self.method, "k": self.k, "norm": self.norm, "weight": self.weight}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Fusion":
+    def from_dict(cls, d: Mapping[str, Any]) -> Fusion:
         weight = d.get("weight")
-        return cls(method=d.get("method"), k=d.get("k"), norm=d.get("norm"),
-                   weight=float(weight) if isinstance(weight, (int, float)) and not isinstance(weight, bool) else weight)
+        return cls(
+            method=d.get("method"),
+            k=d.get("k"),
+            norm=d.get("norm"),
+            weight=float(weight) if isinstance(weight, (int, float)) and not isinstance(weight, bool) else weight,
+        )
 
     def ranx_args(self) -> dict[str, Any]:
         """Keyword arguments of :func:`ranx.fuse` for this fusion (runs in the order bm25, dense)."""

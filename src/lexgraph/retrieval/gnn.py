@@ -31,9 +31,12 @@ def _cosine(model_dir: Path) -> bool:
     ``similarity``; dot product otherwise)."""
     from lexgraph.inputs import read_json_object
 
-    settings = read_json_object(model_dir / "gnn.json", what="the graph encoder settings train_gnn writes",
-                                optional={"similarity": (lambda v: v in ("cosine", "dot"), "cosine or dot")},
-                                fix="rerun `dvc repro train_gnn` (or `dvc checkout`) to restore it")
+    settings = read_json_object(
+        model_dir / "gnn.json",
+        what="the graph encoder settings train_gnn writes",
+        optional={"similarity": (lambda v: v in ("cosine", "dot"), "cosine or dot")},
+        fix="rerun `dvc repro train_gnn` (or `dvc checkout`) to restore it",
+    )
     return settings.get("similarity", "cosine") == "cosine"
 
 
@@ -43,10 +46,12 @@ def load_graph_system(variant: str, workspace: Path, device: str = "auto", index
     workspace = Path(workspace)
     artifact = layout.GNN[variant]
     model_dir = artifact.under(workspace)
-    query_dir = model_dir / "query_encoder" if variant in QUESTION_SYSTEMS else layout.DSR.under(workspace,
-                                                                                                  "query_encoder")
-    return load_dense(variant, query_dir, model_dir / ARTICLE_EMBEDDINGS, artifact.stage, device, index,
-                      _cosine(model_dir))
+    query_dir = (
+        model_dir / "query_encoder" if variant in QUESTION_SYSTEMS else layout.DSR.under(workspace, "query_encoder")
+    )
+    return load_dense(
+        variant, query_dir, model_dir / ARTICLE_EMBEDDINGS, artifact.stage, device, index, _cosine(model_dir)
+    )
 
 
 def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:

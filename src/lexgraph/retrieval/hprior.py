@@ -23,8 +23,8 @@ import torch
 
 from lexgraph.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.data.schema import SPLITS, split_questions
-from lexgraph.errors import DataError
 from lexgraph.embed import ARTICLE_EMBEDDINGS
+from lexgraph.errors import DataError
 from lexgraph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.metrics import METRICS, dense_run_metrics, rounded_all
 
@@ -39,12 +39,14 @@ class HpriorConfig:
     """The ``hprior`` section of params.yaml."""
 
     weights: list[float] = field(metadata={"expected": "a list of distinct numbers >= 0 (0 = DSR)"})
-    scopes: list[int] = field(metadata={"expected": "a list of distinct integers >= 0 (levels above the deepest heading)"})
+    scopes: list[int] = field(
+        metadata={"expected": "a list of distinct integers >= 0 (levels above the deepest heading)"}
+    )
     split: str = field(metadata={"expected": "dev (or train)"})
     metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "HpriorConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> HpriorConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -56,15 +58,25 @@ class HpriorConfig:
             raise bad("split")
         if self.metric not in METRICS:
             raise bad("metric")
-        if not self.weights or any(not np.isfinite(w) or w < 0 for w in self.weights) \
-                or len(set(self.weights)) < len(self.weights):
+        if (
+            not self.weights
+            or any(not np.isfinite(w) or w < 0 for w in self.weights)
+            or len(set(self.weights)) < len(self.weights)
+        ):
             raise bad("weights")
         if not self.scopes or any(s < 0 for s in self.scopes) or len(set(self.scopes)) < len(self.scopes):
             raise bad("scopes")
 
 
-def dev_grid(graph, article_ids: np.ndarray, article_vectors: torch.Tensor, queries: torch.Tensor,
-             qids: list[int], qrels: dict[int, list[int]], config: HpriorConfig) -> list[dict[str, Any]]:
+def dev_grid(
+    graph,
+    article_ids: np.ndarray,
+    article_vectors: torch.Tensor,
+    queries: torch.Tensor,
+    qids: list[int],
+    qrels: dict[int, list[int]],
+    config: HpriorConfig,
+) -> list[dict[str, Any]]:
     """Every ``(scope, weight)`` of the grid with its metrics on the tuning split, in
     tie-breaking order (scope, then weight, ascending)."""
     from lexgraph.hierarchy import hierarchy_prior
@@ -87,28 +99,44 @@ class HpriorResult:
     report: dict[str, Any]
 
 
-def tune(graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], questions, config: HpriorConfig,
-         paths: dict[str, Any]) -> HpriorResult:
+def tune(
+    graph,
+    embeddings: dict[str, tuple[np.ndarray, torch.Tensor]],
+    questions,
+    config: HpriorConfig,
+    paths: dict[str, Any],
+) -> HpriorResult:
     """Choose the scope and weight on ``config.split`` and propagate the article vectors.
 
     ``embeddings``: ``{"articles"|"questions": (ids, (n, dim))}`` from the ``embed`` stage
     (DSR); ``paths`` name the files in errors."""
-    from lexgraph.hierarchy import hierarchy_prior
     from lexgraph.embed import select_rows
+    from lexgraph.hierarchy import hierarchy_prior
 
     qids, _, qrels = split_questions(questions, config.split)
     if not qids:
-        raise DataError(paths["questions"], f"no question with split '{config.split}' to choose the prior on "
-                                            f"(params.yaml 'hprior.split')", column="split")
+        raise DataError(
+            paths["questions"],
+            f"no question with split '{config.split}' to choose the prior on (params.yaml 'hprior.split')",
+            column="split",
+        )
     article_ids = graph.article_ids.numpy()
     vectors = select_rows(*embeddings["articles"], article_ids, paths["articles"], "article")  # (A, dim)
-    queries = select_rows(*embeddings["questions"], np.asarray(qids, dtype=np.int64), paths["questions_embeddings"],
-                          "question")  # (Q, dim)
+    queries = select_rows(
+        *embeddings["questions"], np.asarray(qids, dtype=np.int64), paths["questions_embeddings"], "question"
+    )  # (Q, dim)
     rows = dev_grid(graph, article_ids, vectors, queries, qids, qrels, config)
     best = first_best(rows, config.metric)
     dsr = next((r for r in rows if r["weight"] == 0), None)
-    log.info("hprior: scope %d, weight %g on %s (%s %.4f; DSR %s)", best["scope"], best["weight"], config.split,
-             config.metric, best[config.metric], f"{dsr[config.metric]:.4f}" if dsr else "not in the grid")
+    log.info(
+        "hprior: scope %d, weight %g on %s (%s %.4f; DSR %s)",
+        best["scope"],
+        best["weight"],
+        config.split,
+        config.metric,
+        best[config.metric],
+        f"{dsr[config.metric]:.4f}" if dsr else "not in the grid",
+    )
     report = {
         "format": HPRIOR_FORMAT,
         "scope": best["scope"],
@@ -118,8 +146,13 @@ def tune(graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], question
         "config": asdict(config),
         "grid": rows,
     }
-    return HpriorResult(best["scope"], best["weight"], article_ids,
-                        hierarchy_prior(graph, vectors, best["weight"], best["scope"]), report)
+    return HpriorResult(
+        best["scope"],
+        best["weight"],
+        article_ids,
+        hierarchy_prior(graph, vectors, best["weight"], best["scope"]),
+        report,
+    )
 
 
 def tune_metrics(report: dict[str, Any]) -> dict[str, Any]:
@@ -151,5 +184,11 @@ def load_hprior(workspace: Path, device: str = "auto", index=None):
     from lexgraph.retrieval.dense import load_dense
 
     workspace = Path(workspace)
-    return load_dense("hprior", layout.DSR.under(workspace, "query_encoder"), layout.HPRIOR.under(workspace, ARTICLE_EMBEDDINGS),
-                      "hprior", device, index)
+    return load_dense(
+        "hprior",
+        layout.DSR.under(workspace, "query_encoder"),
+        layout.HPRIOR.under(workspace, ARTICLE_EMBEDDINGS),
+        "hprior",
+        device,
+        index,
+    )

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,17 +56,22 @@ class HybridConfig:
     metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
     dense: str = field(default="best", metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
     depth: int = field(default=1000, metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
-    rrf_k: list[int] = field(default_factory=lambda: [10, 20, 30, 60, 100],
-                             metadata={"expected": "a list of distinct integers >= 0"})
-    norms: list[str] = field(default_factory=lambda: list(NORMS),
-                             metadata={"expected": f"a list of distinct normalisations among {', '.join(NORMS)}"})
-    weights: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
-                                 metadata={"expected": "a list of distinct numbers in [0, 1] (BM25's weight)"})
+    rrf_k: list[int] = field(
+        default_factory=lambda: [10, 20, 30, 60, 100], metadata={"expected": "a list of distinct integers >= 0"}
+    )
+    norms: list[str] = field(
+        default_factory=lambda: list(NORMS),
+        metadata={"expected": f"a list of distinct normalisations among {', '.join(NORMS)}"},
+    )
+    weights: list[float] = field(
+        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+        metadata={"expected": "a list of distinct numbers in [0, 1] (BM25's weight)"},
+    )
     #: also try BM25 alone and the dense system alone (last in the grid: a tie goes to a fusion)
     alone: bool = field(default=True, metadata={"expected": "true or false"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "HybridConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> HybridConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -88,7 +94,8 @@ class HybridConfig:
         if any(not 0.0 <= w <= 1.0 for w in self.weights) or len(set(self.weights)) < len(self.weights):
             raise bad("weights")
         if not self.rrf_k and not (self.norms and self.weights):
-            raise params_error(f"'{SECTION}.rrf_k' = {self.rrf_k!r} and '{SECTION}.norms' = {self.norms!r}, "
+            raise params_error(
+                f"'{SECTION}.rrf_k' = {self.rrf_k!r} and '{SECTION}.norms' = {self.norms!r}, "
                 f"'{SECTION}.weights' = {self.weights!r} leave no fusion to try; expected a non-empty "
                 f"'{SECTION}.rrf_k', or non-empty '{SECTION}.norms' and '{SECTION}.weights'"
             )
@@ -122,7 +129,9 @@ class HybridRetriever:
         source: where the fusion settings come from (named in errors).
     """
 
-    def __init__(self, sparse, dense, fusion: Fusion, depth: int, name: str = "hybrid", source: str | Path = "") -> None:
+    def __init__(
+        self, sparse, dense, fusion: Fusion, depth: int, name: str = "hybrid", source: str | Path = ""
+    ) -> None:
         needed = {"bm25": ("sparse",), "dense": ("dense",)}.get(fusion.method, ("sparse", "dense"))
         missing = [side for side in needed if {"sparse": sparse, "dense": dense}[side] is None]
         if missing:
@@ -191,8 +200,10 @@ def load_hybrid(workspace: Path, device: str = "auto", index=None, *, load: Call
     sparse = load(settings["sparse"], workspace, device) if fusion.method != "dense" else None
     dense = load(settings["dense"], workspace, device, index=index) if fusion.method != "bm25" else None
     if fusion.alone:
-        log.info("hybrid: %s chose %s alone (%s)", path, settings["sparse"] if sparse is not None else settings["dense"],
-                 "dev said fusion loses")
+        log.info(
+            "hybrid: %s chose %s alone (%s)",
+            path,
+            settings["sparse"] if sparse is not None else settings["dense"],
+            "dev said fusion loses",
+        )
     return HybridRetriever(sparse, dense, fusion, settings["depth"], source=path)
-
-

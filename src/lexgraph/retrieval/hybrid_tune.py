@@ -20,7 +20,8 @@ metrics on ranx's tie order, and drops weight pairs whose float sum is not exact
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -81,8 +82,15 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
     for fusion in grid(config):
         ids, _ = prepared.fuse(fusion, DEEPEST)  # (n, DEEPEST)
         metrics = _score(ids, qids, qrels)
-        rows.append({**fusion.as_dict(), "label": fusion.label, "score": round(metrics[config.metric], 4),
-                     config.split: rounded_all(metrics), "_exact": metrics[config.metric]})
+        rows.append(
+            {
+                **fusion.as_dict(),
+                "label": fusion.label,
+                "score": round(metrics[config.metric], 4),
+                config.split: rounded_all(metrics),
+                "_exact": metrics[config.metric],
+            }
+        )
         log.info("hybrid: %-20s %s %.4f", fusion.label, config.metric, metrics[config.metric])
     best = max(rows, key=lambda row: row["_exact"])  # ties: the first in grid order
     for row in rows:
@@ -111,16 +119,23 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
     }
 
 
-def _log_choice(fusion: Fusion, uses: list[str], best: Mapping[str, Any], rows: list[dict[str, Any]],
-                config: HybridConfig) -> None:
+def _log_choice(
+    fusion: Fusion, uses: list[str], best: Mapping[str, Any], rows: list[dict[str, Any]], config: HybridConfig
+) -> None:
     """One line: the choice, and when it is one system alone, the best fusion it beat."""
     if not fusion.alone:
         log.info("hybrid: chose %s, %s on %s %.4f", " + ".join(uses), fusion.label, config.split, best["score"])
         return
     fused = [row for row in rows if not Fusion.from_dict(row).alone]
     runner = max(fused, key=lambda row: row["score"]) if fused else None
-    log.info("hybrid: chose %s alone: %s on %s %.4f%s", uses[0], config.metric, config.split, best["score"],
-             f", above the best fusion ({runner['label']}, {runner['score']:.4f})" if runner else "")
+    log.info(
+        "hybrid: chose %s alone: %s on %s %.4f%s",
+        uses[0],
+        config.metric,
+        config.split,
+        best["score"],
+        f", above the best fusion ({runner['label']}, {runner['score']:.4f})" if runner else "",
+    )
 
 
 def tune_metrics(report: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,7 +56,9 @@ class IndexConfig:
     """``evaluate.index`` in params.yaml: how dense systems search their article embeddings."""
 
     type: str = field(default="auto", metadata={"expected": f"one of {', '.join(TYPES)}"})
-    exact_below: int = field(default=200_000, metadata={"expected": "an integer >= 0 (auto: flat below this many articles)"})
+    exact_below: int = field(
+        default=200_000, metadata={"expected": "an integer >= 0 (auto: flat below this many articles)"}
+    )
     ann: str = field(default="ivf", metadata={"expected": f"one of {', '.join(ANN_TYPES)} (what auto uses at scale)"})
     nlist: int = field(default=0, metadata={"expected": "an integer >= 0 (IVF lists; 0 = 4 * sqrt(n))"})
     nprobe: int = field(default=128, metadata={"expected": "an integer >= 1 (IVF lists visited per query)"})
@@ -65,7 +67,7 @@ class IndexConfig:
     ef_search: int = field(default=256, metadata={"expected": "an integer >= 1 (HNSW query beam; raised to k)"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "IndexConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> IndexConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -76,8 +78,14 @@ class IndexConfig:
             raise bad("type")
         if self.ann not in ANN_TYPES:
             raise bad("ann")
-        for key, low in (("exact_below", 0), ("nlist", 0), ("nprobe", 1), ("hnsw_m", 2),
-                         ("ef_construction", 1), ("ef_search", 1)):
+        for key, low in (
+            ("exact_below", 0),
+            ("nlist", 0),
+            ("nprobe", 1),
+            ("hnsw_m", 2),
+            ("ef_construction", 1),
+            ("ef_search", 1),
+        ):
             if getattr(self, key) < low:
                 raise bad(key)
 
@@ -121,8 +129,14 @@ class DenseIndex:
             product, for a system trained with dot-product scoring.
     """
 
-    def __init__(self, article_ids: np.ndarray, embeddings: np.ndarray, config: IndexConfig | None = None,
-                 seed: int = 13, normalize: bool = True) -> None:
+    def __init__(
+        self,
+        article_ids: np.ndarray,
+        embeddings: np.ndarray,
+        config: IndexConfig | None = None,
+        seed: int = 13,
+        normalize: bool = True,
+    ) -> None:
         faiss = _faiss()
         self.config = config or IndexConfig()
         ids = np.asarray(article_ids, dtype=np.int64)
@@ -151,9 +165,17 @@ class DenseIndex:
             index.hnsw.efConstruction = cfg.ef_construction
         index.add(x)
         self.index = index
-        log.info("dense index: %s over %d articles (dim %d)%s", self.kind, n, d,
-                 f", nlist {index.nlist}, nprobe {index.nprobe}" if self.kind == "ivf" else
-                 f", M {cfg.hnsw_m}, efSearch {cfg.ef_search}" if self.kind == "hnsw" else "")
+        log.info(
+            "dense index: %s over %d articles (dim %d)%s",
+            self.kind,
+            n,
+            d,
+            f", nlist {index.nlist}, nprobe {index.nprobe}"
+            if self.kind == "ivf"
+            else f", M {cfg.hnsw_m}, efSearch {cfg.ef_search}"
+            if self.kind == "hnsw"
+            else "",
+        )
 
     def __len__(self) -> int:
         return int(self.article_ids.size)

@@ -16,8 +16,9 @@ stage's order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,17 +38,24 @@ class MvclRetriever:
         self.article_ids = first.article_ids
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        from lexgraph.progress import progress
         from lexgraph.models.mvcl import fuse_list, rerank_scores
+        from lexgraph.progress import progress
 
         depth = max(int(k), self.k)
         ids, scores = self.first.search(questions, depth)
         cfg = self.settings["config"]
-        states = self.encoder.encode_queries(list(questions), int(cfg["max_query_length"]), int(cfg["encode_batch_size"]))
+        states = self.encoder.encode_queries(
+            list(questions), int(cfg["max_query_length"]), int(cfg["encode_batch_size"])
+        )
         out_ids = np.full((len(questions), ids.shape[1]), -1, dtype=np.int64)
         out_scores = np.zeros((len(questions), ids.shape[1]), dtype=np.float32)
-        rows = progress(range(len(questions)), f"{self.name} re-rank", total=len(questions), unit="question",
-                        disable=len(questions) < 20)
+        rows = progress(
+            range(len(questions)),
+            f"{self.name} re-rank",
+            total=len(questions),
+            unit="question",
+            disable=len(questions) < 20,
+        )
         for i in rows:
             cands = [int(a) for a in ids[i][ids[i] >= 0][: self.k]]
             net = rerank_scores(self.model, states[i], cands, self.articles, self.device, int(cfg["eval_batch_size"]))
@@ -73,15 +81,17 @@ def load_reranker(variant: str, workspace: Path, device: str = "auto", *, load: 
     plm_dir = model_dir / PLM_DIR if config.plm == "finetune" else layout.PRETRAIN.under(workspace)
     encoder = FrozenTokenEncoder(plm_dir, dev)
     cache = layout.RERANK_FEATURES.under(workspace)
-    if config.plm == "frozen" and cache_matches(cache, config, plm_dir, 0, names=("articles",),
-                                                   keys=("max_article_length",)):
+    if config.plm == "frozen" and cache_matches(
+        cache, config, plm_dir, 0, names=("articles",), keys=("max_article_length",)
+    ):
         articles = TokenStore.load(cache / "articles.safetensors")
     else:  # the fine-tuned PLM's states (or a frozen one's at another length): encoded now
         log.info("%s: encoding the articles with %s", variant, plm_dir)
         table = read_parquet(layout.articles(workspace), ["id", "article"])
         toks = encoder.tokenize(table["article"].to_list(), encoder.passage_prefix, config.max_article_length)
-        articles = encoder.encode_store(table["id"].to_list(), [t["input_ids"] for t in toks],
-                                        config.encode_batch_size, "encode articles")
+        articles = encoder.encode_store(
+            table["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
+        )
     return MvclRetriever(variant, first, model, encoder, articles, settings, dev, str(model_dir))
 
 
@@ -103,8 +113,12 @@ def first_stage_of(workspace: Path, variant: str) -> str | None:
     path = layout.RERANKERS[variant].under(workspace, SETTINGS)
     if not path.exists():  # absent, or switched off (rerank.<variant>.enabled: false)
         return None
-    return read_json_object(path, what=SETTINGS_WHAT, fix=layout.restore_hint(path), keys={
-        "first_stage": (lambda v: v in first_stages(), "a retrieval system other than a re-ranker")})["first_stage"]
+    return read_json_object(
+        path,
+        what=SETTINGS_WHAT,
+        fix=layout.restore_hint(path),
+        keys={"first_stage": (lambda v: v in first_stages(), "a retrieval system other than a re-ranker")},
+    )["first_stage"]
 
 
 def is_switched_off(workspace: Path, variant: str) -> bool:

@@ -12,8 +12,9 @@ Its names are :data:`lexgraph.config.SYSTEM_NAMES`, which settings are checked a
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from lexgraph.zeroshot import load_system as load_zeroshot
 # ``index`` (an IndexConfig: how the article embeddings are searched, ``evaluate.index``); the
 # systems built on others (hybrid, the re-rankers) take ``load``, given load_retriever itself, so that
 # their modules need not import this registry back
-SYSTEMS: dict[str, Callable[..., "Retriever"]] = {
+SYSTEMS: dict[str, Callable[..., Retriever]] = {
     "bm25": load_bm25,
     "zeroshot": load_zeroshot,
     "dsr": load_dsr,
@@ -62,8 +63,10 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
         raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(SYSTEMS)}")
     loader = SYSTEMS[system]
     parameters = inspect.signature(loader).parameters
-    options = {**({"index": index} if "index" in parameters else {}),
-               **({"load": load_retriever} if "load" in parameters else {})}
+    options = {
+        **({"index": index} if "index" in parameters else {}),
+        **({"load": load_retriever} if "load" in parameters else {}),
+    }
     retriever = loader(Path(workspace), device, **options)
     check_corpus(retriever, layout.articles(workspace))
     return retriever

@@ -27,14 +27,16 @@ train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.c
 and only the chunk-level Transformer (``chunk_lr``) and the query encoder's top
 ``query_trainable_layers`` blocks train. ``finetune`` (paper): everything trains.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,12 +49,17 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.metrics import rounded, rounded_all
 from lexgraph.models.dsr import DSR
 from lexgraph.models.packing import pack_chunks
-from lexgraph.training.engine import (
-    FitConfig, ParamGroup, Runtime, TrainResult, build_optimizer, build_scheduler, fit,
-)
-
 from lexgraph.training.dsr_config import EVAL_CUTOFF, SECTION, DSRConfig, build_dsr
 from lexgraph.training.dsr_data import Pair, TrainingData, load_training_data, sample_negatives
+from lexgraph.training.engine import (
+    FitConfig,
+    ParamGroup,
+    Runtime,
+    TrainResult,
+    build_optimizer,
+    build_scheduler,
+    fit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +80,13 @@ def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int) -> dict[str, f
         rows = data.chunks.rows(np.asarray(data.article_ids, dtype=np.int64)[order])
         articles = embed_from_chunks(model.article_encoder, data.chunks, rows)  # (na, dim)
     else:
-        articles = model.encode_articles([data.article_texts[i] for i in order], batch_size=batch_size,
-                                         desc="dev: encode corpus")  # (na, dim)
+        articles = model.encode_articles(
+            [data.article_texts[i] for i in order], batch_size=batch_size, desc="dev: encode corpus"
+        )  # (na, dim)
     queries = model.encode_queries(data.dev_questions, batch_size=batch_size, desc="dev: encode questions")  # (nq, dim)
-    return dense_run_metrics(queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], data.dev_ids,
-                             data.dev_qrels)
+    return dense_run_metrics(
+        queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], data.dev_ids, data.dev_qrels
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -102,7 +111,9 @@ class DSRTask:
         self.model, self.data, self.config, self.runtime, self.seed = model, data, config, runtime, seed
         self.device = runtime.device
         self.frozen = data.chunks is not None
-        self.chunks = {} if self.frozen else dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
+        self.chunks = (
+            {} if self.frozen else dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
+        )
         self.pad_id = model.article_encoder.tokenizer.pad_token_id
         n_synthetic = len(data.synthetic_pairs)
         if config.synthetic_per_epoch is not None:
@@ -129,8 +140,10 @@ class DSRTask:
         if self.n_synthetic == len(data.synthetic_pairs):
             pairs += data.synthetic_pairs
         else:  # a fresh seeded subset every epoch
-            pairs += [data.synthetic_pairs[i] for i in sorted(rng.choice(len(data.synthetic_pairs), self.n_synthetic,
-                                                                          replace=False).tolist())]
+            pairs += [
+                data.synthetic_pairs[i]
+                for i in sorted(rng.choice(len(data.synthetic_pairs), self.n_synthetic, replace=False).tolist())
+            ]
         order = rng.permutation(len(pairs))
         for step in range(self.steps_per_epoch):
             yield [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
@@ -147,8 +160,9 @@ class DSRTask:
                 cached = data.chunks.padded(data.chunks.rows(columns))  # (2B, c, dim), (2B, c), (2B, c)
                 a = model.article_encoder.aggregate(*(t.to(device) for t in cached))  # (2B, dim)
             else:
-                articles = {k: v.to(device) for k, v in pack_chunks([self.chunks[a] for a in columns],
-                                                                    self.pad_id).items()}
+                articles = {
+                    k: v.to(device) for k, v in pack_chunks([self.chunks[a] for a in columns], self.pad_id).items()
+                }
                 a = model.encode_article(**articles)  # (2B, dim)
         return model.criterion(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
 
@@ -163,8 +177,14 @@ class DSRTask:
 
 
 def train_dsr(
-    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None,
-    *, select: bool = True,
+    model: DSR,
+    data: TrainingData,
+    config: DSRConfig,
+    device: torch.device,
+    seed: int,
+    runtime: Runtime | None = None,
+    *,
+    select: bool = True,
 ) -> DSRTrainResult:
     """Train ``model`` in place on ``data`` (:func:`lexgraph.training.engine.fit`) and
     return it at its best dev epoch (``select`` false: no dev evaluation, the last epoch)."""
@@ -175,26 +195,40 @@ def train_dsr(
     torch.manual_seed(seed)  # dropout masks
     start = time.perf_counter()
     task = DSRTask(model, data, config, runtime, seed)
-    log.info("%d pairs per epoch (%d real, %d of %d synthetic)", task.epoch_size, len(data.pairs), task.n_synthetic,
-             len(data.synthetic_pairs))
+    log.info(
+        "%d pairs per epoch (%d real, %d of %d synthetic)",
+        task.epoch_size,
+        len(data.pairs),
+        task.n_synthetic,
+        len(data.synthetic_pairs),
+    )
     total = task.steps_per_epoch * config.epochs
     chunk_level = {id(p) for n, p in model.article_encoder.named_parameters() if not n.startswith("backbone.")}
     params = list(model.parameters())
     optimizer = build_optimizer(
-        [ParamGroup([p for p in params if id(p) not in chunk_level], config.lr, config.weight_decay),
-         ParamGroup([p for p in params if id(p) in chunk_level], config.chunk_lr or config.lr, config.weight_decay)],
-        [model], eps=1e-7,
+        [
+            ParamGroup([p for p in params if id(p) not in chunk_level], config.lr, config.weight_decay),
+            ParamGroup([p for p in params if id(p) in chunk_level], config.chunk_lr or config.lr, config.weight_decay),
+        ],
+        [model],
+        eps=1e-7,
     )
     scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * total), total)
     fit_config = FitConfig(
-        name="train_dsr", epochs=config.epochs, steps_per_epoch=task.steps_per_epoch,
-        max_grad_norm=config.max_grad_norm, accumulation_steps=config.accumulation_steps,
-        selection_metric=f"recall@{EVAL_CUTOFF}" if select else None, select_epoch_zero=select,
+        name="train_dsr",
+        epochs=config.epochs,
+        steps_per_epoch=task.steps_per_epoch,
+        max_grad_norm=config.max_grad_norm,
+        accumulation_steps=config.accumulation_steps,
+        selection_metric=f"recall@{EVAL_CUTOFF}" if select else None,
+        select_epoch_zero=select,
     )
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     seconds = time.perf_counter() - start
     log.info("trained in %.1f s", seconds)
-    return DSRTrainResult(model, result.best_epoch, result.dev_metrics or None, result.history, seconds, task.epoch_size)
+    return DSRTrainResult(
+        model, result.best_epoch, result.dev_metrics or None, result.history, seconds, task.epoch_size
+    )
 
 
 def train_and_refit(
@@ -222,11 +256,16 @@ def train_and_refit(
         log.info("refit: skipped, the untrained model won on dev (best epoch 0): it is kept as is")
         return selection, None
     model.load_state_dict(start)
-    both = replace(data, pairs=[*data.pairs, *data.dev_pairs], dev_pairs=[], dev_questions=[], dev_qrels={},
-                   dev_ids=[])
-    log.info("refit: on train + dev, %d pairs (%d train, %d dev, %d of them with BM25 negatives) for %d epochs (%s)",
-             len(both.pairs), len(data.pairs), len(data.dev_pairs), sum(1 for p in data.dev_pairs if p.negatives),
-             epochs, "chosen on dev" if select else f"'{SECTION}.selection' is fixed: the full schedule")
+    both = replace(data, pairs=[*data.pairs, *data.dev_pairs], dev_pairs=[], dev_questions=[], dev_qrels={}, dev_ids=[])
+    log.info(
+        "refit: on train + dev, %d pairs (%d train, %d dev, %d of them with BM25 negatives) for %d epochs (%s)",
+        len(both.pairs),
+        len(data.pairs),
+        len(data.dev_pairs),
+        sum(1 for p in data.dev_pairs if p.negatives),
+        epochs,
+        "chosen on dev" if select else f"'{SECTION}.selection' is fixed: the full schedule",
+    )
     refit = train_dsr(model, both, replace(config, epochs=epochs), device, seed, runtime, select=False)
     return selection, refit
 
@@ -265,8 +304,9 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
     pretrained = paths.pretrained
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "pretrained model directory not found (run `dvc repro pretrain`)")
-    data = load_training_data(paths.articles, paths.questions, paths.synthetic, paths.negatives, config.synthetic,
-                              config.refit)
+    data = load_training_data(
+        paths.articles, paths.questions, paths.synthetic, paths.negatives, config.synthetic, config.refit
+    )
     seed_everything(seed)
     model = build_dsr(config, pretrained)
     if config.chunk_encoder == "frozen":
@@ -284,7 +324,8 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": rounded(result.dev_metrics[f"recall@{EVAL_CUTOFF}"])
-        if result.dev_metrics else None,
+        if result.dev_metrics
+        else None,
         "epochs": config.epochs,
         "pairs_per_epoch": result.n_pairs,
         "train_pairs": len(data.pairs),

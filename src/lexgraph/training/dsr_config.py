@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from lexgraph.config import bad_value, expectation, params_error, section_config
 from lexgraph.errors import ConfigError
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
@@ -79,7 +78,7 @@ class DSRConfig:
     refit: bool = field(default=False, metadata={"expected": "true or false"})
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "DSRConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> DSRConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -95,8 +94,17 @@ class DSRConfig:
             raise bad("chunk_lr")
         if self.synthetic_per_epoch is not None and self.synthetic_per_epoch < 1:
             raise bad("synthetic_per_epoch")
-        for key in ("max_chunk_length", "max_document_length", "max_query_length", "chunk_layers", "chunk_heads",
-                    "epochs", "batch_size", "eval_batch_size", "accumulation_steps"):
+        for key in (
+            "max_chunk_length",
+            "max_document_length",
+            "max_query_length",
+            "chunk_layers",
+            "chunk_heads",
+            "epochs",
+            "batch_size",
+            "eval_batch_size",
+            "accumulation_steps",
+        ):
             if getattr(self, key) < 1:
                 raise bad(key)
         for key in ("temperature", "lr"):
@@ -108,7 +116,8 @@ class DSRConfig:
         if not 0 <= self.warmup_ratio <= 1:
             raise bad("warmup_ratio")
         if self.max_document_length < self.max_chunk_length:
-            raise params_error(f"'{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
+            raise params_error(
+                f"'{SECTION}.max_document_length' ({self.max_document_length}) must be >= "
                 f"'{SECTION}.max_chunk_length' ({self.max_chunk_length})"
             )
 
@@ -130,15 +139,24 @@ def _source(init: str, config: DSRConfig, pretrained: str | os.PathLike) -> tupl
 def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
     """A fresh DSR: both backbones from ``pretrained`` (the domain-adapted MLM) or the base model."""
     if config.chunk_encoder == "frozen" and config.article_init != "pretrain":
-        raise params_error(f"'{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
+        raise params_error(
+            f"'{SECTION}.chunk_encoder' = frozen caches the chunk vectors of models/pretrain; "
             f"it needs '{SECTION}.article_init' = pretrain (got {config.article_init!r})"
         )
     q_path, q_random = _source(config.query_init, config, pretrained)
     a_path, a_random = _source(config.article_init, config, pretrained)
-    log.info("query encoder from %s%s, article encoder from %s%s",
-             q_path, " (random init)" if q_random else "", a_path, " (random init)" if a_random else "")
+    log.info(
+        "query encoder from %s%s, article encoder from %s%s",
+        q_path,
+        " (random init)" if q_random else "",
+        a_path,
+        " (random init)" if a_random else "",
+    )
     query = QueryEncoder.from_pretrained(
-        q_path, max_length=config.max_query_length, token_pooling=config.token_pooling, random_init=q_random,
+        q_path,
+        max_length=config.max_query_length,
+        token_pooling=config.token_pooling,
+        random_init=q_random,
         trainable_layers=config.query_trainable_layers,
     )
     article = HierarchicalArticleEncoder.from_pretrained(

@@ -4,14 +4,14 @@ questions for model selection, and the hard-negative draw (:mod:`lexgraph.traini
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from lexgraph.errors import DataError
 from lexgraph.io import read_parquet
-
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,9 @@ class TrainingData:
 def _negatives_index(negatives, corpus: set[int]) -> dict[tuple[str, int], list[int]]:
     index: dict[tuple[str, int], list[int]] = {}
     dropped = 0
-    for qid, split, neg in zip(negatives["question_id"].to_list(), negatives["split"].to_list(),
-                               negatives["negative_ids"].to_list()):
+    for qid, split, neg in zip(
+        negatives["question_id"].to_list(), negatives["split"].to_list(), negatives["negative_ids"].to_list()
+    ):
         kept = [int(a) for a in (neg or []) if int(a) in corpus]
         dropped += len(neg or []) - len(kept)
         index.setdefault((str(split), int(qid)), []).extend(kept)
@@ -67,8 +68,12 @@ def build_pairs(questions, negatives, corpus: set[int], path="questions") -> lis
     """
     index = _negatives_index(negatives, corpus)
     pairs: list[Pair] = []
-    rows = zip(questions["id"].to_list(), questions["question"].to_list(),
-               questions["article_ids"].to_list(), questions["split"].to_list())
+    rows = zip(
+        questions["id"].to_list(),
+        questions["question"].to_list(),
+        questions["article_ids"].to_list(),
+        questions["split"].to_list(),
+    )
     for row, (qid, text, gold, split) in enumerate(rows):
         gold_ids = [int(a) for a in (gold or [])]
         if not gold_ids:
@@ -127,22 +132,29 @@ def load_training_data(
     if refit:  # the refit trains on dev: its questions need BM25 negatives as train's have (negatives.splits)
         refuse_unmined(data.dev_ids, negatives, negatives_path)
         data.dev_pairs = split_pairs(questions, negatives, corpus, ["dev"], questions_path)
-        log.info("%d dev pairs for the refit (%d with BM25 negatives; a dev question BM25 found no non-gold "
-                 "article for draws a random one, as a train question does)",
-                 len(data.dev_pairs), sum(1 for p in data.dev_pairs if p.negatives))
+        log.info(
+            "%d dev pairs for the refit (%d with BM25 negatives; a dev question BM25 found no non-gold "
+            "article for draws a random one, as a train question does)",
+            len(data.dev_pairs),
+            sum(1 for p in data.dev_pairs if p.negatives),
+        )
     return data
 
 
 def refuse_unmined(dev_ids: Sequence[int], negatives, path) -> None:
     """Every dev question has a row in the negatives file (mined, even if BM25 found none):
     otherwise the refit would train it on random negatives where train questions get BM25's."""
-    mined = {int(q) for q, split in zip(negatives["question_id"].to_list(), negatives["split"].to_list())
-             if split == "dev"}
+    mined = {
+        int(q) for q, split in zip(negatives["question_id"].to_list(), negatives["split"].to_list()) if split == "dev"
+    }
     missing = [q for q in dev_ids if q not in mined]
     if missing:
-        raise DataError(path, f"{len(missing)} of {len(dev_ids)} dev questions (first: {missing[0]}) have no mined "
-                              "BM25 negatives, but 'dsr.refit' trains on them; add dev to 'negatives.splits' in "
-                              "params.yaml")
+        raise DataError(
+            path,
+            f"{len(missing)} of {len(dev_ids)} dev questions (first: {missing[0]}) have no mined "
+            "BM25 negatives, but 'dsr.refit' trains on them; add dev to 'negatives.splits' in "
+            "params.yaml",
+        )
 
 
 def sample_negatives(pairs: Sequence[Pair], article_ids: Sequence[int], rng: np.random.Generator) -> list[int]:

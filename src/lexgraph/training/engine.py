@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
+from lexgraph.distributed import shard
 from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.progress import progress
 
@@ -81,8 +83,13 @@ class Runtime:
         self.rank = self.accelerator.process_index
         self.device = device if self.world_size == 1 else self.accelerator.device
         if self.world_size > 1:
-            log.info("process %d of %d on %s (%s)", self.rank, self.world_size, self.device,
-                     self.accelerator.distributed_type)
+            log.info(
+                "process %d of %d on %s (%s)",
+                self.rank,
+                self.world_size,
+                self.device,
+                self.accelerator.distributed_type,
+            )
 
     @property
     def is_main(self) -> bool:
@@ -118,15 +125,6 @@ class Runtime:
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
         return tensor
-
-
-def shard(batch: Sequence, index: int, count: int) -> Sequence:
-    """Part ``index`` of ``count`` contiguous, near-equal parts of ``batch`` (the first
-    ``len % count`` parts one longer; a part may be empty)."""
-    n = len(batch)
-    size, extra = divmod(n, count)
-    start = index * size + min(index, extra)
-    return batch[start : start + size + (1 if index < extra else 0)]
 
 
 # ---------------------------------------------------------------------------
@@ -176,8 +174,11 @@ def build_optimizer(
         params = [p for p in group.params if p.requires_grad]
         if group.decay_exempt:
             out += [
-                {"params": [p for p in params if id(p) not in exempt], "weight_decay": group.weight_decay,
-                 "lr": group.lr},
+                {
+                    "params": [p for p in params if id(p) not in exempt],
+                    "weight_decay": group.weight_decay,
+                    "lr": group.lr,
+                },
                 {"params": [p for p in params if id(p) in exempt], "weight_decay": 0.0, "lr": group.lr},
             ]
         else:
@@ -235,8 +236,9 @@ class BestState:
         score = float(metrics[self.metric])
         if score > self.score:
             self.epoch, self.score, self.metrics = epoch, score, dict(metrics)
-            self._states = [{k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
-                            for m in self.modules]
+            self._states = [
+                {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()} for m in self.modules
+            ]
             return True
         return False
 
@@ -346,16 +348,22 @@ def fit(
     for module in loop.modules:
         module.eval()
     if config.selection_metric:
-        log.info("%s: best epoch %d (%s %s)", config.name, best.epoch, loop.metric_key,
-                 f"{best.score:.4f}" if best.metrics else "n/a")
+        log.info(
+            "%s: best epoch %d (%s %s)",
+            config.name,
+            best.epoch,
+            loop.metric_key,
+            f"{best.score:.4f}" if best.metrics else "n/a",
+        )
     return FitResult(best.epoch, best.metrics, loop.history, loop.step_losses, initial)
 
 
 class _FitLoop:
     """The state of one :func:`fit`: the best epoch so far, the history, every step's loss."""
 
-    def __init__(self, task: TrainingTask, optimizer: torch.optim.Optimizer, scheduler, config: FitConfig,
-                 runtime: Runtime) -> None:
+    def __init__(
+        self, task: TrainingTask, optimizer: torch.optim.Optimizer, scheduler, config: FitConfig, runtime: Runtime
+    ) -> None:
         self.task, self.optimizer, self.scheduler = task, optimizer, scheduler
         self.config, self.runtime = config, runtime
         self.modules = list(task.modules())
@@ -397,8 +405,13 @@ class _FitLoop:
         self.task.train()
         totals: dict[str, float] = {}
         n_steps = 0
-        bar = progress(self.task.batches(epoch), f"{config.name} epoch {epoch}/{config.epochs}",
-                       total=config.steps_per_epoch, unit="step", disable=not config.show_progress)
+        bar = progress(
+            self.task.batches(epoch),
+            f"{config.name} epoch {epoch}/{config.epochs}",
+            total=config.steps_per_epoch,
+            unit="step",
+            disable=not config.show_progress,
+        )
         for batch in bar:
             values = self.batch_losses(batch)
             if self.scaler is None and not math.isfinite(values["loss"]):
@@ -412,8 +425,14 @@ class _FitLoop:
             bar.set_postfix(loss=f"{values['loss']:.4f}")
             if config.log_every and self.global_step % config.log_every == 0:
                 recent = self.step_losses[-config.log_every :]
-                log.info("%s step %d: loss %.4f (mean of last %d), lr %.2e", config.name, self.global_step,
-                         sum(recent) / len(recent), len(recent), self.scheduler.get_last_lr()[0])
+                log.info(
+                    "%s step %d: loss %.4f (mean of last %d), lr %.2e",
+                    config.name,
+                    self.global_step,
+                    sum(recent) / len(recent),
+                    len(recent),
+                    self.scheduler.get_last_lr()[0],
+                )
         if n_steps == 0:
             raise LexgraphError(f"{config.name}: epoch {epoch} had no batch")
         record: dict[str, float] = {"epoch": epoch, **{k: v / n_steps for k, v in totals.items()}}
@@ -421,8 +440,13 @@ class _FitLoop:
         if self.metric_key and metrics:
             record[self.metric_key] = metrics[config.selection_metric]
         self.history.append(record)
-        log.info("%s epoch %d: loss %.4f%s", config.name, epoch, record["loss"],
-                 f", {self.metric_key} {record[self.metric_key]:.4f}" if self.metric_key in record else "")
+        log.info(
+            "%s epoch %d: loss %.4f%s",
+            config.name,
+            epoch,
+            record["loss"],
+            f", {self.metric_key} {record[self.metric_key]:.4f}" if self.metric_key in record else "",
+        )
         self.best.offer(epoch, metrics)
 
     def batch_losses(self, batch: Sequence) -> dict[str, float]:
@@ -448,8 +472,9 @@ class _FitLoop:
         if runtime.world_size == 1:
             return {k: float(sums.get(k, 0.0)) for k in keys}
         # every process needs the same names: the task's parts are fixed per task
-        reduced = runtime.all_reduce_sum(torch.tensor(
-            [float(sums.get(k, 0.0)) for k in keys], dtype=torch.float64, device=runtime.device))
+        reduced = runtime.all_reduce_sum(
+            torch.tensor([float(sums.get(k, 0.0)) for k in keys], dtype=torch.float64, device=runtime.device)
+        )
         return dict(zip(keys, reduced.tolist()))
 
     def optimizer_step(self) -> None:

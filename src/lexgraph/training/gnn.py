@@ -75,37 +75,35 @@ from typing import Any
 
 import torch
 
-from lexgraph.errors import ConfigError, DataError, LexgraphError
+from lexgraph.errors import ConfigError, LexgraphError
 from lexgraph.hierarchy import best_weight, read_hprior
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder
 from lexgraph.training.engine import (
-    FitConfig, ParamGroup, Runtime, TrainResult, build_optimizer, build_scheduler, fit,
+    FitConfig,
+    ParamGroup,
+    Runtime,
+    build_optimizer,
+    build_scheduler,
+    fit,
 )
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
-from lexgraph.training.gnn_data import TrainingSet, batch_subgraph, other_positive_mask, prepare_training_set, sample_negatives
-from lexgraph.training.gnn_io import save_trained, training_metrics
+from lexgraph.training.gnn_data import (
+    TrainingSet,
+    batch_subgraph,
+    other_positive_mask,
+    prepare_training_set,
+    sample_negatives,
+)
+from lexgraph.training.gnn_io import GNNTrainResult, load_query_encoder, save_trained, training_metrics
 
 log = logging.getLogger(__name__)
-
 
 
 # ---------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------
-
-
-@dataclass
-class GNNTrainResult(TrainResult):
-    """:class:`~lexgraph.training.engine.TrainResult` of ``train_gnn`` (``model``: the
-    :class:`GraphEncoder`; ``dev_metrics`` always a dict, ``{}`` without selection)."""
-
-    encoder: Any  # the (distilled) query encoder for qabisar, else None
-    article_embeddings: torch.Tensor  # (A, dim) full-graph outputs of the selected model
-    input_dev_metrics: dict[str, float]
-    initial_dev_metrics: dict[str, float]  # the untrained encoder (epoch 0)
-    prior_weight: float
 
 
 def full_graph_embeddings(model: GraphEncoder, ts: TrainingSet, device: torch.device) -> torch.Tensor:
@@ -129,8 +127,14 @@ def dev_metrics(
 
     if queries is None or not len(ts.dev_ids):
         return {}
-    return dense_run_metrics(queries, article_embeddings, ts.article_ids, [int(q) for q in ts.dev_ids],
-                             ts.dev_qrels, normalize=similarity == "cosine")
+    return dense_run_metrics(
+        queries,
+        article_embeddings,
+        ts.article_ids,
+        [int(q) for q in ts.dev_ids],
+        ts.dev_qrels,
+        normalize=similarity == "cosine",
+    )
 
 
 def _dev_queries(ts: TrainingSet, encoder, device: torch.device) -> torch.Tensor | None:
@@ -149,6 +153,16 @@ class DeviceGraph:
     edge_index: torch.Tensor  # (2, E)
     edge_type: torch.Tensor  # (E,)
     train_queries: torch.Tensor  # (Q, dim)
+
+    @classmethod
+    def on(cls, ts: TrainingSet, device: torch.device) -> DeviceGraph:
+        """``ts``'s graph and train query embeddings on ``device``."""
+        return cls(
+            x=ts.x.to(device),  # (nodes, dim)
+            edge_index=ts.graph.edge_index.to(device),  # (2, E)
+            edge_type=ts.graph.edge_type.to(device),  # (E,)
+            train_queries=ts.train_queries.to(device),  # (Q, dim)
+        )
 
 
 def batch_loss(
@@ -170,8 +184,12 @@ def batch_loss(
     mask = other_positive_mask([ts.gold[r] for r in rows.tolist()], ts.article_ids[columns.numpy()]).to(device)
     q_nodes = ts.question_nodes[rows] if qabisar else torch.empty(0, dtype=torch.long)  # (B,) or (0,)
     subset, sub_edge_index, sub_edge_type = batch_subgraph(
-        graph.edge_index, graph.edge_type, torch.cat([columns, q_nodes]).to(device), settings.encoder.layers,
-        graph.x.size(0), cut_pairs=(q_nodes.to(device), positives.to(device)) if qabisar else None,
+        graph.edge_index,
+        graph.edge_type,
+        torch.cat([columns, q_nodes]).to(device),
+        settings.encoder.layers,
+        graph.x.size(0),
+        cut_pairs=(q_nodes.to(device), positives.to(device)) if qabisar else None,
     )
     out = model(graph.x[subset], sub_edge_index, sub_edge_type)  # (subset, dim)
     cols = out[torch.searchsorted(subset, columns.to(device))]  # (B + N, dim)
@@ -193,14 +211,25 @@ class GNNTask:
     """:class:`~lexgraph.training.engine.TrainingTask` of a graph encoder (and, for
     qabisar, the query encoder distilled from it)."""
 
-    def __init__(self, ts: TrainingSet, settings: GNNSettings, model: GraphEncoder, encoder, criterion,
-                 graph: DeviceGraph, generator: torch.Generator, runtime, seed: int) -> None:
+    def __init__(
+        self,
+        ts: TrainingSet,
+        settings: GNNSettings,
+        model: GraphEncoder,
+        encoder,
+        criterion,
+        graph: DeviceGraph,
+        generator: torch.Generator,
+        runtime,
+        seed: int,
+    ) -> None:
         self.ts, self.settings, self.model, self.encoder, self.criterion = ts, settings, model, encoder, criterion
         self.graph, self.runtime, self.order_generator = graph, runtime, generator
         # the batch order must be the same on every process; with one process the negatives
         # come from the same stream (the historical draw order), with several from their own
-        self.draw_generator = generator if runtime.world_size == 1 else \
-            torch.Generator().manual_seed(seed + 1 + runtime.rank)
+        self.draw_generator = (
+            generator if runtime.world_size == 1 else torch.Generator().manual_seed(seed + 1 + runtime.rank)
+        )
         self.steps_per_epoch = math.ceil(ts.pairs.size(0) / settings.batch_size)
 
     def modules(self) -> list[torch.nn.Module]:
@@ -219,8 +248,9 @@ class GNNTask:
 
     def step(self, batch: torch.Tensor):
         with self.runtime.autocast():
-            return batch_loss(self.model, self.encoder, self.criterion, self.ts, self.graph, batch, self.settings,
-                              self.draw_generator)
+            return batch_loss(
+                self.model, self.encoder, self.criterion, self.ts, self.graph, batch, self.settings, self.draw_generator
+            )
 
     def evaluate(self) -> dict[str, float]:
         device = self.runtime.device
@@ -237,9 +267,30 @@ class GNNTask:
 def build_criterion(settings: GNNSettings) -> torch.nn.Module:
     """The variant's loss: InfoNCE (gdsr, hgraph) or QABISAR's joint loss (question variants)."""
     if settings.uses_questions:
-        return QabisarLoss(settings.temperature, settings.kd_weight, settings.kd_mode, settings.kd_temperature,
-                           settings.similarity, settings.kd_student_contrastive)
+        return QabisarLoss(
+            settings.temperature,
+            settings.kd_weight,
+            settings.kd_mode,
+            settings.kd_temperature,
+            settings.similarity,
+            settings.kd_student_contrastive,
+        )
     return InfoNCELoss(settings.temperature, settings.similarity)
+
+
+def _optimizer(settings: GNNSettings, model: GraphEncoder, encoder) -> torch.optim.Optimizer:
+    """AdamW over the GNN (decay on every weight) and, when it is trained, the query encoder
+    (DSR's groups: no decay on biases and LayerNorm weights); an untrained encoder is frozen."""
+    groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
+    if settings.trains_query_encoder:
+        groups.append(
+            ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay, decay_exempt=True)
+        )
+    elif encoder is not None:
+        encoder.requires_grad_(False)
+    return build_optimizer(
+        groups, [model] + ([encoder] if encoder is not None else []), eps=settings.adam_epsilon, foreach=True
+    )
 
 
 def train_graph_encoder(
@@ -270,39 +321,39 @@ def train_graph_encoder(
     device = runtime.device
     questions = settings.uses_questions
     if settings.trains_query_encoder and query_encoder is None:
-        raise ConfigError(f"{settings.variant} with gnn.{settings.variant}.kd.weight > 0 trains the query encoder: "
-                          "pass one")
+        raise ConfigError(
+            f"{settings.variant} with gnn.{settings.variant}.kd.weight > 0 trains the query encoder: pass one"
+        )
     generator = torch.Generator().manual_seed(seed)
     model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
-    log.info("%s graph encoder: %s, %d layer(s), %d head(s), %.2fM parameters", settings.variant, settings.encoder.model,
-             settings.encoder.layers, settings.encoder.heads, sum(p.numel() for p in model.parameters()) / 1e6)
+    log.info(
+        "%s graph encoder: %s, %d layer(s), %d head(s), %.2fM parameters",
+        settings.variant,
+        settings.encoder.model,
+        settings.encoder.layers,
+        settings.encoder.heads,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+    )
     encoder = query_encoder.to(device) if (questions and query_encoder is not None) else None
     criterion = build_criterion(settings)
-    groups = [ParamGroup(list(model.parameters()), settings.lr, settings.weight_decay, decay_exempt=False)]
-    if settings.trains_query_encoder:
-        groups.append(ParamGroup(list(encoder.parameters()), settings.encoder_lr, settings.weight_decay,
-                                 decay_exempt=True))
-    elif encoder is not None:
-        encoder.requires_grad_(False)
-    optimizer = build_optimizer(groups, [model] + ([encoder] if encoder is not None else []),
-                                eps=settings.adam_epsilon, foreach=True)
+    optimizer = _optimizer(settings, model, encoder)
     task = GNNTask(ts, settings, model, encoder, criterion, None, generator, runtime, seed)
     total = task.steps_per_epoch * settings.epochs
     scheduler = build_scheduler(optimizer, settings.schedule, int(settings.warmup_ratio * total), total)
-    task.graph = DeviceGraph(
-        x=ts.x.to(device),  # (nodes, dim)
-        edge_index=ts.graph.edge_index.to(device),  # (2, E)
-        edge_type=ts.graph.edge_type.to(device),  # (E,)
-        train_queries=ts.train_queries.to(device),  # (Q, dim)
-    )
+    task.graph = DeviceGraph.on(ts, device)
     input_metrics = dev_metrics(ts.x[: ts.num_articles], ts, ts.dev_queries, settings.similarity)
     if input_metrics:
         log.info("dev %s of the input (DSR) embeddings: %.4f", SELECTION_METRIC, input_metrics[SELECTION_METRIC])
     by_dev = select and settings.selection == "dev"
     fit_config = FitConfig(
-        name=settings.variant, epochs=settings.epochs, steps_per_epoch=task.steps_per_epoch,
-        max_grad_norm=settings.max_grad_norm, accumulation_steps=settings.accumulation_steps,
-        selection_metric=SELECTION_METRIC if by_dev else None, select_epoch_zero=by_dev, show_progress=show_progress,
+        name=settings.variant,
+        epochs=settings.epochs,
+        steps_per_epoch=task.steps_per_epoch,
+        max_grad_norm=settings.max_grad_norm,
+        accumulation_steps=settings.accumulation_steps,
+        selection_metric=SELECTION_METRIC if by_dev else None,
+        select_epoch_zero=by_dev,
+        show_progress=show_progress,
     )
     result = fit(task, optimizer, scheduler, fit_config, runtime)
     if encoder is not None:
@@ -337,12 +388,13 @@ def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
         log.info("%s: refit on train+dev with the full fixed schedule (%d epochs)", settings.variant, settings.epochs)
         return settings.epochs
     if best_epoch < 1:
-        log.info("%s: refit skipped: dev chose the untrained encoder (epoch 0), so there are no epochs to refit",
-                 settings.variant)
+        log.info(
+            "%s: refit skipped: dev chose the untrained encoder (epoch 0), so there are no epochs to refit",
+            settings.variant,
+        )
         return 0
     log.info("%s: refit on train+dev for the %d epoch(s) dev chose", settings.variant, best_epoch)
     return best_epoch
-
 
 
 @dataclass(frozen=True)
@@ -370,7 +422,9 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
 
     variant = settings.variant
     questions, negatives = paths.questions, paths.negatives
-    files = {f"{name}_embeddings": paths.embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")}
+    files = {
+        f"{name}_embeddings": paths.embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")
+    }
     files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt")
     # hprior's report first: a damaged one stops the stage before the graph and embeddings load
     prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
@@ -383,37 +437,52 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
     ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files)
     log.info(
         "%s: %d nodes, %d edges, %d train pairs, %d dev questions, device %s",
-        variant, ts.graph.num_nodes, ts.graph.edge_index.size(1), ts.pairs.size(0), len(ts.dev_ids), device,
+        variant,
+        ts.graph.num_nodes,
+        ts.graph.edge_index.size(1),
+        ts.pairs.size(0),
+        len(ts.dev_ids),
+        device,
     )
-    encoder = None
-    if settings.uses_questions:
-        from lexgraph.models.encoders import QueryEncoder
-
-        query_dir = paths.dsr / "query_encoder"
-        if not query_dir.is_dir():
-            raise DataError(query_dir, "not found (run the train_dsr stage)")
-        encoder = QueryEncoder.from_pretrained(query_dir)
-        if encoder.dim != ts.x.size(1):
-            raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {ts.x.size(1)}")
+    encoder = load_query_encoder(paths.dsr, ts.x.size(1)) if settings.uses_questions else None
     if settings.encoder.init == "prior":
-        log.info("%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
-                 variant, prior_weight)
+        log.info(
+            "%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
+            variant,
+            prior_weight,
+        )
     runtime = Runtime(device)
-    result = train_graph_encoder(ts, settings, seed=seed, query_encoder=encoder, runtime=runtime,
-                                 prior_weight=prior_weight)
+    result = train_graph_encoder(
+        ts, settings, seed=seed, query_encoder=encoder, runtime=runtime, prior_weight=prior_weight
+    )
     summary = training_metrics(result, ts, settings)
     summary["refit"] = None
     epochs = refit_epochs(settings, result.best_epoch)
     if epochs:  # G-DSR appendix B: train+dev, dev pairs with their BM25 negatives
-        refit_ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files,
-                                        train_splits=("train", "dev"))
-        log.info("%s refit: %d epoch(s) on %d train+dev pairs (%d train and dev questions)", variant, epochs,
-                 refit_ts.pairs.size(0), len(refit_ts.train_ids))
-        result = train_graph_encoder(refit_ts, replace(settings, epochs=epochs), seed=seed,
-                                     runtime=runtime, prior_weight=prior_weight, select=False)
-        summary["refit"] = {"epochs": epochs, "pairs": int(refit_ts.pairs.size(0)),
-                            "questions": int(len(refit_ts.train_ids)),
-                            "dev_metrics_of": "the run before the refit (dev is trained on by the refit)"}
+        refit_ts = prepare_training_set(
+            full_graph, question_table, negative_table, tables, settings, files, train_splits=("train", "dev")
+        )
+        log.info(
+            "%s refit: %d epoch(s) on %d train+dev pairs (%d train and dev questions)",
+            variant,
+            epochs,
+            refit_ts.pairs.size(0),
+            len(refit_ts.train_ids),
+        )
+        result = train_graph_encoder(
+            refit_ts,
+            replace(settings, epochs=epochs),
+            seed=seed,
+            runtime=runtime,
+            prior_weight=prior_weight,
+            select=False,
+        )
+        summary["refit"] = {
+            "epochs": epochs,
+            "pairs": int(refit_ts.pairs.size(0)),
+            "questions": int(len(refit_ts.train_ids)),
+            "dev_metrics_of": "the run before the refit (dev is trained on by the refit)",
+        }
     if runtime.is_main:  # one writer; the others wait for it
         save_trained(result, ts, settings, paths.out)
         write_json(summary, paths.metrics)

@@ -37,18 +37,52 @@ VARIANTS = ("gdsr", "qabisar", "hgraph", "hgraph_qa")
 QUESTION_VARIANTS = ("qabisar", "hgraph_qa")  # their graph holds the train questions
 
 #: read by every variant, with the same meaning (``dropout``: between layers)
-SHARED_KEYS = ("model", "layers", "dropout", "hard_negatives", "batch_size", "adam_epsilon", "weight_decay",
-               "max_grad_norm", "accumulation_steps")
+SHARED_KEYS = (
+    "model",
+    "layers",
+    "dropout",
+    "hard_negatives",
+    "batch_size",
+    "adam_epsilon",
+    "weight_decay",
+    "max_grad_norm",
+    "accumulation_steps",
+)
 #: architecture keys of a variant's mapping (fields of GraphEncoderConfig)
-ARCH_KEYS = ("hidden", "heads", "concat_heads", "attention_dropout", "residual", "self_loops", "projections",
-             "edge_dim", "init", "activation")
+ARCH_KEYS = (
+    "hidden",
+    "heads",
+    "concat_heads",
+    "attention_dropout",
+    "residual",
+    "self_loops",
+    "projections",
+    "edge_dim",
+    "init",
+    "activation",
+)
 #: every variant's own mapping
-GRAPH_KEYS = (*ARCH_KEYS, "heading_features", "normalize_features", "lr", "schedule", "warmup_ratio", "epochs",
-              "selection", "similarity", "temperature", "refit")
+GRAPH_KEYS = (
+    *ARCH_KEYS,
+    "heading_features",
+    "normalize_features",
+    "lr",
+    "schedule",
+    "warmup_ratio",
+    "epochs",
+    "selection",
+    "similarity",
+    "temperature",
+    "refit",
+)
 #: the question variants' mapping adds
 QUESTION_KEYS = ("edge_attention", "encoder_lr", "kd", "bipartite", "structure")
-KD_KEYS = {"kd_weight": "weight", "kd_mode": "mode", "kd_temperature": "temperature",
-           "kd_student_contrastive": "student_contrastive"}
+KD_KEYS = {
+    "kd_weight": "weight",
+    "kd_mode": "mode",
+    "kd_temperature": "temperature",
+    "kd_student_contrastive": "student_contrastive",
+}
 
 HEADING_FEATURES = ("articles", "title")
 SIMILARITIES = ("cosine", "dot")
@@ -101,28 +135,32 @@ class GNNSettings:
         return ["base", *(f"gnn.{k}" for k in SHARED_KEYS), f"gnn.{variant}"]
 
     @classmethod
-    def from_params(cls, params: dict[str, Any], variant: str) -> "GNNSettings":
+    def from_params(cls, params: dict[str, Any], variant: str) -> GNNSettings:
         """Read ``params`` (the ``gnn`` section) for ``variant``."""
         if variant not in VARIANTS:
             raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
         allowed = set(SHARED_KEYS) | set(VARIANTS)
         unknown = sorted(set(params) - allowed, key=str)
         if unknown:
-            raise params_error(f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; expected the shared "
-                               f"keys {', '.join(SHARED_KEYS)} and one mapping per variant ({', '.join(VARIANTS)})")
+            raise params_error(
+                f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; expected the shared "
+                f"keys {', '.join(SHARED_KEYS)} and one mapping per variant ({', '.join(VARIANTS)})"
+            )
         missing = [k for k in (*SHARED_KEYS, *VARIANTS) if k not in params]
         if missing:
             raise params_error(f"missing key(s) {', '.join(repr('gnn.' + k) for k in missing)}")
         own = _variant_mapping(params[variant], variant)
         names = {k: f"{variant}.{k}" for k in own} | {f: f"{variant}.kd.{k}" for f, k in KD_KEYS.items()}
         values = {k: own.pop(k) for k in ARCH_KEYS}
-        arch = check_types(GraphEncoderConfig, {**{k: params[k] for k in ("model", "layers", "dropout")}, **values},
-                           "gnn", names)
+        arch = check_types(
+            GraphEncoderConfig, {**{k: params[k] for k in ("model", "layers", "dropout")}, **values}, "gnn", names
+        )
         if variant in QUESTION_VARIANTS:
             kd = own.pop("kd")
             if not isinstance(kd, dict) or set(kd) - set(KD_KEYS.values()):
-                raise params_error(f"'gnn.{variant}.kd' = {kd!r}, expected a mapping with the keys "
-                                   f"{', '.join(KD_KEYS.values())}")
+                raise params_error(
+                    f"'gnn.{variant}.kd' = {kd!r}, expected a mapping with the keys {', '.join(KD_KEYS.values())}"
+                )
             missing = [k for k in KD_KEYS.values() if k not in kd]
             if missing:
                 raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.kd.{k}') for k in missing)}")
@@ -134,7 +172,7 @@ class GNNSettings:
         return settings
 
     @classmethod
-    def per_variant(cls, params: dict[str, Any]) -> dict[str, "GNNSettings"]:
+    def per_variant(cls, params: dict[str, Any]) -> dict[str, GNNSettings]:
         """``{variant: settings}`` of the ``gnn`` section for every variant (what the
         ``train_gnn`` stage checks before any work, whichever variant it runs)."""
         return {variant: cls.from_params(params, variant) for variant in VARIANTS}
@@ -162,9 +200,14 @@ class GNNSettings:
             raise bad("warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
         if self.schedule == "constant" and self.warmup_ratio:
             raise bad("warmup_ratio", self.warmup_ratio, f"0 with 'gnn.{v}.schedule: constant' (no warm-up)")
-        for key, choices in (("heading_features", HEADING_FEATURES), ("similarity", SIMILARITIES),
-                             ("schedule", SCHEDULES), ("selection", SELECTIONS), ("kd_mode", ("score", "feature")),
-                             ("edge_attention", EDGE_ATTENTION)):
+        for key, choices in (
+            ("heading_features", HEADING_FEATURES),
+            ("similarity", SIMILARITIES),
+            ("schedule", SCHEDULES),
+            ("selection", SELECTIONS),
+            ("kd_mode", ("score", "feature")),
+            ("edge_attention", EDGE_ATTENTION),
+        ):
             if getattr(self, key) not in choices:
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), " or ".join(choices))
         if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
@@ -203,8 +246,10 @@ def _variant_mapping(own: Any, variant: str) -> dict[str, Any]:
     unknown = sorted(set(own) - set(expected), key=str)
     if unknown:
         where = " (a shared key: set it once under 'gnn')" if set(unknown) & set(SHARED_KEYS) else ""
-        raise params_error(f"unknown keys {', '.join(repr(f'gnn.{variant}.{k}') for k in unknown)}{where}; "
-                           f"expected {', '.join(expected)}")
+        raise params_error(
+            f"unknown keys {', '.join(repr(f'gnn.{variant}.{k}') for k in unknown)}{where}; "
+            f"expected {', '.join(expected)}"
+        )
     missing = [k for k in expected if k not in own]
     if missing:
         raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.{k}') for k in missing)}")

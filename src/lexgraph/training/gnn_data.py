@@ -5,9 +5,10 @@ BM25 negatives, and each batch's subgraph with QABISAR's label-leak cut
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -93,9 +94,13 @@ def prepare_training_set(
         paths: file names for error messages: ``questions``, ``negatives``, ``graph`` and
             ``<name>_embeddings``.
     """
-    paths = {"questions": "questions.parquet", "negatives": "negatives.parquet", "graph": "graph.pt",
-             **{f"{name}_embeddings": f"{name}.safetensors" for name in ("articles", "headings", "questions")},
-             **(paths or {})}
+    paths = {
+        "questions": "questions.parquet",
+        "negatives": "negatives.parquet",
+        "graph": "graph.pt",
+        **{f"{name}_embeddings": f"{name}.safetensors" for name in ("articles", "headings", "questions")},
+        **(paths or {}),
+    }
     graph = variant_graph(graph, settings)
     train, dev = split_questions(questions, train_splits, paths["questions"])
     x = node_features(graph, embeddings, settings, paths)
@@ -108,8 +113,12 @@ def prepare_training_set(
     check_dev_negatives(negs, train_ids, train["split"].to_list(), settings, paths["negatives"])
     missing_neg = sum(int(n.numel() == 0) for n in negs)
     if settings.hard_negatives and missing_neg:
-        log.warning("%d of %d %s questions have no BM25 negatives: random articles stand in", missing_neg, len(negs),
-                    "+".join(train_splits))
+        log.warning(
+            "%d of %d %s questions have no BM25 negatives: random articles stand in",
+            missing_neg,
+            len(negs),
+            "+".join(train_splits),
+        )
 
     q_ids, q_emb = embeddings["questions"]
     dev_ids = dev["id"].to_numpy().astype(np.int64)
@@ -147,8 +156,9 @@ def split_questions(questions, train_splits: tuple[str, ...], path: Any):
     return train, dev
 
 
-def node_features(graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], settings: GNNSettings,
-                  paths: dict[str, Any]) -> torch.Tensor:
+def node_features(
+    graph, embeddings: dict[str, tuple[np.ndarray, torch.Tensor]], settings: GNNSettings, paths: dict[str, Any]
+) -> torch.Tensor:
     """``(nodes, dim)`` features in the graph's node order: articles, then headings (the mean
     of their articles' unit vectors, or their own text's vectors), then questions."""
     # L2-normalised inputs (normalize_features, lexgraph's), or the encoder's own vectors (the papers')
@@ -199,13 +209,15 @@ def question_nodes(graph, train_ids: np.ndarray, path: Any) -> torch.Tensor:
     pos = np.searchsorted(graph_q, train_ids)
     ok = (pos < len(graph_q)) & (graph_q[np.minimum(pos, len(graph_q) - 1)] == train_ids)
     if not ok.all():
-        raise DataError(path, f"train question {int(train_ids[~ok][0])} has no node (rebuild the graph from the "
-                              "same questions)")
+        raise DataError(
+            path, f"train question {int(train_ids[~ok][0])} has no node (rebuild the graph from the same questions)"
+        )
     return torch.from_numpy(pos + first_q).long()
 
 
-def negative_nodes(negatives, train_ids: np.ndarray, gold: list[set[int]], article_ids: np.ndarray,
-                   train_splits: tuple[str, ...]) -> list[torch.Tensor]:
+def negative_nodes(
+    negatives, train_ids: np.ndarray, gold: list[set[int]], article_ids: np.ndarray, train_splits: tuple[str, ...]
+) -> list[torch.Tensor]:
     """Per question row, the article nodes of its BM25 negatives (rows of ``train_splits``
     only; its own gold articles and articles not in the graph dropped); empty when it has none."""
     import polars as pl
@@ -226,17 +238,22 @@ def negative_nodes(negatives, train_ids: np.ndarray, gold: list[set[int]], artic
     return negs
 
 
-def check_dev_negatives(negs: list[torch.Tensor], ids: np.ndarray, splits: list[str], settings: GNNSettings,
-                        path: Any) -> None:
+def check_dev_negatives(
+    negs: list[torch.Tensor], ids: np.ndarray, splits: list[str], settings: GNNSettings, path: Any
+) -> None:
     """A refit trains dev questions with their BM25 negatives (G-DSR appendix B), never with
     random stand-ins: a dev question without any is an error naming ``negatives.splits``."""
     if not settings.hard_negatives:
         return
     for neg, qid, split in zip(negs, ids, splits):
         if split == "dev" and neg.numel() == 0:
-            raise DataError(path, f"dev question {int(qid)} has no BM25 negatives (split 'dev'), which the "
-                                  f"train+dev refit of {settings.variant} trains with: add dev to negatives.splits "
-                                  "and rerun mine_negatives", column="split")
+            raise DataError(
+                path,
+                f"dev question {int(qid)} has no BM25 negatives (split 'dev'), which the "
+                f"train+dev refit of {settings.variant} trains with: add dev to negatives.splits "
+                "and rerun mine_negatives",
+                column="split",
+            )
 
 
 # ---------------------------------------------------------------------------

@@ -6,21 +6,21 @@ from __future__ import annotations
 import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from lexgraph import layout
 from lexgraph.embed import ARTICLE_EMBEDDINGS
+from lexgraph.errors import DataError
 from lexgraph.inputs import read_json_object
 from lexgraph.metrics import rounded, rounded_all
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
+from lexgraph.training.engine import TrainResult
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
 from lexgraph.training.gnn_data import TrainingSet
-
-if TYPE_CHECKING:
-    from lexgraph.training.gnn import GNNTrainResult
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,18 @@ FORMAT_VERSION = 1
 WEIGHTS = "gnn.safetensors"
 CONFIG = "gnn.json"
 QUERY_ENCODER = "query_encoder"
+
+
+@dataclass
+class GNNTrainResult(TrainResult):
+    """:class:`~lexgraph.training.engine.TrainResult` of ``train_gnn`` (``model``: the
+    :class:`GraphEncoder`; ``dev_metrics`` always a dict, ``{}`` without selection)."""
+
+    encoder: Any  # the (distilled) query encoder for qabisar, else None
+    article_embeddings: torch.Tensor  # (A, dim) full-graph outputs of the selected model
+    input_dev_metrics: dict[str, float]
+    initial_dev_metrics: dict[str, float]  # the untrained encoder (epoch 0)
+    prior_weight: float
 
 
 # ---------------------------------------------------------------------------
@@ -71,10 +83,15 @@ def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str 
     directory = Path(directory)
     config_path = directory / CONFIG
     rebuild = layout.restore_hint(directory)
-    config = read_json_object(config_path, what="the graph encoder settings train_gnn writes", fix=rebuild,
-                              keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")})
-    with built_from(config_path, "key 'graph_encoder' does not build an encoder", "the architecture train_gnn saved",
-                    rebuild):
+    config = read_json_object(
+        config_path,
+        what="the graph encoder settings train_gnn writes",
+        fix=rebuild,
+        keys={"graph_encoder": (lambda v: isinstance(v, dict), "an object")},
+    )
+    with built_from(
+        config_path, "key 'graph_encoder' does not build an encoder", "the architecture train_gnn saved", rebuild
+    ):
         model = GraphEncoder(GraphEncoderConfig.from_dict(config["graph_encoder"]))
     return load_state(model, directory / WEIGHTS, "graph encoder weights", CONFIG, rebuild).to(device).eval()
 
@@ -93,6 +110,22 @@ def training_metrics(result: GNNTrainResult, ts: TrainingSet, settings: GNNSetti
         "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
         "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
         # epoch 0 (the untrained model) has no loss: null, not a bare NaN that strict JSON readers refuse
-        "history": [{k: (v if k == "epoch" else rounded(v) if math.isfinite(v) else None) for k, v in h.items()}
-                    for h in result.history],
+        "history": [
+            {k: (v if k == "epoch" else rounded(v) if math.isfinite(v) else None) for k, v in h.items()}
+            for h in result.history
+        ],
     }
+
+
+def load_query_encoder(dsr_dir: Path, dim: int):
+    """The trained DSR's query encoder (``<dsr_dir>/query_encoder``), which QABISAR starts from;
+    its output size must be ``dim``, the article embeddings'."""
+    from lexgraph.models.encoders import QueryEncoder
+
+    query_dir = dsr_dir / QUERY_ENCODER
+    if not query_dir.is_dir():
+        raise DataError(query_dir, "not found (run the train_dsr stage)")
+    encoder = QueryEncoder.from_pretrained(query_dir)
+    if encoder.dim != dim:
+        raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {dim}")
+    return encoder

@@ -17,7 +17,8 @@ import logging
 import math
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from lexgraph.config import params_error
 from lexgraph.errors import ConfigError, DataError
@@ -209,21 +210,26 @@ class MLMTask:
     def step(self, batch: list[int]):
         device = self.runtime.device
         input_ids, attention = collate([self.train_blocks[i] for i in batch], self.tokenizer.pad_token_id)
-        masked, labels = mask_tokens(input_ids, attention, self.tokenizer, self.cfg.mlm_probability,
-                                     self.mask_generator)
+        masked, labels = mask_tokens(
+            input_ids, attention, self.tokenizer, self.cfg.mlm_probability, self.mask_generator
+        )
         with self.runtime.autocast():
             return mlm_loss(self.model, masked.to(device), attention.to(device), labels.to(device))
 
     def evaluate(self) -> dict[str, float]:
-        return {"eval_loss": _eval_loss(self.model, self.eval_blocks, self.tokenizer, self.cfg, self.runtime.device,
-                                        self.seed)}
+        return {
+            "eval_loss": _eval_loss(
+                self.model, self.eval_blocks, self.tokenizer, self.cfg, self.runtime.device, self.seed
+            )
+        }
 
     def nan_error(self, value: float, epoch: int, step: int) -> ConfigError:
         return ConfigError(f"MLM loss became {value} at step {step}; lower params.yaml '{SECTION}.learning_rate'")
 
 
-def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int,
-              runtime=None) -> dict[str, Any]:
+def train_mlm(
+    model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int, runtime=None
+) -> dict[str, Any]:
     """Train ``model`` in place with MLM (:func:`lexgraph.training.engine.fit`); return the metrics dict.
 
     AdamW (no decay on biases and LayerNorm weights), linear warm-up over ``warmup_ratio``
@@ -239,22 +245,46 @@ def train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, 
     torch.manual_seed(seed)  # dropout
     model.to(runtime.device)
     task = MLMTask(model, tokenizer, train_blocks, eval_blocks, cfg, runtime, seed)
-    optimizer = build_optimizer([ParamGroup(list(model.parameters()), cfg.learning_rate, cfg.weight_decay)], [model],
-                                eps=cfg.adam_epsilon)
+    optimizer = build_optimizer(
+        [ParamGroup(list(model.parameters()), cfg.learning_rate, cfg.weight_decay)], [model], eps=cfg.adam_epsilon
+    )
     scheduler = build_scheduler(optimizer, "linear", cfg.warmup_steps, cfg.max_steps)
-    log.info("MLM: %d train / %d eval blocks of <= %d tokens, %d steps of %d",
-             len(train_blocks), len(eval_blocks), cfg.max_length, cfg.max_steps, cfg.batch_size)
+    log.info(
+        "MLM: %d train / %d eval blocks of <= %d tokens, %d steps of %d",
+        len(train_blocks),
+        len(eval_blocks),
+        cfg.max_length,
+        cfg.max_steps,
+        cfg.batch_size,
+    )
     start = time.perf_counter()
-    result = fit(task, optimizer, scheduler, FitConfig(
-        name="pretrain", epochs=1, steps_per_epoch=cfg.max_steps, max_grad_norm=cfg.max_grad_norm,
-        accumulation_steps=cfg.accumulation_steps, select_epoch_zero=True, log_every=cfg.log_every,
-    ), runtime)
+    result = fit(
+        task,
+        optimizer,
+        scheduler,
+        FitConfig(
+            name="pretrain",
+            epochs=1,
+            steps_per_epoch=cfg.max_steps,
+            max_grad_norm=cfg.max_grad_norm,
+            accumulation_steps=cfg.accumulation_steps,
+            select_epoch_zero=True,
+            log_every=cfg.log_every,
+        ),
+        runtime,
+    )
     seconds = time.perf_counter() - start
     initial_eval = result.initial_metrics["eval_loss"]
     eval_loss = result.dev_metrics["eval_loss"]
     recent = result.step_losses[-cfg.log_every :]
     perplexity = math.exp(eval_loss) if math.isfinite(eval_loss) and eval_loss < 700 else float("inf")
-    log.info("MLM done in %.1f s: eval loss %.4f (before %.4f), perplexity %.1f", seconds, eval_loss, initial_eval, perplexity)
+    log.info(
+        "MLM done in %.1f s: eval loss %.4f (before %.4f), perplexity %.1f",
+        seconds,
+        eval_loss,
+        initial_eval,
+        perplexity,
+    )
     return {
         "mode": cfg.mode,
         "steps": cfg.max_steps,
@@ -278,8 +308,9 @@ def read_articles(path: str | os.PathLike) -> list[str]:
     return [t for t in df["article"].to_list() if t.strip()]
 
 
-def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device,
-             runtime=None) -> dict[str, Any]:
+def pretrain(
+    texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device, runtime=None
+) -> dict[str, Any]:
     """Resolve (``none``) or pre-train (``continue``, ``scratch``) the base model and save
     model + tokenizer (+ ``lexgraph_base.json``) atomically into ``out_dir``."""
     import contextlib
@@ -308,8 +339,9 @@ def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLi
                 info = read_base_summary(base_dir)
             blocks = make_blocks(texts, tokenizer, cfg.max_length)
             train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
-            metrics = train_mlm(model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed,
-                                runtime=runtime)
+            metrics = train_mlm(
+                model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed, runtime=runtime
+            )
             metrics = {"mode": cfg.mode, **metrics}
             model.to("cpu")
             model.save_pretrained(tmp)
@@ -322,8 +354,15 @@ def pretrain(texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLi
     return metrics
 
 
-def run(articles: str | os.PathLike, out: str | os.PathLike, metrics_path: str | os.PathLike,
-        cfg: PretrainConfig, *, seed: int, device: str = "auto") -> dict[str, Any]:
+def run(
+    articles: str | os.PathLike,
+    out: str | os.PathLike,
+    metrics_path: str | os.PathLike,
+    cfg: PretrainConfig,
+    *,
+    seed: int,
+    device: str = "auto",
+) -> dict[str, Any]:
     """The ``pretrain`` stage: articles file -> checkpoint directory + metrics JSON."""
     from lexgraph.config import resolve_device
     from lexgraph.io import write_json

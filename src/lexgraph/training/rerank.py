@@ -39,14 +39,13 @@ rest of the first stage's list in its own order, scored below the top-``k``.
 and ``evaluate() -> dev metrics``.
 """
 
-
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -85,9 +84,20 @@ class RerankTrainer:
     ``articles``, ``queries`` and ``views`` are cached stores (a frozen PLM) or
     :class:`PLMTokens` (the PLM ``plm`` trains with the network)."""
 
-    def __init__(self, model, config: RerankConfig, articles: TokenStore | PLMTokens, queries: TokenStore | PLMTokens,
-                 views: TokenStore | PLMTokens, train: Lists, dev: Lists, device: torch.device, seed: int,
-                 plm: torch.nn.Module | None = None, autocast=None) -> None:
+    def __init__(
+        self,
+        model,
+        config: RerankConfig,
+        articles: TokenStore | PLMTokens,
+        queries: TokenStore | PLMTokens,
+        views: TokenStore | PLMTokens,
+        train: Lists,
+        dev: Lists,
+        device: torch.device,
+        seed: int,
+        plm: torch.nn.Module | None = None,
+        autocast=None,
+    ) -> None:
         import contextlib
 
         from lexgraph.losses.CaseViewLoss import CaseViewLoss
@@ -106,8 +116,9 @@ class RerankTrainer:
         self.score_log: list[list[np.ndarray]] = []  # per evaluate(): the dev scores (the report reads the kept one's)
         for qid, row in zip(train.qids, train.ids):
             gold = set(train.qrels[qid])
-            pool = np.array([a for a in row[: config.k].tolist() if a >= 0 and a not in gold and a in articles],
-                            dtype=np.int64)
+            pool = np.array(
+                [a for a in row[: config.k].tolist() if a >= 0 and a not in gold and a in articles], dtype=np.int64
+            )
             if pool.size == 0 or qid not in queries:
                 continue
             for g in sorted(gold):
@@ -130,7 +141,7 @@ class RerankTrainer:
         order = rng.permutation(len(triples))
         size = self.config.batch_size
         for start in range(0, len(order), size):
-            yield [triples[i] for i in order[start:start + size]]
+            yield [triples[i] for i in order[start : start + size]]
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.model] + ([self.plm] if self.plm is not None else [])
@@ -147,8 +158,9 @@ class RerankTrainer:
 
     def nan_error(self, value: float, epoch: int, step: int) -> LexgraphError:
         v = self.config.variant
-        return LexgraphError(f"{v}: the loss is {value} at epoch {epoch}, step {step}; lower rerank.{v}.lr "
-                             "or rerank.max_grad_norm")
+        return LexgraphError(
+            f"{v}: the loss is {value} at epoch {epoch}, step {step}; lower rerank.{v}.lr or rerank.max_grad_norm"
+        )
 
     def losses(self, batch: Sequence[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
         """The losses of one batch of triples (``loss`` is the total to back-propagate)."""
@@ -162,8 +174,9 @@ class RerankTrainer:
         out = {"triple": self.triple_loss(h_ab, h_ac, m.classifier)}
         total = out["triple"]
         if cfg.lambda_case > 0:
-            out["case"] = self.case_loss(m.pool(q, q_mask), m.pool(b, b_mask), m.pool(c, c_mask),
-                                         self.case_exclusions(qids, golds, negs))
+            out["case"] = self.case_loss(
+                m.pool(q, q_mask), m.pool(b, b_mask), m.pool(c, c_mask), self.case_exclusions(qids, golds, negs)
+            )
             total = total + cfg.lambda_case * out["case"]
         unique = [g for g in dict.fromkeys(golds) if g in self.views]
         if cfg.lambda_ele > 0 and len(unique) >= 2:
@@ -190,8 +203,10 @@ class RerankTrainer:
         d, k = self.dev_lists, self.config.k
         cands = sorted({int(a) for row in d.ids for a in row[:k] if a >= 0 and a in self.articles})
         size = self.config.eval_batch_size
-        return (self.queries.encode_store(d.qids, size, self.device, self.autocast),
-                self.articles.encode_store(cands, size, self.device, self.autocast))
+        return (
+            self.queries.encode_store(d.qids, size, self.device, self.autocast),
+            self.articles.encode_store(cands, size, self.device, self.autocast),
+        )
 
     def dev_scores(self) -> list[np.ndarray]:
         """The re-ranker's scores of every dev question's top-``k``."""
@@ -201,8 +216,9 @@ class RerankTrainer:
         out = []
         for qid, row in progress(list(zip(self.dev_lists.qids, self.dev_lists.ids)), "re-rank dev", unit="question"):
             cands = [int(a) for a in row[: self.config.k] if a >= 0]
-            out.append(rerank_scores(self.model, queries.get(qid), cands, articles, self.device,
-                                     self.config.eval_batch_size))
+            out.append(
+                rerank_scores(self.model, queries.get(qid), cands, articles, self.device, self.config.eval_batch_size)
+            )
         return out
 
     def metrics_at(self, scores: Sequence[np.ndarray], alpha: float | None) -> dict[str, float]:
@@ -238,8 +254,9 @@ class RerankTrainer:
         return metrics[alpha]
 
 
-def rows_of(states: torch.Tensor, mask: torch.Tensor, keys: Sequence[int],
-            wanted: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def rows_of(
+    states: torch.Tensor, mask: torch.Tensor, keys: Sequence[int], wanted: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The rows of ``wanted`` (each among ``keys``, the rows of ``states`` ``(n, L, dim)`` and
     ``mask`` ``(n, L)``), cut to their own longest length: what ``store.batch(wanted)`` gives
     from a store, without a second PLM pass over the same texts in a fine-tuning step."""
@@ -252,9 +269,18 @@ def rows_of(states: torch.Tensor, mask: torch.Tensor, keys: Sequence[int],
     return states.index_select(0, index)[:, :length], sub_mask[:, :length]  # (u, Lt, dim), (u, Lt)
 
 
-def train(config: RerankConfig, articles: TokenStore | PLMTokens, queries: TokenStore | PLMTokens,
-          views: TokenStore | PLMTokens, train_lists: Lists, dev_lists: Lists, device: torch.device, seed: int,
-          runtime=None, plm: torch.nn.Module | None = None):
+def train(
+    config: RerankConfig,
+    articles: TokenStore | PLMTokens,
+    queries: TokenStore | PLMTokens,
+    views: TokenStore | PLMTokens,
+    train_lists: Lists,
+    dev_lists: Lists,
+    device: torch.device,
+    seed: int,
+    runtime=None,
+    plm: torch.nn.Module | None = None,
+):
     """Train the interaction network (and ``plm``, fine-tuned, when given: the stores are then
     :class:`PLMTokens` over it); returns ``(model, report)`` with the kept epoch's weights."""
     from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, fit
@@ -262,8 +288,19 @@ def train(config: RerankConfig, articles: TokenStore | PLMTokens, queries: Token
     runtime = runtime or Runtime(device)
     torch.manual_seed(seed)  # the initial weights and dropout follow the seed
     model = build_model(articles.dim, config).to(device)
-    trainer = RerankTrainer(model, config, articles, queries, views, train_lists, dev_lists, device, seed,
-                            plm=plm, autocast=runtime.autocast)
+    trainer = RerankTrainer(
+        model,
+        config,
+        articles,
+        queries,
+        views,
+        train_lists,
+        dev_lists,
+        device,
+        seed,
+        plm=plm,
+        autocast=runtime.autocast,
+    )
     steps = trainer.steps_per_epoch()
     # AdamW with weight decay on every parameter of the network, linear warm-up then decay
     groups = [ParamGroup(list(model.parameters()), config.lr, config.weight_decay, decay_exempt=False)]
@@ -271,19 +308,41 @@ def train(config: RerankConfig, articles: TokenStore | PLMTokens, queries: Token
         groups.append(ParamGroup(list(plm.parameters()), config.plm_lr, config.weight_decay))
     optimizer, scheduler = _optimizer(groups, trainer.modules(), config, steps)
     first_grad = _first_grad_norm(optimizer, plm)
-    log.info("%s: %d (question, gold) pairs, %d negatives each, %d steps per epoch, PLM %s",
-             config.variant, len(trainer.pairs), config.negatives, steps, config.plm)
-    result = fit(trainer, optimizer, scheduler,
-                 FitConfig(name=config.variant, epochs=config.epochs, steps_per_epoch=steps,
-                           max_grad_norm=config.max_grad_norm, selection_metric=config.metric,
-                           select_epoch_zero=model.warm_started),
-                 runtime)
+    log.info(
+        "%s: %d (question, gold) pairs, %d negatives each, %d steps per epoch, PLM %s",
+        config.variant,
+        len(trainer.pairs),
+        config.negatives,
+        steps,
+        config.plm,
+    )
+    result = fit(
+        trainer,
+        optimizer,
+        scheduler,
+        FitConfig(
+            name=config.variant,
+            epochs=config.epochs,
+            steps_per_epoch=steps,
+            max_grad_norm=config.max_grad_norm,
+            selection_metric=config.metric,
+            select_epoch_zero=model.warm_started,
+        ),
+        runtime,
+    )
     report = _report(config, trainer, result)
     if plm is not None:
         report["plm_grad_norm_first_step"] = round(first_grad.get("norm", 0.0), 6)
-    log.info("%s: kept epoch %d, alpha %s: dev %s %.4f (first stage %.4f, re-ranker alone %.4f)", config.variant,
-             result.best_epoch, report["alpha"], config.metric, report["dev"][config.metric],
-             report["dev_first_stage"][config.metric], report["dev_mvcl_only"][config.metric])
+    log.info(
+        "%s: kept epoch %d, alpha %s: dev %s %.4f (first stage %.4f, re-ranker alone %.4f)",
+        config.variant,
+        result.best_epoch,
+        report["alpha"],
+        config.metric,
+        report["dev"][config.metric],
+        report["dev_first_stage"][config.metric],
+        report["dev_mvcl_only"][config.metric],
+    )
     return model, report
 
 
@@ -291,8 +350,9 @@ def _optimizer(groups, modules, config: RerankConfig, steps: int):
     from lexgraph.training.engine import build_optimizer, build_scheduler
 
     optimizer = build_optimizer(groups, modules)
-    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * steps * config.epochs),
-                                steps * config.epochs)
+    scheduler = build_scheduler(
+        optimizer, "linear", int(config.warmup_ratio * steps * config.epochs), steps * config.epochs
+    )
     return optimizer, scheduler
 
 
@@ -324,16 +384,19 @@ def kept_scores(trainer: RerankTrainer, result) -> list[np.ndarray]:
 
 def _report(config: RerankConfig, trainer: RerankTrainer, result) -> dict:
     """The training report (rerank_<variant>.json): the kept epoch (and alpha), the dev metrics, the history."""
-    history = [{**h, **{k: rounded(v) if k != "alpha" else v for k, v in e.items()}}
-               for h, e in zip(result.history, trainer.epoch_log)]
+    history = [
+        {**h, **{k: rounded(v) if k != "alpha" else v for k, v in e.items()}}
+        for h, e in zip(result.history, trainer.epoch_log)
+    ]
     scores = kept_scores(trainer, result)
     report = {"first_stage": config.first_stage, "k": config.k, "epoch": result.best_epoch}
     if config.fusion:
         alpha, by_alpha = trainer.by_alpha(scores)
         report.update(alpha=alpha, split=config.split, metric=config.metric, dev=rounded_all(by_alpha[alpha]))
     else:
-        report.update(alpha=None, split=config.split, metric=config.metric,
-                      dev=rounded_all(trainer.metrics_at(scores, None)))
+        report.update(
+            alpha=None, split=config.split, metric=config.metric, dev=rounded_all(trainer.metrics_at(scores, None))
+        )
     report["dev_mvcl_only"] = rounded_all(trainer.metrics_at(scores, 1.0 if config.fusion else None))
     report["dev_first_stage"] = rounded_all(trainer.metrics_at(scores, 0.0))
     if config.fusion:
@@ -391,7 +454,9 @@ def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, devic
     inputs = token_inputs(articles, questions, config, tokenizer, query_prefix, passage_prefix, seed)
     log.info("%s: fine-tuning the PLM %s; element indicator: %s", config.variant, pretrain, inputs.stats)
     pad = tokenizer.pad_token_id
-    stores = (PLMTokens(inputs.article_ids, inputs.articles, plm, pad),
-              PLMTokens(inputs.question_ids, inputs.questions, plm, pad),
-              PLMTokens(inputs.view_ids, inputs.views, plm, pad))
+    stores = (
+        PLMTokens(inputs.article_ids, inputs.articles, plm, pad),
+        PLMTokens(inputs.question_ids, inputs.questions, plm, pad),
+        PLMTokens(inputs.view_ids, inputs.views, plm, pad),
+    )
     return stores, plm, tokenizer
