@@ -11,14 +11,16 @@ initialisation; the hypothesis is that 2e-5 moves it too little in the sample's 
 to learn anything, a budget of updates and not a defect of the code.
 
 What it does, on a finished workspace (``dvc repro``: the first stage's lists and
-``encode_rerank``'s cache of the frozen PLM's token states): for each run ``LR:EPOCHS``, the
-interaction network of ``rerank.mvcl`` (its alignment, pooling, losses, no fusion) is
-trained over the *frozen* cached states (the PLM is held fixed, so that only the head's
-learning rate and number of updates vary, at a few minutes a run), and reports per epoch
-the dev mAP of the re-ranked lists alone and the mean triple loss, and at the end how far
-the weights moved, ``||W - W0|| / ||W0||`` over the whole network. The first stage's dev mAP
-and a random order of its top-k (the chance level) are printed beside them. Choices are
-made on dev only; test is never read.
+``encode_rerank``'s cache of the frozen PLM's token states): for each run ``LR:EPOCHS`` and
+each share of the train questions (``--fractions``), the interaction network of
+``rerank.mvcl`` (its alignment, pooling, losses, no fusion) is trained over the *frozen*
+cached states (the PLM is held fixed, so that only the head's learning rate, its number of
+updates and of pairs vary, at a few minutes a run). Per epoch it reports the mAP of the
+re-ranked lists alone (``map``: of the dev lists, or with ``--scored train`` of the train
+lists: does the network fit its own data?) and the mean triple loss; at the end, how far the
+weights moved, ``||W - W0|| / ||W0||`` over the whole network. The first stage's mAP and a
+random order of its top-k (the chance level) are reported beside them. Choices are made on
+dev only; test is never read.
 """
 
 from __future__ import annotations
@@ -104,19 +106,19 @@ def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
         "lr": config.lr,
         "epochs": config.epochs,
         "steps": report["steps"],
-        "dev_map": [round(h["dev_map"], 4) for h in report["history"]],
+        "map": [round(h["dev_map"], 4) for h in report["history"]],
         "triple_loss": [round(h["train_triple"], 4) for h in report["history"]],
         "weight_shift": round(relative_shift(start, model), 4),
     }
     log.info(
-        "train x%g (%d pairs) lr %-8g epochs %-3d steps %-5d shift %.4f  dev mAP %s  triple loss %s",
+        "train x%g (%d pairs) lr %-8g epochs %-3d steps %-5d shift %.4f  mAP %s  triple loss %s",
         fraction,
         row["pairs"],
         config.lr,
         config.epochs,
         row["steps"],
         row["weight_shift"],
-        row["dev_map"],
+        row["map"],
         row["triple_loss"],
     )
     return row
@@ -188,7 +190,12 @@ def measure(args) -> int:
     first_map = probe.metrics_at([-np.arange(len(r), dtype=np.float64) for r in probe.dev_lists.ids], None)["map"]
     chance = chance_map(probe, base.seed)
     log.info(
-        "first stage %s: dev mAP %.4f; a random order of its top-%d: %.4f", head.first_stage, first_map, head.k, chance
+        "first stage %s: %s mAP %.4f; a random order of its top-%d: %.4f",
+        head.first_stage,
+        args.scored,
+        first_map,
+        head.k,
+        chance,
     )
     rows = [
         run(

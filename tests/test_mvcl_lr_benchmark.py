@@ -79,12 +79,31 @@ def test_merged_results_replace_a_rerun_and_keep_the_rest(tmp_path):
     import json
 
     path = tmp_path / "r.json"
-    run = {"scored": "dev", "fraction": 1.0, "lr": 2e-5, "epochs": 5, "dev_map": [0.1]}
-    other = {**run, "lr": 1e-3, "dev_map": [0.2]}
+    run = {"scored": "dev", "fraction": 1.0, "lr": 2e-5, "epochs": 5, "map": [0.1]}
+    other = {**run, "lr": 1e-3, "map": [0.2]}
     assert probe.merged(path, {"runs": [run]}) == {"runs": [run]}  # nothing there yet
     path.write_text(json.dumps({"dev_map_first_stage": 0.3, "runs": [run, other]}), encoding="utf-8")
-    again = {**run, "dev_map": [0.15]}
+    again = {**run, "map": [0.15]}
     train = {**run, "scored": "train", "train_map_first_stage": 0.8}
     out = probe.merged(path, {"train_map_first_stage": 0.8, "runs": [again, train]})
     assert out["dev_map_first_stage"] == 0.3 and out["train_map_first_stage"] == 0.8
     assert out["runs"] == [again, other, train]  # the rerun replaced, sorted by split, fraction, lr, epochs
+
+
+def test_the_analysis_page_quotes_the_committed_results():
+    # docs/analysis.md's table of benchmarks/mvcl_lr.json: every dev run's best and last epoch
+    # and weight shift, and the train fit, as the page prints them
+    import json
+
+    from conftest import ROOT
+
+    results = json.loads((ROOT / "benchmarks" / "mvcl_lr.json").read_text(encoding="utf-8"))
+    page = (ROOT / "docs" / "analysis.md").read_text(encoding="utf-8")
+    for run in results["runs"]:
+        best, last = 100 * max(run["map"]), 100 * run["map"][-1]
+        if run["scored"] == "dev":
+            cells = f"| {100 * run['weight_shift']:.1f} % | "
+            assert cells in page and f"| {best:.1f} ({last:.1f}) |" in page, run
+        else:
+            assert f"mAP {last:.1f}, above the hybrid's own {100 * results['train_map_first_stage']:.1f}" in page
+    assert f"has dev\nmAP {100 * results['dev_map_random_order']:.1f}" in page
