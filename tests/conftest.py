@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paper_fixture import HUB_README  # the hub layout of BSARD, one copy for every test
+from paper_fixture import HUB_README  # the hub layout of BSARD, one copy for every test
 
 ROOT = Path(__file__).resolve().parents[1]
 
