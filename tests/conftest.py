@@ -142,6 +142,35 @@ def tiny_model_dir(tmp_path_factory):
     return directory
 
 
+@pytest.fixture(scope="module")
+def tiny_query_encoder_dir(tmp_path_factory):
+    """A saved tiny QueryEncoder (DIM-wide BERT, WordPiece trained on the toy graph's texts), like models/dsr."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from helpers_graph import ARTICLES, DIM, QUESTIONS
+    from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.models.pretrain import train_wordpiece_tokenizer
+
+    texts = QUESTIONS["question"].to_list() + ARTICLES["article"].to_list()
+    tokenizer = train_wordpiece_tokenizer(texts * 5, vocab_size=120)
+    torch.manual_seed(0)
+    backbone = BertModel(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=DIM,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
+    path = tmp_path_factory.mktemp("dsr") / "query_encoder"
+    QueryEncoder(backbone, tokenizer, max_length=32).save_pretrained(path)
+    return path
+
+
 # ---------------------------------------------------------------------------
 # Complete params sections (every key is required: no silent defaults)
 # ---------------------------------------------------------------------------

@@ -8,106 +8,33 @@ import math
 from collections import deque
 
 import numpy as np
-import polars as pl
 import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers_graph import (
+    AQ,
+    ARTICLES,
+    DIM,
+    NEGATIVES,
+    QA,
+    QUESTIONS,
+    embeddings,
+    feature,
+    graph,
+    settings,
+)
 from lexgraph.errors import ConfigError
-from lexgraph.graph import EdgeType, GraphConfig, build_graph
+from lexgraph.graph import EdgeType
 from lexgraph.losses import DistillationLoss, InfoNCELoss, QabisarLoss
 from lexgraph.models.gnn import MODELS, GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn import train_graph_encoder
-from lexgraph.training.gnn_config import GNNSettings
 from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
-from test_graph import ARTICLES, HEADINGS, QUESTIONS
 
-DIM = 8
 TRAIN, DEV, TEST_AND_SYNTHETIC = {1, 2, 6}, {3}, {4, 5}
 
-
-def graph(**config):
-    return build_graph(ARTICLES, HEADINGS, QUESTIONS, GraphConfig(**config))[0]
-
-
-def feature(kind: str, ident: int) -> torch.Tensor:
-    """A distinct, recognisable vector per (kind, id)."""
-    g = torch.Generator().manual_seed({"a": 1000, "h": 2000, "q": 3000}[kind] + ident)
-    return torch.randn(DIM, generator=g)
-
-
-def embeddings():
-    art = ARTICLES["id"].to_numpy()
-    head = HEADINGS["heading_id"].to_numpy()
-    ques = QUESTIONS["id"].to_numpy()  # every split, as the embed stage writes them
-    return {
-        "articles": (art, torch.stack([feature("a", int(i)) for i in art])),
-        "headings": (head, torch.stack([feature("h", int(i)) for i in head])),
-        "questions": (ques, torch.stack([feature("q", int(i)) for i in ques])),
-    }
-
-
-NEGATIVES = pl.DataFrame(
-    {
-        "question_id": [1, 2, 6, 4],
-        "split": ["train", "train", "train", "test"],
-        "negative_ids": [[20, 21], [10, 11, 12], [30], [10]],
-    },
-    schema={"question_id": pl.Int64, "split": pl.Utf8, "negative_ids": pl.List(pl.Int64)},
-)
-
-SHARED = {
-    "model": "gatv2",
-    "layers": 1,
-    "dropout": 0.0,
-    "hard_negatives": 1,
-    "batch_size": 3,
-    "adam_epsilon": 1e-8,
-    "weight_decay": 0.1,
-    "max_grad_norm": 1.0,
-    "accumulation_steps": 1,
-}
-#: lexgraph's recipe (hgraph), every key of a variant's mapping at a plain setting
-GRAPH = {
-    "hidden": None,
-    "heads": 2,
-    "concat_heads": True,
-    "attention_dropout": 0.0,
-    "residual": True,
-    "self_loops": False,
-    "projections": "linear",
-    "edge_dim": None,
-    "init": "random",
-    "activation": "elu",
-    "heading_features": "articles",
-    "normalize_features": True,
-    "lr": 1e-2,
-    "schedule": "linear",
-    "warmup_ratio": 0.1,
-    "epochs": 2,
-    "selection": "dev",
-    "similarity": "cosine",
-    "temperature": 0.05,
-    "refit": False,
-}
-QUESTION = {
-    **GRAPH,
-    "edge_dim": 4,
-    "edge_attention": "per_group",
-    "encoder_lr": 1e-3,
-    "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
-    "bipartite": True,
-    "structure": True,
-}
-BASE_PARAMS = {
-    **SHARED,
-    "gdsr": dict(GRAPH),
-    "qabisar": dict(QUESTION),
-    "hgraph": dict(GRAPH),
-    "hgraph_qa": dict(QUESTION),
-}
 
 #: every GraphEncoderConfig field without a default, at a plain setting
 ENCODER = dict(
@@ -126,14 +53,6 @@ ENCODER = dict(
 
 def encoder_config(**overrides) -> GraphEncoderConfig:
     return GraphEncoderConfig(**{**ENCODER, **overrides})
-
-
-def settings(variant: str, **overrides) -> GNNSettings:
-    """``variant``'s settings; an override goes to the shared keys or to ``gnn.<variant>``."""
-    params = {**BASE_PARAMS, variant: dict(BASE_PARAMS[variant])}
-    for key, value in overrides.items():
-        (params if key in SHARED else params[variant])[key] = value
-    return GNNSettings.from_params(params, variant)
 
 
 # ---------------------------------------------------------------------------
@@ -315,9 +234,6 @@ def test_subgraph_is_exact_l_hop_neighbourhood(directed, hops, seeds):
     assert got == want
 
 
-QA, AQ = int(EdgeType.QUESTION_ARTICLE), int(EdgeType.ARTICLE_QUESTION)
-
-
 @pytest.mark.parametrize("directed", [True, False])
 @pytest.mark.parametrize(
     "questions, articles, cut",
@@ -431,32 +347,6 @@ def test_qabisar_needs_question_nodes():
 # ---------------------------------------------------------------------------
 # Training end to end (tiny)
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_query_encoder_dir(tmp_path_factory):
-    from transformers import BertConfig, BertModel
-
-    from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.models.pretrain import train_wordpiece_tokenizer
-
-    texts = QUESTIONS["question"].to_list() + ARTICLES["article"].to_list()
-    tokenizer = train_wordpiece_tokenizer(texts * 5, vocab_size=120)
-    torch.manual_seed(0)
-    backbone = BertModel(
-        BertConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=DIM,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=16,
-            max_position_embeddings=64,
-        ),
-        add_pooling_layer=False,
-    )
-    path = tmp_path_factory.mktemp("dsr") / "query_encoder"
-    QueryEncoder(backbone, tokenizer, max_length=32).save_pretrained(path)
-    return path
 
 
 def test_hgraph_training_is_deterministic_and_saves(tmp_path, monkeypatch):

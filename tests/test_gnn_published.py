@@ -18,6 +18,8 @@ import torch.nn.functional as F
 import yaml
 from torch_geometric.nn import GATv2Conv
 
+from helpers_graph import AQ, BASE_PARAMS, GRAPH, NEGATIVES, QA, QUESTIONS, embeddings, graph, settings
+from helpers_graph import DIM as TOY_DIM
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.graph import NUM_EDGE_TYPES, STRUCTURE_TYPES, EdgeType
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
@@ -25,19 +27,6 @@ from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
 from lexgraph.training.gnn_data import prepare_training_set
-from test_gnn import (
-    AQ,
-    BASE_PARAMS,
-    GRAPH,
-    NEGATIVES,
-    QA,
-    QUESTIONS,
-    embeddings,
-    graph,
-    settings,
-    tiny_query_encoder_dir,  # noqa: F401 (a fixture)
-)
-from test_gnn import DIM as TOY_DIM
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -294,7 +283,7 @@ def test_the_papers_node_features_are_the_embed_stages_vectors_as_they_are():
             torch.testing.assert_close(ts.x[node], want, rtol=0, atol=1e-6)
 
 
-def test_qabisar_trains_its_graph_and_query_encoder_end_to_end(tiny_query_encoder_dir):  # noqa: F811
+def test_qabisar_trains_its_graph_and_query_encoder_end_to_end(tiny_query_encoder_dir):
     """The sample's qabisar on the toy graph: joint attention with typed self-loops over sampled
     subgraphs, a KD term in every epoch's loss, and a query encoder that moved."""
     from lexgraph.models.encoders import QueryEncoder

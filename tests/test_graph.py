@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import load_benchmark, write_params
+from helpers_graph import ARTICLES, HEADINGS, QUESTIONS
 from lexgraph.errors import DataError
 from lexgraph.graph import (
     EdgeType,
@@ -23,53 +24,6 @@ from lexgraph.graph import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Code A: Livre 1 (no "part") -> Chapitre 1 / Chapitre 2; article 13 hangs directly
-# under Livre 1 (its chapter level is missing). Code B: articles directly under the
-# code. Article 30 has no hierarchy at all. Rows are deliberately out of order.
-HEADINGS = pl.DataFrame(
-    {
-        "heading_id": [4, 0, 2, 1, 3],
-        "parent_id": [-1, -1, 1, 0, 1],
-        "level": [1, 1, 3, 2, 3],
-        "level_name": ["code", "code", "chapter", "book", "chapter"],
-        "label": ["Code B", "Code A", "Chapitre 1", "Livre 1", "Chapitre 2"],
-        "path": [
-            ["Code B"],
-            ["Code A"],
-            ["Code A", "Livre 1", "Chapitre 1"],
-            ["Code A", "Livre 1"],
-            ["Code A", "Livre 1", "Chapitre 2"],
-        ],
-        "text": ["Code B", "Code A", "Du mur", "Des biens", "Du bornage"],
-    }
-)
-ARTICLES = pl.DataFrame(
-    {
-        "id": [21, 10, 12, 30, 11, 13, 20],
-        "article": [f"texte {i}" for i in (21, 10, 12, 30, 11, 13, 20)],
-        "reference": [f"Art. {i}" for i in (21, 10, 12, 30, 11, 13, 20)],
-        "path": [
-            ["Code B"],
-            ["Code A", "Livre 1", "Chapitre 1"],
-            ["Code A", "Livre 1", "Chapitre 2"],
-            [],
-            ["Code A", "Livre 1", "Chapitre 1"],
-            ["Code A", "Livre 1"],
-            ["Code B"],
-        ],
-        "heading_id": [4, 2, 3, -1, 2, 1, 4],
-    }
-)
-QUESTIONS = pl.DataFrame(
-    {
-        "id": [6, 1, 3, 4, 5, 2],
-        "question": ["q6", "q1", "q3 dev", "q4 test", "q5 synthetic", "q2"],
-        "article_ids": [[10], [12, 10], [11], [21], [13], [20]],
-        "split": ["train", "train", "dev", "test", "synthetic", "train"],
-    },
-    schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.List(pl.Int64), "split": pl.Utf8},
-)
 
 # node ids: articles 10,11,12,13,20,21,30 -> 0..6; headings 0..4 -> 7..11; train questions 1,2,6 -> 12..14
 H = {h: 7 + h for h in range(5)}
