@@ -171,6 +171,44 @@ def tiny_query_encoder_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def tiny_mt5(tmp_path_factory):
+    """A randomly initialised 2-layer mT5 and a word-level tokenizer (helpers_queries.ARTICLES' words), saved
+    like a hub checkpoint."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import MT5Config, MT5ForConditionalGeneration, PreTrainedTokenizerFast
+
+    from helpers_queries import ARTICLES
+
+    words = sorted({w for _, t in ARTICLES for w in t.replace("'", " ").replace(",", " ").split()})
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(words)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    backend.decoder = decoders.WordPiece()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    config = MT5Config(
+        vocab_size=len(vocab),
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-mt5")
+    MT5ForConditionalGeneration(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 # ---------------------------------------------------------------------------
 # Complete params sections (every key is required: no silent defaults)
 # ---------------------------------------------------------------------------

@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 import torch
 
+from helpers_queries import ARTICLES
 from lexgraph.distributed import map_batches, shard_range
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
-from test_queries import ARTICLES, tiny_mt5  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def _launch(n: int, worker: Path, args: list[str]) -> str:
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp_path):  # noqa: F811
+def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp_path):
     torch.manual_seed(0)
     query = QueryEncoder.from_pretrained(tiny_model_dir, max_length=16)
     article = HierarchicalArticleEncoder.from_pretrained(

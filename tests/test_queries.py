@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-import torch
 
 from conftest import section, write_params
+from helpers_queries import ARTICLES
 from lexgraph import queries as q
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.stage import run_stage
@@ -20,18 +20,6 @@ SCHEMA = {
     "article_ids": pl.List(pl.Int64),
     "split": pl.Utf8,
 }
-
-ARTICLES = [
-    (
-        10,
-        "Le propriétaire du fonds servant ne peut rien faire qui tende à diminuer l'usage de la "
-        "servitude ou à le rendre plus incommode ; ainsi il ne peut changer l'état des lieux.",
-    ),
-    (11, "Nul ne peut être contraint de céder sa propriété, si ce n'est pour cause d'utilité publique."),
-    (12, "Abrogé."),
-    (13, ""),
-    (14, "Les conventions légalement formées tiennent lieu de loi à ceux qui les ont faites. " * 20),
-]
 
 
 def is_contiguous_span(query: str, text: str) -> bool:
@@ -105,40 +93,6 @@ def test_bad_params_are_config_errors(params):
 
 
 # --------------------------------------------------------------------------- doc2query
-
-
-@pytest.fixture(scope="module")
-def tiny_mt5(tmp_path_factory):
-    """A randomly initialised 2-layer mT5 and a word-level tokenizer, saved like a hub checkpoint."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import MT5Config, MT5ForConditionalGeneration, PreTrainedTokenizerFast
-
-    words = sorted({w for _, t in ARTICLES for w in t.replace("'", " ").replace(",", " ").split()})
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(words)}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    backend.decoder = decoders.WordPiece()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-    config = MT5Config(
-        vocab_size=len(vocab),
-        d_model=16,
-        d_kv=8,
-        d_ff=32,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-mt5")
-    MT5ForConditionalGeneration(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 D2Q = dict(generator="doc2query", per_article=3, top_k=7, top_p=0.9, max_length=9, max_input_length=12, batch_size=2)
