@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_dvc_safety import digest, scratch_copy, sh
+from helpers_dvc import digest, scratch_copy, sh
 
 STAGES = ["fetch", "clean", "bm25_tune", "bm25"]
 OUTPUTS = ["data/raw", "data/clean", "models/bm25", "metrics/bm25_tune.json"]

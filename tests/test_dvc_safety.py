@@ -16,10 +16,8 @@ The scratch repository runs real `dvc repro` (about 2 minutes in all on 2 cores)
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers_dvc import digest, scratch_copy, sh
 from tests.conftest import ROOT
 
 # the cheap stages (seconds each) and the targets that run all of them
@@ -133,27 +132,6 @@ def test_swap_killed_between_its_renames_is_recovered(tmp_path):
 # ----------------------------------------------------------------------------- scratch repo
 
 
-def sh(cmd: list[str], cwd: Path, env: dict, ok: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    if ok:
-        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc
-
-
-def scratch_copy(dest: Path, env: dict) -> None:
-    """A clone of ROOT's HEAD with ROOT's uncommitted changes (modified, new, deleted files) on top."""
-    sh(["git", "clone", "-q", str(ROOT), str(dest)], ROOT, env)
-    changed = sh(["git", "ls-files", "-z", "-m", "-o", "--exclude-standard"], ROOT, env).stdout.split("\0")
-    deleted = set(sh(["git", "ls-files", "-z", "-d"], ROOT, env).stdout.split("\0"))
-    for rel in filter(None, changed):
-        target = dest / rel
-        if rel in deleted:
-            target.unlink(missing_ok=True)
-        elif (ROOT / rel).is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, target)
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> tuple[Path, dict]:
     """A scratch repository with `fetch` and `clean` reproduced; the stages import its own code."""
@@ -168,17 +146,6 @@ def repo(tmp_path_factory) -> tuple[Path, dict]:
     scratch_copy(dest, env)
     sh(["dvc", "repro", "clean"], dest, env)
     return dest, env
-
-
-def digest(root: Path, paths: list[str]) -> dict[str, str]:
-    """md5 of every file under ``paths`` (files or directories), by relative path."""
-    out = {}
-    for rel in paths:
-        path = root / rel
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        for f in files:
-            out[str(f.relative_to(root))] = hashlib.md5(f.read_bytes()).hexdigest()
-    return out
 
 
 def leftovers(root: Path) -> list[str]:
