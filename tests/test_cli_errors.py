@@ -11,33 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import polars as pl
 import pytest
 import torch
 
 from conftest import ROOT
+from helpers_cli import ARTICLES, write_articles
 from lexgraph.cli import main
 from lexgraph.embed import save_embeddings
 from lexgraph.retrieval.bm25 import BM25
 
-ARTICLES = {
-    1: "Le propriétaire du mur mitoyen paie la réparation du mur.",
-    2: "Le bail est un contrat de louage de choses.",
-    3: "Le locataire paie le loyer au bailleur.",
-}
 PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"  # an earlier output that an error must leave intact
-
-
-def write_articles(root: Path, articles: dict[int, str]) -> None:
-    (root / "data" / "clean").mkdir(parents=True, exist_ok=True)
-    pl.DataFrame(
-        {
-            "id": list(articles),
-            "article": list(articles.values()),
-            "reference": [f"Art. {i}" for i in articles],
-            "path": [["Code A"]] * len(articles),
-        }
-    ).write_parquet(root / "data" / "clean" / "articles.parquet")
 
 
 def write_questions(path: Path, records) -> Path:

@@ -556,8 +556,8 @@ def test_params_that_are_not_yaml_are_one_line(tmp_path):
 @pytest.fixture
 def search_ws(tmp_path):
     """A BM25 workspace for `lexgraph search`, which reads the workspace's params.yaml (evaluate.index)."""
+    from helpers_cli import ARTICLES, write_articles
     from lexgraph.retrieval.bm25 import BM25
-    from test_cli_errors import ARTICLES, write_articles
 
     write_articles(tmp_path, ARTICLES)
     BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
