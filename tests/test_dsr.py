@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import TINY_WORDS as WORDS  # noqa: E402
+from helpers_dsr import CORPUS, _config, _fresh_dsr
 from lexgraph.embed import embed_all, load_embeddings
 from lexgraph.errors import ConfigError
 from lexgraph.losses import InfoNCELoss
@@ -157,15 +158,6 @@ def test_infonce_masks_shared_positives():
 # Training and persistence
 # ---------------------------------------------------------------------------
 
-CORPUS = {
-    1: "le contrat de bail " * 8,
-    2: "article du mariage et de l'enfant",
-    3: "la loi du divorce",
-    4: "le bail du contrat de la loi",
-    5: "enfant mariage divorce",
-    6: "les articles de la loi " * 5,
-}
-
 
 def _data() -> TrainingData:
     questions = pl.DataFrame(
@@ -204,48 +196,6 @@ def _data() -> TrainingData:
         dev_qrels={10: {1}, 11: {2, 5}},
         dev_ids=[10, 11],
     )
-
-
-def _config(**kw) -> DSRConfig:
-    base = dict(
-        max_chunk_length=16,
-        max_document_length=32,
-        max_query_length=16,
-        chunk_heads=2,
-        chunk_layers=1,
-        epochs=2,
-        batch_size=3,
-        lr=1e-3,
-        eval_batch_size=4,
-        temperature=0.05,
-        # the toy encoder: end to end, [CLS] and max pooling, every layer trains
-        chunk_encoder="finetune",
-        query_trainable_layers=None,
-        chunk_identity_init=False,
-        chunk_lr=None,
-        pooling="max",
-        token_pooling="cls",
-        synthetic_per_epoch=None,
-        warmup_ratio=0.05,
-        synthetic=True,
-    )
-    base.update(kw)
-    return DSRConfig(**base)
-
-
-def _fresh_dsr(path, config: DSRConfig, seed: int = 0) -> DSR:
-    torch.manual_seed(seed)
-    query = QueryEncoder.from_pretrained(path, max_length=config.max_query_length, token_pooling=config.token_pooling)
-    article = HierarchicalArticleEncoder.from_pretrained(
-        path,
-        max_chunk_length=config.max_chunk_length,
-        max_document_length=config.max_document_length,
-        pooling=config.pooling,
-        num_layers=config.chunk_layers,
-        num_heads=config.chunk_heads,
-        token_pooling=config.token_pooling,
-    )
-    return DSR(query, article, temperature=config.temperature)
 
 
 def test_training_is_deterministic_on_cpu(tiny_model_dir):
@@ -325,8 +275,6 @@ def test_config_validation():
 def test_query_encoder_loads_in_sentence_transformers(tiny_model_dir, tmp_path, token_pooling):
     """The saved query encoder is a sentence-transformers model giving the same vectors."""
     from sentence_transformers import SentenceTransformer
-
-    from lexgraph.models.encoders import QueryEncoder
 
     enc = QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling=token_pooling)
     enc.save_pretrained(tmp_path / "q")

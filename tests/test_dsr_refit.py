@@ -17,13 +17,13 @@ import pytest
 import torch
 
 import lexgraph.training.dsr as dsr
+from helpers_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.io import write_parquet
 from lexgraph.models.dsr import DSR
 from lexgraph.training.dsr import train_and_refit, train_dsr
 from lexgraph.training.dsr_config import DSRConfig
 from lexgraph.training.dsr_data import TrainingData, load_training_data, split_pairs
-from tests.test_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 
 QUESTIONS = pl.DataFrame(
     {

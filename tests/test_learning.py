@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GATv2Conv
 
+from helpers_dsr import _config, _fresh_dsr
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.dsr import evaluate_dsr, train_dsr
 from lexgraph.training.dsr_data import Pair, TrainingData
-from tests.test_dsr import _config, _fresh_dsr
 
 WORDS = ["bail", "mariage", "enfant", "divorce", "contrat", "loi"]  # whole words of the tiny vocabulary
 
