@@ -11,11 +11,11 @@ import sys
 import polars as pl
 import pytest
 
+from conftest import ROOT, section, write_params
 from lexgraph.data.clean import clean, clean_text
 from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.data.schema import ARTICLE_COLUMNS
 from lexgraph.errors import DataError
-from tests.conftest import ROOT, section, write_params
 
 
 def raw_articles(rows):

@@ -240,7 +240,7 @@ def test_refit_gets_the_mined_dev_negatives_and_refuses_unmined_dev_questions(tm
 def test_profiles_that_refit_mine_dev_negatives():
     import yaml
 
-    from tests.conftest import ROOT
+    from conftest import ROOT
 
     for profile in (ROOT / "params.yaml", ROOT / "profiles" / "paper.yaml"):
         params = yaml.safe_load(profile.read_text(encoding="utf-8"))

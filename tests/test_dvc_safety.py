@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import ROOT
 from helpers_dvc import digest, scratch_copy, sh
-from tests.conftest import ROOT
 
 # the cheap stages (seconds each) and the targets that run all of them
 CHEAP = ["fetch", "clean", "bm25_tune", "bm25", "build_graph", "generate_queries", "mine_negatives"]

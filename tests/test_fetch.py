@@ -8,9 +8,9 @@ import sys
 import polars as pl
 import pytest
 
+from conftest import ROOT, section, write_params, write_questions
 from lexgraph.data.fetch import FetchConfig, carve_dev, fetch
 from lexgraph.errors import ConfigError, DataError, HubUnreachableError
-from tests.conftest import ROOT, section, write_params, write_questions
 
 PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
 
@@ -156,8 +156,8 @@ def test_hub_style_synthetic_ids_overlapping_carved_dev_ids(tmp_path):
     whatever the order of its rows, and each synthetic question keeps its BM25 negatives."""
     import json
 
+    from conftest import write_bsard_layout
     from lexgraph.data.clean import clean
-    from tests.conftest import write_bsard_layout
 
     root = write_bsard_layout(tmp_path / "hub")
     write_questions(

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT, section, write_params, write_questions
 from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.errors import DataError
-from tests.conftest import ROOT, section, write_params, write_questions
 
 PARAMS = {
     "source": "local",

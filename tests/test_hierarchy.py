@@ -300,8 +300,8 @@ def test_the_paper_profiles_lge_has_the_papers_size(variant):
     does hgraph (8 averaged heads of width 768)."""
     import yaml
 
+    from conftest import ROOT
     from lexgraph.training.gnn_config import GNNSettings
-    from tests.conftest import ROOT
 
     params = yaml.safe_load((ROOT / "profiles" / "paper.yaml").read_text(encoding="utf-8"))["gnn"]
     count = GNNSettings.from_params(params, variant).encoder.with_input(768, prior_weight=1.0).parameter_count()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import ROOT
 from lexgraph import layout
-from tests.conftest import ROOT
 
 
 def expanded_stages() -> dict[str, dict]:

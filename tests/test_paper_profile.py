@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import paper_fixture as pf
+import paper_fixture as pf
 
 #: the whole run (fixtures + `dvc repro`) must fit CI's budget (issue 24: 15 min on 2 cores)
 BUDGET_S = 15 * 60

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from lexgraph.regression import check
-from tests.conftest import ROOT
 
 # the module fixture runs a full `dvc repro` (~10 min on 2 cores); pytest-timeout counts fixture
 # setup against the first test, so these tests get a budget that covers it

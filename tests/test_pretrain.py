@@ -10,10 +10,10 @@ import polars as pl
 import pytest
 import torch
 
+from conftest import section, write_params
 from lexgraph.errors import ConfigError, HubUnreachableError
 from lexgraph.models import pretrain as pt
 from lexgraph.training import mlm
-from tests.conftest import section, write_params
 
 WORDS = (
     "le juge la loi contrat bail propriétaire locataire héritier succession mariage époux enfant "
