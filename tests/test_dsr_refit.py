@@ -18,6 +18,7 @@ import torch
 
 import lexgraph.training.dsr as dsr
 from helpers_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
+from helpers_dsr import _config as helpers_config  # the same toy settings
 from lexgraph.errors import ConfigError, DataError
 from lexgraph.io import write_parquet
 from lexgraph.models.dsr import DSR
@@ -57,29 +58,8 @@ def _data() -> TrainingData:
 
 
 def _config(**kw) -> DSRConfig:
-    base = dict(
-        max_chunk_length=16,
-        max_document_length=32,
-        max_query_length=16,
-        chunk_heads=2,
-        chunk_layers=1,
-        epochs=3,
-        batch_size=BATCH,
-        lr=1e-3,
-        eval_batch_size=4,
-        temperature=0.05,
-        synthetic=False,
-        # the toy encoder: end to end, [CLS] and max pooling, every layer trains
-        chunk_encoder="finetune",
-        query_trainable_layers=None,
-        chunk_identity_init=False,
-        chunk_lr=None,
-        pooling="max",
-        token_pooling="cls",
-        synthetic_per_epoch=None,
-        warmup_ratio=0.05,
-    )
-    return DSRConfig(**{**base, **kw})
+    """helpers_dsr's toy DSR settings, with this module's epochs, batch and no synthetic queries."""
+    return helpers_config(**{"epochs": 3, "batch_size": BATCH, "synthetic": False, **kw})
 
 
 def _state(model: DSR) -> dict[str, torch.Tensor]:
