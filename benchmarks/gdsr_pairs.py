@@ -40,9 +40,9 @@ import numpy as np
 import polars as pl
 import torch
 
-from lexgraph import layout
-from lexgraph.config import load_params, seed_everything
-from lexgraph.io import read_parquet, write_json
+from lexgraph.core import layout
+from lexgraph.core.config import load_params, seed_everything
+from lexgraph.core.io import read_parquet, write_json
 
 log = logging.getLogger("gdsr_pairs")
 
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     parser.add_argument("--synthetic", type=int, nargs="*", default=[1000])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    from lexgraph.errors import LexgraphError
+    from lexgraph.core.errors import LexgraphError
 
     try:  # a missing table, column or params key is one line naming it, as in the stages
         return measure(args)
@@ -123,8 +123,8 @@ def measure(args) -> int:
     for noisy in ("lexgraph", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from lexgraph.embed import load_embeddings
-    from lexgraph.graph import load_graph
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.graph.build import load_graph
     from lexgraph.models.encoders import QueryEncoder
     from lexgraph.training.gnn_config import GNNSettings
 

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import polars as pl
 
-from lexgraph.config import load_params
+from lexgraph.core.config import load_params
+from lexgraph.core.io import write_json
 from lexgraph.data.clean import CleanConfig, clean
 from lexgraph.data.fetch import FetchConfig, fetch
-from lexgraph.io import write_json
 
 log = logging.getLogger("hierarchy")
 

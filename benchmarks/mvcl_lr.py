@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lexgraph import layout
-from lexgraph.config import load_params
+from lexgraph.core import layout
+from lexgraph.core.config import load_params
 
 log = logging.getLogger("mvcl_lr")
 
@@ -67,7 +67,7 @@ def train_subset(lists, fraction: float, seed: int):
 def merged(path: Path, out: dict) -> dict:
     """``out`` merged into the results already in ``path`` (if any): a run of ``out`` replaces
     the earlier run of the same (scored split, fraction, lr, epochs), the others are kept."""
-    from lexgraph.inputs import read_json_object
+    from lexgraph.core.inputs import read_json_object
 
     if not path.exists():
         return out
@@ -94,7 +94,7 @@ def chance_map(trainer, seed: int, draws: int = 20) -> float:
 
 
 def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
-    from lexgraph.models.mvcl import build_model
+    from lexgraph.models.rerank import build_model
     from lexgraph.training import rerank
 
     torch.manual_seed(seed)  # train() draws the same initial weights: keep a copy of them
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    from lexgraph.errors import LexgraphError
+    from lexgraph.core.errors import LexgraphError
 
     try:  # a missing table, column or params key is one line naming it, as in the stages
         return measure(args)
@@ -157,13 +157,13 @@ def measure(args) -> int:
     for noisy in ("lexgraph", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from lexgraph.config import resolve_device
-    from lexgraph.io import read_parquet, write_json
-    from lexgraph.metrics import DEEPEST
-    from lexgraph.models.mvcl_config import RerankConfig
-    from lexgraph.models.mvcl_features import frozen_stores
-    from lexgraph.retrieval.systems import load_retriever
+    from lexgraph.core.config import resolve_device
+    from lexgraph.core.io import read_parquet, write_json
+    from lexgraph.encoding.rerank_features import frozen_stores
+    from lexgraph.metrics.ir import DEEPEST
+    from lexgraph.systems.registry import load_retriever
     from lexgraph.training.rerank import RerankTrainer, first_stage_lists
+    from lexgraph.training.rerank_config import RerankConfig
 
     base, section = load_params("rerank", args.params)
     device, ws = resolve_device(base.device), args.workspace

@@ -60,7 +60,7 @@ def recall(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def dense_corpus(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from lexgraph.embed import load_embeddings
+    from lexgraph.encoding.embed import load_embeddings
 
     _, base = load_embeddings(ROOT / "data/embed/articles.safetensors")
     _, queries = load_embeddings(ROOT / "data/embed/questions.safetensors")
@@ -82,7 +82,7 @@ def dense_corpus(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def timed_build(ids, x, config):
     """(index, wall s, CPU s summed over threads, RSS growth MiB)."""
-    from lexgraph.retrieval.index import DenseIndex
+    from lexgraph.search.index import DenseIndex
 
     gc.collect()
     before = rss_mb()
@@ -105,7 +105,7 @@ def timed_search(index, queries, repeat: int):
 def run_dense(args) -> list[str]:
     import faiss
 
-    from lexgraph.retrieval.index import IndexConfig
+    from lexgraph.search.index import IndexConfig
 
     if args.threads:
         faiss.omp_set_num_threads(args.threads)
@@ -187,7 +187,7 @@ def run_dense(args) -> list[str]:
 def bm25_corpus(n: int, seed: int):
     from bm25 import read_csv, read_questions
 
-    from lexgraph.text import FrenchAnalyzer
+    from lexgraph.text.analyzer import FrenchAnalyzer
 
     articles = read_csv(ROOT / "data/sample/articles.csv", ("id", "article"))
     analyzer = FrenchAnalyzer()
@@ -227,7 +227,7 @@ def process_best(fn, repeat: int):
 def run_bm25(args) -> list[str]:
     import bm25s
 
-    from lexgraph.retrieval.bm25 import BM25
+    from lexgraph.search.bm25 import BM25
 
     start = time.perf_counter()
     docs, queries = bm25_corpus(args.n, args.seed)

@@ -144,7 +144,7 @@ def timed_interleaved(steps_by_mode: dict, device: torch.device, warmup: int, st
 
 
 def autocast(device: torch.device):
-    from lexgraph.config import autocast as lexgraph_autocast
+    from lexgraph.core.config import autocast as lexgraph_autocast
 
     return lexgraph_autocast(device)
 
@@ -513,8 +513,8 @@ def row(stage, mode, seconds, rates, flops, peak, note) -> dict:
 
 
 def parse_args(argv=None):
-    from lexgraph.config import read_params
-    from lexgraph.errors import LexgraphError
+    from lexgraph.core.config import read_params
+    from lexgraph.core.errors import LexgraphError
 
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -588,7 +588,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     args = parse_args(argv)
-    from lexgraph.config import resolve_device
+    from lexgraph.core.config import resolve_device
 
     device = resolve_device(args.device)
     size = "small" if args.small else "base"

@@ -7,9 +7,9 @@
 
 For every system, runs ``lexgraph search --system S --questions Q --run RUNS/S.trec --k K
 --workspace W`` in a subprocess, reads the TREC run back and scores it with lexgraph's own
-metrics (:func:`lexgraph.metrics.evaluate_run`, :func:`lexgraph.metrics.per_query`). Every
+metrics (:func:`lexgraph.metrics.ir.evaluate_run`, :func:`lexgraph.metrics.ir.per_query`). Every
 system is compared with ``--baseline`` on recall@100 and map by
-:func:`lexgraph.significance.compare_systems` (paired Fisher randomisation test, bootstrap
+:func:`lexgraph.metrics.significance.compare_systems` (paired Fisher randomisation test, bootstrap
 95 % CI of the mean difference, seeded; p-values Holm-adjusted over every test of the run,
 ``p_holm``). A system whose search fails (models missing, not built yet) is reported in one
 line and skipped. Prints the Markdown table of docs/analysis.md (Δ with the adjusted p) and writes the
@@ -28,9 +28,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lexgraph.evaluation import read_trec
-from lexgraph.metrics import evaluate_run, per_query
-from lexgraph.significance import compare_systems
+from lexgraph.evaluation.evaluate import read_trec
+from lexgraph.metrics.ir import evaluate_run, per_query
+from lexgraph.metrics.significance import compare_systems
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,14 +7,14 @@ Inputs, never numbers typed by hand:
 
 - ``metrics/<system>.json`` (every system of ``params.yaml``'s ``evaluate.systems`` that was
   scored; a re-ranker switched off writes ``{"enabled": false}`` and is left out), the rows of
-  the per-split tables, rendered by :func:`lexgraph.evaluation.results_table`, the function
+  the per-split tables, rendered by :func:`lexgraph.evaluation.evaluate.results_table`, the function
   ``evaluate`` writes ``metrics/results.md`` with;
-- ``metrics/significance.json``, the superscripts (:func:`lexgraph.significance.significance_markers`,
+- ``metrics/significance.json``, the superscripts (:func:`lexgraph.metrics.significance.significance_markers`,
   baselines in ``evaluate``'s order: ``evaluate.baselines``, then the re-rankers' first stage)
   and the table of paired differences;
 - ``metrics/data.json``, the number of questions per split;
 - ``regression/sample.yaml``, the expected scores and their tolerances, and how many of its
-  checks ``metrics/`` passes (:func:`lexgraph.regression.run_checks`, what ``lexgraph regress``
+  checks ``metrics/`` passes (:func:`lexgraph.evaluation.regression.run_checks`, what ``lexgraph regress``
   runs).
 
 ``tests/test_docs.py`` rebuilds the page into a temporary directory and compares it byte for
@@ -29,10 +29,10 @@ import json
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from lexgraph.config import read_params
-from lexgraph.evaluation import results_table
-from lexgraph.regression import allowed, read_expected, run_checks, tolerance_for
-from lexgraph.significance import marker_legend, significance_markers
+from lexgraph.core.config import read_params
+from lexgraph.evaluation.evaluate import results_table
+from lexgraph.evaluation.regression import allowed, read_expected, run_checks, tolerance_for
+from lexgraph.metrics.significance import marker_legend, significance_markers
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = "results.md"

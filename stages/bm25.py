@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from lexgraph.io import atomic_path, read_parquet
-from lexgraph.retrieval.bm25_pipeline import Bm25Config, build_index, read_tuned, resolve_k1_b
+from lexgraph.core.io import atomic_path, read_parquet
+from lexgraph.systems.bm25_pipeline import Bm25Config, build_index, read_tuned, resolve_k1_b
 
 log = logging.getLogger("lexgraph.bm25")
 
@@ -26,6 +26,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("bm25", main, configure, config=Bm25Config.from_params))

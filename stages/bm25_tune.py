@@ -6,8 +6,8 @@ import sys
 
 import polars as pl
 
-from lexgraph.io import atomic_path, read_parquet, write_json
-from lexgraph.retrieval.bm25_pipeline import Bm25TuneConfig, tune_grid
+from lexgraph.core.io import atomic_path, read_parquet, write_json
+from lexgraph.systems.bm25_pipeline import Bm25TuneConfig, tune_grid
 
 
 def configure(parser):
@@ -27,6 +27,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("bm25_tune", main, configure, config=Bm25TuneConfig.from_params))

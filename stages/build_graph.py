@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.graph import GraphConfig, build_graph, graph_stats, save_graph
-from lexgraph.io import read_parquet, write_json
+from lexgraph.core.io import read_parquet, write_json
+from lexgraph.graph.build import GraphConfig, build_graph, graph_stats, save_graph
 
 
 def configure(parser):
@@ -28,6 +28,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("graph", main, configure, name="build_graph", config=GraphConfig.from_params))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.data.clean import CleanConfig, clean
-from lexgraph.io import atomic_path, read_parquet, write_json
 
 
 def configure(parser):
@@ -29,6 +29,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("clean", main, configure, config=CleanConfig.from_params))

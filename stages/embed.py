@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.config import resolve_device
-from lexgraph.embed import EmbedConfig, EmbedPaths, run_embed
-from lexgraph.stage import add_paths, paths_from
+from lexgraph.core.config import resolve_device
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.encoding.embed import EmbedConfig, EmbedPaths, run_embed
 
 
 def configure(parser):
@@ -19,6 +19,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("embed", main, configure, config=EmbedConfig.from_params))

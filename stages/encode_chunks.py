@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.chunks import run_encode_chunks
-from lexgraph.config import resolve_device
+from lexgraph.core.config import resolve_device
+from lexgraph.encoding.chunks import run_encode_chunks
 from lexgraph.training.dsr_config import DSRConfig
 
 
@@ -26,6 +26,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("dsr", main, configure, name="encode_chunks", config=DSRConfig.from_params))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.config import resolve_device
-from lexgraph.io import read_parquet, write_json
-from lexgraph.models.mvcl_config import RerankConfig
-from lexgraph.models.mvcl_features import build_features
+from lexgraph.core.config import resolve_device
+from lexgraph.core.io import read_parquet, write_json
+from lexgraph.encoding.rerank_features import build_features
+from lexgraph.training.rerank_config import RerankConfig
 
 
 def configure(parser):
@@ -30,6 +30,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("rerank", main, configure, name="encode_rerank", config=RerankConfig.per_variant))

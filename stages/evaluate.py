@@ -10,8 +10,10 @@ from pathlib import Path
 
 import polars as pl
 
-from lexgraph.config import resolve_device
-from lexgraph.evaluation import (
+from lexgraph.core.config import resolve_device
+from lexgraph.core.io import atomic_path, read_parquet, write_json, write_text
+from lexgraph.core.layout import RERANKERS
+from lexgraph.evaluation.evaluate import (
     EvaluateConfig,
     evaluate_systems,
     read_trec,
@@ -19,10 +21,8 @@ from lexgraph.evaluation import (
     significance_report,
     split_questions,
 )
-from lexgraph.io import atomic_path, read_parquet, write_json, write_text
-from lexgraph.layout import RERANKERS
-from lexgraph.per_query import write_per_query_reports
-from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
+from lexgraph.evaluation.per_query import write_per_query_reports
+from lexgraph.systems.rerank import first_stage_of, is_switched_off
 
 log = logging.getLogger("lexgraph.evaluate")
 
@@ -87,6 +87,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("evaluate", main, configure, config=EvaluateConfig.from_params))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from lexgraph.core.io import atomic_path
 from lexgraph.data.fetch import FetchConfig, fetch
-from lexgraph.io import atomic_path
 
 
 def configure(parser):
@@ -21,6 +21,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("fetch", main, configure, config=FetchConfig.from_params))

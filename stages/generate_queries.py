@@ -1,7 +1,7 @@
 """Synthetic queries per article: random crops, doc2query or none (params section `queries`)."""
 
-from lexgraph.queries import QueriesConfig
-from lexgraph.stage import run_stage
+from lexgraph.core.stage import run_stage
+from lexgraph.data.queries import QueriesConfig
 
 
 def configure(parser):
@@ -11,7 +11,7 @@ def configure(parser):
 
 def main(args, base, config):
     """Synthetic queries per article: random crops, doc2query or none."""
-    from lexgraph.queries import run
+    from lexgraph.data.queries import run
 
     run(args.articles, args.out, config, seed=base.seed, device=base.device)
 

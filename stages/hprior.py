@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lexgraph.retrieval.hprior import HpriorConfig, save, tune, tune_metrics
+from lexgraph.systems.hprior import HpriorConfig, save, tune, tune_metrics
 
 
 def configure(parser):
@@ -18,9 +18,9 @@ def configure(parser):
 
 
 def main(args, base, config):
-    from lexgraph.embed import load_embeddings
-    from lexgraph.graph import load_graph
-    from lexgraph.io import read_parquet, write_json
+    from lexgraph.core.io import read_parquet, write_json
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.graph.build import load_graph
 
     embed = Path(args.embed)
     paths = {
@@ -39,6 +39,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("hprior", main, configure, config=HpriorConfig.from_params))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lexgraph.config import resolve_device
-from lexgraph.io import atomic_path, read_parquet, write_json
-from lexgraph.retrieval.dense import shared_query_encoders
-from lexgraph.retrieval.hybrid import SETTINGS, SPARSE, HybridConfig
-from lexgraph.retrieval.hybrid_tune import dense_systems_needed, tune, tune_metrics
-from lexgraph.retrieval.systems import load_retriever
+from lexgraph.core.config import resolve_device
+from lexgraph.core.io import atomic_path, read_parquet, write_json
+from lexgraph.systems.dense import shared_query_encoders
+from lexgraph.systems.hybrid import SETTINGS, SPARSE, HybridConfig
+from lexgraph.systems.hybrid_tune import dense_systems_needed, tune, tune_metrics
+from lexgraph.systems.registry import load_retriever
 
 
 def configure(parser):
@@ -34,6 +34,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("hybrid", main, configure, config=HybridConfig.from_params))

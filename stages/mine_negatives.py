@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lexgraph.config import Base
-from lexgraph.io import write_parquet
-from lexgraph.negatives import NegativesConfig, run
-from lexgraph.stage import run_stage
+from lexgraph.core.config import Base
+from lexgraph.core.io import write_parquet
+from lexgraph.core.stage import run_stage
+from lexgraph.training.negatives import NegativesConfig, run
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """Domain-adaptive MLM pre-training on the cleaned articles (params section `pretrain`)."""
 
-from lexgraph.models.pretrain import PretrainConfig
-from lexgraph.stage import run_stage
+from lexgraph.core.stage import run_stage
+from lexgraph.training.pretrain_model import PretrainConfig
 
 
 def configure(parser):
@@ -12,7 +12,7 @@ def configure(parser):
 
 def main(args, base, config):
     """Domain-adaptive MLM pre-training on the cleaned articles."""
-    from lexgraph.training.mlm import run
+    from lexgraph.training.pretrain import run
 
     run(args.articles, args.out, args.metrics, config, seed=base.seed, device=base.device)
 

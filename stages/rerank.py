@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.models.mvcl_config import VARIANTS, RerankConfig
-from lexgraph.stage import add_paths, paths_from
+from lexgraph.core.stage import add_paths, paths_from
 from lexgraph.training.rerank import RerankPaths
+from lexgraph.training.rerank_config import VARIANTS, RerankConfig
 
 
 def configure(parser):
@@ -20,8 +20,8 @@ def configure(parser):
 
 def main(args, base, config):
     """Train one re-ranker (``config``: both re-rankers' settings, checked up front)."""
-    from lexgraph.config import resolve_device
-    from lexgraph.retrieval.systems import load_retriever
+    from lexgraph.core.config import resolve_device
+    from lexgraph.systems.registry import load_retriever
     from lexgraph.training.rerank import run_rerank
 
     settings, device = config[args.variant], resolve_device(base.device)
@@ -35,6 +35,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("rerank", main, configure, config=RerankConfig.per_variant))

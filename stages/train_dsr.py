@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from lexgraph.config import resolve_device
-from lexgraph.stage import add_paths, paths_from
+from lexgraph.core.config import resolve_device
+from lexgraph.core.stage import add_paths, paths_from
 from lexgraph.training.dsr import TrainDsrPaths, run_train_dsr
 from lexgraph.training.dsr_config import DSRConfig
 
@@ -24,6 +24,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("dsr", main, configure, name="train_dsr", config=DSRConfig.from_params))

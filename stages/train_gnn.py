@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.stage import add_paths, paths_from
+from lexgraph.core.stage import add_paths, paths_from
 from lexgraph.training.gnn import TrainGnnPaths
 from lexgraph.training.gnn_config import VARIANTS, GNNSettings
 
@@ -17,13 +17,13 @@ def configure(parser):
 
 def main(args, base, config):
     """Train the graph encoder of one variant (``config``: both variants' settings, checked up front)."""
-    from lexgraph.config import resolve_device
+    from lexgraph.core.config import resolve_device
     from lexgraph.training.gnn import run_train_gnn
 
     run_train_gnn(paths_from(TrainGnnPaths, args), config[args.variant], resolve_device(base.device), base.seed)
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("gnn", main, configure, name="train_gnn", config=GNNSettings.per_variant))

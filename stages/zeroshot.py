@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.config import resolve_device
-from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
+from lexgraph.core.config import resolve_device
+from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
 
 
 def configure(parser):
@@ -21,6 +21,6 @@ def main(args, base, config):
 
 
 if __name__ == "__main__":
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     sys.exit(run_stage("zeroshot", main, configure, config=ZeroshotConfig.from_params))

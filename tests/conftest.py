@@ -150,7 +150,7 @@ def tiny_query_encoder_dir(tmp_path_factory):
 
     from helpers_graph import ARTICLES, DIM, QUESTIONS
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.models.pretrain import train_wordpiece_tokenizer
+    from lexgraph.training.pretrain_model import train_wordpiece_tokenizer
 
     texts = QUESTIONS["question"].to_list() + ARTICLES["article"].to_list()
     tokenizer = train_wordpiece_tokenizer(texts * 5, vocab_size=120)

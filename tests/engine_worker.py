@@ -14,7 +14,7 @@ import json
 import torch
 from torch import nn
 
-from lexgraph.errors import LexgraphError
+from lexgraph.core.errors import LexgraphError
 from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
 N_EXAMPLES = 40  # 5 global batches of 8 per epoch

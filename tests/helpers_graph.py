@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import torch
 
-from lexgraph.graph import EdgeType, GraphConfig, build_graph
+from lexgraph.graph.build import EdgeType, GraphConfig, build_graph
 from lexgraph.training.gnn_config import GNNSettings
 
 # Code A: Livre 1 (no "part") -> Chapitre 1 / Chapitre 2; article 13 hangs directly

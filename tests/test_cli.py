@@ -8,9 +8,9 @@ import json
 import polars as pl
 import pytest
 
-from lexgraph.cli import main
-from lexgraph.evaluation import read_trec
-from lexgraph.retrieval.bm25 import BM25
+from lexgraph.cli.main import main
+from lexgraph.evaluation.evaluate import read_trec
+from lexgraph.search.bm25 import BM25
 
 ARTICLES = {
     1: "Le propriétaire du mur mitoyen paie la réparation du mur.",
@@ -252,7 +252,7 @@ def test_regress_update_rewrites_values_and_keeps_tolerances(tmp_path, capsys):
 def test_hits_stop_at_the_last_article_that_matches(ws, capsys, caplog, monkeypatch):
     """`--top 5000` on a question that one article of three matches: one hit, not the whole corpus
     with the rest at score 0 and no matched term (issue 18); the same rule for one question, the
-    interactive mode and batch JSON (lexgraph.display.ranked_entries), and a log line says so."""
+    interactive mode and batch JSON (lexgraph.text.display.ranked_entries), and a log line says so."""
     import logging
 
     with caplog.at_level(logging.INFO, logger="lexgraph"):

@@ -16,9 +16,9 @@ import torch
 
 from conftest import ROOT
 from helpers_cli import ARTICLES, write_articles
-from lexgraph.cli import main
-from lexgraph.embed import save_embeddings
-from lexgraph.retrieval.bm25 import BM25
+from lexgraph.cli.main import main
+from lexgraph.encoding.embed import save_embeddings
+from lexgraph.search.bm25 import BM25
 
 PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"  # an earlier output that an error must leave intact
 
@@ -690,7 +690,7 @@ def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected
         SETUP[case](ws)
     args = argv(ws)
     if case.startswith(("run-", "k-", "top-", "question-", "id-", "empty-", "regress-update")):
-        monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)  # checked before any loading
+        monkeypatch.setattr("lexgraph.systems.registry.load_retriever", no_retriever)  # checked before any loading
     before = snapshot(ws)
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -704,7 +704,7 @@ def test_error_is_one_sentence_and_changes_nothing(case, fixture, argv, expected
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_device_error_names_the_option(ws, capsys, monkeypatch):
-    monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)
+    monkeypatch.setattr("lexgraph.systems.registry.load_retriever", no_retriever)
     before = snapshot(ws)
     assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"), "--device", "cuda")) == 2
     err = capsys.readouterr().err
@@ -714,7 +714,7 @@ def test_device_error_names_the_option(ws, capsys, monkeypatch):
 
 
 def test_run_in_a_read_only_directory(ws, capsys, monkeypatch):  # mode bits hold for root too (issue 18)
-    monkeypatch.setattr("lexgraph.retrieval.systems.load_retriever", no_retriever)
+    monkeypatch.setattr("lexgraph.systems.registry.load_retriever", no_retriever)
     (ws / "ro").mkdir()
     (ws / "ro").chmod(0o555)
     try:
@@ -748,7 +748,9 @@ def test_full_disk_while_writing_the_run(ws, capsys, monkeypatch):
             self.fh.flush()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("lexgraph.evaluation.open", lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False)
+    monkeypatch.setattr(
+        "lexgraph.evaluation.evaluate.open", lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False
+    )
     before = snapshot(ws)
     assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"))) == 2
     err = capsys.readouterr().err
@@ -780,8 +782,8 @@ def test_bm25_question_without_known_terms_gets_no_results(ws, capsys, caplog):
 
 
 def test_retrievers_return_padding_for_questions_without_a_match(ws):
-    from lexgraph.retrieval.bm25 import load_system
-    from lexgraph.retrieval.dense import DenseRetriever
+    from lexgraph.search.bm25 import load_system
+    from lexgraph.systems.dense import DenseRetriever
 
     ids, scores = load_system(ws).search(["xyzzy", "loyer"], 3)
     assert ids[0].tolist() == [-1, -1, -1] and scores[0].tolist() == [0, 0, 0]
@@ -799,8 +801,8 @@ def test_retrievers_return_padding_for_questions_without_a_match(ws):
 
 
 def test_dense_search_rejects_non_positive_k():
-    from lexgraph.errors import LexgraphError
-    from lexgraph.retrieval.dense import DenseRetriever
+    from lexgraph.core.errors import LexgraphError
+    from lexgraph.systems.dense import DenseRetriever
 
     dense = DenseRetriever(None, [5, 6], torch.eye(2, 4), name="dsr")
     with pytest.raises(LexgraphError, match="dsr.search: k = 0, expected a positive integer"):
@@ -826,7 +828,12 @@ def test_rerunning_over_an_earlier_run_is_allowed(ws):
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run(
-        [sys.executable, "-m", "lexgraph.cli", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "lexgraph.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 

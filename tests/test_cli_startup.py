@@ -15,13 +15,13 @@ HEAVY = ("torch", "transformers", "polars")
 
 def test_importing_the_cli_loads_no_heavy_library():
     """``lexgraph --help`` took 6 s, ``lexgraph search --help`` 7.6 s: importing
-    ``lexgraph.cli`` imported torch, transformers and polars (through the registry of
+    ``lexgraph.cli.main`` imported torch, transformers and polars (through the registry of
     systems) before argparse could answer. That import is the cause, so the test checks it
     rather than a wall time (which would be flaky on a loaded machine): in a fresh
-    interpreter, ``import lexgraph.cli`` and building its parser leave none of them in
+    interpreter, ``import lexgraph.cli.main`` and building its parser leave none of them in
     ``sys.modules``; a command imports what it needs when it runs."""
     script = (
-        "import sys\nimport lexgraph.cli\nlexgraph.cli.build_parser()\n"
+        "import sys\nimport lexgraph.cli.main\nlexgraph.cli.main.build_parser()\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     done = subprocess.run(
@@ -32,7 +32,7 @@ def test_importing_the_cli_loads_no_heavy_library():
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "", f"importing lexgraph.cli imports {done.stdout.strip()}"
+    assert done.stdout.strip() == "", f"importing lexgraph.cli.main imports {done.stdout.strip()}"
 
 
 def test_help_answers_without_a_traceback():
@@ -51,7 +51,7 @@ def test_help_answers_without_a_traceback():
 def _subcommands() -> dict:
     import argparse
 
-    from lexgraph.cli import build_parser
+    from lexgraph.cli.main import build_parser
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -88,11 +88,11 @@ def test_every_option_has_a_help_string_showing_its_default():
 
 
 def test_help_names_every_system():
-    """The systems come from the one registry of names, :data:`lexgraph.config.SYSTEM_NAMES`:
+    """The systems come from the one registry of names, :data:`lexgraph.core.config.SYSTEM_NAMES`:
     ``--system``'s help names each (the top-level description named five of eleven)."""
     import re
 
-    from lexgraph.config import SYSTEM_NAMES
+    from lexgraph.core.config import SYSTEM_NAMES
 
     parsers = _subcommands()
     search = parsers["search"]

@@ -1,4 +1,4 @@
-"""lexgraph.retrieval.index: FAISS search against the torch reference and a float64 brute force;
+"""lexgraph.search.index: FAISS search against the torch reference and a float64 brute force;
 the evaluate.index settings; the sample's embeddings ranked as before."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import torch
 import yaml
 
 from conftest import ROOT, section
-from lexgraph.errors import ConfigError
-from lexgraph.evaluation import EvaluateConfig
-from lexgraph.metrics import exact_top_k
-from lexgraph.retrieval.index import DenseIndex, IndexConfig
+from lexgraph.core.errors import ConfigError
+from lexgraph.evaluation.evaluate import EvaluateConfig
+from lexgraph.metrics.ir import exact_top_k
+from lexgraph.search.index import DenseIndex, IndexConfig
 
 
 def reference(queries: np.ndarray, articles: np.ndarray, ids: np.ndarray, k: int):
@@ -130,7 +130,7 @@ SAMPLE = ROOT / "data" / "embed"
 @pytest.mark.skipif(not (SAMPLE / "articles.safetensors").is_file(), reason="needs `dvc repro embed` (or dvc checkout)")
 def test_sample_rankings_unchanged():
     """The DSR embeddings of the sample: FAISS flat ranks as the torch matmul did (ties aside)."""
-    from lexgraph.embed import load_embeddings
+    from lexgraph.encoding.embed import load_embeddings
 
     ids, articles = load_embeddings(SAMPLE / "articles.safetensors")
     _, questions = load_embeddings(SAMPLE / "questions.safetensors")
@@ -153,7 +153,7 @@ def test_params_key_documented_in_docs():
 
 
 def test_search_reads_the_workspace_index_settings(tmp_path):
-    from lexgraph.cli import _index_config
+    from lexgraph.cli.main import _index_config
 
     assert _index_config(tmp_path) == IndexConfig()  # no params.yaml: the defaults
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
@@ -176,8 +176,8 @@ def test_faiss_loads_without_loader_noise(tmp_path):
     import sys
 
     script = (
-        "from lexgraph.stage import setup_logging\nsetup_logging('INFO')\n"
-        "from lexgraph.retrieval.index import _faiss\nprint(_faiss().IndexFlatIP(4).d)\n"
+        "from lexgraph.core.stage import setup_logging\nsetup_logging('INFO')\n"
+        "from lexgraph.search.index import _faiss\nprint(_faiss().IndexFlatIP(4).d)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script],

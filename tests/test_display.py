@@ -1,4 +1,4 @@
-"""What `lexgraph search` shows (lexgraph.display): matched words by the analyzer's stems,
+"""What `lexgraph search` shows (lexgraph.text.display): matched words by the analyzer's stems,
 snippets around them, article numbers, the text and JSON renderings (issue 10, item 4)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 
 from conftest import ROOT
-from lexgraph.display import (
+from lexgraph.text.analyzer import FrenchAnalyzer
+from lexgraph.text.display import (
     BOLD,
     Display,
     TermMatcher,
@@ -23,7 +24,6 @@ from lexgraph.display import (
     render_text,
     use_ansi,
 )
-from lexgraph.text import FrenchAnalyzer
 
 ARTICLE = (
     "Le mur mitoyen est réparé aux frais des propriétaires ; la mitoyenneté cesse par l'abandon. "

@@ -1,4 +1,4 @@
-"""Sharded `embed` and `doc2query` (lexgraph.distributed): 2 gloo processes under torchrun
+"""Sharded `embed` and `doc2query` (lexgraph.core.distributed): 2 gloo processes under torchrun
 write the same bytes as 1 process."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from helpers_queries import ARTICLES
-from lexgraph.distributed import map_batches, shard_range
+from lexgraph.core.distributed import map_batches, shard_range
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
@@ -39,8 +39,8 @@ import logging, sys, torch
 logging.basicConfig(level=logging.INFO)
 torch.set_num_threads(1)
 from pathlib import Path
-from lexgraph.embed import EmbedConfig, EmbedPaths, run_embed
-from lexgraph.queries import QueriesConfig, run
+from lexgraph.encoding.embed import EmbedConfig, EmbedPaths, run_embed
+from lexgraph.data.queries import QueriesConfig, run
 dsr, data, out, mt5 = sys.argv[1:5]
 run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"),
                      Path(data, "headings.parquet"), Path(data, "questions.parquet"), Path(out, "embed")),

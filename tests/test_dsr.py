@@ -14,8 +14,8 @@ import torch
 
 from conftest import TINY_WORDS as WORDS  # noqa: E402
 from helpers_dsr import CORPUS, _config, _fresh_dsr
-from lexgraph.embed import embed_all, load_embeddings
-from lexgraph.errors import ConfigError
+from lexgraph.core.errors import ConfigError
+from lexgraph.encoding.embed import embed_all, load_embeddings
 from lexgraph.losses import InfoNCELoss
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR

@@ -19,8 +19,8 @@ import torch
 import lexgraph.training.dsr as dsr
 from helpers_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 from helpers_dsr import _config as helpers_config  # the same toy settings
-from lexgraph.errors import ConfigError, DataError
-from lexgraph.io import write_parquet
+from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.core.io import write_parquet
 from lexgraph.models.dsr import DSR
 from lexgraph.training.dsr import train_and_refit, train_dsr
 from lexgraph.training.dsr_config import DSRConfig

@@ -2,7 +2,7 @@
 
 DVC deletes a stage's outputs before running it unless they are `persist: true`; every output
 of dvc.yaml is, and the stages replace each output atomically and as a whole
-(lexgraph.io.atomic_path). Checked here in a scratch copy of the repository (git clone + the
+(lexgraph.core.io.atomic_path). Checked here in a scratch copy of the repository (git clone + the
 working tree's changes, so what is checked out is what is tested):
 
 - a stage that fails (a bad row in data/sample, a bad value in params.yaml) or is interrupted
@@ -75,7 +75,7 @@ def test_every_output_is_persistent():
 
 
 def test_directory_output_is_replaced_whole(tmp_path):
-    from lexgraph.io import atomic_path
+    from lexgraph.core.io import atomic_path
 
     target = tmp_path / "out"
     target.mkdir()
@@ -87,7 +87,7 @@ def test_directory_output_is_replaced_whole(tmp_path):
 
 
 def test_failed_write_keeps_the_previous_output_and_no_temporary(tmp_path):
-    from lexgraph.io import atomic_path
+    from lexgraph.core.io import atomic_path
 
     target = tmp_path / "out"
     target.mkdir()
@@ -102,7 +102,7 @@ def test_failed_write_keeps_the_previous_output_and_no_temporary(tmp_path):
 
 @pytest.mark.skipif(signal.getsignal(signal.SIGTERM) != signal.SIG_DFL, reason="SIGTERM already handled here")
 def test_sigterm_while_writing_removes_the_temporary(tmp_path):
-    from lexgraph.io import atomic_path
+    from lexgraph.core.io import atomic_path
 
     (tmp_path / "out.json").write_text("previous", encoding="utf-8")
     with pytest.raises(KeyboardInterrupt):
@@ -117,7 +117,7 @@ def test_sigterm_while_writing_removes_the_temporary(tmp_path):
 
 def test_swap_killed_between_its_renames_is_recovered(tmp_path):
     """SIGKILL (or power loss) between moving the old output away and the new one in."""
-    from lexgraph.io import atomic_path
+    from lexgraph.core.io import atomic_path
 
     old = tmp_path / ".out.old"
     old.mkdir()
@@ -149,7 +149,7 @@ def repo(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def leftovers(root: Path) -> list[str]:
-    """Temporaries of lexgraph.io.atomic_path (``.<name>.*.tmp``, ``.<name>.old``) left anywhere."""
+    """Temporaries of lexgraph.core.io.atomic_path (``.<name>.*.tmp``, ``.<name>.old``) left anywhere."""
     return sorted(
         str(p.relative_to(root))
         for top in ("data", "models", "metrics")

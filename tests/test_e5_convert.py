@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lexgraph.errors import DataError, LexgraphError
+from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.models import e5_convert
 from lexgraph.models.e5_convert import (
     E5_MODEL,

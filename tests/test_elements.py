@@ -1,4 +1,4 @@
-"""The legal element indicator for statutes and MVCL's element view (lexgraph.elements):
+"""The legal element indicator for statutes and MVCL's element view (lexgraph.text.elements):
 sentence splitting and flags, the token-to-sentence map, and which sentences a view deletes
 for a fixed seed, against hand computations and a brute force over seeds."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lexgraph.elements import (
+from lexgraph.text.elements import (
     deleted_sentences,
     element_families,
     element_sentences,

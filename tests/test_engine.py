@@ -12,8 +12,7 @@ import torch
 from torch import nn
 
 from conftest import write_params
-from lexgraph.errors import LexgraphError
-from lexgraph.models.pretrain import PretrainConfig
+from lexgraph.core.errors import LexgraphError
 from lexgraph.training.engine import (
     BestState,
     FitConfig,
@@ -26,6 +25,7 @@ from lexgraph.training.engine import (
     no_decay_parameters,
     shard,
 )
+from lexgraph.training.pretrain_model import PretrainConfig
 
 
 def test_no_decay_rule_is_biases_and_layernorm_weights_of_a_bert():
@@ -197,7 +197,7 @@ def restore_determinism():
 
 
 def test_deterministic_switch(restore_determinism, monkeypatch):
-    from lexgraph.config import set_deterministic
+    from lexgraph.core.config import set_deterministic
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     set_deterministic(True)
@@ -216,7 +216,7 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
 
     import polars as pl
 
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     texts = [f"Article {i}: le bail du locataire et le contrat du propriétaire, alinéa {i}." for i in range(40)]
     articles = tmp_path / "articles.parquet"

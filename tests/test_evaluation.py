@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lexgraph.errors import DataError
-from lexgraph.evaluation import read_trec, results_markdown, results_table, round_metrics, write_trec
+from lexgraph.core.errors import DataError
+from lexgraph.evaluation.evaluate import read_trec, results_markdown, results_table, round_metrics, write_trec
 
 
 def test_trec_round_trip(tmp_path):
@@ -85,7 +85,7 @@ def test_reported_values_round_as_python_floats():
     """``rounded`` / ``rounded_all`` (every stage's ``round(float(v), 4)``): a numpy scalar is
     rounded as the Python float it is (numpy's own ``round`` gives 0.9098 for 0.90975, whose
     binary value lies below the half), ints become floats, keys keep their order."""
-    from lexgraph.metrics import rounded, rounded_all
+    from lexgraph.metrics.ir import rounded, rounded_all
 
     for value in (0.90975, 0.32005, 0.66025, 0.123456, 2, -0.5, float(np.float32(0.1))):
         for v in (value, np.float64(value), np.float32(value)):
@@ -173,10 +173,10 @@ def test_evaluate_systems_shares_a_query_encoder_between_systems(tmp_path, tiny_
     import polars as pl
     import torch
 
-    from lexgraph.evaluation import evaluate_systems
+    from lexgraph.evaluation.evaluate import evaluate_systems
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.retrieval.dense import DenseRetriever, load_query_encoder
-    from lexgraph.retrieval.systems import SYSTEMS
+    from lexgraph.systems.dense import DenseRetriever, load_query_encoder
+    from lexgraph.systems.registry import SYSTEMS
 
     directory = tmp_path / "query_encoder"
     QueryEncoder.from_pretrained(tiny_model_dir, token_pooling="mean").save_pretrained(directory)

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from conftest import ROOT, section, write_params, write_questions
+from lexgraph.core.errors import ConfigError, DataError, HubUnreachableError
 from lexgraph.data.fetch import FetchConfig, carve_dev, fetch
-from lexgraph.errors import ConfigError, DataError, HubUnreachableError
 
 PARAMS = {"source": "local", "dev_fraction": 0.34, "synthetic": False, "hub_repo": "x", "revision": None}
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, section, write_params, write_questions
+from lexgraph.core.errors import DataError
 from lexgraph.data.fetch import FetchConfig, fetch
-from lexgraph.errors import DataError
 
 PARAMS = {
     "source": "local",
@@ -523,12 +523,12 @@ def test_stage_unreachable_hub_is_one_line_at_once(tmp_path):
 
 HUB_MODEL = """
 import sys
-from lexgraph.errors import LexgraphError
-from lexgraph.stage import setup_logging
+from lexgraph.core.errors import LexgraphError
+from lexgraph.core.stage import setup_logging
 
 setup_logging("INFO")
 from transformers import AutoTokenizer
-from lexgraph.hub import from_pretrained
+from lexgraph.core.hub import from_pretrained
 
 try:
     from_pretrained(AutoTokenizer.from_pretrained, "camembert-base", param="pretrain.model")

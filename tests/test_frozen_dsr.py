@@ -10,14 +10,14 @@ import polars as pl
 import pytest
 import torch
 
-from lexgraph.chunks import (
+from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.encoding.chunks import (
     embed_from_chunks,
     encode_chunk_table,
     load_chunk_table,
     run_encode_chunks,
     save_chunk_table,
 )
-from lexgraph.errors import ConfigError, DataError
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import set_trainable_layers
 from lexgraph.models.base import write_base_info
@@ -215,8 +215,8 @@ def test_frozen_requires_pretrain_init(tiny_model_dir):
 
 
 def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
-    from lexgraph.chunks import check_settings
-    from lexgraph.io import write_parquet
+    from lexgraph.core.io import write_parquet
+    from lexgraph.encoding.chunks import check_settings
 
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0, 1], "text": ["Livre I", "Du mariage"]}), tmp_path / "h.parquet")
@@ -241,10 +241,10 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
 
 
 def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
-    from lexgraph.embed import load_embeddings
-    from lexgraph.io import write_parquet
-    from lexgraph.retrieval.systems import load_retriever
-    from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
+    from lexgraph.core.io import write_parquet
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.systems.registry import load_retriever
+    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
 
     ws = tmp_path / "ws"
     import shutil
@@ -298,9 +298,9 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
 def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_path, caplog):
     import logging
 
-    from lexgraph.embed import load_embeddings
-    from lexgraph.io import write_parquet
-    from lexgraph.zeroshot import ZeroshotConfig, run_zeroshot
+    from lexgraph.core.io import write_parquet
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
 
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0], "text": ["Livre I"]}), tmp_path / "h.parquet")
@@ -318,7 +318,7 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
             "cpu",
         )
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="lexgraph.zeroshot"):
+        with caplog.at_level(logging.INFO, logger="lexgraph.systems.zeroshot"):
             run_zeroshot(
                 tiny_model_dir,
                 tmp_path / "a.parquet",

@@ -1,4 +1,4 @@
-"""The fusions of the hybrid system (lexgraph.retrieval.fusion): hand computations, an
+"""The fusions of the hybrid system (lexgraph.search.fusion): hand computations, an
 independent reference, ranx.fuse itself, and the single-system choices."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
-from lexgraph.errors import LexgraphError
-from lexgraph.retrieval import fusion as hybrid_module
-from lexgraph.retrieval.fusion import Fusion, fuse
-from lexgraph.retrieval.fusion import Prepared as _Prepared
+from lexgraph.core.errors import LexgraphError
+from lexgraph.search import fusion as hybrid_module
+from lexgraph.search.fusion import Fusion, fuse
+from lexgraph.search.fusion import Prepared as _Prepared
 
 
 def arrays(rows, width):

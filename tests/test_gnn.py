@@ -1,5 +1,5 @@
 """Graph encoders, distillation, subgraph sampling and GNN training (lexgraph.models.gnn,
-lexgraph.losses, lexgraph.training.gnn*, lexgraph.retrieval.gnn)."""
+lexgraph.losses, lexgraph.training.gnn*, lexgraph.systems.gnn)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from helpers_graph import (
     graph,
     settings,
 )
-from lexgraph.errors import ConfigError
-from lexgraph.graph import EdgeType
+from lexgraph.core.errors import ConfigError
+from lexgraph.graph.build import EdgeType
 from lexgraph.losses import DistillationLoss, InfoNCELoss, QabisarLoss
 from lexgraph.models.gnn import MODELS, GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
@@ -395,9 +395,9 @@ def test_hgraph_training_is_deterministic_and_saves(tmp_path, monkeypatch):
 
 
 def test_hgraph_qa_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encoder_dir):
-    from lexgraph.embed import save_embeddings
+    from lexgraph.encoding.embed import save_embeddings
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.retrieval.gnn import load_hgraph, load_hgraph_qa
+    from lexgraph.systems.gnn import load_hgraph, load_hgraph_qa
 
     cuts = []
     original = training.batch_subgraph

@@ -20,8 +20,8 @@ from torch_geometric.nn import GATv2Conv
 
 from helpers_graph import AQ, BASE_PARAMS, GRAPH, NEGATIVES, QA, QUESTIONS, embeddings, graph, settings
 from helpers_graph import DIM as TOY_DIM
-from lexgraph.errors import ConfigError, DataError
-from lexgraph.graph import NUM_EDGE_TYPES, STRUCTURE_TYPES, EdgeType
+from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.graph.build import NUM_EDGE_TYPES, STRUCTURE_TYPES, EdgeType
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
 from lexgraph.training import gnn_io

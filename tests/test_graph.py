@@ -1,4 +1,4 @@
-"""The legislative graph (lexgraph.graph, stages/build_graph.py): exact nodes and edges."""
+"""The legislative graph (lexgraph.graph.build, stages/build_graph.py): exact nodes and edges."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 
 from conftest import load_benchmark, write_params
 from helpers_graph import ARTICLES, HEADINGS, QUESTIONS
-from lexgraph.errors import DataError
-from lexgraph.graph import (
+from lexgraph.core.errors import DataError
+from lexgraph.graph.build import (
     EdgeType,
     GraphConfig,
     NodeType,
@@ -181,7 +181,7 @@ def test_stage_writes_deterministic_outputs(tmp_path, monkeypatch):
         for name in ("articles", "headings", "questions"):
             argv += [f"--{name}", str(tmp_path / f"{name}.parquet")]
         argv += ["--out", str(tmp_path / run), "--metrics", str(tmp_path / f"{run}.json")]
-        from lexgraph.stage import run_stage
+        from lexgraph.core.stage import run_stage
 
         assert run_stage("graph", stage.main, stage.configure, argv, config=GraphConfig.from_params) == 0
         outs.append([(tmp_path / run / f).read_bytes() for f in ("graph.pt", "nodes.parquet")])

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from lexgraph.data.sample import build_sample, heading_value, map_levels
-from lexgraph.graph import EdgeType, GraphConfig, build_graph
-from lexgraph.hierarchy import best_weight, hierarchy_prior, subtree_means
+from lexgraph.graph.build import EdgeType, GraphConfig, build_graph
+from lexgraph.graph.hierarchy import best_weight, hierarchy_prior, subtree_means
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.gnn_data import batch_subgraph
 

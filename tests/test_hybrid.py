@@ -1,4 +1,4 @@
-"""The hybrid system (lexgraph.retrieval.hybrid): fusion math against hand computations and
+"""The hybrid system (lexgraph.systems.hybrid): fusion math against hand computations and
 an independent reference, agreement with ranx, dev-only selection, config errors, the
 retriever's shapes and order, and the stage's outputs on a tiny workspace."""
 
@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from conftest import ROOT, section
-from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.io import json_text
-from lexgraph.metrics import DEEPEST
-from lexgraph.retrieval.fusion import Fusion, fuse
-from lexgraph.retrieval.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
-from lexgraph.retrieval.hybrid_tune import tune
-from lexgraph.retrieval.systems import SYSTEMS, load_retriever
+from lexgraph.core.errors import ConfigError, DataError, LexgraphError
+from lexgraph.core.io import json_text
+from lexgraph.metrics.ir import DEEPEST
+from lexgraph.search.fusion import Fusion, fuse
+from lexgraph.systems.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
+from lexgraph.systems.hybrid_tune import tune
+from lexgraph.systems.registry import SYSTEMS, load_retriever
 
 # ---------------------------------------------------------------------------
 # Parameters
@@ -176,7 +176,7 @@ def test_selection_reads_the_dev_split_only():
 
 
 def test_selection_picks_the_best_dense_system_and_the_best_fusion_on_dev():
-    from lexgraph.metrics import evaluate_run
+    from lexgraph.metrics.ir import evaluate_run
 
     sparse, dense = systems()
     report = tune(questions_table(QUESTIONS), sparse, dense, CONFIG)
@@ -307,7 +307,7 @@ def load_table_dsr(workspace, device="cpu"):
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
-    from lexgraph.retrieval.bm25 import BM25
+    from lexgraph.search.bm25 import BM25
 
     words = ["mur", "mitoyen", "bail", "loyer", "voisin", "bornage", "contrat", "enfant", "divorce", "mariage"]
     texts = [" ".join(words[(i * j) % len(words)] for j in range(1, 8)) + f" article{i}" for i in CORPUS.tolist()]

@@ -1,4 +1,4 @@
-"""lexgraph.io.save_tensors: safetensors files whose bytes depend only on their content."""
+"""lexgraph.core.io.save_tensors: safetensors files whose bytes depend only on their content."""
 
 import json
 import struct
@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from lexgraph.io import save_tensors
+from lexgraph.core.io import save_tensors
 
 
 def _tensors():
@@ -56,8 +56,8 @@ def test_no_metadata(tmp_path):
 def test_load_tensors_names_the_file_and_the_remedy(tmp_path):
     import pytest
 
-    from lexgraph.errors import DataError
-    from lexgraph.io import load_tensors
+    from lexgraph.core.errors import DataError
+    from lexgraph.core.io import load_tensors
 
     path = tmp_path / "e.safetensors"
     with pytest.raises(DataError, match=r"e\.safetensors.*embeddings file not found; run it"):
@@ -79,8 +79,8 @@ import os  # noqa: E402
 
 import pytest  # noqa: E402
 
-from lexgraph.errors import DataError  # noqa: E402
-from lexgraph.io import atomic_path  # noqa: E402
+from lexgraph.core.errors import DataError  # noqa: E402
+from lexgraph.core.io import atomic_path  # noqa: E402
 
 WRITE_ERRORS = [
     (errno.ENOSPC, "no space left on device; free space and rerun"),
@@ -191,7 +191,7 @@ from conftest import ROOT  # noqa: E402
 WRITER = """
 import sys
 from pathlib import Path
-from lexgraph.io import atomic_path
+from lexgraph.core.io import atomic_path
 target, kind, text = sys.argv[1:]
 with atomic_path(target, directory=kind == "dir") as tmp:
     (tmp / "part.txt" if kind == "dir" else tmp).write_text(text, encoding="utf-8")
@@ -236,7 +236,7 @@ def test_next_write_removes_what_killed_writers_left(tmp_path, caplog):
     elsewhere = tmp_path / f".run.trec.otherhost-1.{_dead_pid()}.abcdefgh.tmp"  # another host's: pid unknowable
     elsewhere.write_text("", encoding="utf-8")
 
-    from lexgraph.io import write_text
+    from lexgraph.core.io import write_text
 
     write_text("this run\n", tmp_path / "run.trec")
     assert not any(tmp.exists() for tmp in killed)
@@ -248,7 +248,7 @@ def test_next_write_removes_what_killed_writers_left(tmp_path, caplog):
 def test_temporaries_of_live_writers_are_kept(tmp_path):
     """Two writers of one target at once (two `lexgraph search --run same.trec`): neither removes
     the other's temporary, both finish, the last one's output stays."""
-    from lexgraph.io import write_text
+    from lexgraph.core.io import write_text
 
     target = tmp_path / "same.trec"
     child, child_tmp = _writer(target, "file", "child\n")
@@ -268,7 +268,7 @@ def test_temporaries_of_live_writers_are_kept(tmp_path):
 
 
 def test_temporary_names_carry_host_and_pid_and_stay_legal(tmp_path):
-    from lexgraph.io import _host
+    from lexgraph.core.io import _host
 
     with atomic_path(tmp_path / "run.trec") as tmp:
         assert tmp.name.startswith(f".run.trec.{_host()}.{os.getpid()}.") and tmp.name.endswith(".tmp")
@@ -285,8 +285,8 @@ def test_temporary_names_carry_host_and_pid_and_stay_legal(tmp_path):
 
 
 def test_read_json_names_what_is_wrong(tmp_path):
-    from lexgraph.inputs import read_json_object
-    from lexgraph.io import check_file
+    from lexgraph.core.inputs import read_json_object
+    from lexgraph.core.io import check_file
 
     def read(**kw):
         return read_json_object(path, what="the settings", fix="rerun it", **kw)
@@ -321,7 +321,7 @@ def test_read_json_names_what_is_wrong(tmp_path):
 
 
 def test_load_tensors_on_a_symbolic_link_loop(tmp_path):
-    from lexgraph.io import load_tensors
+    from lexgraph.core.io import load_tensors
 
     path = tmp_path / "e.safetensors"
     path.symlink_to("e.safetensors")
@@ -337,7 +337,7 @@ def test_write_json_keeps_each_writers_format(tmp_path):
     """``write_json`` is ``json.dumps`` + a final newline, atomically, UTF-8: its default
     (two-space indent, keys in order, characters as they are) and the formats the writers
     routed through it keep (sorted keys, ``\\u`` escapes, one line)."""
-    from lexgraph.io import json_text, write_json
+    from lexgraph.core.io import json_text, write_json
 
     obj = {"b": "requête", "a": [1, 0.5, None], "c": {"z": True, "y": "×"}}
     for kwargs, same in (

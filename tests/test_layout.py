@@ -1,5 +1,5 @@
 """One home for paths: dvc.yaml writes every stage's paths on its command line, the stage
-scripts have no path defaults, and :mod:`lexgraph.layout` (what the readers of a workspace
+scripts have no path defaults, and :mod:`lexgraph.core.layout` (what the readers of a workspace
 use) names exactly the outputs dvc.yaml declares."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from lexgraph import layout
+from lexgraph.core import layout
 
 
 def expanded_stages() -> dict[str, dict]:
@@ -52,7 +52,7 @@ def test_every_directory_output_of_dvc_yaml_is_in_the_layout():
     for name, stage in expanded_stages().items():
         for path in outs_of(stage):
             if not path.startswith("metrics/"):
-                assert path in named, f"{name} writes {path}, which lexgraph.layout does not name"
+                assert path in named, f"{name} writes {path}, which lexgraph.core.layout does not name"
 
 
 def stage_parser(script: Path) -> argparse.ArgumentParser:
@@ -89,7 +89,7 @@ def test_no_artifact_path_literal_outside_the_layout_module():
 
 
 def test_only_the_config_layer_words_params_yaml_errors():
-    """Messages that name params.yaml come from lexgraph.config (params_error, bad_value)."""
+    """Messages that name params.yaml come from lexgraph.core.config (params_error, bad_value)."""
     literal = re.compile(r"""(ConfigError|LexgraphError|DataError)\(\s*f?["']params\.yaml""")
     offenders = [
         f"{path.relative_to(ROOT)}:{i}"

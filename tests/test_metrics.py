@@ -1,4 +1,4 @@
-"""lexgraph.metrics against pytrec_eval (trec_eval) on random runs, plus hand-computed cases."""
+"""lexgraph.metrics.ir against pytrec_eval (trec_eval) on random runs, plus hand-computed cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lexgraph.metrics import (
+from lexgraph.metrics.ir import (
     METRICS,
     average_precision,
     evaluate_run,

@@ -14,13 +14,13 @@ import pytest
 import torch
 from torch import nn
 
+from lexgraph.encoding.rerank_features import TokenStore
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
-from lexgraph.models.mvcl import InteractionModel, fuse_list
-from lexgraph.models.mvcl_config import RerankConfig
-from lexgraph.models.mvcl_features import TokenStore
+from lexgraph.models.rerank import InteractionModel, fuse_list
 from lexgraph.training.rerank import Lists, train
+from lexgraph.training.rerank_config import RerankConfig
 
 # ---------------------------------------------------------------------------
 # Losses vs hand computations
@@ -385,8 +385,9 @@ def test_warm_start_ranks_by_maxsim_before_training():
 def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     """A models/mvcl trained with another network shape (here: before the alignment features)
     gets one line naming the weights file and the command that rebuilds them."""
-    from lexgraph.errors import DataError
-    from lexgraph.models.mvcl import build_model, load_model, save_model
+    from lexgraph.core.errors import DataError
+    from lexgraph.models.rerank import build_model
+    from lexgraph.training.rerank_io import load_model, save_model
 
     old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
     save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "models/mvcl")
@@ -399,10 +400,10 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
 
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
-    from lexgraph.errors import LexgraphError
-    from lexgraph.models.mvcl import load_model
-    from lexgraph.models.mvcl_features import write_disabled
-    from lexgraph.retrieval.rerank import first_stage_of, is_switched_off
+    from lexgraph.core.errors import LexgraphError
+    from lexgraph.encoding.rerank_features import write_disabled
+    from lexgraph.systems.rerank import first_stage_of, is_switched_off
+    from lexgraph.training.rerank_io import load_model
 
     assert not is_switched_off(tmp_path, "mvcl")
     write_disabled(tmp_path / "models/mvcl", "mvcl")

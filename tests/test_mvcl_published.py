@@ -17,10 +17,10 @@ import pytest
 import torch
 import yaml
 
-from lexgraph.config import ConfigError
-from lexgraph.models.mvcl import AttentionPooling, InteractionModel, build_model, fuse_list, rerank_scores
-from lexgraph.models.mvcl_config import ENCODE_KEYS, VARIANTS, RerankConfig
-from lexgraph.models.mvcl_features import TokenStore
+from lexgraph.core.config import ConfigError
+from lexgraph.encoding.rerank_features import TokenStore
+from lexgraph.models.rerank import AttentionPooling, InteractionModel, build_model, fuse_list, rerank_scores
+from lexgraph.training.rerank_config import ENCODE_KEYS, VARIANTS, RerankConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ class _First:
 
 
 def test_mvcl_search_without_fusion_orders_by_the_network(one_thread):
-    from lexgraph.retrieval.rerank import MvclRetriever
+    from lexgraph.systems.rerank import MvclRetriever
 
     torch.manual_seed(0)
     model = InteractionModel(4, 4, 0.0).eval()
@@ -201,8 +201,8 @@ def _token_lists(n_articles=12, n_questions=16):
 def test_a_finetuned_plm_gets_gradients_from_the_training_step(one_thread):
     """plm: finetune: token ids go into the PLM inside the step, so the losses' gradients reach it
     (today's frozen path takes cached states and has no PLM to train)."""
-    from lexgraph.models.mvcl_plm import PLMTokens
     from lexgraph.training.rerank import Lists, train
+    from lexgraph.training.rerank_plm import PLMTokens
 
     plm = _tiny_xlmr()
     before = {k: v.clone() for k, v in plm.state_dict().items()}
@@ -245,8 +245,8 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
 
     import polars as pl
 
-    from lexgraph.io import write_parquet
-    from lexgraph.retrieval.rerank import load_mvcl
+    from lexgraph.core.io import write_parquet
+    from lexgraph.systems.rerank import load_mvcl
     from lexgraph.training.rerank import RerankPaths, run_rerank
 
     words = ["loi", "contrat", "bail", "mariage", "enfant", "divorce"]

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import yaml
 
-from lexgraph.models.mvcl_config import RerankConfig
-from lexgraph.models.mvcl_features import TokenStore
-from lexgraph.models.mvcl_plm import PLMTokens, length_chunks
+from lexgraph.encoding.rerank_features import TokenStore
+from lexgraph.training.rerank_config import RerankConfig
+from lexgraph.training.rerank_plm import PLMTokens, length_chunks
 
 ROOT = Path(__file__).resolve().parents[1]
 

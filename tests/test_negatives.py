@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from conftest import write_params
-from lexgraph.negatives import NegativesConfig, mine_from_index, mine_negatives
-from lexgraph.retrieval.bm25 import BM25
-from lexgraph.text import FrenchAnalyzer
+from lexgraph.search.bm25 import BM25
+from lexgraph.text.analyzer import FrenchAnalyzer
+from lexgraph.training.negatives import NegativesConfig, mine_from_index, mine_negatives
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -328,7 +328,7 @@ def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkey
 
 def test_dev_questions_are_mined_with_split_dev_when_listed(tmp_path):
     """negatives.splits with dev (both profiles): the refits train on dev with BM25 negatives."""
-    from lexgraph.negatives import run
+    from lexgraph.training.negatives import run
 
     paths = write_fixtures(tmp_path)
     config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
@@ -349,7 +349,7 @@ def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
     """data/raw/negatives.parquet (fetch.negatives) is read: a fetched question with a hub list
     keeps it (gold and unknown articles dropped, the first k), a carved dev question keeps its
     train list, the others and every generated question are mined as without hub lists."""
-    from lexgraph.negatives import run
+    from lexgraph.training.negatives import run
 
     paths = write_fixtures(tmp_path)
     hub = pl.DataFrame(

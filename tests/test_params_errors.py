@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from lexgraph.config import SECTIONS, Base, read_params, resolve_device, section_config
-from lexgraph.errors import ConfigError, DataError
+from lexgraph.core.config import SECTIONS, Base, read_params, resolve_device, section_config
+from lexgraph.core.errors import ConfigError, DataError
 
 PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "paper.yaml"]
 SENTINEL = b"sentinel: must survive a failed stage\n"
@@ -557,7 +557,7 @@ def test_params_that_are_not_yaml_are_one_line(tmp_path):
 def search_ws(tmp_path):
     """A BM25 workspace for `lexgraph search`, which reads the workspace's params.yaml (evaluate.index)."""
     from helpers_cli import ARTICLES, write_articles
-    from lexgraph.retrieval.bm25 import BM25
+    from lexgraph.search.bm25 import BM25
 
     write_articles(tmp_path, ARTICLES)
     BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
@@ -566,7 +566,7 @@ def search_ws(tmp_path):
 
 @pytest.mark.parametrize("case", ["not-utf8", "directory", "key-twice"])
 def test_search_reads_params_with_the_same_rules(search_ws, case, capsys):
-    from lexgraph.cli import main
+    from lexgraph.cli.main import main
 
     params = search_ws / "params.yaml"
     if case == "directory":
@@ -677,7 +677,7 @@ def test_clean_that_leaves_a_split_without_questions_fails(tmp_path, sample_para
 
 
 def test_build_graph_refuses_an_empty_article_table():
-    from lexgraph.graph import GraphConfig, build_graph
+    from lexgraph.graph.build import GraphConfig, build_graph
 
     empty = pl.DataFrame(schema={"id": pl.Int64, "article": pl.Utf8, "heading_id": pl.Int64})
     headings = pl.DataFrame(schema={"heading_id": pl.Int64, "parent_id": pl.Int64, "label": pl.Utf8, "text": pl.Utf8})
@@ -697,19 +697,19 @@ def _builders() -> dict:
     """Section -> the typed config its stage builds (every section has one)."""
     from lexgraph.data.clean import CleanConfig
     from lexgraph.data.fetch import FetchConfig
-    from lexgraph.embed import EmbedConfig
-    from lexgraph.evaluation import EvaluateConfig
-    from lexgraph.graph import GraphConfig
-    from lexgraph.models.mvcl_config import RerankConfig
-    from lexgraph.models.pretrain import PretrainConfig
-    from lexgraph.negatives import NegativesConfig
-    from lexgraph.queries import QueriesConfig
-    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
-    from lexgraph.retrieval.hprior import HpriorConfig
-    from lexgraph.retrieval.hybrid import HybridConfig
+    from lexgraph.data.queries import QueriesConfig
+    from lexgraph.encoding.embed import EmbedConfig
+    from lexgraph.evaluation.evaluate import EvaluateConfig
+    from lexgraph.graph.build import GraphConfig
+    from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.systems.hprior import HpriorConfig
+    from lexgraph.systems.hybrid import HybridConfig
+    from lexgraph.systems.zeroshot import ZeroshotConfig
     from lexgraph.training.dsr_config import DSRConfig
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
-    from lexgraph.zeroshot import ZeroshotConfig
+    from lexgraph.training.negatives import NegativesConfig
+    from lexgraph.training.pretrain_model import PretrainConfig
+    from lexgraph.training.rerank_config import RerankConfig
 
     return {
         "base": lambda p: section_config(Base, p, "base"),
@@ -847,7 +847,7 @@ def test_typed_config_errors(sample_params, section, edits, fragment):
 
 
 def test_type_checks_accept_yaml_strings_for_floats_and_refuse_bools_for_ints():
-    from lexgraph.negatives import NegativesConfig
+    from lexgraph.training.negatives import NegativesConfig
 
     negatives = read_params(PROFILES[0])["negatives"]
     assert NegativesConfig.from_params({**negatives, "k1": "1.2e0", "b": 1}).k1 == 1.2
@@ -895,7 +895,7 @@ def test_no_silent_defaults_every_key_deleted_is_an_error_naming_it(section):
 
 
 def test_unknown_top_level_section_is_refused_when_loading_any_section(tmp_path):
-    from lexgraph.config import load_params
+    from lexgraph.core.config import load_params
 
     path = tmp_path / "params.yaml"
     path.write_text("base: {seed: 1}\nclean: {min_words: 3}\nbm25_tunes: {split: dev}\n", encoding="utf-8")
@@ -920,19 +920,19 @@ def _config_classes() -> dict:
     """Section -> the dataclass whose fields are the section's keys (gnn: GNNSettings' own)."""
     from lexgraph.data.clean import CleanConfig
     from lexgraph.data.fetch import FetchConfig
-    from lexgraph.embed import EmbedConfig
-    from lexgraph.evaluation import EvaluateConfig
-    from lexgraph.graph import GraphConfig
-    from lexgraph.models.mvcl_config import RerankConfig
-    from lexgraph.models.pretrain import PretrainConfig
-    from lexgraph.negatives import NegativesConfig
-    from lexgraph.queries import QueriesConfig
-    from lexgraph.retrieval.bm25_pipeline import Bm25Config, Bm25TuneConfig
-    from lexgraph.retrieval.hprior import HpriorConfig
-    from lexgraph.retrieval.hybrid import HybridConfig
-    from lexgraph.retrieval.index import IndexConfig
+    from lexgraph.data.queries import QueriesConfig
+    from lexgraph.encoding.embed import EmbedConfig
+    from lexgraph.evaluation.evaluate import EvaluateConfig
+    from lexgraph.graph.build import GraphConfig
+    from lexgraph.search.index import IndexConfig
+    from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25TuneConfig
+    from lexgraph.systems.hprior import HpriorConfig
+    from lexgraph.systems.hybrid import HybridConfig
+    from lexgraph.systems.zeroshot import ZeroshotConfig
     from lexgraph.training.dsr_config import DSRConfig
-    from lexgraph.zeroshot import ZeroshotConfig
+    from lexgraph.training.negatives import NegativesConfig
+    from lexgraph.training.pretrain_model import PretrainConfig
+    from lexgraph.training.rerank_config import RerankConfig
 
     return {
         "base": Base,
@@ -1026,7 +1026,7 @@ def test_bm25_with_both_numbers_given_does_not_read_bm25_tune(tmp_path, sample_p
 
 
 def _read_hprior(path):
-    from lexgraph.hierarchy import best_weight, read_hprior
+    from lexgraph.graph.hierarchy import best_weight, read_hprior
 
     return best_weight(read_hprior(path.parent))
 
@@ -1044,19 +1044,19 @@ def _gnn(path):
 
 
 def _cosine(path):
-    from lexgraph.retrieval.gnn import _cosine
+    from lexgraph.systems.gnn import _cosine
 
     return _cosine(path.parent)
 
 
 def _first_stage(path):
-    from lexgraph.retrieval.rerank import first_stage_of
+    from lexgraph.systems.rerank import first_stage_of
 
     return first_stage_of(path.parents[2], "mvcl")  # <workspace>/models/mvcl/mvcl.json
 
 
 def _mvcl(path):
-    from lexgraph.models.mvcl import load_model
+    from lexgraph.training.rerank_io import load_model
 
     return load_model(path.parent, "cpu")
 

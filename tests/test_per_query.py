@@ -1,5 +1,5 @@
-"""Per-question results and the recall@k curve of the evaluate stage (lexgraph.per_query,
-issue 10, item 5): they agree with lexgraph.metrics, and the files are sorted and deterministic."""
+"""Per-question results and the recall@k curve of the evaluate stage (lexgraph.evaluation.per_query,
+issue 10, item 5): they agree with lexgraph.metrics.ir, and the files are sorted and deterministic."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from lexgraph.evaluation import write_trec
-from lexgraph.metrics import evaluate_run, recall_at_k
-from lexgraph.per_query import first_relevant_rank, per_query_table, recall_curve, write_per_query_reports
+from lexgraph.evaluation.evaluate import write_trec
+from lexgraph.evaluation.per_query import first_relevant_rank, per_query_table, recall_curve, write_per_query_reports
+from lexgraph.metrics.ir import evaluate_run, recall_at_k
 
 
 def random_runs(seed: int = 0, n_queries: int = 40, n_docs: int = 300, depth: int = 120):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from lexgraph.regression import check
+from lexgraph.evaluation.regression import check
 
 # the module fixture runs a full `dvc repro` (~10 min on 2 cores); pytest-timeout counts fixture
 # setup against the first test, so these tests get a budget that covers it

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import section, write_params
-from lexgraph.errors import ConfigError, HubUnreachableError
-from lexgraph.models import pretrain as pt
-from lexgraph.training import mlm
+from lexgraph.core.errors import ConfigError, HubUnreachableError
+from lexgraph.training import pretrain as mlm
+from lexgraph.training import pretrain_model as pt
 
 WORDS = (
     "le juge la loi contrat bail propriétaire locataire héritier succession mariage époux enfant "
@@ -178,7 +178,7 @@ def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file,
     import importlib.util
     from pathlib import Path
 
-    from lexgraph.stage import run_stage
+    from lexgraph.core.stage import run_stage
 
     run_tiny(articles_file, tmp_path / "base")
     params = write_params(
@@ -238,7 +238,7 @@ def test_warmup_is_a_share_of_max_steps_and_scales_with_a_shortened_run():
     the run; the default 0.1 of 600 and the paper's 0.01 of 50000 keep their step counts."""
     from pathlib import Path
 
-    from lexgraph.config import read_params
+    from lexgraph.core.config import read_params
 
     root = Path(__file__).resolve().parents[1]
     paper = read_params(root / "profiles" / "paper.yaml")["pretrain"]

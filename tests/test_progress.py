@@ -14,8 +14,8 @@ import warnings
 import polars as pl
 
 from conftest import ROOT, write_params
-from lexgraph import progress as progress_module
-from lexgraph.progress import HF_PROGRESS_ENV, progress, progress_bar, quiet_third_party_bars
+from lexgraph.core import progress as progress_module
+from lexgraph.core.progress import HF_PROGRESS_ENV, progress, progress_bar, quiet_third_party_bars
 
 
 class FakeTty(io.StringIO):
@@ -26,7 +26,7 @@ class FakeTty(io.StringIO):
 def test_bar_on_a_terminal(monkeypatch, caplog):
     err = FakeTty()
     monkeypatch.setattr(sys, "stderr", err)
-    with caplog.at_level(logging.INFO, logger="lexgraph.progress"):
+    with caplog.at_level(logging.INFO, logger="lexgraph.core.progress"):
         assert list(progress(range(7), "walk", unit="step")) == list(range(7))
         with progress_bar(3, "count", unit="q") as bar:
             bar.update(2)
@@ -42,7 +42,7 @@ def test_log_lines_elsewhere(monkeypatch, caplog):
     monkeypatch.setattr(sys, "stderr", err)
     clock = iter(range(0, 1000, 20))  # every call to time.monotonic() is 20 s later
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
-    with caplog.at_level(logging.INFO, logger="lexgraph.progress"):
+    with caplog.at_level(logging.INFO, logger="lexgraph.core.progress"):
         bar = progress(range(4), "walk", unit="step", every=30)
         for _ in bar:
             bar.set_postfix(loss="0.5")
@@ -56,7 +56,7 @@ def test_log_lines_elsewhere(monkeypatch, caplog):
 
 def test_quick_or_disabled_loops_say_nothing(monkeypatch, caplog):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    with caplog.at_level(logging.INFO, logger="lexgraph.progress"):
+    with caplog.at_level(logging.INFO, logger="lexgraph.core.progress"):
         assert sum(progress(range(100), "quick")) == 4950  # well under `every`
         with progress_bar(10, "off", disable=True, every=0) as bar:
             bar.update(10)
@@ -157,7 +157,7 @@ def test_cli_loading_a_transformers_model_writes_no_carriage_return(tmp_path, ti
     """`lexgraph search --system dsr` loads a checkpoint (transformers' "Loading weights" bar)."""
     import torch
 
-    from lexgraph.embed import save_embeddings
+    from lexgraph.encoding.embed import save_embeddings
     from lexgraph.models.encoders import QueryEncoder
 
     (tmp_path / "data" / "clean").mkdir(parents=True)

@@ -7,9 +7,9 @@ import pytest
 
 from conftest import section, write_params
 from helpers_queries import ARTICLES
-from lexgraph import queries as q
-from lexgraph.errors import ConfigError, HubUnreachableError
-from lexgraph.stage import run_stage
+from lexgraph.core.errors import ConfigError, HubUnreachableError
+from lexgraph.core.stage import run_stage
+from lexgraph.data import queries as q
 
 SCHEMA = {
     "id": pl.Int64,

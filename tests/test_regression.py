@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from lexgraph.cli import main
-from lexgraph.regression import allowed, check, expected_from_metrics, tolerance_for
+from lexgraph.cli.main import main
+from lexgraph.evaluation.regression import allowed, check, expected_from_metrics, tolerance_for
 
 SAMPLE = ROOT / "regression" / "sample.yaml"
 METRICS = ROOT / "metrics"

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from lexgraph.metrics import evaluate_run
-from lexgraph.significance import (
+from lexgraph.metrics.ir import evaluate_run
+from lexgraph.metrics.significance import (
     baseline_letters,
     bootstrap_ci,
     compare_systems,

@@ -6,7 +6,7 @@ import unicodedata
 
 import Stemmer
 
-from lexgraph.text import FRENCH_STOPWORDS, FrenchAnalyzer
+from lexgraph.text.analyzer import FRENCH_STOPWORDS, FrenchAnalyzer
 
 
 def test_elisions_are_split_and_dropped_with_both_apostrophes():

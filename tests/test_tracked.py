@@ -1,4 +1,4 @@
-"""lexgraph.tracked: which paths DVC owns (its cache, the outputs its files track), so that
+"""lexgraph.core.tracked: which paths DVC owns (its cache, the outputs its files track), so that
 `lexgraph search --run` and `lexgraph regress --update` never write there (issue 18)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from lexgraph import layout
-from lexgraph.tracked import dvc_owner
+from lexgraph.core import layout
+from lexgraph.core.tracked import dvc_owner
 
 
 def _stages(tmp_path: Path, text: str, name: str = "dvc.yaml") -> Path:

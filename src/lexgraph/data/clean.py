@@ -31,10 +31,10 @@ from typing import Any
 
 import polars as pl
 
-from lexgraph.config import bad_value, expectation, section_config
+from lexgraph.core.config import bad_value, expectation, section_config
+from lexgraph.core.errors import DataError
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS, parse_article_ids
-from lexgraph.errors import DataError
 
 log = logging.getLogger(__name__)
 

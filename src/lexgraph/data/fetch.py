@@ -46,8 +46,11 @@ from typing import Any
 
 import polars as pl
 
-from lexgraph import layout
-from lexgraph.config import bad_value, expectation, params_error, section_config
+from lexgraph.core import layout
+from lexgraph.core.config import bad_value, expectation, params_error, section_config
+from lexgraph.core.errors import DataError
+from lexgraph.core.hub import first_line
+from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     check_csv_layout,
@@ -71,9 +74,6 @@ from lexgraph.data.schema import (
     REQUIRED_QUESTION_COLUMNS,
     parse_article_ids,
 )
-from lexgraph.errors import DataError
-from lexgraph.hub import first_line
-from lexgraph.inputs import DuplicateKeyError, id_problem, json_object
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
+from lexgraph.core.errors import DataError, HubUnreachableError, LexgraphError
+from lexgraph.core.hub import first_line, hub_access, offline_requested, unreachable_reason
 from lexgraph.data.fetch import (
     Source,
     conform,
@@ -24,8 +26,6 @@ from lexgraph.data.schema import (
     REQUIRED_ARTICLE_COLUMNS,
     REQUIRED_QUESTION_COLUMNS,
 )
-from lexgraph.errors import DataError, HubUnreachableError, LexgraphError
-from lexgraph.hub import first_line, hub_access, offline_requested, unreachable_reason
 
 log = logging.getLogger("lexgraph.data.fetch")  # the fetch stage's logger, as before the split
 
@@ -101,7 +101,7 @@ def _to_polars(ds) -> pl.DataFrame:
 def fetch_hub(repo: str, revision: str | None, synthetic: bool, negatives: bool = True):
     """BSARD from the hub (or a local directory in the hub's layout, for tests).
 
-    Hub calls run under :func:`lexgraph.hub.hub_access`: no retry logs, and when the
+    Hub calls run under :func:`lexgraph.core.hub.hub_access`: no retry logs, and when the
     hub cannot be reached, cached files only and one sentence instead of a minute of retries."""
     import datasets  # noqa: F401 - imported before hub_access, which sets its log level
 

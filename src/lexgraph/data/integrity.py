@@ -6,7 +6,7 @@
   options and fill a shorter one with empty cells);
 * column names of a table read by the hub's CSV reader (:func:`duplicated_column`): pandas
   renames a repeated ``id`` to ``id.1``;
-* identifiers (:func:`integer_id`; :func:`lexgraph.inputs.id_problem` for id cells): ids are
+* identifiers (:func:`integer_id`; :func:`lexgraph.core.inputs.id_problem` for id cells): ids are
   written into whitespace-separated TREC runs, so whitespace, control characters (NUL
   included) and lone surrogates are refused, not stripped or read past;
 * question texts across splits (:func:`question_key`, :func:`refuse_shared_texts`): a
@@ -21,7 +21,7 @@
   sets of ids alone, never by the order the splits arrive in) and then checks that no id
   is used twice; ``clean`` checks it again.
 
-Each check raises :class:`lexgraph.errors.DataError` naming the file the user edits.
+Each check raises :class:`lexgraph.core.errors.DataError` naming the file the user edits.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lexgraph.errors import DataError
-from lexgraph.inputs import id_problem
+from lexgraph.core.errors import DataError
+from lexgraph.core.inputs import id_problem
 
 log = logging.getLogger(__name__)
 

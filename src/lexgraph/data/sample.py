@@ -28,9 +28,9 @@ from pathlib import Path
 
 import polars as pl
 
+from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.io import atomic_path
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
-from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Contrastive Learning for Legal Case Retrieval", IJCNN 2022 (arXiv:2210.05188), S
 III-D: a legal element indicator marks the sentences of a text T that hold a legal
 element; the positive view T+ deletes a random subset of the other sentences, totalling
 at most L1 tokens, by replacing their tokens with ``[DEL]``
-(``lexgraph.elements.element_view``). The N texts of a batch and their N views are pooled
+(``lexgraph.text.elements.element_view``). The N texts of a batch and their N views are pooled
 into vectors (attention pooling); for the anchor t_i, its own view t+_i is the positive
 and the **2N - 2** other texts and views of the batch, t_j and t+_j for every j != i, are
 its negatives (t_i itself is left out), with cosine similarity and temperature T2:

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from lexgraph.distributed import map_batches
-from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.hub import check_model_files, check_safetensors, first_line
-from lexgraph.inputs import read_json_object
-from lexgraph.io import write_json
-from lexgraph.layout import restore_hint
+from lexgraph.core.distributed import map_batches
+from lexgraph.core.errors import ConfigError, DataError, LexgraphError
+from lexgraph.core.hub import check_model_files, check_safetensors, first_line
+from lexgraph.core.inputs import read_json_object
+from lexgraph.core.io import write_json
+from lexgraph.core.layout import restore_hint
 from lexgraph.models.backbone import (
     FORMAT_VERSION,
     _autocast,
@@ -279,7 +279,7 @@ class HierarchicalArticleEncoder(TextEncoder):
         trimmed to its longest chunk; the chunk vectors are then scattered back per article
         and aggregated (chunk Transformer + pooling) ``batch_size`` articles at a time.
         ``distributed``: both passes share their batches out across ranks
-        (:func:`lexgraph.distributed.map_batches`).
+        (:func:`lexgraph.core.distributed.map_batches`).
         """
         chunked = self.chunk(texts)
         flat = [chunk for doc in chunked for chunk in doc]

@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from lexgraph.errors import ConfigError, DataError, LexgraphError
-from lexgraph.hub import check_model_files, first_line
-from lexgraph.layout import producer, restore_hint
-from lexgraph.progress import progress
+from lexgraph.core.errors import ConfigError, DataError, LexgraphError
+from lexgraph.core.hub import check_model_files, first_line
+from lexgraph.core.layout import producer, restore_hint
+from lexgraph.core.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def _module_device(module: nn.Module) -> torch.device:
 
 
 def _bar(desc: str, show: bool):
-    """A progress wrapper for :func:`~lexgraph.distributed.map_batches`."""
+    """A progress wrapper for :func:`~lexgraph.core.distributed.map_batches`."""
     return lambda batches: progress(batches, desc, unit="batch", disable=not show)
 
 
@@ -140,6 +140,6 @@ def longest_first(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 def _autocast(device: torch.device):
-    from lexgraph.config import autocast
+    from lexgraph.core.config import autocast
 
     return autocast(device)

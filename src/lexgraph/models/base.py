@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lexgraph.config import params_error
-from lexgraph.errors import DataError, HubUnreachableError
-from lexgraph.hub import check_model_files, from_pretrained, hub_reachable
+from lexgraph.core.config import params_error
+from lexgraph.core.errors import DataError, HubUnreachableError
+from lexgraph.core.hub import check_model_files, from_pretrained, hub_reachable
 from lexgraph.models.family import family_prefixes, read_base_summary, write_base_info
 
 log = logging.getLogger(__name__)

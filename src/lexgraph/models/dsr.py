@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lexgraph.errors import ConfigError
-from lexgraph.inputs import finite_number, read_json_object
-from lexgraph.io import write_json
-from lexgraph.layout import restore_hint
+from lexgraph.core.errors import ConfigError
+from lexgraph.core.inputs import finite_number, read_json_object
+from lexgraph.core.io import write_json
+from lexgraph.core.layout import restore_hint
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import FORMAT_VERSION

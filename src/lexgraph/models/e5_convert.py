@@ -57,8 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import check_file, write_json
+from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.io import check_file, write_json
 from lexgraph.models.e5_tokenizer import build_tokenizer
 from lexgraph.models.q4 import Q4_BLOCK_BYTES, QK, dequantize_q4_0
 

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lexgraph.errors import LexgraphError
+from lexgraph.core.errors import LexgraphError
 
 if TYPE_CHECKING:
     from lexgraph.models.e5_convert import E5File

@@ -33,7 +33,7 @@ prefixes (E5: ``"query: "`` / ``"passage: "``); encoders read them when they sta
 base model and save them with their own settings.
 
 For a CPU budget the article side can keep its chunk encoder **frozen**: the chunk vectors
-are then computed once (stage ``encode_chunks``, :mod:`lexgraph.chunks`) and only the
+are then computed once (stage ``encode_chunks``, :mod:`lexgraph.encoding.chunks`) and only the
 chunk-level module trains, through ``HierarchicalArticleEncoder.aggregate``. With
 ``identity_init`` the chunk-level Transformer is pre-LN with zero-initialised residual
 branches and zero chunk-position embeddings, so before training the article vector is
@@ -57,11 +57,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lexgraph.distributed import map_batches
-from lexgraph.errors import ConfigError, LexgraphError
-from lexgraph.inputs import read_json_object
-from lexgraph.io import write_json
-from lexgraph.layout import restore_hint
+from lexgraph.core.distributed import map_batches
+from lexgraph.core.errors import ConfigError, LexgraphError
+from lexgraph.core.inputs import read_json_object
+from lexgraph.core.io import write_json
+from lexgraph.core.layout import restore_hint
 from lexgraph.models.backbone import (
     FORMAT_VERSION,
     TOKEN_POOLING,
@@ -149,7 +149,7 @@ class TextEncoder(nn.Module):
         ``device`` moves the module there first (default: where it already is). Texts
         are processed longest first in batches of ``batch_size`` and returned in input
         order. Mixed precision on CUDA. The module's train/eval mode is restored.
-        ``distributed``: with a process group open (:func:`lexgraph.distributed.session`),
+        ``distributed``: with a process group open (:func:`lexgraph.core.distributed.session`),
         each rank runs a contiguous slice of the batches and every rank gets all rows.
         """
         if device is not None:

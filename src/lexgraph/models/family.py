@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lexgraph.errors import DataError
-from lexgraph.inputs import read_json_object
-from lexgraph.io import write_json
-from lexgraph.layout import restore_hint
+from lexgraph.core.errors import DataError
+from lexgraph.core.inputs import read_json_object
+from lexgraph.core.io import write_json
+from lexgraph.core.layout import restore_hint
 
 BASE_INFO = "lexgraph_base.json"
 E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}

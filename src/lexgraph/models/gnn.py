@@ -26,7 +26,7 @@ be ablated, on its own. One group (G-DSR) is a plain stack of convolutions.
   edges), whose messages start as ``prior_weight * x_j`` with uniform attention. With
   residual connections and no self-loops, an article whose only in-neighbour is its
   deepest heading then outputs ``x_a + prior_weight * x_heading``: with heading features
-  that average the heading's articles (:mod:`lexgraph.hierarchy`), the untrained
+  that average the heading's articles (:mod:`lexgraph.graph.hierarchy`), the untrained
   encoder *is* the hierarchy prior. The last layer carries it because it has no ELU.
 
 **Self-loops** (``self_loops``; unset: residual encoders add none, the residual being the
@@ -59,9 +59,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GraphConv, SAGEConv
 
-from lexgraph.config import params_error
+from lexgraph.core.config import params_error
 from lexgraph.data.schema import HIERARCHY_LEVELS
-from lexgraph.graph import NUM_EDGE_TYPES
+from lexgraph.graph.build import NUM_EDGE_TYPES
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from lexgraph.errors import ConfigError
+from lexgraph.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

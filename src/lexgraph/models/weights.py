@@ -8,9 +8,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lexgraph.config import without_params_file
-from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import load_tensors
+from lexgraph.core.config import without_params_file
+from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.io import load_tensors
 
 
 @contextmanager
@@ -35,7 +35,7 @@ def built_from(
 
 def load_state(model, target: str | os.PathLike, what: str, settings: str, remedy: str):
     """``model`` with the tensors of the safetensors file ``target`` loaded
-    (:func:`lexgraph.io.load_tensors`: missing, unreadable or corrupt files are one line);
+    (:func:`lexgraph.core.io.load_tensors`: missing, unreadable or corrupt files are one line);
     tensors that do not fit the network the ``settings`` file describes are a one-sentence
     :class:`DataError` naming ``target``, then ``remedy``."""
     try:

@@ -23,7 +23,7 @@ Follows G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Sections 3.1–3.2 and 4)
   the last one kept (:func:`train_and_refit`); dev then is no longer held out for it.
 
 ``chunk_encoder: frozen`` (embedded sample, CPU): the article side's backbone does not
-train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.chunks`)
+train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.encoding.chunks`)
 and only the chunk-level Transformer (``chunk_lr``) and the query encoder's top
 ``query_trainable_layers`` blocks train. ``finetune`` (paper): everything trains.
 """
@@ -42,11 +42,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from lexgraph.config import seed_everything
-from lexgraph.errors import DataError, LexgraphError
-from lexgraph.io import atomic_path, write_json, write_text
+from lexgraph.core.config import seed_everything
+from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.io import atomic_path, write_json, write_text
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
-from lexgraph.metrics import rounded, rounded_all
+from lexgraph.metrics.ir import rounded, rounded_all
 from lexgraph.models.dsr import DSR
 from lexgraph.models.packing import pack_chunks
 from lexgraph.training.dsr_config import EVAL_CUTOFF, SECTION, DSRConfig, build_dsr
@@ -70,12 +70,12 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int) -> dict[str, float]:
-    """Dev metrics of ``model``: whole corpus encoded, exact cosine top-:data:`~lexgraph.metrics.DEEPEST`."""
-    from lexgraph.metrics import dense_run_metrics
+    """Dev metrics of ``model``: whole corpus encoded, exact cosine top-:data:`~lexgraph.metrics.ir.DEEPEST`."""
+    from lexgraph.metrics.ir import dense_run_metrics
 
     order = np.argsort(np.asarray(data.article_ids, dtype=np.int64), kind="stable")
     if data.chunks is not None:  # frozen chunk encoder: aggregate the cached chunk vectors
-        from lexgraph.chunks import embed_from_chunks
+        from lexgraph.encoding.chunks import embed_from_chunks
 
         rows = data.chunks.rows(np.asarray(data.article_ids, dtype=np.int64)[order])
         articles = embed_from_chunks(model.article_encoder, data.chunks, rows)  # (na, dim)
@@ -310,7 +310,7 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
     seed_everything(seed)
     model = build_dsr(config, pretrained)
     if config.chunk_encoder == "frozen":
-        from lexgraph.chunks import check_settings, load_chunk_table
+        from lexgraph.encoding.chunks import check_settings, load_chunk_table
 
         cache = Path(paths.chunks) / "articles.safetensors"
         data.chunks = load_chunk_table(cache)

@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from lexgraph.config import bad_value, expectation, params_error, section_config
-from lexgraph.errors import ConfigError
+from lexgraph.core.config import bad_value, expectation, params_error, section_config
+from lexgraph.core.errors import ConfigError
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from lexgraph.errors import DataError
-from lexgraph.io import read_parquet
+from lexgraph.core.errors import DataError
+from lexgraph.core.io import read_parquet
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class TrainingData:
     dev_qrels: dict[int, set[int]] = field(default_factory=dict)  # question id -> gold ids
     dev_ids: list[int] = field(default_factory=list)
     dev_pairs: list[Pair] = field(default_factory=list)  # (dev question, gold) pairs: the refit's extra pairs
-    chunks: Any = None  # lexgraph.chunks.ChunkTable of the corpus (frozen chunk encoder), else None
+    chunks: Any = None  # lexgraph.encoding.chunks.ChunkTable of the corpus (frozen chunk encoder), else None
 
 
 def _negatives_index(negatives, corpus: set[int]) -> dict[tuple[str, int], list[int]]:

@@ -42,9 +42,9 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from lexgraph.distributed import shard
-from lexgraph.errors import ConfigError, LexgraphError
-from lexgraph.progress import progress
+from lexgraph.core.distributed import shard
+from lexgraph.core.errors import ConfigError, LexgraphError
+from lexgraph.core.progress import progress
 
 log = logging.getLogger(__name__)
 

@@ -39,13 +39,13 @@ question has only the distilled encoder.
 L2-normalised; without (the papers'), the embed stage's vectors are used as they are, so a
 dot product (QABISAR's f) sees the encoder's scale on both sides of the distillation. With
 ``heading_features: articles`` a heading's feature is the mean of the vectors of every
-article under it (:func:`lexgraph.hierarchy.subtree_means`): one heading -> article hop
+article under it (:func:`lexgraph.graph.hierarchy.subtree_means`): one heading -> article hop
 then moves information between sibling articles, also over a directed graph, where
 nothing flows from an article up to its heading. ``title``: the DSR encoding of the
 heading's title (G-DSR's choice).
 
 **Start and selection.** With ``init: prior`` the untrained encoder is the hierarchy
-prior (:mod:`lexgraph.hierarchy`): the heading -> article messages start as
+prior (:mod:`lexgraph.graph.hierarchy`): the heading -> article messages start as
 ``w * x_heading``, ``w`` the best deepest-heading weight of the ``hprior`` stage's dev grid
 (``w = 0``, i.e. DSR, when dev prefers no propagation). The untrained model (epoch 0) is
 evaluated on dev and may be kept, so training can only improve on its start on dev.
@@ -75,8 +75,8 @@ from typing import Any
 
 import torch
 
-from lexgraph.errors import ConfigError, LexgraphError
-from lexgraph.hierarchy import best_weight, read_hprior
+from lexgraph.core.errors import ConfigError, LexgraphError
+from lexgraph.graph.hierarchy import best_weight, read_hprior
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder
@@ -123,7 +123,7 @@ def dev_metrics(
     article_embeddings: torch.Tensor, ts: TrainingSet, queries: torch.Tensor | None, similarity: str = "cosine"
 ) -> dict[str, float]:
     """Dev metrics of exact top-500 retrieval with ``queries`` ``(D, dim)`` (cosine or dot)."""
-    from lexgraph.metrics import dense_run_metrics
+    from lexgraph.metrics.ir import dense_run_metrics
 
     if queries is None or not len(ts.dev_ids):
         return {}
@@ -416,9 +416,9 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
 
     ``paths.hprior``: the ``hprior`` stage's directory; with ``init: prior`` the encoder starts
     from its best deepest-heading weight on dev (0, i.e. the identity, when dev prefers DSR)."""
-    from lexgraph.embed import load_embeddings
-    from lexgraph.graph import load_graph
-    from lexgraph.io import read_parquet, write_json
+    from lexgraph.core.io import read_parquet, write_json
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.graph.build import load_graph
 
     variant = settings.variant
     questions, negatives = paths.questions, paths.negatives

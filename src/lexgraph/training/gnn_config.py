@@ -26,9 +26,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lexgraph.config import check_types, params_error
-from lexgraph.errors import ConfigError
-from lexgraph.graph import BIPARTITE_TYPES, NUM_EDGE_TYPES, STRUCTURE_TYPES
+from lexgraph.core.config import check_types, params_error
+from lexgraph.core.errors import ConfigError
+from lexgraph.graph.build import BIPARTITE_TYPES, NUM_EDGE_TYPES, STRUCTURE_TYPES
 from lexgraph.models.gnn import GraphEncoderConfig
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lexgraph.embed import select_rows
-from lexgraph.errors import ConfigError, DataError
-from lexgraph.graph import BIPARTITE_TYPES, NodeType, restrict_graph
-from lexgraph.hierarchy import subtree_means
+from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.encoding.embed import select_rows
+from lexgraph.graph.build import BIPARTITE_TYPES, NodeType, restrict_graph
+from lexgraph.graph.hierarchy import subtree_means
 from lexgraph.training.gnn_config import GNNSettings
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def prepare_training_set(
     """Assemble a :class:`TrainingSet`.
 
     Args:
-        graph: the full graph of ``build_graph`` (``lexgraph.graph.load_graph``).
+        graph: the full graph of ``build_graph`` (``lexgraph.graph.build.load_graph``).
         questions: polars DataFrame (``id``, ``question``, ``article_ids``, ``split``);
             only ``train`` rows are used for training, ``dev`` rows for model selection;
             every other split is dropped here.

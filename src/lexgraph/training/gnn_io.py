@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from lexgraph import layout
-from lexgraph.embed import ARTICLE_EMBEDDINGS
-from lexgraph.errors import DataError
-from lexgraph.inputs import read_json_object
-from lexgraph.metrics import rounded, rounded_all
+from lexgraph.core import layout
+from lexgraph.core.errors import DataError
+from lexgraph.core.inputs import read_json_object
+from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
+from lexgraph.metrics.ir import rounded, rounded_all
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training.engine import TrainResult
 from lexgraph.training.gnn_config import SELECTION_METRIC, GNNSettings
@@ -52,8 +52,8 @@ def save_trained(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings,
     (and ``query_encoder/`` for the question variants)."""
     from safetensors.torch import save_file
 
-    from lexgraph.embed import save_embeddings
-    from lexgraph.io import atomic_path, write_json
+    from lexgraph.core.io import atomic_path, write_json
+    from lexgraph.encoding.embed import save_embeddings
 
     config = {
         "format_version": FORMAT_VERSION,

@@ -1,17 +1,17 @@
 """The re-rankers ``mvcl`` and ``xrerank``: triples, training with MVCL's multi-view losses.
 
 Both re-rank the top-``k`` articles of a first-stage system (``rerank.first_stage``) with
-MVCL's interaction network (:mod:`lexgraph.models.mvcl`; Zhaowei Wang, "Legal
+MVCL's interaction network (:mod:`lexgraph.models.rerank`; Zhaowei Wang, "Legal
 Element-oriented Modeling with Multi-view Contrastive Learning for Legal Case Retrieval",
 IJCNN 2022, arXiv:2210.05188). What differs is in ``rerank.<variant>``
-(:mod:`lexgraph.models.mvcl_config`):
+(:mod:`lexgraph.training.rerank_config`):
 
 * ``mvcl`` (as published): the PLM (``models/pretrain``) is **fine-tuned** inside the
-  training step (:class:`lexgraph.models.mvcl_plm.PLMTokens`: token ids in, gradients into
+  training step (:class:`lexgraph.training.rerank_plm.PLMTokens`: token ids in, gradients into
   the PLM; §IV-C: Adam at 2e-5, inputs of up to 512 tokens), and the re-ranked list is
   the network's order alone (``fusion: false``).
 * ``xrerank`` (lexgraph's recipe): the PLM stays **frozen**; its token states are cached
-  by ``encode_rerank`` (:func:`lexgraph.models.mvcl_features.build_features`), the network
+  by ``encode_rerank`` (:func:`lexgraph.encoding.rerank_features.build_features`), the network
   starts as MaxSim and its scores are fused with the first stage's (``fusion: true``).
 
 Triples (A, B+, C-) pair each (train question, gold article) with ``negatives`` non-gold
@@ -21,7 +21,7 @@ engine's AdamW with linear warm-up and decay (weight decay 0 is Adam). The case 
 negatives are in-batch (its own C- and the other triples' B+ and C-, less the question's
 own gold articles); the element view contrasts the batch's distinct gold articles with
 their element views (2N - 2 negatives). The element indicator is lexgraph's documented
-regex (:mod:`lexgraph.elements`), not the paper's, which is trained on element labels that
+regex (:mod:`lexgraph.text.elements`), not the paper's, which is trained on element labels that
 statutes do not have.
 
 With fusion the re-ranker's score is interpolated with the first stage's (both
@@ -50,13 +50,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lexgraph.core.errors import LexgraphError
 from lexgraph.data.schema import split_questions
-from lexgraph.errors import LexgraphError
-from lexgraph.metrics import evaluate_run, rounded, rounded_all
-from lexgraph.models.mvcl import build_model, fuse_list, rerank_scores
-from lexgraph.models.mvcl_config import RerankConfig
-from lexgraph.models.mvcl_features import TokenStore
-from lexgraph.models.mvcl_plm import PLMTokens
+from lexgraph.encoding.rerank_features import TokenStore
+from lexgraph.metrics.ir import evaluate_run, rounded, rounded_all
+from lexgraph.models.rerank import build_model, fuse_list, rerank_scores
+from lexgraph.training.rerank_config import RerankConfig
+from lexgraph.training.rerank_plm import PLMTokens
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class RerankTrainer:
 
     def dev_scores(self) -> list[np.ndarray]:
         """The re-ranker's scores of every dev question's top-``k``."""
-        from lexgraph.progress import progress
+        from lexgraph.core.progress import progress
 
         queries, articles = self.scoring_stores()
         out = []
@@ -421,10 +421,10 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, s
     """The rerank stage for one re-ranker: its inputs (cached or encoded frozen states, or
     token ids for a fine-tuned PLM), the first stage's lists (``load_first()``: the first
     stage's retriever, loaded by the caller's registry), training, and the outputs."""
-    from lexgraph.io import read_parquet, write_json
-    from lexgraph.metrics import DEEPEST
-    from lexgraph.models.mvcl import save_model
-    from lexgraph.models.mvcl_features import DISABLED, frozen_stores, write_disabled
+    from lexgraph.core.io import read_parquet, write_json
+    from lexgraph.encoding.rerank_features import DISABLED, frozen_stores, write_disabled
+    from lexgraph.metrics.ir import DEEPEST
+    from lexgraph.training.rerank_io import save_model
 
     if not config.enabled:
         write_disabled(paths.out, config.variant)
@@ -447,8 +447,8 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, s
 
 def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
     """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` for a fine-tuned PLM."""
-    from lexgraph.models.mvcl_features import token_inputs
-    from lexgraph.models.mvcl_plm import load_plm
+    from lexgraph.encoding.rerank_features import token_inputs
+    from lexgraph.training.rerank_plm import load_plm
 
     plm, tokenizer, query_prefix, passage_prefix = load_plm(pretrain, device)
     inputs = token_inputs(articles, questions, config, tokenizer, query_prefix, passage_prefix, seed)

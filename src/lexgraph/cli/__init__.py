@@ -1,0 +1,1 @@
+"""The `lexgraph` command: search, batch files, regression checks."""

@@ -1,0 +1,423 @@
+"""The ``lexgraph`` command.
+
+``lexgraph search --system bm25 --questions FILE.jsonl --run OUT.trec [--k 500]``
+    batch mode: each line of FILE (lines end at ``\n`` only) is a JSON object with ``id``
+    (a string or an integer, unique, without whitespace or control characters) and
+    ``question`` (a non-empty string of valid Unicode text), each key once; writes a TREC
+    run, ranked to depth ``--k`` as the ``evaluate`` stage writes its runs. ``--run`` must
+    be a new file or an earlier run: never the questions file, a directory, a file that is
+    not a TREC run, a read-only file or one with several hard links, a path under the
+    workspace's ``data/`` or ``models/``, or a path DVC owns (its cache, a ``.dvc``
+    directory, an output of ``dvc.yaml``, ``dvc.lock`` or a ``*.dvc`` file:
+    :mod:`lexgraph.core.tracked`). A question that no article matches (BM25: none of its terms
+    is in the corpus) gets no ranking, with a warning naming its id.
+``lexgraph search --system bm25 --questions FILE.jsonl --json [--top 10]``
+    batch mode to stdout: one JSON object per question (with ``--run`` too: both).
+``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?" [--json]``
+    one question: prints the top articles, each with its rank, article number and
+    reference, heading path, score and a snippet with the question's terms marked
+    (:mod:`lexgraph.text.display`); ``--json``: one JSON object instead.
+``lexgraph search --system bm25 [--json]``
+    interactive: asks for questions until an empty line or end of input (``--json``: one
+    JSON line per question, the prompt on stderr and only on a terminal).
+``lexgraph regress [--expected regression/sample.yaml]``
+    checks that metrics/<system>.json reproduce the expected scores within tolerance, and ends
+    with the line "N of M checks pass" (one check per system, split and metric).
+
+Shown hits (text or ``--json``) are real results only (:func:`lexgraph.text.display.ranked_entries`):
+with BM25 a question's hits stop at the last article that matches one of its terms, even
+when ``--top`` asks for more, and a log line says how many match.
+
+Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``),
+after every argument has been checked. Errors a user can act on print one line,
+``lexgraph <command>: error: ...``, and exit with status 2; ``regress`` exits with 1 when
+a metric is out of tolerance. When the reader of stdout goes away (``--json | head -1``)
+the command stops quietly with status 141 (128 + SIGPIPE, as a shell reports for a Unix
+tool that SIGPIPE ended).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from lexgraph.cli.files import check_run_path, read_questions_jsonl
+
+# only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
+# a command imports the systems and tables it needs when it runs
+from lexgraph.core import layout
+from lexgraph.core.config import SYSTEM_NAMES
+from lexgraph.core.errors import LexgraphError
+from lexgraph.core.inputs import text_problem
+
+log = logging.getLogger("lexgraph")
+
+
+def _articles(workspace: Path):
+    from lexgraph.core.io import read_parquet
+
+    return read_parquet(layout.articles(workspace), ["id", "article", "reference", "path"])
+
+
+def _display(retriever, workspace: Path):
+    """A :class:`lexgraph.text.display.Display` over the workspace's articles that marks terms with
+    the retriever's own analyzer (BM25) or the project's default one."""
+    from lexgraph.text.analyzer import FrenchAnalyzer
+    from lexgraph.text.display import Display
+
+    analyzer = getattr(retriever, "analyzer", None)
+    return Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+
+
+def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None) -> None:
+    """Write one question's results to stdout: text for a person, or one JSON line (``--json``)."""
+    from lexgraph.text.display import render_json, render_text, use_ansi
+
+    out = out or sys.stdout
+    hits = display.hits(question, ids, scores)
+    if args.json:
+        out.write(render_json(question, hits, qid=qid, system=args.system) + "\n")
+    else:
+        out.write(render_text(question, hits, style="ansi" if use_ansi(out) else "plain"))
+    out.flush()
+
+
+def _index_config(workspace: Path):
+    """``evaluate.index`` of the workspace's params.yaml (the settings ``evaluate`` searched
+    with), or the defaults when the workspace has no params.yaml."""
+    from lexgraph.core.config import load_params
+    from lexgraph.evaluation.evaluate import EvaluateConfig
+    from lexgraph.search.index import IndexConfig
+
+    path = workspace / "params.yaml"
+    if not path.exists():  # a directory or an unreadable file is an error (load_params says which), not defaults
+        return IndexConfig()
+    _, raw = load_params("evaluate", path)
+    return EvaluateConfig.from_params(raw).index
+
+
+#: what a lexgraph workspace holds, one of at least: the pipeline's files, or the clean articles
+#: that every system ranks (a workspace that `dvc repro` filled and that was copied without them)
+WORKSPACE_MARKERS: tuple[str, ...] = ("dvc.yaml", "params.yaml", str(layout.CLEAN.path))
+
+
+def _check_workspace(workspace: Path) -> None:
+    """Refuse a ``--workspace`` that is no lexgraph workspace (none of :data:`WORKSPACE_MARKERS`
+    there), naming the directory and ``--workspace``: not a missing artefact of some stage."""
+    where = workspace.resolve()
+    if not workspace.is_dir():
+        raise LexgraphError(
+            f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
+            "the directory with dvc.yaml and params.yaml"
+        )
+    if not any((workspace / marker).exists() for marker in WORKSPACE_MARKERS):
+        raise LexgraphError(
+            f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
+            "run lexgraph from the project's directory or pass --workspace DIR"
+        )
+
+
+def _check_depth(name: str, value: int) -> None:
+    if value < 1:
+        raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
+
+
+def _results(retriever, ids, scores):
+    """``(n, k)`` bool: the entries of ``retriever``'s results that are results
+    (:func:`lexgraph.text.display.ranked_entries`: ``-1`` padding never, and for BM25 no
+    article scoring 0, which matches no term of the question)."""
+    from lexgraph.search.bm25 import BM25
+    from lexgraph.text.display import ranked_entries
+
+    return ranked_entries(ids, scores, drop_zero=isinstance(retriever, BM25))
+
+
+def _show_many(retriever, display, questions, qids, top, scores, args, source: str) -> None:
+    """Show each question's hits, up to ``--top`` and only real ones (:func:`_results`): a
+    question that fewer articles match stops at the last one that does, and a log line
+    says so (with ``--top`` beyond what the question matches, BM25 would otherwise fill it
+    with articles scoring 0, in article-id order)."""
+    real = _results(retriever, top[:, : args.top], scores[:, : args.top])  # (n, top)
+    short = []
+    for i, question in enumerate(questions):
+        keep = real[i]
+        if keep.any() and not keep.all():
+            short.append((qids[i] if qids is not None else None, int(keep.sum())))
+        _show_results(
+            display,
+            question,
+            top[i, : args.top][keep],
+            scores[i, : args.top][keep],
+            args,
+            qid=qids[i] if qids is not None else None,
+        )
+    if short and qids is None:
+        log.info(
+            "only %d article(s) match any term of the question (the others score 0); shown: those, not --top %d",
+            short[0][1],
+            args.top,
+        )
+    elif short:
+        log.info(
+            "fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
+            "score 0); their hits stop at the last article that does",
+            args.top,
+            len(short),
+            source,
+            ", ".join(str(q) for q, _ in short[:10]),
+            ", …" if len(short) > 10 else "",
+        )
+
+
+def _question_argument(question: str) -> None:
+    if not question.strip():
+        raise LexgraphError(
+            "the question argument is empty; expected a non-empty question (or none, for interactive mode)"
+        )
+    problem = text_problem(question)
+    if problem:
+        raise LexgraphError(
+            f"the question argument {problem} (bytes that are not UTF-8?); expected a question in valid UTF-8 text"
+        )
+
+
+def _read_interactive(args, prompt: str, lineno: int) -> str | None:
+    """The next question typed on standard input (stripped), or None at its end. On a
+    terminal in text mode, ``input`` (line editing); elsewhere one line of the binary stream,
+    decoded here so that an error names its own line (a text stream decodes ahead)."""
+    try:
+        if sys.stdin.isatty() and not args.json:
+            question = input(prompt)
+        else:
+            out = sys.stdout if not args.json else sys.stderr if sys.stdin.isatty() and sys.stderr.isatty() else None
+            if out is not None:  # with --json, stdout carries only JSON lines: the prompt goes to a terminal's stderr
+                out.write(prompt.lstrip("\n") if args.json else prompt)
+                out.flush()
+            stream = getattr(sys.stdin, "buffer", None)
+            line = sys.stdin.readline() if stream is None else stream.readline().decode("utf-8")
+            if not line:
+                return None
+            question = line
+    except EOFError:
+        return None
+    except UnicodeDecodeError as exc:
+        raise LexgraphError(
+            f"standard input, line {lineno}: not valid UTF-8 ({exc.reason}); expected one "
+            "question per line in UTF-8 text"
+        ) from None
+    problem = text_problem(question)
+    if problem:
+        raise LexgraphError(
+            f"standard input, line {lineno}: the question {problem}; expected one question per line in UTF-8 text"
+        )
+    return question.strip()
+
+
+def cmd_search(args) -> int:
+    from lexgraph.core.config import resolve_device
+    from lexgraph.evaluation.evaluate import write_trec
+    from lexgraph.systems.registry import load_retriever
+
+    workspace = Path(args.workspace)
+    # every check on the arguments comes before loading a system (seconds to minutes)
+    if args.questions and args.question is not None:
+        raise LexgraphError("give either --questions FILE or a question, not both")
+    if args.questions and not (args.run or args.json):
+        raise LexgraphError("--questions needs --run OUT.trec, --json or both")
+    if args.run and not args.questions:
+        raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
+    if args.question is not None:
+        _question_argument(args.question)
+    _check_depth("--k", args.k)
+    _check_depth("--top", args.top)
+    _check_workspace(workspace)
+    ids = questions = None
+    if args.questions:
+        if args.run:
+            check_run_path(args.run, args.questions, workspace)
+        ids, questions = read_questions_jsonl(Path(args.questions))
+    device = str(resolve_device(args.device, where="--device"))
+    retriever = load_retriever(args.system, workspace, device, index=_index_config(workspace))
+    display = _display(retriever, workspace) if args.json or not args.questions else None
+    if args.questions:
+        top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
+        matched = _results(retriever, top, scores).any(axis=1)  # (n,)
+        if not matched.all():
+            unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
+            log.warning(
+                "no article matches any term of %d question(s) of %s (ids: %s%s)%s",
+                len(unmatched),
+                args.questions,
+                ", ".join(unmatched[:10]),
+                ", …" if len(unmatched) > 10 else "",
+                "; the run has nothing for them" if args.run else "",
+            )
+        if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
+            write_trec(
+                args.run,
+                [q for q, ok in zip(ids, matched) if ok],
+                top[matched, : args.k],
+                scores[matched, : args.k],
+                args.system,
+            )
+            log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
+        if args.json:
+            _show_many(retriever, display, questions, ids, top, scores, args, args.questions)
+        return 0
+    if args.question is not None:
+        top, scores = retriever.search([args.question], args.top)
+        _show_many(retriever, display, [args.question], None, top, scores, args, "the command line")
+        return 0
+    prompt = "\nquestion (empty line to quit)> "
+    lineno = 0
+    while True:  # interactive
+        lineno += 1
+        question = _read_interactive(args, prompt, lineno)
+        if not question:
+            return 0
+        top, scores = retriever.search([question], args.top)
+        _show_many(retriever, display, [question], None, top, scores, args, "standard input")
+
+
+def cmd_regress(args) -> int:
+    from lexgraph.core.io import write_text
+    from lexgraph.evaluation.regression import expected_from_metrics, run_checks
+
+    if args.update:
+        from lexgraph.core.tracked import dvc_owner
+
+        owner = dvc_owner(args.expected)
+        if owner:
+            raise LexgraphError(
+                f"--expected {args.expected} {owner}; refusing to rewrite it, expected the "
+                "expected-scores file you keep in git (like regression/sample.yaml)"
+            )
+        write_text(expected_from_metrics(args.metrics_dir, args.expected), args.expected)
+        log.info("wrote %s from %s/ (review the diff before committing)", args.expected, args.metrics_dir)
+        return 0
+    outcome = run_checks(args.metrics_dir, args.expected)
+    for line in outcome.failures:
+        print(f"REGRESSION {line}", file=sys.stderr)
+    sys.stderr.flush()  # the count comes last, also where stderr and stdout share a terminal
+    if not outcome.failures:
+        print(f"all metrics in {args.expected} reproduce")
+    print(outcome.summary())
+    return 1 if outcome.failures else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lexgraph`` parser; every option has a help string, which shows its default."""
+    systems = ", ".join(SYSTEM_NAMES)  # the one registry of names (lexgraph.systems.registry maps each to its loader)
+    parser = argparse.ArgumentParser(
+        prog="lexgraph",
+        description=f"Statutory article retrieval on BSARD with the systems that `dvc repro` builds: {systems}.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser(
+        "search",
+        help="retrieve articles for questions with a trained system",
+        description="Retrieve articles for one question, a JSON-lines file of questions (batch "
+        "mode) or questions typed one per line (interactive mode).",
+    )
+    s.add_argument(
+        "question", nargs="?", help="one question (interactive mode when neither it nor --questions is given)"
+    )
+    s.add_argument(
+        "--system",
+        default="bm25",
+        metavar="SYSTEM",
+        help=f"the retrieval system, one of: {systems} (default: %(default)s)",
+    )
+    s.add_argument(
+        "--questions", metavar="FILE.jsonl", help="JSON-lines file, one {'id', 'question'} per line (batch mode)"
+    )
+    s.add_argument("--run", metavar="OUT.trec", help="output TREC run file (batch mode)")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per question (id, question, system, hits with rank, id, article, "
+        "reference, path, score, snippet, highlights, matched_terms) instead of text",
+    )
+    s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default: %(default)s)")
+    s.add_argument("--top", type=int, default=10, help="articles shown per question (default: %(default)s)")
+    s.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
+        "wrote models/ and data/ (default: %(default)s)",
+    )
+    s.add_argument(
+        "--device",
+        default="auto",
+        help="where the dense systems run: auto (cuda when available, "
+        "else cpu), cpu, cuda or cuda:N (default: %(default)s)",
+    )
+    s.set_defaults(func=cmd_search)
+    r = sub.add_parser(
+        "regress",
+        help="compare metrics/<system>.json with expected scores",
+        description="Check that metrics/<system>.json reproduce the expected scores within tolerance.",
+    )
+    r.add_argument(
+        "--expected",
+        default="regression/sample.yaml",
+        metavar="FILE.yaml",
+        help="the expected scores and tolerances, per system and split (default: %(default)s)",
+    )
+    r.add_argument(
+        "--metrics-dir",
+        default="metrics",
+        metavar="DIR",
+        help="the directory of <system>.json that `dvc repro evaluate` writes (default: %(default)s)",
+    )
+    r.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite the expected file from the current metrics (keeps its comments and tolerances)",
+    )
+    r.set_defaults(func=cmd_regress)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lexgraph.core.stage import setup_logging
+
+    args = build_parser().parse_args(argv)
+    setup_logging("INFO")
+    try:
+        return args.func(args)
+    except LexgraphError as exc:
+        print(f"lexgraph {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"lexgraph {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+#: exit status when the reader of stdout goes away: 128 + SIGPIPE (13), what a shell reports
+#: for a Unix tool that SIGPIPE ended (`yes | head -1` under `set -o pipefail`)
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_closed() -> int:
+    """Stop quietly when the reader of stdout went away (``lexgraph search --json | head -1``):
+    no message, no traceback, as Unix tools do. Python's recipe (``signal`` docs, "Note on
+    SIGPIPE"): point stdout at /dev/null so that the interpreter's last flush of what is still
+    buffered does not fail again, then exit with :data:`EXIT_BROKEN_PIPE`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is no file (replaced, closed)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Progress reporting: a tqdm bar on a terminal, periodic log lines elsewhere.
+
+``dvc repro`` logs and CI capture stderr; a tqdm bar there writes ``\\r``-separated
+redraws into one huge line. Every progress report of lexgraph goes through
+:class:`Progress` (:func:`progress` to wrap an iterable, :func:`progress_bar` to count
+by hand): it draws a tqdm bar only when stderr is a TTY and otherwise logs
+``desc: i/n unit (s)`` at most every ``every`` seconds, plus a last line when the loop
+took that long. :func:`quiet_third_party_bars` silences the bars of the Hugging Face
+libraries (transformers' "Loading weights", huggingface_hub downloads, datasets) off a
+TTY; :func:`lexgraph.core.stage.setup_logging` calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("lexgraph.core.progress")
+
+#: Environment variables that switch the Hugging Face libraries' bars off (read at their import).
+HF_PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+
+
+def stderr_is_tty() -> bool:
+    """True when stderr is a terminal (where a tqdm bar redraws in place)."""
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
+
+
+class Progress:
+    """A tqdm-like progress report: iterate it, or call :meth:`update`; :meth:`set_postfix`
+    adds values (a loss) to the bar or the log line; :meth:`close` or ``with`` ends it.
+
+    ``disable=True`` reports nothing at all (small inputs)."""
+
+    def __init__(
+        self,
+        iterable: Iterable[T] | None = None,
+        desc: str = "",
+        total: int | None = None,
+        unit: str = "it",
+        every: float = 30.0,
+        disable: bool = False,
+        leave: bool = True,
+    ) -> None:
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        self.iterable, self.desc, self.total, self.unit, self.every = iterable, desc, total, unit, every
+        self.disable = bool(disable)
+        self.count = 0
+        self._postfix = ""
+        self._closed = False
+        self._bar = None
+        if not self.disable and stderr_is_tty():
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, disable=False)
+        self._start = self._last = time.monotonic()
+
+    def __iter__(self) -> Iterator[T]:
+        if self.iterable is None:
+            raise TypeError("this Progress has no iterable; call update() instead")
+        if self._bar is not None:
+            yield from self._bar
+            return
+        for item in self.iterable:
+            yield item
+            self.update(1)
+        self.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _line(self, done: bool) -> None:
+        elapsed = time.monotonic() - self._start
+        total = self.total if self.total is not None else "?"
+        log.info(
+            "%s: %d/%s %s %s %.0f s%s",
+            self.desc,
+            self.count,
+            total,
+            self.unit,
+            "done in" if done else "after",
+            elapsed,
+            f" ({self._postfix})" if self._postfix else "",
+        )
+
+    def update(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        self.count += n
+        if self.disable:
+            return
+        now = time.monotonic()
+        if now - self._last >= self.every:
+            self._last = now
+            self._line(done=False)
+
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix(refresh=refresh, **values)
+        else:
+            self._postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._bar is not None:
+            self._bar.close()
+        elif not self.disable and time.monotonic() - self._start >= self.every:
+            self._line(done=True)
+
+
+def progress(
+    iterable: Iterable[T],
+    desc: str,
+    total: int | None = None,
+    every: float = 30.0,
+    *,
+    unit: str = "it",
+    disable: bool = False,
+    leave: bool = True,
+) -> Progress:
+    """Iterate ``iterable`` reporting progress (see the module docstring)."""
+    return Progress(iterable, desc, total, unit=unit, every=every, disable=disable, leave=leave)
+
+
+def progress_bar(
+    total: int | None, desc: str, *, unit: str = "it", every: float = 30.0, disable: bool = False, leave: bool = True
+) -> Progress:
+    """A :class:`Progress` counted by hand with :meth:`Progress.update`."""
+    return Progress(None, desc, total, unit=unit, every=every, disable=disable, leave=leave)
+
+
+def quiet_third_party_bars() -> None:
+    """Off a TTY, switch off the progress bars of transformers, huggingface_hub and datasets:
+    through their environment variables (unless the user set them) for libraries not yet
+    imported, and through their own switches for those already imported."""
+    if stderr_is_tty():
+        return
+    hub, datasets = (
+        os.environ.setdefault(name, "1").strip().lower() in ("1", "true", "yes", "on") for name in HF_PROGRESS_ENV
+    )  # False: the user asked for bars
+    if hub and "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if hub and "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if datasets and "datasets" in sys.modules:
+        from datasets.utils import disable_progress_bars as disable_datasets_bars
+
+        disable_datasets_bars()
+
+
+__all__ = ["Progress", "progress", "progress_bar", "quiet_third_party_bars", "stderr_is_tty"]

@@ -1,0 +1,225 @@
+"""Embed the corpus, the heading nodes and the questions with the trained DSR.
+
+Writes three safetensors files, each with two tensors:
+
+* ``ids`` int64 ``(n,)`` — article ids / ``heading_id`` / question ids;
+* ``embeddings`` float32 ``(n, dim)`` — **raw** encoder outputs, *not* L2-normalised
+  (every consumer scores with cosine similarity, which normalises; the GNN stages start
+  from the raw vectors, as G-DSR does).
+
+``articles.safetensors`` and ``headings.safetensors`` come from the hierarchical article
+encoder (a heading is just a short text: its ``text`` label), ``questions.safetensors``
+from the query encoder (all splits of the clean questions file). Rows follow the input
+files' order. With a frozen chunk encoder the article side aggregates the cached chunk
+vectors of ``encode_chunks`` (:mod:`lexgraph.encoding.chunks`) instead of re-encoding every chunk.
+
+Files are byte-deterministic: tensors and metadata are written in sorted key order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lexgraph.core.config import bad_value, expectation, section_config
+from lexgraph.core.errors import DataError
+from lexgraph.core.io import atomic_path, load_tensors, read_parquet, save_tensors
+
+log = logging.getLogger(__name__)
+
+FILES = ("articles", "headings", "questions")
+#: the file a graph encoder or the hierarchy prior writes its final article vectors to
+ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """The ``embed`` section of params.yaml."""
+
+    batch_size: int = field(default=128, metadata={"expected": "a positive integer"})  # texts per encoder call
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> EmbedConfig:
+        return section_config(cls, params, "embed")
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise bad_value("embed", "batch_size", self.batch_size, expectation(EmbedConfig, "batch_size"))
+
+
+def save_embeddings(
+    path: str | os.PathLike, ids, embeddings: torch.Tensor, metadata: dict[str, str] | None = None
+) -> None:
+    """Write ``ids`` int64 ``(n,)`` and ``embeddings`` float32 ``(n, dim)`` to ``path``."""
+    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))  # (n,)
+    embeddings = embeddings.detach().to(torch.float32).cpu().contiguous()  # (n, dim)
+    if embeddings.ndim != 2 or embeddings.size(0) != ids.size(0):
+        raise ValueError(f"{ids.size(0)} ids but embeddings of shape {tuple(embeddings.shape)}")
+    save_tensors({"embeddings": embeddings, "ids": ids}, path, metadata)
+
+
+def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
+    """Read an embeddings file: ``(ids int64 (n,), embeddings float32 (n, dim))``."""
+    path = Path(path)
+    tensors = load_tensors(path, "embeddings file", "rerun `dvc repro` (or `dvc checkout`) to restore it")
+    if set(tensors) != {"ids", "embeddings"}:
+        raise DataError(path, f"expected tensors 'ids' and 'embeddings', found {sorted(tensors)}")
+    ids, emb = tensors["ids"], tensors["embeddings"]
+    if ids.dtype != torch.int64 or emb.dtype != torch.float32 or emb.ndim != 2 or emb.size(0) != ids.size(0):
+        raise DataError(
+            path,
+            f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
+            f"and {emb.dtype} {tuple(emb.shape)}",
+        )
+    return ids.numpy(), emb
+
+
+def select_rows(ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str) -> torch.Tensor:
+    """Rows of ``embeddings`` for ``wanted`` ids, in that order; DataError on a missing id."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    pos = np.searchsorted(sorted_ids, wanted)
+    found = (pos < len(sorted_ids)) & (sorted_ids[np.minimum(pos, len(sorted_ids) - 1)] == wanted)
+    if len(wanted) and (not len(sorted_ids) or not found.all()):
+        missing = int(wanted[np.flatnonzero(~found)[0]]) if len(sorted_ids) else int(wanted[0])
+        raise DataError(path, f"no embedding for {what} id {missing} (re-run the embed stage)", column="ids")
+    return embeddings[torch.from_numpy(order[pos])]  # (len(wanted), dim)
+
+
+def _unique_ids(df, column: str, path) -> np.ndarray:
+    ids = df[column].to_numpy().astype(np.int64)
+    if len(np.unique(ids)) != len(ids):
+        raise DataError(path, "ids are not unique", column=column)
+    return ids
+
+
+def _texts(df, column: str) -> list[str]:
+    return ["" if t is None else str(t) for t in df[column].to_list()]
+
+
+def embed_all(
+    model,
+    articles,
+    headings,
+    questions,
+    out_dir: str | os.PathLike | None,
+    batch_size: int = 64,
+    paths: dict[str, Any] | None = None,
+    chunk_tables: dict[str, Any] | None = None,
+    distributed: bool = False,
+) -> dict[str, int]:
+    """Encode the three tables with ``model`` (a :class:`~lexgraph.models.encoders.DSR`)
+    and write ``{articles,headings,questions}.safetensors`` into ``out_dir``.
+
+    ``articles`` needs ``id``/``article``, ``headings`` ``heading_id``/``text``,
+    ``questions`` ``id``/``question`` (polars DataFrames). ``chunk_tables``
+    (``{"articles"|"headings": ChunkTable}``): cached chunk vectors to aggregate instead of
+    encoding those texts. ``distributed``: the encoders share their batches out across the
+    open process group (:mod:`lexgraph.core.distributed`); ``out_dir=None`` computes without
+    writing (the ranks other than 0). Returns the row counts.
+    """
+    from lexgraph.encoding.chunks import embed_from_chunks
+
+    chunk_tables = chunk_tables or {}
+    paths = paths or {}
+    meta = {"normalized": "false", "similarity": "cosine", "dim": str(model.dim)}
+    jobs = [
+        ("articles", articles, "id", "article", model.encode_articles),
+        ("headings", headings, "heading_id", "text", model.encode_articles),
+        ("questions", questions, "id", "question", model.encode_queries),
+    ]
+    counts = {}
+    for name, df, id_col, text_col, encode in jobs:
+        ids = _unique_ids(df, id_col, paths.get(name, name))
+        if name in chunk_tables:
+            table = chunk_tables[name]
+            try:
+                rows = table.rows(ids)
+            except KeyError as exc:
+                raise DataError(
+                    paths.get(name, name), f"id {exc.args[0]} has no cached chunks; run `dvc repro`", column=id_col
+                ) from None
+            embeddings = embed_from_chunks(model.article_encoder, table, rows, batch_size)  # (n, dim)
+        else:
+            embeddings = encode(
+                _texts(df, text_col), batch_size=batch_size, desc=f"embed {name}", distributed=distributed
+            )  # (n, dim)
+        if out_dir is not None:
+            save_embeddings(
+                Path(out_dir) / f"{name}.safetensors", ids, embeddings, {**meta, "encoder": encode.__name__}
+            )
+        counts[name] = len(ids)
+        log.info("embedded %d %s (dim %d)", len(ids), name, embeddings.size(1))
+    return counts
+
+
+@dataclass(frozen=True)
+class EmbedPaths:
+    """The ``embed`` stage's inputs and output (``dvc.yaml`` names them)."""
+
+    dsr: Path = field(metadata={"help": "trained DSR (train_dsr output directory)"})
+    chunks: Path = field(metadata={"help": "encode_chunks cache (read with a frozen chunk encoder)"})
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    out: Path = field(metadata={"help": "output directory (articles/headings/questions.safetensors)"})
+
+
+def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
+    """The ``embed`` stage: load the DSR, encode, write ``paths.out`` atomically."""
+    from lexgraph.models.dsr import DSR
+
+    batch_size, dsr_dir, out = config.batch_size, paths.dsr, paths.out
+    articles = read_parquet(paths.articles, ["id", "article"])
+    headings = read_parquet(paths.headings, ["heading_id", "text"])
+    questions = read_parquet(paths.questions, ["id", "question"])
+    from lexgraph.core.distributed import is_main, session, world_size
+    from lexgraph.encoding.chunks import check_settings, load_chunk_table
+
+    with session(device) as device:  # under torchrun: one shard of the batches per rank, rank 0 writes
+        model = DSR.load(dsr_dir, device=device, with_article_backbone=False)
+        tables = {}
+        if model.article_encoder.freeze_backbone:  # aggregate the encode_chunks cache
+            for name in ("articles", "headings"):
+                path = paths.chunks / f"{name}.safetensors"
+                tables[name] = load_chunk_table(path)
+                check_settings(tables[name], model.article_encoder, path)
+        else:
+            model = DSR.load(dsr_dir, device=device)
+        sources = {"articles": paths.articles, "headings": paths.headings, "questions": paths.questions}
+        if not is_main():
+            return embed_all(
+                model,
+                articles,
+                headings,
+                questions,
+                None,
+                batch_size=batch_size,
+                paths=sources,
+                chunk_tables=tables,
+                distributed=True,
+            )
+        with atomic_path(out, directory=True) as tmp:
+            counts = embed_all(
+                model,
+                articles,
+                headings,
+                questions,
+                tmp,
+                batch_size=batch_size,
+                paths=sources,
+                chunk_tables=tables,
+                distributed=True,
+            )
+        log.info(
+            "wrote %s%s",
+            ", ".join(f"{out}/{name}.safetensors" for name in FILES),
+            f" ({world_size()} processes)" if world_size() > 1 else "",
+        )
+    return counts

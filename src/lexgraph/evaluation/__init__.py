@@ -1,0 +1,1 @@
+"""Evaluation: TREC runs and metrics per system, per-question tables, the regression check."""

@@ -1,0 +1,361 @@
+"""Evaluation helpers: TREC run files, rounding of metrics and Markdown result tables.
+
+A TREC run file has one line per retrieved article, ``qid Q0 docid rank score tag``,
+ranks starting at 1. Files written here are byte-deterministic: scores use a fixed
+``%.6f`` format and lines follow the order of the given arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lexgraph.core.config import bad_value, expectation, section_config
+from lexgraph.core.errors import DataError
+from lexgraph.core.io import atomic_path
+from lexgraph.data.schema import (
+    SPLITS,
+    split_questions,  # noqa: F401 - re-exported
+)
+from lexgraph.metrics.ir import DEEPEST, METRICS, rounded
+from lexgraph.search.index import IndexConfig
+from lexgraph.systems.registry import SYSTEMS
+
+log = logging.getLogger(__name__)
+
+SECTION = "evaluate"
+#: The deepest rank any metric looks at (recall@500): ``evaluate.k`` must reach it.
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """The ``evaluate`` section of params.yaml."""
+
+    splits: list[str] = field(
+        default_factory=lambda: ["dev", "test"],
+        metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"},
+    )
+    k: int = field(default=500, metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
+    systems: list[str] = field(
+        default_factory=lambda: list(SYSTEMS),
+        metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"},
+    )
+    significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
+    baselines: list[str] = field(
+        default_factory=lambda: ["bm25", "dsr", "hprior"],
+        metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"},
+    )
+    significance_metrics: list[str] = field(
+        default_factory=lambda: ["recall@100", "map", "ndcg@10"],
+        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"},
+    )
+    #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
+    index: IndexConfig = field(
+        default_factory=IndexConfig,
+        metadata={"expected": "a mapping of index settings (lexgraph.search.index.IndexConfig)"},
+    )
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
+        if isinstance(params, dict) and isinstance(params.get("index"), dict):  # the nested section, typed first
+            params = {**params, "index": IndexConfig.from_params(params["index"])}
+        elif isinstance(params, dict) and "index" in params:
+            raise bad_value(SECTION, "index", params["index"], expectation(EvaluateConfig, "index"))
+        return section_config(cls, params, SECTION)
+
+    def validate(self) -> None:
+        def bad(key: str) -> Exception:
+            return bad_value(SECTION, key, getattr(self, key), expectation(EvaluateConfig, key))
+
+        systems = tuple(SYSTEMS)
+        if not self.splits or any(s not in SPLITS for s in self.splits) or len(set(self.splits)) < len(self.splits):
+            raise bad("splits")
+        if self.k < DEEPEST:
+            raise bad("k")
+        if (
+            not self.systems
+            or any(s not in systems for s in self.systems)
+            or len(set(self.systems)) < len(self.systems)
+        ):
+            raise bad("systems")
+        if self.significance_split not in self.splits:
+            raise bad("significance_split")
+        if any(b not in systems for b in self.baselines):
+            raise bad("baselines")
+        if not self.significance_metrics or any(m not in METRICS for m in self.significance_metrics):
+            raise bad("significance_metrics")
+
+
+#: Columns of the results table: (header, metric key), laid out like Table 2 of the
+#: G-DSR / QABISAR papers, followed by R@10 and nDCG@10.
+TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("R@100", "recall@100"),
+    ("R@200", "recall@200"),
+    ("R@500", "recall@500"),
+    ("mAP", "map"),
+    ("mRP", "r_precision"),
+    ("R@10", "recall@10"),
+    ("nDCG@10", "ndcg@10"),
+)
+
+_MISSING = "–"
+
+
+def _check_token(value: str, what: str) -> str:
+    if not value or any(ch.isspace() for ch in value):
+        raise ValueError(f"TREC {what} must be a non-empty string without whitespace, got {value!r}")
+    return value
+
+
+def write_trec(
+    path: str | os.PathLike,
+    qids: Sequence[Hashable],
+    ids: np.ndarray,
+    scores: np.ndarray,
+    tag: str,
+) -> None:
+    """Write a TREC run file atomically.
+
+    ``qids`` has one entry per row of ``ids`` / ``scores`` (both shaped (n, k), each row
+    best first). Entries with a negative id are padding (fewer than k hits) and are
+    skipped; ranks count the written entries from 1. Note that trec_eval orders by
+    score, so ties that ``%.6f`` creates may be re-ordered there; :func:`read_trec`
+    orders by the rank column.
+    """
+    _check_token(tag, "tag")
+    ids = np.asarray(ids)
+    scores = np.asarray(scores, dtype=np.float64)
+    if ids.ndim != 2 or scores.shape != ids.shape:
+        raise ValueError(f"ids and scores must both be (n, k) arrays, got {ids.shape} and {scores.shape}")
+    if len(qids) != ids.shape[0]:
+        raise ValueError(f"got {len(qids)} qids for {ids.shape[0]} rows of ids")
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"ids must be integers, got dtype {ids.dtype}")
+    ids = ids.astype(np.int64, copy=False)
+    valid = ids >= 0  # (n, k)
+    if np.any(np.diff(np.where(valid, scores, -np.inf), axis=1)[valid[:, 1:]] > 0):
+        log.warning("%s: scores are not non-increasing along some rows; ranks follow the array order", path)
+    suffix = f" {tag}\n"
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for qid, row_ids, row_scores, row_valid in zip(qids, ids, scores, valid):
+                q = _check_token(str(qid), "qid")
+                rank = 0
+                lines = []
+                for doc, score in zip(row_ids[row_valid].tolist(), row_scores[row_valid].tolist()):
+                    rank += 1
+                    lines.append(f"{q} Q0 {doc} {rank} {score:.6f}{suffix}")
+                fh.writelines(lines)
+    log.debug("wrote TREC run %s (%d queries)", path, len(qids))
+
+
+def read_trec(path: str | os.PathLike, *, qid_type: Callable[[str], Hashable] = int) -> dict[Hashable, list[int]]:
+    """Read a TREC run file into ``{qid: [docid, ...]}`` ordered by the rank column.
+
+    Query ids are converted with ``qid_type`` (``int`` by default, as question ids are
+    integers in this project; pass ``str`` for free-form ids). Raises
+    :class:`~lexgraph.core.errors.DataError` naming the line for a line without six fields,
+    a non-integer docid or rank, a non-numeric score, an unconvertible qid or a docid
+    or rank repeated within a query.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "TREC run file not found")
+    entries: dict[Hashable, list[tuple[int, int, int]]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise DataError(
+                    path, f"expected 6 fields 'qid Q0 docid rank score tag', found {len(fields)}", row=line_no
+                )
+            q_raw, _, doc_raw, rank_raw, score_raw, _ = fields
+            try:
+                qid = qid_type(q_raw)
+            except ValueError as exc:
+                raise DataError(path, f"query id {q_raw!r} is not a valid {qid_type.__name__}", row=line_no) from exc
+            try:
+                doc, rank = int(doc_raw), int(rank_raw)
+            except ValueError as exc:
+                raise DataError(
+                    path, f"docid and rank must be integers, found {doc_raw!r} and {rank_raw!r}", row=line_no
+                ) from exc
+            try:
+                float(score_raw)
+            except ValueError as exc:
+                raise DataError(path, f"score must be a number, found {score_raw!r}", row=line_no) from exc
+            entries.setdefault(qid, []).append((rank, line_no, doc))
+    run: dict[Hashable, list[int]] = {}
+    for qid, rows in entries.items():
+        rows.sort()
+        docs = [doc for _, _, doc in rows]
+        if len(set(docs)) != len(docs):
+            seen: set[int] = set()
+            for _, line_no, doc in rows:
+                if doc in seen:
+                    raise DataError(path, f"docid {doc} appears twice for query {qid!r}", row=line_no)
+                seen.add(doc)
+        for (rank_a, _, _), (rank_b, line_no, _) in zip(rows, rows[1:]):
+            if rank_a == rank_b:
+                raise DataError(path, f"rank {rank_b} appears twice for query {qid!r}", row=line_no)
+        run[qid] = docs
+    return run
+
+
+def round_metrics(d: Mapping, ndigits: int = 4) -> dict:
+    """Round every float in ``d`` (nested dicts included) to ``ndigits`` decimals."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, Mapping):
+            out[key] = round_metrics(value, ndigits)
+        elif isinstance(value, (float, np.floating)):
+            out[key] = rounded(value, ndigits)
+        else:
+            out[key] = value
+    return out
+
+
+def _percent(value: float | None) -> str:
+    """A fraction as a percentage with one decimal, rounding halves up (0.4125 -> 41.3)."""
+    if value is None:
+        return _MISSING
+    value = float(value)
+    if not np.isfinite(value):
+        return _MISSING
+    return str((Decimal(repr(value)) * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+def results_table(
+    metrics_by_system: Mapping[str, Mapping[str, Mapping[str, float]]],
+    split: str = "test",
+    n_questions: int | None = None,
+    markers: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
+    """A Markdown table of one split: a row per system (in the given order), values in %.
+
+    Columns are R@100, R@200, R@500, mAP, mRP (R-precision), R@10 and nDCG@10; a
+    system without this split, or without a metric, shows ``–``. A caption line names
+    the split and, when given, the number of questions. ``markers[system][metric]`` is
+    appended to that cell (significance superscripts).
+    """
+    markers = markers or {}
+    count = "" if n_questions is None else f" ({n_questions} questions)"
+    lines = [
+        f"Table: retrieval results on the {split} split{count}, in %.",
+        "",
+        "| System | " + " | ".join(header for header, _ in TABLE_COLUMNS) + " |",
+        "|:---|" + "---:|" * len(TABLE_COLUMNS),
+    ]
+    for system, by_split in metrics_by_system.items():
+        values = by_split.get(split, {})
+        cells = [_percent(values.get(key)) + markers.get(system, {}).get(key, "") for _, key in TABLE_COLUMNS]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def results_markdown(
+    metrics_by_system: Mapping[str, Mapping[str, Mapping[str, float]]],
+    splits: Iterable[str],
+    n_questions: Mapping[str, int] | None = None,
+    markers: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
+    """A Markdown document with a ``## <split> split`` section and table per split;
+    ``markers[split]`` and ``notes[split]`` (a legend under the table) are optional."""
+    n_questions, markers, notes = n_questions or {}, markers or {}, notes or {}
+    parts = ["# Retrieval results", ""]
+    for split in splits:
+        parts += [
+            f"## {split} split",
+            "",
+            results_table(metrics_by_system, split, n_questions.get(split), markers.get(split)),
+        ]
+        if split in notes:
+            parts += [notes[split], ""]
+    return "\n".join(parts)
+
+
+def significance_report(
+    runs: Mapping[str, Mapping[int, list[int]]],
+    qrels: Mapping[int, Iterable[int]],
+    baselines: Sequence[str],
+    metrics: Sequence[str],
+    seed: int,
+    n_resamples: int = 10000,
+) -> tuple[dict, dict[str, dict[str, str]], str]:
+    """Paired tests of every system against ``baselines`` on one split:
+    ``(comparisons, markers[system][metric], legend)`` (see :mod:`lexgraph.metrics.significance`).
+
+    The split's tests are one family (one results table): each entry carries its raw
+    ``p_value`` and its Holm-adjusted ``p_holm``, and the markers use ``p_holm``."""
+    from lexgraph.metrics.significance import compare_systems, marker_legend, significance_markers
+
+    present = [b for b in baselines if b in runs]
+    comparisons = compare_systems(
+        dict(runs), dict(qrels), present, metrics=tuple(metrics), n_resamples=n_resamples, seed=seed
+    )
+    markers = {system: {m: significance_markers(comparisons, system, m, present) for m in metrics} for system in runs}
+    return comparisons, markers, marker_legend(present) + f" Tested: {', '.join(metrics)}."
+
+
+def evaluate_systems(
+    systems: Sequence[str],
+    questions,
+    splits: Sequence[str],
+    k: int,
+    runs_dir: str | os.PathLike,
+    workspace: str | os.PathLike = ".",
+    device: str = "auto",
+    index=None,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Search every split with every system, write TREC runs, return rounded metrics.
+
+    ``questions`` is the clean questions table; runs go to ``runs_dir/<system>/<split>.trec``.
+    The systems are loaded with :func:`lexgraph.systems.load_retriever`, exactly as
+    ``lexgraph search`` loads them; dense systems search through ``index``
+    (:class:`lexgraph.search.index.IndexConfig`, ``evaluate.index``). Systems with the
+    same query encoder share it and each split's questions are encoded once per encoder
+    (:func:`lexgraph.systems.dense.shared_query_encoders`).
+    """
+    from lexgraph.metrics.ir import evaluate_run
+    from lexgraph.systems.dense import shared_query_encoders
+    from lexgraph.systems.registry import load_retriever
+
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    with shared_query_encoders():  # dsr, hprior, gdsr and hybrid: one DSR query encoder, each split encoded once
+        for system in systems:
+            retriever = load_retriever(system, workspace, device, index=index)
+            results[system] = {}
+            for split in splits:
+                qids, texts, qrels = split_questions(questions, split)
+                if not qids:
+                    log.warning("no questions in split %s; skipped", split)
+                    continue
+                ids, scores = retriever.search(texts, k)
+                write_trec(Path(runs_dir) / system / f"{split}.trec", [str(q) for q in qids], ids, scores, system)
+                run = {q: row.tolist() for q, row in zip(qids, ids)}
+                results[system][split] = round_metrics(evaluate_run(run, qrels))
+                log.info("%s/%s: %s", system, split, results[system][split])
+    return results
+
+
+__all__ = [
+    "METRICS",
+    "TABLE_COLUMNS",
+    "read_trec",
+    "results_markdown",
+    "results_table",
+    "round_metrics",
+    "split_questions",
+    "write_trec",
+    "evaluate_systems",
+]

@@ -1,0 +1,1 @@
+"""Ranking metrics (checked against trec_eval) and paired significance tests."""

@@ -1,0 +1,13 @@
+"""Retrieval systems behind one interface (:mod:`lexgraph.systems.registry`: the registry
+and :func:`~lexgraph.systems.registry.load_retriever`).
+
+A system is anything with ``search(questions, k) -> (ids, scores)`` over the cleaned
+corpus; ``ids`` is an int64 array ``(n_questions, k)`` of article ids, best first, and
+``scores`` the float32 scores ``(n_questions, k)``; an id of ``-1`` is padding (a row
+of ``-1`` means no article matches the question at all: BM25 when no term of the
+question occurs in the corpus). A system also exposes ``article_ids`` (the ids it
+ranks) and ``source`` (the artefact they come from).
+
+This package file imports nothing, so a module of one system (``lexgraph.systems.dense``)
+does not pull in every other.
+"""

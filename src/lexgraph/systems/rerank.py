@@ -1,0 +1,126 @@
+"""The re-ranking systems ``mvcl`` and ``xrerank``: a first-stage system's top-k re-ranked by
+MVCL's interaction network.
+
+:func:`load_reranker` reads ``models/<variant>/`` (weights, the first stage, ``k`` and, with
+fusion, the interpolation weight alpha chosen on dev by the ``rerank`` stage), loads the
+first-stage system from the same workspace and the PLM for the questions' token states: the
+fine-tuned one saved in ``models/<variant>/plm`` (``plm: finetune``; the articles' states are
+then encoded by it when the system loads) or the frozen base encoder (``models/pretrain``,
+with the articles' states of ``data/rerank`` when that cache has the re-ranker's article
+length). A search takes the first stage's list, re-scores its top-``k``
+(:func:`lexgraph.models.rerank.rerank_scores`) and fuses or, without fusion, orders by the
+network's scores (:func:`lexgraph.models.rerank.fuse_list`); ranks below ``k`` keep the first
+stage's order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lexgraph.core import layout
+
+log = logging.getLogger(__name__)
+
+
+class MvclRetriever:
+    def __init__(self, name: str, first, model, encoder, articles, settings: dict, device, source: str) -> None:
+        self.name = name
+        self.first, self.model, self.encoder, self.articles = first, model, encoder, articles
+        self.settings, self.device, self.source = settings, device, source
+        self.first_stage = settings["first_stage"]
+        self.k = int(settings["k"])
+        self.alpha = None if settings["alpha"] is None else float(settings["alpha"])  # None: no fusion
+        self.article_ids = first.article_ids
+
+    def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        from lexgraph.core.progress import progress
+        from lexgraph.models.rerank import fuse_list, rerank_scores
+
+        depth = max(int(k), self.k)
+        ids, scores = self.first.search(questions, depth)
+        cfg = self.settings["config"]
+        states = self.encoder.encode_queries(
+            list(questions), int(cfg["max_query_length"]), int(cfg["encode_batch_size"])
+        )
+        out_ids = np.full((len(questions), ids.shape[1]), -1, dtype=np.int64)
+        out_scores = np.zeros((len(questions), ids.shape[1]), dtype=np.float32)
+        rows = progress(
+            range(len(questions)),
+            f"{self.name} re-rank",
+            total=len(questions),
+            unit="question",
+            disable=len(questions) < 20,
+        )
+        for i in rows:
+            cands = [int(a) for a in ids[i][ids[i] >= 0][: self.k]]
+            net = rerank_scores(self.model, states[i], cands, self.articles, self.device, int(cfg["eval_batch_size"]))
+            out_ids[i], out_scores[i] = fuse_list(ids[i], scores[i], net, self.alpha, self.k)
+        return out_ids[:, :k], out_scores[:, :k]
+
+
+def load_reranker(variant: str, workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+    """The re-ranker ``variant`` of ``workspace`` (``models/<variant>``, its PLM, its first stage,
+    loaded by name with ``load``: the registry's ``load_retriever``, which passes itself)."""
+    from lexgraph.core.config import resolve_device
+    from lexgraph.core.io import read_parquet
+    from lexgraph.encoding.rerank_features import FrozenTokenEncoder, TokenStore, cache_matches
+    from lexgraph.training.rerank_config import PLM_DIR, RerankConfig
+    from lexgraph.training.rerank_io import load_model
+
+    workspace = Path(workspace)
+    dev = resolve_device(device)
+    model_dir = layout.RERANKERS[variant].under(workspace)
+    model, settings = load_model(model_dir, dev)
+    config = RerankConfig(**settings["config"])
+    first = load(settings["first_stage"], workspace, device)
+    plm_dir = model_dir / PLM_DIR if config.plm == "finetune" else layout.PRETRAIN.under(workspace)
+    encoder = FrozenTokenEncoder(plm_dir, dev)
+    cache = layout.RERANK_FEATURES.under(workspace)
+    if config.plm == "frozen" and cache_matches(
+        cache, config, plm_dir, 0, names=("articles",), keys=("max_article_length",)
+    ):
+        articles = TokenStore.load(cache / "articles.safetensors")
+    else:  # the fine-tuned PLM's states (or a frozen one's at another length): encoded now
+        log.info("%s: encoding the articles with %s", variant, plm_dir)
+        table = read_parquet(layout.articles(workspace), ["id", "article"])
+        toks = encoder.tokenize(table["article"].to_list(), encoder.passage_prefix, config.max_article_length)
+        articles = encoder.encode_store(
+            table["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
+        )
+    return MvclRetriever(variant, first, model, encoder, articles, settings, dev, str(model_dir))
+
+
+def load_xrerank(workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+    """lexgraph's re-ranker (``models/xrerank``)."""
+    return load_reranker("xrerank", workspace, device, load=load)
+
+
+def load_mvcl(workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+    """MVCL as published (``models/mvcl``)."""
+    return load_reranker("mvcl", workspace, device, load=load)
+
+
+def first_stage_of(workspace: Path, variant: str) -> str | None:
+    """The first stage named in ``models/<variant>/mvcl.json`` (None when absent)."""
+    from lexgraph.core.inputs import read_json_object
+    from lexgraph.training.rerank_config import SETTINGS, SETTINGS_WHAT, first_stages
+
+    path = layout.RERANKERS[variant].under(workspace, SETTINGS)
+    if not path.exists():  # absent, or switched off (rerank.<variant>.enabled: false)
+        return None
+    return read_json_object(
+        path,
+        what=SETTINGS_WHAT,
+        fix=layout.restore_hint(path),
+        keys={"first_stage": (lambda v: v in first_stages(), "a retrieval system other than a re-ranker")},
+    )["first_stage"]
+
+
+def is_switched_off(workspace: Path, variant: str) -> bool:
+    """True when the ``rerank@<variant>`` stage ran switched off (a placeholder in models/<variant>)."""
+    return layout.RERANKERS[variant].under(workspace, "disabled.json").is_file()

@@ -1,0 +1,285 @@
+"""What ``lexgraph search`` shows: hits with their article number, reference, heading path,
+score and a snippet around the question's terms, as text for a person or as JSON.
+
+Matching terms. A word of the article is *matched* when the project's
+:class:`~lexgraph.text.analyzer.FrenchAnalyzer` (the BM25 analyzer: elisions, stopwords, Snowball
+stemming) gives it the same term as a word of the question, so the question's "murs"
+marks the article's "mur" and "mitoyenneté" is not marked by "mitoyen" (other stems).
+Stopwords are never marked. Dense systems rank without terms; their hits are marked the
+same way, and a hit that shares no term with the question shows the article's opening.
+
+Snippet. The window of about ``width`` characters that holds the most distinct matched
+terms (then the most matched words, then the earliest), cut at spaces, with ``…`` where
+the article goes on. In text output matched words are wrapped in ``**`` (or shown in
+bold with ANSI codes when the output is a terminal); in JSON the snippet is plain text and
+``highlights`` gives the ``[start, end)`` character offsets of its matched words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import IO
+
+import numpy as np
+
+from lexgraph.core.errors import LexgraphError
+from lexgraph.text.analyzer import ELISIONS, FrenchAnalyzer
+
+#: Same tokens as the analyzer's (runs of letters and digits).
+_TOKEN_RE = re.compile(r"[^\W_]+")
+_APOSTROPHES = "'\u2019\u02bc"
+#: "Art. 655, Code civil (Livre II, Titre IV)" -> "Art. 655"; "Article 1.1.2 du Code …" -> "Article 1.1.2".
+_ARTICLE_RE = re.compile(r"^\s*(art(?:icle)?\.?\s*[^\s,;:(]+(?:\s+(?:bis|ter|quater|quinquies))?)", re.IGNORECASE)
+PATH_SEPARATOR = " › "
+BOLD, RESET = "\x1b[1m", "\x1b[0m"
+
+
+def article_number(reference: str | None) -> str:
+    """The article number at the start of a reference ("Art. 655, Code civil (…)" ->
+    "Art. 655"); the whole reference when it does not start with one."""
+    reference = " ".join((reference or "").split())
+    match = _ARTICLE_RE.match(reference)
+    return match.group(1) if match else reference
+
+
+def _reference_rest(reference: str, number: str) -> str:
+    """What a reference says after its article number ("Code civil (Livre II, Titre IV)")."""
+    reference = " ".join((reference or "").split())
+    if number and reference.startswith(number):
+        return reference[len(number) :].lstrip(" ,;:–—-")
+    return "" if reference == number else reference
+
+
+class TermMatcher:
+    """The analyzer's term of every word of a text, with the word's character span."""
+
+    def __init__(self, analyzer: FrenchAnalyzer | None = None) -> None:
+        self.analyzer = analyzer if analyzer is not None else FrenchAnalyzer()
+        self._cache: dict[str, str | None] = {}
+
+    def term(self, word: str) -> str | None:
+        """The index term of one word (``None`` for a stopword)."""
+        if word not in self._cache:
+            terms = self.analyzer(word)
+            self._cache[word] = terms[0] if terms else None
+        return self._cache[word]
+
+    def words(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, term)`` of each word of ``text`` that has a term, in order; an elided
+        article or pronoun (the ``l`` of ``l'entrée``) is skipped, as the analyzer does."""
+        out = []
+        for m in _TOKEN_RE.finditer(text):
+            start, end = m.span()
+            if (
+                end + 1 < len(text)
+                and text[end] in _APOSTROPHES
+                and (text[end + 1].isalnum())
+                and m.group().lower() in ELISIONS
+                and (start == 0 or not text[start - 1].isalnum())
+            ):
+                continue
+            term = self.term(m.group())
+            if term is not None:
+                out.append((start, end, term))
+        return out
+
+
+@dataclass
+class Hit:
+    """One retrieved article, as shown (``snippet`` is plain; ``highlights`` its matched words)."""
+
+    rank: int
+    id: int
+    article: str
+    reference: str
+    path: list[str]
+    score: float
+    snippet: str
+    highlights: list[list[int]] = field(default_factory=list)
+    matched_terms: list[str] = field(default_factory=list)
+
+
+def make_snippet(text: str, spans: Sequence[tuple[int, int, str]], width: int = 240) -> tuple[str, list[list[int]]]:
+    """``(snippet, highlights)``: the ``width``-character window of ``text`` (whitespace
+    already collapsed) with the most distinct matched terms of ``spans``, ``…`` marking
+    cut ends; ``highlights`` are the snippet offsets of the matched words inside it."""
+    if len(text) <= width:
+        start, end = 0, len(text)
+    elif not spans:
+        start, end = 0, width
+    else:
+        lead = width // 5  # context kept before the first matched word of the window
+        best = None
+        for anchor, _, _ in spans:
+            lo = max(0, min(anchor - lead, len(text) - width))
+            inside = [s for s in spans if s[0] >= lo and s[1] <= lo + width]
+            key = (len({t for _, _, t in inside}), len(inside), -lo)
+            if best is None or key > best[0]:
+                best = (key, lo)
+        start, end = best[1], min(len(text), best[1] + width)
+    inside = [(s, e) for s, e, _ in spans if s >= start and e <= end]
+    if start > 0 and not text[start - 1].isspace():  # do not start mid-word (nor after a matched word)
+        nxt = text.find(" ", start, end)
+        if 0 <= nxt and (not inside or nxt < inside[0][0]):
+            start = nxt + 1
+        else:
+            start = text.rfind(" ", 0, start) + 1
+    if end < len(text) and not text[end].isspace():  # do not end mid-word (nor before a matched word)
+        prev = text.rfind(" ", start, end)
+        if prev > start and (not inside or prev >= inside[-1][1]):
+            end = prev
+        else:
+            nxt = text.find(" ", end)
+            end = nxt if nxt >= 0 else len(text)
+    body = text[start:end].strip()
+    offset = start + (len(text[start:end]) - len(text[start:end].lstrip()))
+    prefix = "… " if start > 0 else ""
+    suffix = " …" if end < len(text) else ""
+    highlights = [
+        [s - offset + len(prefix), e - offset + len(prefix)]
+        for s, e, _ in spans
+        if s >= offset and e <= offset + len(body)
+    ]
+    return prefix + body + suffix, highlights
+
+
+def mark(snippet: str, highlights: Sequence[Sequence[int]], style: str = "plain") -> str:
+    """``snippet`` with each highlighted word wrapped in ``**`` (``plain``) or ANSI bold (``ansi``)."""
+    before, after = ("**", "**") if style == "plain" else (BOLD, RESET)
+    out, pos = [], 0
+    for start, end in highlights:
+        out += [snippet[pos:start], before, snippet[start:end], after]
+        pos = end
+    out.append(snippet[pos:])
+    return "".join(out)
+
+
+def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
+    """``(n, k)`` bool: which entries of a system's results ``ids``/``scores`` (both ``(n, k)``)
+    are results. An id of ``-1`` is padding (a row of them: nothing matches the question);
+    with ``drop_zero`` (a term-matching system: BM25) an entry scoring exactly 0 is padding
+    too: the article matches no term of the question and only fills the ``k`` asked for, in
+    article-id order. The one rule for it: the hybrid fusion fuses only these
+    (``lexgraph.systems.hybrid``), and ``lexgraph search`` shows only these."""
+    ids = np.asarray(ids)
+    keep = ids >= 0  # (n, k)
+    if drop_zero:
+        keep &= np.asarray(scores) != 0
+    return keep
+
+
+class Display:
+    """Builds :class:`Hit` lists for a system's results over the clean articles table."""
+
+    def __init__(self, articles, analyzer: FrenchAnalyzer | None = None, width: int = 240) -> None:
+        self.by_id = {
+            row["id"]: row for row in articles.select("id", "article", "reference", "path").iter_rows(named=True)
+        }
+        self.matcher = TermMatcher(analyzer)
+        self.width = width
+
+    def hits(self, question: str, ids, scores) -> list[Hit]:
+        """The hits of one question (``ids``/``scores`` one row of a system's results,
+        best first, ``-1`` padding dropped)."""
+        query = self.matcher.words(question)
+        query_terms = {t for _, _, t in query}
+        out = []
+        for rank, (aid, score) in enumerate(zip(list(ids), list(scores)), 1):
+            aid = int(aid)
+            if aid < 0:
+                break
+            art = self.by_id.get(aid)
+            if art is None:
+                raise LexgraphError(
+                    f"article {aid} of the results is not in the corpus (data/clean/articles.parquet); run `dvc repro`"
+                )
+            text = " ".join(art["article"].split())
+            spans = [s for s in self.matcher.words(text) if s[2] in query_terms]
+            found = {t for _, _, t in spans}
+            matched, seen = [], set()
+            for s, e, t in query:  # the question's words that the article has, in question order
+                if t in found and t not in seen:
+                    seen.add(t)
+                    matched.append(question[s:e].lower())
+            snippet, highlights = make_snippet(text, spans, self.width)
+            reference = art["reference"] or ""
+            out.append(
+                Hit(
+                    rank=rank,
+                    id=aid,
+                    article=article_number(reference),
+                    reference=reference,
+                    path=list(art["path"] or []),
+                    score=round(float(score), 6),
+                    snippet=snippet,
+                    highlights=highlights,
+                    matched_terms=matched,
+                )
+            )
+        return out
+
+
+def use_ansi(stream: IO[str]) -> bool:
+    """Bold on a terminal (unless ``NO_COLOR`` is set); plain ``**`` markers elsewhere."""
+    try:
+        return stream.isatty() and not os.environ.get("NO_COLOR")
+    except (AttributeError, ValueError):
+        return False
+
+
+def render_text(question: str, hits: Sequence[Hit], style: str = "plain", line_width: int = 92) -> str:
+    """The human output of one question: a block per hit (rank, article number, the rest of
+    the reference, score and id; the heading path; the marked snippet)."""
+    lines = ["", question]
+    if not hits:
+        lines += ["", "     no results: no article matches any term of the question"]
+    for hit in hits:
+        rest = _reference_rest(hit.reference, hit.article)
+        title = f"{hit.article} · {rest}" if rest else hit.article
+        if style == "ansi":
+            title = f"{BOLD}{title}{RESET}"
+        lines += ["", f"{hit.rank:>3}. {title}   (score {hit.score:.4f}, id {hit.id})"]
+        if hit.path:
+            lines += textwrap.wrap(
+                PATH_SEPARATOR.join(hit.path),
+                line_width,
+                initial_indent="     ",
+                subsequent_indent="       ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+        lines += textwrap.wrap(
+            mark(hit.snippet, hit.highlights, style),
+            line_width,
+            initial_indent="     ",
+            subsequent_indent="     ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_json(question: str, hits: Sequence[Hit], qid: str | None = None, system: str | None = None) -> str:
+    """One line of JSON: ``{"id", "question", "system", "hits": [{rank, id, article,
+    reference, path, score, snippet, highlights, matched_terms}, ...]}``."""
+    record: Mapping = {"id": qid, "question": question, "system": system, "hits": [asdict(h) for h in hits]}
+    return json.dumps(record, ensure_ascii=False)
+
+
+__all__ = [
+    "Display",
+    "Hit",
+    "TermMatcher",
+    "article_number",
+    "make_snippet",
+    "mark",
+    "ranked_entries",
+    "render_json",
+    "render_text",
+    "use_ansi",
+]

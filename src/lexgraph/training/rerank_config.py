@@ -1,0 +1,294 @@
+"""The ``rerank`` section of params.yaml (the re-rankers ``mvcl`` and ``xrerank``,
+:mod:`lexgraph.training.rerank`) and the re-rankers' artefact names.
+
+The section follows the params rule of variant sections: **shared keys** at its top,
+read by both re-rankers and never overridden, and one mapping per re-ranker
+(``rerank.mvcl``, ``rerank.xrerank``) holding every key that differs between them
+(:data:`VARIANT_KEYS`). A key that a re-ranker would not read is refused rather than
+ignored (``plm_lr`` with a frozen PLM, ``align_temperature`` without the cosine alignment,
+``warm_start`` without match features, ``interpolation`` without fusion), so that no key
+is ever inert for a re-ranker and DVC (which tracks ``rerank.<variant>`` whole and each
+shared key) reruns a re-ranker only when something it reads changed.
+
+* ``mvcl``: MVCL as published (Wang, IJCNN 2022): the PLM fine-tuned (§IV-C), word-level
+  alignment ``e = h_a . h_b / sqrt(d)`` on the PLM's states, ReLU in the attention pooling,
+  the re-ranked list alone.
+* ``xrerank``: lexgraph's recipe: the PLM frozen with cached states, cosine / temperature
+  alignment, the MaxSim warm start and match features, tanh pooling, fused with the first
+  stage at the alpha chosen on dev.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from lexgraph.core.config import SYSTEM_NAMES, bad_value, check_types, expectation, params_error, refuse_held_out
+from lexgraph.metrics.ir import METRICS
+from lexgraph.models.rerank import ALIGNMENTS, POOLINGS
+from lexgraph.text.elements import PATTERNS
+
+log = logging.getLogger(__name__)
+
+#: The re-rankers, in SYSTEM_NAMES order: each is a foreach item of the ``rerank`` stage.
+VARIANTS = ("xrerank", "mvcl")
+#: Where the word-level attention ``e`` is computed (``rerank.<variant>.alignment``):
+#: ``scaled_dot`` = ``h_a . h_b / sqrt(d)`` on the PLM's states (MVCL §III-B), ``cosine`` =
+#: their cosine / ``align_temperature`` (xrerank), ``projected`` = the scaled dot product of
+#: the learned projections.
+PLM_MODES = ("frozen", "finetune")
+CHOICES = {"plm": PLM_MODES, "alignment": ALIGNMENTS, "pooling": POOLINGS}
+
+SECTION = "rerank"
+WEIGHTS = "mvcl.safetensors"
+SETTINGS = "mvcl.json"
+PLM_DIR = "plm"  # the fine-tuned PLM inside models/<variant>/ (plm: finetune)
+#: what ``models/<variant>/mvcl.json`` is: the words of its readers' errors (the remedy: ``layout.restore_hint``)
+SETTINGS_WHAT = "the re-ranker settings the rerank stage writes"
+
+#: the keys of ``rerank.<variant>``; every other key of :class:`RerankConfig` (but ``variant``) is shared
+VARIANT_KEYS = (
+    "enabled",
+    "plm",
+    "plm_lr",
+    "max_query_length",
+    "max_article_length",
+    "alignment",
+    "align_temperature",
+    "pooling",
+    "match_features",
+    "warm_start",
+    "fusion",
+    "interpolation",
+    "lr",
+    "weight_decay",
+    "epochs",
+)
+#: variant keys read only under a condition: key -> (the key it depends on, the value that makes it read)
+CONDITIONAL = {
+    "plm_lr": ("plm", "finetune"),
+    "align_temperature": ("alignment", "cosine"),
+    "warm_start": ("match_features", True),
+    "interpolation": ("fusion", True),
+}
+#: the value a conditional key takes when it is not read (not a setting: nothing reads it)
+UNREAD = {"plm_lr": None, "align_temperature": None, "warm_start": False, "interpolation": [1.0]}
+#: the keys the encode_rerank stage reads (it caches the frozen PLM's states for xrerank)
+ENCODE_KEYS = (
+    "xrerank.enabled",
+    "xrerank.max_query_length",
+    "xrerank.max_article_length",
+    "encode_batch_size",
+    "element_patterns",
+    "element_budget",
+    "del_token",
+    "split",
+)
+
+
+def first_stages() -> tuple[str, ...]:
+    """The systems a re-ranker may re-rank: every system but the re-rankers."""
+    return tuple(s for s in SYSTEM_NAMES if s not in VARIANTS)
+
+
+@dataclass(frozen=True)
+class RerankConfig:
+    """The ``rerank`` section of params.yaml resolved for one re-ranker (``variant``); the
+    defaults are the sample's ``xrerank``."""
+
+    variant: str = "xrerank"
+    # -- rerank.<variant>
+    enabled: bool = True  # false: the stage writes a placeholder in seconds and evaluate skips the system
+    plm: str = field(default="frozen", metadata={"expected": "frozen (cached states) or finetune (the PLM trains)"})
+    plm_lr: float | None = field(default=None, metadata={"expected": "a number > 0 (the PLM's learning rate)"})
+    max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
+    max_article_length: int = field(default=128, metadata={"expected": "an integer >= 8"})
+    alignment: str = field(
+        default="cosine",
+        metadata={
+            "expected": (
+                "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) "
+                "or projected"
+            )
+        },
+    )
+    align_temperature: float | None = field(
+        default=0.05, metadata={"expected": "a number > 0 (cosine / temperature of the cosine alignment)"}
+    )
+    pooling: str = field(default="tanh", metadata={"expected": "relu or tanh (the attention pooling's activation)"})
+    match_features: bool = True  # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
+    warm_start: bool = True  # untrained network = MaxSim ranking (read with match_features); epoch 0 can be kept
+    fusion: bool = True  # true: fused with the first stage at the alpha chosen on dev; false: the re-ranked list alone
+    interpolation: list[float] = field(
+        default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+        metadata={"expected": "a non-empty list of distinct numbers in [0, 1] (the re-ranker's weight)"},
+    )
+    lr: float = field(default=0.0003, metadata={"expected": "a number > 0"})
+    weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
+    epochs: int = field(default=5, metadata={"expected": "a positive integer"})
+    # -- shared
+    first_stage: str = field(
+        default="hybrid",
+        metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"},
+    )
+    k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
+    encode_batch_size: int = field(default=32, metadata={"expected": "a positive integer"})
+    hidden: int = field(default=64, metadata={"expected": "an even positive integer"})
+    dropout: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
+    negatives: int = field(
+        default=1, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"}
+    )
+    swap: bool = True
+    lambda_case: float = field(default=0.01, metadata={"expected": "a number >= 0"})
+    lambda_ele: float = field(default=0.01, metadata={"expected": "a number >= 0"})
+    t1: float = field(default=0.1, metadata={"expected": "a number > 0 (case-view temperature)"})
+    t2: float = field(default=0.1, metadata={"expected": "a number > 0 (element-view temperature)"})
+    element_patterns: list[str] = field(
+        default_factory=lambda: list(PATTERNS),
+        metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"},
+    )
+    element_budget: int = field(
+        default=32,
+        metadata={
+            "expected": (
+                "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"
+            )
+        },
+    )
+    del_token: str = field(default="<mask>", metadata={"expected": "a token of the base encoder's vocabulary"})
+    batch_size: int = field(default=16, metadata={"expected": "a positive integer (triples per step)"})
+    warmup_ratio: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
+    max_grad_norm: float = field(default=1.0, metadata={"expected": "a number > 0"})
+    split: str = field(
+        default="dev", metadata={"expected": "dev (the split that chooses the epoch, and alpha with fusion)"}
+    )
+    metric: str = field(default="map", metadata={"expected": f"one of {', '.join(METRICS)}"})
+    eval_batch_size: int = field(default=128, metadata={"expected": "a positive integer"})
+
+    @classmethod
+    def shared_keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.name not in VARIANT_KEYS and f.name != "variant")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None, variant: str = "xrerank") -> RerankConfig:
+        """The settings of re-ranker ``variant``: the shared keys of ``params`` (the ``rerank``
+        section) and those of ``params[variant]``."""
+        params = _mapping(params, SECTION)
+        shared, allowed = cls.shared_keys(), (*cls.shared_keys(), *VARIANTS)
+        _refuse_unknown(params, allowed, SECTION)
+        for key in (*shared, *VARIANTS):
+            if key not in params:
+                what = f"a mapping of the {key} settings" if key in VARIANTS else expectation(cls, key)
+                raise params_error(f"missing key '{SECTION}.{key}', expected {what}")
+        own = _mapping(params[variant], f"{SECTION}.{variant}")
+        _refuse_unknown(own, VARIANT_KEYS, f"{SECTION}.{variant}")
+        values = {key: params[key] for key in shared}
+        for key in VARIANT_KEYS:
+            if key in CONDITIONAL:
+                continue
+            if key not in own:
+                raise params_error(f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)}")
+            values[key] = own[key]
+        values = check_types(cls, values, SECTION, {k: f"{variant}.{k}" for k in VARIANT_KEYS})
+        for key, allowed in CHOICES.items():  # the keys the conditions read come first
+            if values[key] not in allowed:
+                raise bad_value(SECTION, f"{variant}.{key}", values[key], expectation(cls, key))
+        for key, (depends, value) in CONDITIONAL.items():
+            read = values[depends] == value
+            if read and key not in own:
+                raise params_error(
+                    f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)} "
+                    f"(read with {depends}: {_yaml(value)})"
+                )
+            if not read and key in own:
+                raise params_error(
+                    f"'{SECTION}.{variant}.{key}' is read only with {depends}: {_yaml(value)}; "
+                    f"expected no {key} with {depends}: {_yaml(values[depends])} (remove it)"
+                )
+            values[key] = (
+                check_types(cls, {key: own[key]}, SECTION, {key: f"{variant}.{key}"})[key] if read else UNREAD[key]
+            )
+        config = cls(variant=variant, **values)
+        config.validate()
+        return config
+
+    @classmethod
+    def per_variant(cls, params: dict[str, Any] | None) -> dict[str, RerankConfig]:
+        """``{variant: settings}`` for both re-rankers (what the stages check before any work)."""
+        return {variant: cls.from_params(params, variant) for variant in VARIANTS}
+
+    def key(self, name: str) -> str:
+        """The dotted key of field ``name`` under ``rerank``."""
+        return f"{self.variant}.{name}" if name in VARIANT_KEYS else name
+
+    def validate(self) -> None:
+        def bad(name: str) -> Exception:
+            return bad_value(SECTION, self.key(name), getattr(self, name), expectation(RerankConfig, name))
+
+        if self.variant not in VARIANTS:
+            raise params_error(f"unknown re-ranker {self.variant!r}, expected one of {', '.join(VARIANTS)}")
+        refuse_held_out(SECTION, "split", self.split, expectation(RerankConfig, "split"))
+        if self.first_stage not in first_stages():
+            raise bad("first_stage")
+        if self.k < 2:
+            raise bad("k")
+        for name in ("max_query_length", "max_article_length"):
+            if getattr(self, name) < 8:
+                raise bad(name)
+        for name in ("element_budget", "encode_batch_size", "negatives", "epochs", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise bad(name)
+        if self.hidden < 2 or self.hidden % 2:
+            raise bad("hidden")
+        if not 0.0 <= self.dropout < 1.0:
+            raise bad("dropout")
+        for name in ("lambda_case", "lambda_ele", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise bad(name)
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name)
+        for name in ("t1", "t2", "lr", "max_grad_norm", "align_temperature", "plm_lr"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise bad(name)
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise bad("warmup_ratio")
+        pats = self.element_patterns
+        if not pats or any(p not in PATTERNS for p in pats) or len(set(pats)) < len(pats):
+            raise bad("element_patterns")
+        if not self.del_token.strip():
+            raise bad("del_token")
+        if self.split not in ("dev", "train"):
+            raise bad("split")
+        if self.metric not in METRICS:
+            raise bad("metric")
+        a = self.interpolation
+        if not a or any(not 0.0 <= x <= 1.0 for x in a) or len(set(a)) < len(a):
+            raise bad("interpolation")
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise params_error(f"'{where}' = {value!r}, expected a mapping of keys")
+    return value
+
+
+def _refuse_unknown(values: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    import difflib
+
+    unknown = sorted(set(values) - set(allowed), key=str)
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), list(allowed), n=1)
+        hint = f" (did you mean '{where}.{close[0]}'?)" if close else ""
+        raise params_error(
+            f"unknown keys {', '.join(repr(f'{where}.{k}') for k in unknown)}{hint}; "
+            f"expected keys of '{where}': {', '.join(sorted(allowed))}"
+        )
