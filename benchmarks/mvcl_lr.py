@@ -94,8 +94,8 @@ def chance_map(trainer, seed: int, draws: int = 20) -> float:
 
 
 def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
-    from lexgraph.models.rerank import build_model
     from lexgraph.training import rerank
+    from lexgraph.training.rerank_io import build_model
 
     torch.manual_seed(seed)  # train() draws the same initial weights: keep a copy of them
     start = {k: v.detach().clone() for k, v in build_model(stores[0].dim, config).state_dict().items()}

@@ -386,8 +386,7 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     """A models/mvcl trained with another network shape (here: before the alignment features)
     gets one line naming the weights file and the command that rebuilds them."""
     from lexgraph.core.errors import DataError
-    from lexgraph.models.rerank import build_model
-    from lexgraph.training.rerank_io import load_model, save_model
+    from lexgraph.training.rerank_io import build_model, load_model, save_model
 
     old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
     save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "models/mvcl")

@@ -19,8 +19,9 @@ import yaml
 
 from lexgraph.core.config import ConfigError
 from lexgraph.encoding.rerank_features import TokenStore
-from lexgraph.models.rerank import AttentionPooling, InteractionModel, build_model, fuse_list, rerank_scores
+from lexgraph.models.rerank import AttentionPooling, InteractionModel, fuse_list, rerank_scores
 from lexgraph.training.rerank_config import ENCODE_KEYS, VARIANTS, RerankConfig
+from lexgraph.training.rerank_io import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

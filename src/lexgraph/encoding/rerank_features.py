@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -21,8 +21,20 @@ from lexgraph.core.config import autocast, params_error
 from lexgraph.core.errors import DataError
 from lexgraph.text.elements import PATTERNS, element_sentences, element_view, token_sentences
 
-if TYPE_CHECKING:
-    from lexgraph.training.rerank_config import RerankConfig
+
+class CacheSettings(Protocol):
+    """The settings this cache reads (``lexgraph.training.rerank_config.RerankConfig`` has them all)."""
+
+    variant: str
+    enabled: bool
+    split: str
+    max_query_length: int
+    max_article_length: int
+    encode_batch_size: int
+    element_patterns: Sequence[str]
+    element_budget: int
+    del_token: str
+
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +219,7 @@ class TokenInputs:
 
 
 def token_inputs(
-    articles, questions, config: RerankConfig, tokenizer, query_prefix: str, passage_prefix: str, seed: int
+    articles, questions, config: CacheSettings, tokenizer, query_prefix: str, passage_prefix: str, seed: int
 ) -> TokenInputs:
     """Tokenise ``articles`` (first ``max_article_length`` tokens, ``passage_prefix``), the
     train and dev questions (``max_query_length``, ``query_prefix``) and build the element
@@ -273,7 +285,7 @@ def token_inputs(
     )
 
 
-def _metadata(config: RerankConfig, pretrain_dir: str | os.PathLike, seed: int) -> dict[str, str]:
+def _metadata(config: CacheSettings, pretrain_dir: str | os.PathLike, seed: int) -> dict[str, str]:
     """What a cached store was built with (a frozen re-ranker reads the cache only when equal)."""
     return {
         "model": str(pretrain_dir),
@@ -299,7 +311,7 @@ def encode_inputs(
 def build_features(
     articles,
     questions,
-    config: RerankConfig,
+    config: CacheSettings,
     pretrain_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
     device: torch.device,
@@ -329,7 +341,7 @@ def build_features(
 
 def cache_matches(
     features_dir: str | os.PathLike,
-    config: RerankConfig,
+    config: CacheSettings,
     pretrain_dir: str | os.PathLike,
     seed: int,
     names: Sequence[str] = STORES,
@@ -359,7 +371,7 @@ def cache_matches(
 def frozen_stores(
     articles,
     questions,
-    config: RerankConfig,
+    config: CacheSettings,
     features_dir: str | os.PathLike,
     pretrain_dir: str | os.PathLike,
     device: torch.device,

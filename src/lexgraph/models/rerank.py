@@ -36,16 +36,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-if TYPE_CHECKING:
-    from lexgraph.encoding.rerank_features import TokenStore
-    from lexgraph.training.rerank_config import RerankConfig
+
+class TokenBatches(Protocol):
+    """Token states by id (``lexgraph.encoding.rerank_features.TokenStore``)."""
+
+    def batch(self, keys: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]: ...
+
 
 # the network's choices (rerank.alignment, rerank.pooling in params.yaml)
 ALIGNMENTS = ("scaled_dot", "cosine", "projected")
@@ -234,7 +237,7 @@ def rerank_scores(
     model,
     q_states: torch.Tensor,
     candidates: Sequence[int],
-    articles: TokenStore,
+    articles: TokenBatches,
     device: torch.device,
     batch_size: int = 128,
 ) -> np.ndarray:
@@ -289,17 +292,3 @@ def fuse_list(
         out_ids[head.size : head.size + tail.size] = ids[tail]
         out_scores[head.size : head.size + tail.size] = floor - (t[0] - t)  # keeps the tail's order, below the head
     return out_ids, out_scores
-
-
-def build_model(input_dim: int, config: RerankConfig):
-    """The interaction network that ``config`` describes, over PLM states of ``input_dim``."""
-    return InteractionModel(
-        input_dim,
-        config.hidden,
-        config.dropout,
-        alignment=config.alignment,
-        temperature=config.align_temperature or 1.0,
-        features=config.match_features,
-        warm_start=config.warm_start,
-        pooling=config.pooling,
-    )

@@ -54,8 +54,9 @@ from lexgraph.core.errors import LexgraphError
 from lexgraph.data.schema import split_questions
 from lexgraph.encoding.rerank_features import TokenStore
 from lexgraph.metrics.ir import evaluate_run, rounded, rounded_all
-from lexgraph.models.rerank import build_model, fuse_list, rerank_scores
+from lexgraph.models.rerank import fuse_list, rerank_scores
 from lexgraph.training.rerank_config import RerankConfig
+from lexgraph.training.rerank_io import build_model
 from lexgraph.training.rerank_plm import PLMTokens
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import torch
 
 from lexgraph.core.errors import LexgraphError
 from lexgraph.core.inputs import read_json_object
-from lexgraph.models.rerank import build_model
+from lexgraph.models.rerank import InteractionModel
 from lexgraph.training.rerank_config import RerankConfig
 
 
@@ -94,3 +94,17 @@ def load_model(directory: str | os.PathLike, device: torch.device):
         model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
     # weights of another network shape (e.g. trained before match_features) are one line too
     return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, restore).to(device).eval(), settings
+
+
+def build_model(input_dim: int, config: RerankConfig) -> InteractionModel:
+    """The interaction network that ``config`` describes, over PLM states of ``input_dim``."""
+    return InteractionModel(
+        input_dim,
+        config.hidden,
+        config.dropout,
+        alignment=config.alignment,
+        temperature=config.align_temperature or 1.0,
+        features=config.match_features,
+        warm_start=config.warm_start,
+        pooling=config.pooling,
+    )
