@@ -93,6 +93,17 @@ def length_buckets(lengths: Sequence[int], min_rows: int = MIN_BUCKET, ratio: fl
     return buckets
 
 
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id rows right-padded to the longest: ``input_ids`` and ``attention_mask`` ``(n, len)``."""
+    length = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)  # (n, len)
+    attention_mask = torch.zeros((len(rows), length), dtype=torch.long)  # (n, len)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[i, : len(row)] = 1
+    return input_ids, attention_mask
+
+
 def pack_chunks(chunks: Sequence[Sequence[Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
     """Packed chunks: every article's real chunks, one row each, in article order.
 
@@ -104,12 +115,7 @@ def pack_chunks(chunks: Sequence[Sequence[Sequence[int]]], pad_id: int) -> dict[
     flat = [chunk for doc in chunks for chunk in doc]
     if any(len(doc) == 0 for doc in chunks):
         raise ValueError("every article needs at least one chunk")
-    length = max(len(chunk) for chunk in flat)
-    input_ids = torch.full((len(flat), length), pad_id, dtype=torch.long)  # (m, len)
-    attention_mask = torch.zeros((len(flat), length), dtype=torch.long)  # (m, len)
-    for row, chunk in enumerate(flat):
-        input_ids[row, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
-        attention_mask[row, : len(chunk)] = 1
+    input_ids, attention_mask = pad_rows(flat, pad_id)  # (m, len), (m, len)
     counts = torch.tensor([len(doc) for doc in chunks], dtype=torch.long)  # (batch,)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "chunk_counts": counts}
 

@@ -83,15 +83,9 @@ def split_blocks(blocks: list[list[int]], eval_fraction: float, max_eval: int, s
 
 def collate(blocks: Sequence[list[int]], pad_id: int):
     """Pad a list of blocks: ``input_ids`` and ``attention_mask`` (batch, seq)."""
-    import torch
+    from lexgraph.models.packing import pad_rows
 
-    width = max(len(b) for b in blocks)
-    input_ids = torch.full((len(blocks), width), pad_id, dtype=torch.long)  # (batch, seq)
-    attention = torch.zeros((len(blocks), width), dtype=torch.long)  # (batch, seq)
-    for row, block in enumerate(blocks):
-        input_ids[row, : len(block)] = torch.tensor(block, dtype=torch.long)
-        attention[row, : len(block)] = 1
-    return input_ids, attention
+    return pad_rows(blocks, pad_id)
 
 
 def mask_tokens(input_ids, attention_mask, tokenizer, probability: float, generator):
