@@ -1164,6 +1164,14 @@ ARTEFACTS = [
         "pretrain",
     ),
     (
+        "base-info-prefix",
+        _base_info,
+        "models/pretrain/lexgraph_base.json",
+        '{"source": "local", "passage_prefix": ["passage: "]}',
+        "key 'passage_prefix' = [\"passage: \"], not a string",
+        "pretrain",
+    ),
+    (
         "backbone-reference",
         _backbone_ref,
         "models/dsr/article_encoder/backbone.json",
