@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
+from lexgraph.core.layout import MANAGED_ROOTS
 
 
 def _show(value) -> str:
@@ -133,7 +134,8 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
         )
     owner = dvc_owner(path, workspace)
     if owner:
-        outside = "data/ and models/" if owner.endswith(MANAGED) else "DVC's cache and the outputs it tracks"
+        managed = " and ".join(f"{root}/" for root in MANAGED_ROOTS)  # data/ and models/
+        outside = managed if owner.endswith(MANAGED) else "DVC's cache and the outputs it tracks"
         raise LexgraphError(f"--run {run} {owner}; refusing to write there, expected a path outside {outside}")
     parent = path.resolve().parent
     while not parent.exists():
