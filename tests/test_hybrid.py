@@ -426,3 +426,15 @@ def test_stage_refuses_the_test_split_before_any_work(workspace):
     (workspace / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert run_stage_script(workspace) == 2
     assert not (workspace / "models/hybrid").exists() and not (workspace / "metrics").exists()
+
+
+@pytest.mark.parametrize("depth", [0, -5, 2.5, True, "1000", None])
+def test_the_depth_is_checked_where_the_settings_file_is_read(workspace, depth):
+    """``depth`` is checked once, by read_settings (the retriever trusts it)."""
+    path = workspace / "models/hybrid/hybrid.json"
+    path.parent.mkdir(parents=True)
+    settings = {"format": "lexgraph-hybrid", "version": 1, "sparse": "bm25", "dense": "dsr", "depth": depth}
+    settings["fusion"] = {"method": "rrf", "k": 60}
+    path.write_text(json.dumps(settings), encoding="utf-8")
+    with pytest.raises(DataError, match=r"inconsistent hybrid settings \(depth "):
+        load_retriever("hybrid", workspace, "cpu")

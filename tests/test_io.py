@@ -353,3 +353,23 @@ def test_write_json_keeps_each_writers_format(tmp_path):
         assert path.read_bytes() == (json.dumps(obj, **same) + "\n").encode("utf-8"), kwargs
         assert json_text(obj, **kwargs) == json.dumps(obj, **same) + "\n"
     assert [p.name for p in path.parent.iterdir()] == ["out.json"]  # no temporary left
+
+
+def test_the_sweep_leaves_what_no_rule_names(tmp_path, caplog):
+    """One rule per naming: this host's with a dead pid (any output), the older naming's of the
+    output being written after a day; nothing else, however old, is a temporary to remove."""
+    from lexgraph.core.io import write_text
+
+    day_old = time.time() - 2 * 86400
+    kept = [
+        tmp_path / ".other.trec.abcdefgh.tmp",  # older naming, another output
+        tmp_path / ".notes.tmp",  # a user's dot file
+        tmp_path / f".run.trec.{_dead_pid()}.abcdefgh.tmp",  # a pid but no host
+        tmp_path / ".run.trec.ABCDEFGH.tmp",  # not tempfile's characters
+    ]
+    for path in kept:
+        path.write_text("keep", encoding="utf-8")
+        os.utime(path, (day_old, day_old))
+    write_text("this run\n", tmp_path / "run.trec")
+    assert all(path.exists() for path in kept)
+    assert not any("left by an interrupted run" in r.getMessage() for r in caplog.records)

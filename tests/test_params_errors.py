@@ -785,6 +785,16 @@ CONFIG_CASES = [
     ("pretrain", {"max_grad_norm": -1.0}, "'pretrain.max_grad_norm' = -1.0, expected a number >= 0 (0: no clipping)"),
     ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
     ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
+    # a type is checked once, by section_config; validate() checks ranges only
+    ("pretrain", {"max_length": 8.5}, "'pretrain.max_length' = 8.5, expected an integer"),
+    ("pretrain", {"max_length": 600}, "'pretrain.max_length' = 600, expected an integer in [8, 512]"),
+    ("pretrain", {"adam_epsilon": 0}, "'pretrain.adam_epsilon' = 0.0, expected a positive number"),
+    ("pretrain", {"warmup_ratio": True}, "'pretrain.warmup_ratio' = True, expected a number"),
+    ("queries", {"first_id": "0"}, "'queries.first_id' = '0', expected an integer"),
+    ("queries", {"first_id": -1}, "'queries.first_id' = -1, expected a non-negative integer"),
+    ("queries", {"top_p": 0}, "'queries.top_p' = 0.0, expected a number in (0, 1]"),
+    ("zeroshot", {"max_length": "512"}, "'zeroshot.max_length' = '512', expected an integer"),
+    ("zeroshot", {"batch_size": 0}, "'zeroshot.batch_size' = 0, expected a positive integer"),
     ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
     (
         "rerank",
@@ -1161,6 +1171,14 @@ ARTEFACTS = [
         "models/pretrain/lexgraph_base.json",
         '{"query_prefix": ',
         "not valid JSON, truncated or corrupt",
+        "pretrain",
+    ),
+    (
+        "base-info-prefix",
+        _base_info,
+        "models/pretrain/lexgraph_base.json",
+        '{"source": "local", "passage_prefix": ["passage: "]}',
+        "key 'passage_prefix' = [\"passage: \"], not a string",
         "pretrain",
     ),
     (

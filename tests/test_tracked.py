@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 from lexgraph.core import layout
-from lexgraph.core.tracked import dvc_owner
+from lexgraph.core.tracked import MANAGED, dvc_owner
 
 
 def _stages(tmp_path: Path, text: str, name: str = "dvc.yaml") -> Path:
@@ -84,3 +84,17 @@ def test_a_dvc_file_that_cannot_be_read_is_a_reason(tmp_path):
 @pytest.mark.parametrize("path", [".git/objects/ab/cd", ".dvc/tmp/x", ".dvc"])
 def test_tool_directories(tmp_path, path):
     assert "a directory only" in dvc_owner(tmp_path / path, tmp_path)
+
+
+def test_data_and_models_are_owned_whole(tmp_path):
+    """One rule for the workspace's data/ and models/ (every layout artefact lies there): a file no
+    stage writes is owned too, and so is a symbolic link there to a file elsewhere (a write
+    would replace the link)."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "elsewhere.trec").write_text("", encoding="utf-8")
+    (tmp_path / "models" / "link.trec").symlink_to(tmp_path / "elsewhere.trec")
+    for path in ("data/notes/run.trec", "data/sample/run.trec", "models/link.trec"):
+        reason = dvc_owner(tmp_path / path, tmp_path)
+        assert reason == f"is inside {tmp_path / path.split('/')[0]}, {MANAGED}", path
+    assert dvc_owner(tmp_path / "elsewhere.trec", tmp_path) is None
+    assert dvc_owner(tmp_path / "database" / "run.trec", tmp_path) is None  # a name that only starts like data

@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from lexgraph.core import layout
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
+from lexgraph.core.layout import MANAGED_ROOTS
 
 
 def _show(value) -> str:
@@ -116,38 +116,28 @@ def _read_only(path: Path) -> str | None:
 
 def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
     """Refuse a ``--run`` target that is not a writable new file or earlier TREC run: a
-    directory, the questions file, a file under the workspace's ``data/`` or ``models/``,
-    a path DVC owns (its cache, a ``.dvc`` directory, an output that ``dvc.yaml``, ``dvc.lock``
-    or a ``*.dvc`` file tracks: :func:`lexgraph.core.tracked.dvc_owner`), a place that is not
+    directory, the questions file (the same file: a path, a symbolic link or a hard link to
+    it), a path DVC owns (its cache, a ``.dvc`` directory, the workspace's ``data/`` and
+    ``models/``, an output that ``dvc.yaml``, ``dvc.lock`` or a ``*.dvc`` file tracks:
+    :func:`lexgraph.core.tracked.dvc_owner`), a place that is not
     writable or a read-only file (no write bit: refused even for root, who ignores mode
     bits), a file with several hard links (it may share its inode with DVC's cache), or
     any existing file that is not a TREC run. Symlinks are resolved first."""
-    from lexgraph.core.tracked import dvc_owner
+    from lexgraph.core.tracked import MANAGED, dvc_owner
 
     path = Path(run)
     if path.is_dir():
         raise LexgraphError(f"--run {run} is a directory; expected the path of the TREC run file to write")
-    resolved = path.resolve()
-    if questions is not None:
-        qpath = Path(questions)
-        if resolved == qpath.resolve() or (path.exists() and qpath.exists() and path.samefile(qpath)):
-            raise LexgraphError(
-                f"--run {run} is the --questions file; refusing to overwrite an input, expected a separate output path"
-            )
-    for managed in layout.MANAGED_ROOTS:
-        root = (workspace / managed).resolve()
-        if resolved == root or root in resolved.parents:
-            raise LexgraphError(
-                f"--run {run} is inside {workspace / managed}, which `dvc repro` manages; "
-                "expected a path outside data/ and models/"
-            )
+    if questions is not None and path.exists() and Path(questions).exists() and path.samefile(questions):
+        raise LexgraphError(
+            f"--run {run} is the --questions file; refusing to overwrite an input, expected a separate output path"
+        )
     owner = dvc_owner(path, workspace)
     if owner:
-        raise LexgraphError(
-            f"--run {run} {owner}; refusing to write there, expected a path outside DVC's "
-            "cache and the outputs it tracks"
-        )
-    parent = resolved.parent
+        managed = " and ".join(f"{root}/" for root in MANAGED_ROOTS)  # data/ and models/
+        outside = managed if owner.endswith(MANAGED) else "DVC's cache and the outputs it tracks"
+        raise LexgraphError(f"--run {run} {owner}; refusing to write there, expected a path outside {outside}")
+    parent = path.resolve().parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

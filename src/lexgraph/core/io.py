@@ -147,7 +147,7 @@ def _write_error(target: Path, exc: BaseException, tmp: Path | None) -> DataErro
 
 #: temporaries of the older naming (no pid in it) are removed once older than this
 LEGACY_TMP_AGE_S = 24 * 3600
-_LEGACY_TMP = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")  # tempfile's 8 random characters
+_RANDOM = r"[a-z0-9_]{8}"  # tempfile's 8 random characters
 _NAME_MAX = 255  # bytes of a file name on the usual file systems
 
 
@@ -182,15 +182,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _legacy_target(name: str) -> str | None:
-    """The output a temporary of the older naming was for (nested ones unwrapped)."""
-    match = _LEGACY_TMP.fullmatch(name)
-    if match is None:
-        return None
-    while match:
-        name = match.group(1)
-        match = _LEGACY_TMP.fullmatch(name)
-    return name
+def _writer_gone(name: str, target: Path, entry: os.DirEntry) -> str | None:
+    """Why the writer of ``name``, a file next to ``target``, is gone (it is one of the
+    temporaries the module docstring describes and may be removed), or None."""
+    ours = re.fullmatch(rf"\..+\.{re.escape(_host())}\.(\d+)\.{_RANDOM}\.tmp", name)
+    if ours:
+        return None if _alive(int(ours.group(1))) else f"its writer, pid {ours.group(1)}, is gone"
+    if not re.fullmatch(rf"\.{re.escape(target.name)}\.{_RANDOM}\.tmp", name):
+        return None  # another host's, another output's older-naming one, or not a temporary
+    with contextlib.suppress(OSError):
+        if time.time() - entry.stat(follow_symlinks=False).st_mtime < LEGACY_TMP_AGE_S:
+            return None
+    return "older than a day"
 
 
 def _sweep_stale_temporaries(target: Path) -> None:
@@ -200,24 +203,10 @@ def _sweep_stale_temporaries(target: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        name = entry.name
-        if not (name.startswith(".") and name.endswith(".tmp")):
-            continue
-        parts = name[: -len(".tmp")].rsplit(".", 3)
-        if len(parts) == 4 and parts[1] == _host() and parts[2].isdigit() and len(parts[3]) == 8:
-            if _alive(int(parts[2])):
-                continue
-            why = f"its writer, pid {parts[2]}, is gone"
-        elif _legacy_target(name) == target.name:
-            with contextlib.suppress(OSError):
-                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
-                if age < LEGACY_TMP_AGE_S:
-                    continue
-            why = "older than a day"
-        else:
-            continue
-        log.warning("%s: removing a temporary left by an interrupted run (%s)", target.parent / name, why)
-        _remove(target.parent / name)
+        why = _writer_gone(entry.name, target, entry)
+        if why:
+            log.warning("%s: removing a temporary left by an interrupted run (%s)", target.parent / entry.name, why)
+            _remove(target.parent / entry.name)
 
 
 @contextlib.contextmanager

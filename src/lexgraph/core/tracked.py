@@ -22,8 +22,9 @@ DVC owns two kinds of paths that such a write would damage:
 * a path at or under an ``outs``, ``metrics`` or ``plots`` entry of a ``dvc.yaml`` (a
   ``foreach``/``matrix`` template such as ``models/gnn_${item}`` matches any item), an
   output of a ``dvc.lock`` stage, an ``outs`` path of a ``*.dvc`` file (each read in every
-  directory from the repository root or the workspace down to the path), or an artefact
-  :mod:`lexgraph.core.layout` names in the workspace.
+  directory from the repository root or the workspace down to the path), or a path under
+  the workspace's ``data/`` or ``models/`` (:data:`lexgraph.core.layout.MANAGED_ROOTS`,
+  which hold every artefact :mod:`lexgraph.core.layout` names).
 
 A ``dvc.yaml``, ``dvc.lock`` or ``*.dvc`` file that cannot be read is a reason too: which
 paths it tracks cannot be told.
@@ -42,6 +43,9 @@ from lexgraph.core import layout
 
 #: directories whose content only their tools write
 SUSPECT_DIRS = (".dvc", ".git")
+#: why a path under the workspace's ``data/`` or ``models/`` is DVC's (every artefact of
+#: :mod:`lexgraph.core.layout` lies there)
+MANAGED = "which `dvc repro` manages"
 #: DVC's own files (``*.dvc`` too)
 DVC_FILES = ("dvc.yaml", "dvc.lock", ".dvcignore")
 _TEMPLATE = re.compile(r"(\$\{[^}]*\})")
@@ -223,13 +227,9 @@ def dvc_owner(path: str | os.PathLike, workspace: str | os.PathLike = ".") -> st
     for cache, where in cache_dirs(roots):
         if _within(target, cache) or _within(absolute, cache):
             return f"is inside DVC's cache {cache} ({where})"
-    for art in layout.ARTIFACTS.values():
-        out = art.under(workspace).resolve()
-        if _within(target, out):
-            return (
-                f"{'is' if target == out else 'is inside'} {art.path}, the output of stage '{art.stage}' "
-                "(lexgraph.core.layout)"
-            )
+    for managed in layout.MANAGED_ROOTS:
+        if _within(target, (workspace / managed).resolve()) or _within(absolute, workspace / managed):
+            return f"is inside {workspace / managed}, {MANAGED}"
     repos = [r for r in roots if _within(target, r)] + ([workspace] if _within(target, workspace) else [])
     seen: set[Path] = set()
     for root in repos:

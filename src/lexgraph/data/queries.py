@@ -74,14 +74,13 @@ class QueriesConfig:
         if self.generator not in GENERATORS:
             raise bad("generator", f"one of {', '.join(GENERATORS)}")
         for key in ("per_article", "min_words", "max_words", "top_k", "max_length", "max_input_length", "batch_size"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if getattr(self, key) < 1:  # integers: section_config checked the types
                 raise bad(key, "a positive integer")
-        if not isinstance(self.first_id, int) or self.first_id < 0:
+        if self.first_id < 0:
             raise bad("first_id", "a non-negative integer")
         if self.max_words < self.min_words:
             raise bad("max_words", f"an integer >= min_words ({self.min_words})")
-        if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):
+        if not 0.0 < self.top_p <= 1.0:
             raise bad("top_p", "a number in (0, 1]")
 
 

@@ -7,31 +7,23 @@ prefixes when they start from that checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import read_json_object
 from lexgraph.core.io import write_json
 from lexgraph.core.layout import restore_hint
 
 BASE_INFO = "lexgraph_base.json"
 E5_PREFIXES = {"query_prefix": "query: ", "passage_prefix": "passage: "}
+#: the keys of ``lexgraph_base.json`` checked where the file is read (:func:`read_base_summary`)
+_PREFIX_KEYS = {key: (lambda v: isinstance(v, str), "a string") for key in E5_PREFIXES}
 
 
 def read_base_info(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """Prefixes of a base checkpoint (``lexgraph_base.json``; none when absent)."""
     info = read_base_summary(name_or_path)
-    for key in ("query_prefix", "passage_prefix"):
-        if not isinstance(info.get(key, ""), str):
-            path = Path(name_or_path) / BASE_INFO
-            raise DataError(
-                path,
-                f"key '{key}' = {json.dumps(info[key])[:60]}, not a "
-                f"string; expected the base checkpoint's settings; {restore_hint(path)}",
-            )
     return {"query_prefix": info.get("query_prefix", ""), "passage_prefix": info.get("passage_prefix", "")}
 
 
@@ -54,7 +46,11 @@ def read_base_summary(directory: str | os.PathLike) -> dict[str, Any]:
     path = Path(directory) / BASE_INFO
     return (
         read_json_object(
-            path, what="the base checkpoint's settings (an object)", fix=restore_hint(path), missing_ok=True
+            path,
+            what="the base checkpoint's settings (an object)",
+            fix=restore_hint(path),
+            optional=_PREFIX_KEYS,
+            missing_ok=True,
         )
         or {}
     )

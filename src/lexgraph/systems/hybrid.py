@@ -124,7 +124,8 @@ class HybridRetriever:
         dense: the dense retriever (any :class:`lexgraph.systems.Retriever`; None when the
             choice is BM25 alone).
         fusion: the fusion method (chosen on dev by the ``hybrid`` stage).
-        depth: articles each system contributes per question.
+        depth: articles each system contributes per question (a positive integer: checked
+            where it enters, :func:`read_settings`).
         name: system name.
         source: where the fusion settings come from (named in errors).
     """
@@ -143,9 +144,7 @@ class HybridRetriever:
                 f"{name}: {sparse.name} ranks {a.size} articles and {dense.name} {b.size} other ones; expected both "
                 "built on the same corpus (run `dvc repro`)"
             )
-        if isinstance(depth, bool) or int(depth) != depth or depth < 1:
-            raise LexgraphError(f"{name}: depth = {depth!r}, expected a positive integer")
-        self.sparse, self.dense, self.fusion, self.depth = sparse, dense, fusion, int(depth)
+        self.sparse, self.dense, self.fusion, self.depth = sparse, dense, fusion, depth
         self.name = name
         self.source = str(source)
         self.article_ids = np.sort(a)  # (na,)

@@ -57,10 +57,9 @@ class ZeroshotConfig:
     def validate(self) -> None:
         if self.token_pooling not in ("cls", "mean"):
             raise params_error(f"'{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
-        for key in ("max_length", "max_document_length", "batch_size"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise params_error(f"'{SECTION}.{key}' = {value!r}, expected a positive integer")
+        for key in ("max_length", "max_document_length", "batch_size"):  # integers: section_config checked
+            if getattr(self, key) < 1:
+                raise params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected a positive integer")
         if self.max_document_length < self.max_length:
             raise params_error(f"'{SECTION}.max_document_length' must be >= '{SECTION}.max_length'")
 

@@ -130,34 +130,29 @@ class PretrainConfig:
             "log_every",
             "accumulation_steps",
         ):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if getattr(self, key) < 1:  # integers, floats: section_config checked the types
                 raise bad(key, "a positive integer")
         if self.hidden_size % self.num_heads:
             raise bad("hidden_size", f"a multiple of num_heads ({self.num_heads})")
-        if not isinstance(self.max_length, int) or not 8 <= self.max_length <= 512:
+        if not 8 <= self.max_length <= 512:
             raise bad("max_length", "an integer in [8, 512]")
         if not 0.0 < self.eval_fraction < 0.5:
             raise bad("eval_fraction", "a fraction in (0, 0.5)")
         if not 0.0 < self.mlm_probability < 1.0:
             raise bad("mlm_probability", "a fraction in (0, 1)")
-        if not (
-            isinstance(self.warmup_ratio, (int, float))
-            and 0 <= self.warmup_ratio < 1
-            and self.warmup_steps < self.max_steps
-        ):
+        if not (0 <= self.warmup_ratio < 1 and self.warmup_steps < self.max_steps):
             raise bad(
                 "warmup_ratio",
                 f"a share of max_steps in [0, 1) leaving at least one step after warm-up "
                 f"(max_steps = {self.max_steps})",
             )
-        if not (isinstance(self.adam_epsilon, (int, float)) and self.adam_epsilon > 0):
+        if self.adam_epsilon <= 0:
             raise bad("adam_epsilon", "a positive number")
-        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+        if self.learning_rate <= 0:
             raise bad("learning_rate", "a positive number")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+        if self.weight_decay < 0:
             raise bad("weight_decay", "a number >= 0")
-        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
+        if self.max_grad_norm < 0:
             raise bad("max_grad_norm", "a number >= 0 (0: no clipping)")
 
 
