@@ -1,6 +1,6 @@
-"""Pipeline-wide progress (issue 25, item 6): each stage logs ``stage <name> (k of N)`` when it
-starts, k and N from dvc.yaml in the order ``dvc repro`` runs the stages; without a pipeline
-to read, the stage's name alone and no error."""
+"""Pipeline-wide progress (issue 25, item 6): under ``dvc repro`` each stage logs ``stage <name>
+(k of N)`` when it starts, k and N from dvc.yaml in the order DVC runs the stages; without a
+pipeline to read, the stage's name alone and no error; run by hand, no such line."""
 
 from __future__ import annotations
 
@@ -128,10 +128,11 @@ def test_run_stage_logs_its_place_in_the_pipeline(tmp_path, monkeypatch, caplog)
     assert _run(tmp_path, caplog)[0] == "stage score@a (6 of 6)"
 
 
-def test_run_stage_without_a_pipeline_logs_the_name_alone(tmp_path, monkeypatch, caplog):
-    """A driver run by hand, or a stage dvc.yaml does not name: no position and no error."""
+def test_run_stage_without_a_known_place(tmp_path, monkeypatch, caplog):
+    """Under DVC with no dvc.yaml to read, or one that does not name the stage: the name alone,
+    no error. A driver run by hand (no DVC_STAGE) adds no line: its error stays one line."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.setenv("DVC_STAGE", "bm25")
     assert _run(tmp_path, caplog)[0] == "stage bm25"
     _write(tmp_path, PIPELINE)  # unreadable order (${item.after})
     caplog.clear()
@@ -139,3 +140,6 @@ def test_run_stage_without_a_pipeline_logs_the_name_alone(tmp_path, monkeypatch,
     _write(tmp_path, PIPELINE.replace("metrics/score_${item.after}.json", "data/clean"))
     caplog.clear()
     assert _run(tmp_path, caplog)[0] == "stage bm25"  # not one of its stages
+    monkeypatch.delenv("DVC_STAGE")
+    caplog.clear()
+    assert [line.split(" done in ")[0] for line in _run(tmp_path, caplog)] == ["stage bm25"]

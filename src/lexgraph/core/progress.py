@@ -253,13 +253,17 @@ def pipeline_order(dvc_yaml: str | os.PathLike) -> list[str] | None:
     return order
 
 
-def log_stage_start(name: str) -> None:
-    """Log that a stage starts, with its place in the pipeline: ``stage train_dsr (10 of 22)``.
-    The stage is ``$DVC_STAGE`` (set by DVC: ``train_gnn@gdsr``, or ``../dvc.yaml:train_dsr``
-    when ``dvc repro`` was started in another directory), else ``name``; the pipeline, the
-    ``dvc.yaml`` of the working directory (DVC runs a command in its dvc.yaml's directory). A
-    stage not found there (a driver run by hand) logs its name alone."""
-    stage = (os.environ.get("DVC_STAGE") or name).rpartition(":")[2]
+def log_stage_start() -> None:
+    """Under ``dvc repro`` (``$DVC_STAGE`` set), log that the stage starts and its place in the
+    run: ``stage train_dsr (10 of 22)``. The stage is ``$DVC_STAGE`` (``train_gnn@gdsr``, or
+    ``../dvc.yaml:train_dsr`` when ``dvc repro`` was started in another directory); the
+    pipeline, the ``dvc.yaml`` of the working directory (DVC runs a command in its dvc.yaml's
+    directory); a stage not found there logs its name alone. A driver run by hand (no
+    ``$DVC_STAGE``) is no part of a run and logs nothing here: its error stays the one line
+    on stderr."""
+    stage = os.environ.get("DVC_STAGE", "").rpartition(":")[2]
+    if not stage:
+        return
     order = pipeline_order("dvc.yaml") or []
     if stage in order:
         stage_log.info("stage %s (%d of %d)", stage, order.index(stage) + 1, len(order))
