@@ -1,16 +1,21 @@
 """The front page and the docs site (issue 25): the generated results page matches metrics/ and
-regression/, the README's results table matches the same files, every relative link resolves,
+regression/, the README's results table matches the same files, the sample outputs of
+`lexgraph search` are what the command prints on the workspace, every relative link resolves,
 and the README keeps the two commands that .ci/run and a fresh machine depend on."""
 
 from __future__ import annotations
 
+import json
 import re
 
+import pytest
 import yaml
 
 from conftest import ROOT, load_benchmark
+from helpers_cli import ARTICLES, write_articles
 
 gen_results = load_benchmark("gen_results", folder="docs")
+gen_samples = load_benchmark("gen_samples", folder="docs")
 
 SETUP = "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && dvc repro"
 TESTS = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/python -m pytest -q"
@@ -103,3 +108,44 @@ def test_every_docs_page_is_in_the_site_nav():
                 yield from pages(value) if isinstance(value, list) else [value]
 
     assert sorted(pages(config["nav"])) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+def test_search_samples_are_what_the_command_prints():
+    """Every `$ lexgraph search` sample of the README and docs/ is the command's output on this
+    workspace's BM25 index and articles (written by `dvc repro`, not in git: skipped without)."""
+    absent = gen_samples.missing(ROOT)
+    if absent:
+        pytest.skip(f"needs {', '.join(absent)} in the workspace: run `dvc repro` (or `dvc pull`) first")
+    stale = gen_samples.stale(ROOT, ROOT)
+    assert not stale, (
+        f"stale samples in {sorted(str(p.relative_to(ROOT)) for p in stale)}: run `python docs/gen_samples.py`"
+    )
+    assert sum(len(gen_samples.BLOCK.findall(p.read_text(encoding="utf-8"))) for p in gen_samples.pages()) >= 2
+
+
+def test_samples_are_regenerated_from_a_real_run(tmp_path):
+    """A stale sample's output is replaced by the command's, on the workspace given; the
+    command line, the rest of the page and other code blocks stay as written."""
+    write_articles(tmp_path, ARTICLES)
+    from lexgraph.search.bm25 import BM25
+
+    BM25(k1=1.2, b=0.75).fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    assert gen_samples.missing(tmp_path) == []
+    text_cmd = '$ lexgraph search --system bm25 --top 2 "Qui paie la réparation du mur ?"'
+    json_cmd = '$ lexgraph search --top 2 --json "Qui paie le loyer ?"'
+    page = (
+        f"Intro.\n\n```\n{text_cmd}\n  1. Art. 99 typed by hand\n```\n\n```bash\n{text_cmd}\nkept\n```\n\n"
+        f"```\n{json_cmd}\n{{}}\n```\nEnd.\n"
+    )
+    fresh = gen_samples.render(page, tmp_path)
+    assert fresh.startswith("Intro.\n\n```\n" + text_cmd + "\n\nQui paie la réparation du mur ?\n")
+    assert "Art. 99" not in fresh and f"```bash\n{text_cmd}\nkept\n```" in fresh and fresh.endswith("```\nEnd.\n")
+    text_block, json_block = (m.group(2) for m in gen_samples.BLOCK.finditer(fresh))
+    assert "1. Art. 1 " in text_block and "**mur**" in text_block and "**réparation**" in text_block
+    assert "Art. 2 " not in text_block  # only articles that match a term of the question
+    record = json.loads(json_block)  # indented over lines, still one JSON object
+    assert record["question"] == "Qui paie le loyer ?" and record["system"] == "bm25"
+    assert [hit["id"] for hit in record["hits"]] == [3] and len(json_block.splitlines()) > 3
+    assert gen_samples.render(fresh, tmp_path) == fresh
+    with pytest.raises(ValueError, match="--system bm25"):
+        gen_samples.render('```\n$ lexgraph search --system dsr "mur"\n```\n', tmp_path)

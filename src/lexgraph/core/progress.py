@@ -8,19 +8,26 @@ by hand): it draws a tqdm bar only when stderr is a TTY and otherwise logs
 took that long. :func:`quiet_third_party_bars` silences the bars of the Hugging Face
 libraries (transformers' "Loading weights", huggingface_hub downloads, datasets) off a
 TTY; :func:`lexgraph.core.stage.setup_logging` calls it.
+
+Pipeline-wide: :func:`log_stage_start` (called by :func:`lexgraph.core.stage.run_stage`) logs
+``stage train_gnn@gdsr (14 of 22)``, the stage's place in the order ``dvc repro`` runs the
+whole pipeline (:func:`pipeline_order`, read from ``dvc.yaml``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger("lexgraph.core.progress")
+stage_log = logging.getLogger("lexgraph")  # the logger of run_stage's "stage ... done" line
 
 #: Environment variables that switch the Hugging Face libraries' bars off (read at their import).
 HF_PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
@@ -167,4 +174,109 @@ def quiet_third_party_bars() -> None:
         disable_datasets_bars()
 
 
-__all__ = ["Progress", "progress", "progress_bar", "quiet_third_party_bars", "stderr_is_tty"]
+def _stage_paths(body: dict, keys: tuple[str, ...], item: object, key: object) -> list[tuple[str, ...]]:
+    """The paths a stage lists under ``keys`` (an entry is a path or ``{path: options}``), with
+    a ``foreach`` stage's ``${item}`` and ``${key}`` filled in, as path parts below dvc.yaml."""
+    wdir = str(body.get("wdir", "."))
+    found = []
+    for name in keys:
+        for entry in body.get(name) or []:
+            path = str(next(iter(entry)) if isinstance(entry, dict) else entry)
+            path = path.replace("${item}", str(item)).replace("${key}", str(key))
+            if "${" in path:  # another interpolation: not resolved here
+                raise TypeError(f"{path} is interpolated")
+            found.append(tuple(p for p in posixpath.normpath(posixpath.join(wdir, path)).split("/") if p != "."))
+    return found
+
+
+def _expanded(stages: dict):
+    """``(name, deps, outs)`` per stage of dvc.yaml's ``stages``, ``foreach`` stages expanded
+    (``train_gnn@gdsr``: a list's values or a mapping's keys name them)."""
+    for name, body in stages.items():
+        if "foreach" not in body:
+            yield name, _stage_paths(body, ("deps",), None, None), _stage_paths(body, OUTPUTS, None, None)
+            continue
+        values = body["foreach"]
+        if isinstance(values, str):  # an interpolated ${...} list: not resolved here
+            raise TypeError(f"foreach of {name} is {values!r}")
+        scalar = (str, int, float, bool)
+        pairs = (
+            values.items()
+            if isinstance(values, dict)
+            else [(v if isinstance(v, scalar) else i, v) for i, v in enumerate(values)]
+        )
+        for key, item in pairs:
+            do = body["do"]
+            yield f"{name}@{key}", _stage_paths(do, ("deps",), item, key), _stage_paths(do, OUTPUTS, item, key)
+
+
+#: what a dvc.yaml stage writes
+OUTPUTS = ("outs", "metrics", "plots")
+
+
+def pipeline_order(dvc_yaml: str | os.PathLike) -> list[str] | None:
+    """The stages of ``dvc_yaml`` in the order a full ``dvc repro`` runs them, ``foreach`` stages
+    expanded (``train_gnn@gdsr``): DVC's plan, a depth-first post-order over the stages in file
+    order, each after the stages whose outputs overlap its deps. ``None`` when the file is
+    missing or holds something this does not read (a ``matrix`` stage, an interpolated
+    ``foreach``): a progress line then goes without its position, never fails a stage."""
+    import yaml
+
+    try:
+        stages = yaml.safe_load(Path(dvc_yaml).read_text(encoding="utf-8"))["stages"]
+        if any("matrix" in body for body in stages.values()):
+            return None
+        expanded = list(_expanded(stages))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError, StopIteration):
+        return None
+
+    def overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+        return a[: len(b)] == b or b[: len(a)] == a
+
+    upstream = {
+        name: [other for dep in deps for other, _, outs in expanded if any(overlaps(dep, out) for out in outs)]
+        for name, deps, _ in expanded
+    }
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        seen.add(name)
+        for other in upstream[name]:
+            if other not in seen:
+                visit(other)
+        order.append(name)
+
+    for name in upstream:
+        if name not in seen:
+            visit(name)
+    return order
+
+
+def log_stage_start() -> None:
+    """Under ``dvc repro`` (``$DVC_STAGE`` set), log that the stage starts and its place in the
+    run: ``stage train_dsr (10 of 22)``. The stage is ``$DVC_STAGE`` (``train_gnn@gdsr``, or
+    ``../dvc.yaml:train_dsr`` when ``dvc repro`` was started in another directory); the
+    pipeline, the ``dvc.yaml`` of the working directory (DVC runs a command in its dvc.yaml's
+    directory); a stage not found there logs its name alone. A driver run by hand (no
+    ``$DVC_STAGE``) is no part of a run and logs nothing here: its error stays the one line
+    on stderr."""
+    stage = os.environ.get("DVC_STAGE", "").rpartition(":")[2]
+    if not stage:
+        return
+    order = pipeline_order("dvc.yaml") or []
+    if stage in order:
+        stage_log.info("stage %s (%d of %d)", stage, order.index(stage) + 1, len(order))
+    else:
+        stage_log.info("stage %s", stage)
+
+
+__all__ = [
+    "Progress",
+    "log_stage_start",
+    "pipeline_order",
+    "progress",
+    "progress_bar",
+    "quiet_third_party_bars",
+    "stderr_is_tty",
+]

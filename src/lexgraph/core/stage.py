@@ -16,11 +16,12 @@ A driver is::
 ``run_stage`` parses the command line (``--params`` and the options ``configure`` adds),
 loads ``params.yaml`` (unknown top-level sections and a bad ``base`` are errors), builds
 the section's typed config with ``config`` so that a bad value fails before seeding (which
-imports torch) and before any work, then configures logging, sets determinism, seeds
-everything and calls ``main(args, base, config)`` with that typed config, not the raw
-section. A :class:`LexgraphError` becomes one line on stderr and exit status 2 (outputs
-are written atomically, so nothing is left half-written or overwritten); an interrupt,
-one line and status 130.
+imports torch) and before any work, then configures logging, logs the stage's place in
+the run under ``dvc repro`` (``stage train_dsr (10 of 22)``, :func:`lexgraph.core.progress.log_stage_start`),
+sets determinism, seeds everything and calls ``main(args, base, config)`` with that typed
+config, not the raw section. A :class:`LexgraphError` becomes one line on stderr and exit
+status 2 (outputs are written atomically, so nothing is left half-written or overwritten);
+an interrupt, one line and status 130.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 
 from lexgraph.core.config import Base, load_params, seed_everything, set_deterministic
 from lexgraph.core.errors import LexgraphError
+from lexgraph.core.progress import log_stage_start
 
 log = logging.getLogger("lexgraph")
 
@@ -92,6 +94,7 @@ def run_stage(
         base, params = load_params(section, args.params)
         settings = config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
+        log_stage_start()  # under `dvc repro`: "stage train_dsr (10 of 22)", where the run stands
         set_deterministic(base.deterministic)
         seed_everything(base.seed)
         start = time.perf_counter()
