@@ -1083,6 +1083,12 @@ def _backbone_ref(path):
     return HierarchicalArticleEncoder.from_pretrained(path.parent)
 
 
+def _query_encoder_ref(path):
+    from lexgraph.models.encoders import QueryEncoder
+
+    return QueryEncoder.from_pretrained(path.parent)
+
+
 GRAPH_ENCODER = {
     "in_dim": 4,
     "model": "gatv2",
@@ -1188,6 +1194,14 @@ ARTEFACTS = [
         '{"path": 3}',
         "key 'path' = 3, not a directory",
         "train_dsr",
+    ),
+    (
+        "query-encoder-reference",
+        _query_encoder_ref,
+        "models/gnn_hgraph_qa/query_encoder/backbone.json",
+        '{"path": ',
+        "not valid JSON, truncated or corrupt",
+        "train_gnn@hgraph_qa",
     ),
 ]
 

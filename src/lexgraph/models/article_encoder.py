@@ -24,8 +24,10 @@ from lexgraph.models.backbone import (
     _autocast,
     _bar,
     _max_positions,
+    backbone_ref,
     load_backbone,
     longest_first,
+    save_backbone_ref,
 )
 from lexgraph.models.encoders import TextEncoder
 from lexgraph.models.family import read_base_info
@@ -46,7 +48,6 @@ log = logging.getLogger(__name__)
 HIERARCHICAL_CONFIG = "hierarchical.json"
 HIERARCHICAL_WEIGHTS = "hierarchical.safetensors"
 CHUNK_POOLING = ("max", "mean", "token_mean")
-BACKBONE_REF = "backbone.json"  # a frozen chunk encoder saved by reference to its base checkpoint
 
 
 class HierarchicalArticleEncoder(TextEncoder):
@@ -324,7 +325,7 @@ class HierarchicalArticleEncoder(TextEncoder):
         if self.freeze_backbone and backbone_source is not None:
             self.tokenizer.save_pretrained(directory)
             self.backbone_config.save_pretrained(directory)
-            write_json({"path": str(backbone_source), "frozen": True}, directory / BACKBONE_REF, ensure_ascii=True)
+            save_backbone_ref(directory, backbone_source)
         else:
             if self.backbone is None:
                 raise LexgraphError("cannot save an article encoder without its chunk encoder and no backbone_source")
@@ -351,20 +352,9 @@ class HierarchicalArticleEncoder(TextEncoder):
         directory = Path(name_or_path)
         remedy = restore_hint(directory)
         saved_config = directory / HIERARCHICAL_CONFIG
-        reference = directory / BACKBONE_REF
-        backbone_path: str | os.PathLike = name_or_path
-        if not random_init and (reference.exists() or reference.is_symlink()):
-            backbone_path = read_json_object(
-                reference,
-                what="the frozen chunk encoder's checkpoint directory",
-                keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
-                fix=remedy,
-            )["path"]
-            if with_backbone and not Path(backbone_path).is_dir():
-                raise LexgraphError(
-                    f"{reference}: the frozen chunk encoder lives in '{backbone_path}', which is missing; "
-                    f"{restore_hint(backbone_path)}"
-                )
+        chunk_encoder = "the frozen chunk encoder"
+        referenced = None if random_init else backbone_ref(directory, chunk_encoder, required=with_backbone)
+        backbone_path: str | os.PathLike = referenced or name_or_path
         if with_backbone:
             backbone, tokenizer = load_backbone(backbone_path, random_init=random_init)
             config = backbone.config

@@ -1,6 +1,7 @@
 """Backbones of the text encoders: loading a Hugging Face encoder (with its checks of the
-saved files), choosing its trainable layers, and the helpers every encoder's ``encode``
-shares (device, autocast, progress, longest-first batches)."""
+saved files), saving a frozen one by reference (``backbone.json``), choosing its trainable
+layers, and the helpers every encoder's ``encode`` shares (device, autocast, progress,
+longest-first batches)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from torch import nn
 
 from lexgraph.core.errors import ConfigError, DataError, LexgraphError
 from lexgraph.core.hub import check_model_files, first_line
+from lexgraph.core.inputs import read_json_object
+from lexgraph.core.io import write_json
 from lexgraph.core.layout import producer, restore_hint
 from lexgraph.core.progress import progress
 
@@ -22,6 +25,8 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 TOKEN_POOLING = ("cls", "mean")
+#: a backbone that did not train, saved by reference to the checkpoint directory it was loaded from
+BACKBONE_REF = "backbone.json"
 
 
 def transformer_layers(backbone: nn.Module) -> nn.ModuleList:
@@ -49,6 +54,34 @@ def set_trainable_layers(backbone: nn.Module, trainable_layers: int | None) -> N
 # ---------------------------------------------------------------------------
 # Backbone loading
 # ---------------------------------------------------------------------------
+
+
+def save_backbone_ref(directory: str | os.PathLike, source: str | os.PathLike) -> None:
+    """Write ``directory/backbone.json``: the backbone is the checkpoint in ``source``, unchanged
+    (a path as the stage was given it: relative paths are relative to the workspace)."""
+    write_json({"path": str(source), "frozen": True}, Path(directory) / BACKBONE_REF, ensure_ascii=True)
+
+
+def backbone_ref(
+    directory: str | os.PathLike, what: str, *, root: str | os.PathLike = ".", required: bool = True
+) -> Path | None:
+    """The checkpoint directory that ``directory/backbone.json`` names, under ``root`` (the
+    workspace) when relative; ``None`` when ``directory`` holds no reference. A damaged
+    reference, or (``required``) a missing directory, is one line naming the file and the
+    stage to rerun (``what``: the encoder the reference stands for, for the message)."""
+    reference = Path(directory) / BACKBONE_REF
+    if not (reference.exists() or reference.is_symlink()):
+        return None
+    path = read_json_object(
+        reference,
+        what=f"{what}'s checkpoint directory",
+        keys={"path": (lambda v: isinstance(v, str) and bool(v), "a directory")},
+        fix=restore_hint(directory),
+    )["path"]
+    target = Path(root, path)
+    if required and not target.is_dir():
+        raise LexgraphError(f"{reference}: {what} lives in '{path}', which is missing; {restore_hint(path)}")
+    return target
 
 
 def _no_pooler_kwargs(config) -> dict[str, Any]:

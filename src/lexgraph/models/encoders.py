@@ -69,8 +69,10 @@ from lexgraph.models.backbone import (
     _bar,
     _max_positions,
     _module_device,
+    backbone_ref,
     load_backbone,
     longest_first,
+    save_backbone_ref,
     set_trainable_layers,
 )
 from lexgraph.models.family import read_base_info
@@ -276,11 +278,17 @@ class QueryEncoder(TextEncoder):
         """``(batch, seq)`` token ids and mask -> ``(batch, dim)`` embeddings."""
         return self._pool(input_ids, attention_mask)  # (batch, dim)
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
+    def save_pretrained(self, directory: str | os.PathLike, source: str | os.PathLike | None = None) -> None:
         """HF dir (backbone + tokenizer) + ``query_encoder.json``, laid out so that
-        ``sentence_transformers.SentenceTransformer(directory)`` loads the same encoder."""
+        ``sentence_transformers.SentenceTransformer(directory)`` loads the same encoder; or, for
+        an encoder loaded from the query encoder directory ``source`` and not trained since,
+        ``query_encoder.json`` and a reference to ``source`` (``backbone.json``), not a copy."""
         directory = Path(directory)
-        self._save_backbone(directory)
+        if source is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            save_backbone_ref(directory, source)
+        else:
+            self._save_backbone(directory)
         write_json(
             {
                 "format_version": FORMAT_VERSION,
@@ -292,8 +300,9 @@ class QueryEncoder(TextEncoder):
             directory / QUERY_CONFIG,
             ensure_ascii=True,
         )
-        prompts = {"query": self.prefix} if self.prefix else None
-        write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling, prompts)
+        if source is None:
+            prompts = {"query": self.prefix} if self.prefix else None
+            write_sentence_transformers_config(directory, self.dim, self.max_length, self.token_pooling, prompts)
 
     @classmethod
     def from_pretrained(
@@ -304,14 +313,19 @@ class QueryEncoder(TextEncoder):
         token_pooling: str | None = None,
         random_init: bool = False,
         trainable_layers: int | None | str = "saved",
+        root: str | os.PathLike = ".",
     ) -> QueryEncoder:
         """Load a saved query encoder, or start one from any HF backbone (name or dir).
 
         Settings not given come from the saved ``query_encoder.json`` if any, else the
         defaults (512 tokens, [CLS] pooling, all layers trainable); the prefix comes from
-        the saved settings or the base checkpoint's ``lexgraph_base.json``.
+        the saved settings or the base checkpoint's ``lexgraph_base.json``. A directory saved
+        with a ``source`` loads its backbone and tokenizer from there (a relative reference
+        lies under ``root``, the workspace).
         """
-        backbone, tokenizer = load_backbone(name_or_path, random_init=random_init)
+        referenced = None if random_init else backbone_ref(name_or_path, "the untrained query encoder", root=root)
+        backbone_path = referenced or name_or_path
+        backbone, tokenizer = load_backbone(backbone_path, random_init=random_init)
         settings = Path(name_or_path) / QUERY_CONFIG
         saved = (
             read_json_object(
@@ -323,7 +337,7 @@ class QueryEncoder(TextEncoder):
             )
             or {}
         )
-        prefix = saved.get("prefix", read_base_info(name_or_path)["query_prefix"])
+        prefix = saved.get("prefix", read_base_info(backbone_path)["query_prefix"])
         return cls(
             backbone,
             tokenizer,

@@ -70,16 +70,17 @@ def shared_query_encoders() -> Iterator[None]:
         _SHARED = outer
 
 
-def load_query_encoder(directory: str | Path):
-    """``QueryEncoder.from_pretrained(directory)``; within :func:`shared_query_encoders`
-    the encoder already loaded from that directory, if any."""
+def load_query_encoder(directory: str | Path, root: str | Path = "."):
+    """``QueryEncoder.from_pretrained(directory, root=root)`` (``root``: the workspace, where a
+    saved reference's relative path starts); within :func:`shared_query_encoders` the encoder
+    already loaded from that directory, if any."""
     from lexgraph.models.encoders import QueryEncoder
 
     if _SHARED is None:
-        return QueryEncoder.from_pretrained(directory)
+        return QueryEncoder.from_pretrained(directory, root=root)
     key = str(Path(directory).resolve())
     if key not in _SHARED.encoders:
-        _SHARED.encoders[key] = QueryEncoder.from_pretrained(directory)
+        _SHARED.encoders[key] = QueryEncoder.from_pretrained(directory, root=root)
     return _SHARED.encoders[key]
 
 
@@ -207,17 +208,19 @@ def load_dense(
     normalize: bool = True,
     *,
     embeddings_what: str | None = None,
+    workspace: str | Path = ".",
 ) -> DenseRetriever:
     """The system ``name``: the query encoder in ``query_dir`` + the article embeddings in
     ``emb_path``, both made by ``stage`` (the embeddings are checked first; a missing one is
-    "the <name> article embeddings", or ``embeddings_what``, "not found; run `dvc repro <stage>` first")."""
+    "the <name> article embeddings", or ``embeddings_what``, "not found; run `dvc repro <stage>` first").
+    ``workspace``: where a query encoder saved by reference finds its source."""
     from lexgraph.core.config import resolve_device
     from lexgraph.encoding.embed import load_embeddings
 
     _require(emb_path, embeddings_what or f"the {name} article embeddings", stage)
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
-    encoder = load_query_encoder(query_dir)
+    encoder = load_query_encoder(query_dir, root=workspace)
     return DenseRetriever(
         encoder,
         ids,

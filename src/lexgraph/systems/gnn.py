@@ -8,7 +8,9 @@ article embeddings that ``train_gnn`` computed with one full-graph pass
 * ``gdsr``, ``hgraph`` — questions encoded by the DSR query encoder (``models/dsr/query_encoder``),
   as in G-DSR, where only the legislative graph encoder is trained on top of DSR;
 * ``qabisar``, ``hgraph_qa`` — questions encoded by the variant's distilled query encoder
-  (``models/gnn_<variant>/query_encoder``): unseen questions have no node in the graph.
+  (``models/gnn_<variant>/query_encoder``): unseen questions have no node in the graph. Without
+  distillation (``kd_weight: 0``) that directory references ``models/dsr/query_encoder``
+  (``backbone.json``) instead of holding a copy of it.
 """
 
 from __future__ import annotations
@@ -50,7 +52,14 @@ def load_graph_system(variant: str, workspace: Path, device: str = "auto", index
         model_dir / "query_encoder" if variant in QUESTION_SYSTEMS else layout.DSR.under(workspace, "query_encoder")
     )
     return load_dense(
-        variant, query_dir, model_dir / ARTICLE_EMBEDDINGS, artifact.stage, device, index, _cosine(model_dir)
+        variant,
+        query_dir,
+        model_dir / ARTICLE_EMBEDDINGS,
+        artifact.stage,
+        device,
+        index,
+        _cosine(model_dir),
+        workspace=workspace,
     )
 
 

@@ -96,7 +96,13 @@ from lexgraph.training.gnn_data import (
     prepare_training_set,
     sample_negatives,
 )
-from lexgraph.training.gnn_io import GNNTrainResult, load_query_encoder, save_trained, training_metrics
+from lexgraph.training.gnn_io import (
+    QUERY_ENCODER,
+    GNNTrainResult,
+    load_query_encoder,
+    save_trained,
+    training_metrics,
+)
 
 log = logging.getLogger(__name__)
 
@@ -484,7 +490,7 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
             "dev_metrics_of": "the run before the refit (dev is trained on by the refit)",
         }
     if runtime.is_main:  # one writer; the others wait for it
-        save_trained(result, ts, settings, paths.out)
+        save_trained(result, ts, settings, paths.out, query_source=paths.dsr / QUERY_ENCODER)
         write_json(summary, paths.metrics)
     runtime.wait()
     return summary

@@ -47,9 +47,18 @@ class GNNTrainResult(TrainResult):
 # ---------------------------------------------------------------------------
 
 
-def save_trained(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings, directory: str | os.PathLike) -> None:
+def save_trained(
+    result: GNNTrainResult,
+    ts: TrainingSet,
+    settings: GNNSettings,
+    directory: str | os.PathLike,
+    query_source: str | os.PathLike | None = None,
+) -> None:
     """Write ``models/gnn_<variant>/`` atomically: weights, config, article embeddings
-    (and ``query_encoder/`` for the question variants)."""
+    (and ``query_encoder/`` for the question variants). ``query_source``: the directory the
+    query encoder was loaded from (``models/dsr/query_encoder``); an encoder that did not
+    train (no distillation, or the untrained epoch 0 selected) is saved as a reference to
+    it instead of a copy (``None``: always a copy)."""
     from safetensors.torch import save_file
 
     from lexgraph.core.io import atomic_path, write_json
@@ -73,7 +82,8 @@ def save_trained(result: GNNTrainResult, ts: TrainingSet, settings: GNNSettings,
         write_json(config, tmp / CONFIG, ensure_ascii=True)
         save_embeddings(tmp / ARTICLE_EMBEDDINGS, ts.article_ids, result.article_embeddings)
         if result.encoder is not None:
-            result.encoder.save_pretrained(tmp / QUERY_ENCODER)
+            unchanged = not settings.trains_query_encoder or result.best_epoch == 0
+            result.encoder.save_pretrained(tmp / QUERY_ENCODER, source=query_source if unchanged else None)
 
 
 def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
