@@ -90,6 +90,8 @@ def test_pretrain_stage_offline_is_one_sentence(tmp_path):
             str(out),
             "--metrics",
             str(tmp_path / "m.json"),
+            "--plot",
+            str(tmp_path / "curve.csv"),
         ],
         capture_output=True,
         text=True,

@@ -250,6 +250,8 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
         str(tmp_path / "out"),
         "--metrics",
         str(metrics),
+        "--plot",
+        str(tmp_path / "pretrain_curve.csv"),
     ]
     assert run_stage("pretrain", driver.main, driver.configure, argv, config=PretrainConfig.from_params) == 0
     assert torch.are_deterministic_algorithms_enabled() == deterministic

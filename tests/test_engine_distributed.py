@@ -115,6 +115,8 @@ def test_a_stage_under_torchrun_writes_its_outputs_once(tmp_path):
         str(out),
         "--metrics",
         str(metrics),
+        "--plot",
+        str(tmp_path / "metrics" / "pretrain_curve.csv"),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -285,6 +285,7 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
         Path(tiny_model_dir),
         tmp_path / "models/mvcl",
         tmp_path / "rerank_mvcl.json",
+        tmp_path / "rerank_mvcl_curve.csv",
     )
 
     class First(_First):
@@ -295,6 +296,8 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
     run_rerank(paths, config, torch.device("cpu"), 13, First)
     report = json.loads(paths.metrics.read_text())
     assert report["plm_grad_norm_first_step"] > 0 and report["steps"] == 2
+    curve = paths.plot.read_text().splitlines()  # the training curve: one row per epoch of the report's history
+    assert curve[0] == "epoch,loss,dev_map" and len(curve) == 1 + len(report["history"])
     assert (paths.out / "plm" / "config.json").is_file() and (paths.out / "mvcl.json").is_file()
     retriever = load_mvcl(tmp_path, "cpu", load=lambda name, workspace, device: First())
     assert retriever.encoder.model.config.hidden_size == 16 and retriever.alpha is None

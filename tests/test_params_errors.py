@@ -95,7 +95,16 @@ STAGES = {
     ),
     "pretrain": (
         "pretrain",
-        ["--articles", "{in}/articles.parquet", "--out", "{out}/pretrain", "--metrics", "{out}/pretrain.json"],
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--out",
+            "{out}/pretrain",
+            "--metrics",
+            "{out}/pretrain.json",
+            "--plot",
+            "{out}/pretrain_curve.csv",
+        ],
     ),
     "zeroshot": (
         "zeroshot",
@@ -167,6 +176,8 @@ STAGES = {
             "{out}/gnn_hgraph",
             "--metrics",
             "{out}/train_gnn_hgraph.json",
+            "--plot",
+            "{out}/train_gnn_hgraph_curve.csv",
         ],
     ),
 }

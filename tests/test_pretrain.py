@@ -67,6 +67,7 @@ def run_tiny(articles_file, out_dir, params=None, seed=13):
         pt.PretrainConfig.from_params(dict(TINY, **(params or {}))),
         seed=seed,
         device="cpu",
+        plot=out_dir.parent / f"{out_dir.name}_curve.csv",
     )
     return metrics, json.loads(metrics_path.read_text())
 
@@ -191,11 +192,18 @@ def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file,
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
     out, metrics = tmp_path / "adapted", tmp_path / "metrics" / "pretrain.json"
+    curve = tmp_path / "metrics" / "pretrain_curve.csv"
     argv = ["--params", str(params), "--articles", str(articles_file), "--out", str(out), "--metrics", str(metrics)]
+    argv += ["--plot", str(curve)]
     assert run_stage("pretrain", driver.main, driver.configure, argv, config=pt.PretrainConfig.from_params) == 0
     written = json.loads(metrics.read_text())
     assert written["mode"] == "continue" and math.isfinite(written["eval_loss"])
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    # the training curve: the eval loss before training, then one row per step of the 2
+    rows = curve.read_text().splitlines()
+    assert rows[0] == "step,loss,eval_loss" and [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
+    assert rows[1].split(",")[1] == "nan" and "nan" not in [r.split(",")[1] for r in rows[2:]]
+    assert float(rows[-1].split(",")[2]) == pytest.approx(written["eval_loss"], abs=1e-4)
 
 
 def test_continue_mode_offline_is_one_sentence(articles_file, tmp_path, monkeypatch):

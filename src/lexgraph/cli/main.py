@@ -23,6 +23,10 @@
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance, and ends
     with the line "N of M checks pass" (one check per system, split and metric).
+``lexgraph plots-offline [--workspace .]``
+    makes ``dvc plots show`` work offline: writes an HTML template with Vega, Vega-Lite and
+    Vega-Embed inlined (from the vl-convert-python wheel) and sets ``plots.html_template`` in
+    ``.dvc/config.local`` (:mod:`lexgraph.cli.plots`).
 
 Shown hits (text or ``--json``) are real results only (:func:`lexgraph.text.display.ranked_entries`):
 with BM25 a question's hits stop at the last article that matches one of its terms, even
@@ -45,6 +49,7 @@ import sys
 from pathlib import Path
 
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
+from lexgraph.cli.plots import add_plots_offline
 
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
@@ -380,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite the expected file from the current metrics (keeps its comments and tolerances)",
     )
     r.set_defaults(func=cmd_regress)
+    add_plots_offline(sub)
     return parser
 
 

@@ -403,6 +403,10 @@ def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
     return best_epoch
 
 
+#: the columns of train_gnn's training curve (``--plot``): per epoch, the loss and the dev metric
+CURVE = ("epoch", "loss", f"dev_{SELECTION_METRIC}")
+
+
 @dataclass(frozen=True)
 class TrainGnnPaths:
     """The ``train_gnn`` stage's inputs and outputs (``dvc.yaml`` names them)."""
@@ -415,6 +419,7 @@ class TrainGnnPaths:
     hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
     out: Path = field(metadata={"help": "model directory"})
     metrics: Path = field(metadata={"help": "metrics JSON"})
+    plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev recall@200 (CSV)"})
 
 
 def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.device, seed: int) -> dict[str, Any]:
@@ -425,6 +430,7 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
     from lexgraph.core.io import read_parquet, write_json
     from lexgraph.encoding.embed import load_embeddings
     from lexgraph.graph.build import load_graph
+    from lexgraph.training.curves import write_curve
 
     variant = settings.variant
     questions, negatives = paths.questions, paths.negatives
@@ -462,6 +468,7 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
         ts, settings, seed=seed, query_encoder=encoder, runtime=runtime, prior_weight=prior_weight
     )
     summary = training_metrics(result, ts, settings)
+    curve = result.history  # the selection run's, as in the summary (a refit has no dev)
     summary["refit"] = None
     epochs = refit_epochs(settings, result.best_epoch)
     if epochs:  # G-DSR appendix B: train+dev, dev pairs with their BM25 negatives
@@ -492,5 +499,6 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
     if runtime.is_main:  # one writer; the others wait for it
         save_trained(result, ts, settings, paths.out, query_source=paths.dsr / QUERY_ENCODER)
         write_json(summary, paths.metrics)
+        write_curve(curve, CURVE, paths.plot)
     runtime.wait()
     return summary

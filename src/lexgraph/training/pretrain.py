@@ -223,14 +223,16 @@ class MLMTask:
 
 def train_mlm(
     model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int, runtime=None
-) -> dict[str, Any]:
-    """Train ``model`` in place with MLM (:func:`lexgraph.training.engine.fit`); return the metrics dict.
+) -> tuple[dict[str, Any], list[dict]]:
+    """Train ``model`` in place with MLM (:func:`lexgraph.training.engine.fit`); return the metrics dict
+    and the training curve (:func:`lexgraph.training.curves.step_records`: each step's loss).
 
     AdamW (no decay on biases and LayerNorm weights), linear warm-up over ``warmup_ratio``
     of ``max_steps`` (``cfg.warmup_steps``) then linear decay to 0 at ``max_steps``,
     gradient clipping, mixed precision on CUDA when ``mixed_precision``."""
     import torch
 
+    from lexgraph.training.curves import step_records
     from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 
     if not train_blocks:
@@ -279,7 +281,7 @@ def train_mlm(
         initial_eval,
         perplexity,
     )
-    return {
+    metrics = {
         "mode": cfg.mode,
         "steps": cfg.max_steps,
         "train_loss": round(sum(recent) / len(recent), 4),
@@ -289,6 +291,7 @@ def train_mlm(
         "train_blocks": len(train_blocks),
         "eval_blocks": len(eval_blocks),
     }
+    return metrics, step_records(result.step_losses, initial_eval, eval_loss)
 
 
 def read_articles(path: str | os.PathLike) -> list[str]:
@@ -304,9 +307,10 @@ def read_articles(path: str | os.PathLike) -> list[str]:
 
 def pretrain(
     texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device, runtime=None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[dict]]:
     """Resolve (``none``) or pre-train (``continue``, ``scratch``) the base model and save
-    model + tokenizer (+ ``lexgraph_base.json``) atomically into ``out_dir``."""
+    model + tokenizer (+ ``lexgraph_base.json``) atomically into ``out_dir``; return the metrics
+    and the training curve (none without MLM)."""
     import contextlib
     import tempfile
     from pathlib import Path
@@ -326,14 +330,14 @@ def pretrain(
         if cfg.mode == "none":
             info = resolve_base_model(cfg.model, tmp, source=cfg.source, param=f"{SECTION}.model")
             log.info("base model %s from %s, no MLM (pretrain.mode: none)", cfg.model, info["source"])
-            metrics = {"mode": "none", "model": cfg.model, "source": info["source"]}
+            metrics, curve = {"mode": "none", "model": cfg.model, "source": info["source"]}, []
         else:
             with tempfile.TemporaryDirectory(prefix="lexgraph-base-") as base_dir:
                 tokenizer, model = load_tokenizer_and_model(cfg, texts, seed, base_dir)
                 info = read_base_summary(base_dir)
             blocks = make_blocks(texts, tokenizer, cfg.max_length)
             train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
-            metrics = train_mlm(
+            metrics, curve = train_mlm(
                 model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed, runtime=runtime
             )
             metrics = {"mode": cfg.mode, **metrics}
@@ -345,7 +349,7 @@ def pretrain(
     if runtime.is_main:
         log.info("wrote %s", out_dir)
     runtime.wait()
-    return metrics
+    return metrics, curve
 
 
 def run(
@@ -356,10 +360,13 @@ def run(
     *,
     seed: int,
     device: str = "auto",
+    plot: str | os.PathLike,
 ) -> dict[str, Any]:
-    """The ``pretrain`` stage: articles file -> checkpoint directory + metrics JSON."""
+    """The ``pretrain`` stage: articles file -> checkpoint directory + metrics JSON + training
+    curve ``plot`` (``step,loss,eval_loss``; the header alone with ``mode: none``)."""
     from lexgraph.core.config import resolve_device
     from lexgraph.core.io import write_json
+    from lexgraph.training.curves import write_curve
 
     texts = read_articles(articles)
     if not texts:
@@ -368,7 +375,8 @@ def run(
 
     device = resolve_device(device)
     runtime = Runtime(device, "auto" if cfg.mixed_precision else "no")
-    metrics = pretrain(texts, cfg, out, seed=seed, device=device, runtime=runtime)
+    metrics, curve = pretrain(texts, cfg, out, seed=seed, device=device, runtime=runtime)
     if runtime.is_main:  # several processes: the main one writes
         write_json(metrics, metrics_path)
+        write_curve(curve, ("step", "loss", "eval_loss"), plot)
     return metrics

@@ -416,6 +416,7 @@ class RerankPaths:
     pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
     out: Path = field(metadata={"help": "the re-ranker's directory"})
     metrics: Path = field(metadata={"help": "the training report (JSON)"})
+    plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev metric (CSV)"})
 
 
 def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, seed: int, load_first) -> None:
@@ -425,11 +426,14 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, s
     from lexgraph.core.io import read_parquet, write_json
     from lexgraph.encoding.rerank_features import DISABLED, frozen_stores, write_disabled
     from lexgraph.metrics.ir import DEEPEST
+    from lexgraph.training.curves import write_curve
     from lexgraph.training.rerank_io import save_model
 
+    columns = ("epoch", "loss", f"dev_{config.metric}")
     if not config.enabled:
         write_disabled(paths.out, config.variant)
         write_json(dict(DISABLED), paths.metrics)
+        write_curve([], columns, paths.plot)
         return
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
     articles = read_parquet(paths.articles, ["id", "article"])
@@ -444,6 +448,7 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, s
     model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm)
     save_model(model, config, report, paths.out, plm=plm, tokenizer=tokenizer, base_dir=paths.pretrain)
     write_json(report, paths.metrics)
+    write_curve(report["history"], columns, paths.plot)
 
 
 def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
