@@ -64,10 +64,6 @@ class EvaluateConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
-        if isinstance(params, dict) and isinstance(params.get("index"), dict):  # the nested section, typed first
-            params = {**params, "index": IndexConfig.from_params(params["index"])}
-        elif isinstance(params, dict) and "index" in params:
-            raise bad_value(SECTION, "index", params["index"], expectation(EvaluateConfig, "index"))
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
