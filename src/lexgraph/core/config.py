@@ -281,16 +281,15 @@ def refuse_held_out(section: str, key: str, splits: str | list[str] | tuple[str,
 class Base:
     """The ``base`` section: read by every stage."""
 
-    seed: int = 13
-    device: str = field(default="auto", metadata={"expected": "auto, cpu, cuda or cuda:N"})
-    log_level: str = field(default="INFO", metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
+    seed: int
+    device: str = field(metadata={"expected": "auto, cpu, cuda or cuda:N"})
+    log_level: str = field(metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
     # bitwise-reproducible kernels (set_deterministic); costs GPU speed, nothing measurable on CPU
-    deterministic: bool = True
+    deterministic: bool
     # the program the training stages' dvc.yaml commands start with: `python`, or a
     # multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)
     launcher: str = field(
-        default="python",
-        metadata={"expected": "a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"},
+        metadata={"expected": "a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"}
     )
 
     def validate(self) -> None:

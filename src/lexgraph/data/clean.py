@@ -45,9 +45,9 @@ SECTION = "clean"
 class CleanConfig:
     """The ``clean`` section of params.yaml."""
 
-    min_words: int = field(default=3, metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
-    drop_repealed: bool = True  # drop articles whose whole text is a repeal notice
-    allow_test_changes: bool = False  # may cleaning drop test questions or their gold articles?
+    min_words: int = field(metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
+    drop_repealed: bool  # drop articles whose whole text is a repeal notice
+    allow_test_changes: bool  # may cleaning drop test questions or their gold articles?
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> CleanConfig:

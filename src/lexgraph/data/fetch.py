@@ -84,16 +84,16 @@ SOURCES = ("sample", "hub", "local")
 class FetchConfig:
     """The ``fetch`` section of params.yaml."""
 
-    source: str = field(default="sample", metadata={"expected": f"one of {', '.join(SOURCES)}"})
-    sample_dir: str = str(layout.SAMPLE)
-    hub_repo: str = "maastrichtlawtech/bsard"
-    revision: str | None = "main"  # a branch, tag or commit of the hub dataset
-    local_dir: str | None = field(default=None, metadata={"expected": "null or a directory (for source local)"})
-    dev_fraction: float = field(default=0.1, metadata={"expected": "a number in (0, 1)"})
-    synthetic: bool = False
+    source: str = field(metadata={"expected": f"one of {', '.join(SOURCES)}"})
+    sample_dir: str
+    hub_repo: str
+    revision: str | None  # a branch, tag or commit of the hub dataset
+    local_dir: str | None = field(metadata={"expected": "null or a directory (for source local)"})
+    dev_fraction: float = field(metadata={"expected": "a number in (0, 1)"})
+    synthetic: bool
     #: fetch the hub's BM25 negatives (train, and synthetic with ``synthetic``): mine_negatives then
     #: uses them wherever a question has a list; false: not fetched, every list mined here
-    negatives: bool = False
+    negatives: bool
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> FetchConfig:

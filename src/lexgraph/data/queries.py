@@ -48,20 +48,20 @@ GENERATORS = ("none", "crop", "doc2query")
 class QueriesConfig:
     """The ``queries`` section of ``params.yaml``."""
 
-    generator: str = "crop"  # none | crop | doc2query
-    per_article: int = 5
-    first_id: int = 1_000_000  # ids of synthetic queries start here (no clash with real questions)
+    generator: str  # none | crop | doc2query
+    per_article: int
+    first_id: int  # ids of synthetic queries start here (no clash with real questions)
     # crop
-    min_words: int = 8
-    max_words: int = 24
+    min_words: int
+    max_words: int
     # doc2query
-    model: str = "doc2query/msmarco-french-mt5-base-v1"
-    top_k: int = 50
-    top_p: float = 0.95
-    max_length: int = 60  # generated tokens
-    max_input_length: int = 512  # article tokens fed to the model
-    batch_size: int = 16  # articles per generate() call
-    mixed_precision: bool = True  # bf16 autocast on CUDA (mT5 is unstable in fp16)
+    model: str
+    top_k: int
+    top_p: float
+    max_length: int  # generated tokens
+    max_input_length: int  # article tokens fed to the model
+    batch_size: int  # articles per generate() call
+    mixed_precision: bool  # bf16 autocast on CUDA (mT5 is unstable in fp16)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> QueriesConfig:

@@ -38,29 +38,18 @@ SECTION = "evaluate"
 class EvaluateConfig:
     """The ``evaluate`` section of params.yaml."""
 
-    splits: list[str] = field(
-        default_factory=lambda: ["dev", "test"],
-        metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"},
-    )
-    k: int = field(default=500, metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
+    splits: list[str] = field(metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"})
+    k: int = field(metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
     systems: list[str] = field(
-        default_factory=lambda: list(SYSTEMS),
-        metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"},
+        metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"}
     )
-    significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
-    baselines: list[str] = field(
-        default_factory=lambda: ["bm25", "dsr", "hprior"],
-        metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"},
-    )
+    significance_split: str = field(metadata={"expected": "one of the splits in 'evaluate.splits'"})
+    baselines: list[str] = field(metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
     significance_metrics: list[str] = field(
-        default_factory=lambda: ["recall@100", "map", "ndcg@10"],
-        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"},
+        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"}
     )
     #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
-    index: IndexConfig = field(
-        default_factory=IndexConfig,
-        metadata={"expected": "a mapping of index settings (lexgraph.search.index.IndexConfig)"},
-    )
+    index: IndexConfig = field(metadata={"expected": "a mapping of index settings (lexgraph.search.index.IndexConfig)"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:

@@ -91,9 +91,9 @@ STRUCTURE_TYPES = tuple(t for t in EdgeType if t not in BIPARTITE_TYPES)
 class GraphConfig:
     """The ``graph`` section of params.yaml."""
 
-    directed: bool = True  # true: statute edges point down (G-DSR's DAG); false: reverse types too
-    consecutive: bool = False  # article -> next article under the same heading
-    questions: bool = True  # train questions as nodes, linked to their gold articles
+    directed: bool  # true: statute edges point down (G-DSR's DAG); false: reverse types too
+    consecutive: bool  # article -> next article under the same heading
+    questions: bool  # train questions as nodes, linked to their gold articles
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> GraphConfig:
@@ -147,7 +147,7 @@ def build_graph(
     articles,
     headings,
     questions,
-    config: GraphConfig = GraphConfig(),
+    config: GraphConfig,
     paths: tuple = ("articles.parquet", "headings.parquet", "questions.parquet"),
 ):
     """Build the graph from the cleaned tables (polars DataFrames).

@@ -94,10 +94,10 @@ class GraphEncoderConfig:
     residual: bool
     edge_dim: int | None  # None: no edge-type features
     init: str  # random | identity | prior
-    attention_dropout: float | None = None  # on the attention coefficients (None: ``dropout``, lexgraph's)
-    self_loops: bool | None = None  # None: without a residual only (lexgraph's); with edge_dim, own edge type
-    projections: str = "linear"  # linear: W_in/W_out around the stack | convolutions: the first and last convs
-    activation: str = "elu"  # between layers: elu | relu (G-DSR's public code)
+    attention_dropout: float | None  # on the attention coefficients (None: ``dropout``, lexgraph's)
+    self_loops: bool | None  # None: without a residual only (lexgraph's); with edge_dim, own edge type
+    projections: str  # linear: W_in/W_out around the stack | convolutions: the first and last convs
+    activation: str  # between layers: elu | relu (G-DSR's public code)
     prior_weight: float = 0.0  # init=prior: the statute messages' starting weight
     edge_groups: tuple[tuple[int, ...], ...] = (tuple(range(NUM_EDGE_TYPES)),)  # a convolution per group
     num_edge_types: int = NUM_EDGE_TYPES

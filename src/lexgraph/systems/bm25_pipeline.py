@@ -24,16 +24,10 @@ log = logging.getLogger(__name__)
 class Bm25TuneConfig:
     """The ``bm25_tune`` section of params.yaml: the k1 x b grid, searched on one split."""
 
-    split: str = field(default="dev", metadata={"expected": "dev (or train)"})
-    metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    k1: list[float] = field(
-        default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
-        metadata={"expected": "a non-empty list of numbers >= 0"},
-    )
-    b: list[float] = field(
-        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
-        metadata={"expected": "a non-empty list of numbers in [0, 1]"},
-    )
+    split: str = field(metadata={"expected": "dev (or train)"})
+    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
+    k1: list[float] = field(metadata={"expected": "a non-empty list of numbers >= 0"})
+    b: list[float] = field(metadata={"expected": "a non-empty list of numbers in [0, 1]"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
@@ -53,8 +47,8 @@ class Bm25TuneConfig:
 class Bm25Config:
     """The ``bm25`` section of params.yaml: the index's k1 and b, or ``tuned`` (bm25_tune's best)."""
 
-    k1: float | str = field(default="tuned", metadata={"expected": "a number >= 0 or 'tuned'"})
-    b: float | str = field(default="tuned", metadata={"expected": "a number in [0, 1] or 'tuned'"})
+    k1: float | str = field(metadata={"expected": "a number >= 0 or 'tuned'"})
+    b: float | str = field(metadata={"expected": "a number in [0, 1] or 'tuned'"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25Config:

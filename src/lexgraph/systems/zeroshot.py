@@ -45,10 +45,10 @@ SETTINGS = "zeroshot.json"
 class ZeroshotConfig:
     """The ``zeroshot`` section of params.yaml."""
 
-    token_pooling: str = "mean"  # cls | mean: the model family's pooling
-    max_length: int = 512  # tokens per window (and per question)
-    max_document_length: int = 2048  # tokens per article over all windows (longer: truncated)
-    batch_size: int = 16  # windows per encoder call
+    token_pooling: str  # cls | mean: the model family's pooling
+    max_length: int  # tokens per window (and per question)
+    max_document_length: int  # tokens per article over all windows (longer: truncated)
+    batch_size: int  # windows per encoder call
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:

@@ -48,14 +48,11 @@ SECTION = "negatives"
 class NegativesConfig:
     """The ``negatives`` section of params.yaml (read by ``mine_negatives``)."""
 
-    k1: float = field(default=1.0, metadata={"expected": "a number >= 0"})  # BM25 of its own (G-DSR: 1.0, 0.6)
-    b: float = field(default=0.6, metadata={"expected": "a number in [0, 1]"})
-    depth: int = field(default=500, metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
-    k: int = field(default=10, metadata={"expected": "a positive integer"})  # negatives kept per question
-    splits: list[str] = field(
-        default_factory=lambda: ["train", "dev", "synthetic"],
-        metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"},
-    )
+    k1: float = field(metadata={"expected": "a number >= 0"})  # BM25 of its own (G-DSR: 1.0, 0.6)
+    b: float = field(metadata={"expected": "a number in [0, 1]"})
+    depth: int = field(metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
+    k: int = field(metadata={"expected": "a positive integer"})  # negatives kept per question
+    splits: list[str] = field(metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> NegativesConfig:
