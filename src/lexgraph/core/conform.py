@@ -137,9 +137,14 @@ def _conform(value: Any, hint: Any) -> Any:
 
 
 def expectation(cls, name: str) -> str:
-    """What field ``name`` of dataclass ``cls`` expects, in the user's words."""
+    """What field ``name`` of dataclass ``cls`` expects, in the user's words (its ``expected``,
+    else one of its ``choices``, else its annotation's)."""
     f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    return f.metadata.get("expected") or _describe(typing.get_type_hints(cls)[name])
+    if "expected" in f.metadata:
+        return f.metadata["expected"]
+    if "choices" in f.metadata:
+        return f"one of {', '.join(map(str, f.metadata['choices']))}"
+    return _describe(typing.get_type_hints(cls)[name])
 
 
 def _finite(cls, name: str) -> str:
