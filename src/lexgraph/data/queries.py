@@ -31,7 +31,8 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lexgraph.core.config import params_error, section_config
@@ -309,3 +310,11 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig,
             write_parquet(df, out)
             log.info("wrote %s (%d queries)", out, df.height)
     return df
+
+
+@dataclass(frozen=True)
+class QueriesPaths:
+    """The ``generate_queries`` stage's input and output (``dvc.yaml`` names them); :func:`run`."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    out: Path = field(metadata={"help": "output synthetic questions (Parquet)"})

@@ -42,7 +42,7 @@ from __future__ import annotations
 import enum
 import io
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -391,3 +391,28 @@ def restrict_graph(data, *, headings: bool = True, questions: bool = True, conse
         question_ids=data.question_ids if questions else data.question_ids[:0],
         num_nodes=int(keep.sum()),
     )
+
+
+@dataclass(frozen=True)
+class GraphPaths:
+    """The ``build_graph`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    out: Path = field(metadata={"help": "output directory (graph.pt, nodes.parquet)"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+
+
+def run_build_graph(paths: GraphPaths, config: GraphConfig) -> None:
+    """The ``build_graph`` stage: the graph -> ``paths.out``, its counts -> ``paths.metrics``."""
+    from lexgraph.core.io import read_parquet, write_json
+
+    articles = read_parquet(paths.articles, ["id", "article", "heading_id"])
+    headings = read_parquet(paths.headings, ["heading_id", "parent_id", "label", "text"])
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    data, nodes = build_graph(
+        articles, headings, questions, config, paths=(paths.articles, paths.headings, paths.questions)
+    )
+    save_graph(data, nodes, paths.out, config)
+    write_json(graph_stats(data), paths.metrics)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +182,13 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     return DenseRetriever(
         encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index
     )
+
+
+@dataclass(frozen=True)
+class ZeroshotPaths:
+    """The ``zeroshot`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_zeroshot`."""
+
+    pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    chunks: Path = field(metadata={"help": "encode_chunks cache, reused when chunked alike"})
+    out: Path = field(metadata={"help": "output directory"})

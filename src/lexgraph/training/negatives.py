@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -247,3 +248,31 @@ def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=N
 
     hub = hub_lists(hub_path, set(articles["id"].to_list())) if hub_path is not None else {}
     return with_hub_lists(questions, hub, mine, k, frames[0].height) if hub else mine(questions)
+
+
+@dataclass(frozen=True)
+class NegativesPaths:
+    """The ``mine_negatives`` stage's inputs and output (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    synthetic: Path = field(
+        metadata={
+            "help": "synthetic questions (Parquet, questions schema); skipped with a warning when the file is absent"
+        }
+    )
+    hub_negatives: Path = field(
+        metadata={
+            "help": "the fetched hub negatives (data/raw/negatives.parquet; empty unless fetch.negatives): used where "
+            "a question has a list"
+        }
+    )
+    out: Path = field(metadata={"help": "output negatives (Parquet)"})
+
+
+def run_mine_negatives(paths: NegativesPaths, config: NegativesConfig) -> None:
+    """The ``mine_negatives`` stage: BM25 hard negatives (top-depth BM25 articles minus gold, best
+    k kept) -> ``paths.out``."""
+    from lexgraph.core.io import write_parquet
+
+    write_parquet(run(config, paths.articles, paths.questions, paths.synthetic, paths.hub_negatives), paths.out)

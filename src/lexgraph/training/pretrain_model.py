@@ -37,7 +37,8 @@ import logging
 import os
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lexgraph.core.config import params_error, section_config
@@ -340,3 +341,13 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise params_error(f"'{SECTION}.model' = {cfg.model!r} has no mask or pad token; expected an MLM checkpoint")
     return tokenizer, model
+
+
+@dataclass(frozen=True)
+class PretrainPaths:
+    """The ``pretrain`` stage's input and outputs (``dvc.yaml`` names them);
+    :func:`lexgraph.training.pretrain.run`."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    out: Path = field(metadata={"help": "output checkpoint directory (model + tokenizer)"})
+    metrics: Path = field(metadata={"help": "output metrics (JSON)"})
