@@ -111,3 +111,27 @@ def test_producer_names_the_stage_that_writes_a_path():
         "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it"
     )
     assert layout.restore_hint("/elsewhere") == "rerun `dvc repro` (or `dvc checkout`) to restore it"
+
+
+def test_every_stage_driver_has_one_shape():
+    """A driver is configure(parser) -> add_paths(parser, <its paths dataclass>) (plus --variant
+    for a foreach stage), main(args, base, config) -> one library entry point fed by paths_from,
+    and run_stage: every path of every stage comes from its paths dataclass."""
+    import ast
+
+    for script in sorted((ROOT / "stages").glob("*.py")):
+        if script.name == "__init__.py":
+            continue
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+        assert set(funcs) == {"configure", "main"}, f"{script.name}: functions {sorted(funcs)}"
+        calls = [ast.unparse(n.func) for n in ast.walk(funcs["configure"]) if isinstance(n, ast.Call)]
+        assert calls.count("add_paths") == 1, f"{script.name}: configure does not call add_paths once"
+        by_hand = [
+            n.args[0].value
+            for n in ast.walk(funcs["configure"])
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == "parser.add_argument"
+        ]
+        assert by_hand in ([], ["--variant"]), f"{script.name}: options outside the paths dataclass: {by_hand}"
+        assert "paths_from" in ast.unparse(funcs["main"]), f"{script.name}: main does not read paths_from"
+        assert "run_stage(" in ast.unparse(tree.body[-1]), f"{script.name}: does not end with run_stage"

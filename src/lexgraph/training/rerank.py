@@ -413,6 +413,7 @@ class RerankPaths:
     articles: Path = field(metadata={"help": "the clean articles table"})
     features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
     pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
+    workspace: Path = field(metadata={"help": "where the first-stage system's artefacts are"})
     out: Path = field(metadata={"help": "the re-ranker's directory"})
     metrics: Path = field(metadata={"help": "the training report (JSON)"})
 
