@@ -121,7 +121,8 @@ def section_config(cls, params: dict[str, Any] | None, section: str, variant: st
     for name in variants:
         tree.setdefault(name, {})
     values = _read_level(cls, params, tree, section, (), variant)
-    flat = {name: _lookup(values, paths[0]) for name, paths, _ in layout if _lookup(values, paths[0]) is not _ABSENT}
+    found = {name: _lookup(values, paths[0]) for name, paths, _ in layout}
+    flat = {name: value for name, value in found.items() if value is not _ABSENT}  # a conditional key may be absent
     keys = {name: ".".join(paths[0]) for name, paths, _ in layout}
     out: dict[str, Any] = {}
     for f in (f for f in dataclasses.fields(cls) if f.name in keys and "read_with" not in f.metadata):
@@ -198,11 +199,11 @@ def _read_level(cls, params: Any, tree: dict[str, Any], section: str, where: tup
     for key, sub in tree.items():
         if key not in params and sub is not False:
             raise params_error(f"missing key '{dotted}.{key}', expected {_expected(cls, tree, key, where, variant)}")
-    reads = [k for k in tree if not where and variant is not None and k in cls.VARIANTS and k != variant]
-    return {
+    others = [k for k in tree if not where and variant is not None and k in cls.VARIANTS and k != variant]
+    return {  # the other variants' mappings are read when their own settings are
         k: _read_level(cls, v, tree[k], section, (*where, k), variant) if isinstance(tree[k], dict) else v
         for k, v in params.items()
-        if k not in reads
+        if k not in others
     }
 
 
