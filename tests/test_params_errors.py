@@ -800,7 +800,7 @@ CONFIG_CASES = [
     ),
     ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
     ("gnn", {"hgraph_qa.kd.weight": "half"}, "'gnn.hgraph_qa.kd.weight' = 'half', expected a number"),
-    ("gnn", {"hgraph.init": DELETE}, "missing key 'gnn.hgraph.init'"),
+    ("gnn", {"hgraph.init": DELETE}, "missing key 'gnn.hgraph.init', expected one of random, identity, prior"),
     ("gnn", {"hgraph.init": "zeros"}, "'gnn.hgraph.init' = 'zeros', expected one of random, identity, prior"),
     ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
