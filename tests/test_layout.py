@@ -135,3 +135,23 @@ def test_every_stage_driver_has_one_shape():
         assert by_hand in ([], ["--variant"]), f"{script.name}: options outside the paths dataclass: {by_hand}"
         assert "paths_from" in ast.unparse(funcs["main"]), f"{script.name}: main does not read paths_from"
         assert "run_stage(" in ast.unparse(tree.body[-1]), f"{script.name}: does not end with run_stage"
+
+
+def test_every_section_is_read_by_section_config():
+    """One reader of params: every config's ``from_params`` is ``return section_config(...)``
+    (no section parses its keys by hand; nested and per-variant ones included)."""
+    import ast
+
+    readers = []
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "from_params":
+                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                ok = (
+                    len(body) == 1
+                    and isinstance(body[0], ast.Return)
+                    and isinstance(body[0].value, ast.Call)
+                    and ast.unparse(body[0].value.func) == "section_config"
+                )
+                readers.append((f"{path.relative_to(ROOT)}:{node.lineno}", ok))
+    assert len(readers) >= 17 and [r for r, ok in readers if not ok] == []  # + Base, read in load_params
