@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from lexgraph.core.io import atomic_path, read_parquet
-from lexgraph.systems.bm25_pipeline import Bm25Config, build_index, read_tuned, resolve_k1_b
-
-log = logging.getLogger("lexgraph.bm25")
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25Paths, run_bm25
 
 
 def configure(parser):
-    parser.add_argument("--articles", required=True)
-    parser.add_argument("--tuned", required=True, help="bm25_tune's best pair")
-    parser.add_argument("--out", required=True)
+    add_paths(parser, Bm25Paths)
 
 
 def main(args, base, config):
-    k1, b = resolve_k1_b(config, read_tuned(args.tuned, config))
-    log.info("bm25: k1=%.2f b=%.2f", k1, b)
-    index = build_index(read_parquet(args.articles, ["id", "article"]), k1, b)
-    with atomic_path(args.out, directory=True) as tmp:
-        index.save(tmp)
+    run_bm25(paths_from(Bm25Paths, args), config)
 
 
 if __name__ == "__main__":

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import sys
 
-import polars as pl
-
-from lexgraph.core.io import atomic_path, read_parquet, write_json
-from lexgraph.systems.bm25_pipeline import Bm25TuneConfig, tune_grid
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.systems.bm25_pipeline import Bm25TuneConfig, Bm25TunePaths, run_bm25_tune
 
 
 def configure(parser):
-    parser.add_argument("--articles", required=True)
-    parser.add_argument("--questions", required=True)
-    parser.add_argument("--best", required=True, help="best pair (metrics JSON)")
-    parser.add_argument("--grid", required=True, help="whole grid (plot data)")
+    add_paths(parser, Bm25TunePaths)
 
 
 def main(args, base, config):
-    articles = read_parquet(args.articles, ["id", "article"])
-    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    grid, best = tune_grid(articles, questions, config)
-    write_json(best, args.best)
-    with atomic_path(args.grid) as tmp:
-        pl.DataFrame(grid).write_csv(tmp, float_precision=6)
+    run_bm25_tune(paths_from(Bm25TunePaths, args), config)
 
 
 if __name__ == "__main__":

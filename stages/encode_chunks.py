@@ -10,19 +10,18 @@ from __future__ import annotations
 import sys
 
 from lexgraph.core.config import resolve_device
-from lexgraph.encoding.chunks import run_encode_chunks
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.encoding.chunks import EncodeChunksPaths, run_encode_chunks
 from lexgraph.training.dsr_config import DSRConfig
 
 
 def configure(parser):
-    parser.add_argument("--pretrained", required=True, help="base checkpoint (pretrain stage)")
-    parser.add_argument("--articles", required=True)
-    parser.add_argument("--headings", required=True)
-    parser.add_argument("--out", required=True)
+    add_paths(parser, EncodeChunksPaths)
 
 
 def main(args, base, config):
-    run_encode_chunks(config, args.pretrained, args.articles, args.headings, args.out, resolve_device(base.device))
+    paths = paths_from(EncodeChunksPaths, args)
+    run_encode_chunks(config, paths.pretrained, paths.articles, paths.headings, paths.out, resolve_device(base.device))
 
 
 if __name__ == "__main__":

@@ -7,26 +7,17 @@ from __future__ import annotations
 import sys
 
 from lexgraph.core.config import resolve_device
-from lexgraph.core.io import read_parquet, write_json
-from lexgraph.encoding.rerank_features import build_features
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.encoding.rerank_features import EncodeRerankPaths, run_encode_rerank
 from lexgraph.training.rerank_config import RerankConfig
 
 
 def configure(parser):
-    parser.add_argument("--articles", required=True)
-    parser.add_argument("--questions", required=True)
-    parser.add_argument("--pretrain", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--metrics", required=True)
+    add_paths(parser, EncodeRerankPaths)
 
 
 def main(args, base, config):
-    articles = read_parquet(args.articles, ["id", "article"])
-    questions = read_parquet(args.questions, ["id", "question", "article_ids", "split"])
-    stats = build_features(
-        articles, questions, config["xrerank"], args.pretrain, args.out, resolve_device(base.device), base.seed
-    )
-    write_json(stats, args.metrics)
+    run_encode_rerank(paths_from(EncodeRerankPaths, args), config["xrerank"], resolve_device(base.device), base.seed)
 
 
 if __name__ == "__main__":

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.io import atomic_path
-from lexgraph.data.fetch import FetchConfig, fetch
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.data.fetch import FetchConfig, FetchPaths, run_fetch
 
 
 def configure(parser):
-    parser.add_argument("--out", required=True, help="output directory")
+    add_paths(parser, FetchPaths)
 
 
 def main(args, base, config):
-    articles, questions, negatives = fetch(config, base.seed)
-    with atomic_path(args.out, directory=True) as tmp:
-        articles.write_parquet(tmp / "articles.parquet", statistics=False)
-        questions.write_parquet(tmp / "questions.parquet", statistics=False)
-        negatives.write_parquet(tmp / "negatives.parquet", statistics=False)
+    run_fetch(paths_from(FetchPaths, args), config, base.seed)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,26 @@
 """Synthetic queries per article: random crops, doc2query or none (params section `queries`)."""
 
-from lexgraph.core.stage import run_stage
-from lexgraph.data.queries import QueriesConfig
+from __future__ import annotations
+
+import sys
+
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.data.queries import QueriesConfig, QueriesPaths
 
 
 def configure(parser):
-    parser.add_argument("--articles", required=True, help="clean articles (Parquet)")
-    parser.add_argument("--out", required=True, help="output synthetic questions (Parquet)")
+    add_paths(parser, QueriesPaths)
 
 
 def main(args, base, config):
     """Synthetic queries per article: random crops, doc2query or none."""
     from lexgraph.data.queries import run
 
-    run(args.articles, args.out, config, seed=base.seed, device=base.device)
+    paths = paths_from(QueriesPaths, args)
+    run(paths.articles, paths.out, config, seed=base.seed, device=base.device)
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("queries", main, configure, name="generate_queries", config=QueriesConfig.from_params))
+    from lexgraph.core.stage import run_stage
+
+    sys.exit(run_stage("queries", main, configure, name="generate_queries", config=QueriesConfig.from_params))

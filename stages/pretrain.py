@@ -1,22 +1,26 @@
 """Domain-adaptive MLM pre-training on the cleaned articles (params section `pretrain`)."""
 
-from lexgraph.core.stage import run_stage
-from lexgraph.training.pretrain_model import PretrainConfig
+from __future__ import annotations
+
+import sys
+
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.training.pretrain_model import PretrainConfig, PretrainPaths
 
 
 def configure(parser):
-    parser.add_argument("--articles", required=True, help="clean articles (Parquet)")
-    parser.add_argument("--out", required=True, help="output checkpoint directory (model + tokenizer)")
-    parser.add_argument("--metrics", required=True, help="output metrics (JSON)")
-    parser.add_argument("--plot", required=True, help="output training curve (CSV: step, loss, eval_loss)")
+    add_paths(parser, PretrainPaths)
 
 
 def main(args, base, config):
     """Domain-adaptive MLM pre-training on the cleaned articles."""
     from lexgraph.training.pretrain import run
 
-    run(args.articles, args.out, args.metrics, config, seed=base.seed, device=base.device, plot=args.plot)
+    paths = paths_from(PretrainPaths, args)
+    run(paths.articles, paths.out, paths.metrics, config, seed=base.seed, device=base.device, plot=paths.plot)
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("pretrain", main, configure, config=PretrainConfig.from_params))
+    from lexgraph.core.stage import run_stage
+
+    sys.exit(run_stage("pretrain", main, configure, config=PretrainConfig.from_params))

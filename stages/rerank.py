@@ -14,7 +14,6 @@ from lexgraph.training.rerank_config import VARIANTS, RerankConfig
 
 def configure(parser):
     parser.add_argument("--variant", required=True, choices=VARIANTS)
-    parser.add_argument("--workspace", required=True, help="where the first-stage system's artefacts are")
     add_paths(parser, RerankPaths)
 
 
@@ -24,13 +23,9 @@ def main(args, base, config):
     from lexgraph.systems.registry import load_retriever
     from lexgraph.training.rerank import run_rerank
 
-    settings, device = config[args.variant], resolve_device(base.device)
+    settings, device, paths = config[args.variant], resolve_device(base.device), paths_from(RerankPaths, args)
     run_rerank(
-        paths_from(RerankPaths, args),
-        settings,
-        device,
-        base.seed,
-        lambda: load_retriever(settings.first_stage, args.workspace, str(device)),
+        paths, settings, device, base.seed, lambda: load_retriever(settings.first_stage, paths.workspace, str(device))
     )
 
 

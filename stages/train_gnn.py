@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.gnn import TrainGnnPaths
 from lexgraph.training.gnn_config import VARIANTS, GNNSettings
+from lexgraph.training.gnn_io import TrainGnnPaths
 
 
 def configure(parser):

@@ -6,18 +6,17 @@ from __future__ import annotations
 import sys
 
 from lexgraph.core.config import resolve_device
-from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
+from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.systems.zeroshot import ZeroshotConfig, ZeroshotPaths, run_zeroshot
 
 
 def configure(parser):
-    parser.add_argument("--pretrained", required=True, help="base checkpoint (pretrain stage)")
-    parser.add_argument("--articles", required=True)
-    parser.add_argument("--chunks", required=True, help="encode_chunks cache, reused when chunked alike")
-    parser.add_argument("--out", required=True)
+    add_paths(parser, ZeroshotPaths)
 
 
 def main(args, base, config):
-    run_zeroshot(args.pretrained, args.articles, args.out, config, resolve_device(base.device), args.chunks)
+    paths = paths_from(ZeroshotPaths, args)
+    run_zeroshot(paths.pretrained, paths.articles, paths.out, config, resolve_device(base.device), paths.chunks)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from helpers_config import sample_config
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
@@ -45,7 +46,7 @@ def _config(**kw) -> DSRConfig:
         synthetic=True,
     )
     base.update(kw)
-    return DSRConfig(**base)
+    return sample_config(DSRConfig, "dsr", **base)
 
 
 def _fresh_dsr(path, config: DSRConfig, seed: int = 0) -> DSR:

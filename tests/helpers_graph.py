@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import torch
 
+from helpers_config import sample_config
 from lexgraph.graph.build import EdgeType, GraphConfig, build_graph
 from lexgraph.training.gnn_config import GNNSettings
 
@@ -65,7 +66,7 @@ DIM = 8
 
 
 def graph(**config):
-    return build_graph(ARTICLES, HEADINGS, QUESTIONS, GraphConfig(**config))[0]
+    return build_graph(ARTICLES, HEADINGS, QUESTIONS, sample_config(GraphConfig, "graph", **config))[0]
 
 
 def feature(kind: str, ident: int) -> torch.Tensor:

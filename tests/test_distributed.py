@@ -47,7 +47,8 @@ run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parqu
           EmbedConfig(batch_size=2), torch.device("cpu"))
 run(data + "/articles.parquet", out + "/synthetic.parquet",
     QueriesConfig(generator="doc2query", model=mt5, per_article=2, top_k=7, top_p=0.9, max_length=9,
-                  max_input_length=12, batch_size=1), seed=3, device="cpu")
+                  max_input_length=12, batch_size=1, first_id=1000000, min_words=8, max_words=24,
+                  mixed_precision=True), seed=3, device="cpu")
 """
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import TINY_WORDS as WORDS  # noqa: E402
+from helpers_config import sample_section
 from helpers_dsr import CORPUS, _config, _fresh_dsr
 from lexgraph.core.errors import ConfigError
 from lexgraph.encoding.embed import embed_all, load_embeddings
@@ -261,7 +262,7 @@ def test_embed_writes_raw_float32_embeddings(tiny_model_dir, tmp_path):
 
 
 def test_config_validation():
-    params = {k: getattr(DSRConfig(), k) for k in DSRConfig.__dataclass_fields__}
+    params = sample_section("dsr")
     assert DSRConfig.from_params({**params, "lr": "1e-4"}).lr == pytest.approx(1e-4)
     with pytest.raises(ConfigError, match="dsr.pooling"):
         DSRConfig.from_params({**params, "pooling": "sum"})

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import lexgraph.training.dsr as dsr
+from helpers_config import sample_section
 from helpers_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 from helpers_dsr import _config as helpers_config  # the same toy settings
 from lexgraph.core.errors import ConfigError, DataError
@@ -99,7 +100,7 @@ def _force_dev(monkeypatch, scores: list[float]) -> None:
 
 
 def test_refit_off_is_the_plain_training_run(tiny_model_dir, runs, monkeypatch):
-    assert DSRConfig().refit is False
+    assert sample_section("dsr")["refit"] is False
     config = _config(epochs=2)
     _force_dev(monkeypatch, [0.1, 0.3, 0.2] * 2)  # epoch 1 wins, twice
     plain = _fresh_dsr(tiny_model_dir, config)

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 
+from helpers_config import sample_config
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.encoding.chunks import (
     embed_from_chunks,
@@ -152,7 +153,7 @@ def _frozen_config(**kw) -> DSRConfig:
         synthetic=False,
     )
     base.update(kw)
-    return DSRConfig(**base)
+    return sample_config(DSRConfig, "dsr", **base)
 
 
 def _data(table) -> TrainingData:

@@ -48,6 +48,10 @@ ENCODER = dict(
     residual=True,
     edge_dim=None,
     init="random",
+    attention_dropout=None,
+    self_loops=None,
+    projections="linear",
+    activation="elu",
 )
 
 
@@ -93,6 +97,10 @@ def test_bad_encoder_configs():
             dropout=0.1,
             residual=True,
             edge_dim=None,
+            attention_dropout=None,
+            self_loops=None,
+            projections="linear",
+            activation="elu",
         )
     with pytest.raises(ConfigError, match="divisible"):
         encoder_config(model="gatv2", heads=3)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import load_benchmark, write_params
+from helpers_config import sample_config
 from helpers_graph import ARTICLES, HEADINGS, QUESTIONS
 from lexgraph.core.errors import DataError
 from lexgraph.graph.build import (
@@ -62,7 +63,7 @@ def question_reverse(forward):
 
 
 def build(**config):
-    return build_graph(ARTICLES, HEADINGS, QUESTIONS, GraphConfig(**config))
+    return build_graph(ARTICLES, HEADINGS, QUESTIONS, sample_config(GraphConfig, "graph", **config))
 
 
 def test_nodes_exact():
@@ -84,7 +85,9 @@ def test_edges_directed_exact():
     # the hierarchy points down only; question <-> article edges keep both directions
     assert edges(data) == sorted(FORWARD + question_reverse(FORWARD))
     assert not any(t in (EdgeType.SUBHEADING_HEADING, EdgeType.ARTICLE_HEADING) for t, _, _ in edges(data))
-    assert GraphConfig().directed is True and edges(build()[0]) == edges(data)  # directed is the default
+    assert sample_config(GraphConfig, "graph").directed is True and edges(build()[0]) == edges(
+        data
+    )  # directed in params.yaml
 
 
 def test_edges_undirected_exact():
@@ -149,22 +152,22 @@ def test_bad_references_raise():
         pl.when(pl.col("id") == 10).then(99).otherwise(pl.col("heading_id")).alias("heading_id")
     )
     with pytest.raises(DataError, match="article 10 refers to unknown heading_id 99"):
-        build_graph(bad, HEADINGS, QUESTIONS, GraphConfig())
+        build_graph(bad, HEADINGS, QUESTIONS, sample_config(GraphConfig, "graph"))
     bad_h = HEADINGS.with_columns(
         pl.when(pl.col("heading_id") == 2).then(7).otherwise(pl.col("parent_id")).alias("parent_id")
     )
     with pytest.raises(DataError, match="heading 2 refers to unknown parent heading_id 7"):
-        build_graph(ARTICLES, bad_h, QUESTIONS, GraphConfig())
+        build_graph(ARTICLES, bad_h, QUESTIONS, sample_config(GraphConfig, "graph"))
     bad_q = QUESTIONS.with_columns(
         pl.when(pl.col("id") == 1).then(pl.lit([999])).otherwise(pl.col("article_ids")).alias("article_ids")
     )
     with pytest.raises(DataError, match="question 1 cites unknown article id 999"):
-        build_graph(ARTICLES, HEADINGS, bad_q, GraphConfig())
+        build_graph(ARTICLES, HEADINGS, bad_q, sample_config(GraphConfig, "graph"))
     # an unknown article cited by a *test* question is not the graph's business
     ok_q = QUESTIONS.with_columns(
         pl.when(pl.col("id") == 4).then(pl.lit([999])).otherwise(pl.col("article_ids")).alias("article_ids")
     )
-    build_graph(ARTICLES, HEADINGS, ok_q, GraphConfig())
+    build_graph(ARTICLES, HEADINGS, ok_q, sample_config(GraphConfig, "graph"))
 
 
 def test_stage_writes_deterministic_outputs(tmp_path, monkeypatch):

@@ -200,6 +200,10 @@ def test_the_untrained_encoder_is_the_hierarchy_prior(layers, directed, concat, 
         edge_dim=4,
         init="prior",
         prior_weight=1.5,
+        attention_dropout=None,
+        self_loops=None,
+        projections="linear",
+        activation="elu",
     )
     encoder = GraphEncoder(config).eval()
     with torch.no_grad():
@@ -238,6 +242,10 @@ def test_question_edges_start_silent_in_their_own_convolution():
             init="prior",
             prior_weight=1.0,
             edge_groups=groups,
+            attention_dropout=None,
+            self_loops=None,
+            projections="linear",
+            activation="elu",
         )
     ).eval()
     with torch.no_grad():

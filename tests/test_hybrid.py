@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, section
+from helpers_config import sample_config
 from lexgraph.core.errors import ConfigError, DataError, LexgraphError
 from lexgraph.core.io import json_text
 from lexgraph.metrics.ir import DEEPEST
@@ -71,7 +72,12 @@ def test_profiles_build_and_the_grid_is_ordered():
         config = HybridConfig.from_params(params["hybrid"])
         assert config.split == "dev" and config.depth >= DEEPEST
         assert "hybrid" in params["evaluate"]["systems"]
-    labels = [f.label for f in grid(HybridConfig(rrf_k=[60, 10], norms=["zmuv", "min-max"], weights=[0.5, 0.2]))]
+    labels = [
+        f.label
+        for f in grid(
+            sample_config(HybridConfig, "hybrid", rrf_k=[60, 10], norms=["zmuv", "min-max"], weights=[0.5, 0.2])
+        )
+    ]
     assert labels == [
         "rrf k=10",
         "rrf k=60",
@@ -82,7 +88,9 @@ def test_profiles_build_and_the_grid_is_ordered():
         "bm25 alone",
         "dense alone",
     ]  # one system last: ties go to a fusion
-    assert [f.label for f in grid(HybridConfig(rrf_k=[60], alone=False))][-1] == "wsum zmuv w=0.9"
+    assert [f.label for f in grid(sample_config(HybridConfig, "hybrid", rrf_k=[60], alone=False))][
+        -1
+    ] == "wsum zmuv w=0.9"
 
 
 # ---------------------------------------------------------------------------
@@ -154,7 +162,9 @@ def systems():
     return sparse, dense
 
 
-CONFIG = HybridConfig(metric="recall@10", dense="best", rrf_k=[10, 60], weights=[0.2, 0.5, 0.8])
+CONFIG = sample_config(
+    HybridConfig, "hybrid", metric="recall@10", dense="best", rrf_k=[10, 60], weights=[0.2, 0.5, 0.8]
+)
 
 
 def test_selection_reads_the_dev_split_only():
@@ -204,10 +214,20 @@ def test_selection_picks_the_best_dense_system_and_the_best_fusion_on_dev():
 
 def test_fixed_dense_system_is_used_as_named_and_others_are_not_needed():
     sparse, dense = systems()
-    report = tune(questions_table(QUESTIONS), sparse, {"dsr": dense["dsr"]}, HybridConfig(dense="dsr", rrf_k=[60]))
+    report = tune(
+        questions_table(QUESTIONS),
+        sparse,
+        {"dsr": dense["dsr"]},
+        sample_config(HybridConfig, "hybrid", dense="dsr", rrf_k=[60]),
+    )
     assert report["dense"] == "dsr" and set(report["references"]) == {"bm25", "dsr"}
     with pytest.raises(ValueError, match="needs the dense systems gdsr"):
-        tune(questions_table(QUESTIONS), sparse, {"dsr": dense["dsr"]}, HybridConfig(dense="gdsr"))
+        tune(
+            questions_table(QUESTIONS),
+            sparse,
+            {"dsr": dense["dsr"]},
+            sample_config(HybridConfig, "hybrid", dense="gdsr"),
+        )
 
 
 def test_selection_chooses_one_system_when_every_fusion_loses_on_dev():
@@ -217,7 +237,7 @@ def test_selection_chooses_one_system_when_every_fusion_loses_on_dev():
     def stand_ins():
         return Table("bm25", dict(DEV), scale=12.0, zero_after=40), {"dsr": Table("dsr")}
 
-    config = HybridConfig(metric="map", dense="dsr", rrf_k=[60], weights=[0.5])
+    config = sample_config(HybridConfig, "hybrid", metric="map", dense="dsr", rrf_k=[60], weights=[0.5])
     sparse, dense = stand_ins()
     report = tune(questions_table(QUESTIONS), sparse, dense, config)
     fused = [row for row in report["grid"] if row["method"] in ("rrf", "wsum")]
@@ -241,7 +261,7 @@ def test_selection_chooses_one_system_when_every_fusion_loses_on_dev():
         questions_table(QUESTIONS),
         sparse,
         dense,
-        HybridConfig(metric="map", dense="dsr", rrf_k=[60], weights=[0.5], alone=False),
+        sample_config(HybridConfig, "hybrid", metric="map", dense="dsr", rrf_k=[60], weights=[0.5], alone=False),
     )
     assert forced["fusion"]["method"] in ("rrf", "wsum") and forced["uses"] == ["bm25", "dsr"]
 
@@ -251,12 +271,17 @@ def test_selection_refuses_the_test_split_and_an_empty_split():
     with pytest.raises(ConfigError, match="'hybrid.split' = 'test', but the 'test' split is held out"):
         tune(questions_table(QUESTIONS), sparse, dense, _unchecked(split="test"))
     with pytest.raises(ConfigError, match="'hybrid.split' = 'train', but that split has no questions"):
-        tune(questions_table([q for q in QUESTIONS if q[3] != "train"]), sparse, dense, HybridConfig(split="train"))
+        tune(
+            questions_table([q for q in QUESTIONS if q[3] != "train"]),
+            sparse,
+            dense,
+            sample_config(HybridConfig, "hybrid", split="train"),
+        )
 
 
 def _unchecked(**values) -> HybridConfig:
     """A config that skipped validate(): tune() itself must still refuse the test split."""
-    config = HybridConfig()
+    config = sample_config(HybridConfig, "hybrid")
     for key, value in values.items():
         object.__setattr__(config, key, value)
     return config

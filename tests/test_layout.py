@@ -89,12 +89,12 @@ def test_no_artifact_path_literal_outside_the_layout_module():
 
 
 def test_only_the_config_layer_words_params_yaml_errors():
-    """Messages that name params.yaml come from lexgraph.core.config (params_error, bad_value)."""
+    """Messages that name params.yaml come from lexgraph.core.config and core.conform (params_error, bad_value)."""
     literal = re.compile(r"""(ConfigError|LexgraphError|DataError)\(\s*f?["']params\.yaml""")
     offenders = [
         f"{path.relative_to(ROOT)}:{i}"
         for path in sorted((ROOT / "src").rglob("*.py"))
-        if path.name != "config.py"
+        if path.name not in ("config.py", "conform.py")
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if literal.search(line)
     ]
@@ -111,3 +111,47 @@ def test_producer_names_the_stage_that_writes_a_path():
         "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it"
     )
     assert layout.restore_hint("/elsewhere") == "rerun `dvc repro` (or `dvc checkout`) to restore it"
+
+
+def test_every_stage_driver_has_one_shape():
+    """A driver is configure(parser) -> add_paths(parser, <its paths dataclass>) (plus --variant
+    for a foreach stage), main(args, base, config) -> one library entry point fed by paths_from,
+    and run_stage: every path of every stage comes from its paths dataclass."""
+    import ast
+
+    for script in sorted((ROOT / "stages").glob("*.py")):
+        if script.name == "__init__.py":
+            continue
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+        assert set(funcs) == {"configure", "main"}, f"{script.name}: functions {sorted(funcs)}"
+        calls = [ast.unparse(n.func) for n in ast.walk(funcs["configure"]) if isinstance(n, ast.Call)]
+        assert calls.count("add_paths") == 1, f"{script.name}: configure does not call add_paths once"
+        by_hand = [
+            n.args[0].value
+            for n in ast.walk(funcs["configure"])
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == "parser.add_argument"
+        ]
+        assert by_hand in ([], ["--variant"]), f"{script.name}: options outside the paths dataclass: {by_hand}"
+        assert "paths_from" in ast.unparse(funcs["main"]), f"{script.name}: main does not read paths_from"
+        assert "run_stage(" in ast.unparse(tree.body[-1]), f"{script.name}: does not end with run_stage"
+
+
+def test_every_section_is_read_by_section_config():
+    """One reader of params: every config's ``from_params`` is ``return section_config(...)``
+    (no section parses its keys by hand; nested and per-variant ones included)."""
+    import ast
+
+    readers = []
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "from_params":
+                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                ok = (
+                    len(body) == 1
+                    and isinstance(body[0], ast.Return)
+                    and isinstance(body[0].value, ast.Call)
+                    and ast.unparse(body[0].value.func) == "section_config"
+                )
+                readers.append((f"{path.relative_to(ROOT)}:{node.lineno}", ok))
+    assert len(readers) >= 17 and [r for r, ok in readers if not ok] == []  # + Base, read in load_params

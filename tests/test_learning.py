@@ -65,6 +65,10 @@ def test_graph_encoder_equals_a_hand_built_pyg_stack():
         residual=True,
         edge_dim=None,
         init="random",
+        attention_dropout=None,
+        self_loops=None,
+        projections="linear",
+        activation="elu",
     )
     encoder = GraphEncoder(config).eval()
     reference = [GATv2Conv(dim, dim // heads, heads=heads, concat=True, add_self_loops=False) for _ in range(3)]

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers_config import sample_config
 from lexgraph.encoding.rerank_features import TokenStore
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
@@ -227,7 +228,10 @@ def _toy(seed=0, n_articles=30, dim=16):
 
 def test_tiny_training_learns_and_is_deterministic(one_thread):
     # the paper's plain network (no MaxSim warm start): whatever it ranks well, it learned
-    config = RerankConfig(
+    config = sample_config(
+        RerankConfig,
+        "rerank",
+        "xrerank",
         k=10,
         hidden=8,
         epochs=6,
@@ -345,7 +349,15 @@ def test_case_view_negatives_leave_out_the_questions_gold_articles():
     articles, queries, views, _, dev = _toy()
     train = Lists([100, 101], {100: [0, 1], 101: [2]}, np.array([[0, 1, 5, 6], [2, 0, 7, 8]]), np.ones((2, 4)))
     trainer = RerankTrainer(
-        InteractionModel(16, 4), RerankConfig(k=4), articles, queries, views, train, dev, torch.device("cpu"), seed=0
+        InteractionModel(16, 4),
+        sample_config(RerankConfig, "rerank", "xrerank", k=4),
+        articles,
+        queries,
+        views,
+        train,
+        dev,
+        torch.device("cpu"),
+        seed=0,
     )
     qids, golds, negs = (100, 100, 101), (0, 1, 2), (5, 0, 7)  # columns: b = 0, 1, 2; c = 5, 0, 7
     exclude = trainer.case_exclusions(qids, golds, negs)
@@ -388,7 +400,9 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     from lexgraph.core.errors import DataError
     from lexgraph.training.rerank_io import build_model, load_model, save_model
 
-    old = RerankConfig(hidden=4, alignment="projected", match_features=False, warm_start=False)
+    old = sample_config(
+        RerankConfig, "rerank", "xrerank", hidden=4, alignment="projected", match_features=False, warm_start=False
+    )
     save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "models/mvcl")
     assert load_model(tmp_path / "models/mvcl", torch.device("cpu"))[0].match_dim == 16
     settings = json.loads((tmp_path / "models/mvcl/mvcl.json").read_text())
@@ -429,8 +443,18 @@ def test_the_views_pooling_shares_the_interaction_projection():
 def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread):
     # a grid without alpha = 1: the re-ranker alone is not a system that can be kept, so
     # selecting the epoch by it would differ from selecting by what `mvcl` returns
-    config = RerankConfig(
-        k=10, hidden=8, epochs=4, batch_size=8, negatives=2, lr=1e-2, dropout=0.0, interpolation=[0.0, 0.3, 0.6]
+    config = sample_config(
+        RerankConfig,
+        "rerank",
+        "xrerank",
+        k=10,
+        hidden=8,
+        epochs=4,
+        batch_size=8,
+        negatives=2,
+        lr=1e-2,
+        dropout=0.0,
+        interpolation=[0.0, 0.3, 0.6],
     )
     model, report = train(config, *_toy(), device=torch.device("cpu"), seed=13)
     history = report["history"]

@@ -283,6 +283,7 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
         tmp_path / "data/clean/articles.parquet",
         tmp_path / "data/rerank",
         Path(tiny_model_dir),
+        tmp_path,
         tmp_path / "models/mvcl",
         tmp_path / "rerank_mvcl.json",
         tmp_path / "rerank_mvcl_curve.csv",

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import write_params
+from lexgraph.core.stage import run_stage
 from lexgraph.search.bm25 import BM25
 from lexgraph.text.analyzer import FrenchAnalyzer
 from lexgraph.training.negatives import NegativesConfig, mine_from_index, mine_negatives
@@ -162,7 +163,7 @@ def run_stage_once(tmp_path):
         "--out",
         str(out),
     ]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     return driver, argv, out
 
 
@@ -187,10 +188,10 @@ def test_stage_writes_expected_parquet(tmp_path):
     assert df.filter(pl.col("question_id") == 1)["negative_ids"].list.len().to_list() == [3, 3]
     first = out.read_bytes()
     # deterministic; an absent synthetic file is skipped with a warning
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     assert out.read_bytes() == first
     argv[argv.index("--synthetic") + 1] = str(tmp_path / "absent.parquet")
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
     assert pl.read_parquet(out)["split"].to_list() == ["train"] * 4
 
 
@@ -212,7 +213,7 @@ def test_stage_fails_cleanly_without_article_ids(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "article_ids" in err and str(paths["questions"]) in err
@@ -242,7 +243,7 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "column 'article_ids'" in err and len(err.splitlines()) == 1
     assert not out.exists()
@@ -269,7 +270,7 @@ def test_stage_rejects_bad_params(tmp_path, capsys, bad):
         "--out",
         str(out),
     ]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     assert f"negatives.{key}" in capsys.readouterr().err
     assert not out.exists()
 
@@ -294,7 +295,7 @@ def test_stage_rejects_duplicate_question_ids(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err.strip()
     assert "more than once" in err and "synthetic.parquet" in err
     assert not out.exists()
@@ -316,7 +317,7 @@ def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkey
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", full_disk)
-    assert driver.run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("lexgraph negatives: error: ")]

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from helpers_config import sample_config, sample_section
 from lexgraph.core.config import SECTIONS, Base, read_params, resolve_device, section_config
 from lexgraph.core.errors import ConfigError, DataError
 
@@ -696,7 +697,13 @@ def test_build_graph_refuses_an_empty_article_table():
         schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.List(pl.Int64), "split": pl.Utf8}
     )
     with pytest.raises(DataError, match=r"^a\.parquet: no articles, so the graph would be empty.*'clean\.min_words'"):
-        build_graph(empty, headings, questions, GraphConfig(), paths=("a.parquet", "h.parquet", "q.parquet"))
+        build_graph(
+            empty,
+            headings,
+            questions,
+            sample_config(GraphConfig, "graph"),
+            paths=("a.parquet", "h.parquet", "q.parquet"),
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -814,7 +821,7 @@ CONFIG_CASES = [
     ),
     ("rerank", {"lambda_ele": float("-inf")}, "'rerank.lambda_ele' = -inf, expected a number >= 0, finite"),
     ("gnn", {"hgraph_qa.kd.weight": "half"}, "'gnn.hgraph_qa.kd.weight' = 'half', expected a number"),
-    ("gnn", {"hgraph.init": DELETE}, "missing key(s) 'gnn.hgraph.init'"),
+    ("gnn", {"hgraph.init": DELETE}, "missing key 'gnn.hgraph.init', expected one of random, identity, prior"),
     ("gnn", {"hgraph.init": "zeros"}, "'gnn.hgraph.init' = 'zeros', expected one of random, identity, prior"),
     ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
@@ -976,31 +983,49 @@ def _config_classes() -> dict:
     }
 
 
-@pytest.mark.parametrize("section", sorted(_config_classes()))
-def test_code_defaults_equal_params_yaml(section):
-    """A default in a config class can never disagree with params.yaml: every key is required
-    when a stage reads its section, and any default the code keeps (for direct construction)
-    is params.yaml's value."""
-    import dataclasses
+#: The one section config whose fields keep defaults: ``lexgraph search`` in a workspace
+#: without params.yaml searches with ``IndexConfig()`` (lexgraph.cli.main._index_config).
+KEEPS_DEFAULTS = {"evaluate.index"}
 
-    cls = _config_classes()[section]
-    values = read_params(PROFILES[0])
-    for part in section.split("."):
-        values = values[part]
-    expected = dataclasses.asdict(
-        cls.from_params(values) if hasattr(cls, "from_params") else section_config(cls, values, section)
-    )
+
+def _defaulted(cls) -> dict[str, object]:
+    """The fields of dataclass ``cls`` (and of the dataclasses nested in it) that have a default."""
+    import dataclasses
+    import typing
+
+    out = {}
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
-            default = f.default
+            out[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            continue
-        default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
-        assert default == expected[f.name], (
-            f"{cls.__name__}.{f.name} defaults to {default!r}, params.yaml says {expected[f.name]!r}"
-        )
+            out[f.name] = f.default_factory()
+        sub = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(sub) and f"{cls.__name__}.{f.name}" not in {"EvaluateConfig.index"}:
+            out.update({f"{f.name}.{k}": v for k, v in _defaulted(sub).items()})
+    return out
+
+
+@pytest.mark.parametrize("section", sorted(_config_classes()))
+def test_no_setting_has_a_default_in_code(section):
+    """A value lives in one place: params.yaml (and the profiles) set every key of a section, so
+    a section config's field has no default (a default would be a second copy of the value,
+    free to disagree). gnn's encoder (GraphEncoderConfig) is checked with it: what remains
+    there is not a key of params.yaml."""
+    from lexgraph.training.gnn_config import KD_KEYS, SHARED_KEYS, GNNSettings
+
+    classes = {**_config_classes(), "gnn": GNNSettings}
+    cls = classes[section]
+    defaulted = _defaulted(cls)
+    if section in KEEPS_DEFAULTS:  # the CLI's defaults without params.yaml: params.yaml's values
+        values = sample_section(section)
+        assert defaulted == {k: values[k] for k in defaulted} and set(defaulted) == set(values)
+        return
+    if cls is GNNSettings:  # the encoder's architecture keeps what params.yaml does not set
+        keys = {*SHARED_KEYS, *GNNSettings.keys("qabisar"), *KD_KEYS.values()}
+        assert set(defaulted) == {"encoder.prior_weight", "encoder.edge_groups", "encoder.num_edge_types"}
+        assert not {k.split(".")[-1] for k in defaulted} & keys
+        return
+    assert defaulted == {}, f"{cls.__name__} has defaults for {sorted(defaulted)}; params.yaml sets them"
 
 
 # ---------------------------------------------------------------------------

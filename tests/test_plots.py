@@ -93,12 +93,13 @@ def test_step_records_put_the_eval_loss_before_and_after():
 
 @pytest.mark.parametrize("select", [True, False])
 def test_gnn_curve_has_a_row_per_epoch_with_loss_and_dev(select, one_thread):
-    """train_gnn's curve columns (lexgraph.training.gnn.CURVE) over a tiny run's history: with dev
+    """train_gnn's curve columns (lexgraph.training.gnn_io.CURVE) over a tiny run's history: with dev
     selection epoch 0 (untrained: no loss) and a dev recall per epoch; without, the loss alone."""
     import torch
 
-    from lexgraph.training.gnn import CURVE, train_graph_encoder
+    from lexgraph.training.gnn import train_graph_encoder
     from lexgraph.training.gnn_data import prepare_training_set
+    from lexgraph.training.gnn_io import CURVE
 
     s = settings("hgraph")
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), s)
@@ -121,6 +122,12 @@ def test_a_switched_off_reranker_writes_the_curve_header_alone(tmp_path):
 
     config = RerankConfig.from_params(yaml.safe_load((ROOT / "params.yaml").read_text())["rerank"], "mvcl")
     assert not config.enabled
-    paths = RerankPaths(*(tmp_path / name for name in ("q", "a", "f", "p", "mvcl", "m.json", "curve.csv")))
+    names = {"questions": "q", "articles": "a", "features": "f", "pretrain": "p", "workspace": "w"}
+    paths = RerankPaths(
+        **{k: tmp_path / v for k, v in names.items()},
+        out=tmp_path / "mvcl",
+        metrics=tmp_path / "m.json",
+        plot=tmp_path / "curve.csv",
+    )
     run_rerank(paths, config, torch.device("cpu"), 1, None)
     assert paths.plot.read_text() == f"epoch,loss,dev_{config.metric}\n" and config.metric == "map"

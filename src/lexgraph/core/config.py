@@ -5,12 +5,16 @@
 refuses any other top-level section. A stage reads exactly one section plus ``base``;
 DVC tracks the same keys through the stage's ``params:`` list in ``dvc.yaml``.
 
-Every section is read into a frozen dataclass by :func:`section_config`, which refuses
-unknown keys, checks each value against its field's annotation (``int``, ``float``,
-``bool``, ``str``, ``list[...]``, ``X | None``; a field's ``metadata["expected"]``
-words the expectation for the user), reads ``5e-5`` strings as numbers and runs the
-dataclass's ``validate()``. Every error is a :class:`ConfigError` whose one sentence
-names ``params.yaml``, the dotted key and what was expected.
+Every section is read into a frozen dataclass by :func:`section_config`, the one reader
+(no section has a parser of its own), which refuses unknown keys, requires every key,
+checks each value against its field's annotation (``int``, ``float``, ``bool``, ``str``,
+``list[...]``, ``X | None``; :mod:`lexgraph.core.conform`; a field's
+``metadata["expected"]`` words the expectation for the user), reads ``5e-5`` strings as
+numbers and runs the dataclass's ``validate()``. Field metadata places a key in a nested
+mapping or in a variant's own mapping (``gnn.<variant>``, ``rerank.<variant>``). Every
+error is a :class:`ConfigError` whose one sentence names ``params.yaml``, the dotted key
+and what was expected. A value lives in params.yaml (and the profiles) only: section
+configs have no defaults.
 """
 
 from __future__ import annotations
@@ -18,25 +22,27 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-import math
 import os
 import random
 import re
-import types
 import typing
-from collections import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 
+from lexgraph.core.conform import DEFAULT_PARAMS as DEFAULT_PARAMS
+from lexgraph.core.conform import bad_value as bad_value
+from lexgraph.core.conform import check_types as check_types
+from lexgraph.core.conform import expectation as expectation
+from lexgraph.core.conform import params_error as params_error
+from lexgraph.core.conform import without_params_file as without_params_file
 from lexgraph.core.errors import ConfigError
 from lexgraph.core.inputs import DuplicateKeyError, load_yaml, yaml_problem
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PARAMS = Path("params.yaml")
 
 #: The top-level sections of params.yaml (and of every profile), each with the
 #: stage(s) that read it. One place: load_params refuses any other section.
@@ -80,7 +86,6 @@ SYSTEM_NAMES: tuple[str, ...] = (
 HELD_OUT_SPLIT = "test"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _DEVICE = re.compile(r"auto|cpu|cuda(?::\d+)?")
-_NONE = type(None)
 
 
 # ---------------------------------------------------------------------------
@@ -88,181 +93,173 @@ _NONE = type(None)
 # ---------------------------------------------------------------------------
 
 
-def params_error(detail: str) -> ConfigError:
-    """The one-sentence error about a setting, naming params.yaml (the file the user edits):
-    every module words it through here (or :func:`bad_value`)."""
-    return ConfigError(f"{DEFAULT_PARAMS}: {detail}")
+def section_config(cls, params: dict[str, Any] | None, section: str, variant: str | None = None):
+    """Build dataclass ``cls`` from a params section: the one reader of every section.
 
+    Unknown keys are errors (with the closest key); every key is required (a missing one is an
+    error naming it: no silent default); every value is checked against its field's annotation
+    (:func:`check_types`) and its ``metadata["choices"]``, then ``cls.validate()`` runs.
 
-def without_params_file(exc: Exception) -> str:
-    """A settings error's words without the leading ``params.yaml: ``, for a saved artefact
-    (``gnn.json``, ``mvcl.json``) that holds the settings: the caller names that file instead."""
-    return str(exc).removeprefix(f"{DEFAULT_PARAMS}: ")
-
-
-def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
-    """The one-sentence error for a bad ``section.key`` value."""
-    return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")
-
-
-def _describe(hint: Any, plural: bool = False) -> str:
-    """User wording of a type annotation: ``int | None`` -> "null or an integer"."""
-    words = {
-        int: ("an integer", "integers"),
-        float: ("a number", "numbers"),
-        bool: ("true or false", "true/false values"),
-        str: ("a string", "strings"),
-        _NONE: ("null", "nulls"),
-        dict: ("a mapping", "mappings"),
-        list: ("a list", "lists"),
-    }
-    if hint in words:
-        return words[hint][plural]
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType):
-        ordered = sorted(args, key=lambda a: a is not _NONE)  # null first
-        return " or ".join(_describe(a, plural) for a in ordered)
-    if origin in (list, tuple, abc.Sequence):
-        inner = [a for a in args if a is not Ellipsis]
-        return ("lists" if plural else "a list") + (f" of {_describe(inner[0], True)}" if inner else "")
-    if origin is dict:
-        return words[dict][plural]
-    return f"a value of type {getattr(hint, '__name__', hint)}"
-
-
-class _Mismatch(Exception):
-    pass
-
-
-class _NotFinite(_Mismatch):
-    """A number that is nan or infinite: the type is right, the value meaningless (an
-    infinite temperature trains nothing, a nan learning rate poisons every weight)."""
-
-
-def _conform(value: Any, hint: Any) -> Any:
-    """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
-    as floats; ints accepted as floats); raises :class:`_Mismatch`."""
-    if hint is Any:
-        return value
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType):
-        if value is None:
-            if _NONE in args:
-                return None
-            raise _Mismatch
-        not_finite = None
-        for arg in (a for a in args if a is not _NONE):
-            try:
-                return _conform(value, arg)
-            except _NotFinite as exc:
-                not_finite = exc
-            except _Mismatch:
-                continue
-        raise not_finite or _Mismatch()
-    if hint is _NONE:
-        if value is None:
-            return None
-        raise _Mismatch
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if hint is float:
-        if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string
-            try:
-                number = float(value)
-            except ValueError:
-                raise _Mismatch from None
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:  # an integer beyond float's range (10**400)
-                raise _NotFinite from None
-        else:
-            raise _Mismatch
-        if not math.isfinite(number):  # .nan, .inf, and the strings 'nan', 'inf', '1e999' float() reads
-            raise _NotFinite
-        return number
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise _Mismatch
-    if hint in (list, tuple) or origin in (list, tuple, abc.Sequence):
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        inner = [a for a in args if a is not Ellipsis]
-        items = [_conform(v, inner[0]) for v in value] if inner else list(value)
-        return tuple(items) if (origin or hint) is tuple else items
-    if hint is dict or origin is dict:
-        if isinstance(value, dict):
-            return value
-        raise _Mismatch
-    if isinstance(hint, type) and not isinstance(value, hint):
-        raise _Mismatch
-    return value
-
-
-def expectation(cls, name: str) -> str:
-    """What field ``name`` of dataclass ``cls`` expects, in the user's words."""
-    f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    return f.metadata.get("expected") or _describe(typing.get_type_hints(cls)[name])
-
-
-def _finite(cls, name: str) -> str:
-    """The expectation of a field given nan or an infinity."""
-    f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    if "expected" in f.metadata or typing.get_origin(typing.get_type_hints(cls)[name]) in (list, tuple, abc.Sequence):
-        return f"{expectation(cls, name)}, finite (not nan or inf)"
-    return "a finite number (not nan or inf)"
-
-
-def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] | None = None) -> dict[str, Any]:
-    """``values`` (field name -> value) checked against the annotations of dataclass
-    ``cls`` and conformed (``'5e-5'`` -> ``5e-05``); ``keys`` maps a field to the key
-    the user wrote when they differ (``{"kd_weight": "kd.weight"}``)."""
-    hints = typing.get_type_hints(cls)
-    out = dict(values)
-    for name, value in values.items():
-        if name not in hints:
-            continue
-        try:
-            out[name] = _conform(value, hints[name])
-        except _NotFinite:
-            raise bad_value(section, (keys or {}).get(name, name), value, _finite(cls, name)) from None
-        except _Mismatch:
-            raise bad_value(section, (keys or {}).get(name, name), value, expectation(cls, name)) from None
-    return out
-
-
-def section_config(cls, params: dict[str, Any] | None, section: str):
-    """Build dataclass ``cls`` from a params section: unknown keys are errors, every field is
-    required (a key missing from params.yaml is an error naming it: no silent default), every
-    value is checked against its field's annotation (:func:`check_types`), and
-    ``cls.validate()`` runs when defined."""
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise ConfigError(f"params.yaml: '{section}' = {params!r}, expected a mapping of keys")
-    fields = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = sorted(set(params) - set(fields), key=str)
-    if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), fields, n=1)
-        hint = f" (did you mean '{section}.{close[0]}'?)" if close else ""
-        raise ConfigError(
-            f"params.yaml: unknown keys {', '.join(repr(f'{section}.{k}') for k in unknown)}{hint}; "
-            f"expected keys of '{section}': {', '.join(sorted(fields))}"
-        )
-    missing = [name for name in fields if name not in params]
-    if missing:
-        raise ConfigError(f"params.yaml: missing key '{section}.{missing[0]}', expected {expectation(cls, missing[0])}")
-    cfg = cls(**check_types(cls, params, section))
+    A field's ``metadata`` may place its key elsewhere in the section: ``key`` is its dotted
+    path (``"{variant}.kd.weight"``: nested mappings, the variant's own mapping); ``variants``
+    the variants that read it and ``read_with`` the ``(field, value)`` under which it is read
+    (elsewhere it must be absent, and the field is ``metadata["unread"]``). A field whose type
+    is a dataclass is built from the keys of ``metadata["keys"]`` (its field -> dotted path)
+    plus ``metadata["extra"](variant, values)``. A per-variant section (``gnn``, ``rerank``:
+    shared keys at the top, one mapping per name of ``cls.VARIANTS``) is read for ``variant``.
+    """
+    variants: tuple[str, ...] = getattr(cls, "VARIANTS", ()) if variant is not None else ()
+    if variant is not None and variant not in variants:
+        raise params_error(f"unknown '{section}' variant {variant!r}, expected one of {', '.join(variants)}")
+    layout = _layout(cls, variant)
+    tree: dict[str, Any] = {}
+    for path, required in ((p, r) for _, paths, r in layout for p in paths):
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = required
+    for name in variants:
+        tree.setdefault(name, {})
+    values = _read_level(cls, params, tree, section, (), variant)
+    found = {name: _lookup(values, paths[0]) for name, paths, _ in layout}
+    flat = {name: value for name, value in found.items() if value is not _ABSENT}  # a conditional key may be absent
+    keys = {name: ".".join(paths[0]) for name, paths, _ in layout}
+    out: dict[str, Any] = {}
+    for f in (f for f in dataclasses.fields(cls) if f.name in keys and "read_with" not in f.metadata):
+        if dataclasses.is_dataclass(typing.get_type_hints(cls)[f.name]):
+            out[f.name] = _nested(cls, f, values, section, variant)
+        elif f.name in flat:
+            out[f.name] = check_types(cls, {f.name: flat[f.name]}, section, keys)[f.name]
+            if out[f.name] not in f.metadata.get("choices", (out[f.name],)):
+                raise bad_value(section, keys[f.name], out[f.name], expectation(cls, f.name))
+    for f in dataclasses.fields(cls):
+        if "read_with" in f.metadata and (variant is None or variant in f.metadata.get("variants", (variant,))):
+            out[f.name] = _conditional(cls, f, out, flat, section, keys[f.name])
+        elif f.init and f.name not in out and "unread" in f.metadata:
+            out[f.name] = f.metadata["unread"]
+    cfg = cls(**out, **({"variant": variant} if variant is not None else {}))
     if hasattr(cfg, "validate"):
         cfg.validate()
     return cfg
+
+
+_ABSENT = object()
+
+
+def _layout(cls, variant: str | None) -> list[tuple[str, list[tuple[str, ...]], bool]]:
+    """``(field, [its key paths], required)`` for each field ``variant`` reads (a nested
+    dataclass field has one path per key of its own)."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        if not f.init or (f.name == "variant" and variant is not None):
+            continue
+        if variant is not None and variant not in f.metadata.get("variants", (variant,)):
+            continue
+        spec = _keys_of(cls, f) or {f.name: f.metadata.get("key", f.name)}
+        paths = [tuple(p.format(variant=variant).split(".")) for p in spec.values()]
+        rows.append((f.name, paths, "read_with" not in f.metadata))
+    return rows
+
+
+def _keys_of(cls, f) -> dict[str, str]:
+    """A nested dataclass field's keys: ``metadata["keys"]``, else its fields under the field's name."""
+    sub = typing.get_type_hints(cls)[f.name]
+    if not dataclasses.is_dataclass(sub):
+        return {}
+    return f.metadata.get("keys") or {g.name: f"{f.name}.{g.name}" for g in dataclasses.fields(sub) if g.init}
+
+
+def _lookup(values: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(values, dict) or part not in values:
+            return _ABSENT
+        values = values[part]
+    return values
+
+
+def _read_level(cls, params: Any, tree: dict[str, Any], section: str, where: tuple[str, ...], variant) -> Any:
+    """``params`` at ``where`` checked against ``tree`` (key -> True: required, False: read under a
+    condition, a dict: a nested mapping): the first unknown, then the first missing key."""
+    dotted = ".".join((section, *where))
+    if params is None and not where:
+        params = {}
+    if not isinstance(params, dict):
+        expected = f"a mapping with the keys {', '.join(tree)}" if where else "a mapping of keys"
+        raise ConfigError(f"params.yaml: '{dotted}' = {params!r}, expected {expected}")
+    unknown = sorted(set(params) - set(tree), key=str)
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), list(tree), n=1)
+        shared = set(unknown) & {path[0] for _, paths, _ in _layout(cls, variant) for path in paths if len(path) == 1}
+        hint = f" (a shared key: set it once under '{section}')" if where and shared else ""
+        hint = hint or (f" (did you mean '{dotted}.{close[0]}'?)" if close else "")
+        raise ConfigError(
+            f"params.yaml: unknown keys {', '.join(repr(f'{dotted}.{k}') for k in unknown)}{hint}; "
+            f"expected keys of '{dotted}': {', '.join(sorted(tree))}"
+        )
+    for key, sub in tree.items():
+        if key not in params and sub is not False:
+            raise params_error(f"missing key '{dotted}.{key}', expected {_expected(cls, tree, key, where, variant)}")
+    others = [k for k in tree if not where and variant is not None and k in cls.VARIANTS and k != variant]
+    return {  # the other variants' mappings are read when their own settings are
+        k: _read_level(cls, v, tree[k], section, (*where, k), variant) if isinstance(tree[k], dict) else v
+        for k, v in params.items()
+        if k not in others
+    }
+
+
+def _expected(cls, tree: dict[str, Any], key: str, where: tuple[str, ...], variant) -> str:
+    """What missing ``key`` (at ``where``) expects: its field's expectation, or a mapping's keys."""
+    if not where and key in getattr(cls, "VARIANTS", ()):
+        return f"a mapping of the {key} settings"
+    if isinstance(tree[key], dict):
+        return f"a mapping with the keys {', '.join(tree[key])}"
+    path = ".".join((*where, key))
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("key", f.name).format(variant=variant) == path:
+            return expectation(cls, f.name)
+        sub = {p.format(variant=variant): name for name, p in _keys_of(cls, f).items()}
+        if path in sub:
+            return expectation(typing.get_type_hints(cls)[f.name], sub[path])
+    return "a value"  # pragma: no cover - every leaf of the tree is a field's key
+
+
+def _nested(cls, f, values: dict[str, Any], section: str, variant):
+    """The dataclass of field ``f`` (an architecture inside a stage's settings) from its keys;
+    its errors name the keys as written (``'gnn.heads'`` -> ``'gnn.hgraph.heads'``)."""
+    sub = typing.get_type_hints(cls)[f.name]
+    paths = {name: p.format(variant=variant) for name, p in _keys_of(cls, f).items()}
+    own = check_types(sub, {n: _lookup(values, tuple(p.split("."))) for n, p in paths.items()}, section, paths)
+    try:
+        built = sub(**own, **f.metadata.get("extra", lambda v, x: {})(variant, values))
+        if hasattr(built, "validate"):
+            built.validate()
+        return built
+    except ConfigError as exc:
+        message = str(exc)
+        for name, path in paths.items():
+            message = message.replace(f"'{section}.{name}'", f"'{section}.{path}'")
+        raise ConfigError(message) from None
+
+
+def _conditional(cls, f, out: dict[str, Any], flat: dict[str, Any], section: str, key: str) -> Any:
+    """A key read only when ``metadata["read_with"]`` holds: required then, refused otherwise."""
+    depends, value = f.metadata["read_with"]
+
+    def yaml_word(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    read = out[depends] == value
+    if read and f.name not in flat:
+        raise params_error(
+            f"missing key '{section}.{key}', expected {expectation(cls, f.name)} (read with {depends}: "
+            f"{yaml_word(value)})"
+        )
+    if not read and f.name in flat:
+        raise params_error(
+            f"'{section}.{key}' is read only with {depends}: {yaml_word(value)}; expected no {f.name} with "
+            f"{depends}: {yaml_word(out[depends])} (remove it)"
+        )
+    return check_types(cls, {f.name: flat[f.name]}, section, {f.name: key})[f.name] if read else f.metadata["unread"]
 
 
 def refuse_held_out(section: str, key: str, splits: str | list[str] | tuple[str, ...], expected: str) -> None:
@@ -276,16 +273,6 @@ def refuse_held_out(section: str, key: str, splits: str | list[str] | tuple[str,
         )
 
 
-def require(params: dict[str, Any], key: str, section: str, kind: type | tuple[type, ...] | None = None):
-    """Fetch ``params[key]`` or raise a ConfigError naming the dotted key."""
-    if key not in params:
-        raise ConfigError(f"params.yaml: missing key '{section}.{key}'")
-    value = params[key]
-    if kind is not None and not isinstance(value, kind):
-        raise ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {kind}")
-    return value
-
-
 # ---------------------------------------------------------------------------
 # base, and loading a stage's section
 # ---------------------------------------------------------------------------
@@ -295,16 +282,15 @@ def require(params: dict[str, Any], key: str, section: str, kind: type | tuple[t
 class Base:
     """The ``base`` section: read by every stage."""
 
-    seed: int = 13
-    device: str = field(default="auto", metadata={"expected": "auto, cpu, cuda or cuda:N"})
-    log_level: str = field(default="INFO", metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
+    seed: int
+    device: str = field(metadata={"expected": "auto, cpu, cuda or cuda:N"})
+    log_level: str = field(metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
     # bitwise-reproducible kernels (set_deterministic); costs GPU speed, nothing measurable on CPU
-    deterministic: bool = True
+    deterministic: bool
     # the program the training stages' dvc.yaml commands start with: `python`, or a
     # multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)
     launcher: str = field(
-        default="python",
-        metadata={"expected": "a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"},
+        metadata={"expected": "a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"}
     )
 
     def validate(self) -> None:

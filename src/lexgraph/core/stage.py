@@ -1,12 +1,12 @@
 """Shared plumbing for the thin stage drivers in ``stages/``.
 
-A driver is::
+A driver is (every stage alike; :func:`add_paths` declares the stage's paths dataclass)::
 
     def configure(parser):
-        parser.add_argument("--out", required=True)
+        add_paths(parser, Bm25Paths)
 
     def main(args, base, config):  # config: the Bm25Config that run_stage built
-        ...
+        run_bm25(paths_from(Bm25Paths, args), config)
 
     if __name__ == "__main__":
         from lexgraph.core.stage import run_stage

@@ -27,12 +27,14 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
+from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS, parse_article_ids
 
@@ -45,9 +47,9 @@ SECTION = "clean"
 class CleanConfig:
     """The ``clean`` section of params.yaml."""
 
-    min_words: int = field(default=3, metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
-    drop_repealed: bool = True  # drop articles whose whole text is a repeal notice
-    allow_test_changes: bool = False  # may cleaning drop test questions or their gold articles?
+    min_words: int = field(metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
+    drop_repealed: bool  # drop articles whose whole text is a repeal notice
+    allow_test_changes: bool  # may cleaning drop test questions or their gold articles?
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> CleanConfig:
@@ -372,3 +374,26 @@ def clean(
         questions.height,
     )
     return articles, headings, questions, stats
+
+
+@dataclass(frozen=True)
+class CleanPaths:
+    """The ``clean`` stage's input and outputs (``dvc.yaml`` names them)."""
+
+    raw: Path = field(metadata={"help": "fetch's output directory"})
+    out: Path = field(metadata={"help": "output directory"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+
+
+def run_clean(paths: CleanPaths, config: CleanConfig) -> None:
+    """The ``clean`` stage: ``paths.raw`` -> the clean articles, headings and questions in
+    ``paths.out`` (atomically) and the counts in ``paths.metrics``."""
+    articles_path, questions_path = paths.raw / "articles.parquet", paths.raw / "questions.parquet"
+    raw_articles = read_parquet(articles_path, ["id", "article"])
+    raw_questions = read_parquet(questions_path, ["id", "question", "article_ids", "split"])
+    articles, headings, questions, stats = clean(raw_articles, raw_questions, config, (articles_path, questions_path))
+    with atomic_path(paths.out, directory=True) as tmp:
+        articles.write_parquet(tmp / "articles.parquet", statistics=False)
+        headings.write_parquet(tmp / "headings.parquet", statistics=False)
+        questions.write_parquet(tmp / "questions.parquet", statistics=False)
+    write_json(stats, paths.metrics)

@@ -51,6 +51,7 @@ from lexgraph.core.config import bad_value, expectation, params_error, section_c
 from lexgraph.core.errors import DataError
 from lexgraph.core.hub import first_line
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
+from lexgraph.core.io import atomic_path
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     check_csv_layout,
@@ -84,16 +85,16 @@ SOURCES = ("sample", "hub", "local")
 class FetchConfig:
     """The ``fetch`` section of params.yaml."""
 
-    source: str = field(default="sample", metadata={"expected": f"one of {', '.join(SOURCES)}"})
-    sample_dir: str = str(layout.SAMPLE)
-    hub_repo: str = "maastrichtlawtech/bsard"
-    revision: str | None = "main"  # a branch, tag or commit of the hub dataset
-    local_dir: str | None = field(default=None, metadata={"expected": "null or a directory (for source local)"})
-    dev_fraction: float = field(default=0.1, metadata={"expected": "a number in (0, 1)"})
-    synthetic: bool = False
+    source: str = field(metadata={"expected": f"one of {', '.join(SOURCES)}"})
+    sample_dir: str
+    hub_repo: str
+    revision: str | None  # a branch, tag or commit of the hub dataset
+    local_dir: str | None = field(metadata={"expected": "null or a directory (for source local)"})
+    dev_fraction: float = field(metadata={"expected": "a number in (0, 1)"})
+    synthetic: bool
     #: fetch the hub's BM25 negatives (train, and synthetic with ``synthetic``): mine_negatives then
     #: uses them wherever a question has a list; false: not fetched, every list mined here
-    negatives: bool = False
+    negatives: bool
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> FetchConfig:
@@ -416,3 +417,20 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         negatives.height,
     )
     return articles, table, negatives
+
+
+@dataclass(frozen=True)
+class FetchPaths:
+    """The ``fetch`` stage's output (``dvc.yaml`` names it)."""
+
+    out: Path = field(metadata={"help": "output directory"})
+
+
+def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:
+    """The ``fetch`` stage: the corpus, the questions and the hub negatives -> ``paths.out``
+    (Parquet), written atomically."""
+    articles, questions, negatives = fetch(config, seed)
+    with atomic_path(paths.out, directory=True) as tmp:
+        articles.write_parquet(tmp / "articles.parquet", statistics=False)
+        questions.write_parquet(tmp / "questions.parquet", statistics=False)
+        negatives.write_parquet(tmp / "negatives.parquet", statistics=False)

@@ -31,7 +31,8 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lexgraph.core.config import params_error, section_config
@@ -48,20 +49,20 @@ GENERATORS = ("none", "crop", "doc2query")
 class QueriesConfig:
     """The ``queries`` section of ``params.yaml``."""
 
-    generator: str = "crop"  # none | crop | doc2query
-    per_article: int = 5
-    first_id: int = 1_000_000  # ids of synthetic queries start here (no clash with real questions)
+    generator: str  # none | crop | doc2query
+    per_article: int
+    first_id: int  # ids of synthetic queries start here (no clash with real questions)
     # crop
-    min_words: int = 8
-    max_words: int = 24
+    min_words: int
+    max_words: int
     # doc2query
-    model: str = "doc2query/msmarco-french-mt5-base-v1"
-    top_k: int = 50
-    top_p: float = 0.95
-    max_length: int = 60  # generated tokens
-    max_input_length: int = 512  # article tokens fed to the model
-    batch_size: int = 16  # articles per generate() call
-    mixed_precision: bool = True  # bf16 autocast on CUDA (mT5 is unstable in fp16)
+    model: str
+    top_k: int
+    top_p: float
+    max_length: int  # generated tokens
+    max_input_length: int  # article tokens fed to the model
+    batch_size: int  # articles per generate() call
+    mixed_precision: bool  # bf16 autocast on CUDA (mT5 is unstable in fp16)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> QueriesConfig:
@@ -308,3 +309,11 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig,
             write_parquet(df, out)
             log.info("wrote %s (%d queries)", out, df.height)
     return df
+
+
+@dataclass(frozen=True)
+class QueriesPaths:
+    """The ``generate_queries`` stage's input and output (``dvc.yaml`` names them); :func:`run`."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    out: Path = field(metadata={"help": "output synthetic questions (Parquet)"})

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +232,13 @@ def embed_from_chunks(
         )
     encoder.train(was_training)
     return out
+
+
+@dataclass(frozen=True)
+class EncodeChunksPaths:
+    """The ``encode_chunks`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_encode_chunks`."""
+
+    pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
+    out: Path = field(metadata={"help": "output directory (the chunk cache)"})

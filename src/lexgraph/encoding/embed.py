@@ -42,7 +42,7 @@ ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 class EmbedConfig:
     """The ``embed`` section of params.yaml."""
 
-    batch_size: int = field(default=128, metadata={"expected": "a positive integer"})  # texts per encoder call
+    batch_size: int = field(metadata={"expected": "a positive integer"})  # texts per encoder call
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> EmbedConfig:

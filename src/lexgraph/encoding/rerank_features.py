@@ -391,3 +391,25 @@ def frozen_stores(
         articles, questions, config, encoder.tokenizer, encoder.query_prefix, encoder.passage_prefix, seed
     )
     return encode_inputs(encoder, inputs, config.encode_batch_size)
+
+
+@dataclass(frozen=True)
+class EncodeRerankPaths:
+    """The ``encode_rerank`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    pretrain: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
+    out: Path = field(metadata={"help": "output directory (the token states)"})
+    metrics: Path = field(metadata={"help": "metrics JSON (the legal element indicator's counts)"})
+
+
+def run_encode_rerank(paths: EncodeRerankPaths, config: CacheSettings, device, seed: int) -> None:
+    """The ``encode_rerank`` stage: xrerank's token-state cache -> ``paths.out``, the element
+    counts -> ``paths.metrics``."""
+    from lexgraph.core.io import read_parquet, write_json
+
+    articles = read_parquet(paths.articles, ["id", "article"])
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    stats = build_features(articles, questions, config, paths.pretrain, paths.out, device, seed)
+    write_json(stats, paths.metrics)

@@ -38,36 +38,21 @@ SECTION = "evaluate"
 class EvaluateConfig:
     """The ``evaluate`` section of params.yaml."""
 
-    splits: list[str] = field(
-        default_factory=lambda: ["dev", "test"],
-        metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"},
-    )
-    k: int = field(default=500, metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
+    splits: list[str] = field(metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"})
+    k: int = field(metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
     systems: list[str] = field(
-        default_factory=lambda: list(SYSTEMS),
-        metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"},
+        metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"}
     )
-    significance_split: str = field(default="test", metadata={"expected": "one of the splits in 'evaluate.splits'"})
-    baselines: list[str] = field(
-        default_factory=lambda: ["bm25", "dsr", "hprior"],
-        metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"},
-    )
+    significance_split: str = field(metadata={"expected": "one of the splits in 'evaluate.splits'"})
+    baselines: list[str] = field(metadata={"expected": f"a list of systems among {', '.join(SYSTEMS)}"})
     significance_metrics: list[str] = field(
-        default_factory=lambda: ["recall@100", "map", "ndcg@10"],
-        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"},
+        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"}
     )
     #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
-    index: IndexConfig = field(
-        default_factory=IndexConfig,
-        metadata={"expected": "a mapping of index settings (lexgraph.search.index.IndexConfig)"},
-    )
+    index: IndexConfig = field(metadata={"expected": "a mapping of index settings (lexgraph.search.index.IndexConfig)"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
-        if isinstance(params, dict) and isinstance(params.get("index"), dict):  # the nested section, typed first
-            params = {**params, "index": IndexConfig.from_params(params["index"])}
-        elif isinstance(params, dict) and "index" in params:
-            raise bad_value(SECTION, "index", params["index"], expectation(EvaluateConfig, "index"))
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
@@ -359,3 +344,74 @@ __all__ = [
     "write_trec",
     "evaluate_systems",
 ]
+
+
+@dataclass(frozen=True)
+class EvaluatePaths:
+    """The ``evaluate`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    runs: Path = field(metadata={"help": "TREC runs: <runs>/<system>/<split>.trec"})
+    metrics_dir: Path = field(metadata={"help": "for <system>.json, results.md, significance.json, per_query/"})
+    workspace: Path = field(metadata={"help": "where the systems' artefacts are (models/, data/)"})
+
+
+def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed: int) -> None:
+    """The ``evaluate`` stage: every system on every split -> TREC runs, metrics/<system>.json,
+    results.md, the paired significance tests on ``config.significance_split`` -> significance.json,
+    per-question results -> per_query/<split>.csv and the test recall@k curve."""
+    import polars as pl
+
+    from lexgraph.core.io import read_parquet, write_json, write_text
+    from lexgraph.core.layout import RERANKERS
+    from lexgraph.evaluation.per_query import write_per_query_reports
+    from lexgraph.systems.rerank import first_stage_of, is_switched_off
+
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    splits, split = config.splits, config.significance_split
+    systems = list(config.systems)
+    for variant in RERANKERS:
+        if variant in systems and is_switched_off(paths.workspace, variant):  # rerank.<variant>.enabled: false
+            log.warning("%s skipped: the re-ranker is switched off (rerank.%s.enabled: false)", variant, variant)
+            systems.remove(variant)
+            write_json({"enabled": False}, paths.metrics_dir / f"{variant}.json")
+    with atomic_path(paths.runs, directory=True) as runs:
+        results = evaluate_systems(
+            systems, questions, splits, config.k, runs, paths.workspace, device, index=config.index
+        )
+        _, _, qrels = split_questions(questions, split)
+        split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
+        # a re-ranker is also compared with the first stage it re-ranks
+        firsts = [first_stage_of(paths.workspace, v) for v in RERANKERS if v in results]
+        baselines = list(dict.fromkeys([*config.baselines, *(f for f in firsts if f in results)]))
+        comparisons, markers, legend = significance_report(
+            split_runs,
+            qrels,
+            baselines,
+            config.significance_metrics,
+            seed=seed,
+        )
+    for system, by_split in results.items():
+        write_json(by_split, paths.metrics_dir / f"{system}.json")
+    write_json(
+        {
+            "split": split,
+            "adjustment": "holm over every test of the split's table (p_holm; p_value raw)",
+            "tests": comparisons,
+        },
+        paths.metrics_dir / "significance.json",
+    )
+    counts = dict(questions.filter(pl.col("split").is_in(splits)).group_by("split").len().iter_rows())
+    write_text(
+        results_markdown(results, splits, counts, {split: markers}, {split: legend}),
+        paths.metrics_dir / "results.md",
+    )
+    write_per_query_reports(
+        questions,
+        paths.runs,
+        list(results),
+        splits,
+        config.k,
+        paths.metrics_dir / "per_query",
+        paths.metrics_dir / "recall_curve_test.csv",
+    )

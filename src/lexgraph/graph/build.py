@@ -42,7 +42,7 @@ from __future__ import annotations
 import enum
 import io
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +91,9 @@ STRUCTURE_TYPES = tuple(t for t in EdgeType if t not in BIPARTITE_TYPES)
 class GraphConfig:
     """The ``graph`` section of params.yaml."""
 
-    directed: bool = True  # true: statute edges point down (G-DSR's DAG); false: reverse types too
-    consecutive: bool = False  # article -> next article under the same heading
-    questions: bool = True  # train questions as nodes, linked to their gold articles
+    directed: bool  # true: statute edges point down (G-DSR's DAG); false: reverse types too
+    consecutive: bool  # article -> next article under the same heading
+    questions: bool  # train questions as nodes, linked to their gold articles
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> GraphConfig:
@@ -147,7 +147,7 @@ def build_graph(
     articles,
     headings,
     questions,
-    config: GraphConfig = GraphConfig(),
+    config: GraphConfig,
     paths: tuple = ("articles.parquet", "headings.parquet", "questions.parquet"),
 ):
     """Build the graph from the cleaned tables (polars DataFrames).
@@ -391,3 +391,28 @@ def restrict_graph(data, *, headings: bool = True, questions: bool = True, conse
         question_ids=data.question_ids if questions else data.question_ids[:0],
         num_nodes=int(keep.sum()),
     )
+
+
+@dataclass(frozen=True)
+class GraphPaths:
+    """The ``build_graph`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    out: Path = field(metadata={"help": "output directory (graph.pt, nodes.parquet)"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+
+
+def run_build_graph(paths: GraphPaths, config: GraphConfig) -> None:
+    """The ``build_graph`` stage: the graph -> ``paths.out``, its counts -> ``paths.metrics``."""
+    from lexgraph.core.io import read_parquet, write_json
+
+    articles = read_parquet(paths.articles, ["id", "article", "heading_id"])
+    headings = read_parquet(paths.headings, ["heading_id", "parent_id", "label", "text"])
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    data, nodes = build_graph(
+        articles, headings, questions, config, paths=(paths.articles, paths.headings, paths.questions)
+    )
+    save_graph(data, nodes, paths.out, config)
+    write_json(graph_stats(data), paths.metrics)

@@ -51,7 +51,7 @@ ConfigError rather than silently ignored.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -85,7 +85,7 @@ class GraphEncoderConfig:
     """Architecture of a :class:`GraphEncoder` (saved as JSON next to its weights)."""
 
     in_dim: int | None  # None: not known yet (the embeddings give it: :meth:`with_input`)
-    model: str
+    model: str = field(metadata={"choices": MODELS})
     layers: int
     hidden: int | None  # None: the input dimension
     heads: int
@@ -93,11 +93,15 @@ class GraphEncoderConfig:
     dropout: float
     residual: bool
     edge_dim: int | None  # None: no edge-type features
-    init: str  # random | identity | prior
-    attention_dropout: float | None = None  # on the attention coefficients (None: ``dropout``, lexgraph's)
-    self_loops: bool | None = None  # None: without a residual only (lexgraph's); with edge_dim, own edge type
-    projections: str = "linear"  # linear: W_in/W_out around the stack | convolutions: the first and last convs
-    activation: str = "elu"  # between layers: elu | relu (G-DSR's public code)
+    init: str = field(metadata={"choices": INITS})  # random | identity | prior
+    attention_dropout: float | None  # on the attention coefficients (None: ``dropout``, lexgraph's)
+    self_loops: bool | None  # None: without a residual only (lexgraph's); with edge_dim, own edge type
+    projections: str = field(
+        metadata={"choices": PROJECTIONS}
+    )  # linear: W_in/W_out around the stack | convolutions: the first and last convs
+    activation: str = field(
+        metadata={"choices": tuple(ACTIVATIONS)}
+    )  # between layers: elu | relu (G-DSR's public code)
     prior_weight: float = 0.0  # init=prior: the statute messages' starting weight
     edge_groups: tuple[tuple[int, ...], ...] = (tuple(range(NUM_EDGE_TYPES)),)  # a convolution per group
     num_edge_types: int = NUM_EDGE_TYPES

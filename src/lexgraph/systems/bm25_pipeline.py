@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from lexgraph.core.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.core.inputs import KeyCheck, finite_number, read_json_object
+from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.progress import progress
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics.ir import METRICS, evaluate_run
@@ -24,16 +26,10 @@ log = logging.getLogger(__name__)
 class Bm25TuneConfig:
     """The ``bm25_tune`` section of params.yaml: the k1 x b grid, searched on one split."""
 
-    split: str = field(default="dev", metadata={"expected": "dev (or train)"})
-    metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    k1: list[float] = field(
-        default_factory=lambda: [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0],
-        metadata={"expected": "a non-empty list of numbers >= 0"},
-    )
-    b: list[float] = field(
-        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9],
-        metadata={"expected": "a non-empty list of numbers in [0, 1]"},
-    )
+    split: str = field(metadata={"expected": "dev (or train)"})
+    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
+    k1: list[float] = field(metadata={"expected": "a non-empty list of numbers >= 0"})
+    b: list[float] = field(metadata={"expected": "a non-empty list of numbers in [0, 1]"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
@@ -53,8 +49,8 @@ class Bm25TuneConfig:
 class Bm25Config:
     """The ``bm25`` section of params.yaml: the index's k1 and b, or ``tuned`` (bm25_tune's best)."""
 
-    k1: float | str = field(default="tuned", metadata={"expected": "a number >= 0 or 'tuned'"})
-    b: float | str = field(default="tuned", metadata={"expected": "a number in [0, 1] or 'tuned'"})
+    k1: float | str = field(metadata={"expected": "a number >= 0 or 'tuned'"})
+    b: float | str = field(metadata={"expected": "a number in [0, 1] or 'tuned'"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25Config:
@@ -154,3 +150,41 @@ def tune(
     finally:
         bm25.reweight(*saved)
     return results
+
+
+@dataclass(frozen=True)
+class Bm25TunePaths:
+    """The ``bm25_tune`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    best: Path = field(metadata={"help": "best pair (metrics JSON)"})
+    grid: Path = field(metadata={"help": "whole grid (plot data)"})
+
+
+def run_bm25_tune(paths: Bm25TunePaths, config: Bm25TuneConfig) -> None:
+    """The ``bm25_tune`` stage: the grid's best pair -> ``paths.best``, the whole grid -> ``paths.grid``."""
+    articles = read_parquet(paths.articles, ["id", "article"])
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    grid, best = tune_grid(articles, questions, config)
+    write_json(best, paths.best)
+    with atomic_path(paths.grid) as tmp:
+        pl.DataFrame(grid).write_csv(tmp, float_precision=6)
+
+
+@dataclass(frozen=True)
+class Bm25Paths:
+    """The ``bm25`` stage's inputs and output (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    tuned: Path = field(metadata={"help": "bm25_tune's best pair"})
+    out: Path = field(metadata={"help": "index directory"})
+
+
+def run_bm25(paths: Bm25Paths, config: Bm25Config) -> None:
+    """The ``bm25`` stage: the index at ``config``'s (or the tuned) k1 and b -> ``paths.out``."""
+    k1, b = resolve_k1_b(config, read_tuned(paths.tuned, config))
+    log.info("bm25: k1=%.2f b=%.2f", k1, b)
+    index = build_index(read_parquet(paths.articles, ["id", "article"]), k1, b)
+    with atomic_path(paths.out, directory=True) as tmp:
+        index.save(tmp)

@@ -192,3 +192,36 @@ def load_hprior(workspace: Path, device: str = "auto", index=None):
         device,
         index,
     )
+
+
+@dataclass(frozen=True)
+class HpriorPaths:
+    """The ``hprior`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    graph: Path = field(metadata={"help": "build_graph output directory"})
+    embed: Path = field(metadata={"help": "embed output directory (DSR vectors)"})
+    questions: Path = field(metadata={"help": "clean questions (parquet)"})
+    out: Path = field(metadata={"help": "model directory (hprior.json, article_embeddings.safetensors)"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+
+
+def run_hprior(paths: HpriorPaths, config: HpriorConfig) -> None:
+    """The ``hprior`` stage: the weight and scope chosen on dev -> ``paths.out``, the report ->
+    ``paths.metrics``."""
+    from lexgraph.core.io import read_parquet, write_json
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.graph.build import load_graph
+
+    inputs = {
+        "articles": paths.embed / "articles.safetensors",
+        "questions_embeddings": paths.embed / "questions.safetensors",
+        "questions": paths.questions,
+    }
+    embeddings = {
+        "articles": load_embeddings(inputs["articles"]),
+        "questions": load_embeddings(inputs["questions_embeddings"]),
+    }
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    result = tune(load_graph(paths.graph), embeddings, questions, config, inputs)
+    save(result, paths.out)
+    write_json(tune_metrics(result.report), paths.metrics)

@@ -52,23 +52,15 @@ FORMAT_VERSION = 1
 class HybridConfig:
     """The ``hybrid`` section of params.yaml."""
 
-    split: str = field(default="dev", metadata={"expected": "dev (or train)"})
-    metric: str = field(default="recall@100", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    dense: str = field(default="best", metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
-    depth: int = field(default=1000, metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
-    rrf_k: list[int] = field(
-        default_factory=lambda: [10, 20, 30, 60, 100], metadata={"expected": "a list of distinct integers >= 0"}
-    )
-    norms: list[str] = field(
-        default_factory=lambda: list(NORMS),
-        metadata={"expected": f"a list of distinct normalisations among {', '.join(NORMS)}"},
-    )
-    weights: list[float] = field(
-        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
-        metadata={"expected": "a list of distinct numbers in [0, 1] (BM25's weight)"},
-    )
+    split: str = field(metadata={"expected": "dev (or train)"})
+    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
+    dense: str = field(metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
+    depth: int = field(metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
+    rrf_k: list[int] = field(metadata={"expected": "a list of distinct integers >= 0"})
+    norms: list[str] = field(metadata={"expected": f"a list of distinct normalisations among {', '.join(NORMS)}"})
+    weights: list[float] = field(metadata={"expected": "a list of distinct numbers in [0, 1] (BM25's weight)"})
     #: also try BM25 alone and the dense system alone (last in the grid: a tie goes to a fusion)
-    alone: bool = field(default=True, metadata={"expected": "true or false"})
+    alone: bool = field(metadata={"expected": "true or false"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> HybridConfig:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -150,3 +152,31 @@ def tune_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
         split: report[split],
         "alone": {SPARSE: report["references"][SPARSE][metric], dense: report["references"][dense][metric]},
     }
+
+
+@dataclass(frozen=True)
+class HybridPaths:
+    """The ``hybrid`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    workspace: Path = field(metadata={"help": "where the systems' artefacts are (models/, data/)"})
+    out: Path = field(metadata={"help": "directory of hybrid.json (the chosen fusion)"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+
+
+def run_hybrid(paths: HybridPaths, config: HybridConfig, device: str) -> None:
+    """The ``hybrid`` stage: the fusion chosen on dev -> ``paths.out``/hybrid.json, its grid ->
+    ``paths.metrics``."""
+    from lexgraph.core.io import atomic_path, read_parquet, write_json
+    from lexgraph.systems.dense import shared_query_encoders
+    from lexgraph.systems.hybrid import SETTINGS
+    from lexgraph.systems.registry import load_retriever
+
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    with shared_query_encoders():  # dsr, hprior and gdsr: one DSR query encoder, the questions encoded once
+        sparse = load_retriever(SPARSE, paths.workspace, device)
+        dense = {name: load_retriever(name, paths.workspace, device) for name in dense_systems_needed(config)}
+        report = tune(questions, sparse, dense, config)
+    with atomic_path(paths.out, directory=True) as tmp:
+        write_json(report, Path(tmp) / SETTINGS, sort_keys=True)
+    write_json(tune_metrics(report), paths.metrics, sort_keys=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,10 @@ SETTINGS = "zeroshot.json"
 class ZeroshotConfig:
     """The ``zeroshot`` section of params.yaml."""
 
-    token_pooling: str = "mean"  # cls | mean: the model family's pooling
-    max_length: int = 512  # tokens per window (and per question)
-    max_document_length: int = 2048  # tokens per article over all windows (longer: truncated)
-    batch_size: int = 16  # windows per encoder call
+    token_pooling: str  # cls | mean: the model family's pooling
+    max_length: int  # tokens per window (and per question)
+    max_document_length: int  # tokens per article over all windows (longer: truncated)
+    batch_size: int  # windows per encoder call
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:
@@ -181,3 +181,13 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     return DenseRetriever(
         encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index
     )
+
+
+@dataclass(frozen=True)
+class ZeroshotPaths:
+    """The ``zeroshot`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_zeroshot`."""
+
+    pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    chunks: Path = field(metadata={"help": "encode_chunks cache, reused when chunked alike"})
+    out: Path = field(metadata={"help": "output directory"})

@@ -44,38 +44,38 @@ def _one_of(key: str) -> dict[str, str]:
 class DSRConfig:
     """The ``dsr`` section of ``params.yaml`` (see the comments there); every key is required."""
 
-    article_init: str = field(default="pretrain", metadata=_one_of("article_init"))
-    query_init: str = field(default="pretrain", metadata=_one_of("query_init"))
-    base_model: str = "random"  # HF name/dir, or `random` (pretrain's config, random weights)
-    synthetic: bool = False
+    article_init: str = field(metadata=_one_of("article_init"))
+    query_init: str = field(metadata=_one_of("query_init"))
+    base_model: str  # HF name/dir, or `random` (pretrain's config, random weights)
+    synthetic: bool
     # synthetic pairs drawn per epoch (None: all)
-    synthetic_per_epoch: int | None = field(default=1000, metadata={"expected": "null or a positive integer"})
-    chunk_encoder: str = field(default="frozen", metadata=_one_of("chunk_encoder"))  # frozen: cached chunk vectors
+    synthetic_per_epoch: int | None = field(metadata={"expected": "null or a positive integer"})
+    chunk_encoder: str = field(metadata=_one_of("chunk_encoder"))  # frozen: cached chunk vectors
     # None: all weights; N: top N blocks (embeddings frozen)
-    query_trainable_layers: int | None = field(default=12, metadata={"expected": "null or an integer >= 0"})
-    chunk_identity_init: bool = True  # identity-initialised (pre-LN, zero residual) chunk Transformer
-    chunk_lr: float | None = field(default=0.0001, metadata={"expected": "null or a positive number"})  # None: lr
-    pooling: str = field(default="token_mean", metadata=_one_of("pooling"))  # over chunks
-    token_pooling: str = field(default="mean", metadata=_one_of("token_pooling"))  # over a question's / chunk's tokens
-    max_chunk_length: int = field(default=512, metadata=_POSITIVE)
-    max_document_length: int = field(default=2048, metadata=_POSITIVE)
-    max_query_length: int = field(default=64, metadata=_POSITIVE)
-    chunk_layers: int = field(default=2, metadata=_POSITIVE)
-    chunk_heads: int = field(default=12, metadata=_POSITIVE)
-    temperature: float = field(default=0.05, metadata={"expected": "a positive number"})
-    epochs: int = field(default=4, metadata=_POSITIVE)
-    batch_size: int = field(default=32, metadata=_POSITIVE)
-    lr: float = field(default=2e-5, metadata={"expected": "a positive number"})
-    warmup_ratio: float = field(default=0.1, metadata={"expected": "a number in [0, 1]"})
-    weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
-    max_grad_norm: float = field(default=1.0, metadata={"expected": "a number >= 0"})
-    eval_batch_size: int = field(default=64, metadata=_POSITIVE)
+    query_trainable_layers: int | None = field(metadata={"expected": "null or an integer >= 0"})
+    chunk_identity_init: bool  # identity-initialised (pre-LN, zero residual) chunk Transformer
+    chunk_lr: float | None = field(metadata={"expected": "null or a positive number"})  # None: lr
+    pooling: str = field(metadata=_one_of("pooling"))  # over chunks
+    token_pooling: str = field(metadata=_one_of("token_pooling"))  # over a question's / chunk's tokens
+    max_chunk_length: int = field(metadata=_POSITIVE)
+    max_document_length: int = field(metadata=_POSITIVE)
+    max_query_length: int = field(metadata=_POSITIVE)
+    chunk_layers: int = field(metadata=_POSITIVE)
+    chunk_heads: int = field(metadata=_POSITIVE)
+    temperature: float = field(metadata={"expected": "a positive number"})
+    epochs: int = field(metadata=_POSITIVE)
+    batch_size: int = field(metadata=_POSITIVE)
+    lr: float = field(metadata={"expected": "a positive number"})
+    warmup_ratio: float = field(metadata={"expected": "a number in [0, 1]"})
+    weight_decay: float = field(metadata={"expected": "a number >= 0"})
+    max_grad_norm: float = field(metadata={"expected": "a number >= 0"})
+    eval_batch_size: int = field(metadata=_POSITIVE)
     # micro-batches per batch (per process): same updates, less memory per forward
-    accumulation_steps: int = field(default=1, metadata=_POSITIVE)
+    accumulation_steps: int = field(metadata=_POSITIVE)
     # dev: the epoch with the best dev R@200, the untrained model included | fixed: the last of `epochs`
-    selection: str = field(default="dev", metadata=_one_of("selection"))
+    selection: str = field(metadata=_one_of("selection"))
     # retrain from the same start on train+dev (G-DSR appendix B) for the epochs `selection` gives
-    refit: bool = field(default=False, metadata={"expected": "true or false"})
+    refit: bool = field(metadata={"expected": "true or false"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> DSRConfig:

@@ -69,8 +69,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -97,8 +96,10 @@ from lexgraph.training.gnn_data import (
     sample_negatives,
 )
 from lexgraph.training.gnn_io import (
+    CURVE,
     QUERY_ENCODER,
     GNNTrainResult,
+    TrainGnnPaths,
     load_query_encoder,
     save_trained,
     training_metrics,
@@ -401,25 +402,6 @@ def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
         return 0
     log.info("%s: refit on train+dev for the %d epoch(s) dev chose", settings.variant, best_epoch)
     return best_epoch
-
-
-#: the columns of train_gnn's training curve (``--plot``): per epoch, the loss and the dev metric
-CURVE = ("epoch", "loss", f"dev_{SELECTION_METRIC}")
-
-
-@dataclass(frozen=True)
-class TrainGnnPaths:
-    """The ``train_gnn`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    graph: Path = field(metadata={"help": "build_graph output directory"})
-    embed: Path = field(metadata={"help": "embed output directory (the DSR vectors)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
-    dsr: Path = field(metadata={"help": "trained DSR (its query encoder starts QABISAR's)"})
-    hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
-    out: Path = field(metadata={"help": "model directory"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
-    plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev recall@200 (CSV)"})
 
 
 def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.device, seed: int) -> dict[str, Any]:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lexgraph.core.config import check_types, params_error
+from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import ConfigError
 from lexgraph.graph.build import BIPARTITE_TYPES, NUM_EDGE_TYPES, STRUCTURE_TYPES
 from lexgraph.models.gnn import GraphEncoderConfig
@@ -92,36 +92,71 @@ EDGE_ATTENTION = ("joint", "per_group")
 SELECTION_METRIC = "recall@200"  # the dev metric that chooses the epoch (G-DSR)
 
 
+def _own(key: str) -> str:
+    """Where a key of the variant's own mapping lives: ``gnn.<variant>.<key>``."""
+    return "{variant}." + key
+
+
+def _question(key: str, unread: Any) -> dict[str, Any]:
+    """A question variant's key (``gnn.<variant>.<key>``); the value a graph variant, which reads
+    no such key, holds (not a setting: nothing reads it)."""
+    return {"key": _own(key), "variants": QUESTION_VARIANTS, "unread": unread}
+
+
+def _edge_groups(variant: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The architecture's edge groups for ``variant``: one group of statute edges (graph variants),
+    or the statute and question-article edges attended jointly (one convolution over all edge
+    types) or per group (a convolution per group, summed); the width comes with the data."""
+    if variant not in QUESTION_VARIANTS:
+        groups: tuple[tuple[int, ...], ...] = (tuple(int(t) for t in STRUCTURE_TYPES),)
+    elif values[variant].get("edge_attention") == "joint":
+        groups = (tuple(range(NUM_EDGE_TYPES)),)
+    else:
+        groups = (tuple(int(t) for t in STRUCTURE_TYPES), tuple(int(t) for t in BIPARTITE_TYPES))
+    return {"in_dim": None, "edge_groups": groups}
+
+
 @dataclass(frozen=True)
 class GNNSettings:
-    """The ``gnn`` section of params.yaml, resolved for one variant."""
+    """The ``gnn`` section of params.yaml, resolved for one variant (read by
+    :func:`lexgraph.core.config.section_config`: each field's metadata says where its key lives)."""
+
+    VARIANTS = VARIANTS  # the per-variant mappings (not a field: no annotation)
 
     variant: str
-    encoder: GraphEncoderConfig  # gnn.model, gnn.layers, gnn.dropout and gnn.<variant>'s ARCH_KEYS
-    heading_features: str  # articles (mean of the articles under the heading) | title (its DSR encoding)
-    normalize_features: bool  # L2-normalise the node features (lexgraph's) | the embed stage's vectors as they are
+    # gnn.model, gnn.layers, gnn.dropout and gnn.<variant>'s ARCH_KEYS
+    encoder: GraphEncoderConfig = field(
+        metadata={
+            "keys": {"model": "model", "layers": "layers", "dropout": "dropout", **{k: _own(k) for k in ARCH_KEYS}},
+            "extra": _edge_groups,
+        }
+    )
+    # articles (mean of the articles under the heading) | title (its DSR encoding)
+    heading_features: str = field(metadata={"key": _own("heading_features")})
+    # L2-normalise the node features (lexgraph's) | the embed stage's vectors as they are
+    normalize_features: bool = field(metadata={"key": _own("normalize_features")})
     hard_negatives: int
     batch_size: int
-    lr: float
+    lr: float = field(metadata={"key": _own("lr")})
     adam_epsilon: float
-    schedule: str  # constant | linear (warm-up then linear decay)
-    warmup_ratio: float
+    schedule: str = field(metadata={"key": _own("schedule")})  # constant | linear (warm-up then linear decay)
+    warmup_ratio: float = field(metadata={"key": _own("warmup_ratio")})
     weight_decay: float
     max_grad_norm: float
     accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
-    epochs: int
-    selection: str  # dev | fixed
-    similarity: str  # cosine | dot (QABISAR's)
-    temperature: float
-    refit: bool  # retrain on train+dev (G-DSR appendix B)
-    encoder_lr: float = 0.0  # the question variants' keys; unused (and absent from params) otherwise
-    kd_weight: float = 0.0
-    kd_mode: str = "score"
-    kd_temperature: float = 1.0
-    kd_student_contrastive: bool = False
-    bipartite: bool = False
-    structure: bool = True
-    edge_attention: str = "per_group"
+    epochs: int = field(metadata={"key": _own("epochs")})
+    selection: str = field(metadata={"key": _own("selection")})  # dev | fixed
+    similarity: str = field(metadata={"key": _own("similarity")})  # cosine | dot (QABISAR's)
+    temperature: float = field(metadata={"key": _own("temperature")})
+    refit: bool = field(metadata={"key": _own("refit")})  # retrain on train+dev (G-DSR appendix B)
+    encoder_lr: float = field(metadata=_question("encoder_lr", 0.0))
+    kd_weight: float = field(metadata=_question("kd.weight", 0.0))
+    kd_mode: str = field(metadata=_question("kd.mode", "score"))
+    kd_temperature: float = field(metadata=_question("kd.temperature", 1.0))
+    kd_student_contrastive: bool = field(metadata=_question("kd.student_contrastive", False))
+    bipartite: bool = field(metadata=_question("bipartite", False))
+    structure: bool = field(metadata=_question("structure", True))
+    edge_attention: str = field(metadata=_question("edge_attention", "per_group"))
 
     @staticmethod
     def keys(variant: str) -> tuple[str, ...]:
@@ -137,39 +172,7 @@ class GNNSettings:
     @classmethod
     def from_params(cls, params: dict[str, Any], variant: str) -> GNNSettings:
         """Read ``params`` (the ``gnn`` section) for ``variant``."""
-        if variant not in VARIANTS:
-            raise ConfigError(f"unknown GNN variant {variant!r}, expected one of {', '.join(VARIANTS)}")
-        allowed = set(SHARED_KEYS) | set(VARIANTS)
-        unknown = sorted(set(params) - allowed, key=str)
-        if unknown:
-            raise params_error(
-                f"unknown keys {', '.join(repr(f'gnn.{k}') for k in unknown)}; expected the shared "
-                f"keys {', '.join(SHARED_KEYS)} and one mapping per variant ({', '.join(VARIANTS)})"
-            )
-        missing = [k for k in (*SHARED_KEYS, *VARIANTS) if k not in params]
-        if missing:
-            raise params_error(f"missing key(s) {', '.join(repr('gnn.' + k) for k in missing)}")
-        own = _variant_mapping(params[variant], variant)
-        names = {k: f"{variant}.{k}" for k in own} | {f: f"{variant}.kd.{k}" for f, k in KD_KEYS.items()}
-        values = {k: own.pop(k) for k in ARCH_KEYS}
-        arch = check_types(
-            GraphEncoderConfig, {**{k: params[k] for k in ("model", "layers", "dropout")}, **values}, "gnn", names
-        )
-        if variant in QUESTION_VARIANTS:
-            kd = own.pop("kd")
-            if not isinstance(kd, dict) or set(kd) - set(KD_KEYS.values()):
-                raise params_error(
-                    f"'gnn.{variant}.kd' = {kd!r}, expected a mapping with the keys {', '.join(KD_KEYS.values())}"
-                )
-            missing = [k for k in KD_KEYS.values() if k not in kd]
-            if missing:
-                raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.kd.{k}') for k in missing)}")
-            own.update({f: kd[k] for f, k in KD_KEYS.items()})
-        own.update({k: params[k] for k in SHARED_KEYS if k not in ("model", "layers", "dropout")})
-        own = check_types(cls, own, "gnn", names)
-        settings = cls(variant=variant, encoder=_encoder(arch, variant, own), **own)
-        settings.validate()
-        return settings
+        return section_config(cls, params, "gnn", variant)
 
     @classmethod
     def per_variant(cls, params: dict[str, Any]) -> dict[str, GNNSettings]:
@@ -236,40 +239,3 @@ class GNNSettings:
     @property
     def trains_query_encoder(self) -> bool:
         return self.uses_questions and self.kd_weight > 0
-
-
-def _variant_mapping(own: Any, variant: str) -> dict[str, Any]:
-    """``gnn.<variant>`` checked for its keys (every one required, no other)."""
-    expected = GNNSettings.keys(variant)
-    if not isinstance(own, dict):
-        raise params_error(f"'gnn.{variant}' = {own!r}, expected a mapping with the keys {', '.join(expected)}")
-    unknown = sorted(set(own) - set(expected), key=str)
-    if unknown:
-        where = " (a shared key: set it once under 'gnn')" if set(unknown) & set(SHARED_KEYS) else ""
-        raise params_error(
-            f"unknown keys {', '.join(repr(f'gnn.{variant}.{k}') for k in unknown)}{where}; "
-            f"expected {', '.join(expected)}"
-        )
-    missing = [k for k in expected if k not in own]
-    if missing:
-        raise params_error(f"missing key(s) {', '.join(repr(f'gnn.{variant}.{k}') for k in missing)}")
-    return dict(own)
-
-
-def _encoder(arch: dict[str, Any], variant: str, own: dict[str, Any]) -> GraphEncoderConfig:
-    """The architecture of ``variant``: one group of statute edges (graph variants), or the
-    statute and question-article edges attended jointly (one convolution over all edge
-    types) or per group (a convolution per group, summed)."""
-    if variant not in QUESTION_VARIANTS:
-        groups: tuple[tuple[int, ...], ...] = (tuple(int(t) for t in STRUCTURE_TYPES),)
-    elif own.get("edge_attention") == "joint":
-        groups = (tuple(range(NUM_EDGE_TYPES)),)
-    else:
-        groups = (tuple(int(t) for t in STRUCTURE_TYPES), tuple(int(t) for t in BIPARTITE_TYPES))
-    try:  # architecture errors now, not after the data is loaded (the width is checked then)
-        return GraphEncoderConfig(in_dim=None, **arch, edge_groups=groups)
-    except ConfigError as exc:  # the architecture's words name 'gnn.<key>': a variant's own key is gnn.<variant>.<key>
-        message = str(exc)
-        for key in ARCH_KEYS:
-            message = message.replace(f"'gnn.{key}'", f"'gnn.{variant}.{key}'")
-        raise ConfigError(message) from None

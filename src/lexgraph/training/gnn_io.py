@@ -1,12 +1,13 @@
-"""Saving and loading a trained graph encoder (``models/gnn_<variant>/``) and its training
-metrics (``metrics/train_gnn_<variant>.json``)."""
+"""The ``train_gnn`` stage's files: its paths, saving and loading a trained graph encoder
+(``models/gnn_<variant>/``), its training metrics (``metrics/train_gnn_<variant>.json``) and
+the columns of its training curve."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,22 @@ def load_query_encoder(dsr_dir: Path, dim: int):
     if encoder.dim != dim:
         raise DataError(query_dir, f"query encoder dim {encoder.dim} differs from the embeddings' {dim}")
     return encoder
+
+
+#: the columns of train_gnn's training curve (``--plot``): per epoch, the loss and the dev metric
+CURVE = ("epoch", "loss", f"dev_{SELECTION_METRIC}")
+
+
+@dataclass(frozen=True)
+class TrainGnnPaths:
+    """The ``train_gnn`` stage's inputs and outputs (``dvc.yaml`` names them)."""
+
+    graph: Path = field(metadata={"help": "build_graph output directory"})
+    embed: Path = field(metadata={"help": "embed output directory (the DSR vectors)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
+    dsr: Path = field(metadata={"help": "trained DSR (its query encoder starts QABISAR's)"})
+    hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
+    out: Path = field(metadata={"help": "model directory"})
+    metrics: Path = field(metadata={"help": "metrics JSON"})
+    plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev recall@200 (CSV)"})

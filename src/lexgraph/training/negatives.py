@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,14 +49,11 @@ SECTION = "negatives"
 class NegativesConfig:
     """The ``negatives`` section of params.yaml (read by ``mine_negatives``)."""
 
-    k1: float = field(default=1.0, metadata={"expected": "a number >= 0"})  # BM25 of its own (G-DSR: 1.0, 0.6)
-    b: float = field(default=0.6, metadata={"expected": "a number in [0, 1]"})
-    depth: int = field(default=500, metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
-    k: int = field(default=10, metadata={"expected": "a positive integer"})  # negatives kept per question
-    splits: list[str] = field(
-        default_factory=lambda: ["train", "dev", "synthetic"],
-        metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"},
-    )
+    k1: float = field(metadata={"expected": "a number >= 0"})  # BM25 of its own (G-DSR: 1.0, 0.6)
+    b: float = field(metadata={"expected": "a number in [0, 1]"})
+    depth: int = field(metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
+    k: int = field(metadata={"expected": "a positive integer"})  # negatives kept per question
+    splits: list[str] = field(metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> NegativesConfig:
@@ -250,3 +248,31 @@ def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=N
 
     hub = hub_lists(hub_path, set(articles["id"].to_list())) if hub_path is not None else {}
     return with_hub_lists(questions, hub, mine, k, frames[0].height) if hub else mine(questions)
+
+
+@dataclass(frozen=True)
+class NegativesPaths:
+    """The ``mine_negatives`` stage's inputs and output (``dvc.yaml`` names them)."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    synthetic: Path = field(
+        metadata={
+            "help": "synthetic questions (Parquet, questions schema); skipped with a warning when the file is absent"
+        }
+    )
+    hub_negatives: Path = field(
+        metadata={
+            "help": "the fetched hub negatives (data/raw/negatives.parquet; empty unless fetch.negatives): used where "
+            "a question has a list"
+        }
+    )
+    out: Path = field(metadata={"help": "output negatives (Parquet)"})
+
+
+def run_mine_negatives(paths: NegativesPaths, config: NegativesConfig) -> None:
+    """The ``mine_negatives`` stage: BM25 hard negatives (top-depth BM25 articles minus gold, best
+    k kept) -> ``paths.out``."""
+    from lexgraph.core.io import write_parquet
+
+    write_parquet(run(config, paths.articles, paths.questions, paths.synthetic, paths.hub_negatives), paths.out)

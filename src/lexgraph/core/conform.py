@@ -1,0 +1,173 @@
+"""A params value checked against its dataclass field's annotation, and the one-sentence
+errors about settings (:func:`params_error`, :func:`bad_value`): the checks under
+:func:`lexgraph.core.config.section_config`, which re-exports them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections import abc
+from pathlib import Path
+from typing import Any, Union
+
+from lexgraph.core.errors import ConfigError
+
+DEFAULT_PARAMS = Path("params.yaml")
+_NONE = type(None)
+
+
+def params_error(detail: str) -> ConfigError:
+    """The one-sentence error about a setting, naming params.yaml (the file the user edits):
+    every module words it through here (or :func:`bad_value`)."""
+    return ConfigError(f"{DEFAULT_PARAMS}: {detail}")
+
+
+def without_params_file(exc: Exception) -> str:
+    """A settings error's words without the leading ``params.yaml: ``, for a saved artefact
+    (``gnn.json``, ``mvcl.json``) that holds the settings: the caller names that file instead."""
+    return str(exc).removeprefix(f"{DEFAULT_PARAMS}: ")
+
+
+def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
+    """The one-sentence error for a bad ``section.key`` value."""
+    return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")
+
+
+def _describe(hint: Any, plural: bool = False) -> str:
+    """User wording of a type annotation: ``int | None`` -> "null or an integer"."""
+    words = {
+        int: ("an integer", "integers"),
+        float: ("a number", "numbers"),
+        bool: ("true or false", "true/false values"),
+        str: ("a string", "strings"),
+        _NONE: ("null", "nulls"),
+        dict: ("a mapping", "mappings"),
+        list: ("a list", "lists"),
+    }
+    if hint in words:
+        return words[hint][plural]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        ordered = sorted(args, key=lambda a: a is not _NONE)  # null first
+        return " or ".join(_describe(a, plural) for a in ordered)
+    if origin in (list, tuple, abc.Sequence):
+        inner = [a for a in args if a is not Ellipsis]
+        return ("lists" if plural else "a list") + (f" of {_describe(inner[0], True)}" if inner else "")
+    if origin is dict:
+        return words[dict][plural]
+    return f"a value of type {getattr(hint, '__name__', hint)}"
+
+
+class _Mismatch(Exception):
+    pass
+
+
+class _NotFinite(_Mismatch):
+    """A number that is nan or infinite: the type is right, the value meaningless (an
+    infinite temperature trains nothing, a nan learning rate poisons every weight)."""
+
+
+def _conform(value: Any, hint: Any) -> Any:
+    """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
+    as floats; ints accepted as floats); raises :class:`_Mismatch`."""
+    if hint is Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            if _NONE in args:
+                return None
+            raise _Mismatch
+        not_finite = None
+        for arg in (a for a in args if a is not _NONE):
+            try:
+                return _conform(value, arg)
+            except _NotFinite as exc:
+                not_finite = exc
+            except _Mismatch:
+                continue
+        raise not_finite or _Mismatch()
+    if hint is _NONE:
+        if value is None:
+            return None
+        raise _Mismatch
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is float:
+        if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string
+            try:
+                number = float(value)
+            except ValueError:
+                raise _Mismatch from None
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond float's range (10**400)
+                raise _NotFinite from None
+        else:
+            raise _Mismatch
+        if not math.isfinite(number):  # .nan, .inf, and the strings 'nan', 'inf', '1e999' float() reads
+            raise _NotFinite
+        return number
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if hint in (list, tuple) or origin in (list, tuple, abc.Sequence):
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        inner = [a for a in args if a is not Ellipsis]
+        items = [_conform(v, inner[0]) for v in value] if inner else list(value)
+        return tuple(items) if (origin or hint) is tuple else items
+    if hint is dict or origin is dict:
+        if isinstance(value, dict):
+            return value
+        raise _Mismatch
+    if isinstance(hint, type) and not isinstance(value, hint):
+        raise _Mismatch
+    return value
+
+
+def expectation(cls, name: str) -> str:
+    """What field ``name`` of dataclass ``cls`` expects, in the user's words (its ``expected``,
+    else one of its ``choices``, else its annotation's)."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if "expected" in f.metadata:
+        return f.metadata["expected"]
+    if "choices" in f.metadata:
+        return f"one of {', '.join(map(str, f.metadata['choices']))}"
+    return _describe(typing.get_type_hints(cls)[name])
+
+
+def _finite(cls, name: str) -> str:
+    """The expectation of a field given nan or an infinity."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if "expected" in f.metadata or typing.get_origin(typing.get_type_hints(cls)[name]) in (list, tuple, abc.Sequence):
+        return f"{expectation(cls, name)}, finite (not nan or inf)"
+    return "a finite number (not nan or inf)"
+
+
+def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] | None = None) -> dict[str, Any]:
+    """``values`` (field name -> value) checked against the annotations of dataclass
+    ``cls`` and conformed (``'5e-5'`` -> ``5e-05``); ``keys`` maps a field to the key
+    the user wrote when they differ (``{"kd_weight": "kd.weight"}``)."""
+    hints = typing.get_type_hints(cls)
+    out = dict(values)
+    for name, value in values.items():
+        if name not in hints:
+            continue
+        try:
+            out[name] = _conform(value, hints[name])
+        except _NotFinite:
+            raise bad_value(section, (keys or {}).get(name, name), value, _finite(cls, name)) from None
+        except _Mismatch:
+            raise bad_value(section, (keys or {}).get(name, name), value, expectation(cls, name)) from None
+    return out

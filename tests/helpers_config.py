@@ -1,0 +1,25 @@
+"""Section configs for tests: the sample profile's values (params.yaml, the only place a
+setting's value lives: section configs have no defaults) with a test's own changes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from lexgraph.core.config import read_params, section_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sample_section(section: str) -> dict:
+    """The dotted ``section`` of params.yaml (``"evaluate.index"``: a nested mapping)."""
+    values = read_params(ROOT / "params.yaml")
+    for part in section.split("."):
+        values = values[part]
+    return values
+
+
+def sample_config(cls, section: str, variant: str | None = None, **changes):
+    """``cls`` read from params.yaml's ``section`` (for ``variant`` in a per-variant section),
+    then ``changes`` applied (not validated: a test may hand a stage a value params refuses)."""
+    return dataclasses.replace(section_config(cls, sample_section(section), section, variant), **changes)
