@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lexgraph.evaluation.evaluate import read_trec
+from lexgraph.evaluation.trec import read_trec
 from lexgraph.metrics.ir import evaluate_run, per_query
 from lexgraph.metrics.significance import compare_systems
 

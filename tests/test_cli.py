@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from lexgraph.cli.main import main
-from lexgraph.evaluation.evaluate import read_trec
+from lexgraph.evaluation.trec import read_trec
 from lexgraph.search.bm25 import BM25
 
 ARTICLES = {

@@ -748,9 +748,7 @@ def test_full_disk_while_writing_the_run(ws, capsys, monkeypatch):
             self.fh.flush()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(
-        "lexgraph.evaluation.evaluate.open", lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False
-    )
+    monkeypatch.setattr("lexgraph.evaluation.trec.open", lambda *a, **k: FullDisk(real_open(*a, **k)), raising=False)
     before = snapshot(ws)
     assert main(_batch(ws, str(ws / "q.jsonl"), str(ws / "out.trec"))) == 2
     err = capsys.readouterr().err

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from lexgraph.core.errors import DataError
-from lexgraph.evaluation.evaluate import read_trec, results_markdown, results_table, round_metrics, write_trec
+from lexgraph.evaluation.evaluate import results_markdown, results_table, round_metrics
+from lexgraph.evaluation.trec import read_trec, write_trec
 
 
 def test_trec_round_trip(tmp_path):

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from lexgraph.evaluation.evaluate import write_trec
 from lexgraph.evaluation.per_query import first_relevant_rank, per_query_table, recall_curve, write_per_query_reports
+from lexgraph.evaluation.trec import write_trec
 from lexgraph.metrics.ir import evaluate_run, recall_at_k
 
 

@@ -55,7 +55,7 @@ from lexgraph.cli.plots import add_plots_offline
 # a command imports the systems and tables it needs when it runs
 from lexgraph.core import layout
 from lexgraph.core.config import SYSTEM_NAMES
-from lexgraph.core.errors import LexgraphError
+from lexgraph.core.errors import LexgraphError, reported
 from lexgraph.core.inputs import text_problem
 
 log = logging.getLogger("lexgraph")
@@ -223,7 +223,7 @@ def _read_interactive(args, prompt: str, lineno: int) -> str | None:
 
 def cmd_search(args) -> int:
     from lexgraph.core.config import resolve_device
-    from lexgraph.evaluation.evaluate import write_trec
+    from lexgraph.evaluation.trec import write_trec
     from lexgraph.systems.registry import load_retriever
 
     workspace = Path(args.workspace)
@@ -395,13 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging("INFO")
     try:
-        return args.func(args)
-    except LexgraphError as exc:
-        print(f"lexgraph {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"lexgraph {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return reported(args.command, lambda: args.func(args))
     except BrokenPipeError:
         return _stdout_closed()
 

@@ -8,6 +8,9 @@ message on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class LexgraphError(Exception):
     """An error with a message meant for the user, not a traceback."""
@@ -32,3 +35,20 @@ class ConfigError(LexgraphError):
 
 class HubUnreachableError(LexgraphError):
     """The Hugging Face hub could not be reached."""
+
+
+#: exit statuses of a command that failed on a LexgraphError, and of one interrupted by Ctrl-C
+EXIT_ERROR, EXIT_INTERRUPTED = 2, 130
+
+
+def reported(name: str, call: Callable[[], int | None]) -> int:
+    """Run ``call`` for the command ``lexgraph <name>``: its exit status (0 when it returns None),
+    a :class:`LexgraphError` as one line on stderr (status 2), Ctrl-C as one line (130)."""
+    try:
+        return call() or 0
+    except LexgraphError as exc:
+        print(f"lexgraph {name}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"lexgraph {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

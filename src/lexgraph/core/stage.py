@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lexgraph.core.config import Base, load_params, seed_everything, set_deterministic
-from lexgraph.core.errors import LexgraphError
+from lexgraph.core.errors import reported
 from lexgraph.core.progress import log_stage_start
 
 log = logging.getLogger("lexgraph")
@@ -90,7 +89,8 @@ def run_stage(
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     configure(parser)
     args = parser.parse_args(argv)
-    try:
+
+    def run() -> None:
         base, params = load_params(section, args.params)
         settings = config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
@@ -100,10 +100,5 @@ def run_stage(
         start = time.perf_counter()
         main(args, base, settings)
         log.info("stage %s done in %.1f s", name, time.perf_counter() - start)
-    except LexgraphError as exc:
-        print(f"lexgraph {name}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"lexgraph {name}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+
+    return reported(name, run)

@@ -11,7 +11,7 @@ import polars as pl
 
 from lexgraph.core.errors import DataError, HubUnreachableError, LexgraphError
 from lexgraph.core.hub import first_line, hub_access, offline_requested, unreachable_reason
-from lexgraph.data.fetch import (
+from lexgraph.data.readers import (
     Source,
     conform,
     empty_negatives,

@@ -176,7 +176,7 @@ def shared_text(questions: Iterable[tuple[str, str]]) -> tuple[int, int] | None:
 def refuse_shared_texts(questions: dict[str, Any], rows: dict[int, tuple[Any, int]]) -> None:
     """No question text in two of the train, dev and test splits (after the dev split is
     assigned, carved or not). ``questions``: split → table with ``id`` and ``question``;
-    ``rows``: question id → (the :class:`~lexgraph.data.fetch.Source` it was read from, its
+    ``rows``: question id → (the :class:`~lexgraph.data.readers.Source` it was read from, its
     0-based row there), so the error names the file and row the user edits."""
     items = [
         (split, qid, text)
@@ -225,7 +225,7 @@ def renumber_synthetic(sources: dict[str, tuple[Any, Any]], negatives):
     """Move the synthetic question ids past the human ones when they overlap (in ``sources``,
     in place) and the synthetic negatives' ``question_id`` with them; return the negatives.
     A synthetic id used twice is refused first (the negatives could not tell them apart).
-    ``sources[split]`` is ``(table, lexgraph.data.fetch.Source)``."""
+    ``sources[split]`` is ``(table, lexgraph.data.readers.Source)``."""
     import polars as pl
 
     if "synthetic" not in sources:

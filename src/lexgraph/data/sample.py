@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.errors import DataError, reported
 from lexgraph.core.io import atomic_path
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
 
@@ -173,8 +173,4 @@ if __name__ == "__main__":
     parser.add_argument("source")
     parser.add_argument("out")
     args = parser.parse_args()
-    try:
-        build_sample(args.source, args.out)
-    except LexgraphError as exc:
-        print(f"lexgraph sample: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(reported("sample", lambda: build_sample(args.source, args.out)))

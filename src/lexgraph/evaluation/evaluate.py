@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from lexgraph.core.config import bad_value, expectation, section_config
-from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path
 from lexgraph.data.schema import (
     SPLITS,
-    split_questions,  # noqa: F401 - re-exported
+    split_questions,
 )
+from lexgraph.evaluation.trec import read_trec, write_trec
 from lexgraph.metrics.ir import DEEPEST, METRICS, rounded
 from lexgraph.search.index import IndexConfig
 from lexgraph.systems.registry import SYSTEMS
@@ -91,109 +91,6 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 _MISSING = "–"
-
-
-def _check_token(value: str, what: str) -> str:
-    if not value or any(ch.isspace() for ch in value):
-        raise ValueError(f"TREC {what} must be a non-empty string without whitespace, got {value!r}")
-    return value
-
-
-def write_trec(
-    path: str | os.PathLike,
-    qids: Sequence[Hashable],
-    ids: np.ndarray,
-    scores: np.ndarray,
-    tag: str,
-) -> None:
-    """Write a TREC run file atomically.
-
-    ``qids`` has one entry per row of ``ids`` / ``scores`` (both shaped (n, k), each row
-    best first). Entries with a negative id are padding (fewer than k hits) and are
-    skipped; ranks count the written entries from 1. Note that trec_eval orders by
-    score, so ties that ``%.6f`` creates may be re-ordered there; :func:`read_trec`
-    orders by the rank column.
-    """
-    _check_token(tag, "tag")
-    ids = np.asarray(ids)
-    scores = np.asarray(scores, dtype=np.float64)
-    if ids.ndim != 2 or scores.shape != ids.shape:
-        raise ValueError(f"ids and scores must both be (n, k) arrays, got {ids.shape} and {scores.shape}")
-    if len(qids) != ids.shape[0]:
-        raise ValueError(f"got {len(qids)} qids for {ids.shape[0]} rows of ids")
-    if ids.size and not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"ids must be integers, got dtype {ids.dtype}")
-    ids = ids.astype(np.int64, copy=False)
-    valid = ids >= 0  # (n, k)
-    if np.any(np.diff(np.where(valid, scores, -np.inf), axis=1)[valid[:, 1:]] > 0):
-        log.warning("%s: scores are not non-increasing along some rows; ranks follow the array order", path)
-    suffix = f" {tag}\n"
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for qid, row_ids, row_scores, row_valid in zip(qids, ids, scores, valid):
-                q = _check_token(str(qid), "qid")
-                rank = 0
-                lines = []
-                for doc, score in zip(row_ids[row_valid].tolist(), row_scores[row_valid].tolist()):
-                    rank += 1
-                    lines.append(f"{q} Q0 {doc} {rank} {score:.6f}{suffix}")
-                fh.writelines(lines)
-    log.debug("wrote TREC run %s (%d queries)", path, len(qids))
-
-
-def read_trec(path: str | os.PathLike, *, qid_type: Callable[[str], Hashable] = int) -> dict[Hashable, list[int]]:
-    """Read a TREC run file into ``{qid: [docid, ...]}`` ordered by the rank column.
-
-    Query ids are converted with ``qid_type`` (``int`` by default, as question ids are
-    integers in this project; pass ``str`` for free-form ids). Raises
-    :class:`~lexgraph.core.errors.DataError` naming the line for a line without six fields,
-    a non-integer docid or rank, a non-numeric score, an unconvertible qid or a docid
-    or rank repeated within a query.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "TREC run file not found")
-    entries: dict[Hashable, list[tuple[int, int, int]]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise DataError(
-                    path, f"expected 6 fields 'qid Q0 docid rank score tag', found {len(fields)}", row=line_no
-                )
-            q_raw, _, doc_raw, rank_raw, score_raw, _ = fields
-            try:
-                qid = qid_type(q_raw)
-            except ValueError as exc:
-                raise DataError(path, f"query id {q_raw!r} is not a valid {qid_type.__name__}", row=line_no) from exc
-            try:
-                doc, rank = int(doc_raw), int(rank_raw)
-            except ValueError as exc:
-                raise DataError(
-                    path, f"docid and rank must be integers, found {doc_raw!r} and {rank_raw!r}", row=line_no
-                ) from exc
-            try:
-                float(score_raw)
-            except ValueError as exc:
-                raise DataError(path, f"score must be a number, found {score_raw!r}", row=line_no) from exc
-            entries.setdefault(qid, []).append((rank, line_no, doc))
-    run: dict[Hashable, list[int]] = {}
-    for qid, rows in entries.items():
-        rows.sort()
-        docs = [doc for _, _, doc in rows]
-        if len(set(docs)) != len(docs):
-            seen: set[int] = set()
-            for _, line_no, doc in rows:
-                if doc in seen:
-                    raise DataError(path, f"docid {doc} appears twice for query {qid!r}", row=line_no)
-                seen.add(doc)
-        for (rank_a, _, _), (rank_b, line_no, _) in zip(rows, rows[1:]):
-            if rank_a == rank_b:
-                raise DataError(path, f"rank {rank_b} appears twice for query {qid!r}", row=line_no)
-        run[qid] = docs
-    return run
 
 
 def round_metrics(d: Mapping, ndigits: int = 4) -> dict:
@@ -336,12 +233,9 @@ def evaluate_systems(
 __all__ = [
     "METRICS",
     "TABLE_COLUMNS",
-    "read_trec",
     "results_markdown",
     "results_table",
     "round_metrics",
-    "split_questions",
-    "write_trec",
     "evaluate_systems",
 ]
 

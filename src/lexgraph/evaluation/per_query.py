@@ -25,7 +25,8 @@ import numpy as np
 import polars as pl
 
 from lexgraph.core.io import atomic_path
-from lexgraph.evaluation.evaluate import read_trec, split_questions
+from lexgraph.data.schema import split_questions
+from lexgraph.evaluation.trec import read_trec
 from lexgraph.metrics.ir import DEEPEST, per_query
 
 log = logging.getLogger(__name__)
