@@ -62,6 +62,25 @@ def test_plots_offline_outside_a_dvc_workspace_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "no .dvc directory" in err[0] and str(tmp_path) in err[0]
 
 
+def test_plots_offline_into_an_unwritable_place_is_one_line(tmp_path, capsys):
+    """.dvc/plots exists as a file: the page cannot be written there; one line names it."""
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "plots").write_text("not a folder")
+    assert main(["plots-offline", "--workspace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write the offline page" in err[0], err
+
+
+def test_an_unknown_vega_lite_version_is_one_line(monkeypatch, capsys, tmp_path):
+    from lexgraph.cli import plots
+
+    (tmp_path / ".dvc").mkdir()
+    monkeypatch.setattr(plots, "VEGA_LITE", "v0_1")
+    assert main(["plots-offline", "--workspace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Vega-Lite v0_1 bundle" in err[0], err
+
+
 TRAINED = {"pretrain": None, "train_dsr": None, "train_gnn": "foreach", "rerank": "foreach"}
 
 

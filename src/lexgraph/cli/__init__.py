@@ -1,1 +1,1 @@
-"""The `lexgraph` command: search, batch files, regression checks."""
+"""The `lexgraph` command: search, batch files, regression checks, the offline plots page."""

@@ -64,7 +64,14 @@ def offline_page() -> str:
             "plots-offline needs vl-convert-python, which ships the Vega JavaScript "
             "(pip install -e '.[dev]' installs it)"
         ) from exc
-    bundle = vl_convert.javascript_bundle(vl_version=VEGA_LITE)
+    try:
+        bundle = vl_convert.javascript_bundle(vl_version=VEGA_LITE)
+    except (ValueError, RuntimeError) as exc:  # the Rust side raises RuntimeError, with a backtrace
+        reason = (str(exc).strip().splitlines() or ["no message"])[0]
+        raise LexgraphError(
+            f"vl-convert-python {vl_convert.__version__} has no Vega-Lite {VEGA_LITE} bundle ({reason}); "
+            "expected the version pyproject.toml's dev extra names"
+        ) from exc
     found = [p for p in PLACEHOLDERS if p in bundle]
     if found or "</script" in bundle.lower():
         raise LexgraphError(
@@ -87,8 +94,12 @@ def install_offline_page(workspace: Path) -> Path:
     if not dvc_dir.is_dir():
         raise LexgraphError(f"{workspace}: no .dvc directory (expected a DVC workspace: the folder with dvc.yaml)")
     target = dvc_dir / TEMPLATE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_text(offline_page(), target)
+    page = offline_page()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text(page, target)
+    except OSError as exc:
+        raise LexgraphError(f"{target}: cannot write the offline page ({exc.strerror or exc})") from exc
     command = [sys.executable, "-m", "dvc", "config", "--local", "plots.html_template", TEMPLATE]
     done = subprocess.run(command, cwd=workspace, capture_output=True, text=True)
     if done.returncode:

@@ -7,7 +7,7 @@ intact), so that a damaged one is named with what to do.
 :func:`from_pretrained` wraps any ``from_pretrained`` loader; :func:`hub_reachable` probes
 the hub once (a few seconds at most) so that an offline machine is told at once instead
 of waiting through the hub client's retries; :func:`hub_access` wraps any hub call (models
-here, the BSARD dataset in :mod:`lexgraph.data.fetch`): it silences the hub clients'
+here, the BSARD dataset in :mod:`lexgraph.data.fetch_hub`): it silences the hub clients'
 retry warnings and, when the hub cannot be reached, switches them to offline mode (local
 cache only, no retries), so that the user reads one sentence, not twenty retry logs.
 """

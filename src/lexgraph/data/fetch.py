@@ -24,9 +24,9 @@ the same text always land in the same split, and no dev question repeats a test 
 Whatever the source, no question text may be in two of the train, dev and test splits
 (``lexgraph.data.integrity``: train → test leakage is an error naming both rows).
 
-Every row is validated here, where the file the user edits is known: an error names that
-file (``data/sample/questions_dev.csv``, or the hub dataset and config), the 1-based data
-row (the header is not a row) with the line it starts on, and the column. A CSV must have
+Every row is validated as it is read (:mod:`lexgraph.data.readers`), where the file the user
+edits is known: an error names that file (``data/sample/questions_dev.csv``, or the hub
+dataset and config), the 1-based data row (the header is not a row) with the line it starts on, and the column. A CSV must have
 comma-separated columns, each named once, and every row the header's number of fields; ids
 are integers without whitespace or control characters; a JSON file (the negatives, or
 JSON-lines tables on the hub) names each key of an object once. ``clean`` checks the same

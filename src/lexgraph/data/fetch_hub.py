@@ -1,5 +1,5 @@
 """The ``fetch`` stage's ``hub`` source: BSARD from the Hugging Face hub (or a local directory in the
-hub's layout, for tests), each table validated as :mod:`lexgraph.data.fetch` validates the CSV sources."""
+hub's layout, for tests), each table validated as the CSV sources are (:mod:`lexgraph.data.readers`)."""
 
 from __future__ import annotations
 

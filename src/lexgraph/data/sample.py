@@ -1,6 +1,6 @@
 """Build the embedded sample (``data/sample/``) from the French Code civil.
 
-The source (``../shared/data/code-civil-fr``: ``articles.jsonl``, ``headings.json``,
+The source (a folder of the code-civil-fr corpus: ``articles.jsonl``, ``headings.json``,
 ``questions.jsonl``) is converted to BSARD's file layout and schema, keeping its ids
 and its train/dev/test splits, so that the ``sample`` fetch source reads it with the
 very code that reads a local copy of the hub.
@@ -169,7 +169,7 @@ if __name__ == "__main__":
     import argparse
 
     logging.basicConfig(level=logging.INFO)
-    parser = argparse.ArgumentParser(description="Rebuild data/sample from ../shared/data/code-civil-fr")
+    parser = argparse.ArgumentParser(description="Rebuild data/sample from a folder of the code-civil-fr corpus")
     parser.add_argument("source")
     parser.add_argument("out")
     args = parser.parse_args()

@@ -3,7 +3,7 @@
 With ``dsr.chunk_encoder: frozen`` the hierarchical article encoder's backbone never
 trains, so every chunk of every article (and heading) is encoded once, here, and
 ``train_dsr`` / ``embed`` only run the chunk-level module on the cached vectors
-(:meth:`~lexgraph.models.encoders.HierarchicalArticleEncoder.aggregate`). On a CPU this
+(:meth:`~lexgraph.models.article_encoder.HierarchicalArticleEncoder.aggregate`). On a CPU this
 turns the article side from the dominant cost into a few seconds per epoch.
 
 A cache file (safetensors) holds, for ``n`` texts and ``m`` chunks in all:

@@ -114,7 +114,7 @@ def embed_all(
     chunk_tables: dict[str, Any] | None = None,
     distributed: bool = False,
 ) -> dict[str, int]:
-    """Encode the three tables with ``model`` (a :class:`~lexgraph.models.encoders.DSR`)
+    """Encode the three tables with ``model`` (a :class:`~lexgraph.models.dsr.DSR`)
     and write ``{articles,headings,questions}.safetensors`` into ``out_dir``.
 
     ``articles`` needs ``id``/``article``, ``headings`` ``heading_id``/``text``,

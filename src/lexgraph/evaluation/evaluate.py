@@ -1,9 +1,6 @@
-"""Evaluation helpers: TREC run files, rounding of metrics and Markdown result tables.
-
-A TREC run file has one line per retrieved article, ``qid Q0 docid rank score tag``,
-ranks starting at 1. Files written here are byte-deterministic: scores use a fixed
-``%.6f`` format and lines follow the order of the given arrays.
-"""
+"""The ``evaluate`` stage's settings and work: every system's runs on every split (written as
+TREC files by :mod:`lexgraph.evaluation.trec`), their metrics rounded, the Markdown result
+table and the paired significance tests behind its marks."""
 
 from __future__ import annotations
 
@@ -31,7 +28,6 @@ from lexgraph.systems.registry import SYSTEMS
 log = logging.getLogger(__name__)
 
 SECTION = "evaluate"
-#: The deepest rank any metric looks at (recall@500): ``evaluate.k`` must reach it.
 
 
 @dataclass(frozen=True)
@@ -202,7 +198,7 @@ def evaluate_systems(
     """Search every split with every system, write TREC runs, return rounded metrics.
 
     ``questions`` is the clean questions table; runs go to ``runs_dir/<system>/<split>.trec``.
-    The systems are loaded with :func:`lexgraph.systems.load_retriever`, exactly as
+    The systems are loaded with :func:`lexgraph.systems.registry.load_retriever`, exactly as
     ``lexgraph search`` loads them; dense systems search through ``index``
     (:class:`lexgraph.search.index.IndexConfig`, ``evaluate.index``). Systems with the
     same query encoder share it and each split's questions are encoded once per encoder

@@ -50,7 +50,10 @@ class TokenBatches(Protocol):
     def batch(self, keys: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-# the network's choices (rerank.alignment, rerank.pooling in params.yaml)
+#: Where the word-level attention ``e`` is computed (``rerank.<variant>.alignment``):
+#: ``scaled_dot`` = ``h_a . h_b / sqrt(d)`` on the PLM's states (MVCL §III-B), ``cosine`` =
+#: their cosine / ``align_temperature`` (xrerank), ``projected`` = the scaled dot product of
+#: the learned projections.
 ALIGNMENTS = ("scaled_dot", "cosine", "projected")
 POOLINGS = ("relu", "tanh")
 
@@ -228,7 +231,7 @@ class InteractionModel(nn.Module):
 
 
 # ---------------------------------------------------------------------------
-# Scoring and fusing a first-stage list; building, saving and loading the network
+# Scoring and fusing a first-stage list (building, saving and loading: lexgraph.training.rerank_io)
 # ---------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ Contract:
 * Cosine similarity = inner product of L2-normalised float32 vectors: articles are
   normalised once when the index is built, queries at every search.
 * ``type: flat`` (``faiss.IndexFlatIP``) is exact: the same ranking as the torch matmul
-  reference :func:`lexgraph.systems.dense.exact_top_k`, up to float rounding of
+  reference :func:`lexgraph.metrics.ir.exact_top_k`, up to float rounding of
   near-equal scores. ``type: ivf`` (``IndexIVFFlat``, ``nlist`` inverted lists, default
   ``4 * sqrt(n)``, ``nprobe`` of them visited per query) and ``type: hnsw``
   (``IndexHNSWFlat``, ``hnsw_m`` links per node, ``ef_construction`` at build,

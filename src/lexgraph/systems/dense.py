@@ -18,7 +18,7 @@ a list of questions once: ``dsr``, ``hprior`` and ``gdsr`` all read
 ``models/dsr/query_encoder``, and the ``hybrid`` system's dense half is one of them.
 
 Search goes through :class:`lexgraph.search.index.DenseIndex` (exact ``IndexFlatIP``
-by default, IVF/HNSW at scale, per ``evaluate.index``); :func:`exact_top_k` is the torch
+by default, IVF/HNSW at scale, per ``evaluate.index``); :func:`lexgraph.metrics.ir.exact_top_k` is the torch
 reference it is tested against, also used by the training loops' dev evaluation (small
 corpora, on the training device).
 """

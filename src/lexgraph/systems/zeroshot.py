@@ -6,7 +6,7 @@ family's conventions: E5 puts ``query: `` / ``passage: `` before the text (the p
 travel in ``lexgraph_base.json``) and mean-pools every token, special tokens included;
 an article longer than the model's positions is cut into non-overlapping windows whose
 mean vectors are averaged, weighted by their token counts (what E5's reference
-implementations do). That is a :class:`~lexgraph.models.encoders.HierarchicalArticleEncoder`
+implementations do). That is a :class:`~lexgraph.models.article_encoder.HierarchicalArticleEncoder`
 with windows of ``max_length`` tokens, no chunk-level layers and ``token_mean`` pooling,
 so the window vectors are computed with the same cache code as ``encode_chunks``.
 

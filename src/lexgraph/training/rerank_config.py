@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 
 #: The re-rankers, in SYSTEM_NAMES order: each is a foreach item of the ``rerank`` stage.
 VARIANTS = ("xrerank", "mvcl")
-#: Where the word-level attention ``e`` is computed (``rerank.<variant>.alignment``):
-#: ``scaled_dot`` = ``h_a . h_b / sqrt(d)`` on the PLM's states (MVCL §III-B), ``cosine`` =
-#: their cosine / ``align_temperature`` (xrerank), ``projected`` = the scaled dot product of
-#: the learned projections.
 PLM_MODES = ("frozen", "finetune")
 CHOICES = {"plm": PLM_MODES, "alignment": ALIGNMENTS, "pooling": POOLINGS}
 
