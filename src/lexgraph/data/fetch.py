@@ -25,12 +25,12 @@ Whatever the source, no question text may be in two of the train, dev and test s
 (``lexgraph.data.integrity``: train → test leakage is an error naming both rows).
 
 Every row is validated as it is read (:mod:`lexgraph.data.readers`), where the file the user
-edits is known: an error names that file (``data/sample/questions_dev.csv``, or the hub
-dataset and config), the 1-based data row (the header is not a row) with the line it starts
-on, and the column. A CSV must have comma-separated columns, each named once, and every row the header's number of fields; ids
-are integers without whitespace or control characters; a JSON file (the negatives, or
-JSON-lines tables on the hub) names each key of an object once. ``clean`` checks the same
-things again on ``data/raw``, where they can no longer fail for a fetched table.
+edits is known: an error names that file (``data/sample/questions_dev.csv``, or the hub dataset
+and config), the 1-based data row (the header is not a row) with the line it starts on, and the
+column. A CSV must have comma-separated columns, each named once, and every row the header's
+number of fields; ids are integers without whitespace or control characters; a JSON file (the
+negatives, or JSON-lines tables on the hub) names each key of an object once. ``clean`` checks
+the same things again on ``data/raw``, where they can no longer fail for a fetched table.
 """
 
 from __future__ import annotations
