@@ -157,3 +157,85 @@ def test_json_rendering():
         "matched_terms": ["payer", "loyer"],
     }
     assert record["hits"][1]["matched_terms"] == []
+
+
+def _quadratic_snippet_start(text, spans, width):
+    """The window start of ``make_snippet`` before issue 28 (one scan of every span per span),
+    kept as the reference for the linear sweep."""
+    lead = width // 5
+    best = None
+    for anchor, _, _ in spans:
+        lo = max(0, min(anchor - lead, len(text) - width))
+        inside = [s for s in spans if s[0] >= lo and s[1] <= lo + width]
+        key = (len({t for _, _, t in inside}), len(inside), -lo)
+        if best is None or key > best[0]:
+            best = (key, lo)
+    return best[1]
+
+
+def _old_make_snippet(text, spans, width=240):
+    """``make_snippet`` as it was before issue 28 (the window by the quadratic scan)."""
+    if len(text) <= width:
+        start, end = 0, len(text)
+    elif not spans:
+        start, end = 0, width
+    else:
+        start = _quadratic_snippet_start(text, spans, width)
+        end = min(len(text), start + width)
+    inside = [(s, e) for s, e, _ in spans if s >= start and e <= end]
+    if start > 0 and not text[start - 1].isspace():
+        nxt = text.find(" ", start, end)
+        if 0 <= nxt and (not inside or nxt < inside[0][0]):
+            start = nxt + 1
+        else:
+            start = text.rfind(" ", 0, start) + 1
+    if end < len(text) and not text[end].isspace():
+        prev = text.rfind(" ", start, end)
+        if prev > start and (not inside or prev >= inside[-1][1]):
+            end = prev
+        else:
+            nxt = text.find(" ", end)
+            end = nxt if nxt >= 0 else len(text)
+    body = text[start:end].strip()
+    offset = start + (len(text[start:end]) - len(text[start:end].lstrip()))
+    prefix = "… " if start > 0 else ""
+    suffix = " …" if end < len(text) else ""
+    highlights = [
+        [s - offset + len(prefix), e - offset + len(prefix)]
+        for s, e, _ in spans
+        if s >= offset and e <= offset + len(body)
+    ]
+    return prefix + body + suffix, highlights
+
+
+def test_snippets_of_the_sample_are_those_of_the_quadratic_scan():
+    """Issue 28: the linear window search picks the window the old quadratic scan picked, on
+    the sample's articles, for the terms of its dev questions and for sets of frequent terms."""
+    with open(ROOT / "data" / "sample" / "articles.csv", encoding="utf-8", newline="") as fh:
+        texts = [" ".join(row["article"].split()) for row in csv.DictReader(fh)]
+    with open(ROOT / "data" / "sample" / "questions_dev.csv", encoding="utf-8", newline="") as fh:
+        questions = [row["question"] for row in csv.DictReader(fh)]
+    matcher = TermMatcher()
+    rng = np.random.default_rng(0)
+    checked = 0
+    for text in texts:
+        words = matcher.words(text)
+        vocab = sorted({t for _, _, t in words})
+        queries = [{t for _, _, t in matcher.words(q)} for q in questions[:5]]
+        queries += [set(rng.choice(vocab, size=min(len(vocab), n), replace=False)) for n in (1, 3, 8)] if vocab else []
+        for terms in queries:
+            spans = [s for s in words if s[2] in terms]
+            for width in (60, 120, 240):
+                assert make_snippet(text, spans, width) == _old_make_snippet(text, spans, width), text[:60]
+                checked += bool(spans) and len(text) > width
+    assert checked > 50
+
+
+@pytest.mark.timeout(10)
+def test_snippet_of_a_one_megabyte_article_is_linear():
+    """Issue 28: every word of a 1 MB article matching made the window scan quadratic (minutes)."""
+    text = " ".join(["le mur mitoyen réparé"] * 45_000)  # ~1 MB, ~135,000 matched words
+    spans = [s for s in TermMatcher().words(text) if s[2] in {"mur", "mitoyen", "répar"}]
+    snippet, highlights = make_snippet(text, spans, width=240)
+    assert snippet.startswith("… ") and snippet.endswith(" …") and len(snippet) <= 240 + 4
+    assert {snippet[s:e] for s, e in highlights} == {"mur", "mitoyen", "réparé"}
