@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 import torch
 
@@ -967,3 +968,40 @@ def test_process_level_search_outside_a_workspace(tmp_path):
         lines[0]
     )
     assert proc.stdout == ""
+
+
+HOSTILE = "\x1b[5mclignote\x1b[0m \x1b]8;;https://evil.example\x07lien\x1b]8;;\x07 \x00nul \x7fdel \x9bcsi"
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]], ids=["text", "json"])
+def test_process_level_control_characters_of_the_corpus_are_neutralised(tmp_path, flags):
+    """Issue 28: ESC, OSC 8, BEL, NUL, DEL and C1 in an article and a heading reach stdout
+    as visible escapes (text) or JSON escapes (``--json``), never as the bytes a terminal obeys."""
+    (tmp_path / "data" / "clean").mkdir(parents=True)
+    articles = {**ARTICLES, 3: f"{ARTICLES[3]} {HOSTILE}"}
+    pl.DataFrame(
+        {
+            "id": list(articles),
+            "article": list(articles.values()),
+            "reference": [f"Art. {i} {HOSTILE}" for i in articles],
+            "path": [["Code A", f"Titre {HOSTILE}"]] * len(articles),
+        }
+    ).write_parquet(tmp_path / "data" / "clean" / "articles.parquet")
+    BM25().fit_texts(list(articles.values()), list(articles)).save(tmp_path / "models" / "bm25")
+    before = snapshot(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lexgraph.cli", "search", "qui paie le loyer ?", *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    out = proc.stdout
+    for raw in (b"\x1b", b"\x07", b"\x00", b"\x7f", "\x9b".encode()):
+        assert raw not in out, out
+    assert (b"\\x1b[5mclignote" if not flags else b"\\u001b[5mclignote") in out
+    if flags:
+        assert json.loads(out)["hits"][0]["path"][1] == f"Titre {HOSTILE}"
+    assert snapshot(tmp_path) == before

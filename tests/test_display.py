@@ -239,3 +239,31 @@ def test_snippet_of_a_one_megabyte_article_is_linear():
     snippet, highlights = make_snippet(text, spans, width=240)
     assert snippet.startswith("… ") and snippet.endswith(" …") and len(snippet) <= 240 + 4
     assert {snippet[s:e] for s, e in highlights} == {"mur", "mitoyen", "réparé"}
+
+
+HOSTILE = "\x1b[5mclignote\x1b[0m \x1b]8;;https://evil.example\x07lien\x1b]8;;\x07 \x00nul \x7fdel \x9bcsi \rretour"
+
+
+def test_control_characters_of_the_corpus_are_shown_not_obeyed():
+    """Issue 28: an article's or heading's ESC, OSC, BEL, NUL, DEL or C1 never reaches the
+    terminal, in either style; whitespace controls show as a space, the others as ``\\x..``."""
+    articles = pl.DataFrame(
+        {
+            "id": [7],
+            "article": [f"Le locataire paie le loyer. {HOSTILE}"],
+            "reference": [f"Art. 1728, Code civil {HOSTILE}"],
+            "path": [["Code civil", f"Livre {HOSTILE}"]],
+        }
+    )
+    hits = Display(articles).hits(f"le loyer {HOSTILE}", np.array([7]), np.array([1.0]))
+    for style in ("plain", "ansi"):
+        text = render_text(f"le loyer {HOSTILE}", hits, style=style)
+        shown = text.replace(BOLD, "").replace("\x1b[0m", "")  # the ansi style's own bold
+        assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in shown), repr(shown)
+        assert "\\x1b[5mclignote" in text and "\\x1b]8;;https://evil.example\\x07lien" in text
+        assert "\\x00nul \\x7fdel \\x9bcsi  retour" in text
+    assert "\\x1b[5m" in render_text("q", hits).split("\n")[3]  # the heading path's line
+    line = render_json(f"le loyer {HOSTILE}", hits, qid="q1")
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in line), repr(line)
+    record = json.loads(line)
+    assert record["question"] == f"le loyer {HOSTILE}" and record["hits"][0]["path"][1] == f"Livre {HOSTILE}"

@@ -37,6 +37,20 @@ _APOSTROPHES = "'\u2019\u02bc"
 _ARTICLE_RE = re.compile(r"^\s*(art(?:icle)?\.?\s*[^\s,;:(]+(?:\s+(?:bis|ter|quater|quinquies))?)", re.IGNORECASE)
 PATH_SEPARATOR = " › "
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
+#: C0 controls, DEL and C1 controls: what a terminal may obey (ESC, CSI, OSC, BEL, NUL, CR, ...)
+_CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+#: the text output shows a whitespace control as a space (the snippet collapses them already)
+#: and any other control as its escape, ``\x1b`` as the four characters ``\x1b`` (as ``ls -b``)
+_VISIBLE = {c: " " if chr(c).isspace() else f"\\x{c:02x}" for c in _CONTROLS}
+#: JSON escapes C0 itself; DEL and C1 pass raw with ``ensure_ascii=False``: ``\u007f`` etc.
+_JSON_VISIBLE = {c: f"\\u{c:04x}" for c in _CONTROLS if c >= 0x7F}
+
+
+def visible(text: str) -> str:
+    """``text`` (from the corpus, the workspace or a question) safe for a terminal: no control
+    character (C0, DEL, C1) reaches it, so an article's ``ESC[5m``, OSC 8 or BEL is shown, not
+    obeyed (issue 28). Whitespace controls become a space, the others an escape (``\\x1b``)."""
+    return text.translate(_VISIBLE)
 
 
 def article_number(reference: str | None) -> str:
@@ -180,13 +194,14 @@ def make_snippet(text: str, spans: Sequence[tuple[int, int, str]], width: int = 
 
 
 def mark(snippet: str, highlights: Sequence[Sequence[int]], style: str = "plain") -> str:
-    """``snippet`` with each highlighted word wrapped in ``**`` (``plain``) or ANSI bold (``ansi``)."""
+    """``snippet`` with each highlighted word wrapped in ``**`` (``plain``) or ANSI bold (``ansi``),
+    its own control characters made :func:`visible` (the markers alone reach a terminal as codes)."""
     before, after = ("**", "**") if style == "plain" else (BOLD, RESET)
     out, pos = [], 0
     for start, end in highlights:
-        out += [snippet[pos:start], before, snippet[start:end], after]
+        out += [visible(snippet[pos:start]), before, visible(snippet[start:end]), after]
         pos = end
-    out.append(snippet[pos:])
+    out.append(visible(snippet[pos:]))
     return "".join(out)
 
 
@@ -265,19 +280,20 @@ def use_ansi(stream: IO[str]) -> bool:
 
 def render_text(question: str, hits: Sequence[Hit], style: str = "plain", line_width: int = 92) -> str:
     """The human output of one question: a block per hit (rank, article number, the rest of
-    the reference, score and id; the heading path; the marked snippet)."""
-    lines = ["", question]
+    the reference, score and id; the heading path; the marked snippet), every text from the
+    corpus or the question made :func:`visible`."""
+    lines = ["", visible(question)]
     if not hits:
         lines += ["", "     no results: no article matches any term of the question"]
     for hit in hits:
         rest = _reference_rest(hit.reference, hit.article)
-        title = f"{hit.article} · {rest}" if rest else hit.article
+        title = visible(f"{hit.article} · {rest}" if rest else hit.article)
         if style == "ansi":
             title = f"{BOLD}{title}{RESET}"
         lines += ["", f"{hit.rank:>3}. {title}   (score {hit.score:.4f}, id {hit.id})"]
         if hit.path:
             lines += textwrap.wrap(
-                PATH_SEPARATOR.join(hit.path),
+                visible(PATH_SEPARATOR.join(hit.path)),
                 line_width,
                 initial_indent="     ",
                 subsequent_indent="       ",
@@ -299,7 +315,7 @@ def render_json(question: str, hits: Sequence[Hit], qid: str | None = None, syst
     """One line of JSON: ``{"id", "question", "system", "hits": [{rank, id, article,
     reference, path, score, snippet, highlights, matched_terms}, ...]}``."""
     record: Mapping = {"id": qid, "question": question, "system": system, "hits": [asdict(h) for h in hits]}
-    return json.dumps(record, ensure_ascii=False)
+    return json.dumps(record, ensure_ascii=False).translate(_JSON_VISIBLE)  # only strings hold them: still JSON
 
 
 __all__ = [
@@ -313,4 +329,5 @@ __all__ = [
     "render_json",
     "render_text",
     "use_ansi",
+    "visible",
 ]
