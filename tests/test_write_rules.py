@@ -152,6 +152,32 @@ def test_links_inside_a_directory_output_are_left_alone(tmp_path, umask):
     assert (mode(tmp_path / "outside.bin"), mode(tmp_path / "outside")) == (0o600, 0o700)
 
 
+def test_an_unreadable_model_file_names_chmod_before_a_rebuild(tmp_path, monkeypatch):
+    """Another user's 0600 weights: the remedy is theirs to make readable, or a rebuild
+    (which now writes 0644), not a rebuild alone."""
+    import builtins
+    import errno
+
+    from lexgraph.core.io import check_file
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"x")
+    real_open = builtins.open
+
+    def refusing(file, *args, **kwargs):  # root reads anything: refuse the open instead of chmod 000
+        if Path(file) == path:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing)
+    with pytest.raises(DataError) as err:
+        check_file(path, "this model file", "rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it")
+    assert str(err.value) == (
+        f"{path}: this model file is not readable (permission denied), expected a readable file; make it "
+        f"readable (`chmod a+r {path}`, by its owner), or rerun `dvc repro train_dsr` (or `dvc checkout`) to restore it"
+    )
+
+
 # ---------------------------------------------------------------------------
 # the commands: search --run, regress --update
 # ---------------------------------------------------------------------------

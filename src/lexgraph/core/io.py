@@ -455,6 +455,9 @@ def check_file(
             return False
         raise DataError(path, f"{what} not found; {remedy}")
     expected = "a readable directory" if directory else "a readable file"
+    if reason.startswith("not readable"):  # another user's file: a rebuild is theirs to run
+        chmod = f"chmod -R a+rX {path}" if directory else f"chmod a+r {path}"
+        remedy = f"make it readable (`{chmod}`, by its owner), or {remedy}"
     raise DataError(path, f"{what} is {reason}, expected {expected}; {remedy}")
 
 
