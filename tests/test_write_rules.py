@@ -240,3 +240,17 @@ def test_regress_update_through_a_link_updates_its_target_and_keeps_the_link(ws)
     assert main(regress_update(ws, str(ws / "exp.yaml"))) == 0
     assert (ws / "exp.yaml").is_symlink()
     assert "recall@100: 0.4" in (ws / "expected" / "sample.yaml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["search", "regress"])
+def test_a_symbolic_link_loop_is_refused_in_one_sentence(ws, command, capsys):
+    (ws / "loop.trec").symlink_to("loop.trec")
+    before = snapshot(ws)
+    argv = search(ws, str(ws / "loop.trec")) if command == "search" else regress_update(ws, str(ws / "loop.trec"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if f"lexgraph {command}: error: " in line]
+    assert len(lines) == 1, err
+    assert "loop.trec: a symbolic link loop; not written" in lines[0]
+    assert "Traceback" not in err
+    assert snapshot(ws) == before
