@@ -9,7 +9,8 @@
     not a TREC run, a read-only file or one with several hard links, a path under the
     workspace's ``data/`` or ``models/``, or a path DVC owns (its cache, a ``.dvc``
     directory, an output of ``dvc.yaml``, ``dvc.lock`` or a ``*.dvc`` file:
-    :mod:`lexgraph.core.tracked`). A question that no article matches (BM25: none of its terms
+    :mod:`lexgraph.core.tracked`). A symbolic link is written through, the link kept, and a
+    rewritten run keeps its mode (:mod:`lexgraph.core.io`). A question that no article matches (BM25: none of its terms
     is in the corpus) gets no ranking, with a warning naming its id.
 ``lexgraph search --system bm25 --questions FILE.jsonl --json [--top 10]``
     batch mode to stdout: one JSON object per question (with ``--run`` too: both).

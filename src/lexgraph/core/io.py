@@ -20,6 +20,14 @@ another host (a shared file system) is never touched: two writers of one target 
 finish, the last rename wins. Temporaries of the older naming (``.<name>.<random>.tmp``,
 no pid to ask) are removed when they belong to the output being written and are older
 than :data:`LEGACY_TMP_AGE_S` (a day).
+
+Links and modes, one rule for every writer (stage outputs, ``lexgraph search --run``,
+``lexgraph regress --update``): a target that is a symbolic link is written through, the
+file (or directory) it points to is replaced and the link kept; a read-only target (no write
+bit, or not writable by this process) is refused in one sentence and left as it was; the new
+output has the permission bits of the one it replaces (the umask's default for a new one), and
+every file and directory inside a directory output has the umask's default (0644 / 0755 under
+umask 022), whatever mode its writer gave it.
 """
 
 from __future__ import annotations
@@ -220,9 +228,10 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
     permission (any :class:`OSError` about the output, or a writer's ``(os error N)``)
     raises a :class:`DataError` naming ``target``, the reason and what to do.
     """
-    target = Path(target)
+    target = _write_through(Path(target))
     tmp: Path | None = None
     try:
+        mode = _replacement_mode(target, directory)
         target.parent.mkdir(parents=True, exist_ok=True)
         _sweep_stale_temporaries(target)
         if directory:
@@ -232,11 +241,11 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
             fd, name = tempfile.mkstemp(prefix=_tmp_prefix(target.name), suffix=".tmp", dir=target.parent)
             os.close(fd)
             tmp = Path(name)
-        umask = os.umask(0)
-        os.umask(umask)
         with _sigterm_interrupts():
             yield tmp
-            tmp.chmod((0o777 if directory else 0o666) & ~umask)
+            if directory:
+                _default_modes(tmp)
+            tmp.chmod(mode)
             if directory:
                 _swap_directory(tmp, target)
             else:
@@ -248,6 +257,55 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
         if error is not None:
             raise error from exc
         raise
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def _write_through(target: Path) -> Path:
+    """``target``, or for a symbolic link the file it points to (module docstring: links)."""
+    if not target.is_symlink():
+        return target
+    resolved = Path(os.path.realpath(target))
+    if resolved.is_symlink():
+        raise DataError(target, "a symbolic link loop; not written, expected a file or a link to one")
+    return resolved
+
+
+def _replacement_mode(target: Path, directory: bool) -> int:
+    """The permission bits of the output that replaces ``target``: those of the previous
+    ``target``, or the umask's default for a new one; a read-only ``target`` (no write bit
+    for anyone, or not writable by this process) is refused."""
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        return (0o777 if directory else 0o666) & ~_umask()
+    mode = stat.S_IMODE(info.st_mode) & 0o777
+    if not mode & 0o222 or not os.access(target, os.W_OK):
+        raise DataError(
+            target,
+            f"read-only (mode {mode:04o}); refusing to overwrite it, expected a writable path "
+            "(make it writable, or write elsewhere)",
+        )
+    return mode
+
+
+def _default_modes(root: Path) -> None:
+    """Give every file and directory below ``root`` the umask's default mode (0644 and 0755
+    under umask 022; executables keep an x bit): writers that go through a temporary file
+    (``mkstemp``, safetensors) leave 0600 behind."""
+    umask = _umask()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)  # a symbolic link is left alone, and so is what it points to
+            if stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_mode & 0o111):
+                os.chmod(path, 0o777 & ~umask)
+            elif stat.S_ISREG(info.st_mode):
+                os.chmod(path, 0o666 & ~umask)
 
 
 def _remove(path: Path) -> None:
@@ -397,6 +455,9 @@ def check_file(
             return False
         raise DataError(path, f"{what} not found; {remedy}")
     expected = "a readable directory" if directory else "a readable file"
+    if reason.startswith("not readable"):  # another user's file: a rebuild is theirs to run
+        chmod = f"chmod -R a+rX {path}" if directory else f"chmod a+r {path}"
+        remedy = f"make it readable (`{chmod}`, by its owner), or {remedy}"
     raise DataError(path, f"{what} is {reason}, expected {expected}; {remedy}")
 
 

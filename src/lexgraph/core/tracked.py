@@ -40,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from lexgraph.core import layout
+from lexgraph.core.errors import DataError
 
 #: directories whose content only their tools write
 SUSPECT_DIRS = (".dvc", ".git")
@@ -211,7 +212,10 @@ def dvc_owner(path: str | os.PathLike, workspace: str | os.PathLike = ".") -> st
     """Why DVC owns ``path`` (a sentence part such as ``"is inside DVC's cache /w/.dvc/cache"``),
     or None when it does not (see the module docstring)."""
     absolute = Path(os.path.abspath(path))
-    target = absolute.resolve()
+    try:
+        target = absolute.resolve()
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+        raise DataError(path, "a symbolic link loop; not written, expected a file or a link to one") from None
     for candidate in (absolute, target):
         for i, part in enumerate(candidate.parts):
             if part in SUSPECT_DIRS:
