@@ -56,6 +56,10 @@ def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
         ("throughput.py", ["--steps", "0"], "argument --steps: expected an integer ≥ 1, got 0"),
         ("throughput.py", ["--warmup", "-1"], "argument --warmup: expected an integer ≥ 0, got -1"),
         ("throughput.py", ["--dsr-batch", "0"], "argument --dsr-batch: expected an integer ≥ 1, got 0"),
+        ("gdsr_pairs.py", ["--fractions", "0"], "argument --fractions: expected a number in (0, 1], got 0.0"),
+        ("gdsr_pairs.py", ["--synthetic", "0"], "argument --synthetic: expected an integer ≥ 1, got 0"),
+        ("mvcl_lr.py", ["--fractions", "1.5"], "argument --fractions: expected a number in (0, 1], got 1.5"),
+        ("hierarchy.py", ["--max-gap", "0"], "argument --max-gap: expected an integer ≥ 1, got 0"),
     ],
 )
 def test_numeric_argument_out_of_range(tmp_path, script, args, expected):
