@@ -308,4 +308,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lexgraph.core.errors import LexgraphError
+
+    try:
+        main()
+    except LexgraphError as exc:  # a missing or damaged artefact (the sample's embeddings): one line
+        raise SystemExit(f"scale.py: error: {exc}") from None

@@ -109,3 +109,22 @@ def test_argument_types():
     for parse, text in [(positive_int, "0"), (positive_int, "1.5"), (non_negative_int, "-1"), (fraction, "1.01")]:
         with pytest.raises(argparse.ArgumentTypeError):
             parse(text)
+
+
+def test_scale_without_the_sample_embeddings(tmp_path):
+    """A missing artefact is one line naming it (the benchmark reads the workspace it lives in:
+    run from a copy of the script whose ROOT has no data/embed)."""
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "scale.py").write_bytes((ROOT / "benchmarks" / "scale.py").read_bytes())
+    proc = subprocess.run(
+        [sys.executable, str(bench / "scale.py"), "--n", "100", "--skip-bm25", "--skip-hnsw"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("scale.py: error: ") and "articles.safetensors" in lines[0]
