@@ -87,6 +87,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lexgraph.core.arguments import OneLineParser, non_negative_int, positive_int
 from lexgraph.core.inputs import json_lines, json_object
 from lexgraph.data.schema import parse_article_ids
 from lexgraph.search.bm25 import BM25
@@ -294,7 +295,7 @@ def fmt(value, spec: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--corpus",
         type=Path,
@@ -303,17 +304,22 @@ def main() -> None:
         "articles.jsonl[.gz]) with 'id' and 'text' (default: the embedded sample, data/sample)",
     )
     parser.add_argument(
-        "--copies", type=int, default=None, help="replicate the articles (default: 8 for the embedded sample, else 1)"
+        "--copies",
+        type=positive_int,
+        default=None,
+        help="replicate the articles (default: 8 for the embedded sample, else 1)",
     )
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--rank-bm25-queries", type=int, default=30)
-    parser.add_argument("--repeat", type=int, default=5, help="interleaved search rounds (best kept)")
-    parser.add_argument("--index-repeat", type=int, default=2, help="index builds per system but rank_bm25 (best kept)")
+    parser.add_argument("--queries", type=positive_int, default=300)
+    parser.add_argument("--rank-bm25-queries", type=positive_int, default=30)
+    parser.add_argument("--repeat", type=positive_int, default=5, help="interleaved search rounds (best kept)")
+    parser.add_argument(
+        "--index-repeat", type=positive_int, default=2, help="index builds per system but rank_bm25 (best kept)"
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--no-memory", action="store_true", help="skip the per-system memory subprocesses")
     parser.add_argument(
         "--negatives",
-        type=int,
+        type=non_negative_int,
         default=120_000,
         help="also time BM25 negative mining (k1=1.0, b=0.6, depth 500, k 10) for this many "
         "queries (the questions repeated); 0 to skip",

@@ -29,7 +29,6 @@ R@200. Choices are made on dev only; test is never read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -103,11 +102,13 @@ def run(label: str, questions, negatives, tables, graph, settings, seed: int) ->
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from lexgraph.core.arguments import OneLineParser, fraction, positive_int
+
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workspace", type=Path, default=Path("."))
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
-    parser.add_argument("--fractions", type=float, nargs="*", default=[0.25, 0.5, 1.0])
-    parser.add_argument("--synthetic", type=int, nargs="*", default=[1000])
+    parser.add_argument("--fractions", type=fraction, nargs="*", default=[0.25, 0.5, 1.0])
+    parser.add_argument("--synthetic", type=positive_int, nargs="*", default=[1000])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     from lexgraph.core.errors import LexgraphError

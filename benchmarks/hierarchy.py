@@ -27,7 +27,6 @@ other article. Deterministic (no sampling): every block is enumerated.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections import Counter
@@ -162,14 +161,16 @@ def table(fig: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from lexgraph.core.arguments import OneLineParser, positive_int
+
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--params",
         type=Path,
         default=ROOT / "params.yaml",
         help="params file whose fetch and clean sections load the data (default: params.yaml)",
     )
-    parser.add_argument("--max-gap", type=int, default=2, help="pairs at most this many positions apart")
+    parser.add_argument("--max-gap", type=positive_int, default=2, help="pairs at most this many positions apart")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

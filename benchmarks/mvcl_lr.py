@@ -125,13 +125,15 @@ def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from lexgraph.core.arguments import OneLineParser, fraction
+
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workspace", type=Path, default=Path("."))
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
     parser.add_argument("--runs", type=parse_run, nargs="+", default=[(2e-5, 5), (3e-4, 5)])
     parser.add_argument(
         "--fractions",
-        type=float,
+        type=fraction,
         nargs="+",
         default=[1.0],
         help="train on a seeded subset of the train questions (1 = all); every run at each fraction",

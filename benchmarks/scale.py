@@ -30,13 +30,14 @@ meaningful on a shared machine. Agreement is checked on the top-10.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import time
 from pathlib import Path
 
 import numpy as np
+
+from lexgraph.core.arguments import OneLineParser, at_least, fraction, non_negative_int, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,15 +285,15 @@ def run_bm25(args) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1_000_000, help="articles in the synthetic corpus")
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=at_least(K), default=1_000_000, help="articles in the synthetic corpus")
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--target", type=float, default=0.99, help="recall@100 the ANN knobs are raised to")
-    parser.add_argument("--threads", type=int, default=0, help="FAISS threads (0: all cores)")
-    parser.add_argument("--nlist", type=int, default=0, help="IVF lists (0: 4 * sqrt(n))")
-    parser.add_argument("--hnsw-m", type=int, default=32)
-    parser.add_argument("--ef-construction", type=int, default=80)
+    parser.add_argument("--repeat", type=positive_int, default=2)
+    parser.add_argument("--target", type=fraction, default=0.99, help="recall@100 the ANN knobs are raised to")
+    parser.add_argument("--threads", type=non_negative_int, default=0, help="FAISS threads (0: all cores)")
+    parser.add_argument("--nlist", type=non_negative_int, default=0, help="IVF lists (0: 4 * sqrt(n))")
+    parser.add_argument("--hnsw-m", type=at_least(2), default=32)
+    parser.add_argument("--ef-construction", type=positive_int, default=80)
     parser.add_argument("--skip-dense", action="store_true")
     parser.add_argument("--skip-hnsw", action="store_true", help="no HNSW (its build is the slowest part at 1M)")
     parser.add_argument("--skip-bm25", action="store_true")
@@ -307,4 +308,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lexgraph.core.errors import LexgraphError
+
+    try:
+        main()
+    except LexgraphError as exc:  # a missing or damaged artefact (the sample's embeddings): one line
+        raise SystemExit(f"scale.py: error: {exc}") from None

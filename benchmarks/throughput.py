@@ -513,18 +513,17 @@ def row(stage, mode, seconds, rates, flops, peak, note) -> dict:
 
 
 def parse_args(argv=None):
+    from lexgraph.core.arguments import OneLineParser, non_negative_int, positive_int
     from lexgraph.core.config import read_params
     from lexgraph.core.errors import LexgraphError
 
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     parser.add_argument("--modes", default=",".join(MODES), help="article-side modes for train_dsr and embed")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--small", action="store_true", help="e5-small / mT5-small shapes (for a CPU)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--steps", type=positive_int, default=5, help="timed steps per measurement")
+    parser.add_argument("--warmup", type=non_negative_int, default=1)
     parser.add_argument("--profile", type=Path, default=ROOT / "profiles/paper.yaml", help="batch sizes from here")
     parser.add_argument(
         "--articles",
@@ -539,7 +538,7 @@ def parse_args(argv=None):
         help="tokenizer directory for the length distribution (else a words estimate)",
     )
     for key in ("hidden", "layers", "heads", "intermediate", "positions", "vocab"):
-        parser.add_argument(f"--{key}", type=int, help=f"encoder {key} (overrides the preset)")
+        parser.add_argument(f"--{key}", type=positive_int, help=f"encoder {key} (overrides the preset)")
     for key in (
         "pretrain-batch",
         "pretrain-length",
@@ -552,7 +551,7 @@ def parse_args(argv=None):
         "embed-batch",
         "embed-articles",
     ):
-        parser.add_argument(f"--{key}", type=int, help="overrides the profile's value")
+        parser.add_argument(f"--{key}", type=positive_int, help="overrides the profile's value")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     try:  # lexgraph's own reader: a repeated key, bad bytes or an unknown section is one line

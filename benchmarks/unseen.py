@@ -28,6 +28,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lexgraph.core.arguments import OneLineParser, positive_int
+from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.evaluation.trec import read_trec
 from lexgraph.metrics.ir import evaluate_run, per_query
 from lexgraph.metrics.significance import compare_systems
@@ -64,17 +66,42 @@ Qrels = Mapping[Any, Collection[int]]
 
 
 def read_qrels(path: Path) -> dict[int, list[int]]:
-    """``{question id: gold article ids}`` from a JSON-lines file of ``{id, article_ids, ...}``."""
+    """``{question id: gold article ids}`` from a JSON-lines file of ``{id, article_ids, ...}``;
+    a line that is not such a record is a :class:`DataError` naming the file and line."""
     qrels: dict[int, list[int]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(path, f"cannot read the questions ({exc}); expected a JSON-lines file in UTF-8") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
             rec = json.loads(line)
-            if not rec.get("article_ids"):
-                raise ValueError(f"{path}:{n}: question {rec.get('id')!r} has no article_ids")
-            qrels[int(rec["id"])] = [int(a) for a in rec["article_ids"]]
+            ids = rec["article_ids"] if isinstance(rec, dict) else None
+            if not ids or not isinstance(ids, list):
+                raise ValueError
+            qrels[int(rec["id"])] = [int(a) for a in ids]
+        except (ValueError, KeyError, TypeError):
+            raise DataError(
+                path,
+                "expected a JSON object with an integer 'id' and a non-empty list of integer 'article_ids'",
+                row=n,
+            ) from None
     if not qrels:
-        raise ValueError(f"{path}: no question")
+        raise DataError(path, "no question; expected one JSON object per line")
     return qrels
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that cannot be written, before any search: a directory, or a path under a file."""
+    if out.is_dir():
+        raise DataError(out, "is a directory; expected --out to name a JSON file")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DataError(out, f"{parent} is a file, not a directory; expected --out under a directory")
+            return
 
 
 def search(lexgraph: str, system: str, questions: Path, run: Path, k: int, workspace: Path) -> bool:
@@ -172,9 +199,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="JSON file to write the results to")
     parser.add_argument(
         "--table", type=Path, metavar="JSON", help="print the table of an earlier --out file and exit (no search)"
@@ -184,8 +209,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--questions", type=Path, default=ROOT / "data/unseen/questions.jsonl")
     parser.add_argument("--workspace", type=Path, default=ROOT, help="where `dvc repro` wrote models/ and data/")
     parser.add_argument("--runs-dir", type=Path, help="where to keep the TREC runs (default: a temporary directory)")
-    parser.add_argument("--k", type=int, default=500, help="ranking depth of the runs (default 500)")
-    parser.add_argument("--resamples", type=int, default=10000, help="randomisation and bootstrap resamples")
+    parser.add_argument("--k", type=positive_int, default=500, help="ranking depth of the runs (default 500)")
+    parser.add_argument("--resamples", type=positive_int, default=10000, help="randomisation and bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--lexgraph",
@@ -198,12 +223,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse_args(argv)
+    try:
+        return run(args)
+    except LexgraphError as exc:
+        log.error("benchmarks/unseen.py: error: %s", exc)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        log.error("benchmarks/unseen.py: error: %s: %s", exc.filename, exc.strerror or exc)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
     if args.table:
         print(markdown_table(json.loads(args.table.read_text(encoding="utf-8"))))
         return 0
     if not args.out:
         log.error("--out is required (or --table JSON)")
         return 2
+    check_out(args.out)
     qrels = read_qrels(args.questions)
     systems = args.systems or [s for s, p in MODEL_ARTEFACTS.items() if (args.workspace / p).exists()]
     if not systems:

@@ -36,9 +36,11 @@ when ``--top`` asks for more, and a log line says how many match.
 Systems are loaded from the artefacts ``dvc repro`` wrote in the workspace (``--workspace``),
 after every argument has been checked. Errors a user can act on print one line,
 ``lexgraph <command>: error: ...``, and exit with status 2; ``regress`` exits with 1 when
-a metric is out of tolerance. When the reader of stdout goes away (``--json | head -1``)
-the command stops quietly with status 141 (128 + SIGPIPE, as a shell reports for a Unix
-tool that SIGPIPE ended).
+a metric is out of tolerance. A path the file system refuses (a name over 255 bytes, a path
+over ``PATH_MAX``), a closed stdin or stdout and stdout on a full disk are one such line too;
+characters the output encoding lacks are written as ``\\uXXXX`` (:mod:`lexgraph.cli.streams`).
+When the reader of stdout goes away (``--json | head -1``) the command stops quietly with
+status 141 (128 + SIGPIPE, as a shell reports for a Unix tool that SIGPIPE ended).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from pathlib import Path
 
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.plots import add_plots_offline
+from lexgraph.cli.streams import guard_streams, path_error
 
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
@@ -393,12 +396,34 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from lexgraph.core.stage import setup_logging
 
-    args = build_parser().parse_args(argv)
-    setup_logging("INFO")
+    streams = sys.stdin, sys.stdout
+    guard_streams()
     try:
-        return reported(args.command, lambda: args.func(args))
+        args = build_parser().parse_args(argv)
+        setup_logging("INFO")
+        try:
+            status = reported(args.command, lambda: _run(args))
+        except BrokenPipeError:
+            return _stdout_closed()
+        if getattr(sys.stdout, "failed", False):
+            _stdout_closed()  # what is still buffered for the failed stdout is dropped, not flushed at exit
+        return status
+    finally:
+        sys.stdin, sys.stdout = streams
+
+
+def _run(args) -> int | None:
+    """The command, with an :class:`OSError` on a path the user named as one line
+    (:func:`lexgraph.cli.streams.path_error`)."""
+    try:
+        return args.func(args)
     except BrokenPipeError:
-        return _stdout_closed()
+        raise
+    except OSError as exc:
+        error = path_error(exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 #: exit status when the reader of stdout goes away: 128 + SIGPIPE (13), what a shell reports

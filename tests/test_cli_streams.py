@@ -1,0 +1,135 @@
+"""`lexgraph search` against a hostile environment (issue 28, class 7): a path the file system
+refuses, an output encoding that cannot write the text, a closed stdin or stdout, stdout on a
+full disk. Each is one line on stderr (or, for the encoding, escaped output), never a
+traceback, and leaves every file of the workspace byte for byte as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from helpers_cli import ARTICLES, write_articles
+from lexgraph.search.bm25 import BM25
+
+PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"
+
+
+@pytest.fixture
+def ws(tmp_path):
+    write_articles(tmp_path, ARTICLES)
+    BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n")
+    (tmp_path / "out.trec").write_text(PREVIOUS_RUN, encoding="utf-8")
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _search(ws: Path, *args: str, env: dict | None = None, **streams) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lexgraph.cli", "search", "--workspace", str(ws), *args],
+        cwd=ws,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+        capture_output="stdout" not in streams,
+        stderr=subprocess.PIPE if "stdout" in streams else None,
+        timeout=120,
+        **streams,
+    )
+
+
+def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> None:
+    err = proc.stderr.decode("utf-8", "replace") if isinstance(proc.stderr, bytes) else proc.stderr
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lexgraph search: error: "), err
+    for part in expected:
+        assert part in lines[0], err
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "a" * 256,  # one name over NAME_MAX
+        "a/" * 3000 + "x",  # a path over PATH_MAX
+        "x" * 300 + "/out.trec",  # a directory name over NAME_MAX
+    ],
+    ids=["name-256", "path-max", "dir-name"],
+)
+def test_path_the_file_system_refuses(ws, run):
+    before = snapshot(ws)
+    proc = _search(ws, "--questions", "q.jsonl", "--run", run)
+    _one_line(proc, "File name too long", "expected a path the file system accepts")
+    assert snapshot(ws) == before
+
+
+def test_too_long_questions_path(ws):
+    before = snapshot(ws)
+    _one_line(_search(ws, "--questions", "q" * 300 + ".jsonl", "--json"), "File name too long")
+    assert snapshot(ws) == before
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1", "ascii:strict"])
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_output_encoding_that_cannot_write_the_text(ws, encoding, json_output):
+    """Characters the encoding lacks are written as \\uXXXX: readable text, and valid JSON."""
+    before = snapshot(ws)
+    question = "réparation du mur … ’ 𝄞"
+    proc = _search(ws, *(["--json"] if json_output else []), question, env={"PYTHONIOENCODING": encoding})
+    assert proc.returncode == 0, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    out = proc.stdout.decode(encoding.split(":")[0])
+    if json_output:
+        assert json.loads(out)["question"] == question
+    else:
+        assert "mitoyen" in out and "\\u2019" in out  # the question, echoed with its ’ escaped
+    assert snapshot(ws) == before
+
+
+def test_closed_stdout(ws):
+    before = snapshot(ws)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lexgraph.cli", "search", "--workspace", str(ws), "--json", "loyer"],
+        cwd=ws,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    _one_line(proc, "standard output is closed")
+    assert snapshot(ws) == before
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]], ids=["text", "json"])
+def test_closed_stdin(ws, flags):
+    before = snapshot(ws)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lexgraph.cli", "search", "--workspace", str(ws), *flags],
+        cwd=ws,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )
+    _one_line(proc, "standard input is closed")
+    assert snapshot(ws) == before
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("flags", [["--json", "loyer"], ["loyer"], ["--questions", "q.jsonl", "--json"]])
+def test_stdout_on_a_full_disk(ws, flags):
+    before = snapshot(ws)
+    with open("/dev/full", "w") as full:
+        proc = _search(ws, *flags, stdout=full)
+    _one_line(proc, "cannot write to standard output: No space left on device")
+    assert snapshot(ws) == before
