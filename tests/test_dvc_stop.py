@@ -94,8 +94,13 @@ def files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
 
 
-@pytest.mark.parametrize("cmd", [DIRECT, THROUGH_SHELL], ids=["direct", "through-shell"])
-def test_sigterm_to_dvc_alone_stops_the_stage(tmp_path, cmd):
+@pytest.mark.parametrize(
+    ("cmd", "victim"),
+    [(DIRECT, "dvc"), (THROUGH_SHELL, "dvc"), (THROUGH_SHELL, "launcher")],
+    ids=["direct", "through-shell", "launcher-killed"],
+)
+def test_sigterm_to_dvc_alone_stops_the_stage(tmp_path, cmd, victim):
+    """SIGTERM to DVC alone (or to the shell/launcher between it and the stage, alone)."""
     root = tmp_path / "p"
     env = project(root, cmd)
     before = files(root)
@@ -106,9 +111,12 @@ def test_sigterm_to_dvc_alone_stops_the_stage(tmp_path, cmd):
         assert wait_for(lambda: (root / "started").is_file() or proc.poll() is not None, 60)
         assert proc.poll() is None, (tmp_path / "log").read_text()
         stage_pid = int((root / "started").read_text())
-        os.kill(proc.pid, signal.SIGTERM)  # what `timeout` sends: to DVC alone
+        with open(f"/proc/{stage_pid}/stat", encoding="ascii") as fh:
+            launcher = int(fh.read().rsplit(")", 1)[1].split()[1])
+        assert cmd == DIRECT or launcher != proc.pid, "no shell between DVC and the stage"
+        os.kill(proc.pid if victim == "dvc" else launcher, signal.SIGTERM)  # what `timeout` sends: to DVC alone
         proc.wait(timeout=15)
-        assert wait_for(lambda: gone(stage_pid), 5), "the stage runs on after DVC is gone"
+        assert wait_for(lambda: gone(stage_pid), 10), "the stage runs on after DVC is gone"
         assert wait_for((root / "exit_status").is_file, 5)
     finally:
         if stage_pid and not gone(stage_pid):
