@@ -186,3 +186,25 @@ def test_no_atomic_rename_once_a_stop_is_requested(tmp_path, monkeypatch):
     assert (tmp_path / "out.json").read_bytes() == OLD
     assert [p.name for p in (tmp_path / "dir").iterdir()] == ["a"]
     assert errors.reported("work", lambda: errors.check_stop()) == errors.EXIT_INTERRUPTED
+
+
+def test_a_second_sigterm_while_stopping_is_ignored(tmp_path):
+    """SIGTERM to DVC's process group reaches the stage, then its watcher sends one more: the
+    stage's cleanup is not interrupted a second time (which could end in a traceback)."""
+    from lexgraph.core.stage import run_stage
+
+    done = tmp_path / "cleanup-done"
+
+    def main(args, base, config):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            done.touch()
+
+    argv = ["--params", str(ROOT / "params.yaml")]
+    assert run_stage("bm25", main, lambda parser: None, argv, name="work", config=dict) == 130
+    assert done.is_file()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

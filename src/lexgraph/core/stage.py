@@ -195,7 +195,13 @@ def watch_parent(interval: float = WATCH_INTERVAL_S) -> None:
     threading.Thread(target=watch, name="lexgraph-watch-dvc", daemon=True).start()
 
 
+_INTERRUPTED: list[int] = []  # the signal that interrupted the stage: later ones are ignored
+
+
 def _terminate(signum, frame):  # noqa: ARG001 - signal handler signature
+    if _INTERRUPTED:  # already stopping (a SIGTERM to the group, then the watcher's): no second interrupt
+        return
+    _INTERRUPTED.append(signum)
     reason = stop_reason()
     raise Stopped(reason) if reason else KeyboardInterrupt(f"signal {signum}")
 
@@ -203,8 +209,10 @@ def _terminate(signum, frame):  # noqa: ARG001 - signal handler signature
 @contextlib.contextmanager
 def _terminate_interrupts():
     """Within the block (the whole stage), SIGTERM and SIGHUP interrupt like Ctrl-C (a
-    :class:`Stopped` with its reason when a stop was requested), unless already handled."""
+    :class:`Stopped` with its reason when a stop was requested), once: a later one, while the
+    stage stops, is ignored (no second interrupt in its cleanup); unless already handled."""
     previous = {}
+    _INTERRUPTED.clear()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) == signal.SIG_DFL:
