@@ -37,6 +37,32 @@ class HubUnreachableError(LexgraphError):
     """The Hugging Face hub could not be reached."""
 
 
+class Stopped(KeyboardInterrupt):
+    """An interrupt with a reason for the user (the parent ``dvc repro`` is gone): reported as
+    ``lexgraph <name>: interrupted: <reason>``."""
+
+
+_STOP: list[str] = []  # the reason the process was asked to stop, process-wide (first one wins)
+
+
+def request_stop(reason: str) -> None:
+    """Ask the whole process to stop: no output is committed after this
+    (:func:`lexgraph.core.io.atomic_path` calls :func:`check_stop` right before each rename)."""
+    if not _STOP:
+        _STOP.append(reason)
+
+
+def stop_reason() -> str | None:
+    """Why a stop was requested (:func:`request_stop`), or ``None``."""
+    return _STOP[0] if _STOP else None
+
+
+def check_stop() -> None:
+    """Raise :class:`Stopped` if a stop was requested."""
+    if _STOP:
+        raise Stopped(_STOP[0])
+
+
 #: exit statuses of a command that failed on a LexgraphError, and of one interrupted by Ctrl-C
 EXIT_ERROR, EXIT_INTERRUPTED = 2, 130
 
@@ -49,6 +75,7 @@ def reported(name: str, call: Callable[[], int | None]) -> int:
     except LexgraphError as exc:
         print(f"lexgraph {name}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print(f"lexgraph {name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        why = f": {exc}" if isinstance(exc, Stopped) else ""
+        print(f"lexgraph {name}: interrupted{why}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -50,7 +50,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.errors import DataError, LexgraphError, check_stop
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +224,11 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
     With ``directory=True`` the yielded path is an (empty, existing) directory and the
     whole directory replaces ``target`` (no file of the previous ``target`` survives). On
     any exception, Ctrl-C, SIGTERM or SIGHUP included, the temporary is removed and
-    ``target`` is left as it was. A write that fails for want of disk space, quota or
-    permission (any :class:`OSError` about the output, or a writer's ``(os error N)``)
-    raises a :class:`DataError` naming ``target``, the reason and what to do.
+    ``target`` is left as it was, and so it is when a stop was requested
+    (:func:`lexgraph.core.errors.request_stop`: the parent ``dvc repro`` is gone). A write
+    that fails for want of disk space, quota or permission (any :class:`OSError` about the
+    output, or a writer's ``(os error N)``) raises a :class:`DataError` naming ``target``, the
+    reason and what to do.
     """
     target = _write_through(Path(target))
     tmp: Path | None = None
@@ -249,7 +251,9 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
             if directory:
                 _swap_directory(tmp, target)
             else:
-                os.replace(tmp, target)
+                with _signals_deferred():
+                    check_stop()  # a stop requested (the parent `dvc repro` gone): keep the previous output
+                    os.replace(tmp, target)
     except BaseException as exc:
         if tmp is not None:
             _remove(tmp)
@@ -323,6 +327,7 @@ def _swap_directory(tmp: Path, target: Path) -> None:
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     with _signals_deferred():
+        check_stop()  # a stop requested (the parent `dvc repro` gone): keep the previous output
         moved = target.exists() or target.is_symlink()
         if moved:
             target.rename(old)

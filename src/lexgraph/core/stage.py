@@ -22,20 +22,34 @@ sets determinism, seeds everything and calls ``main(args, base, config)`` with t
 config, not the raw section. A :class:`LexgraphError` becomes one line on stderr and exit
 status 2 (outputs are written atomically, so nothing is left half-written or overwritten);
 an interrupt, one line and status 130.
+
+Under ``dvc repro`` a stage stops when DVC goes away (``timeout 60 dvc repro`` sends SIGTERM to
+DVC alone, which does not pass it on): :func:`watch_parent` notes the processes from this one up
+to DVC (the first ancestor whose environment lacks this ``$DVC_STAGE``: a shell or a launcher
+such as ``accelerate launch`` in between carries it), and a thread polls them; once one of them
+is gone or re-parented, the stop is requested (:func:`lexgraph.core.errors.request_stop`, so that
+no atomic write renames its output after that) and SIGTERM sent to this process, which
+``run_stage`` turns into an interrupt: one line, status 130, previous outputs as they were.
+A DVC already gone when the stage starts is caught too: the topmost process of the stage no
+longer shares its parent's process group (DVC starts commands in its own group).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lexgraph.core.config import Base, load_params, seed_everything, set_deterministic
-from lexgraph.core.errors import reported
+from lexgraph.core.errors import Stopped, check_stop, reported, request_stop, stop_reason
 from lexgraph.core.progress import log_stage_start
 
 log = logging.getLogger("lexgraph")
@@ -91,6 +105,7 @@ def run_stage(
     args = parser.parse_args(argv)
 
     def run() -> None:
+        watch_parent()  # under `dvc repro`: stop when DVC is gone (already gone: Stopped here)
         base, params = load_params(section, args.params)
         settings = config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
@@ -101,4 +116,109 @@ def run_stage(
         main(args, base, settings)
         log.info("stage %s done in %.1f s", name, time.perf_counter() - start)
 
-    return reported(name, run)
+    with _terminate_interrupts():
+        return reported(name, run)
+
+
+#: how often the watcher thread looks at the processes up to DVC (seconds)
+WATCH_INTERVAL_S = 0.5
+
+
+def _stat(pid: int | str) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, pgid, start time)`` of a process from ``/proc`` (``None``: no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _dvc_stage(pid: int | str) -> str | None:
+    """``$DVC_STAGE`` in the environment a process started with (``None``: unset or unreadable)."""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            for item in fh.read().split(b"\0"):
+                if item.startswith(b"DVC_STAGE="):
+                    return os.fsdecode(item[len(b"DVC_STAGE=") :])
+    return None
+
+
+def _dvc_chain() -> list[tuple[int, int, int]] | None:
+    """``(pid, ppid, start time)`` of this process and each ancestor up to DVC's child (the
+    processes that carry this ``$DVC_STAGE``); ``None`` when not run by DVC (no ``$DVC_STAGE``
+    at start, or no ``/proc``). Raises :class:`Stopped` when DVC is already gone."""
+    stage = _dvc_stage("self")
+    if not stage:
+        return None
+    chain, pid = [], os.getpid()
+    while True:
+        own = _stat(pid)
+        parent = _stat(own[1]) if own is not None and own[1] > 0 else None
+        if own is None or parent is None:
+            break
+        chain.append((pid, own[1], own[3]))
+        if _dvc_stage(own[1]) == stage:  # a shell or launcher between DVC and this process
+            pid = own[1]
+            continue
+        if parent[2] == own[2] and parent[0] not in "ZX":  # DVC: its child is in its process group
+            return chain
+        break  # DVC's child re-parented (to init, a subreaper): DVC is gone
+    request_stop("its `dvc` process was gone before it started; its outputs are left as they were")
+    check_stop()
+    return None
+
+
+def _chain_broken(chain: list[tuple[int, int, int]]) -> bool:
+    """Whether a process of ``chain`` is gone or no longer the child of the one above it."""
+    for pid, ppid, start in chain:
+        now = _stat(pid)
+        if now is None or now[0] in "ZX" or now[1] != ppid or now[3] != start:
+            return True
+    return False
+
+
+def watch_parent(interval: float = WATCH_INTERVAL_S) -> None:
+    """Under ``dvc repro``, stop this process (SIGTERM to itself, after
+    :func:`lexgraph.core.errors.request_stop`) once DVC or a process between it and this one is
+    gone (module docstring); a DVC already gone raises :class:`Stopped` here."""
+    chain = _dvc_chain()
+    if not chain:
+        return
+
+    def watch() -> None:
+        while not _chain_broken(chain):
+            time.sleep(interval)
+        request_stop("its `dvc` process is gone; its outputs are left as they were")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="lexgraph-watch-dvc", daemon=True).start()
+
+
+_INTERRUPTED: list[int] = []  # the signal that interrupted the stage: later ones are ignored
+
+
+def _terminate(signum, frame):  # noqa: ARG001 - signal handler signature
+    if _INTERRUPTED:  # already stopping (a SIGTERM to the group, then the watcher's): no second interrupt
+        return
+    _INTERRUPTED.append(signum)
+    reason = stop_reason()
+    raise Stopped(reason) if reason else KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _terminate_interrupts():
+    """Within the block (the whole stage), SIGTERM and SIGHUP interrupt like Ctrl-C (a
+    :class:`Stopped` with its reason when a stop was requested), once: a later one, while the
+    stage stops, is ignored (no second interrupt in its cleanup); unless already handled."""
+    previous = {}
+    _INTERRUPTED.clear()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                previous[sig] = signal.signal(sig, _terminate)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
