@@ -18,7 +18,7 @@ def configure(parser):
 def main(args, base, config):
     """Train the graph encoder of one variant (``config``: both variants' settings, checked up front)."""
     from lexgraph.core.config import resolve_device
-    from lexgraph.training.gnn import run_train_gnn
+    from lexgraph.training.gnn_stage import run_train_gnn
 
     run_train_gnn(paths_from(TrainGnnPaths, args), config[args.variant], resolve_device(base.device), base.seed)
 

@@ -24,7 +24,7 @@ from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.graph.build import NUM_EDGE_TYPES, STRUCTURE_TYPES, EdgeType
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
 from lexgraph.training import gnn as training
-from lexgraph.training import gnn_io
+from lexgraph.training import gnn_io, gnn_stage
 from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
 from lexgraph.training.gnn_data import prepare_training_set
 
@@ -177,15 +177,15 @@ def test_dvc_params_of_each_train_gnn_item_are_what_its_settings_read():
 def test_refit_decisions_are_logged(caplog):
     caplog.set_level(logging.INFO, logger="lexgraph.training.gnn")
     gdsr = published("gdsr", "params.yaml")
-    assert training.refit_epochs(gdsr, 20) == 0 and "gnn.gdsr.refit is false" in caplog.text
+    assert gnn_stage.refit_epochs(gdsr, 20) == 0 and "gnn.gdsr.refit is false" in caplog.text
     caplog.clear()
-    assert training.refit_epochs(published("gdsr"), 4) == 10  # the full fixed schedule, not a chosen epoch
+    assert gnn_stage.refit_epochs(published("gdsr"), 4) == 10  # the full fixed schedule, not a chosen epoch
     assert "full fixed schedule (10 epochs)" in caplog.text
     caplog.clear()
     hgraph = published("hgraph")
-    assert training.refit_epochs(hgraph, 0) == 0 and "refit skipped: dev chose the untrained" in caplog.text
+    assert gnn_stage.refit_epochs(hgraph, 0) == 0 and "refit skipped: dev chose the untrained" in caplog.text
     caplog.clear()
-    assert training.refit_epochs(hgraph, 3) == 3 and "the 3 epoch(s) dev chose" in caplog.text
+    assert gnn_stage.refit_epochs(hgraph, 3) == 3 and "the 3 epoch(s) dev chose" in caplog.text
 
 
 def test_refit_trains_dev_questions_with_their_bm25_negatives():

@@ -35,6 +35,7 @@ import polars as pl
 from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
+from lexgraph.core.provenance import output
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS, parse_article_ids
 
@@ -381,8 +382,8 @@ class CleanPaths:
     """The ``clean`` stage's input and outputs (``dvc.yaml`` names them)."""
 
     raw: Path = field(metadata={"help": "fetch's output directory"})
-    out: Path = field(metadata={"help": "output directory"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
+    out: Path = output("output directory")
+    metrics: Path = output("metrics JSON")
 
 
 def run_clean(paths: CleanPaths, config: CleanConfig) -> None:

@@ -47,6 +47,7 @@ from lexgraph.core import layout
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path
+from lexgraph.core.provenance import output
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     question_key,
@@ -216,7 +217,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
 class FetchPaths:
     """The ``fetch`` stage's output (``dvc.yaml`` names it)."""
 
-    out: Path = field(metadata={"help": "output directory"})
+    out: Path = output("output directory")
 
 
 def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:

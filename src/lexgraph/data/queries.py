@@ -37,6 +37,7 @@ from typing import Any
 
 from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.core.provenance import output
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -316,4 +317,4 @@ class QueriesPaths:
     """The ``generate_queries`` stage's input and output (``dvc.yaml`` names them); :func:`run`."""
 
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    out: Path = field(metadata={"help": "output synthetic questions (Parquet)"})
+    out: Path = output("output synthetic questions (Parquet)")

@@ -34,6 +34,7 @@ import torch
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
+from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
 
@@ -241,4 +242,4 @@ class EncodeChunksPaths:
     pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     headings: Path = field(metadata={"help": "clean headings (Parquet)"})
-    out: Path = field(metadata={"help": "output directory (the chunk cache)"})
+    out: Path = output("output directory (the chunk cache)")

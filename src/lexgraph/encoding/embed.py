@@ -30,6 +30,7 @@ import torch
 from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, load_tensors, read_parquet, save_tensors
+from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class EmbedPaths:
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     headings: Path = field(metadata={"help": "clean headings (Parquet)"})
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    out: Path = field(metadata={"help": "output directory (articles/headings/questions.safetensors)"})
+    out: Path = output("output directory (articles/headings/questions.safetensors)")
 
 
 def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:

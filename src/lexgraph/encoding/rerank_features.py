@@ -19,6 +19,7 @@ import torch
 
 from lexgraph.core.config import autocast, params_error
 from lexgraph.core.errors import DataError
+from lexgraph.core.provenance import output
 from lexgraph.text.elements import PATTERNS, element_sentences, element_view, token_sentences
 
 
@@ -400,8 +401,8 @@ class EncodeRerankPaths:
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
     pretrain: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
-    out: Path = field(metadata={"help": "output directory (the token states)"})
-    metrics: Path = field(metadata={"help": "metrics JSON (the legal element indicator's counts)"})
+    out: Path = output("output directory (the token states)")
+    metrics: Path = output("metrics JSON (the legal element indicator's counts)")
 
 
 def run_encode_rerank(paths: EncodeRerankPaths, config: CacheSettings, device, seed: int) -> None:

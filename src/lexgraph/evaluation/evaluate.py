@@ -16,6 +16,7 @@ import numpy as np
 
 from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.io import atomic_path
+from lexgraph.core.provenance import output, workspace
 from lexgraph.data.schema import (
     SPLITS,
     split_questions,
@@ -241,9 +242,9 @@ class EvaluatePaths:
     """The ``evaluate`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    runs: Path = field(metadata={"help": "TREC runs: <runs>/<system>/<split>.trec"})
-    metrics_dir: Path = field(metadata={"help": "for <system>.json, results.md, significance.json, per_query/"})
-    workspace: Path = field(metadata={"help": "where the systems' artefacts are (models/, data/)"})
+    runs: Path = output("TREC runs: <runs>/<system>/<split>.trec")
+    metrics_dir: Path = output("for <system>.json, results.md, significance.json, per_query/")
+    workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
 
 
 def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed: int) -> None:

@@ -50,6 +50,7 @@ import numpy as np
 
 from lexgraph.core.config import section_config
 from lexgraph.core.errors import DataError
+from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
 
@@ -400,8 +401,8 @@ class GraphPaths:
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     headings: Path = field(metadata={"help": "clean headings (Parquet)"})
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    out: Path = field(metadata={"help": "output directory (graph.pt, nodes.parquet)"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
+    out: Path = output("output directory (graph.pt, nodes.parquet)")
+    metrics: Path = output("metrics JSON")
 
 
 def run_build_graph(paths: GraphPaths, config: GraphConfig) -> None:

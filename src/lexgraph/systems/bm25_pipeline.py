@@ -14,6 +14,7 @@ from lexgraph.core.config import bad_value, expectation, refuse_held_out, sectio
 from lexgraph.core.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.progress import progress
+from lexgraph.core.provenance import output
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics.ir import METRICS, evaluate_run
 from lexgraph.search.bm25 import BM25
@@ -158,8 +159,8 @@ class Bm25TunePaths:
 
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    best: Path = field(metadata={"help": "best pair (metrics JSON)"})
-    grid: Path = field(metadata={"help": "whole grid (plot data)"})
+    best: Path = output("best pair (metrics JSON)")
+    grid: Path = output("whole grid (plot data)")
 
 
 def run_bm25_tune(paths: Bm25TunePaths, config: Bm25TuneConfig) -> None:
@@ -178,7 +179,7 @@ class Bm25Paths:
 
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     tuned: Path = field(metadata={"help": "bm25_tune's best pair"})
-    out: Path = field(metadata={"help": "index directory"})
+    out: Path = output("index directory")
 
 
 def run_bm25(paths: Bm25Paths, config: Bm25Config) -> None:

@@ -23,6 +23,7 @@ import torch
 
 from lexgraph.core.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.core.errors import DataError
+from lexgraph.core.provenance import output
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
@@ -201,8 +202,8 @@ class HpriorPaths:
     graph: Path = field(metadata={"help": "build_graph output directory"})
     embed: Path = field(metadata={"help": "embed output directory (DSR vectors)"})
     questions: Path = field(metadata={"help": "clean questions (parquet)"})
-    out: Path = field(metadata={"help": "model directory (hprior.json, article_embeddings.safetensors)"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
+    out: Path = output("model directory (hprior.json, article_embeddings.safetensors)")
+    metrics: Path = output("metrics JSON")
 
 
 def run_hprior(paths: HpriorPaths, config: HpriorConfig) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from lexgraph.core.config import expectation, params_error, refuse_held_out
+from lexgraph.core.provenance import output, workspace
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics.ir import DEEPEST, evaluate_run, rounded_all
 from lexgraph.search.fusion import Fusion, Prepared
@@ -159,9 +160,9 @@ class HybridPaths:
     """The ``hybrid`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    workspace: Path = field(metadata={"help": "where the systems' artefacts are (models/, data/)"})
-    out: Path = field(metadata={"help": "directory of hybrid.json (the chosen fusion)"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
+    workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
+    out: Path = output("directory of hybrid.json (the chosen fusion)")
+    metrics: Path = output("metrics JSON")
 
 
 def run_hybrid(paths: HybridPaths, config: HybridConfig, device: str) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import DataError
+from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
 
@@ -190,4 +191,4 @@ class ZeroshotPaths:
     pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     chunks: Path = field(metadata={"help": "encode_chunks cache, reused when chunked alike"})
-    out: Path = field(metadata={"help": "output directory"})
+    out: Path = output("output directory")

@@ -45,6 +45,7 @@ from torch import nn
 from lexgraph.core.config import seed_everything
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.io import atomic_path, write_json, write_text
+from lexgraph.core.provenance import output, stage_inputs
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.metrics.ir import rounded, rounded_all
 from lexgraph.models.dsr import DSR
@@ -60,6 +61,7 @@ from lexgraph.training.engine import (
     build_scheduler,
     fit,
 )
+from lexgraph.training.resume import Resume, resumable
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +187,7 @@ def train_dsr(
     runtime: Runtime | None = None,
     *,
     select: bool = True,
+    resume: Resume | None = None,
 ) -> DSRTrainResult:
     """Train ``model`` in place on ``data`` (:func:`lexgraph.training.engine.fit`) and
     return it at its best dev epoch (``select`` false: no dev evaluation, the last epoch)."""
@@ -223,7 +226,7 @@ def train_dsr(
         selection_metric=f"recall@{EVAL_CUTOFF}" if select else None,
         select_epoch_zero=select,
     )
-    result = fit(task, optimizer, scheduler, fit_config, runtime)
+    result = fit(task, optimizer, scheduler, fit_config, runtime, resume.next_fit() if resume else None)
     seconds = time.perf_counter() - start
     log.info("trained in %.1f s", seconds)
     return DSRTrainResult(
@@ -232,7 +235,13 @@ def train_dsr(
 
 
 def train_and_refit(
-    model: DSR, data: TrainingData, config: DSRConfig, device: torch.device, seed: int, runtime: Runtime | None = None
+    model: DSR,
+    data: TrainingData,
+    config: DSRConfig,
+    device: torch.device,
+    seed: int,
+    runtime: Runtime | None = None,
+    resume: Resume | None = None,
 ) -> tuple[DSRTrainResult, DSRTrainResult | None]:
     """:func:`train_dsr` (the selection run), then, with ``config.refit``, the refit of G-DSR
     (appendix B): ``model`` back at its start weights (a copy taken before the selection run),
@@ -246,11 +255,11 @@ def train_and_refit(
     select = config.selection == "dev"
     if not config.refit:
         log.info("refit: skipped, '%s.refit' is false (the model kept is the selection run's)", SECTION)
-        return train_dsr(model, data, config, device, seed, runtime, select=select), None
+        return train_dsr(model, data, config, device, seed, runtime, select=select, resume=resume), None
     if not data.dev_pairs:
         raise DataError("questions", f"'{SECTION}.refit' is true but there is no dev question to refit on")
     start = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    selection = train_dsr(model, data, config, device, seed, runtime, select=select)
+    selection = train_dsr(model, data, config, device, seed, runtime, select=select, resume=resume)
     epochs = selection.best_epoch if select else config.epochs
     if epochs == 0:
         log.info("refit: skipped, the untrained model won on dev (best epoch 0): it is kept as is")
@@ -266,7 +275,7 @@ def train_and_refit(
         epochs,
         "chosen on dev" if select else f"'{SECTION}.selection' is fixed: the full schedule",
     )
-    refit = train_dsr(model, both, replace(config, epochs=epochs), device, seed, runtime, select=False)
+    refit = train_dsr(model, both, replace(config, epochs=epochs), device, seed, runtime, select=False, resume=resume)
     return selection, refit
 
 
@@ -293,9 +302,9 @@ class TrainDsrPaths:
     negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
     pretrained: Path = field(metadata={"help": "the base checkpoint (pretrain stage)"})
     chunks: Path = field(metadata={"help": "encode_chunks cache (read with a frozen chunk encoder)"})
-    out: Path = field(metadata={"help": "model directory"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
-    plot: Path = field(metadata={"help": "per-epoch loss and dev recall@200 (CSV)"})
+    out: Path = output("model directory")
+    metrics: Path = output("metrics JSON")
+    plot: Path = output("per-epoch loss and dev recall@200 (CSV)")
 
 
 def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device, seed: int) -> dict[str, Any]:
@@ -320,7 +329,13 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
         except KeyError as exc:
             raise DataError(cache, f"article {exc.args[0]} has no cached chunks; run `dvc repro`") from None
     runtime = Runtime(device)
-    result, refit = train_and_refit(model, data, config, device, seed, runtime)
+    with resumable(paths.out, {"config": config, "seed": seed}, stage_inputs(paths), runtime) as resume:
+        return _train_and_write(paths, config, data, model, device, seed, runtime, resume)
+
+
+def _train_and_write(paths, config, data, model, device, seed, runtime, resume) -> dict[str, Any]:
+    """Train (and refit), then write the model, metrics and curve; the summary."""
+    result, refit = train_and_refit(model, data, config, device, seed, runtime, resume)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": rounded(result.dev_metrics[f"recall@{EVAL_CUTOFF}"])
@@ -339,7 +354,9 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, device: torch.device,
         summary["dev_held_out"] = refit is None  # for the written model
     if runtime.is_main:  # one writer; the others wait for it
         with atomic_path(paths.out, directory=True) as tmp:
-            (refit or result).model.save(tmp, backbone_source=pretrained if config.chunk_encoder == "frozen" else None)
+            (refit or result).model.save(
+                tmp, backbone_source=paths.pretrained if config.chunk_encoder == "frozen" else None
+            )
         write_json(summary, paths.metrics)
         write_text(curve_csv(result.history), paths.plot)
     runtime.wait()

@@ -45,6 +45,7 @@ from torch import nn
 from lexgraph.core.distributed import shard
 from lexgraph.core.errors import ConfigError, LexgraphError
 from lexgraph.core.progress import progress
+from lexgraph.training import resume
 
 log = logging.getLogger(__name__)
 
@@ -335,14 +336,18 @@ def fit(
     scheduler,
     config: FitConfig,
     runtime: Runtime,
+    checkpoint: resume.ResumePoint | None = None,
 ) -> FitResult:
-    """Train ``task`` for ``config.epochs`` epochs; returns with the best epoch's weights loaded."""
+    """Train ``task`` for ``config.epochs`` epochs; returns with the best epoch's weights loaded.
+    With ``checkpoint``, each epoch ends with a checkpoint, and a saved one is resumed from
+    (:mod:`lexgraph.training.resume`)."""
     if config.accumulation_steps < 1:
         raise ConfigError(f"accumulation_steps = {config.accumulation_steps}, expected an integer >= 1")
     loop = _FitLoop(task, optimizer, scheduler, config, runtime)
-    initial = loop.epoch_zero()
-    for epoch in range(1, config.epochs + 1):
+    first, initial = resume.start(loop, checkpoint)
+    for epoch in range(first, config.epochs + 1):
         loop.train_epoch(epoch)
+        resume.save(loop, checkpoint, epoch, initial)
     best = loop.best
     best.restore()
     for module in loop.modules:

@@ -69,13 +69,11 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from lexgraph.core.errors import ConfigError, LexgraphError
-from lexgraph.graph.hierarchy import best_weight, read_hprior
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
 from lexgraph.models.gnn import GraphEncoder
@@ -92,18 +90,10 @@ from lexgraph.training.gnn_data import (
     TrainingSet,
     batch_subgraph,
     other_positive_mask,
-    prepare_training_set,
     sample_negatives,
 )
-from lexgraph.training.gnn_io import (
-    CURVE,
-    QUERY_ENCODER,
-    GNNTrainResult,
-    TrainGnnPaths,
-    load_query_encoder,
-    save_trained,
-    training_metrics,
-)
+from lexgraph.training.gnn_io import GNNTrainResult
+from lexgraph.training.resume import Resume
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +237,14 @@ class GNNTask:
         if self.encoder is not None:
             self.encoder.train(self.settings.trains_query_encoder)
 
+    def state_dict(self) -> dict:
+        """The generators' states (a resumed run draws on where it stopped)."""
+        return {"order": self.order_generator.get_state(), "draw": self.draw_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order_generator.set_state(state["order"])
+        self.draw_generator.set_state(state["draw"])
+
     def batches(self, epoch: int):
         order = torch.randperm(self.ts.pairs.size(0), generator=self.order_generator)
         size = self.settings.batch_size
@@ -310,6 +308,7 @@ def train_graph_encoder(
     runtime: Runtime | None = None,
     prior_weight: float = 0.0,
     select: bool = True,
+    resume: Resume | None = None,
 ) -> GNNTrainResult:
     """Train a :class:`GraphEncoder` (and, for a question variant, ``query_encoder``) on ``ts``
     with :func:`lexgraph.training.engine.fit`.
@@ -362,7 +361,7 @@ def train_graph_encoder(
         select_epoch_zero=by_dev,
         show_progress=show_progress,
     )
-    result = fit(task, optimizer, scheduler, fit_config, runtime)
+    result = fit(task, optimizer, scheduler, fit_config, runtime, resume.next_fit() if resume else None)
     if encoder is not None:
         encoder.eval()
     return GNNTrainResult(
@@ -376,111 +375,3 @@ def train_graph_encoder(
         initial_dev_metrics=result.initial_metrics,
         prior_weight=prior_weight,
     )
-
-
-# ---------------------------------------------------------------------------
-# The train_gnn stage
-# ---------------------------------------------------------------------------
-
-
-def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
-    """How many epochs the train+dev refit runs (0: none), each decision logged with its
-    reason: the full fixed schedule (``selection: fixed``, G-DSR appendix B) or the epochs
-    dev chose (``selection: dev``; none when the untrained model won)."""
-    key = f"gnn.{settings.variant}.refit"
-    if not settings.refit:
-        log.info("%s: no refit on train+dev (%s is false)", settings.variant, key)
-        return 0
-    if settings.selection == "fixed":
-        log.info("%s: refit on train+dev with the full fixed schedule (%d epochs)", settings.variant, settings.epochs)
-        return settings.epochs
-    if best_epoch < 1:
-        log.info(
-            "%s: refit skipped: dev chose the untrained encoder (epoch 0), so there are no epochs to refit",
-            settings.variant,
-        )
-        return 0
-    log.info("%s: refit on train+dev for the %d epoch(s) dev chose", settings.variant, best_epoch)
-    return best_epoch
-
-
-def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.device, seed: int) -> dict[str, Any]:
-    """Read the stage inputs, train, write ``paths.out`` (atomic dir) and ``paths.metrics``.
-
-    ``paths.hprior``: the ``hprior`` stage's directory; with ``init: prior`` the encoder starts
-    from its best deepest-heading weight on dev (0, i.e. the identity, when dev prefers DSR)."""
-    from lexgraph.core.io import read_parquet, write_json
-    from lexgraph.encoding.embed import load_embeddings
-    from lexgraph.graph.build import load_graph
-    from lexgraph.training.curves import write_curve
-
-    variant = settings.variant
-    questions, negatives = paths.questions, paths.negatives
-    files = {
-        f"{name}_embeddings": paths.embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")
-    }
-    files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt")
-    # hprior's report first: a damaged one stops the stage before the graph and embeddings load
-    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
-    full_graph = load_graph(paths.graph)
-    question_table = read_parquet(questions, ["id", "question", "article_ids", "split"])
-    negative_table = None
-    if settings.hard_negatives:
-        negative_table = read_parquet(negatives, ["question_id", "split", "negative_ids"])
-    tables = {name: load_embeddings(files[f"{name}_embeddings"]) for name in ("articles", "headings", "questions")}
-    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files)
-    log.info(
-        "%s: %d nodes, %d edges, %d train pairs, %d dev questions, device %s",
-        variant,
-        ts.graph.num_nodes,
-        ts.graph.edge_index.size(1),
-        ts.pairs.size(0),
-        len(ts.dev_ids),
-        device,
-    )
-    encoder = load_query_encoder(paths.dsr, ts.x.size(1)) if settings.uses_questions else None
-    if settings.encoder.init == "prior":
-        log.info(
-            "%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
-            variant,
-            prior_weight,
-        )
-    runtime = Runtime(device)
-    result = train_graph_encoder(
-        ts, settings, seed=seed, query_encoder=encoder, runtime=runtime, prior_weight=prior_weight
-    )
-    summary = training_metrics(result, ts, settings)
-    curve = result.history  # the selection run's, as in the summary (a refit has no dev)
-    summary["refit"] = None
-    epochs = refit_epochs(settings, result.best_epoch)
-    if epochs:  # G-DSR appendix B: train+dev, dev pairs with their BM25 negatives
-        refit_ts = prepare_training_set(
-            full_graph, question_table, negative_table, tables, settings, files, train_splits=("train", "dev")
-        )
-        log.info(
-            "%s refit: %d epoch(s) on %d train+dev pairs (%d train and dev questions)",
-            variant,
-            epochs,
-            refit_ts.pairs.size(0),
-            len(refit_ts.train_ids),
-        )
-        result = train_graph_encoder(
-            refit_ts,
-            replace(settings, epochs=epochs),
-            seed=seed,
-            runtime=runtime,
-            prior_weight=prior_weight,
-            select=False,
-        )
-        summary["refit"] = {
-            "epochs": epochs,
-            "pairs": int(refit_ts.pairs.size(0)),
-            "questions": int(len(refit_ts.train_ids)),
-            "dev_metrics_of": "the run before the refit (dev is trained on by the refit)",
-        }
-    if runtime.is_main:  # one writer; the others wait for it
-        save_trained(result, ts, settings, paths.out, query_source=paths.dsr / QUERY_ENCODER)
-        write_json(summary, paths.metrics)
-        write_curve(curve, CURVE, paths.plot)
-    runtime.wait()
-    return summary

@@ -16,6 +16,7 @@ import torch
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import read_json_object
+from lexgraph.core.provenance import output
 from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
 from lexgraph.metrics.ir import rounded, rounded_all
 from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
@@ -156,6 +157,6 @@ class TrainGnnPaths:
     negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
     dsr: Path = field(metadata={"help": "trained DSR (its query encoder starts QABISAR's)"})
     hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
-    out: Path = field(metadata={"help": "model directory"})
-    metrics: Path = field(metadata={"help": "metrics JSON"})
-    plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev recall@200 (CSV)"})
+    out: Path = output("model directory")
+    metrics: Path = output("metrics JSON")
+    plot: Path = output("training curve: per-epoch loss and dev recall@200 (CSV)")

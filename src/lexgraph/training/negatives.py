@@ -33,6 +33,7 @@ import polars as pl
 from lexgraph.core.config import HELD_OUT_SPLIT, bad_value, expectation, refuse_held_out, section_config
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.progress import progress_bar
+from lexgraph.core.provenance import output
 from lexgraph.data.schema import SPLITS
 from lexgraph.search.bm25 import BM25
 from lexgraph.text.analyzer import FrenchAnalyzer
@@ -267,7 +268,7 @@ class NegativesPaths:
             "a question has a list"
         }
     )
-    out: Path = field(metadata={"help": "output negatives (Parquet)"})
+    out: Path = output("output negatives (Parquet)")
 
 
 def run_mine_negatives(paths: NegativesPaths, config: NegativesConfig) -> None:

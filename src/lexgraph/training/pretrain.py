@@ -191,6 +191,14 @@ class MLMTask:
     def train(self) -> None:
         self.model.train()
 
+    def state_dict(self) -> dict:
+        """The generators' states (a resumed run draws on where it stopped)."""
+        return {"order": self.order_generator.get_state(), "mask": self.mask_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order_generator.set_state(state["order"])
+        self.mask_generator.set_state(state["mask"])
+
     def batches(self, epoch: int):
         import torch
 
@@ -222,7 +230,7 @@ class MLMTask:
 
 
 def train_mlm(
-    model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int, runtime=None
+    model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, *, device, seed: int, runtime=None, resume=None
 ) -> tuple[dict[str, Any], list[dict]]:
     """Train ``model`` in place with MLM (:func:`lexgraph.training.engine.fit`); return the metrics dict
     and the training curve (:func:`lexgraph.training.curves.step_records`: each step's loss).
@@ -268,6 +276,7 @@ def train_mlm(
             log_every=cfg.log_every,
         ),
         runtime,
+        resume.next_fit() if resume else None,
     )
     seconds = time.perf_counter() - start
     initial_eval = result.initial_metrics["eval_loss"]
@@ -306,7 +315,14 @@ def read_articles(path: str | os.PathLike) -> list[str]:
 
 
 def pretrain(
-    texts: Sequence[str], cfg: PretrainConfig, out_dir: str | os.PathLike, *, seed: int, device, runtime=None
+    texts: Sequence[str],
+    cfg: PretrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    seed: int,
+    device,
+    runtime=None,
+    resume=None,
 ) -> tuple[dict[str, Any], list[dict]]:
     """Resolve (``none``) or pre-train (``continue``, ``scratch``) the base model and save
     model + tokenizer (+ ``lexgraph_base.json``) atomically into ``out_dir``; return the metrics
@@ -338,7 +354,15 @@ def pretrain(
             blocks = make_blocks(texts, tokenizer, cfg.max_length)
             train_blocks, eval_blocks = split_blocks(blocks, cfg.eval_fraction, cfg.max_eval_blocks, seed)
             metrics, curve = train_mlm(
-                model, tokenizer, train_blocks, eval_blocks, cfg, device=device, seed=seed, runtime=runtime
+                model,
+                tokenizer,
+                train_blocks,
+                eval_blocks,
+                cfg,
+                device=device,
+                seed=seed,
+                runtime=runtime,
+                resume=resume,
             )
             metrics = {"mode": cfg.mode, **metrics}
             model.to("cpu")
@@ -372,11 +396,13 @@ def run(
     if not texts:
         raise DataError(articles, "no non-empty article text to pre-train on")
     from lexgraph.training.engine import Runtime
+    from lexgraph.training.resume import resumable
 
     device = resolve_device(device)
     runtime = Runtime(device, "auto" if cfg.mixed_precision else "no")
-    metrics, curve = pretrain(texts, cfg, out, seed=seed, device=device, runtime=runtime)
-    if runtime.is_main:  # several processes: the main one writes
-        write_json(metrics, metrics_path)
-        write_curve(curve, ("step", "loss", "eval_loss"), plot)
+    with resumable(out, {"config": cfg, "seed": seed}, {"articles": articles}, runtime) as resume:
+        metrics, curve = pretrain(texts, cfg, out, seed=seed, device=device, runtime=runtime, resume=resume)
+        if runtime.is_main:  # several processes: the main one writes
+            write_json(metrics, metrics_path)
+            write_curve(curve, ("step", "loss", "eval_loss"), plot)
     return metrics

@@ -44,6 +44,7 @@ from typing import Any
 from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import ConfigError
 from lexgraph.core.hub import from_pretrained
+from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +345,6 @@ class PretrainPaths:
     :func:`lexgraph.training.pretrain.run`."""
 
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    out: Path = field(metadata={"help": "output checkpoint directory (model + tokenizer)"})
-    metrics: Path = field(metadata={"help": "output metrics (JSON)"})
-    plot: Path = field(metadata={"help": "output training curve (CSV: step, loss, eval_loss)"})
+    out: Path = output("output checkpoint directory (model + tokenizer)")
+    metrics: Path = output("output metrics (JSON)")
+    plot: Path = output("output training curve (CSV: step, loss, eval_loss)")

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from lexgraph.core.errors import LexgraphError
+from lexgraph.core.provenance import output, stage_inputs, workspace
 from lexgraph.data.schema import split_questions
 from lexgraph.encoding.rerank_features import TokenStore
 from lexgraph.metrics.ir import evaluate_run, rounded, rounded_all
@@ -58,6 +59,7 @@ from lexgraph.models.rerank import fuse_list, rerank_scores
 from lexgraph.training.rerank_config import RerankConfig
 from lexgraph.training.rerank_io import build_model
 from lexgraph.training.rerank_plm import PLMTokens
+from lexgraph.training.resume import resumable
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,13 @@ class RerankTrainer:
                     self.pairs.append((qid, g, pool))
         if not self.pairs:
             raise LexgraphError("no training triple: no train question has a gold article and a non-gold candidate")
+
+    def state_dict(self) -> dict:
+        """What the report reads of the epochs done (a resumed run goes on with them)."""
+        return {"epoch_log": self.epoch_log, "score_log": self.score_log}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch_log, self.score_log = state["epoch_log"], state["score_log"]
 
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.pairs) * self.config.negatives / self.config.batch_size)
@@ -281,6 +290,7 @@ def train(
     seed: int,
     runtime=None,
     plm: torch.nn.Module | None = None,
+    resume=None,
 ):
     """Train the interaction network (and ``plm``, fine-tuned, when given: the stores are then
     :class:`PLMTokens` over it); returns ``(model, report)`` with the kept epoch's weights."""
@@ -330,6 +340,7 @@ def train(
             select_epoch_zero=model.warm_started,
         ),
         runtime,
+        resume.next_fit() if resume else None,
     )
     report = _report(config, trainer, result)
     if plm is not None:
@@ -414,10 +425,10 @@ class RerankPaths:
     articles: Path = field(metadata={"help": "the clean articles table"})
     features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
     pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
-    workspace: Path = field(metadata={"help": "where the first-stage system's artefacts are"})
-    out: Path = field(metadata={"help": "the re-ranker's directory"})
-    metrics: Path = field(metadata={"help": "the training report (JSON)"})
-    plot: Path = field(metadata={"help": "training curve: per-epoch loss and dev metric (CSV)"})
+    workspace: Path = workspace("where the first-stage system's artefacts are")
+    out: Path = output("the re-ranker's directory")
+    metrics: Path = output("the training report (JSON)")
+    plot: Path = output("training curve: per-epoch loss and dev metric (CSV)")
 
 
 def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, seed: int, load_first) -> None:
@@ -446,10 +457,12 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, s
         stores, plm, tokenizer = _plm_inputs(articles, questions, config, paths.pretrain, device, seed)
     else:
         stores = frozen_stores(articles, questions, config, paths.features, paths.pretrain, device, seed)
-    model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm)
-    save_model(model, config, report, paths.out, plm=plm, tokenizer=tokenizer, base_dir=paths.pretrain)
-    write_json(report, paths.metrics)
-    write_curve(report["history"], columns, paths.plot)
+    settings = {"config": config, "seed": seed, "first_stage": [train_lists, dev_lists]}
+    with resumable(paths.out, settings, stage_inputs(paths)) as resume:
+        model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm, resume=resume)
+        save_model(model, config, report, paths.out, plm=plm, tokenizer=tokenizer, base_dir=paths.pretrain)
+        write_json(report, paths.metrics)
+        write_curve(report["history"], columns, paths.plot)
 
 
 def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):

@@ -1,0 +1,107 @@
+"""What an artefact is built from: digests of a stage's settings and of its input files.
+
+A stage's *fingerprint* is the SHA-256 of its settings (the typed config and the ``base``
+values that change results, as canonical JSON) and of the content of every input its paths
+object names (:func:`stage_inputs`: every field not declared with :func:`output`). Two runs
+with the same fingerprint compute the same thing; a changed setting or input changes it.
+
+Uses: a training stage's resume checkpoint (:mod:`lexgraph.training.resume`) resumes only a
+run of the same fingerprint, and a model artefact records the digests of what it was built
+from, so that a reader can tell when the workspace has moved on.
+
+A directory's digest covers the relative names and bytes of every file below it, in sorted
+order, so it does not depend on the file system's listing order, modes or times. A missing
+input digests to ``"absent"`` (a stage may name an input it does not read under its settings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ABSENT = "absent"
+_BLOCK = 1 << 20
+
+
+def output(help: str) -> Any:  # noqa: A002 - the argparse word
+    """A paths-dataclass field that the stage writes (``field(metadata=...)``): not an input."""
+    return dataclasses.field(metadata={"help": help, "output": True})
+
+
+def workspace(help: str) -> Any:  # noqa: A002 - the argparse word
+    """A paths-dataclass field naming a whole workspace (the stage reads some of its artefacts):
+    not digested as one input; the stage fingerprints what it reads of it."""
+    return dataclasses.field(metadata={"help": help, "workspace": True})
+
+
+def stage_inputs(paths: Any) -> dict[str, Path]:
+    """The input paths of a stage's paths object: its fields not declared with :func:`output`
+    or :func:`workspace`."""
+    return {
+        f.name: Path(getattr(paths, f.name))
+        for f in dataclasses.fields(paths)
+        if not (f.metadata.get("output") or f.metadata.get("workspace"))
+    }
+
+
+def _update_file(digest, path: Path) -> None:
+    with open(path, "rb") as fh:
+        while block := fh.read(_BLOCK):
+            digest.update(block)
+
+
+def digest_path(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, or of a directory's files (relative names, sizes and bytes,
+    sorted by name); ``"absent"`` for a missing path."""
+    path = Path(path)
+    if not path.exists():
+        return ABSENT
+    digest = hashlib.sha256()
+    if path.is_file():
+        _update_file(digest, path)
+        return digest.hexdigest()
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        name = file.relative_to(path).as_posix().encode("utf-8", "surrogateescape")
+        digest.update(b"%d:%s:%d:" % (len(name), name, file.stat().st_size))
+        _update_file(digest, file)
+    return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return value.as_posix()
+    if hasattr(value, "dtype") and hasattr(value, "tobytes"):  # an array: its type, shape and bytes
+        return {
+            "dtype": str(value.dtype),
+            "shape": list(value.shape),
+            "sha256": hashlib.sha256(value.tobytes()).hexdigest(),
+        }
+    return value
+
+
+def settings_digest(settings: Any) -> str:
+    """SHA-256 of ``settings`` (dataclasses, mappings, lists, scalars) as canonical JSON."""
+    text = json.dumps(_plain(settings), sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def fingerprint(settings: Any, inputs: Mapping[str, str | os.PathLike]) -> dict[str, Any]:
+    """``{"settings": digest, "inputs": {name: digest}, "digest": the two together}``."""
+    record: dict[str, Any] = {
+        "settings": settings_digest(settings),
+        "inputs": {name: digest_path(path) for name, path in sorted(inputs.items())},
+    }
+    record["digest"] = settings_digest(record)
+    return record
