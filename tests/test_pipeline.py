@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT
 from lexgraph.evaluation.regression import check
@@ -63,6 +66,64 @@ def test_repro_runs_every_stage_and_second_repro_is_a_noop(workspace):
 def test_metrics_reproduce_expected_scores(workspace):
     dest, _ = workspace
     assert check(dest / "metrics", ROOT / "regression" / "sample.yaml") == []
+
+
+def stage_pid(dest: Path, script: str) -> int | None:
+    """The pid of the stage process running ``script`` in ``dest`` (``None``: none yet)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if script.encode() in cmdline and b"python" in cmdline and cwd == str(dest):
+            return int(entry.name)
+    return None
+
+
+def locked_out(dest: Path, stage: str, out: str) -> str:
+    lock = yaml.safe_load((dest / "dvc.lock").read_text(encoding="utf-8"))["stages"][stage]
+    return next(o["md5"] for o in lock["outs"] if o["path"] == out)
+
+
+@pytest.mark.parametrize(
+    ("stage", "script", "out", "first"),
+    [
+        ("train_dsr", "stages/train_dsr.py", "models/dsr", "fit-1.pt"),
+        ("train_gnn@gdsr", "stages/train_gnn.py", "models/gnn_gdsr", "fit-1.pt"),
+    ],
+)
+def test_a_training_stage_killed_after_an_epoch_resumes_under_dvc_repro(workspace, stage, script, out, first):
+    """Issue 28: SIGKILL to the stage after its first epoch under `dvc repro`; the rerun of
+    `dvc repro` resumes (one log line), the model is byte-identical to the uninterrupted run's
+    (dvc.lock's hash from the fixture's full run) and `dvc status` is clean afterwards."""
+    dest, ctx = workspace
+    expected = locked_out(dest, stage, out)
+    shutil.rmtree(dest / out)  # what makes `dvc repro` run the stage again
+    checkpoint = dest / Path(out).parent / f".{Path(out).name}.resume" / first
+    log = (dest.parent / f"{Path(out).name}.log").open("w")
+    proc = subprocess.Popen(["dvc", "repro", stage], cwd=dest, env=ctx["env"], stdout=log, stderr=log)
+    try:
+        end = time.monotonic() + 1200
+        while not checkpoint.is_file() and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.2)
+        assert checkpoint.is_file(), (dest.parent / f"{Path(out).name}.log").read_text()[-3000:]
+        pid = stage_pid(dest, script)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert checkpoint.is_file() and not (dest / out).exists()
+    again = sh(["dvc", "repro", stage], dest, ctx["env"])
+    assert re.search(r"resumed after epoch \d+ of \d+ from ", again), again[-3000:]
+    assert "starting afresh" not in again
+    assert locked_out(dest, stage, out) == expected
+    assert not checkpoint.parent.exists()
+    assert "Data and pipelines are up to date" in sh(["dvc", "status"], dest, ctx["env"])
 
 
 def test_experiment_reruns_only_dependent_stages(workspace):

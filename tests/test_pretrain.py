@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 
@@ -258,3 +259,40 @@ def test_warmup_is_a_share_of_max_steps_and_scales_with_a_shortened_run():
     assert pt.PretrainConfig.from_params(dict(paper, max_steps=20)).warmup_steps == 0
     with pytest.raises(ConfigError, match=r"'pretrain.warmup_ratio' = 1.0, expected a share of max_steps in \[0, 1\)"):
         pt.PretrainConfig.from_params(dict(default, warmup_ratio=1.0))
+
+
+def test_a_killed_mlm_run_resumes_at_its_last_checkpoint_with_the_same_weights(
+    articles_file, tmp_path, monkeypatch, caplog
+):
+    """Issue 28: MLM pre-training checkpoints every ``checkpoint_every`` steps; a run killed
+    after its second checkpoint and rerun resumes there (one log line) and writes the weights
+    of an uninterrupted run, which are those of a run cut into one "epoch" (the cut does not
+    change the batches)."""
+    from safetensors.torch import load_file
+
+    def weights(out):
+        return load_file(out / "model.safetensors")
+
+    whole, _ = run_tiny(articles_file, tmp_path / "whole")  # checkpoint_every (params.yaml) > max_steps: one cut
+    cut, _ = run_tiny(articles_file, tmp_path / "cut", {"checkpoint_every": 3})  # 3 + 3 + 2 steps
+    reference = weights(tmp_path / "whole")
+    assert cut == whole and all(torch.equal(v, weights(tmp_path / "cut")[k]) for k, v in reference.items())
+
+    batches = mlm.MLMTask.batches
+
+    def killed_at_the_third(self, epoch):
+        if epoch == 3:
+            raise KeyboardInterrupt("killed")
+        yield from batches(self, epoch)
+
+    monkeypatch.setattr(mlm.MLMTask, "batches", killed_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_tiny(articles_file, tmp_path / "resumed", {"checkpoint_every": 3})
+    assert not (tmp_path / "resumed").exists() and (tmp_path / ".resumed.resume" / "fit-1.pt").is_file()
+    monkeypatch.setattr(mlm.MLMTask, "batches", batches)
+    caplog.set_level(logging.INFO, logger="lexgraph")
+    resumed, _ = run_tiny(articles_file, tmp_path / "resumed", {"checkpoint_every": 3})
+    assert "pretrain: resumed after epoch 2 of 3" in caplog.text
+    assert resumed == whole
+    assert all(torch.equal(v, weights(tmp_path / "resumed")[k]) for k, v in reference.items())
+    assert not (tmp_path / ".resumed.resume").exists()

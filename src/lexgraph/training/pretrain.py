@@ -173,9 +173,11 @@ def _eval_loss(model, blocks, tokenizer, cfg: PretrainConfig, device, seed: int)
 
 
 class MLMTask:
-    """:class:`~lexgraph.training.engine.TrainingTask` of MLM pre-training: one "epoch" of
-    ``max_steps`` batches drawn from seeded epoch permutations of the blocks (refilled as
-    they run out); masking is drawn per batch from its own seeded generator."""
+    """:class:`~lexgraph.training.engine.TrainingTask` of MLM pre-training: ``max_steps``
+    batches drawn from seeded epoch permutations of the blocks (refilled as they run out), cut
+    into engine "epochs" of ``checkpoint_every`` steps, each ending with a resume checkpoint
+    (the batches do not depend on the cut); masking is drawn per batch from its own seeded
+    generator."""
 
     def __init__(self, model, tokenizer, train_blocks, eval_blocks, cfg: PretrainConfig, runtime, seed: int) -> None:
         import torch
@@ -183,6 +185,7 @@ class MLMTask:
         self.model, self.tokenizer, self.cfg, self.runtime, self.seed = model, tokenizer, cfg, runtime, seed
         self.train_blocks, self.eval_blocks = train_blocks, eval_blocks
         self.order_generator = torch.Generator().manual_seed(seed)
+        self.order: list[int] = []  # the permutation being drawn from: runs on across epochs
         self.mask_generator = torch.Generator().manual_seed(seed + 2 + 7919 * runtime.rank)
 
     def modules(self):
@@ -193,20 +196,25 @@ class MLMTask:
 
     def state_dict(self) -> dict:
         """The generators' states (a resumed run draws on where it stopped)."""
-        return {"order": self.order_generator.get_state(), "mask": self.mask_generator.get_state()}
+        return {
+            "order": self.order_generator.get_state(),
+            "mask": self.mask_generator.get_state(),
+            "drawn": list(self.order),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.order_generator.set_state(state["order"])
         self.mask_generator.set_state(state["mask"])
+        self.order = list(state["drawn"])
 
     def batches(self, epoch: int):
         import torch
 
-        order: list[int] = []
-        for _ in range(self.cfg.max_steps):
-            if len(order) < self.cfg.batch_size:  # refill with a fresh epoch permutation
-                order += torch.randperm(len(self.train_blocks), generator=self.order_generator).tolist()
-            batch, order = order[: self.cfg.batch_size], order[self.cfg.batch_size :]
+        done = (epoch - 1) * self.cfg.checkpoint_every
+        for _ in range(min(self.cfg.checkpoint_every, self.cfg.max_steps - done)):
+            if len(self.order) < self.cfg.batch_size:  # refill with a fresh epoch permutation
+                self.order += torch.randperm(len(self.train_blocks), generator=self.order_generator).tolist()
+            batch, self.order = self.order[: self.cfg.batch_size], self.order[self.cfg.batch_size :]
             yield batch
 
     def step(self, batch: list[int]):
@@ -268,8 +276,8 @@ def train_mlm(
         scheduler,
         FitConfig(
             name="pretrain",
-            epochs=1,
-            steps_per_epoch=cfg.max_steps,
+            epochs=math.ceil(cfg.max_steps / cfg.checkpoint_every),  # an "epoch": the steps between checkpoints
+            steps_per_epoch=min(cfg.checkpoint_every, cfg.max_steps),
             max_grad_norm=cfg.max_grad_norm,
             accumulation_steps=cfg.accumulation_steps,
             select_epoch_zero=True,

@@ -100,6 +100,7 @@ class PretrainConfig:
     accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
     mixed_precision: bool  # autocast on CUDA (bf16 where supported, else fp16)
     log_every: int
+    checkpoint_every: int  # steps per resume checkpoint (each also scores the eval loss)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> PretrainConfig:
@@ -130,6 +131,7 @@ class PretrainConfig:
             "max_steps",
             "batch_size",
             "log_every",
+            "checkpoint_every",
             "accumulation_steps",
         ):
             if getattr(self, key) < 1:  # integers, floats: section_config checked the types
