@@ -126,3 +126,34 @@ def test_a_stage_under_torchrun_writes_its_outputs_once(tmp_path):
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["pretrain"]  # no temp dir left
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("lexgraph-rank-")]
     assert proc.stderr.count("stage pretrain done") == 2  # both processes ran the stage
+
+
+@pytest.mark.slow
+def test_two_processes_killed_after_an_epoch_resume_to_the_uninterrupted_weights(tmp_path):
+    """Resuming under a multi-process launch: both processes die at the start of epoch 3 (after
+    epoch 2's checkpoint); the rerun resumes (the main process's shared state, each process's
+    own random and task states) and ends with the weights of a run that was never killed."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "OMP_NUM_THREADS": "1",
+    }
+
+    def launch(out, *extra):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        cmd += [str(ROOT / "tests" / "engine_worker.py"), str(out), "--runs", "8:1", "--epochs", "4", *extra]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+    # never killed: --die-at beyond the last epoch switches the per-process noise on all the same
+    whole = launch(tmp_path / "whole.json", "--resume", str(tmp_path / "w"), "--die-at", "99")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = launch(tmp_path / "killed.json", "--resume", str(tmp_path / "k"), "--die-at", "3")
+    assert killed.returncode != 0 and not (tmp_path / "killed.json").exists()
+    saved = sorted(p.name for p in (tmp_path / "k" / ".model.resume").iterdir())
+    assert saved == ["fingerprint.json", "fit-1.pt", "fit-1.rank-0.epoch-2.pt", "fit-1.rank-1.epoch-2.pt"]
+    resumed = launch(tmp_path / "killed.json", "--resume", str(tmp_path / "k"), "--die-at", "99")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "regression: resumed after epoch 2 of 4" in resumed.stderr
+    (a,), (b,) = json.loads((tmp_path / "whole.json").read_text()), json.loads((tmp_path / "killed.json").read_text())
+    assert a["weights"] == b["weights"] and a["step_losses"] == b["step_losses"]
+    assert not (tmp_path / "k" / ".model.resume").exists()
