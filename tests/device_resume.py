@@ -6,7 +6,7 @@ For each precision (fp32, bf16, fp16 with its gradient scaler) a small MLP with 
 checkpoint; prints, per precision, whether the resumed weights equal the uninterrupted ones
 bit for bit (deterministic algorithms on) and the largest difference.
 
-    PYTHONPATH=src python tests/device_resume.py [--device cuda]
+    for p in no bf16 fp16; do PYTHONPATH=src python tests/device_resume.py --precision $p; done
 """
 
 from __future__ import annotations
@@ -103,11 +103,12 @@ def check(device: str, precision: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--precision", default="bf16", help="no | bf16 | fp16 (one per process: Accelerate's state)")
     args = parser.parse_args()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    rows = [check(args.device, p) for p in ("no", "bf16", "fp16")]
+    rows = [check(args.device, args.precision)]
     print(json.dumps({"device": name, "torch": torch.__version__, "checks": rows}, indent=1))
 
 
