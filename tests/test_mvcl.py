@@ -440,10 +440,9 @@ def test_the_views_pooling_shares_the_interaction_projection():
     assert len(names) == len(set(id(p) for p in model.parameters()))  # no parameter counted twice
 
 
-def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread):
-    # a grid without alpha = 1: the re-ranker alone is not a system that can be kept, so
-    # selecting the epoch by it would differ from selecting by what `mvcl` returns
-    config = sample_config(
+def _fused_config():
+    """A warm-started toy re-ranker fused with its first stage, over a grid without alpha = 1."""
+    return sample_config(
         RerankConfig,
         "rerank",
         "xrerank",
@@ -456,6 +455,12 @@ def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread)
         dropout=0.0,
         interpolation=[0.0, 0.3, 0.6],
     )
+
+
+def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread):
+    # a grid without alpha = 1: the re-ranker alone is not a system that can be kept, so
+    # selecting the epoch by it would differ from selecting by what `mvcl` returns
+    config = _fused_config()
     model, report = train(config, *_toy(), device=torch.device("cpu"), seed=13)
     history = report["history"]
     assert [h["epoch"] for h in history] == [0, 1, 2, 3, 4]  # warm start: epoch 0 is a candidate
@@ -469,3 +474,33 @@ def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread)
     # the history also records the re-ranker alone, which is not what selects
     assert all("dev_map_alone" in h for h in history)
     assert any(abs(h["dev_map_alone"] - h["dev_map"]) > 1e-3 for h in history)
+
+
+def test_a_killed_rerank_training_resumes_to_the_same_model_and_report(one_thread, tmp_path, monkeypatch, caplog):
+    """Issue 28: the re-ranker's epochs and alphas so far (its task state) come back with the
+    weights, so the resumed run's report (history, kept epoch and alpha) is the uninterrupted one's."""
+    import logging
+
+    from lexgraph.training.rerank import RerankTrainer
+    from lexgraph.training.resume import resumable
+
+    config, cpu = _fused_config(), torch.device("cpu")
+    model, report = train(config, *_toy(), device=cpu, seed=13)
+    batches = RerankTrainer.batches
+
+    def killed_at_the_third(self, epoch):
+        if epoch == 3:
+            raise KeyboardInterrupt("killed")
+        yield from batches(self, epoch)
+
+    monkeypatch.setattr(RerankTrainer, "batches", killed_at_the_third)
+    with pytest.raises(KeyboardInterrupt), resumable(tmp_path / "xrerank", {}, {}) as resume:
+        train(config, *_toy(), device=cpu, seed=13, resume=resume)
+    monkeypatch.setattr(RerankTrainer, "batches", batches)
+    caplog.set_level(logging.INFO, logger="lexgraph")
+    with resumable(tmp_path / "xrerank", {}, {}) as resume:
+        resumed, resumed_report = train(config, *_toy(), device=cpu, seed=13, resume=resume)
+    assert "xrerank: resumed after epoch 2 of 4" in caplog.text
+    assert repr(resumed_report) == repr(report)  # history, kept epoch and alpha, dev metrics
+    for (k, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), k
