@@ -242,11 +242,13 @@ def test_snippet_of_a_one_megabyte_article_is_linear():
 
 
 HOSTILE = "\x1b[5mclignote\x1b[0m \x1b]8;;https://evil.example\x07lien\x1b]8;;\x07 \x00nul \x7fdel \x9bcsi \rretour"
+HOSTILE += " \u202eesrever\u202c \u2067isole\u2069"  # bidi override and isolate (Trojan Source)
 
 
 def test_control_characters_of_the_corpus_are_shown_not_obeyed():
     """Issue 28: an article's or heading's ESC, OSC, BEL, NUL, DEL or C1 never reaches the
-    terminal, in either style; whitespace controls show as a space, the others as ``\\x..``."""
+    terminal, in either style; whitespace controls show as a space, the others as ``\\x..``;
+    nor do its bidirectional overrides and isolates (shown as ``\\u202e``)."""
     articles = pl.DataFrame(
         {
             "id": [7],
@@ -262,8 +264,9 @@ def test_control_characters_of_the_corpus_are_shown_not_obeyed():
         assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in shown), repr(shown)
         assert "\\x1b[5mclignote" in text and "\\x1b]8;;https://evil.example\\x07lien" in text
         assert "\\x00nul \\x7fdel \\x9bcsi  retour" in text
+        assert "\\u202eesrever\\u202c \\u2067isole\\u2069" in text and "\u202e" not in text
     assert "\\x1b[5m" in render_text("q", hits).split("\n")[3]  # the heading path's line
     line = render_json(f"le loyer {HOSTILE}", hits, qid="q1")
-    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in line), repr(line)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u202e\u2067" for c in line), repr(line)
     record = json.loads(line)
     assert record["question"] == f"le loyer {HOSTILE}" and record["hits"][0]["path"][1] == f"Livre {HOSTILE}"

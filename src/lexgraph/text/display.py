@@ -37,12 +37,16 @@ _APOSTROPHES = "'\u2019\u02bc"
 _ARTICLE_RE = re.compile(r"^\s*(art(?:icle)?\.?\s*[^\s,;:(]+(?:\s+(?:bis|ter|quater|quinquies))?)", re.IGNORECASE)
 PATH_SEPARATOR = " › "
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
-#: C0 controls, DEL and C1 controls: what a terminal may obey (ESC, CSI, OSC, BEL, NUL, CR, ...)
-_CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+#: C0 controls, DEL and C1 controls: what a terminal may obey (ESC, CSI, OSC, BEL, NUL, CR, ...);
+#: and the bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which
+#: make a terminal show text in another order than it is ("Trojan Source"); the marks (LRM,
+#: RLM) reorder nothing and stay
+_CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 #: the text output shows a whitespace control as a space (the snippet collapses them already)
-#: and any other control as its escape, ``\x1b`` as the four characters ``\x1b`` (as ``ls -b``)
-_VISIBLE = {c: " " if chr(c).isspace() else f"\\x{c:02x}" for c in _CONTROLS}
-#: JSON escapes C0 itself; DEL and C1 pass raw with ``ensure_ascii=False``: ``\u007f`` etc.
+#: and any other control as its escape, ``\x1b`` as the four characters ``\x1b`` (as ``ls -b``),
+#: U+202E as ``\u202e``
+_VISIBLE = {c: " " if chr(c).isspace() else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _CONTROLS}
+#: JSON escapes C0 itself; DEL, C1 and the bidi controls pass raw with ``ensure_ascii=False``: ``\u007f`` etc.
 _JSON_VISIBLE = {c: f"\\u{c:04x}" for c in _CONTROLS if c >= 0x7F}
 
 
