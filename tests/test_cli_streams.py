@@ -133,3 +133,23 @@ def test_stdout_on_a_full_disk(ws, flags):
         proc = _search(ws, *flags, stdout=full)
     _one_line(proc, "cannot write to standard output: No space left on device")
     assert snapshot(ws) == before
+
+
+def test_a_stage_given_a_path_the_file_system_refuses_says_so_in_one_line(tmp_path):
+    """The same rule for the stages (lexgraph.core.errors.reported): an OSError naming a path
+    (here ENAMETOOLONG on clean's --raw) is one line, status 2, no traceback, nothing written."""
+    raw = tmp_path / ("a" * 300)
+    out = tmp_path / "clean"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "stages" / "clean.py"), "--params", str(ROOT / "params.yaml")]
+        + ["--raw", str(raw), "--out", str(out), "--metrics", str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        timeout=120,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("lexgraph clean:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and "File name too long; expected a path the file system accepts" in lines[0]
+    assert f"({len(str(raw)) + 17} characters)" in lines[0] and not out.exists() and not (tmp_path / "m.json").exists()

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.plots import add_plots_offline
-from lexgraph.cli.streams import guard_streams, path_error
+from lexgraph.cli.streams import guard_streams
 
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         setup_logging("INFO")
         try:
-            status = reported(args.command, lambda: _run(args))
+            status = reported(args.command, lambda: args.func(args))
         except BrokenPipeError:
             return _stdout_closed()
         if getattr(sys.stdout, "failed", False):
@@ -410,20 +410,6 @@ def main(argv: list[str] | None = None) -> int:
         return status
     finally:
         sys.stdin, sys.stdout = streams
-
-
-def _run(args) -> int | None:
-    """The command, with an :class:`OSError` on a path the user named as one line
-    (:func:`lexgraph.cli.streams.path_error`)."""
-    try:
-        return args.func(args)
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        error = path_error(exc)
-        if error is None:
-            raise
-        raise error from None
 
 
 #: exit status when the reader of stdout goes away: 128 + SIGPIPE (13), what a shell reports

@@ -9,7 +9,7 @@
   command first reads or writes it; a reader that went away (``| head -1``) stays the quiet
   ``BrokenPipeError`` path of :mod:`lexgraph.cli.main`;
 - an :class:`OSError` that names a path the user gave (``--run`` of 256 bytes, a path longer
-  than ``PATH_MAX``) is one line naming the path and the reason (:func:`path_error`).
+  than ``PATH_MAX``) is one line naming the path and the reason (:func:`lexgraph.core.errors.path_error`).
 """
 
 from __future__ import annotations
@@ -95,14 +95,3 @@ def guard_streams() -> None:
     if sys.stdin is None:
         sys.stdin = _Closed("standard input")
     sys.stdout = _Closed("standard output") if sys.stdout is None else _Guarded(sys.stdout, "standard output")
-
-
-def path_error(exc: OSError) -> LexgraphError | None:
-    """One line for an :class:`OSError` that names a path (what was done to it is in the
-    reason), or None for one that names none (left to show as the programming error it is)."""
-    if exc.filename is None:
-        return None
-    where = str(exc.filename)
-    if len(where) > 200:
-        where = f"{where[:100]}…{where[-60:]} ({len(where)} characters)"
-    return LexgraphError(f"{where}: {exc.strerror or exc}; expected a path the file system accepts")

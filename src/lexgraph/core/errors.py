@@ -67,11 +67,29 @@ def check_stop() -> None:
 EXIT_ERROR, EXIT_INTERRUPTED = 2, 130
 
 
+def path_error(exc: OSError) -> LexgraphError | None:
+    """One line for an :class:`OSError` that names a path (what was done to it is in the
+    reason), or None for one that names none (left to show as the programming error it is)."""
+    if exc.filename is None:
+        return None
+    where = str(exc.filename)
+    if len(where) > 200:
+        where = f"{where[:100]}…{where[-60:]} ({len(where)} characters)"
+    return LexgraphError(f"{where}: {exc.strerror or exc}; expected a path the file system accepts")
+
+
 def reported(name: str, call: Callable[[], int | None]) -> int:
-    """Run ``call`` for the command ``lexgraph <name>``: its exit status (0 when it returns None),
-    a :class:`LexgraphError` as one line on stderr (status 2), Ctrl-C as one line (130)."""
+    """Run ``call`` for the command or stage ``lexgraph <name>``: its exit status (0 when it
+    returns None), a :class:`LexgraphError` or an :class:`OSError` naming a path
+    (:func:`path_error`) as one line on stderr (status 2), Ctrl-C as one line (130)."""
     try:
         return call() or 0
+    except OSError as exc:
+        error = path_error(exc)
+        if error is None:
+            raise
+        print(f"lexgraph {name}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
     except LexgraphError as exc:
         print(f"lexgraph {name}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
