@@ -71,7 +71,8 @@ class _NotFinite(_Mismatch):
 
 def _conform(value: Any, hint: Any) -> Any:
     """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
-    as floats; ints accepted as floats); raises :class:`_Mismatch`."""
+    as floats; ints accepted as floats; an integral float, ``13.0``, accepted as the int ``13``,
+    as DVC compares it, a non-integral one refused); raises :class:`_Mismatch`."""
     if hint is Any:
         return value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -100,6 +101,8 @@ def _conform(value: Any, hint: Any) -> Any:
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, float) and value.is_integer():  # DVC (`-S seed=13.0`) and YAML tools write 13.0 for 13
+            return int(value)
         raise _Mismatch
     if hint is float:
         if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string
