@@ -182,6 +182,24 @@ def test_a_baseline_switched_off_is_refused_before_any_output(ws, tmp_path):
     assert _snapshot(ws) | {"params": params.read_bytes()} == before
 
 
+@pytest.mark.parametrize(
+    "edits, named",
+    [
+        ({"norms": [], "weights": [0.5]}, "'hybrid.norms' = [] and 'hybrid.weights' = [0.5]"),
+        ({"norms": ["zmuv"], "weights": []}, "'hybrid.norms' = ['zmuv'] and 'hybrid.weights' = []"),
+    ],
+)
+def test_a_fusion_setting_its_partner_leaves_unused_is_refused_naming_both_keys(edits, named):
+    """A weighted sum needs a normalisation and a weight: RRF alone would run, the other key ignored."""
+    from lexgraph.systems.hybrid import HybridConfig
+
+    with pytest.raises(ConfigError) as info:
+        HybridConfig.from_params({**sample_params()["hybrid"], **edits})
+    message = str(info.value)
+    assert message.startswith(f"params.yaml: {named}: a weighted sum needs") and "\n" not in message, message
+    assert "expected both non-empty, or both empty (RRF only)" in message
+
+
 # ---------------------------------------------------------------------------
 # (c) 13.0 is 13 where an integer is expected (as DVC compares them); 13.5 is refused
 # ---------------------------------------------------------------------------
