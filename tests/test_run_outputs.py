@@ -220,6 +220,18 @@ def test_an_integral_float_is_read_as_the_integer_and_a_fraction_is_refused():
     assert (config.k, config.depth) == (10, 500) and type(config.k) is int and type(config.depth) is int
 
 
+def test_what_dvc_holds_equal_to_true_or_false_is_read_as_it_and_other_numbers_are_refused():
+    base = sample_params()["base"]
+    for value, want in ((1, True), (0, False), (1.0, True), (0.0, False)):
+        got = section_config(Base, {**base, "deterministic": value}, "base").deterministic
+        assert got is want, (value, got)
+    for value in (2, 0.5, -1):
+        with pytest.raises(
+            ConfigError, match=rf"^params\.yaml: 'base\.deterministic' = {value}, expected true or false$"
+        ):
+            section_config(Base, {**base, "deterministic": value}, "base")
+
+
 def test_a_seed_written_as_13_0_runs_the_stage_as_13(ws, tmp_path):
     """``dvc exp run -S base.seed=13.0`` writes 13.0 and DVC sees no change from 13: the stages
     must read the same value, not refuse the file DVC left."""
