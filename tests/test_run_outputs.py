@@ -154,6 +154,22 @@ def test_regress_says_once_that_a_system_has_no_metrics_of_the_splits_it_checks(
             expected_from_metrics(tmp_path / "metrics", expected)
 
 
+def test_regress_says_once_that_a_split_has_no_metrics_of_this_run(tmp_path):
+    from lexgraph.evaluation.regression import run_checks
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "bm25.json").write_text(json.dumps({"test": {"map": 0.2}}), encoding="utf-8")
+    expected = tmp_path / "expected.yaml"
+    want = {"test": {"map": 0.2}, "dev": {"map": 0.2, "recall@100": 0.4, "ndcg@10": 0.3}}
+    expected.write_text(yaml.safe_dump({"systems": {"bm25": want}}), encoding="utf-8")
+    outcome = run_checks(tmp_path / "metrics", expected)
+    assert (outcome.passed, outcome.total) == (1, 4), outcome
+    assert outcome.failures == [
+        f"bm25/dev: {tmp_path / 'metrics' / 'bm25.json'} holds no dev metrics of this run; expected them from "
+        "`dvc repro evaluate` with dev in evaluate.splits"
+    ], outcome.failures
+
+
 # ---------------------------------------------------------------------------
 # (b) a baseline is one of the systems evaluate scores
 # ---------------------------------------------------------------------------

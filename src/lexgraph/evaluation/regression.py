@@ -259,6 +259,13 @@ def run_checks(metrics_dir: str | Path, expected_file: str | Path) -> Outcome:
             failures.append(f"{system}: {path} {unscored}")
             continue
         for split, metric, want in expected:
+            if split not in got:  # one line for the split (evaluate.splits without it), not one per metric
+                line = (
+                    f"{system}/{split}: {path} holds no {split} metrics of this run; expected them from "
+                    f"`dvc repro evaluate` with {split} in evaluate.splits"
+                )
+                failures += [line] if line not in failures else []
+                continue
             have = _metric(got, path, split, metric)
             tol = tolerance_for(spec, system, metric, expected_file)
             bound = allowed(want, tol)
