@@ -221,8 +221,8 @@ CASES = [
     (
         "clean.drop_repealed-int",
         "clean",
-        {"clean.drop_repealed": 1},
-        ["'clean.drop_repealed' = 1, expected true or false"],
+        {"clean.drop_repealed": 2},
+        ["'clean.drop_repealed' = 2, expected true or false"],
     ),
     (
         "clean.unknown",

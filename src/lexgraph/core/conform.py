@@ -71,7 +71,11 @@ class _NotFinite(_Mismatch):
 
 def _conform(value: Any, hint: Any) -> Any:
     """``value`` checked against annotation ``hint`` (numbers in strings, ``5e-5``, read
-    as floats; ints accepted as floats); raises :class:`_Mismatch`."""
+    as floats; ints accepted as floats). One rule for what DVC (``dvc exp run -S``, its
+    params diff) holds equal: a value equal to a valid one is read as that one, so that DVC's
+    "unchanged" is right and no stage refuses the file it leaves: an integral float (``13.0``)
+    is the int ``13`` (``13.5`` refused), ``1``/``0`` (``1.0``/``0.0``) are true/false (``2``
+    refused); true/false stay refused where a number is expected. Raises :class:`_Mismatch`."""
     if hint is Any:
         return value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -96,10 +100,14 @@ def _conform(value: Any, hint: Any) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, (int, float)) and value in (0, 1):  # DVC compares 1 == true, 0.0 == false
+            return bool(value)
         raise _Mismatch
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, float) and value.is_integer():  # DVC (`-S seed=13.0`) and YAML tools write 13.0 for 13
+            return int(value)
         raise _Mismatch
     if hint is float:
         if isinstance(value, str):  # YAML 1.1 (PyYAML, dvc exp run -S) reads `5e-5` as a string

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from lexgraph.core.config import bad_value, expectation, section_config
+from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
 from lexgraph.data.schema import (
@@ -71,6 +71,13 @@ class EvaluateConfig:
             raise bad("significance_split")
         if any(b not in systems for b in self.baselines):
             raise bad("baselines")
+        unscored = [b for b in self.baselines if b not in self.systems]
+        if unscored:  # a baseline that is not evaluated would silently give no significance test
+            raise params_error(
+                f"'evaluate.baselines' = {self.baselines!r} names {', '.join(unscored)}, which "
+                f"'evaluate.systems' = {self.systems!r} does not evaluate; expected baselines among "
+                "'evaluate.systems' (add them there, or remove them from the baselines)"
+            )
         if not self.significance_metrics or any(m not in METRICS for m in self.significance_metrics):
             raise bad("significance_metrics")
 
@@ -88,6 +95,12 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 _MISSING = "–"
+
+#: ``metrics/<system>.json`` of a system this run did not score: ``evaluate`` writes one of the
+#: two for every system of the registry it does not evaluate (each is a declared output), so no
+#: earlier run's metrics survive as this run's (``lexgraph regress`` fails on either)
+SWITCHED_OFF = {"enabled": False}
+NOT_EVALUATED = {"evaluated": False, "reason": "not in evaluate.systems"}
 
 
 def round_metrics(d: Mapping, ndigits: int = 4) -> dict:
@@ -261,11 +274,15 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
     splits, split = config.splits, config.significance_split
     systems = list(config.systems)
-    for variant in RERANKERS:
-        if variant in systems and is_switched_off(paths.workspace, variant):  # rerank.<variant>.enabled: false
-            log.warning("%s skipped: the re-ranker is switched off (rerank.%s.enabled: false)", variant, variant)
-            systems.remove(variant)
-            write_json({"enabled": False}, paths.metrics_dir / f"{variant}.json")
+    switched_off = [v for v in RERANKERS if v in systems and is_switched_off(paths.workspace, v)]
+    for variant in switched_off:  # rerank.<variant>.enabled: false
+        if variant in config.baselines:
+            raise params_error(
+                f"'evaluate.baselines' = {config.baselines!r} names {variant}, which 'rerank.{variant}.enabled: "
+                "false' switches off (evaluate skips it); expected baselines among the systems evaluate scores"
+            )
+        log.warning("%s skipped: the re-ranker is switched off (rerank.%s.enabled: false)", variant, variant)
+        systems.remove(variant)
     with atomic_path(paths.runs, directory=True) as runs:
         results = evaluate_systems(
             systems, questions, splits, config.k, runs, paths.workspace, device, index=config.index
@@ -273,8 +290,11 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
         # a re-ranker is also compared with the first stage it re-ranks
-        firsts = [first_stage_of(paths.workspace, v) for v in RERANKERS if v in results]
-        baselines = list(dict.fromkeys([*config.baselines, *(f for f in firsts if f in results)]))
+        firsts = {v: first_stage_of(paths.workspace, v) for v in RERANKERS if v in results}
+        for variant, first in firsts.items():
+            if first is not None and first not in results:
+                log.warning("%s is not compared with its first stage %s: not in evaluate.systems", variant, first)
+        baselines = list(dict.fromkeys([*config.baselines, *(f for f in firsts.values() if f in results)]))
         comparisons, markers, legend = significance_report(
             split_runs,
             qrels,
@@ -284,6 +304,8 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
         )
     for system, by_split in results.items():
         write_json(by_split, paths.metrics_dir / f"{system}.json")
+    for system in (s for s in SYSTEMS if s not in results):  # no metrics/<system>.json of an earlier run survives
+        write_json(SWITCHED_OFF if system in switched_off else NOT_EVALUATED, paths.metrics_dir / f"{system}.json")
     write_json(
         {
             "split": split,

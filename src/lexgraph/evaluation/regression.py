@@ -150,6 +150,24 @@ def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
     return got
 
 
+def not_scored(got: dict, system: str, splits: list[str]) -> str | None:
+    """Why ``metrics/<system>.json`` (``got``) holds none of ``splits``, in words that follow
+    its path: the placeholder ``evaluate`` writes for a system it did not score in its last run
+    (not in ``evaluate.systems``, or a re-ranker switched off), or a file without those splits."""
+    if set(splits) & set(got):
+        return None
+    if got.get("evaluated") is False:
+        why = f"the last `dvc repro evaluate` did not score {system}: not in evaluate.systems"
+    elif got.get("enabled") is False:
+        why = f"the re-ranker is switched off: rerank.{system}.enabled: false"
+    else:
+        why = f"keys {_show(sorted(got))}"
+    return (
+        f"holds no {'/'.join(splits)} metrics of this run ({why}); expected {system}'s "
+        f"metrics from `dvc repro evaluate` with {system} in evaluate.systems"
+    )
+
+
 def _metric(got: dict, path: Path, split: str, metric: str) -> float | None:
     by_metric = got.get(split)
     if by_metric is None:
@@ -236,7 +254,18 @@ def run_checks(metrics_dir: str | Path, expected_file: str | Path) -> Outcome:
             failures.append(f"{system}: {path} missing")
             continue
         got = read_metrics(path)
+        unscored = not_scored(got, system, sorted({split for split, _, _ in expected}))
+        if unscored:
+            failures.append(f"{system}: {path} {unscored}")
+            continue
         for split, metric, want in expected:
+            if split not in got:  # one line for the split (evaluate.splits without it), not one per metric
+                line = (
+                    f"{system}/{split}: {path} holds no {split} metrics of this run; expected them from "
+                    f"`dvc repro evaluate` with {split} in evaluate.splits"
+                )
+                failures += [line] if line not in failures else []
+                continue
             have = _metric(got, path, split, metric)
             tol = tolerance_for(spec, system, metric, expected_file)
             bound = allowed(want, tol)
@@ -309,6 +338,9 @@ def expected_from_metrics(metrics_dir: str | Path, expected_file: str | Path) ->
         if not path.is_file():
             raise DataError(path, f"missing: cannot update the expected scores of '{system}'")
         got = read_metrics(path)
+        unscored = not_scored(got, system, ["dev", "test"])
+        if unscored:
+            raise DataError(path, f"{unscored} (cannot update the expected scores of '{system}')")
         lines.append(f"  {system}:")
         if "tolerance" in by_split:
             lines += _format_tolerance(by_split["tolerance"], "    ")

@@ -91,6 +91,11 @@ class HybridConfig:
                 f"'{SECTION}.weights' = {self.weights!r} leave no fusion to try; expected a non-empty "
                 f"'{SECTION}.rrf_k', or non-empty '{SECTION}.norms' and '{SECTION}.weights'"
             )
+        if bool(self.norms) != bool(self.weights):  # a weighted sum needs both: one alone would be ignored silently
+            raise params_error(
+                f"'{SECTION}.norms' = {self.norms!r} and '{SECTION}.weights' = {self.weights!r}: a weighted sum "
+                f"needs a normalisation and a weight; expected both non-empty, or both empty (RRF only)"
+            )
 
 
 def grid(config: HybridConfig) -> list[Fusion]:
