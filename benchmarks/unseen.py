@@ -175,6 +175,44 @@ def family_size(result: Mapping[str, Any]) -> int:
     return sum(len(entry["vs_baseline"]) for entry in result["systems"].values() if entry["vs_baseline"])
 
 
+def _entry_ok(entry: Any) -> bool:
+    """A system's entry has what the table prints: its metrics and, beside the baseline's, the
+    difference and p of each compared metric."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
+        return False
+    if not all(isinstance(entry["metrics"].get(m), (int, float)) for _, m in COLUMNS):
+        return False
+    versus = entry.get("vs_baseline")
+    return not versus or all(
+        isinstance(versus.get(m), dict) and {"diff", "p_value"} <= versus[m].keys() for m in COMPARED
+    )
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """An earlier ``--out`` file, checked for what :func:`markdown_table` reads (a damaged or
+    foreign JSON is one line naming the file and the key)."""
+    from lexgraph.core.inputs import read_json_object
+
+    def is_int(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    return read_json_object(
+        path,
+        what="the JSON that benchmarks/unseen.py --out writes",
+        fix="rerun benchmarks/unseen.py --out FILE",
+        keys={
+            "baseline": (lambda v: v is None or isinstance(v, str), "a system name or null"),
+            "systems": (
+                lambda v: isinstance(v, dict) and all(_entry_ok(e) for e in v.values()),
+                "an object of systems, each with its metrics and its comparison with the baseline",
+            ),
+            "n_queries": (is_int, "an integer"),
+            "n_resamples": (is_int, "an integer"),
+            "seed": (is_int, "an integer"),
+        },
+    )
+
+
 def markdown_table(result: Mapping[str, Any]) -> str:
     """The result of :func:`score` as docs/analysis.md's table (metrics in %, deltas in points
     against the baseline with their Holm-adjusted p in brackets), then one line saying what
@@ -237,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.table:
-        print(markdown_table(json.loads(args.table.read_text(encoding="utf-8"))))
+        print(markdown_table(read_result(args.table)))
         return 0
     if not args.out:
         log.error("--out is required (or --table JSON)")

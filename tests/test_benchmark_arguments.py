@@ -128,3 +128,24 @@ def test_scale_without_the_sample_embeddings(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("scale.py: error: ") and "articles.safetensors" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{bad", "not valid JSON, truncated or corrupt"),
+        ('{"a": 1}', "key 'baseline' is missing"),
+        (
+            '{"baseline": "bm25", "systems": {"x": {"metrics": {}}}, "n_queries": 1, "n_resamples": 1, "seed": 1}',
+            "key 'systems' = ",
+        ),
+    ],
+    ids=["corrupt", "foreign", "no-metrics"],
+)
+def test_unseen_table_of_a_damaged_or_foreign_file(tmp_path, text, expected):
+    saved = tmp_path / "unseen.json"
+    saved.write_text(text, encoding="utf-8")
+    proc = _bench("unseen.py", "--table", str(saved), cwd=tmp_path)
+    line = _one_line(proc, str(saved), expected, "expected the JSON that benchmarks/unseen.py --out writes")
+    assert proc.returncode == 2 and proc.stdout == "", line
+    assert saved.read_text(encoding="utf-8") == text
