@@ -5,11 +5,11 @@ The rules they enforce are those of :mod:`lexgraph.cli.main`'s docstring."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_lines, json_object, text_problem
+from lexgraph.core.io import read_only
 from lexgraph.core.layout import MANAGED_ROOTS
 
 
@@ -105,15 +105,6 @@ def _looks_like_trec_run(path: Path) -> bool:
     return True
 
 
-def _read_only(path: Path) -> str | None:
-    """Why ``path`` may not be written, or None: not writable for this process, or no write
-    bit set for anyone (root writes such a file anyway; DVC's cache files are mode 0444)."""
-    mode = path.stat().st_mode
-    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)) or not mode & 0o222:
-        return f"mode {mode & 0o7777:04o}"
-    return None
-
-
 def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
     """Refuse a ``--run`` target that is not a writable new file or earlier TREC run: a
     directory, the questions file (the same file: a path, a symbolic link or a hard link to
@@ -142,7 +133,7 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise LexgraphError(f"--run {run}: {parent} is not a directory; expected a writable path for the TREC run")
-    locked = _read_only(parent)
+    locked = read_only(parent)
     if locked:
         raise LexgraphError(f"--run {run}: directory {parent} is not writable ({locked}); expected a writable path")
     if path.exists():
@@ -155,7 +146,7 @@ def check_run_path(run: str, questions: str | None, workspace: Path) -> Path:
                 "or another file); refusing to overwrite it, expected a new path or a file with "
                 "a single link"
             )
-        locked = _read_only(path)
+        locked = read_only(path)
         if locked:
             raise LexgraphError(
                 f"--run {run} is read-only ({locked}); refusing to overwrite it, expected a writable path"

@@ -279,6 +279,17 @@ def _write_through(target: Path) -> Path:
     return resolved
 
 
+def read_only(path: Path) -> str | None:
+    """Why ``path`` (which exists) may not be written, as ``"mode 0444"``, or None: not writable
+    (a directory: not enterable) by this process, or no write bit for anyone (root writes such a
+    file anyway; DVC's cache files are mode 0444). The one rule of every writer and of the CLI's
+    checks before a search."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)) or not mode & 0o222:
+        return f"mode {mode:04o}"
+    return None
+
+
 def _replacement_mode(target: Path, directory: bool) -> int:
     """The permission bits of the output that replaces ``target``: those of the previous
     ``target``, or the umask's default for a new one; a read-only ``target`` (no write bit
@@ -287,14 +298,14 @@ def _replacement_mode(target: Path, directory: bool) -> int:
         info = target.stat()
     except FileNotFoundError:
         return (0o777 if directory else 0o666) & ~_umask()
-    mode = stat.S_IMODE(info.st_mode) & 0o777
-    if not mode & 0o222 or not os.access(target, os.W_OK):
+    locked = read_only(target)
+    if locked:
         raise DataError(
             target,
-            f"read-only (mode {mode:04o}); refusing to overwrite it, expected a writable path "
+            f"read-only ({locked}); refusing to overwrite it, expected a writable path "
             "(make it writable, or write elsewhere)",
         )
-    return mode
+    return stat.S_IMODE(info.st_mode) & 0o777
 
 
 def _default_modes(root: Path) -> None:
