@@ -28,6 +28,10 @@ from lexgraph.data.integrity import (
     integer_id,
 )
 from lexgraph.data.schema import (
+    HIERARCHY_LEVELS,
+    ID_EXPECTED,
+    MIN_ARTICLES,
+    id_problem_of,
     parse_article_ids,
 )
 
@@ -114,28 +118,49 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
         raise DataError(
             source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
         )
+    unknown = [c for c in df.columns if c not in columns]
+    if unknown:
+        raise DataError(source.path, unexpected_columns(unknown, required, columns))
     if df.height == 0:
         raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
     df = df.select([pl.col(c).cast(pl.Utf8) if c != "id" else pl.col(c) for c in columns])
     ids = df["id"].cast(pl.Utf8)
-    parsed = ids.cast(pl.Int64, strict=False)
-    for row, (value, number) in enumerate(zip(ids.to_list(), parsed.to_list())):
+    for row, value in enumerate(ids.to_list()):
         if not value:
             raise source.error(row, "the id is empty; expected an integer id", column="id")
         problem = id_problem(value)  # whitespace and control characters are refused, not stripped
-        if problem or number is None:
-            raise source.error(
-                row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id", column="id"
-            )
-    return df.with_columns(parsed.alias("id"))
+        if problem:
+            raise source.error(row, f"id {value!r} {problem}; expected an integer id", column="id")
+        problem = id_problem_of(value)  # the id rule: no sign, leading zero, overflow or negative id
+        if problem:
+            raise source.error(row, f"id {value!r} {problem}; expected {ID_EXPECTED}", column="id")
+    return df.with_columns(ids.cast(pl.Int64).alias("id"))
+
+
+def unexpected_columns(unknown: list[str], required: tuple[str, ...], columns: tuple[str, ...]) -> str:
+    """The message for columns outside BSARD's layout: refused, not dropped (a ninth hierarchy
+    level would silently vanish from every path)."""
+    levels = ""
+    if "article" in required:
+        levels = f" (BSARD's hierarchy has {len(HIERARCHY_LEVELS)} levels, {', '.join(HIERARCHY_LEVELS)})"
+    return (
+        f"unexpected column(s) {unknown}; {expected_columns(required, columns)} and no other{levels}: "
+        "remove or merge the extra column(s)"
+    )
 
 
 # --------------------------------------------------------------------------- validation
 
 
 def validate_articles(articles: pl.DataFrame, source: Source) -> None:
-    """Article ids are unique."""
+    """Article ids are unique, and the corpus has at least ``MIN_ARTICLES`` articles."""
+    if articles.height < MIN_ARTICLES:
+        raise DataError(
+            source.path,
+            f"{articles.height} article(s); expected at least {MIN_ARTICLES} (training needs, for every "
+            "question, an article it does not cite as a negative)",
+        )
     dup = first_duplicate(articles["id"].to_list())
     if dup:
         i, j = dup
