@@ -214,6 +214,21 @@ def test_an_unknown_question_column_is_refused(bsard_dir):
     )
 
 
+def test_an_extra_hub_column_is_a_warning_and_left_out(hub_dir, caplog):
+    """The hub's tables are not the user's to edit, and a new revision may widen them."""
+    repo = hub_dir.with_name("hub_extra_column")  # its own name: `datasets` caches by directory name
+    hub_dir.rename(repo)
+    add_column(repo / "articles.csv", "article_english", after="description")
+    config = FetchConfig.from_params(section("fetch", **{**PARAMS, "source": "hub", "hub_repo": str(repo)}))
+    with caplog.at_level("WARNING", logger="lexgraph.data.readers"):
+        articles, _, _ = fetch(config, seed=1)
+    assert articles.columns == list(ARTICLE_COLUMNS)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{repo}@main (corpus): unexpected column(s) ['article_english']; {ARTICLE_EXPECTED} (BSARD's hierarchy "
+        "has 8 levels, law_type, code, book, part, act, chapter, section, subsection); left out"
+    ]
+
+
 # ----------------------------------------------------------------------------- (d) split settings
 
 

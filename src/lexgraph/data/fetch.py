@@ -27,7 +27,8 @@ the setting and the counts (``train_dsr`` would otherwise fail on it, stages lat
 Ids follow one rule (:mod:`lexgraph.data.schema`: non-negative decimal integers within int64,
 no sign or leading zero; ``-1`` is padding in search), a corpus has at least
 :data:`lexgraph.data.schema.MIN_ARTICLES` articles, and a column outside BSARD's layout (a
-ninth hierarchy level, a misspelt column) is refused rather than dropped.
+ninth hierarchy level, a misspelt column) is refused rather than dropped (a warning on the
+hub, whose tables a new revision may widen).
 Whatever the source, no question text may be in two of the train, dev and test splits
 (``lexgraph.data.integrity``: train → test leakage is an error naming both rows).
 

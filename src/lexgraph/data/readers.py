@@ -101,10 +101,14 @@ def read_csv_table(path: Path, required: tuple[str, ...], columns: tuple[str, ..
     return read_csv_source(path, required, columns)[0]
 
 
-def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], source: Any) -> pl.DataFrame:
+def conform(
+    df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], source: Any, extra: str = "refuse"
+) -> pl.DataFrame:
     """Check required columns, add missing optional ones as nulls, cast ``id`` to int64.
 
-    ``source``: a :class:`Source`, or the path/label to name in messages."""
+    ``source``: a :class:`Source`, or the path/label to name in messages. ``extra``: a column
+    outside ``columns`` is refused (``"refuse"``: a file the user edits) or logged as a warning
+    and left out (``"warn"``: the hub's tables, which a new revision may widen)."""
     source = source if isinstance(source, Source) else Source(source)
     repeated = duplicated_column(df.columns)
     if repeated:
@@ -119,8 +123,12 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
             source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
         )
     unknown = [c for c in df.columns if c not in columns]
-    if unknown:
-        raise DataError(source.path, unexpected_columns(unknown, required, columns))
+    if unknown and extra == "warn":
+        log.warning("%s: %s; left out", source.path, unexpected_columns(unknown, required, columns))
+    elif unknown:
+        raise DataError(
+            source.path, f"{unexpected_columns(unknown, required, columns)}: remove or merge the extra column(s)"
+        )
     if df.height == 0:
         raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
@@ -144,10 +152,7 @@ def unexpected_columns(unknown: list[str], required: tuple[str, ...], columns: t
     levels = ""
     if "article" in required:
         levels = f" (BSARD's hierarchy has {len(HIERARCHY_LEVELS)} levels, {', '.join(HIERARCHY_LEVELS)})"
-    return (
-        f"unexpected column(s) {unknown}; {expected_columns(required, columns)} and no other{levels}: "
-        "remove or merge the extra column(s)"
-    )
+    return f"unexpected column(s) {unknown}; {expected_columns(required, columns)} and no other{levels}"
 
 
 # --------------------------------------------------------------------------- validation
