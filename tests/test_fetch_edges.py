@@ -173,6 +173,40 @@ def test_a_cleaning_that_keeps_one_article_is_refused():
     )
 
 
+def test_a_question_citing_every_article_is_refused_by_fetch(bsard_dir):
+    """Two articles, a train question citing both: no negative for it in train_dsr."""
+    path = bsard_dir / "articles.csv"
+    path.write_text("id,article\n1,Le mur est mitoyen.\n2,Le loyer est payé.\n", encoding="utf-8")
+    write_questions(bsard_dir / "questions_train.csv", [(1, "Qui paie ?", "2"), (2, "Le mur et le loyer ?", "2,1")])
+    write_questions(bsard_dir / "questions_test.csv", [(7, "Qui répare le mur ?", "1")])
+    assert refused(bsard_dir) == (
+        f"{bsard_dir / 'questions_train.csv'}, row 2, column 'article_ids': question 2 cites all 2 articles of "
+        f"{path}; expected a question that leaves at least one article uncited (training needs a negative) "
+        "(row 2 starts on line 3)"
+    )
+
+
+def test_a_question_citing_every_article_cleaning_keeps_is_refused():
+    raw = pl.DataFrame(
+        [
+            {c: None for c in ARTICLE_COLUMNS} | {"id": i, "article": text}
+            for i, text in enumerate(("Le preneur paie le loyer.", "Le mur est mitoyen.", "Voir plus haut."), 1)
+        ],
+        schema={c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS},
+    )
+    questions = pl.DataFrame(
+        {"id": [1, 2], "question": ["Quand ?", "Qui ?"], "article_ids": ["1", "1,2,3"], "split": ["test", "train"]},
+        schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.Utf8, "split": pl.Utf8},
+    )
+    with pytest.raises(DataError) as err:
+        clean(raw, questions, section("clean", min_words=4), ("articles.parquet", "questions.parquet"))
+    assert str(err.value) == (
+        "questions.parquet, row 2, column 'article_ids': question 2 cites all 2 articles that cleaning keeps; "
+        "expected a question that leaves at least one article uncited (training needs a negative): fetch a larger "
+        "corpus, or lower 'clean.min_words' in params.yaml"
+    )
+
+
 # ----------------------------------------------------------------------------- (c) unexpected columns
 
 

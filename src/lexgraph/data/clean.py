@@ -286,6 +286,22 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
     return questions, {"by_split": stats, "gold_ids_removed": removed_gold}, test_changes
 
 
+def refuse_citing_all(questions: pl.DataFrame, raw: pl.DataFrame, path, kept: int) -> None:
+    """No clean question citing every one of the ``kept`` articles (training needs a negative);
+    the row is the question's 1-based row of the raw table."""
+    hit = questions.filter(pl.col("article_ids").list.len() >= kept)
+    if hit.height:
+        qid = hit["id"][0]
+        raise DataError(
+            path,
+            f"question {qid} cites all {kept} articles that cleaning keeps; expected a question that leaves at "
+            "least one article uncited (training needs a negative): fetch a larger corpus, or lower "
+            "'clean.min_words' in params.yaml",
+            row=raw["id"].to_list().index(qid) + 1,
+            column="article_ids",
+        )
+
+
 def refuse_shared_texts(raw: pl.DataFrame, path) -> None:
     """No question text in two of the train, dev and test splits of the raw table (rows 1-based)."""
     rows = [
@@ -384,6 +400,7 @@ def clean(
             "(training needs, for every question, an article it does not cite as a negative): fetch a larger "
             "corpus, or lower 'clean.min_words' in params.yaml",
         )
+    refuse_citing_all(questions, raw_questions, paths[1], articles.height)
     if test_changes:
         log.warning(
             "clean: the test set changes ('clean.allow_test_changes' = true): %s",

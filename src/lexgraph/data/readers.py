@@ -189,8 +189,8 @@ def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> li
 def validate_questions(
     questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source
 ) -> None:
-    """Question texts are not empty, ``article_ids`` are integers of the corpus, and question
-    ids are unique across the train, dev and test questions."""
+    """Question texts are not empty, ``article_ids`` are integers of the corpus that leave at
+    least one article uncited, and question ids are unique across the train, dev and test questions."""
     for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
@@ -202,6 +202,13 @@ def validate_questions(
                     i,
                     f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
                     f"expected ids of its 'id' column",
+                    column="article_ids",
+                )
+            if len(set(ids)) >= len(article_ids):
+                raise source.error(
+                    i,
+                    f"question {qid} cites all {len(article_ids)} articles of {corpus.path}; expected a question "
+                    "that leaves at least one article uncited (training needs a negative)",
                     column="article_ids",
                 )
     seen: dict[int, tuple[Source, int]] = {}

@@ -14,8 +14,8 @@ rather than read as ``7`` (a question citing ``+7`` would silently cite article 
 negative ids because search marks padding with ``-1``: article ``-1`` could never be found.
 
 Corpus size: at least :data:`MIN_ARTICLES` articles (``fetch`` checks the file, ``clean``
-what cleaning keeps): training needs for every question an article it does not cite as a
-negative, so a corpus of one article cannot train ``train_dsr``.
+what cleaning keeps), and no question may cite all of them: training needs for every question
+an article it does not cite as a negative, so a corpus of one article cannot train ``train_dsr``.
 """
 
 from __future__ import annotations
