@@ -26,6 +26,7 @@ from conftest import ROOT, section, write_params, write_questions
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.data.clean import clean
 from lexgraph.data.fetch import FetchConfig, fetch
+from lexgraph.data.sample import build_sample
 from lexgraph.data.schema import ARTICLE_COLUMNS
 
 PARAMS = {
@@ -118,6 +119,31 @@ def test_negatives_json_ids_follow_the_id_rule(bsard_dir, record, problem):
     assert refused(bsard_dir) == (
         f"{path}: question {record['question_id']!r}: negatives must be integer article ids ({problem}; {EXPECTED_ID})"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (-1, f"id -1 {PROBLEMS['-1']}; {EXPECTED_ID}"),
+        ("+7", f"id '+7' has a sign; {EXPECTED_ID}"),
+        (7.5, "7.5 is not an integer id"),
+    ],
+    ids=["negative", "sign", "float"],
+)
+def test_sample_builder_ids_follow_the_id_rule(tmp_path, value, problem):
+    """``int()`` read 7.5 and "+7" as 7 and kept -1."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "headings.json").write_text("{}", encoding="utf-8")
+    record = {"id": value, "number": "1", "path": ["Livre I"], "text": "Texte."}
+    (src / "articles.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    (src / "questions.jsonl").write_text(
+        json.dumps({"id": 1, "question": "Q ?", "split": "train", "article_ids": [1]}) + "\n", encoding="utf-8"
+    )
+    with pytest.raises(DataError) as err:
+        build_sample(src, tmp_path / "out")
+    assert str(err.value) == f"{src / 'articles.jsonl'}: line 1: {problem}"
+    assert not (tmp_path / "out").exists()
 
 
 def test_clean_refuses_a_negative_id_in_data_raw():
