@@ -69,6 +69,7 @@ def test_drops_empty_repealed_and_short_articles_with_reasons():
             {"id": 3, "article": "(Abrogé)", "code": "Code A"},
             {"id": 4, "article": "Abrogé par la loi du 3 mai 2003.", "code": "Code A"},
             {"id": 5, "article": "Voir ci-dessus.", "code": "Code A"},
+            {"id": 6, "article": "Le bailleur délivre la chose louée.", "code": "Code A"},  # corpus minimum: 2
         ]
     )
     q = raw_questions(
@@ -83,7 +84,7 @@ def test_drops_empty_repealed_and_short_articles_with_reasons():
     articles, _, questions, stats = clean(
         raw, q, section("clean", min_words=3, drop_repealed=True, allow_test_changes=True)
     )
-    assert articles["id"].to_list() == [1]
+    assert articles["id"].to_list() == [1, 6]
     assert stats["articles"]["dropped"] == {"empty": 1, "repealed": 2, "too_short": 1}
     # gold ids pointing at dropped articles are removed; questions left without gold dropped
     assert questions.filter(pl.col("id") == 2)["article_ids"].to_list() == [[1]]
@@ -315,7 +316,12 @@ def test_question_text_in_two_splits_is_refused_on_the_raw_table(text):
 
 
 def test_same_text_within_one_split_or_in_synthetic_is_not_leakage():
-    raw = raw_articles([{"id": 1, "article": "Le preneur paie le loyer aux termes convenus."}])
+    raw = raw_articles(
+        [
+            {"id": 1, "article": "Le preneur paie le loyer aux termes convenus."},
+            {"id": 2, "article": "Le bailleur délivre la chose louée."},
+        ]
+    )
     q = raw_questions(
         [
             (1, "Quand payer ?", "1", "train"),

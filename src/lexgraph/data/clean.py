@@ -18,6 +18,8 @@
   Train and dev questions may lose gold articles or be dropped (counted in the stats).
 - A question text in two of the train, dev and test splits is an error
   (:mod:`lexgraph.data.integrity`, as in ``fetch``).
+- Ids follow :mod:`lexgraph.data.schema`'s rule again (no negative id: ``-1`` is padding in
+  search), and a cleaning that keeps fewer than ``MIN_ARTICLES`` articles is an error.
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.provenance import output
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
-from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA, HIERARCHY_LEVELS, parse_article_ids
+from lexgraph.data.schema import (
+    CLEAN_QUESTION_SCHEMA,
+    HIERARCHY_LEVELS,
+    ID_EXPECTED,
+    MIN_ARTICLES,
+    parse_article_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +131,20 @@ def _drop_reason(text: str, min_words: int, drop_repealed: bool) -> str | None:
     return None
 
 
+def refuse_negative_ids(raw: pl.DataFrame, path) -> None:
+    """The id rule (:mod:`lexgraph.data.schema`) on a ``data/raw`` table, whose ids are int64:
+    no negative id (search uses -1 as padding)."""
+    negative = (raw["id"] < 0).arg_true()
+    if len(negative):
+        row = int(negative[0])
+        raise DataError(
+            path, f"id {raw['id'][row]} is negative; expected {ID_EXPECTED} (rerun fetch)", row=row + 1, column="id"
+        )
+
+
 def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
     """Return (articles, headings, stats, {dropped article id: reason}) from the raw corpus table."""
+    refuse_negative_ids(raw, path)
     dup = (~raw["id"].is_first_distinct()).arg_true()
     if len(dup):
         row = int(dup[0])
@@ -214,6 +234,7 @@ def article_ids_of(value, path, row: int) -> list[int]:
 def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_article_ids: set[int]):
     """Return (questions, stats, test changes); the ``row`` in errors is the 1-based row of the
     raw table. A test change is ``(row, question id, gold ids removed, question dropped)``."""
+    refuse_negative_ids(raw, path)
     out, stats, test_changes = [], {}, []
     removed_gold = 0
     seen: dict[int, str] = {}
@@ -264,6 +285,22 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
         )
     questions = pl.DataFrame(out, schema=CLEAN_QUESTION_SCHEMA)
     return questions, {"by_split": stats, "gold_ids_removed": removed_gold}, test_changes
+
+
+def refuse_citing_all(questions: pl.DataFrame, raw: pl.DataFrame, path, kept: int) -> None:
+    """No clean question citing every one of the ``kept`` articles (training needs a negative);
+    the row is the question's 1-based row of the raw table."""
+    hit = questions.filter(pl.col("article_ids").list.len() >= kept)
+    if hit.height:
+        qid = hit["id"][0]
+        raise DataError(
+            path,
+            f"question {qid} cites all {kept} articles that cleaning keeps; expected a question that leaves at "
+            "least one article uncited (training needs a negative): fetch a larger corpus, or lower "
+            "'clean.min_words' in params.yaml",
+            row=raw["id"].to_list().index(qid) + 1,
+            column="article_ids",
+        )
 
 
 def refuse_shared_texts(raw: pl.DataFrame, path) -> None:
@@ -357,6 +394,14 @@ def clean(
             "expected every test question kept with all its gold articles: fix those articles in "
             "the source corpus, or set 'clean.allow_test_changes' to true in params.yaml",
         )
+    if articles.height < MIN_ARTICLES:
+        raise DataError(
+            paths[0],
+            f"cleaning kept {articles.height} of {raw_articles.height} articles; expected at least {MIN_ARTICLES} "
+            "(training needs, for every question, an article it does not cite as a negative): fetch a larger "
+            "corpus, or lower 'clean.min_words' in params.yaml",
+        )
+    refuse_citing_all(questions, raw_questions, paths[1], articles.height)
     if test_changes:
         log.warning(
             "clean: the test set changes ('clean.allow_test_changes' = true): %s",

@@ -20,7 +20,15 @@ order of the splits; logged), and the fetched table is checked for a repeated id
 
 When a source has no dev split, one is carved from train deterministically (a hash of
 the seed and the normalised question text decides) and without leaks: questions with
-the same text always land in the same split, and no dev question repeats a test one.
+the same text always land in the same split, and no dev question repeats a test one. A
+``fetch.dev_fraction`` that leaves train or dev without a question is refused here, naming
+the setting and the counts (``train_dsr`` would otherwise fail on it, stages later).
+
+Ids follow one rule (:mod:`lexgraph.data.schema`: non-negative decimal integers within int64,
+no sign or leading zero; ``-1`` is padding in search), a corpus has at least
+:data:`lexgraph.data.schema.MIN_ARTICLES` articles, and a column outside BSARD's layout (a
+ninth hierarchy level, a misspelt column) is refused rather than dropped (a warning on the
+hub, whose tables a new revision may widen).
 Whatever the source, no question text may be in two of the train, dev and test splits
 (``lexgraph.data.integrity``: train → test leakage is an error naming both rows).
 
@@ -171,6 +179,15 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
         value = int(hashlib.sha256(f"{seed}\x1f{normalise_question(text)}".encode()).hexdigest()[:15], 16) / 16**15
         digest[key] = min(value, digest.get(key, 1.0))
     mask = pl.Series([digest[k] < fraction and k not in test_keys for k in keys], dtype=pl.Boolean)
+    carved = int(mask.sum())
+    for split, count in (("train", train.height - carved), ("dev", carved)):
+        if count == 0:
+            raise params_error(
+                f"'fetch.dev_fraction' = {fraction!r} leaves 0 {split} questions of {train.height} (the source has "
+                f"no dev file, so dev is carved from its {train.height} train questions); expected a fraction that "
+                "leaves at least one question in each of train and dev"
+                + (", or more train questions" if train.height < 2 else "")
+            )
     return train.filter(~mask), train.filter(mask)
 
 

@@ -120,6 +120,7 @@ def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fetch_negatives
         REQUIRED_ARTICLE_COLUMNS,
         ARTICLE_COLUMNS,
         corpus_source,
+        extra="warn",
     )
     validate_articles(articles, corpus_source)
     qs = _load_config(repo, "questions", revision, fail)
@@ -128,7 +129,10 @@ def _fetch_hub(repo: str, revision: str | None, synthetic: bool, fetch_negatives
         ds = _pick_split(qs, (split,), repo, "questions", required=split != "synthetic")
         if ds is not None:
             source = Source(f"{where} (questions/{split})")
-            sources[split] = conform(_to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, source), source
+            sources[split] = (
+                conform(_to_polars(ds), REQUIRED_QUESTION_COLUMNS, QUESTION_COLUMNS, source, extra="warn"),
+                source,
+            )
     validate_questions(sources, set(articles["id"].to_list()), corpus_source)
     # The negatives are JSON files in a repo whose first config is CSV: `datasets` infers one
     # builder (csv) for every config of such a repo, so they are downloaded and parsed directly.

@@ -38,6 +38,7 @@ from typing import Any
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import id_problem
+from lexgraph.data.schema import ID_EXPECTED, id_problem_of
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +138,24 @@ def duplicated_column(columns: list[str]) -> tuple[str, str] | None:
 
 
 def integer_id(value: Any) -> int:
-    """An id read from JSON: an integer, or a string of digits 0-9 (:class:`ValueError` with
-    the reason otherwise: ``" 7"``, ``"7\\x00"``, ``7.5`` and ``true`` are refused, not read
-    as 7 or 1)."""
+    """An id read from JSON: an integer, or a string of digits 0-9, either within the id rule
+    (:func:`lexgraph.data.schema.id_problem_of`; :class:`ValueError` with the reason otherwise:
+    ``" 7"``, ``"7\\x00"``, ``"+7"``, ``-1``, ``2**63``, ``7.5`` and ``true`` are refused, not read
+    as 7, -1 or 1)."""
     if isinstance(value, int) and not isinstance(value, bool):
+        problem = id_problem_of(str(value))
+        if problem:
+            raise ValueError(f"id {value} {problem}; expected {ID_EXPECTED}")
         return value
     if isinstance(value, str):
         problem = id_problem(value)
         if problem:
             raise ValueError(f"id {value!r} {problem}")
-        if value.isascii() and value.isdigit():
+        problem = id_problem_of(value)
+        if problem is None:
             return int(value)
+        if problem != "is not an integer":
+            raise ValueError(f"id {value!r} {problem}; expected {ID_EXPECTED}")
     raise ValueError(f"{value!r} is not an integer id")
 
 

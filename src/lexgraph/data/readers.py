@@ -28,6 +28,10 @@ from lexgraph.data.integrity import (
     integer_id,
 )
 from lexgraph.data.schema import (
+    HIERARCHY_LEVELS,
+    ID_EXPECTED,
+    MIN_ARTICLES,
+    id_problem_of,
     parse_article_ids,
 )
 
@@ -97,10 +101,14 @@ def read_csv_table(path: Path, required: tuple[str, ...], columns: tuple[str, ..
     return read_csv_source(path, required, columns)[0]
 
 
-def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], source: Any) -> pl.DataFrame:
+def conform(
+    df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], source: Any, extra: str = "refuse"
+) -> pl.DataFrame:
     """Check required columns, add missing optional ones as nulls, cast ``id`` to int64.
 
-    ``source``: a :class:`Source`, or the path/label to name in messages."""
+    ``source``: a :class:`Source`, or the path/label to name in messages. ``extra``: a column
+    outside ``columns`` is refused (``"refuse"``: a file the user edits) or logged as a warning
+    and left out (``"warn"``: the hub's tables, which a new revision may widen)."""
     source = source if isinstance(source, Source) else Source(source)
     repeated = duplicated_column(df.columns)
     if repeated:
@@ -114,28 +122,50 @@ def conform(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...
         raise DataError(
             source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
         )
+    unknown = [c for c in df.columns if c not in columns]
+    if unknown and extra == "warn":
+        log.warning("%s: %s; left out", source.path, unexpected_columns(unknown, required, columns))
+    elif unknown:
+        raise DataError(
+            source.path, f"{unexpected_columns(unknown, required, columns)}: remove or merge the extra column(s)"
+        )
     if df.height == 0:
         raise DataError(source.path, "no rows; expected at least one")
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
     df = df.select([pl.col(c).cast(pl.Utf8) if c != "id" else pl.col(c) for c in columns])
     ids = df["id"].cast(pl.Utf8)
-    parsed = ids.cast(pl.Int64, strict=False)
-    for row, (value, number) in enumerate(zip(ids.to_list(), parsed.to_list())):
+    for row, value in enumerate(ids.to_list()):
         if not value:
             raise source.error(row, "the id is empty; expected an integer id", column="id")
         problem = id_problem(value)  # whitespace and control characters are refused, not stripped
-        if problem or number is None:
-            raise source.error(
-                row, f"id {value!r} {problem or 'is not an integer'}; expected an integer id", column="id"
-            )
-    return df.with_columns(parsed.alias("id"))
+        if problem:
+            raise source.error(row, f"id {value!r} {problem}; expected an integer id", column="id")
+        problem = id_problem_of(value)  # the id rule: no sign, leading zero, overflow or negative id
+        if problem:
+            raise source.error(row, f"id {value!r} {problem}; expected {ID_EXPECTED}", column="id")
+    return df.with_columns(ids.cast(pl.Int64).alias("id"))
+
+
+def unexpected_columns(unknown: list[str], required: tuple[str, ...], columns: tuple[str, ...]) -> str:
+    """The message for columns outside BSARD's layout: refused, not dropped (a ninth hierarchy
+    level would silently vanish from every path)."""
+    levels = ""
+    if "article" in required:
+        levels = f" (BSARD's hierarchy has {len(HIERARCHY_LEVELS)} levels, {', '.join(HIERARCHY_LEVELS)})"
+    return f"unexpected column(s) {unknown}; {expected_columns(required, columns)} and no other{levels}"
 
 
 # --------------------------------------------------------------------------- validation
 
 
 def validate_articles(articles: pl.DataFrame, source: Source) -> None:
-    """Article ids are unique."""
+    """Article ids are unique, and the corpus has at least ``MIN_ARTICLES`` articles."""
+    if articles.height < MIN_ARTICLES:
+        raise DataError(
+            source.path,
+            f"{articles.height} article(s); expected at least {MIN_ARTICLES} (training needs, for every "
+            "question, an article it does not cite as a negative)",
+        )
     dup = first_duplicate(articles["id"].to_list())
     if dup:
         i, j = dup
@@ -159,8 +189,8 @@ def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> li
 def validate_questions(
     questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source
 ) -> None:
-    """Question texts are not empty, ``article_ids`` are integers of the corpus, and question
-    ids are unique across the train, dev and test questions."""
+    """Question texts are not empty, ``article_ids`` are integers of the corpus that leave at
+    least one article uncited, and question ids are unique across the train, dev and test questions."""
     for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
@@ -172,6 +202,13 @@ def validate_questions(
                     i,
                     f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
                     f"expected ids of its 'id' column",
+                    column="article_ids",
+                )
+            if len(set(ids)) >= len(article_ids):
+                raise source.error(
+                    i,
+                    f"question {qid} cites all {len(article_ids)} articles of {corpus.path}; expected a question "
+                    "that leaves at least one article uncited (training needs a negative)",
                     column="article_ids",
                 )
     seen: dict[int, tuple[Source, int]] = {}

@@ -30,6 +30,7 @@ import polars as pl
 
 from lexgraph.core.errors import DataError, reported
 from lexgraph.core.io import atomic_path
+from lexgraph.data.integrity import integer_id
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,9 @@ def _records(path: Path, required: tuple[str, ...]):
             if missing:
                 raise DataError(path, f"line {line_no}: missing key(s) {missing}; expected {list(required)}")
             try:
-                rec["id"] = int(rec["id"])
-            except (TypeError, ValueError):
-                raise DataError(path, f"line {line_no}: id {rec['id']!r} is not an integer") from None
+                rec["id"] = integer_id(rec["id"])  # the id rule (lexgraph.data.schema): 7.5, "+7", -1 refused
+            except ValueError as exc:
+                raise DataError(path, f"line {line_no}: {exc}") from None
             yield line_no, rec
 
 
