@@ -226,23 +226,15 @@ def _toy(seed=0, n_articles=30, dim=16):
     return articles, queries, views, lists(range(100, 130)), lists(range(130, 140))
 
 
+def _toy_config(**changes):
+    """The sample's xrerank settings, sized for :func:`_toy`, with ``changes``."""
+    sizes = {"k": 10, "hidden": 8, "batch_size": 8, "negatives": 2, "lr": 1e-2, "dropout": 0.0}
+    return sample_config(RerankConfig, "rerank", "xrerank", **{**sizes, **changes})
+
+
 def test_tiny_training_learns_and_is_deterministic(one_thread):
     # the paper's plain network (no MaxSim warm start): whatever it ranks well, it learned
-    config = sample_config(
-        RerankConfig,
-        "rerank",
-        "xrerank",
-        k=10,
-        hidden=8,
-        epochs=6,
-        batch_size=8,
-        negatives=2,
-        lr=1e-2,
-        dropout=0.0,
-        alignment="projected",
-        match_features=False,
-        warm_start=False,
-    )
+    config = _toy_config(epochs=6, alignment="projected", match_features=False, warm_start=False)
     args = _toy()
     model_a, report_a = train(config, *args, device=torch.device("cpu"), seed=13)
     model_b, report_b = train(config, *args, device=torch.device("cpu"), seed=13)
@@ -442,19 +434,7 @@ def test_the_views_pooling_shares_the_interaction_projection():
 
 def _fused_config():
     """A warm-started toy re-ranker fused with its first stage, over a grid without alpha = 1."""
-    return sample_config(
-        RerankConfig,
-        "rerank",
-        "xrerank",
-        k=10,
-        hidden=8,
-        epochs=4,
-        batch_size=8,
-        negatives=2,
-        lr=1e-2,
-        dropout=0.0,
-        interpolation=[0.0, 0.3, 0.6],
-    )
+    return _toy_config(epochs=4, interpolation=[0.0, 0.3, 0.6])
 
 
 def test_epoch_and_alpha_are_chosen_together_by_the_fused_dev_metric(one_thread):
