@@ -8,12 +8,9 @@ import io
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lexgraph.core.errors import LexgraphError
-
-if TYPE_CHECKING:
-    from lexgraph.models.e5_convert import E5File
 
 META = "\u2581"  # SentencePiece's metaspace
 
@@ -57,7 +54,20 @@ def precompiled_charsmap(norm_map: dict[int, tuple[int, ...]]) -> bytes:
     return charsmap
 
 
-def build_tokenizer(e5: E5File):
+class TokenizerSource(Protocol):
+    """What the tokenizer is rebuilt from (an ``E5File`` of :mod:`lexgraph.models.e5_convert`)."""
+
+    pieces: list[str]
+    scores: list[float]
+    bos_id: int
+    pad_id: int
+    eos_id: int
+    unk_id: int
+    norm_map: dict[int, tuple[int, ...]]
+    max_position_embeddings: int
+
+
+def build_tokenizer(e5: TokenizerSource):
     """The engine's tokeniser as an ``XLMRobertaTokenizerFast`` (model_max_length = positions)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import XLMRobertaTokenizerFast
