@@ -10,6 +10,16 @@ from lexgraph.core.config import read_params, section_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: the ``fetch`` settings of a local-source test (``local_dir`` added by the test)
+LOCAL_FETCH = {
+    "source": "local",
+    "dev_fraction": 0.34,
+    "synthetic": False,
+    "negatives": True,
+    "hub_repo": "x",
+    "revision": None,
+}
+
 
 def sample_section(section: str) -> dict:
     """The dotted ``section`` of params.yaml (``"evaluate.index"``: a nested mapping)."""

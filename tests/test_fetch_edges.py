@@ -23,20 +23,14 @@ import polars as pl
 import pytest
 
 from conftest import ROOT, section, write_params, write_questions
+from helpers_config import LOCAL_FETCH
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.data.clean import clean
 from lexgraph.data.fetch import FetchConfig, fetch
 from lexgraph.data.sample import build_sample
 from lexgraph.data.schema import ARTICLE_COLUMNS
 
-PARAMS = {
-    "source": "local",
-    "dev_fraction": 0.34,
-    "synthetic": False,
-    "negatives": True,
-    "hub_repo": "x",
-    "revision": None,
-}
+PARAMS = LOCAL_FETCH
 EXPECTED_ID = (
     "expected a non-negative integer id in decimal digits 0-9, without sign or leading zero, at most 2**63 - 1"
 )

@@ -20,17 +20,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, section, write_params, write_questions
+from helpers_config import LOCAL_FETCH
 from lexgraph.core.errors import DataError
 from lexgraph.data.fetch import FetchConfig, fetch
 
-PARAMS = {
-    "source": "local",
-    "dev_fraction": 0.34,
-    "synthetic": False,
-    "negatives": True,
-    "hub_repo": "x",
-    "revision": None,
-}
+PARAMS = LOCAL_FETCH
 
 
 def fetch_config(values: dict) -> FetchConfig:
