@@ -29,9 +29,11 @@ ABSENT = "absent"
 _BLOCK = 1 << 20
 
 
-def output(help: str) -> Any:  # noqa: A002 - the argparse word
-    """A paths-dataclass field that the stage writes (``field(metadata=...)``): not an input."""
-    return dataclasses.field(metadata={"help": help, "output": True})
+def output(help: str, *, record: bool = True) -> Any:  # noqa: A002 - the argparse word
+    """A paths-dataclass field that the stage writes (``field(metadata=...)``): not an input.
+    A directory output records what it was built from (:data:`RECORD`, :func:`recording`) unless
+    ``record=False`` (the fetched and cleaned data, whose layout is the data set's, and the runs)."""
+    return dataclasses.field(metadata={"help": help, "output": True, "record": record})
 
 
 def workspace(help: str) -> Any:  # noqa: A002 - the argparse word
@@ -135,12 +137,14 @@ def _resolved(path: str | os.PathLike) -> Path:
 @contextlib.contextmanager
 def recording(name: str, settings: Any, paths: Any) -> Iterator[None]:
     """Within the block (a stage's run, :func:`lexgraph.core.stage.run_stage`), every directory
-    output of ``paths`` (a stage's paths object: its :func:`output` fields) that
+    output of ``paths`` (a stage's paths object: its :func:`output` fields, but ``record=False``) that
     :func:`lexgraph.core.io.atomic_path` writes gets :data:`RECORD`: the stage ``name``, the digest
     of ``settings`` and the digest of every input of ``paths`` (:func:`stage_inputs`)."""
     global _STAGE
     outputs = frozenset(
-        _resolved(getattr(paths, f.name)) for f in dataclasses.fields(paths) if f.metadata.get("output")
+        _resolved(getattr(paths, f.name))
+        for f in dataclasses.fields(paths)
+        if f.metadata.get("output") and f.metadata.get("record", True)
     )
     previous, _STAGE = _STAGE, _Stage(name, settings, stage_inputs(paths), outputs)
     try:
