@@ -48,14 +48,15 @@ def test_a_stage_records_its_inputs_inside_its_output(bm25_ws, tmp_path_factory)
     record = json.loads((bm25_ws / "models/bm25" / RECORD).read_text(encoding="utf-8"))
     assert record["stage"] == "bm25" and len(record["settings"]) == 64
     assert record["inputs"] == {
-        "articles": {"path": "data/clean/articles.parquet", "sha256": digest_path("data/clean/articles.parquet")},
-        "tuned": {"path": "metrics/bm25_tune.json", "sha256": "absent"},
+        "articles": {"path": "data/clean/articles.parquet", "digest": digest_path("data/clean/articles.parquet")},
+        "tuned": {"path": "metrics/bm25_tune.json", "digest": "absent"},
     }
     # the index's own files are the bytes the writer alone writes: the record is a new file beside them
     direct = tmp_path_factory.mktemp("direct")
     run_bm25(Bm25Paths(bm25_ws / "data/clean/articles.parquet", direct / "none.json", direct / "bm25"), _config())
     written = _snapshot(bm25_ws / "models/bm25")
     assert written.pop(RECORD) and written == _snapshot(direct / "bm25")
+    assert record["output"] == digest_path(direct / "bm25")  # the digest of its own files
     # deterministic: a rerun writes the same record
     before = _snapshot(bm25_ws / "models/bm25")
     assert _bm25_stage(bm25_ws) == 0 and _snapshot(bm25_ws / "models/bm25") == before

@@ -162,9 +162,22 @@ def _recorded_path(path: Path) -> str:
     return absolute.as_posix()
 
 
+def identity(path: str | os.PathLike) -> str:
+    """What an input is, as a record keeps it: for a directory with :data:`RECORD` (an artefact
+    a stage wrote), ``record:`` and the SHA-256 of that record, which holds the digest of the
+    artefact's own files (so reading an artefact of gigabytes costs one small file); otherwise
+    :func:`digest_path`."""
+    record = Path(path) / RECORD
+    if record.is_file():
+        return "record:" + hashlib.sha256(record.read_bytes()).hexdigest()
+    return digest_path(path)
+
+
 def stamp(directory: Path, target: Path) -> None:
     """Write :data:`RECORD` into ``directory`` (the temporary that becomes ``target``) when
-    ``target`` is a directory output of the stage being recorded; nothing otherwise."""
+    ``target`` is a directory output of the stage being recorded; nothing otherwise. The record:
+    ``stage``, ``settings`` (their digest), ``inputs`` (``{name: {"path", "digest"}}``, the digest
+    by :func:`identity`) and ``output`` (the digest of the files beside it)."""
     stage = _STAGE
     if stage is None or _resolved(target) not in stage.outputs:
         return
@@ -173,9 +186,10 @@ def stamp(directory: Path, target: Path) -> None:
             "stage": stage.name,
             "settings": settings_digest(stage.settings),
             "inputs": {
-                name: {"path": _recorded_path(path), "sha256": digest_path(path)}
+                name: {"path": _recorded_path(path), "digest": identity(path)}
                 for name, path in sorted(stage.inputs.items())
             },
         }
-    text = json.dumps(stage.record, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+    record = {**stage.record, "output": digest_path(directory)}  # its own files, before the record
+    text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
     (directory / RECORD).write_text(text, encoding="utf-8")

@@ -13,9 +13,11 @@ warned: the search would rank with the old index while it shows the new texts.
 An artefact written before lexgraph recorded provenance has no record: one warning line (per
 process) names them, and the search goes on unchecked.
 
-Digests are cached within the process by each file's (size, modification time, inode), so a
-system built on others (``hybrid``, the re-rankers) or a stage loading several digests each
-input once.
+Cost: an input that is itself a recorded artefact is compared by its record
+(:func:`lexgraph.core.provenance.identity`: the record holds the digest of the artefact's files),
+so only plain files (``data/clean/*.parquet``, ``data/negatives``, ...) are read whole; their
+digests are cached within the process by (size, modification time, inode), so a system built
+on others (``hybrid``, the re-rankers) or a stage loading several digests each input once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError, LexgraphError
-from lexgraph.core.provenance import ABSENT, RECORD, digest_path
+from lexgraph.core.provenance import ABSENT, RECORD, digest_path, identity
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,10 @@ def _signature(path: Path) -> tuple | None:
 
 
 def current_digest(path: Path) -> str:
-    """:func:`lexgraph.core.provenance.digest_path` of ``path``, cached while its files' sizes,
-    times and inodes stay the same."""
+    """:func:`lexgraph.core.provenance.identity` of ``path``: a recorded artefact's record, else
+    its files' digest, cached while their sizes, times and inodes stay the same."""
+    if (path / RECORD).is_file():
+        return identity(path)
     key = os.path.realpath(path)
     signature = _signature(path)
     if signature is None:
@@ -89,10 +93,10 @@ def read_record(artefact: Path) -> dict | None:
         ) from None
     inputs = record.get("inputs") if isinstance(record, dict) else None
     if not isinstance(inputs, dict) or not all(
-        isinstance(v, dict) and isinstance(v.get("path"), str) and isinstance(v.get("sha256"), str)
+        isinstance(v, dict) and isinstance(v.get("path"), str) and isinstance(v.get("digest"), str)
         for v in inputs.values()
     ):
-        raise DataError(path, f'expected {{"inputs": {{name: {{"path": ..., "sha256": ...}}}}}}; {remedy}')
+        raise DataError(path, f'expected {{"inputs": {{name: {{"path": ..., "digest": ...}}}}}}; {remedy}')
     return record
 
 
@@ -122,7 +126,7 @@ def check_built_from(artefacts: Iterable[Path], workspace: str | Path) -> None:
         for entry in record["inputs"].values():
             path = _where(workspace, entry["path"])
             current = current_digest(path)
-            if current != entry["sha256"]:
+            if current != entry["digest"]:
                 raise LexgraphError(_stale(artefact, user, path, current, _stage(artefact, record)))
             if path.is_dir():
                 todo.append((path, artefact))
