@@ -162,3 +162,32 @@ def test_a_graph_system_is_refused_after_its_query_encoder_or_corpus_moved_on(tm
 
 def test_every_system_names_the_artefacts_it_reads():
     assert set(READS) == set(SYSTEMS)
+
+
+def test_a_stage_that_loads_systems_records_them(bm25_ws):
+    """hybrid (and rerank) read whole systems from the workspace: its record names what it loaded,
+    so a BM25 index rebuilt after the fusion was tuned makes models/hybrid stale."""
+    from lexgraph.systems.registry import load_retriever
+
+    _stage_loading("hybrid", "models/hybrid", lambda: load_retriever("bm25", ".", "cpu"))
+    record = json.loads((bm25_ws / "models/hybrid" / RECORD).read_text(encoding="utf-8"))
+    assert record["inputs"]["read models/bm25"]["digest"].startswith("record:")
+    staleness.check_built_from([Path("models/hybrid")], ".")
+    write_params(bm25_ws / "params.yaml", bm25={"k1": 2.0, "b": 0.75})
+    driver = load_benchmark("bm25", "stages")
+    argv = ["--articles", "data/clean/articles.parquet", "--tuned", "metrics/bm25_tune.json", "--out", "models/bm25"]
+    assert run_stage("bm25", driver.main, driver.configure, argv, config=Bm25Config.from_params) == 0  # k1 2.0
+    with pytest.raises(LexgraphError, match=r"^models/hybrid was built from another models/bm25 than"):
+        staleness.check_built_from([Path("models/hybrid")], ".")
+
+
+def _stage_loading(name: str, out: str, load) -> None:
+    import dataclasses
+
+    from lexgraph.core.provenance import workspace
+
+    paths_type = dataclasses.make_dataclass("P", [("workspace", Path, workspace("ws")), ("out", Path, output("o"))])
+    with recording(name, {"seed": 1}, paths_type(workspace=Path("."), out=Path(out))):
+        load()
+        with atomic_path(out, directory=True) as tmp:
+            (tmp / "hybrid.json").write_text("{}\n", encoding="utf-8")

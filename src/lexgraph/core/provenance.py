@@ -153,6 +153,15 @@ def recording(name: str, settings: Any, paths: Any) -> Iterator[None]:
         _STAGE = previous
 
 
+def reads(path: str | os.PathLike) -> None:
+    """Within :func:`recording`, count the artefact ``path`` among the stage's inputs: a stage
+    that reads a whole workspace (:func:`workspace`: hybrid, rerank) notes each artefact it loads
+    (:func:`lexgraph.systems.registry.load_retriever` does), so that its record names them too."""
+    stage = _STAGE
+    if stage is not None and stage.record is None:
+        stage.inputs[f"read {_recorded_path(Path(path))}"] = Path(path)
+
+
 def _recorded_path(path: Path) -> str:
     """An input's path as the record keeps it: relative to the working directory (the workspace,
     under ``dvc repro``) when it lies below it, else absolute."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.errors import LexgraphError
+from lexgraph.core.provenance import reads
 from lexgraph.core.staleness import check_built_from
 from lexgraph.search.bm25 import load_system as load_bm25
 from lexgraph.systems.dense import load_dsr
@@ -82,7 +83,10 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
         **({"index": index} if "index" in parameters else {}),
         **({"load": load_retriever} if "load" in parameters else {}),
     }
-    check_built_from([artifact.under(workspace) for artifact in READS[system]], workspace)  # before any loading
+    used = [artifact.under(workspace) for artifact in READS[system]]
+    check_built_from(used, workspace)  # before any loading
+    for path in used:
+        reads(path)  # a stage loading systems (hybrid, rerank) records what it read
     retriever = loader(Path(workspace), device, **options)
     check_corpus(retriever, layout.articles(workspace))
     return retriever
