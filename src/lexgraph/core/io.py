@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from lexgraph.core.errors import DataError, LexgraphError, check_stop
+from lexgraph.core.provenance import stamp
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,7 @@ def atomic_path(target: str | os.PathLike, *, directory: bool = False) -> Iterat
         with _sigterm_interrupts():
             yield tmp
             if directory:
+                stamp(tmp, target)  # what a stage's directory output was built from (lexgraph.core.provenance)
                 _default_modes(tmp)
             tmp.chmod(mode)
             if directory:

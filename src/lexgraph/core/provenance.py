@@ -16,11 +16,12 @@ input digests to ``"absent"`` (a stage may name an input it does not read under 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,11 @@ ABSENT = "absent"
 _BLOCK = 1 << 20
 
 
-def output(help: str) -> Any:  # noqa: A002 - the argparse word
-    """A paths-dataclass field that the stage writes (``field(metadata=...)``): not an input."""
-    return dataclasses.field(metadata={"help": help, "output": True})
+def output(help: str, *, record: bool = True) -> Any:  # noqa: A002 - the argparse word
+    """A paths-dataclass field that the stage writes (``field(metadata=...)``): not an input.
+    A directory output records what it was built from (:data:`RECORD`, :func:`recording`) unless
+    ``record=False`` (the fetched and cleaned data, whose layout is the data set's, and the runs)."""
+    return dataclasses.field(metadata={"help": help, "output": True, "record": record})
 
 
 def workspace(help: str) -> Any:  # noqa: A002 - the argparse word
@@ -105,3 +108,97 @@ def fingerprint(settings: Any, inputs: Mapping[str, str | os.PathLike]) -> dict[
     }
     record["digest"] = settings_digest(record)
     return record
+
+
+# --- what an artefact records, and the check that the workspace still holds it -----------------
+
+#: the record a stage leaves in each directory output it writes (inside the same atomic write)
+RECORD = "provenance.json"
+
+
+@dataclasses.dataclass
+class _Stage:
+    """The stage this process runs (:func:`recording`): its name, settings, inputs and outputs."""
+
+    name: str
+    settings: Any
+    inputs: dict[str, Path]
+    outputs: frozenset[Path]
+    record: dict[str, Any] | None = None
+
+
+_STAGE: _Stage | None = None
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(path))
+
+
+@contextlib.contextmanager
+def recording(name: str, settings: Any, paths: Any) -> Iterator[None]:
+    """Within the block (a stage's run, :func:`lexgraph.core.stage.run_stage`), every directory
+    output of ``paths`` (a stage's paths object: its :func:`output` fields, but ``record=False``) that
+    :func:`lexgraph.core.io.atomic_path` writes gets :data:`RECORD`: the stage ``name``, the digest
+    of ``settings`` and the digest of every input of ``paths`` (:func:`stage_inputs`)."""
+    global _STAGE
+    outputs = frozenset(
+        _resolved(getattr(paths, f.name))
+        for f in dataclasses.fields(paths)
+        if f.metadata.get("output") and f.metadata.get("record", True)
+    )
+    previous, _STAGE = _STAGE, _Stage(name, settings, stage_inputs(paths), outputs)
+    try:
+        yield
+    finally:
+        _STAGE = previous
+
+
+def reads(path: str | os.PathLike) -> None:
+    """Within :func:`recording`, count the artefact ``path`` among the stage's inputs: a stage
+    that reads a whole workspace (:func:`workspace`: hybrid, rerank) notes each artefact it loads
+    (:func:`lexgraph.systems.registry.load_retriever` does), so that its record names them too."""
+    stage = _STAGE
+    if stage is not None and stage.record is None:
+        stage.inputs[f"read {_recorded_path(Path(path))}"] = Path(path)
+
+
+def _recorded_path(path: Path) -> str:
+    """An input's path as the record keeps it: relative to the working directory (the workspace,
+    under ``dvc repro``) when it lies below it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    with contextlib.suppress(ValueError):
+        return absolute.relative_to(Path.cwd()).as_posix()
+    return absolute.as_posix()
+
+
+def identity(path: str | os.PathLike) -> str:
+    """What an input is, as a record keeps it: for a directory with :data:`RECORD` (an artefact
+    a stage wrote), ``record:`` and the SHA-256 of that record, which holds the digest of the
+    artefact's own files (so reading an artefact of gigabytes costs one small file); otherwise
+    :func:`digest_path`."""
+    record = Path(path) / RECORD
+    if record.is_file():
+        return "record:" + hashlib.sha256(record.read_bytes()).hexdigest()
+    return digest_path(path)
+
+
+def stamp(directory: Path, target: Path) -> None:
+    """Write :data:`RECORD` into ``directory`` (the temporary that becomes ``target``) when
+    ``target`` is a directory output of the stage being recorded; nothing otherwise. The record:
+    ``stage``, ``settings`` (their digest), ``inputs`` (``{name: {"path", "digest"}}``, the digest
+    by :func:`identity`) and ``output`` (the digest of the files beside it)."""
+    stage = _STAGE
+    if stage is None or _resolved(target) not in stage.outputs:
+        return
+    if stage.record is None:  # the inputs are digested once, whatever the number of outputs
+        stage.record = {
+            "stage": stage.name,
+            "settings": settings_digest(stage.settings),
+            "inputs": {
+                name: {"path": _recorded_path(path), "digest": identity(path)}
+                for name, path in sorted(stage.inputs.items())
+            },
+        }
+    record = {**stage.record, "output": digest_path(directory)}  # its own files, before the record
+    text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+    (directory / RECORD).write_text(text, encoding="utf-8")

@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 from lexgraph.core.config import Base, load_params, seed_everything, set_deterministic
 from lexgraph.core.errors import Stopped, check_stop, reported, request_stop, stop_reason
 from lexgraph.core.progress import log_stage_start
+from lexgraph.core.provenance import recording
 
 log = logging.getLogger("lexgraph")
 
@@ -64,6 +65,7 @@ def add_paths(parser: argparse.ArgumentParser, paths: type) -> None:
         parser.add_argument(
             f"--{f.name.replace('_', '-')}", dest=f.name, type=Path, required=True, help=f.metadata.get("help")
         )
+    parser.set_defaults(**{_PATHS: paths})  # run_stage records what the stage's outputs are built from
 
 
 def paths_from(paths: type[P], args: argparse.Namespace) -> P:
@@ -113,11 +115,24 @@ def run_stage(
         set_deterministic(base.deterministic)
         seed_everything(base.seed)
         start = time.perf_counter()
-        main(args, base, settings)
+        with _recording(name, args, base, settings):
+            main(args, base, settings)
         log.info("stage %s done in %.1f s", name, time.perf_counter() - start)
 
     with _terminate_interrupts():
         return reported(name, run)
+
+
+_PATHS = "_lexgraph_paths"  # the argparse default holding the stage's paths dataclass (add_paths)
+
+
+def _recording(name: str, args: argparse.Namespace, base: Base, settings: Any):
+    """Within the stage, its directory outputs record its settings and inputs
+    (:func:`lexgraph.core.provenance.recording`); a driver without :func:`add_paths` records none."""
+    paths = getattr(args, _PATHS, None)
+    if paths is None:
+        return contextlib.nullcontext()
+    return recording(name, {"config": settings, "seed": base.seed}, paths_from(paths, args))
 
 
 #: how often the watcher thread looks at the processes up to DVC (seconds)

@@ -427,7 +427,7 @@ class CleanPaths:
     """The ``clean`` stage's input and outputs (``dvc.yaml`` names them)."""
 
     raw: Path = field(metadata={"help": "fetch's output directory"})
-    out: Path = output("output directory")
+    out: Path = output("output directory", record=False)
     metrics: Path = output("metrics JSON")
 
 

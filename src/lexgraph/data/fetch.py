@@ -234,7 +234,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
 class FetchPaths:
     """The ``fetch`` stage's output (``dvc.yaml`` names it)."""
 
-    out: Path = output("output directory")
+    out: Path = output("output directory", record=False)
 
 
 def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:

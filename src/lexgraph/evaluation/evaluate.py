@@ -255,7 +255,7 @@ class EvaluatePaths:
     """The ``evaluate`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    runs: Path = output("TREC runs: <runs>/<system>/<split>.trec")
+    runs: Path = output("TREC runs: <runs>/<system>/<split>.trec", record=False)
     metrics_dir: Path = output("for <system>.json, results.md, significance.json, per_query/")
     workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
 

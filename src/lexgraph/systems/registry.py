@@ -2,7 +2,8 @@
 
 Systems are loaded from the artefacts that ``dvc repro`` wrote in a workspace, by name,
 so the ``evaluate`` stage and ``lexgraph search`` share exactly the same code path;
-loading checks that they were built on the workspace's ``data/clean/articles.parquet``.
+loading checks that they were built on the workspace's ``data/clean/articles.parquet``, and
+first that the inputs their artefacts record are still the workspace's (:mod:`lexgraph.core.staleness`).
 The registry names its loaders directly (no import strings), so the import contracts
 (``lint-imports``) and the stages' DVC dependencies see every module it can run (importing
 it imports torch, through the dense systems; faiss is imported when an index is built).
@@ -20,6 +21,8 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.errors import LexgraphError
+from lexgraph.core.provenance import reads
+from lexgraph.core.staleness import check_built_from
 from lexgraph.search.bm25 import load_system as load_bm25
 from lexgraph.systems.dense import load_dsr
 from lexgraph.systems.gnn import load_gdsr, load_hgraph, load_hgraph_qa, load_qabisar
@@ -46,6 +49,19 @@ SYSTEMS: dict[str, Callable[..., Retriever]] = {
     "mvcl": load_mvcl,
 }
 
+#: system name -> the artefacts it reads itself (those it is built on are followed through their
+#: provenance records, lexgraph.core.staleness; hybrid and the re-rankers load their first stages
+#: through load_retriever, which checks those too)
+READS: dict[str, tuple[layout.Artifact, ...]] = {
+    "bm25": (layout.BM25,),
+    "zeroshot": (layout.ZEROSHOT,),
+    "dsr": (layout.DSR, layout.EMBED),
+    "hprior": (layout.HPRIOR, layout.DSR),
+    **{variant: (artifact, layout.DSR) for variant, artifact in layout.GNN.items()},
+    "hybrid": (layout.HYBRID,),
+    **{variant: (artifact,) for variant, artifact in layout.RERANKERS.items()},
+}
+
 
 class Retriever(Protocol):
     name: str
@@ -67,6 +83,10 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
         **({"index": index} if "index" in parameters else {}),
         **({"load": load_retriever} if "load" in parameters else {}),
     }
+    used = [artifact.under(workspace) for artifact in READS[system]]
+    check_built_from(used, workspace)  # before any loading
+    for path in used:
+        reads(path)  # a stage loading systems (hybrid, rerank) records what it read
     retriever = loader(Path(workspace), device, **options)
     check_corpus(retriever, layout.articles(workspace))
     return retriever
