@@ -101,10 +101,11 @@ def settings_digest(settings: Any) -> str:
 
 
 def fingerprint(settings: Any, inputs: Mapping[str, str | os.PathLike]) -> dict[str, Any]:
-    """``{"settings": digest, "inputs": {name: digest}, "digest": the two together}``."""
+    """``{"settings": digest, "inputs": {name: digest}, "digest": the two together}`` (an input
+    that is a recorded artefact is digested by its record: :func:`identity`)."""
     record: dict[str, Any] = {
         "settings": settings_digest(settings),
-        "inputs": {name: digest_path(path) for name, path in sorted(inputs.items())},
+        "inputs": {name: identity(path) for name, path in sorted(inputs.items())},
     }
     record["digest"] = settings_digest(record)
     return record
