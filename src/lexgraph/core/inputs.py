@@ -207,7 +207,8 @@ def _show(value: Any) -> str:
 def read_json(path: str | Path, *, what: str, fix: str, missing_ok: bool = False) -> Any:
     """The JSON value in ``path``, a file another stage wrote. Nothing at ``path``
     (``missing_ok``): None. Otherwise a missing file, a directory, a symbolic link loop or
-    a broken one, an unreadable file, bytes that are not UTF-8, an empty or truncated file:
+    a broken one, an unreadable file, bytes that are not UTF-8, an empty or truncated file, a
+    key repeated within an object (``json.loads`` would keep the last one silently):
     a :class:`DataError` naming the file, saying what is wrong and ``what`` was expected,
     then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
     path = Path(path)
@@ -227,7 +228,9 @@ def read_json(path: str | Path, *, what: str, fix: str, missing_ok: bool = False
                 problem = "is empty"
             else:
                 try:
-                    return json.loads(text)
+                    return json_object(text)
+                except DuplicateKeyError as exc:
+                    problem = str(exc).removesuffix("; expected each key once")
                 except json.JSONDecodeError as exc:
                     problem = (
                         f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, column {exc.colno})"

@@ -33,6 +33,7 @@ import numpy as np
 from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import DataError
+from lexgraph.core.inputs import DuplicateKeyError, json_object
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +166,10 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     settings_path = _require(layout.ZEROSHOT.under(workspace, SETTINGS), "the zeroshot settings", "zeroshot")
     emb_path = _require(layout.ZEROSHOT.under(workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot")
     try:
-        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+        settings = json_object(settings_path.read_bytes().decode("utf-8"))
         base = Path(settings["base"])
         token_pooling, max_length = settings["token_pooling"], settings["query_max_length"]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, KeyError, TypeError) as exc:
         raise DataError(
             settings_path,
             f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
