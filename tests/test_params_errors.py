@@ -239,6 +239,28 @@ CASES = [
         {"fetch.dev_fraction": "ten percent"},
         ["'fetch.dev_fraction' = 'ten percent', expected a number in (0, 1)"],
     ),
+    # issue 28: a directory the user names, given a file or a path that is not there (shown escaped)
+    (
+        "fetch.local_dir-file",
+        "fetch",
+        {"fetch.source": "local", "fetch.local_dir": str(ROOT / "README.md")},
+        [
+            f"params.yaml: 'fetch.local_dir' = {str(ROOT / 'README.md')!r} is a file; expected a directory "
+            "holding the hub's files (articles.csv, questions_train.csv, …)"
+        ],
+    ),
+    (
+        "fetch.local_dir-spaces-quotes-newline",
+        "fetch",
+        {"fetch.source": "local", "fetch.local_dir": "my data/l'\"x\ny"},
+        ["params.yaml: 'fetch.local_dir' = 'my data/l\\'\"x\\ny' does not exist; expected a directory"],
+    ),
+    (
+        "fetch.sample_dir-file",
+        "fetch",
+        {"fetch.sample_dir": "data/sample/articles.csv"},
+        ["params.yaml: 'fetch.sample_dir' = 'data/sample/articles.csv' is a file; expected a directory"],
+    ),
     (
         "bm25_tune.split-test",
         "bm25_tune",
@@ -455,6 +477,7 @@ SUBPROCESS = {
     "bm25_tune.split-test",
     "negatives.splits-test",
     "gnn.layers-100",
+    "fetch.local_dir-spaces-quotes-newline",
 }
 
 
