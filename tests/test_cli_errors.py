@@ -1067,3 +1067,21 @@ def test_process_level_search_outside_a_workspace_names_what_is_missing_and_dvc_
         "`dvc repro` first)"
     ]
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_query_encoder_whose_config_has_fewer_layers_than_its_weights_is_refused(dense_ws, capsys):
+    """config.json saying 0 layers over weights of 1: transformers dropped encoder.layer.0.* and
+    the search ran on an encoder without its layers (an unused-weights report at DEBUG only)."""
+    config = dense_ws / "models" / "dsr" / "query_encoder" / "config.json"
+    values = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**values, "num_hidden_layers": 0}), encoding="utf-8")
+    before = snapshot(dense_ws)
+    assert main(["search", "--system", "dsr", "loyer", "--workspace", str(dense_ws)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith(
+        f"lexgraph search: error: {config}: does not match the weights: the weights hold layer(s) 0 but config.json "
+        "has num_hidden_layers = 0; expected the config.json saved with these weights (loading would silently drop "
+    ), err
+    assert "rerun `dvc repro train_dsr`" in err, err
+    assert snapshot(dense_ws) == before

@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from lexgraph.core.distributed import map_batches
-from lexgraph.core.errors import ConfigError, LexgraphError
+from lexgraph.core.errors import ConfigError, LexgraphError, SettingError
 from lexgraph.core.inputs import read_json_object
 from lexgraph.core.io import write_json
 from lexgraph.core.layout import restore_hint
@@ -76,6 +76,7 @@ from lexgraph.models.backbone import (
     set_trainable_layers,
 )
 from lexgraph.models.family import read_base_info
+from lexgraph.models.packing import shortest_input
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +258,9 @@ class QueryEncoder(TextEncoder):
     ) -> None:
         super().__init__(backbone, tokenizer, token_pooling, prefix)
         limit = _max_positions(backbone.config)
+        least, why = shortest_input(tokenizer, prefix)
+        if max_length < least:  # every question would be cut to nothing: one vector for all
+            raise SettingError("max_length", max_length, f"an integer >= {least} ({why})")
         self.max_length = int(min(max_length, limit) if limit else max_length)
         self.trainable_layers = trainable_layers
         set_trainable_layers(backbone, trainable_layers)

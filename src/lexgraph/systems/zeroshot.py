@@ -32,6 +32,7 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
+from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 
@@ -72,14 +73,15 @@ def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
 
     backbone, _ = load_backbone(pretrained)
     window = min(config.max_length, _max_positions(backbone.config) or config.max_length)
-    return HierarchicalArticleEncoder.from_pretrained(
-        pretrained,
-        max_chunk_length=window,
-        max_document_length=max(config.max_document_length, window),
-        pooling="token_mean",
-        num_layers=0,
-        token_pooling=config.token_pooling,
-    )
+    with settings_of(SECTION, {"max_chunk_length": "max_length", "max_document_length": "max_document_length"}):
+        return HierarchicalArticleEncoder.from_pretrained(
+            pretrained,
+            max_chunk_length=window,
+            max_document_length=max(config.max_document_length, window),
+            pooling="token_mean",
+            num_layers=0,
+            token_pooling=config.token_pooling,
+        )
 
 
 def query_encoder(pretrained: str | os.PathLike, token_pooling: str, max_length: int):
