@@ -53,7 +53,7 @@ from pathlib import Path
 
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.plots import add_plots_offline
-from lexgraph.cli.streams import guard_streams, path_error
+from lexgraph.cli.streams import guard_streams, path_error, utf8_argument
 
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
@@ -240,6 +240,7 @@ def cmd_search(args) -> int:
     if args.run and not args.questions:
         raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
     if args.question is not None:
+        args.question = utf8_argument(args.question)
         _question_argument(args.question)
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)

@@ -106,7 +106,7 @@ def install_offline_page(workspace: Path) -> Path:
     except OSError as exc:
         raise LexgraphError(f"{target}: cannot write the offline page ({exc.strerror or exc})") from exc
     command = [sys.executable, "-m", "dvc", "config", "--local", "plots.html_template", TEMPLATE]
-    done = subprocess.run(command, cwd=workspace, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=workspace, capture_output=True, encoding="utf-8", errors="replace")
     if done.returncode:
         lines = done.stderr.strip().splitlines() or ["no message"]
         raise LexgraphError(f"{workspace}: `dvc config --local plots.html_template` failed: {lines[-1]}")
