@@ -1085,3 +1085,26 @@ def test_a_query_encoder_whose_config_has_fewer_layers_than_its_weights_is_refus
     ), err
     assert "rerun `dvc repro train_dsr`" in err, err
     assert snapshot(dense_ws) == before
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("max_length", 2, "an integer >= 3 ([CLS], one token of text and [SEP])"),
+        ("trainable_layers", 5, "null or an integer in [0, 1] (the backbone's layers)"),
+    ],
+)
+def test_a_saved_query_encoder_setting_that_does_not_fit_its_model_names_the_file(
+    dense_ws, capsys, key, value, expected
+):
+    settings = dense_ws / "models" / "dsr" / "query_encoder" / "query_encoder.json"
+    values = json.loads(settings.read_text(encoding="utf-8"))
+    settings.write_text(json.dumps({**values, key: value}), encoding="utf-8")
+    before = snapshot(dense_ws)
+    assert main(["search", "--system", "dsr", "loyer", "--workspace", str(dense_ws)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.splitlines() == [
+        f"lexgraph search: error: {settings}: key '{key}' = {value}, expected {expected}; rerun `dvc repro train_dsr` "
+        "(or `dvc checkout`) to restore it"
+    ], err
+    assert snapshot(dense_ws) == before
