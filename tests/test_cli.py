@@ -84,7 +84,7 @@ def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
     assert "unknown system 'tfidf'" in capsys.readouterr().err
     empty = tmp_path_factory.mktemp("empty")
     assert main(["search", "--system", "bm25", "x", "--workspace", str(empty)]) == 2
-    assert f"{empty.resolve()} is not a lexgraph workspace" in capsys.readouterr().err
+    assert f"({str(empty.resolve())!r}) is not a lexgraph workspace" in capsys.readouterr().err
     (empty / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")  # a workspace, before `dvc repro`
     assert main(["search", "--system", "bm25", "x", "--workspace", str(empty)]) == 2
     assert "run `dvc repro bm25` first" in capsys.readouterr().err

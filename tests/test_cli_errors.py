@@ -1005,3 +1005,106 @@ def test_process_level_control_characters_of_the_corpus_are_neutralised(tmp_path
     if flags:
         assert json.loads(out)["hits"][0]["path"][1] == f"Titre {HOSTILE}"
     assert snapshot(tmp_path) == before
+
+
+# issue 28, class 9: one rule for a directory given on the command line (a file, or nothing, there)
+
+# (id, argv after the command with {ws} for the workspace, the one error line after "lexgraph <command>: error: ")
+DIRECTORY_OPTIONS = [
+    (
+        "workspace-file",
+        ["search", "x", "--workspace", "{ws}/q.jsonl"],
+        "--workspace '{ws}/q.jsonl' is a file; expected a lexgraph workspace, the directory with dvc.yaml "
+        "and params.yaml",
+    ),
+    (
+        "workspace-spaces-quotes-newline",
+        ["search", "x", "--workspace", "{ws}/my ws'\"\nx"],
+        "--workspace '{ws}/my ws\\'\"\\nx' does not exist; expected a lexgraph workspace",
+    ),
+    (
+        "metrics-dir-file",
+        ["regress", "--expected", "{ws}/exp.yaml", "--metrics-dir", "{ws}/q.jsonl"],
+        "--metrics-dir '{ws}/q.jsonl' is a file; expected the directory of <system>.json that `dvc repro` writes",
+    ),
+    (
+        "metrics-dir-missing",
+        ["regress", "--update", "--expected", "{ws}/exp.yaml", "--metrics-dir", "{ws}/metrics x"],
+        "--metrics-dir '{ws}/metrics x' does not exist; expected the directory of <system>.json",
+    ),
+    (
+        "plots-workspace-file",
+        ["plots-offline", "--workspace", "{ws}/q.jsonl"],
+        "--workspace '{ws}/q.jsonl' is a file; expected a DVC workspace, the directory with .dvc/ and dvc.yaml",
+    ),
+]
+
+
+@pytest.mark.parametrize("argv, line", [c[1:] for c in DIRECTORY_OPTIONS], ids=[c[0] for c in DIRECTORY_OPTIONS])
+def test_a_directory_option_given_a_file_or_nothing_is_one_line(ws, capsys, argv, line):
+    """`--metrics-dir FILE` said "metrics directory not found"; a path with a newline split the
+    error over two lines. Now: the option, the path with its escapes visible, what was expected."""
+    (ws / "exp.yaml").write_text("systems:\n  bm25: {test: {map: 0.1}}\n", encoding="utf-8")
+    before = snapshot(ws)
+    argv = [a.replace("{ws}", str(ws)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"lexgraph {argv[0]}: error: {line.replace('{ws}', str(ws))}"), lines[0]
+    assert snapshot(ws) == before
+
+
+def test_process_level_search_outside_a_workspace_names_what_is_missing_and_dvc_repro(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = _cli("search", "x", cwd=elsewhere)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"lexgraph search: error: --workspace '.' ({str(elsewhere.resolve())!r}) is not a lexgraph workspace: "
+        "none of dvc.yaml, params.yaml, data/clean there; expected the project's directory, where `dvc repro` "
+        "writes data/ and models/ (run lexgraph there, or pass --workspace DIR; in a fresh clone run "
+        "`dvc repro` first)"
+    ]
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_query_encoder_whose_config_has_fewer_layers_than_its_weights_is_refused(dense_ws, capsys):
+    """config.json saying 0 layers over weights of 1: transformers dropped encoder.layer.0.* and
+    the search ran on an encoder without its layers (an unused-weights report at DEBUG only)."""
+    config = dense_ws / "models" / "dsr" / "query_encoder" / "config.json"
+    values = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**values, "num_hidden_layers": 0}), encoding="utf-8")
+    before = snapshot(dense_ws)
+    assert main(["search", "--system", "dsr", "loyer", "--workspace", str(dense_ws)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith(
+        f"lexgraph search: error: {config}: does not match the weights: the weights hold layer(s) 0 but config.json "
+        "has num_hidden_layers = 0; expected the config.json saved with these weights (loading would silently drop "
+    ), err
+    assert "rerun `dvc repro train_dsr`" in err, err
+    assert snapshot(dense_ws) == before
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("max_length", 2, "an integer >= 3 ([CLS], one token of text and [SEP])"),
+        ("trainable_layers", 5, "null or an integer in [0, 1] (the backbone's layers)"),
+    ],
+)
+def test_a_saved_query_encoder_setting_that_does_not_fit_its_model_names_the_file(
+    dense_ws, capsys, key, value, expected
+):
+    settings = dense_ws / "models" / "dsr" / "query_encoder" / "query_encoder.json"
+    values = json.loads(settings.read_text(encoding="utf-8"))
+    settings.write_text(json.dumps({**values, key: value}), encoding="utf-8")
+    before = snapshot(dense_ws)
+    assert main(["search", "--system", "dsr", "loyer", "--workspace", str(dense_ws)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.splitlines() == [
+        f"lexgraph search: error: {settings}: key '{key}' = {value}, expected {expected}; rerun `dvc repro train_dsr` "
+        "(or `dvc checkout`) to restore it"
+    ], err
+    assert snapshot(dense_ws) == before

@@ -153,3 +153,41 @@ def test_a_stage_given_a_path_the_file_system_refuses_says_so_in_one_line(tmp_pa
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(lines) == 1 and "File name too long; expected a path the file system accepts" in lines[0]
     assert f"({len(str(raw)) + 17} characters)" in lines[0] and not out.exists() and not (tmp_path / "m.json").exists()
+
+
+# issue 28, class 9: a locale that is not UTF-8 (Python's C-locale coercion and UTF-8 mode off)
+C_LOCALE = {"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": ""}
+UTF8_LOCALE = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUTF8": "1", "PYTHONIOENCODING": ""}
+
+
+def test_a_c_locale_reads_a_utf8_question_argument_and_files_as_utf8(ws):
+    """Under LANG=C the question "… l'âge …" reached lexgraph as lone surrogates and was refused
+    ("a lone surrogate that is not valid Unicode text"); files were already read as UTF-8. Now the
+    results, the --json output (escaped for the ASCII terminal) and the --run file are those of a
+    UTF-8 locale, and a directory named in UTF-8 works for --questions and --run."""
+    question = "Qui paie le loyer à l'âge de dix-huit ans ?"
+    folder = ws / "questions été"
+    folder.mkdir()
+    (folder / "q.jsonl").write_text(json.dumps({"id": "é1", "question": question}) + "\n", encoding="utf-8")
+    before = snapshot(ws)
+    outputs = {}
+    for name, env in (("c", C_LOCALE), ("utf8", UTF8_LOCALE)):
+        one = _search(ws, "--json", "--top", "2", question, env=env)
+        assert one.returncode == 0 and b"Traceback" not in one.stderr, one.stderr
+        assert one.stdout.isascii() if name == "c" else True
+        run = folder / f"{name}.trec"
+        batch = _search(ws, "--questions", str(folder / "q.jsonl"), "--run", str(run), env=env)
+        assert batch.returncode == 0, batch.stderr
+        outputs[name] = (json.loads(one.stdout), run.read_bytes())
+        run.unlink()
+    assert outputs["c"] == outputs["utf8"]
+    assert outputs["c"][0]["question"] == question and outputs["c"][0]["hits"]
+    assert outputs["c"][1].startswith("é1 Q0 ".encode())
+    assert snapshot(ws) == before
+
+
+def test_a_c_locale_question_argument_that_is_not_utf8_is_one_line(ws):
+    before = snapshot(ws)
+    proc = _search(ws, os.fsdecode(b"loyer \xff"), env=C_LOCALE)
+    _one_line(proc, "the question argument holds '\\udcff' at character 7", "expected a question in valid UTF-8")
+    assert snapshot(ws) == before

@@ -239,6 +239,28 @@ CASES = [
         {"fetch.dev_fraction": "ten percent"},
         ["'fetch.dev_fraction' = 'ten percent', expected a number in (0, 1)"],
     ),
+    # issue 28: a directory the user names, given a file or a path that is not there (shown escaped)
+    (
+        "fetch.local_dir-file",
+        "fetch",
+        {"fetch.source": "local", "fetch.local_dir": str(ROOT / "README.md")},
+        [
+            f"params.yaml: 'fetch.local_dir' = {str(ROOT / 'README.md')!r} is a file; expected a directory "
+            "holding the hub's files (articles.csv, questions_train.csv, …)"
+        ],
+    ),
+    (
+        "fetch.local_dir-spaces-quotes-newline",
+        "fetch",
+        {"fetch.source": "local", "fetch.local_dir": "my data/l'\"x\ny"},
+        ["params.yaml: 'fetch.local_dir' = 'my data/l\\'\"x\\ny' does not exist; expected a directory"],
+    ),
+    (
+        "fetch.sample_dir-file",
+        "fetch",
+        {"fetch.sample_dir": "data/sample/articles.csv"},
+        ["params.yaml: 'fetch.sample_dir' = 'data/sample/articles.csv' is a file; expected a directory"],
+    ),
     (
         "bm25_tune.split-test",
         "bm25_tune",
@@ -455,6 +477,7 @@ SUBPROCESS = {
     "bm25_tune.split-test",
     "negatives.splits-test",
     "gnn.layers-100",
+    "fetch.local_dir-spaces-quotes-newline",
 }
 
 
@@ -825,6 +848,12 @@ CONFIG_CASES = [
     ("gnn", {"hgraph.init": "zeros"}, "'gnn.hgraph.init' = 'zeros', expected one of random, identity, prior"),
     ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
+    (
+        "evaluate",
+        {"splits": ["synthetic"], "significance_split": "synthetic"},
+        "'evaluate.splits' = ['synthetic'], expected a non-empty list of distinct split names among train, dev, "
+        "test (synthetic questions are generated training data, not evaluated)",
+    ),
     ("hprior", {"split": "test"}, "'hprior.split' = 'test', but the 'test' split is held out"),
     (
         "hybrid",
@@ -1259,3 +1288,79 @@ def test_a_damaged_artefact_json_is_one_line_naming_it(tmp_path, read, name, tex
     assert "; expected " in message and "\n" not in message and "params.yaml" not in message, message
     assert f"rerun `dvc repro {stage}`" in message if stage else "rerun `dvc repro`" in message, message
     assert _snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------
+# issue 28, class 9: settings whose validity depends on the model they configure
+# ---------------------------------------------------------------------------
+
+
+def _prefixed_model(tiny_model_dir, root: Path) -> Path:
+    """conftest's tiny BERT with E5's prefixes (``lexgraph_base.json``), as models/pretrain."""
+    import shutil
+
+    model = root / "pretrain"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "lexgraph_base.json").write_text(
+        json.dumps({"query_prefix": "query: ", "passage_prefix": "passage: "}), encoding="utf-8"
+    )
+    return model
+
+
+def test_zeroshot_max_length_below_what_the_tokenizer_needs_stops_the_stage(tmp_path, sample_params, tiny_model_dir):
+    """`zeroshot.max_length: 4` said "max_chunk_length = 4 and max_document_length = 2048: expected
+    max_chunk_length >= 11", naming no key of params.yaml."""
+    from transformers import AutoTokenizer
+
+    from lexgraph.models.packing import shortest_input
+
+    model = _prefixed_model(tiny_model_dir, tmp_path / "in")
+    pl.DataFrame({"id": [1, 2], "article": ["le bail", "la loi"]}).write_parquet(tmp_path / "in" / "articles.parquet")
+    least, why = shortest_input(AutoTokenizer.from_pretrained(model), "passage: ")
+    assert least > 4
+    params = copy.deepcopy(sample_params)
+    params["zeroshot"]["max_length"] = 4
+    line = run_failing_stage(tmp_path, "zeroshot", params, in_process=True)
+    assert (
+        line
+        == f"lexgraph zeroshot: error: params.yaml: 'zeroshot.max_length' = 4, expected an integer >= {least} ({why})"
+    )
+    assert why.startswith("[CLS], the prefix 'passage:' (") and why.endswith("one token of text and [SEP]")
+
+
+# (id, dsr keys changed, the error after "params.yaml: ")
+DSR_MODEL_CASES = [
+    ("chunk_heads", {"chunk_heads": 7}, "'dsr.chunk_heads' = 7, expected a positive divisor of the encoder's width 16"),
+    ("max_query_length", {"max_query_length": 2}, "'dsr.max_query_length' = 2, expected an integer >= 3 ([CLS], one"),
+    ("max_chunk_length", {"max_chunk_length": 2}, "'dsr.max_chunk_length' = 2, expected an integer >= 3 ([CLS], one"),
+    (
+        "query_trainable_layers",
+        {"query_trainable_layers": 12},
+        "'dsr.query_trainable_layers' = 12, expected null or an integer in [0, 1] (the backbone's layers)",
+    ),
+    (
+        "max_chunk_length-positions",
+        {"max_chunk_length": 100, "max_document_length": 200},
+        "'dsr.max_chunk_length' = 100, expected at most the backbone's 64 positions",
+    ),
+]
+
+
+@pytest.mark.parametrize("changes, message", [c[1:] for c in DSR_MODEL_CASES], ids=[c[0] for c in DSR_MODEL_CASES])
+def test_a_dsr_setting_that_does_not_fit_the_model_names_its_key(tiny_model_dir, changes, message):
+    """Checked where the model is built (the width and the tokenizer are the model's): one line
+    naming the params.yaml key, the value and what is expected."""
+    from lexgraph.training.dsr_config import DSRConfig, build_dsr
+
+    values = {
+        **sample_section("dsr"),
+        "chunk_encoder": "finetune",
+        "max_chunk_length": 16,
+        "max_document_length": 32,
+        "query_trainable_layers": None,
+        "chunk_heads": 2,
+    }
+    config = DSRConfig.from_params({**values, **changes})
+    with pytest.raises(ConfigError) as info:
+        build_dsr(config, tiny_model_dir)
+    assert str(info.value).startswith(f"params.yaml: {message}"), str(info.value)

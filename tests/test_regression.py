@@ -176,6 +176,34 @@ CHECKS_NOTHING = [
         "tolerance: 0.5\ntolerance: 0.001\nsystems:\n  bm25: {test: {map: 0.1034}}\n",
         "key 'tolerance' appears twice, again on line 2 (first on line 1)",
     ),
+    # issue 28: a tolerance where a metric is expected, and checks that cannot fail
+    (
+        "tolerance-inside-a-split",
+        "systems:\n  bm25:\n    test: {map: 0.1034, tolerance: 0.1}\n",
+        "key 'systems.bm25.test.tolerance' = 0.1 is a tolerance inside a split; expected metrics only here "
+        "(a tolerance goes under 'tolerance' or 'systems.bm25.tolerance')",
+    ),
+    (
+        "tolerance-table-inside-a-split",
+        "systems:\n  bm25:\n    test:\n      tolerance: {abs: 0.01}\n      map: 0.1034\n",
+        "key 'systems.bm25.test.tolerance' = {\"abs\": 0.01} is a tolerance inside a split",
+    ),
+    (
+        "tolerance-of-the-whole-range",
+        "tolerance: 1.0\nsystems:\n  bm25: {test: {map: 0.1034}}\n",
+        "key 'systems.bm25.test.map' = 0.1034 with tolerance ± 1 (1) passes any value; expected a tolerance "
+        "below the expected value and below 1, so that the check can fail",
+    ),
+    (
+        "tolerance-that-passes-a-zeroed-metric",
+        "systems:\n  bm25:\n    tolerance: {map: {abs: 0.01, rel: 1.0}}\n    test: {map: 0.1034}\n",
+        "key 'systems.bm25.test.map' = 0.1034 with tolerance ± 0.1034 (max(0.01, 1 x expected)) passes a zeroed metric",
+    ),
+    (
+        "floor-above-a-small-value",
+        "tolerance: {default: {abs: 0.05}}\nsystems:\n  bm25: {test: {recall@10: 0.03}}\n",
+        "key 'systems.bm25.test.recall@10' = 0.03 with tolerance ± 0.05 (0.05) passes a zeroed metric",
+    ),
 ]
 
 
@@ -204,3 +232,41 @@ def test_update_refuses_a_repeated_key_but_fills_empty_splits(tmp_path, metrics,
     expected.write_text("systems:\n  bm25: {test: {}}\n", encoding="utf-8")  # a placeholder --update fills
     assert main(["regress", "--update", "--expected", str(expected), "--metrics-dir", str(metrics)]) == 0
     assert yaml.safe_load(expected.read_text(encoding="utf-8"))["systems"]["bm25"]["test"]["map"] == 0.1034
+
+
+def test_an_expected_value_of_zero_with_a_small_tolerance_is_a_real_check(tmp_path):
+    """The vacuity rule refuses a band that reaches 0 from above, not a metric expected to be 0."""
+    (tmp_path / "bm25.json").write_text(json.dumps({"test": {"recall@10": 0.004}}), encoding="utf-8")
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("tolerance: 0.005\nsystems:\n  bm25: {test: {recall@10: 0.0}}\n", encoding="utf-8")
+    assert check(tmp_path, spec) == []
+
+
+@pytest.mark.parametrize("update", [False, True], ids=["check", "update"])
+def test_a_metrics_json_with_a_key_twice_is_refused(tmp_path, metrics, capsys, update):
+    """`{"test": {...}, "test": {...}}`: json.loads kept the second object and the check read it."""
+    path = metrics / "bm25.json"
+    text = path.read_text(encoding="utf-8").rstrip()
+    path.write_text(text[:-1] + ', "test": {"recall@100": 0.99}}\n', encoding="utf-8")
+    expected = tmp_path / "exp.yaml"
+    shutil.copy(SAMPLE, expected)
+    before = {p: p.read_bytes() for p in [expected, *sorted(metrics.iterdir())]}
+    argv = ["regress", *(["--update"] if update else []), "--expected", str(expected), "--metrics-dir", str(metrics)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"lexgraph regress: error: {path}: key 'test' appears twice; expected each key once; rerun `dvc repro evaluate`"
+    ], err
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_an_artefact_json_with_a_key_twice_is_refused(tmp_path):
+    """The one reader of stage-written JSON (lexgraph.core.inputs.read_json) refuses a repeated key."""
+    from lexgraph.core.errors import DataError
+    from lexgraph.core.inputs import read_json
+
+    path = tmp_path / "bm25_tune.json"
+    path.write_text('{"k1": 0.9, "b": 0.4, "k1": 1.2}', encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        read_json(path, what="the tuned pair", fix="rerun `dvc repro bm25_tune`")
+    assert str(info.value) == (f"{path}: key 'k1' appears twice; expected the tuned pair; rerun `dvc repro bm25_tune`")

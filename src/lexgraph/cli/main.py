@@ -53,14 +53,14 @@ from pathlib import Path
 
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.plots import add_plots_offline
-from lexgraph.cli.streams import guard_streams
+from lexgraph.cli.streams import guard_streams, utf8_argument
 
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
 from lexgraph.core import layout
 from lexgraph.core.config import SYSTEM_NAMES
 from lexgraph.core.errors import LexgraphError, reported
-from lexgraph.core.inputs import text_problem
+from lexgraph.core.inputs import require_directory, shown_path, text_problem
 
 log = logging.getLogger("lexgraph")
 
@@ -116,16 +116,17 @@ WORKSPACE_MARKERS: tuple[str, ...] = ("dvc.yaml", "params.yaml", str(layout.CLEA
 def _check_workspace(workspace: Path) -> None:
     """Refuse a ``--workspace`` that is no lexgraph workspace (none of :data:`WORKSPACE_MARKERS`
     there), naming the directory and ``--workspace``: not a missing artefact of some stage."""
-    where = workspace.resolve()
-    if not workspace.is_dir():
-        raise LexgraphError(
-            f"--workspace {workspace}: {where} is not a directory; expected a lexgraph workspace, "
-            "the directory with dvc.yaml and params.yaml"
-        )
+    require_directory(
+        workspace,
+        label="--workspace",
+        expected="a lexgraph workspace, the directory with dvc.yaml and params.yaml",
+    )
     if not any((workspace / marker).exists() for marker in WORKSPACE_MARKERS):
         raise LexgraphError(
-            f"{where} is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/ there); "
-            "run lexgraph from the project's directory or pass --workspace DIR"
+            f"--workspace {shown_path(workspace)} ({shown_path(workspace.resolve())}) is not a lexgraph workspace: "
+            f"none of {', '.join(WORKSPACE_MARKERS)} there; expected the project's directory, where `dvc repro` "
+            "writes data/ and models/ (run lexgraph there, or pass --workspace DIR; in a fresh clone run "
+            "`dvc repro` first)"
         )
 
 
@@ -239,6 +240,7 @@ def cmd_search(args) -> int:
     if args.run and not args.questions:
         raise LexgraphError("--run is for batch mode; give --questions FILE.jsonl too")
     if args.question is not None:
+        args.question = utf8_argument(args.question)
         _question_argument(args.question)
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)
@@ -295,6 +297,9 @@ def cmd_regress(args) -> int:
     from lexgraph.core.io import write_text
     from lexgraph.evaluation.regression import expected_from_metrics, run_checks
 
+    require_directory(
+        args.metrics_dir, label="--metrics-dir", expected="the directory of <system>.json that `dvc repro` writes"
+    )
     if args.update:
         from lexgraph.core.tracked import dvc_owner
 

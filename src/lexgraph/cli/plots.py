@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from lexgraph.core.errors import LexgraphError
+from lexgraph.core.inputs import require_directory, shown_path
 
 #: the template, relative to the workspace's ``.dvc`` directory (DVC reads ``plots.html_template`` so)
 TEMPLATE = "plots/offline.html"
@@ -90,9 +91,13 @@ def install_offline_page(workspace: Path) -> Path:
     ``plots.html_template`` in ``.dvc/config.local``; return the template's path."""
     from lexgraph.core.io import write_text
 
+    require_directory(workspace, label="--workspace", expected="a DVC workspace, the directory with .dvc/ and dvc.yaml")
     dvc_dir = workspace / ".dvc"
     if not dvc_dir.is_dir():
-        raise LexgraphError(f"{workspace}: no .dvc directory (expected a DVC workspace: the folder with dvc.yaml)")
+        raise LexgraphError(
+            f"--workspace {shown_path(workspace)}: no .dvc directory there; expected a DVC workspace, the "
+            "directory with .dvc/ and dvc.yaml (run lexgraph there, or pass --workspace DIR)"
+        )
     target = dvc_dir / TEMPLATE
     page = offline_page()
     try:
@@ -101,7 +106,7 @@ def install_offline_page(workspace: Path) -> Path:
     except OSError as exc:
         raise LexgraphError(f"{target}: cannot write the offline page ({exc.strerror or exc})") from exc
     command = [sys.executable, "-m", "dvc", "config", "--local", "plots.html_template", TEMPLATE]
-    done = subprocess.run(command, cwd=workspace, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=workspace, capture_output=True, encoding="utf-8", errors="replace")
     if done.returncode:
         lines = done.stderr.strip().splitlines() or ["no message"]
         raise LexgraphError(f"{workspace}: `dvc config --local plots.html_template` failed: {lines[-1]}")

@@ -8,6 +8,10 @@
   (``> /dev/full``: no space left) are one :class:`StreamError` line, exit status 2, when the
   command first reads or writes it; a reader that went away (``| head -1``) stays the quiet
   ``BrokenPipeError`` path of :mod:`lexgraph.cli.main`;
+- under a locale that is not UTF-8 (``LANG=C`` with ``PYTHONUTF8=0``: Python decodes the command
+  line as ASCII, each other byte a lone surrogate), a text argument (the question) whose bytes are
+  UTF-8 is read as UTF-8 (:func:`utf8_argument`), as the files lexgraph reads always are, whatever
+  the locale; a path argument keeps its bytes (the file system takes them as they are);
 - an :class:`OSError` that names a path the user gave (``--run`` of 256 bytes, a path longer
   than ``PATH_MAX``) is one line naming the path and the reason (:func:`lexgraph.core.errors.path_error`).
 """
@@ -15,6 +19,7 @@
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 
 from lexgraph.core.errors import LexgraphError
@@ -84,6 +89,18 @@ class _Guarded:
 
     def flush(self):
         return self._call(self._stream.flush)
+
+
+def utf8_argument(arg: str) -> str:
+    """A text argument that Python decoded with ``surrogateescape`` under a non-UTF-8 locale,
+    decoded again as UTF-8 when its bytes are UTF-8; otherwise as it is, for the caller's check
+    to name the bytes that are not."""
+    if arg.isascii():
+        return arg
+    try:
+        return os.fsencode(arg).decode("utf-8")
+    except UnicodeError:
+        return arg
 
 
 def guard_streams() -> None:

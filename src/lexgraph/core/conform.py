@@ -4,6 +4,7 @@ errors about settings (:func:`params_error`, :func:`bad_value`): the checks unde
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import types
@@ -12,7 +13,7 @@ from collections import abc
 from pathlib import Path
 from typing import Any, Union
 
-from lexgraph.core.errors import ConfigError
+from lexgraph.core.errors import ConfigError, SettingError
 
 DEFAULT_PARAMS = Path("params.yaml")
 _NONE = type(None)
@@ -33,6 +34,19 @@ def without_params_file(exc: Exception) -> str:
 def bad_value(section: str, key: str, value: Any, expected: str) -> ConfigError:
     """The one-sentence error for a bad ``section.key`` value."""
     return ConfigError(f"params.yaml: '{section}.{key}' = {value!r}, expected {expected}")
+
+
+@contextlib.contextmanager
+def settings_of(section: str, keys: dict[str, str]):
+    """Build a model from the ``section`` of params.yaml: a :class:`SettingError` raised inside
+    (a value that does not fit the model: its width, its tokenizer) becomes :func:`bad_value`
+    naming the key, ``keys`` mapping the constructor's argument names to the section's keys."""
+    try:
+        yield
+    except SettingError as exc:
+        if exc.setting not in keys:
+            raise
+        raise bad_value(section, keys[exc.setting], exc.value, exc.expected) from None
 
 
 def _describe(hint: Any, plural: bool = False) -> str:

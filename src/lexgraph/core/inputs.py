@@ -9,7 +9,11 @@ One home for the checks that are easy to get subtly wrong in each reader separat
 * :func:`json_lines` splits on ``\\n`` only: U+2028, U+0085 and the other characters
   that ``str.splitlines`` treats as line ends are valid inside a JSON string;
 * :func:`id_problem` / :func:`text_problem` say what is wrong with an identifier (it is
-  written into TREC runs, whitespace-separated) or a text (it must encode as UTF-8).
+  written into TREC runs, whitespace-separated) or a text (it must encode as UTF-8);
+* :func:`require_directory` is the one rule for a directory the user names (a params.yaml
+  key such as ``fetch.local_dir``, an option such as ``--workspace``): a file, nothing or a
+  broken link there is one line naming the key or option, the path as :func:`shown_path`
+  writes it (spaces, quotes and newlines visible) and what was expected.
 
 Each returns or raises plain ``ValueError`` / a reason string; the caller words the
 one-line error naming its file, row and key. One exception, for JSON files a stage writes
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from lexgraph.core.errors import DataError
+from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.io import unreadable
 
 
@@ -187,6 +192,25 @@ def id_problem(value: str) -> str | None:
     return None
 
 
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` quoted with Python's escapes, so that a space, a quote, a newline or an
+    undecodable byte in it is visible and the error stays on one line: ``'my data/x\\ny'``."""
+    return repr(os.fspath(path))
+
+
+def require_directory(
+    path: str | os.PathLike, *, label: str, expected: str, error: type[LexgraphError] = LexgraphError
+) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if it is a readable directory; otherwise ``error``
+    with one line: ``<label> <path> is a file; expected <expected>`` (``label`` names the key
+    or option: ``params.yaml: 'fetch.local_dir' =`` or ``--workspace``)."""
+    reason = unreadable(Path(path), directory=True)
+    if reason is None:
+        return Path(path)
+    what = "does not exist" if reason == "missing" else f"is {reason}"
+    raise error(f"{label} {shown_path(path)} {what}; expected {expected}")
+
+
 # ---------------------------------------------------------------------------
 # JSON one stage writes and another reads
 # ---------------------------------------------------------------------------
@@ -207,7 +231,8 @@ def _show(value: Any) -> str:
 def read_json(path: str | Path, *, what: str, fix: str, missing_ok: bool = False) -> Any:
     """The JSON value in ``path``, a file another stage wrote. Nothing at ``path``
     (``missing_ok``): None. Otherwise a missing file, a directory, a symbolic link loop or
-    a broken one, an unreadable file, bytes that are not UTF-8, an empty or truncated file:
+    a broken one, an unreadable file, bytes that are not UTF-8, an empty or truncated file, a
+    key repeated within an object (``json.loads`` would keep the last one silently):
     a :class:`DataError` naming the file, saying what is wrong and ``what`` was expected,
     then ``fix`` (e.g. "rerun `dvc repro bm25_tune`")."""
     path = Path(path)
@@ -227,7 +252,9 @@ def read_json(path: str | Path, *, what: str, fix: str, missing_ok: bool = False
                 problem = "is empty"
             else:
                 try:
-                    return json.loads(text)
+                    return json_object(text)
+                except DuplicateKeyError as exc:
+                    problem = str(exc).removesuffix("; expected each key once")
                 except json.JSONDecodeError as exc:
                     problem = (
                         f"not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno}, column {exc.colno})"

@@ -53,7 +53,8 @@ import polars as pl
 
 from lexgraph.core import layout
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
-from lexgraph.core.errors import DataError
+from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.core.inputs import require_directory
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output
 from lexgraph.data.integrity import (
@@ -196,10 +197,16 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
 
 def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Run the configured source; return (articles, questions with ``split``, negatives)."""
-    if config.source == "sample":
-        articles, sources, negatives = fetch_directory(Path(config.sample_dir), config.synthetic, config.negatives)
-    elif config.source == "local":
-        articles, sources, negatives = fetch_directory(Path(config.local_dir), config.synthetic, config.negatives)
+    if config.source in ("sample", "local"):
+        key = "sample_dir" if config.source == "sample" else "local_dir"
+        root = require_directory(
+            getattr(config, key),
+            label=f"params.yaml: 'fetch.{key}' =",
+            expected=f"a directory holding the {'embedded sample' if key == 'sample_dir' else 'hub'}'s files "
+            "(articles.csv, questions_train.csv, …)",
+            error=ConfigError,
+        )
+        articles, sources, negatives = fetch_directory(root, config.synthetic, config.negatives)
     else:
         from lexgraph.data.fetch_hub import fetch_hub  # imported when used: it needs the datasets library
 

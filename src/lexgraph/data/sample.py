@@ -29,6 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from lexgraph.core.errors import DataError, reported
+from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.io import atomic_path
 from lexgraph.data.integrity import integer_id
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
@@ -93,11 +94,13 @@ def _records(path: Path, required: tuple[str, ...]):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json_object(line)
             except json.JSONDecodeError as exc:
                 raise DataError(
                     path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line"
                 ) from None
+            except DuplicateKeyError as exc:
+                raise DataError(path, f"line {line_no}: {exc}") from None
             missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
             if missing:
                 raise DataError(path, f"line {line_no}: missing key(s) {missing}; expected {list(required)}")
@@ -110,7 +113,9 @@ def _records(path: Path, required: tuple[str, ...]):
 
 def sample_articles(src: Path) -> pl.DataFrame:
     try:
-        headings = json.loads((src / "headings.json").read_text(encoding="utf-8"))
+        headings = json_object((src / "headings.json").read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:
+        raise DataError(src / "headings.json", str(exc)) from None
     except FileNotFoundError:
         raise DataError(src / "headings.json", "file not found") from None
     except json.JSONDecodeError as exc:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
@@ -181,13 +182,14 @@ def run_encode_chunks(
 
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "base model directory not found (run `dvc repro pretrain`)")
-    encoder = HierarchicalArticleEncoder.from_pretrained(
-        pretrained,
-        max_chunk_length=config.max_chunk_length,
-        max_document_length=config.max_document_length,
-        token_pooling=config.token_pooling,
-        num_layers=0,
-    ).to(device)
+    with settings_of("dsr", {"max_chunk_length": "max_chunk_length", "max_document_length": "max_document_length"}):
+        encoder = HierarchicalArticleEncoder.from_pretrained(
+            pretrained,
+            max_chunk_length=config.max_chunk_length,
+            max_document_length=config.max_document_length,
+            token_pooling=config.token_pooling,
+            num_layers=0,
+        ).to(device)
     frozen = config.chunk_encoder == "frozen"
     sources = {
         "articles": (read_parquet(articles_path, ["id", "article"]), "id", "article", articles_path),

@@ -29,13 +29,20 @@ from lexgraph.systems.registry import SYSTEMS
 log = logging.getLogger(__name__)
 
 SECTION = "evaluate"
+#: the splits ``evaluate`` may score: the human questions (synthetic ones are generated training data)
+EVALUATED_SPLITS: tuple[str, ...] = tuple(s for s in SPLITS if s != "synthetic")
 
 
 @dataclass(frozen=True)
 class EvaluateConfig:
     """The ``evaluate`` section of params.yaml."""
 
-    splits: list[str] = field(metadata={"expected": f"a non-empty list of split names among {', '.join(SPLITS)}"})
+    splits: list[str] = field(
+        metadata={
+            "expected": f"a non-empty list of distinct split names among {', '.join(EVALUATED_SPLITS)} "
+            "(synthetic questions are generated training data, not evaluated)"
+        }
+    )
     k: int = field(metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
     systems: list[str] = field(
         metadata={"expected": f"a non-empty list of distinct systems among {', '.join(SYSTEMS)}"}
@@ -57,7 +64,8 @@ class EvaluateConfig:
             return bad_value(SECTION, key, getattr(self, key), expectation(EvaluateConfig, key))
 
         systems = tuple(SYSTEMS)
-        if not self.splits or any(s not in SPLITS for s in self.splits) or len(set(self.splits)) < len(self.splits):
+        splits = self.splits
+        if not splits or any(s not in EVALUATED_SPLITS for s in splits) or len(set(splits)) < len(splits):
             raise bad("splits")
         if self.k < DEEPEST:
             raise bad("k")

@@ -17,7 +17,12 @@ an absolute floor, and a part relative to the value, so a small metric gets a sm
 tolerance (zeroing it can never pass) while a large one absorbs a few ranking changes.
 Look-up order for a system's metric: the system's table (the metric, then ``default``),
 then the file's (the metric, then ``default``); a number ``x`` means ``{abs: x, rel: 0}``.
-Values are fractions in [0, 1].
+Values are fractions in [0, 1]. A tolerance sits at the file's or a system's level, never
+inside a split (``test: {tolerance: ...}`` is refused, naming the key).
+
+A check must be able to fail: a tolerance whose allowed deviation reaches the expected value
+(a zeroed metric would pass) or 1 (the whole range of a [0, 1] metric) is refused, naming
+the system, split and metric (docs/analysis.md, "Regression check").
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 import yaml
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.inputs import DuplicateKeyError, load_yaml, yaml_problem
+from lexgraph.core.inputs import DuplicateKeyError, json_object, load_yaml, yaml_problem
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +108,31 @@ def read_expected(path: str | Path, *, checks: bool = True) -> dict[str, Any]:
                     "{metric: value}, e.g. {recall@100: 0.39}",
                 )
             for metric, want in metrics.items():
+                if metric == "tolerance":
+                    raise DataError(
+                        path,
+                        f"key '{key}.tolerance' = {_show(want)} is a tolerance inside a split; expected metrics "
+                        f"only here (a tolerance goes under 'tolerance' or 'systems.{system}.tolerance')",
+                    )
                 if not _is_number(want) or not 0 <= want <= 1:
                     raise DataError(path, f"key '{key}.{metric}' = {_show(want)}, expected a number in [0, 1]")
+                if checks:
+                    _refuse_vacuous(spec, path, system, f"{key}.{metric}", metric, want)
     return spec
+
+
+def _refuse_vacuous(spec: dict, path: Path, system: str, key: str, metric: str, want: float) -> None:
+    """Refuse a check that cannot fail: its allowed deviation reaches the expected value (a
+    metric of 0 would pass) or 1 (the whole range)."""
+    tol = tolerance_for(spec, system, metric, path)
+    bound = allowed(want, tol)
+    if bound >= 1 or (want > 0 and bound >= want):
+        raise DataError(
+            path,
+            f"key '{key}' = {want:g} with tolerance ± {bound:g} ({_describe(tol)}) passes "
+            f"{'any value' if bound >= 1 else 'a zeroed metric'}; expected a tolerance below the expected "
+            "value and below 1, so that the check can fail",
+        )
 
 
 def _tolerance_table(raw: Any, path: Path, key: str) -> dict[str, tuple[float, float]]:
@@ -140,9 +167,11 @@ def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
     """``metrics/<system>.json`` as ``{split: {metric: value}}``, every value checked to be a number."""
     path = Path(path)
     try:
-        got = json.loads(path.read_text(encoding="utf-8"))
+        got = json_object(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except DuplicateKeyError as exc:
+        raise DataError(path, f"{exc}; rerun `dvc repro evaluate`") from None
     except json.JSONDecodeError as exc:
         raise DataError(path, f"not valid JSON ({exc.msg} at line {exc.lineno}); rerun `dvc repro evaluate`") from None
     if not isinstance(got, dict):
@@ -325,9 +354,11 @@ def expected_from_metrics(metrics_dir: str | Path, expected_file: str | Path) ->
         if path.stem in systems:
             continue
         try:
-            got = json.loads(path.read_text(encoding="utf-8"))
+            got = json_object(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             continue  # not a system's metrics file
+        except DuplicateKeyError as exc:
+            raise DataError(path, f"{exc}; rerun `dvc repro evaluate`") from None
         if _is_system_metrics(got):
             systems[path.stem] = {}
     if not systems:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from lexgraph.core.distributed import map_batches
-from lexgraph.core.errors import ConfigError, DataError, LexgraphError
+from lexgraph.core.errors import ConfigError, DataError, LexgraphError, SettingError
 from lexgraph.core.hub import check_model_files, check_safetensors, first_line
 from lexgraph.core.inputs import read_json_object
 from lexgraph.core.io import write_json
@@ -92,14 +92,14 @@ class HierarchicalArticleEncoder(TextEncoder):
     ) -> None:
         super().__init__(backbone, tokenizer, token_pooling, prefix, config=config)
         if pooling not in CHUNK_POOLING:
-            raise ConfigError(f"pooling = {pooling!r}, expected one of {', '.join(CHUNK_POOLING)}")
+            raise SettingError("pooling", pooling, f"one of {', '.join(CHUNK_POOLING)}")
         dim = self.dim
         config = self.backbone_config
         if num_layers and (num_heads < 1 or dim % num_heads):
-            raise ConfigError(f"chunk heads = {num_heads} must divide the hidden size {dim}")
+            raise SettingError("num_heads", num_heads, f"a positive divisor of the encoder's width {dim}")
         limit = _max_positions(config)
         if limit is not None and max_chunk_length > limit:
-            raise ConfigError(f"max_chunk_length = {max_chunk_length} exceeds the backbone's {limit} positions")
+            raise SettingError("max_chunk_length", max_chunk_length, f"at most the backbone's {limit} positions")
         self.max_chunk_length = int(max_chunk_length)
         self.max_document_length = int(max_document_length)
         self.max_chunks = self.max_document_length // self.max_chunk_length

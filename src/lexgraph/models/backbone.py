@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lexgraph.core.errors import ConfigError, DataError, LexgraphError
+from lexgraph.core.errors import ConfigError, DataError, LexgraphError, SettingError
 from lexgraph.core.hub import check_model_files, first_line
 from lexgraph.core.inputs import read_json_object
 from lexgraph.core.io import write_json
@@ -45,7 +46,9 @@ def set_trainable_layers(backbone: nn.Module, trainable_layers: int | None) -> N
         backbone.requires_grad_(True)
         return
     if not 0 <= trainable_layers <= len(layers):
-        raise ConfigError(f"trainable layers = {trainable_layers}, expected null or 0..{len(layers)}")
+        raise SettingError(
+            "trainable_layers", trainable_layers, f"null or an integer in [0, {len(layers)}] (the backbone's layers)"
+        )
     backbone.requires_grad_(False)
     for layer in layers[len(layers) - trainable_layers :]:
         layer.requires_grad_(True)
@@ -110,6 +113,7 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
     local = is_local(name_or_path)
     if local:
         check_model_files(name_or_path, weights=not random_init)
+    info: dict[str, Any] = {}
     try:
         config = AutoConfig.from_pretrained(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
@@ -128,8 +132,6 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
                 hf_logging.set_verbosity(previous)
             if info.get("missing_keys"):
                 log.warning("%s: weights newly initialised: %s", name_or_path, sorted(info["missing_keys"]))
-            if info.get("unexpected_keys"):
-                log.debug("%s: unused weights: %s", name_or_path, sorted(info["unexpected_keys"]))
     except Exception as exc:  # noqa: BLE001 - a local checkpoint that does not load is damaged input
         if local:  # name the damaged file if there is one (a large tokenizer.json is parsed only now)
             check_model_files(name_or_path, max_json_bytes=None, weights=not random_init)
@@ -144,9 +146,36 @@ def load_backbone(name_or_path: str | os.PathLike, *, random_init: bool = False)
                 "Hugging Face directory (config.json, weights, tokenizer) or a hub model name with the hub reachable"
             ) from exc
         raise
+    if info.get("unexpected_keys"):
+        _refuse_weights_without_a_place(model, name_or_path, sorted(info["unexpected_keys"]))
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError(f"tokenizer of '{name_or_path}' lacks a CLS, SEP or PAD token; a BERT-like model is expected")
     return model, tokenizer
+
+
+def _refuse_weights_without_a_place(model: nn.Module, name_or_path, unexpected: list[str]) -> None:
+    """Refuse a checkpoint whose weights hold parameters of the model's own modules that its
+    config.json has no place for (a config with fewer layers than the weights: loading would
+    silently drop the extra layers). Weights of another head (a masked-LM checkpoint's ``cls.*``,
+    ``lm_head.*``, a pooler the encoder does not build) are dropped as before."""
+    own = {name for name, _ in model.named_children()}
+    extra = [key for key in unexpected if key.split(".", 1)[0] in own]
+    if not extra:
+        log.debug("%s: unused weights: %s", name_or_path, unexpected)
+        return
+    layers = sorted({int(m.group(1)) for k in extra if (m := re.search(r"\blayer\.(\d+)\.", k))})
+    config_layers = getattr(model.config, "num_hidden_layers", None)
+    detail = (
+        f"the weights hold layer(s) {', '.join(map(str, layers))} but config.json has num_hidden_layers = "
+        f"{config_layers}"
+        if layers
+        else f"{len(extra)} weight(s) have no place in the model config.json describes (first: {extra[0]})"
+    )
+    raise DataError(
+        Path(name_or_path) / "config.json",
+        f"does not match the weights: {detail}; expected the config.json saved with these weights (loading "
+        f"would silently drop {len(extra)} weight(s)); {restore_hint(name_or_path)}",
+    )
 
 
 def _max_positions(config) -> int | None:

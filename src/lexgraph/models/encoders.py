@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from lexgraph.core.distributed import map_batches
-from lexgraph.core.errors import ConfigError, LexgraphError
+from lexgraph.core.errors import ConfigError, DataError, LexgraphError, SettingError
 from lexgraph.core.inputs import read_json_object
 from lexgraph.core.io import write_json
 from lexgraph.core.layout import restore_hint
@@ -76,6 +76,7 @@ from lexgraph.models.backbone import (
     set_trainable_layers,
 )
 from lexgraph.models.family import read_base_info
+from lexgraph.models.packing import shortest_input
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +258,9 @@ class QueryEncoder(TextEncoder):
     ) -> None:
         super().__init__(backbone, tokenizer, token_pooling, prefix)
         limit = _max_positions(backbone.config)
+        least, why = shortest_input(tokenizer, prefix)
+        if max_length < least:  # every question would be cut to nothing: one vector for all
+            raise SettingError("max_length", max_length, f"an integer >= {least} ({why})")
         self.max_length = int(min(max_length, limit) if limit else max_length)
         self.trainable_layers = trainable_layers
         set_trainable_layers(backbone, trainable_layers)
@@ -338,11 +342,19 @@ class QueryEncoder(TextEncoder):
             or {}
         )
         prefix = saved.get("prefix", read_base_info(backbone_path)["query_prefix"])
-        return cls(
-            backbone,
-            tokenizer,
-            max_length=max_length or saved.get("max_length", 512),
-            token_pooling=token_pooling or saved.get("token_pooling", "cls"),
-            prefix=prefix,
-            trainable_layers=saved.get("trainable_layers") if trainable_layers == "saved" else trainable_layers,
-        )
+        try:
+            return cls(
+                backbone,
+                tokenizer,
+                max_length=max_length or saved.get("max_length", 512),
+                token_pooling=token_pooling or saved.get("token_pooling", "cls"),
+                prefix=prefix,
+                trainable_layers=saved.get("trainable_layers") if trainable_layers == "saved" else trainable_layers,
+            )
+        except SettingError as exc:  # a saved value that does not fit this model: name the file that holds it
+            from_saved = {"max_length": not max_length, "trainable_layers": trainable_layers == "saved"}
+            if exc.setting in saved and from_saved.get(exc.setting):
+                raise DataError(
+                    settings, f"key '{exc.setting}' = {exc.value!r}, expected {exc.expected}; {restore_hint(settings)}"
+                ) from None
+            raise

@@ -12,9 +12,21 @@ from collections.abc import Sequence
 
 import torch
 
-from lexgraph.core.errors import ConfigError
+from lexgraph.core.errors import SettingError
 
 log = logging.getLogger(__name__)
+
+
+def prefix_token_ids(tokenizer, prefix: str) -> list[int]:
+    """The token ids of a model family's prefix (E5's ``query: ``), without special tokens."""
+    return tokenizer(prefix.strip(), add_special_tokens=False)["input_ids"] if prefix.strip() else []
+
+
+def shortest_input(tokenizer, prefix: str) -> tuple[int, str]:
+    """The fewest tokens an input (a question, a chunk) needs to hold any text, and why:
+    ``[CLS]``, the prefix's tokens, one token of text, ``[SEP]``."""
+    n = len(prefix_token_ids(tokenizer, prefix))
+    return 3 + n, f"[CLS], {f'the prefix {prefix.strip()!r} ({n} tokens), ' if n else ''}one token of text and [SEP]"
 
 
 def chunk_token_ids(
@@ -30,14 +42,16 @@ def chunk_token_ids(
     An empty text gives one chunk ``[CLS] prefix [SEP]``.
     Returns ``chunks[text][chunk] = list of token ids``.
     """
-    prefix_ids = tokenizer(prefix.strip(), add_special_tokens=False)["input_ids"] if prefix.strip() else []
+    prefix_ids = prefix_token_ids(tokenizer, prefix)
     specials = 2 + len(prefix_ids)  # [CLS], [SEP] and the prefix
     body = max_chunk_length - specials
     max_chunks = max_document_length // max_chunk_length
-    if body < 1 or max_chunks < 1:
-        raise ConfigError(
-            f"max_chunk_length = {max_chunk_length} and max_document_length = {max_document_length}: "
-            f"expected max_chunk_length >= {specials + 1} and max_document_length >= max_chunk_length"
+    if body < 1:
+        least, why = shortest_input(tokenizer, prefix)
+        raise SettingError("max_chunk_length", max_chunk_length, f"an integer >= {least} ({why})")
+    if max_chunks < 1:
+        raise SettingError(
+            "max_document_length", max_document_length, f"an integer >= the chunk length ({max_chunk_length})"
         )
     enc = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_chunks * body, verbose=False)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id

@@ -62,6 +62,7 @@ import scipy.sparse as sp
 
 from lexgraph.core import layout
 from lexgraph.core.errors import LexgraphError
+from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.progress import progress_bar
 
 try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip its counting pass
@@ -421,8 +422,8 @@ class BM25:
                 raise LexgraphError(f"{directory}: not a BM25 index (missing {name}); run `dvc repro bm25` first")
         restore = "rerun `dvc repro bm25` (or `dvc checkout`) to restore it"
         try:
-            meta = json.loads((directory / _META).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            meta = json_object((directory / _META).read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
             raise LexgraphError(
                 f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}"
             ) from None
@@ -432,8 +433,8 @@ class BM25:
                 f"{directory / _META}: unsupported index format {got}, expected {FORMAT!r} v{FORMAT_VERSION}"
             )
         try:
-            terms = json.loads((directory / _VOCAB).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            terms = json_object((directory / _VOCAB).read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
             raise LexgraphError(f"{directory / _VOCAB}: truncated or corrupt vocabulary ({exc}); {restore}") from None
         needed = {"doc_ids", "doc_len", "tf_indptr", "tf_indices", "tf_data"}
         try:

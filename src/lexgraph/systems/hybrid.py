@@ -27,6 +27,7 @@ import numpy as np
 from lexgraph.core import layout
 from lexgraph.core.config import bad_value, expectation, params_error, refuse_held_out, section_config
 from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.data.schema import SPLITS
 from lexgraph.metrics.ir import DEEPEST, METRICS
 from lexgraph.search.fusion import ALONE, NORMS, Fusion, fuse
@@ -168,8 +169,8 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise LexgraphError(f"{path}: the hybrid fusion settings not found; run `dvc repro hybrid` first")
     try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        settings = json_object(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
         raise DataError(path, f"truncated or corrupt hybrid settings ({exc}); {restore}") from None
     if not isinstance(settings, dict) or settings.get("format") != FORMAT or settings.get("version") != FORMAT_VERSION:
         raise DataError(path, f"not a hybrid settings file (expected format {FORMAT!r} v{FORMAT_VERSION}); {restore}")

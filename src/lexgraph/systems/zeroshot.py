@@ -32,7 +32,9 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
+from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import DataError
+from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
@@ -72,14 +74,15 @@ def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
 
     backbone, _ = load_backbone(pretrained)
     window = min(config.max_length, _max_positions(backbone.config) or config.max_length)
-    return HierarchicalArticleEncoder.from_pretrained(
-        pretrained,
-        max_chunk_length=window,
-        max_document_length=max(config.max_document_length, window),
-        pooling="token_mean",
-        num_layers=0,
-        token_pooling=config.token_pooling,
-    )
+    with settings_of(SECTION, {"max_chunk_length": "max_length", "max_document_length": "max_document_length"}):
+        return HierarchicalArticleEncoder.from_pretrained(
+            pretrained,
+            max_chunk_length=window,
+            max_document_length=max(config.max_document_length, window),
+            pooling="token_mean",
+            num_layers=0,
+            token_pooling=config.token_pooling,
+        )
 
 
 def query_encoder(pretrained: str | os.PathLike, token_pooling: str, max_length: int):
@@ -166,10 +169,10 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     settings_path = _require(layout.ZEROSHOT.under(workspace, SETTINGS), "the zeroshot settings", "zeroshot")
     emb_path = _require(layout.ZEROSHOT.under(workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot")
     try:
-        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+        settings = json_object(settings_path.read_bytes().decode("utf-8"))
         base = Path(settings["base"])
         token_pooling, max_length = settings["token_pooling"], settings["query_max_length"]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, KeyError, TypeError) as exc:
         raise DataError(
             settings_path,
             f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "

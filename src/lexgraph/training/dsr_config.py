@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
+from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import ConfigError
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
@@ -152,6 +153,22 @@ def build_dsr(config: DSRConfig, pretrained: str | os.PathLike) -> DSR:
         a_path,
         " (random init)" if a_random else "",
     )
+    with settings_of(SECTION, BUILD_KEYS):
+        return _build(config, q_path, q_random, a_path, a_random)
+
+
+#: the encoders' arguments that come from the ``dsr`` section, by the key they come from
+BUILD_KEYS = {
+    "max_length": "max_query_length",
+    "max_chunk_length": "max_chunk_length",
+    "max_document_length": "max_document_length",
+    "num_heads": "chunk_heads",
+    "pooling": "pooling",
+    "trainable_layers": "query_trainable_layers",
+}
+
+
+def _build(config: DSRConfig, q_path: str, q_random: bool, a_path: str, a_random: bool) -> DSR:
     query = QueryEncoder.from_pretrained(
         q_path,
         max_length=config.max_query_length,
