@@ -22,8 +22,15 @@ PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"
 
 @pytest.fixture
 def ws(tmp_path):
+    """A workspace of the toy articles and their BM25 index, recorded as the bm25 stage records it."""
+    from lexgraph.core.provenance import recording
+    from lexgraph.systems.bm25_pipeline import Bm25Paths
+
     write_articles(tmp_path, ARTICLES)
-    BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(tmp_path / "models" / "bm25")
+    out = tmp_path / "models" / "bm25"
+    paths = Bm25Paths(tmp_path / "data" / "clean" / "articles.parquet", tmp_path / "metrics" / "bm25_tune.json", out)
+    with recording("bm25", {}, paths):
+        BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(out)
     (tmp_path / "q.jsonl").write_text(json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n")
     (tmp_path / "out.trec").write_text(PREVIOUS_RUN, encoding="utf-8")
     return tmp_path

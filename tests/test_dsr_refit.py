@@ -77,8 +77,8 @@ def runs(monkeypatch):
     calls = []
     real_fit = dsr.fit
 
-    def recording_fit(task, optimizer, scheduler, config, runtime):
-        result = real_fit(task, optimizer, scheduler, config, runtime)
+    def recording_fit(task, optimizer, scheduler, config, runtime, checkpoint=None):
+        result = real_fit(task, optimizer, scheduler, config, runtime, checkpoint)
         calls.append(
             SimpleNamespace(
                 config=config,
