@@ -78,7 +78,32 @@ def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
             f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
             f"and {emb.dtype} {tuple(emb.shape)}",
         )
+    check_vectors(path, ids.numpy(), emb)
     return ids.numpy(), emb
+
+
+def check_vectors(path, ids: np.ndarray, vectors: torch.Tensor) -> None:
+    """Vectors read back from the artefact ``path`` are finite and their ids distinct: a nan or
+    infinite row (its article would never rank, or rank first) or a repeated id is one sentence
+    naming the file and how many rows, then the remedy."""
+    fix = "rerun `dvc repro` (or `dvc checkout`) to restore it"
+    bad = (~torch.isfinite(vectors)).any(dim=1).nonzero().flatten()  # (n_bad,)
+    if bad.numel():
+        first = int(ids[int(bad[0])])
+        raise DataError(
+            path,
+            f"{bad.numel()} of {vectors.size(0)} rows hold nan or infinite values (first: id {first}), "
+            f"expected finite vectors; {fix}",
+            column="embeddings",
+        )
+    unique, counts = np.unique(ids, return_counts=True)
+    if unique.size < ids.size:
+        raise DataError(
+            path,
+            f"{ids.size - unique.size} of {ids.size} rows repeat an earlier id (first: id "
+            f"{int(unique[counts > 1][0])}), expected one row per id; {fix}",
+            column="ids",
+        )
 
 
 def select_rows(ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str) -> torch.Tensor:
