@@ -165,17 +165,14 @@ class DenseIndex:
             index.hnsw.efConstruction = cfg.ef_construction
         index.add(x)
         self.index = index
-        log.info(
-            "dense index: %s over %d articles (dim %d)%s",
-            self.kind,
-            n,
-            d,
-            f", nlist {index.nlist}, nprobe {index.nprobe}"
-            if self.kind == "ivf"
-            else f", M {cfg.hnsw_m}, efSearch {cfg.ef_search}"
-            if self.kind == "hnsw"
-            else "",
-        )
+        self._warned = False  # a search returned fewer than k articles (said once)
+        log.info("dense index: %s over %d articles (dim %d)%s", self.kind, n, d, self.settings())
+
+    def settings(self) -> str:
+        """The approximate index's settings, as a log line words them (empty for flat)."""
+        if self.kind == "ivf":
+            return f", nlist {self.index.nlist}, nprobe {self.index.nprobe}"
+        return f", M {self.config.hnsw_m}, efSearch {self.config.ef_search}" if self.kind == "hnsw" else ""
 
     def __len__(self) -> int:
         return int(self.article_ids.size)
@@ -201,7 +198,30 @@ class DenseIndex:
         order = np.lexsort((key_id, -key_score), axis=-1)[:, :k]  # (nq, k)
         ids = np.take_along_axis(ids, order, axis=1)
         scores = np.where(ids >= 0, np.take_along_axis(scores, order, axis=1), 0.0).astype(np.float32)
+        self._say_short((ids >= 0).sum(axis=1), k)
         return ids.astype(np.int64, copy=False), scores
+
+    def _say_short(self, found: np.ndarray, k: int) -> None:
+        """One warning line (once per index) when an approximate index's settings cannot reach
+        ``k`` articles for some questions (``found``: ``(nq,)`` articles returned per question)."""
+        short = found < k
+        if self._warned or not short.any():
+            return
+        self._warned = True
+        remedy = {
+            "ivf": "raise evaluate.index.nprobe or lower evaluate.index.nlist",
+            "hnsw": "raise evaluate.index.hnsw_m or evaluate.index.ef_search",
+        }.get(self.kind, "use evaluate.index.type flat")
+        log.warning(
+            "dense index %s%s: returned %d of %d articles for %d of %d questions (the rest padded with -1); %s",
+            self.kind,
+            self.settings(),
+            int(found.min()),
+            k,
+            int(short.sum()),
+            found.size,
+            remedy,
+        )
 
     @property
     def nbytes(self) -> int:
