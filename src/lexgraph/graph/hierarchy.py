@@ -56,6 +56,20 @@ def hierarchy_links(graph) -> tuple[torch.Tensor, torch.Tensor]:
     return article_heading, heading_parent
 
 
+def levels_above(graph) -> int:
+    """The most levels any article's deepest heading has above it: the largest ``scope`` that
+    still reaches a heading of its own (a larger one is clamped to the same top headings)."""
+    article_heading, heading_parent = hierarchy_links(graph)
+    cur, levels = article_heading[article_heading >= 0], 0  # (A',)
+    for _ in range(heading_parent.numel()):  # a path is never longer than the number of headings
+        cur = heading_parent[cur]
+        cur = cur[cur >= 0]
+        if not cur.numel():
+            break
+        levels += 1
+    return levels
+
+
 def subtree_means(graph, article_vectors: torch.Tensor) -> torch.Tensor:
     """``(H, dim)``: the mean of the normalised vectors of every article under each heading
     (its subtree, all depths); a heading with no article below it gets zeros."""
