@@ -32,6 +32,7 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
+from lexgraph.core.conform import saved_value
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
 
@@ -40,14 +41,15 @@ log = logging.getLogger(__name__)
 SECTION = "zeroshot"
 ARTICLES = "articles.safetensors"
 SETTINGS = "zeroshot.json"
+POOLINGS = ("cls", "mean")
 
 
 @dataclass(frozen=True)
 class ZeroshotConfig:
     """The ``zeroshot`` section of params.yaml."""
 
-    token_pooling: str  # cls | mean: the model family's pooling
-    max_length: int  # tokens per window (and per question)
+    token_pooling: str = field(metadata={"expected": "cls or mean"})  # the model family's pooling
+    max_length: int = field(metadata={"expected": "an integer >= 1"})  # tokens per window (and per question)
     max_document_length: int  # tokens per article over all windows (longer: truncated)
     batch_size: int  # windows per encoder call
 
@@ -56,7 +58,7 @@ class ZeroshotConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
-        if self.token_pooling not in ("cls", "mean"):
+        if self.token_pooling not in POOLINGS:
             raise params_error(f"'{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
         for key in ("max_length", "max_document_length", "batch_size"):  # integers: section_config checked
             if getattr(self, key) < 1:
@@ -175,6 +177,13 @@ def load_system(workspace: Path, device: str = "auto", index=None):
             f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
             "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it",
         ) from None
+    fix = "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it"
+    token_pooling = saved_value(
+        ZeroshotConfig, "token_pooling", token_pooling, settings_path, fix, ok=POOLINGS.__contains__
+    )
+    max_length = saved_value(
+        ZeroshotConfig, "max_length", max_length, settings_path, fix, key="query_max_length", ok=lambda v: v >= 1
+    )
     base = base if base.is_absolute() else workspace / base
     _require(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
