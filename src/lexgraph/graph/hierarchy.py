@@ -144,12 +144,14 @@ def read_hprior(model_dir: str | Path) -> dict[str, Any]:
             and not isinstance(row["scope"], bool)
             and finite_number(row.get("weight"))
             and finite_number(row.get(metric))
+            and row["scope"] >= 0  # hprior.scopes' and hprior.weights' domain in params.yaml
+            and row["weight"] >= 0
         )
         if not ok:
             raise DataError(
                 path,
-                f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' and "
-                f"numbers 'weight' and '{metric}'; expected {what}; {fix}",
+                f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' >= 0, a "
+                f"number 'weight' >= 0 and a number '{metric}'; expected {what}; {fix}",
             )
     return report
 
