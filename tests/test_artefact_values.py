@@ -129,6 +129,15 @@ def _mvcl(ws: Path, key: str, value, in_config: bool = False, variant: str = "xr
     return variant
 
 
+def _zeroshot(ws: Path, **values) -> str:
+    """The zeroshot stage's output (settings as it writes them), ``values`` then edited."""
+    settings = {"base": "models/pretrain", "dim": 16, "prefix": "", "query_max_length": 512, "token_pooling": "mean"}
+    (ws / "data/zeroshot").mkdir(parents=True)
+    (ws / "data/zeroshot/zeroshot.json").write_text(json.dumps({**settings, **values, "window": 512}))
+    save_embeddings(ws / "data/zeroshot/articles.safetensors", list(ARTICLES), torch.randn(3, 16))
+    return "zeroshot"
+
+
 CASES = [
     # (b) an index's ids are what it scores: rotated, permuted or repeated ids are refused
     (
@@ -191,6 +200,24 @@ CASES = [
         "ws",
         lambda ws: _mvcl(ws, "interpolation", [5.0], in_config=True),
         ["mvcl.json", "key 'config'", "'rerank.xrerank.interpolation' = [5.0]", "in [0, 1]"],
+    ),
+    (
+        "zeroshot-query-length-0",
+        "ws",
+        lambda ws: _zeroshot(ws, query_max_length=0),
+        ["data/zeroshot/zeroshot.json", "key 'query_max_length' = 0", "expected an integer >= 1"],
+    ),
+    (
+        "zeroshot-query-length-negative",
+        "ws",
+        lambda ws: _zeroshot(ws, query_max_length=-3),
+        ["zeroshot.json", "key 'query_max_length' = -3", "expected an integer >= 1", "dvc repro zeroshot"],
+    ),
+    (
+        "zeroshot-pooling",
+        "ws",
+        lambda ws: _zeroshot(ws, token_pooling="max"),
+        ["zeroshot.json", "key 'token_pooling' = 'max'", "expected cls or mean"],
     ),
     # (a) vectors read from an artefact are finite, one row per id
     (
