@@ -372,3 +372,27 @@ def test_hprior_scopes_beyond_the_hierarchy_are_refused(tmp_path, scopes, capsys
     for part in (f"'hprior.scopes' = {scopes}", "each in [0, 2]", str(graph), "2 levels above"):
         assert part in lines[0], lines[0]
     assert snapshot(tmp_path) == before and not (tmp_path / "models").exists()
+
+
+def test_token_states_with_nan_are_refused_naming_the_file(tmp_path):
+    """The re-rankers' cached token states (data/rerank): a text with a nan or infinite state is
+    refused in one line naming the file and how many texts (read by `lexgraph search --system
+    xrerank` and the rerank stage; a workspace for the search itself needs a PLM, so the reader is
+    tested here)."""
+    from lexgraph.core.errors import DataError
+    from lexgraph.encoding.rerank_features import TokenStore
+
+    states = [torch.randn(n, 4, dtype=torch.float16) for n in (2, 3, 1)]
+    states[1][2, 0], states[2][0, 3] = float("nan"), float("-inf")
+    path = tmp_path / "articles.safetensors"
+    TokenStore.from_list([7, 8, 9], states, 4).save(path)
+    before = path.read_bytes()
+    with pytest.raises(DataError) as info:
+        TokenStore.load(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}, column 'states': 2 of 3 texts hold nan or infinite token states (first: id 8)")
+    assert "dvc repro encode_rerank" in message and "\n" not in message
+    assert path.read_bytes() == before
+    states[1][2, 0], states[2][0, 3] = 1.0, 1.0
+    TokenStore.from_list([7, 8, 9], states, 4).save(path)
+    assert TokenStore.load(path).get(9).shape == (1, 4)
