@@ -232,6 +232,12 @@ CASES = [
         lambda ws: _vectors(ws, list(ARTICLES), _with_nan([1], float("inf"))),
         ["articles.safetensors", "1 of 3 rows", "expected finite vectors"],
     ),
+    (  # (b) ids rotated against their vectors: each vector would answer for another article
+        "dense-ids-rotated",
+        "dense_ws",
+        lambda ws: _vectors(ws, [3, 1, 2], torch.randn(3, 16)),
+        ["data/embed/articles.safetensors", "ids out of order at row 1 of 3 (id 1 after 3)", "strictly ascending"],
+    ),
     (
         "dense-repeated-id",
         "dense_ws",

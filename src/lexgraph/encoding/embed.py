@@ -106,6 +106,21 @@ def check_vectors(path, ids: np.ndarray, vectors: torch.Tensor) -> None:
         )
 
 
+def check_article_order(path, ids: np.ndarray) -> None:
+    """A system's article vectors hold their ids ascending, as every stage writes them (``clean``
+    sorts the articles by id; the graph orders them so): ids rotated or permuted against their rows
+    (each vector then answers for another article) are one sentence naming the file."""
+    bad = np.flatnonzero(np.diff(ids) <= 0) + 1
+    if bad.size:
+        raise DataError(
+            path,
+            f"ids out of order at row {int(bad[0])} of {ids.size} (id {int(ids[bad[0]])} after "
+            f"{int(ids[bad[0] - 1])}), expected strictly ascending article ids, as the stages write them; "
+            "rerun `dvc repro` (or `dvc checkout`) to restore it",
+            column="ids",
+        )
+
+
 def select_rows(ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str) -> torch.Tensor:
     """Rows of ``embeddings`` for ``wanted`` ids, in that order; DataError on a missing id."""
     order = np.argsort(ids, kind="stable")

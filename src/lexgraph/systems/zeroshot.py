@@ -161,7 +161,7 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     """The ``zeroshot`` system: the base checkpoint as query encoder (its family's prefix
     and pooling) + the ``zeroshot`` stage's windowed article embeddings."""
     from lexgraph.core.config import resolve_device
-    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.encoding.embed import check_article_order, load_embeddings
     from lexgraph.systems.dense import DenseRetriever, _require
 
     workspace = Path(workspace)
@@ -187,6 +187,7 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     base = base if base.is_absolute() else workspace / base
     _require(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
+    check_article_order(emb_path, ids)
     encoder = query_encoder(base, token_pooling, max_length)
     return DenseRetriever(
         encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index
