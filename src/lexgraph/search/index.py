@@ -171,7 +171,9 @@ class DenseIndex:
     def settings(self) -> str:
         """The approximate index's settings, as a log line words them (empty for flat)."""
         if self.kind == "ivf":
-            return f", nlist {self.index.nlist}, nprobe {self.index.nprobe}"
+            nlist, asked = self.index.nlist, self.config.nlist
+            clipped = f" (evaluate.index.nlist {asked}: at most one per article)" if asked > nlist else ""
+            return f", nlist {nlist}{clipped}, nprobe {self.index.nprobe}"
         return f", M {self.config.hnsw_m}, efSearch {self.config.ef_search}" if self.kind == "hnsw" else ""
 
     def __len__(self) -> int:
@@ -208,14 +210,15 @@ class DenseIndex:
         if self._warned or not short.any():
             return
         self._warned = True
-        remedy = {
-            "ivf": "raise evaluate.index.nprobe or lower evaluate.index.nlist",
-            "hnsw": "raise evaluate.index.hnsw_m or evaluate.index.ef_search",
-        }.get(self.kind, "use evaluate.index.type flat")
+        settings, remedy = self.settings(), "raise evaluate.index.nprobe or lower evaluate.index.nlist"
+        if self.kind == "hnsw":  # efSearch was raised to k: only a better connected graph helps
+            settings = f", M {self.config.hnsw_m}, efConstruction {self.config.ef_construction}, efSearch "
+            settings += f"{self.index.hnsw.efSearch} (evaluate.index.ef_search {self.config.ef_search}, raised to k)"
+            remedy = "raise evaluate.index.hnsw_m or evaluate.index.ef_construction"
         log.warning(
             "dense index %s%s: returned %d of %d articles for %d of %d questions (the rest padded with -1); %s",
             self.kind,
-            self.settings(),
+            settings,
             int(found.min()),
             k,
             int(short.sum()),
