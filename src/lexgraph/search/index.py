@@ -21,7 +21,8 @@ Contract:
   ordered by lower article id (the index fetches a few extra neighbours, re-sorts by
   ``(-score, id)`` and cuts); IVF's k-means trains on a seeded sample of at most
   40 points per list. A row shorter than ``k`` (an ANN index that found fewer
-  neighbours) is padded with id ``-1`` and score 0, as BM25 pads.
+  neighbours) is padded with id ``-1`` and score 0, as BM25 pads; the index then logs one
+  warning naming its settings and "returned n of k" (once per index).
 * Flat is deterministic. IVF's k-means is seeded (``seed``). HNSW inserts vectors with
   several threads, so its graph, hence its approximate results, may vary from run to
   run; flat's never do.
