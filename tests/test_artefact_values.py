@@ -138,6 +138,19 @@ def _zeroshot(ws: Path, **values) -> str:
     return "zeroshot"
 
 
+def _nan_weights(ws: Path) -> str:
+    """A saved xrerank whose network holds a nan weight (every score would be nan)."""
+    from safetensors.torch import load_file, save_file
+
+    variant = _mvcl(ws, "epoch", 1)
+    path = ws / f"models/{variant}/mvcl.safetensors"
+    tensors = load_file(str(path))
+    name = sorted(n for n, t in tensors.items() if t.is_floating_point())[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(path))
+    return variant
+
+
 CASES = [
     # (b) an index's ids are what it scores: rotated, permuted or repeated ids are refused
     (
@@ -218,6 +231,12 @@ CASES = [
         "ws",
         lambda ws: _zeroshot(ws, token_pooling="max"),
         ["zeroshot.json", "key 'token_pooling' = 'max'", "expected cls or mean"],
+    ),
+    (
+        "xrerank-nan-weight",
+        "ws",
+        _nan_weights,
+        ["models/xrerank/mvcl.safetensors", "1 of ", "tensors hold nan or infinite values", "expected finite weights"],
     ),
     # (a) vectors read from an artefact are finite, one row per id
     (
