@@ -12,7 +12,7 @@ from collections import abc
 from pathlib import Path
 from typing import Any, Union
 
-from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.core.errors import ConfigError
 
 DEFAULT_PARAMS = Path("params.yaml")
 _NONE = type(None)
@@ -184,6 +184,8 @@ def saved_value(cls, name: str, value: Any, path, fix: str, *, key: str | None =
     its ``choices``, then ``ok`` (the config's own range check, shared with its ``validate``).
     Anything else is a one-sentence :class:`DataError` naming the file, ``key`` (default
     ``name``), the value, the field's expectation and ``fix``."""
+    from lexgraph.core.errors import DataError
+
     f = {f.name: f for f in dataclasses.fields(cls)}[name]
     try:
         conformed = _conform(value, typing.get_type_hints(cls)[name])
@@ -201,6 +203,8 @@ def saved_config(cls, values: Any, path, key: str, fix: str):
     every field present, annotations, ``choices``, then ``cls.validate()``. A missing key or a
     value out of its domain is a one-sentence :class:`DataError` naming the file, ``key`` and
     the setting, then ``fix``."""
+    from lexgraph.core.errors import DataError
+
     names = [f.name for f in dataclasses.fields(cls)]
     if not isinstance(values, dict) or set(values) != set(names):
         got = sorted(values) if isinstance(values, dict) else type(values).__name__

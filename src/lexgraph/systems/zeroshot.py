@@ -32,7 +32,6 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
-from lexgraph.core.conform import saved_value
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
 
@@ -161,6 +160,7 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     """The ``zeroshot`` system: the base checkpoint as query encoder (its family's prefix
     and pooling) + the ``zeroshot`` stage's windowed article embeddings."""
     from lexgraph.core.config import resolve_device
+    from lexgraph.core.conform import saved_value
     from lexgraph.encoding.embed import check_article_order, load_embeddings
     from lexgraph.systems.dense import DenseRetriever, _require
 
