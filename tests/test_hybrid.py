@@ -453,13 +453,14 @@ def test_stage_refuses_the_test_split_before_any_work(workspace):
     assert not (workspace / "models/hybrid").exists() and not (workspace / "metrics").exists()
 
 
-@pytest.mark.parametrize("depth", [0, -5, 2.5, True, "1000", None])
+@pytest.mark.parametrize("depth", [0, -5, 10, 499, 2.5, True, "1000", None])
 def test_the_depth_is_checked_where_the_settings_file_is_read(workspace, depth):
-    """``depth`` is checked once, by read_settings (the retriever trusts it)."""
+    """``depth`` is checked once, by read_settings (the retriever trusts it), against the range
+    params.yaml allows for ``hybrid.depth`` (issue 28: an edited depth 10 was used as it was)."""
     path = workspace / "models/hybrid/hybrid.json"
     path.parent.mkdir(parents=True)
     settings = {"format": "lexgraph-hybrid", "version": 1, "sparse": "bm25", "dense": "dsr", "depth": depth}
     settings["fusion"] = {"method": "rrf", "k": 60}
     path.write_text(json.dumps(settings), encoding="utf-8")
-    with pytest.raises(DataError, match=r"inconsistent hybrid settings \(depth "):
+    with pytest.raises(DataError, match=r"hybrid\.json: key 'depth' = .*, expected an integer >= 500 .*dvc repro"):
         load_retriever("hybrid", workspace, "cpu")

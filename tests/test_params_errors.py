@@ -1182,8 +1182,19 @@ ARTEFACTS = [
         _read_hprior,
         "models/hprior/hprior.json",
         json.dumps({"format": "lexgraph-hprior/1", "metric": "recall@100", "grid": [{"scope": 0, "weight": 0.5}]}),
-        "key 'grid.0' = {\"scope\": 0, \"weight\": 0.5}, not a row with an integer 'scope' and numbers 'weight' and "
-        "'recall@100'",
+        "key 'grid.0' = {\"scope\": 0, \"weight\": 0.5}, not a row with an integer 'scope' >= 0, a number 'weight' "
+        ">= 0 and a number 'recall@100'",
+        "hprior",
+    ),
+    (  # issue 28: a weight outside hprior.weights' domain (the GNN's prior init would use it)
+        "hprior-negative-weight",
+        _read_hprior,
+        "models/hprior/hprior.json",
+        json.dumps(
+            {"format": "lexgraph-hprior/1", "metric": "map", "grid": [{"scope": 0, "weight": -2.0, "map": 0.3}]}
+        ),
+        'key \'grid.0\' = {"scope": 0, "weight": -2.0, "map": 0.3}, not a row with an integer \'scope\' >= 0, a '
+        "number 'weight' >= 0",
         "hprior",
     ),
     (

@@ -193,3 +193,51 @@ def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] 
         except _Mismatch:
             raise bad_value(section, (keys or {}).get(name, name), value, expectation(cls, name)) from None
     return out
+
+
+# ---------------------------------------------------------------------------
+# Values read back from an artefact (issue 28): the domain params.yaml allows them
+# ---------------------------------------------------------------------------
+
+
+def saved_value(cls, name: str, value: Any, path, fix: str, *, key: str | None = None, ok=None) -> Any:
+    """A tuned value read back from the artefact ``path`` (``hybrid.json``'s depth, ...), checked
+    against the domain params.yaml allows for field ``name`` of config ``cls``: its annotation,
+    its ``choices``, then ``ok`` (the config's own range check, shared with its ``validate``).
+    Anything else is a one-sentence :class:`DataError` naming the file, ``key`` (default
+    ``name``), the value, the field's expectation and ``fix``."""
+    from lexgraph.core.errors import DataError
+
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    try:
+        conformed = _conform(value, typing.get_type_hints(cls)[name])
+        good = conformed in f.metadata.get("choices", (conformed,)) and (ok is None or ok(conformed))
+    except _Mismatch:
+        good = False
+    if not good:
+        raise DataError(path, f"key '{key or name}' = {value!r}, expected {expectation(cls, name)}; {fix}")
+    return conformed
+
+
+def saved_config(cls, values: Any, path, key: str, fix: str):
+    """Config ``cls`` rebuilt from the mapping ``values`` that the artefact ``path`` holds under
+    ``key`` (a stage's settings saved with its model), through the checks params.yaml gets:
+    every field present, annotations, ``choices``, then ``cls.validate()``. A missing key or a
+    value out of its domain is a one-sentence :class:`DataError` naming the file, ``key`` and
+    the setting, then ``fix``."""
+    from lexgraph.core.errors import DataError
+
+    names = [f.name for f in dataclasses.fields(cls)]
+    if not isinstance(values, dict) or set(values) != set(names):
+        got = sorted(values) if isinstance(values, dict) else type(values).__name__
+        raise DataError(path, f"key '{key}' holds {got}, expected the settings {names}; {fix}")
+    try:
+        conformed = check_types(cls, values, key)
+        for f in dataclasses.fields(cls):
+            if conformed[f.name] not in f.metadata.get("choices", (conformed[f.name],)):
+                raise bad_value(key, f.name, conformed[f.name], expectation(cls, f.name))
+        config = cls(**conformed)
+        config.validate()
+    except ConfigError as exc:
+        raise DataError(path, f"key '{key}': {without_params_file(exc)}; {fix}") from None
+    return config

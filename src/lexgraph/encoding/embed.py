@@ -78,7 +78,47 @@ def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
             f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
             f"and {emb.dtype} {tuple(emb.shape)}",
         )
+    check_vectors(path, ids.numpy(), emb)
     return ids.numpy(), emb
+
+
+def check_vectors(path, ids: np.ndarray, vectors: torch.Tensor) -> None:
+    """Vectors read back from the artefact ``path`` are finite and their ids distinct: a nan or
+    infinite row (its article would never rank, or rank first) or a repeated id is one sentence
+    naming the file and how many rows, then the remedy."""
+    fix = "rerun `dvc repro` (or `dvc checkout`) to restore it"
+    bad = (~torch.isfinite(vectors)).any(dim=1).nonzero().flatten()  # (n_bad,)
+    if bad.numel():
+        first = int(ids[int(bad[0])])
+        raise DataError(
+            path,
+            f"{bad.numel()} of {vectors.size(0)} rows hold nan or infinite values (first: id {first}), "
+            f"expected finite vectors; {fix}",
+            column="embeddings",
+        )
+    unique, counts = np.unique(ids, return_counts=True)
+    if unique.size < ids.size:
+        raise DataError(
+            path,
+            f"{ids.size - unique.size} of {ids.size} rows repeat an earlier id (first: id "
+            f"{int(unique[counts > 1][0])}), expected one row per id; {fix}",
+            column="ids",
+        )
+
+
+def check_article_order(path, ids: np.ndarray) -> None:
+    """A system's article vectors hold their ids ascending, as every stage writes them (``clean``
+    sorts the articles by id; the graph orders them so): ids rotated or permuted against their rows
+    (each vector then answers for another article) are one sentence naming the file."""
+    bad = np.flatnonzero(np.diff(ids) <= 0) + 1
+    if bad.size:
+        raise DataError(
+            path,
+            f"ids out of order at row {int(bad[0])} of {ids.size} (id {int(ids[bad[0]])} after "
+            f"{int(ids[bad[0] - 1])}), expected strictly ascending article ids, as the stages write them; "
+            "rerun `dvc repro` (or `dvc checkout`) to restore it",
+            column="ids",
+        )
 
 
 def select_rows(ids: np.ndarray, embeddings: torch.Tensor, wanted: np.ndarray, path, what: str) -> torch.Tensor:

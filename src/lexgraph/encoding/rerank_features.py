@@ -98,7 +98,21 @@ class TokenStore:
         t = load_tensors(path, "token-state file", "run `dvc repro encode_rerank`")
         if set(t) != {"ids", "offsets", "states"}:
             raise DataError(path, f"expected tensors 'ids', 'offsets' and 'states', found {sorted(t)}")
-        return cls(t["ids"].numpy(), t["offsets"], t["states"])
+        ids, offsets, states = t["ids"].numpy(), t["offsets"], t["states"]
+        # nan / inf anywhere makes the float32 sum non-finite (float16 values cannot overflow it): one
+        # pass, cheaper than isfinite over every state; the rows are found only when it fails
+        bad = np.empty(0, dtype=np.int64)
+        if not torch.isfinite(states.sum(dtype=torch.float32)):
+            bad = (~torch.isfinite(states)).any(dim=1).nonzero().flatten().numpy()  # token rows with nan / inf
+        if bad.size:
+            texts = np.unique(np.searchsorted(offsets.numpy(), bad, side="right") - 1)  # their texts
+            raise DataError(
+                path,
+                f"{texts.size} of {ids.size} texts hold nan or infinite token states (first: id "
+                f"{int(ids[min(texts[0], ids.size - 1)])}), expected finite vectors; run `dvc repro encode_rerank`",
+                column="states",
+            )
+        return cls(ids, offsets, states)
 
 
 class FrozenTokenEncoder:

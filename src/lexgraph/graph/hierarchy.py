@@ -56,6 +56,20 @@ def hierarchy_links(graph) -> tuple[torch.Tensor, torch.Tensor]:
     return article_heading, heading_parent
 
 
+def levels_above(graph) -> int:
+    """The most levels any article's deepest heading has above it: the largest ``scope`` that
+    still reaches a heading of its own (a larger one is clamped to the same top headings)."""
+    article_heading, heading_parent = hierarchy_links(graph)
+    cur, levels = article_heading[article_heading >= 0], 0  # (A',)
+    for _ in range(heading_parent.numel()):  # a path is never longer than the number of headings
+        cur = heading_parent[cur]
+        cur = cur[cur >= 0]
+        if not cur.numel():
+            break
+        levels += 1
+    return levels
+
+
 def subtree_means(graph, article_vectors: torch.Tensor) -> torch.Tensor:
     """``(H, dim)``: the mean of the normalised vectors of every article under each heading
     (its subtree, all depths); a heading with no article below it gets zeros."""
@@ -130,12 +144,14 @@ def read_hprior(model_dir: str | Path) -> dict[str, Any]:
             and not isinstance(row["scope"], bool)
             and finite_number(row.get("weight"))
             and finite_number(row.get(metric))
+            and row["scope"] >= 0  # hprior.scopes' and hprior.weights' domain in params.yaml
+            and row["weight"] >= 0
         )
         if not ok:
             raise DataError(
                 path,
-                f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' and "
-                f"numbers 'weight' and '{metric}'; expected {what}; {fix}",
+                f"key 'grid.{n}' = {json.dumps(row)[:60]}, not a row with an integer 'scope' >= 0, a "
+                f"number 'weight' >= 0 and a number '{metric}'; expected {what}; {fix}",
             )
     return report
 

@@ -38,8 +38,16 @@ def load_state(model, target: str | os.PathLike, what: str, settings: str, remed
     (:func:`lexgraph.core.io.load_tensors`: missing, unreadable or corrupt files are one line);
     tensors that do not fit the network the ``settings`` file describes are a one-sentence
     :class:`DataError` naming ``target``, then ``remedy``."""
+    tensors = load_tensors(target, what, remedy)
+    bad = [name for name, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:  # a nan weight turns every score into nan: the ranking would be arbitrary
+        raise DataError(
+            target,
+            f"{len(bad)} of {len(tensors)} tensors hold nan or infinite values (first: {bad[0]!r}), expected "
+            f"finite weights; {remedy}",
+        )
     try:
-        model.load_state_dict(load_tensors(target, what, remedy))
+        model.load_state_dict(tensors)
     except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors
         raise DataError(
             target, f"weights that do not fit the network {settings} describes ({str(exc).splitlines()[0]}); {remedy}"

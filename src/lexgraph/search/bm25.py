@@ -450,15 +450,28 @@ class BM25:
             n_docs, n_terms = int(meta["n_docs"]), int(meta["n_terms"])
             if len(terms) != n_terms or arrays["doc_ids"].size != n_docs:
                 raise ValueError("the files disagree on the number of terms or documents")
-            self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
+            try:  # k1 and b in the domain bm25.k1 / bm25.b have in params.yaml
+                self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
+            except LexgraphError as exc:
+                raise LexgraphError(f"{directory / _META}: {str(exc).removeprefix('BM25 ')}; {restore}") from None
             tf = sp.csr_matrix((arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs))
         except (KeyError, TypeError, ValueError) as exc:
             raise LexgraphError(f"{directory}: inconsistent BM25 index ({exc}); {restore}") from None
+        _check_doc_ids(arrays["doc_ids"], arrays["doc_len"], directory / _ARRAYS, restore)
         self.doc_ids, self.terms = arrays["doc_ids"], terms
         self.vocab = {t: i for i, t in enumerate(terms)}
         self._set_tf(tf, arrays["doc_len"])
         self.source = str(directory)
         return self
+
+
+def _check_doc_ids(doc_ids: np.ndarray, doc_len: np.ndarray, path: Path, restore: str) -> None:
+    """Ids as :meth:`BM25.fit` stores them: strictly ascending integers (distinct; column ``j`` is
+    ``doc_ids[j]``), one length each. Rotated or permuted ids would score one article, name another."""
+    bad = np.flatnonzero(np.diff(doc_ids) <= 0) + 1 if doc_ids.dtype.kind in "iu" and doc_ids.ndim == 1 else [0]
+    if len(bad) or doc_len.shape != doc_ids.shape:
+        where = f"out of order at position {bad[0]} of {doc_ids.size}" if len(bad) else "not one per 'doc_len'"
+        raise LexgraphError(f"{path}: 'doc_ids' {where}, expected strictly ascending article ids; {restore}")
 
 
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:

@@ -21,7 +21,8 @@ Contract:
   ordered by lower article id (the index fetches a few extra neighbours, re-sorts by
   ``(-score, id)`` and cuts); IVF's k-means trains on a seeded sample of at most
   40 points per list. A row shorter than ``k`` (an ANN index that found fewer
-  neighbours) is padded with id ``-1`` and score 0, as BM25 pads.
+  neighbours) is padded with id ``-1`` and score 0, as BM25 pads; the index then logs one
+  warning naming its settings and "returned n of k" (once per index).
 * Flat is deterministic. IVF's k-means is seeded (``seed``). HNSW inserts vectors with
   several threads, so its graph, hence its approximate results, may vary from run to
   run; flat's never do.
@@ -165,17 +166,16 @@ class DenseIndex:
             index.hnsw.efConstruction = cfg.ef_construction
         index.add(x)
         self.index = index
-        log.info(
-            "dense index: %s over %d articles (dim %d)%s",
-            self.kind,
-            n,
-            d,
-            f", nlist {index.nlist}, nprobe {index.nprobe}"
-            if self.kind == "ivf"
-            else f", M {cfg.hnsw_m}, efSearch {cfg.ef_search}"
-            if self.kind == "hnsw"
-            else "",
-        )
+        self._warned = False  # a search returned fewer than k articles (said once)
+        log.info("dense index: %s over %d articles (dim %d)%s", self.kind, n, d, self.settings())
+
+    def settings(self) -> str:
+        """The approximate index's settings, as a log line words them (empty for flat)."""
+        if self.kind == "ivf":
+            nlist, asked = self.index.nlist, self.config.nlist
+            clipped = f" (evaluate.index.nlist {asked}: at most one per article)" if asked > nlist else ""
+            return f", nlist {nlist}{clipped}, nprobe {self.index.nprobe}"
+        return f", M {self.config.hnsw_m}, efSearch {self.config.ef_search}" if self.kind == "hnsw" else ""
 
     def __len__(self) -> int:
         return int(self.article_ids.size)
@@ -201,7 +201,31 @@ class DenseIndex:
         order = np.lexsort((key_id, -key_score), axis=-1)[:, :k]  # (nq, k)
         ids = np.take_along_axis(ids, order, axis=1)
         scores = np.where(ids >= 0, np.take_along_axis(scores, order, axis=1), 0.0).astype(np.float32)
+        self._say_short((ids >= 0).sum(axis=1), k)
         return ids.astype(np.int64, copy=False), scores
+
+    def _say_short(self, found: np.ndarray, k: int) -> None:
+        """One warning line (once per index) when an approximate index's settings cannot reach
+        ``k`` articles for some questions (``found``: ``(nq,)`` articles returned per question)."""
+        short = found < k
+        if self._warned or not short.any():
+            return
+        self._warned = True
+        settings, remedy = self.settings(), "raise evaluate.index.nprobe or lower evaluate.index.nlist"
+        if self.kind == "hnsw":  # efSearch was raised to k: only a better connected graph helps
+            settings = f", M {self.config.hnsw_m}, efConstruction {self.config.ef_construction}, efSearch "
+            settings += f"{self.index.hnsw.efSearch} (evaluate.index.ef_search {self.config.ef_search}, raised to k)"
+            remedy = "raise evaluate.index.hnsw_m or evaluate.index.ef_construction"
+        log.warning(
+            "dense index %s%s: returned %d of %d articles for %d of %d questions (the rest padded with -1); %s",
+            self.kind,
+            settings,
+            int(found.min()),
+            k,
+            int(short.sum()),
+            found.size,
+            remedy,
+        )
 
     @property
     def nbytes(self) -> int:

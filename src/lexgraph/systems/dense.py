@@ -215,11 +215,12 @@ def load_dense(
     "the <name> article embeddings", or ``embeddings_what``, "not found; run `dvc repro <stage>` first").
     ``workspace``: where a query encoder saved by reference finds its source."""
     from lexgraph.core.config import resolve_device
-    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.encoding.embed import check_article_order, load_embeddings
 
     _require(emb_path, embeddings_what or f"the {name} article embeddings", stage)
     _require(query_dir, f"the {name} query encoder", stage)
     ids, embeddings = load_embeddings(emb_path)
+    check_article_order(emb_path, ids)
     encoder = load_query_encoder(query_dir, root=workspace)
     return DenseRetriever(
         encoder,

@@ -69,6 +69,20 @@ class HpriorConfig:
             raise bad("scopes")
 
 
+def check_scopes(config: HpriorConfig, levels: int, graph_path) -> None:
+    """Refuse a scope that cannot take effect: beyond the ``levels`` the hierarchy of the graph
+    in ``graph_path`` has above an article's deepest heading, it is clamped to the same top headings
+    as ``levels`` itself (known once the graph is read)."""
+    if max(config.scopes) > levels:
+        raise bad_value(
+            SECTION,
+            "scopes",
+            config.scopes,
+            f"{expectation(HpriorConfig, 'scopes')}, each in [0, {levels}] (the hierarchy of {graph_path} has "
+            f"at most {levels} level{'s' * (levels != 1)} above an article's deepest heading)",
+        )
+
+
 def dev_grid(
     graph,
     article_ids: np.ndarray,
@@ -212,7 +226,10 @@ def run_hprior(paths: HpriorPaths, config: HpriorConfig) -> None:
     from lexgraph.core.io import read_parquet, write_json
     from lexgraph.encoding.embed import load_embeddings
     from lexgraph.graph.build import load_graph
+    from lexgraph.graph.hierarchy import levels_above
 
+    graph = load_graph(paths.graph)
+    check_scopes(config, levels_above(graph), paths.graph)
     inputs = {
         "articles": paths.embed / "articles.safetensors",
         "questions_embeddings": paths.embed / "questions.safetensors",
@@ -223,6 +240,6 @@ def run_hprior(paths: HpriorPaths, config: HpriorConfig) -> None:
         "questions": load_embeddings(inputs["questions_embeddings"]),
     }
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
-    result = tune(load_graph(paths.graph), embeddings, questions, config, inputs)
+    result = tune(graph, embeddings, questions, config, inputs)
     save(result, paths.out)
     write_json(tune_metrics(result.report), paths.metrics)

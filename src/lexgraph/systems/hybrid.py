@@ -26,6 +26,7 @@ import numpy as np
 
 from lexgraph.core import layout
 from lexgraph.core.config import bad_value, expectation, params_error, refuse_held_out, section_config
+from lexgraph.core.conform import saved_value
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.data.schema import SPLITS
@@ -78,7 +79,7 @@ class HybridConfig:
             raise bad("metric")
         if self.dense not in (*DENSE_SYSTEMS, "best"):
             raise bad("dense")
-        if self.depth < DEEPEST:
+        if not depth_ok(self.depth):
             raise bad("depth")
         if any(k < 0 for k in self.rrf_k) or len(set(self.rrf_k)) < len(self.rrf_k):
             raise bad("rrf_k")
@@ -97,6 +98,11 @@ class HybridConfig:
                 f"'{SECTION}.norms' = {self.norms!r} and '{SECTION}.weights' = {self.weights!r}: a weighted sum "
                 f"needs a normalisation and a weight; expected both non-empty, or both empty (RRF only)"
             )
+
+
+def depth_ok(depth: int) -> bool:
+    """``hybrid.depth``'s range, in params.yaml and read back from ``hybrid.json`` alike."""
+    return depth >= DEEPEST
 
 
 def grid(config: HybridConfig) -> list[Fusion]:
@@ -178,11 +184,11 @@ def read_settings(path: str | Path) -> dict[str, Any]:
         Fusion.from_dict(settings["fusion"])
         if settings["dense"] not in DENSE_SYSTEMS or settings["sparse"] != SPARSE:
             raise ValueError(f"systems {settings['sparse']!r} + {settings['dense']!r}")
-        depth = settings["depth"]
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth {depth!r}")
+        if "depth" not in settings:
+            raise KeyError("depth")
     except (KeyError, TypeError, ValueError, AttributeError, LexgraphError) as exc:
         raise DataError(path, f"inconsistent hybrid settings ({exc}); {restore}") from None
+    saved_value(HybridConfig, "depth", settings["depth"], path, restore, ok=depth_ok)
     return settings
 
 

@@ -42,14 +42,15 @@ log = logging.getLogger(__name__)
 SECTION = "zeroshot"
 ARTICLES = "articles.safetensors"
 SETTINGS = "zeroshot.json"
+POOLINGS = ("cls", "mean")
 
 
 @dataclass(frozen=True)
 class ZeroshotConfig:
     """The ``zeroshot`` section of params.yaml."""
 
-    token_pooling: str  # cls | mean: the model family's pooling
-    max_length: int  # tokens per window (and per question)
+    token_pooling: str = field(metadata={"expected": "cls or mean"})  # the model family's pooling
+    max_length: int = field(metadata={"expected": "an integer >= 1"})  # tokens per window (and per question)
     max_document_length: int  # tokens per article over all windows (longer: truncated)
     batch_size: int  # windows per encoder call
 
@@ -58,7 +59,7 @@ class ZeroshotConfig:
         return section_config(cls, params, SECTION)
 
     def validate(self) -> None:
-        if self.token_pooling not in ("cls", "mean"):
+        if self.token_pooling not in POOLINGS:
             raise params_error(f"'{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
         for key in ("max_length", "max_document_length", "batch_size"):  # integers: section_config checked
             if getattr(self, key) < 1:
@@ -162,7 +163,8 @@ def load_system(workspace: Path, device: str = "auto", index=None):
     """The ``zeroshot`` system: the base checkpoint as query encoder (its family's prefix
     and pooling) + the ``zeroshot`` stage's windowed article embeddings."""
     from lexgraph.core.config import resolve_device
-    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.core.conform import saved_value
+    from lexgraph.encoding.embed import check_article_order, load_embeddings
     from lexgraph.systems.dense import DenseRetriever, _require
 
     workspace = Path(workspace)
@@ -178,9 +180,17 @@ def load_system(workspace: Path, device: str = "auto", index=None):
             f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
             "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it",
         ) from None
+    fix = "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it"
+    token_pooling = saved_value(
+        ZeroshotConfig, "token_pooling", token_pooling, settings_path, fix, ok=POOLINGS.__contains__
+    )
+    max_length = saved_value(
+        ZeroshotConfig, "max_length", max_length, settings_path, fix, key="query_max_length", ok=lambda v: v >= 1
+    )
     base = base if base.is_absolute() else workspace / base
     _require(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
+    check_article_order(emb_path, ids)
     encoder = query_encoder(base, token_pooling, max_length)
     return DenseRetriever(
         encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index

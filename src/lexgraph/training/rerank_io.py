@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from lexgraph.core.errors import LexgraphError
+from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import read_json_object
 from lexgraph.models.rerank import InteractionModel
 from lexgraph.training.rerank_config import RerankConfig
@@ -63,7 +63,7 @@ def load_model(directory: str | os.PathLike, device: torch.device):
     from lexgraph.core.layout import restore_hint
     from lexgraph.encoding.rerank_features import is_disabled
     from lexgraph.models.weights import built_from, load_state
-    from lexgraph.training.rerank_config import SETTINGS, SETTINGS_WHAT, WEIGHTS, RerankConfig
+    from lexgraph.training.rerank_config import SETTINGS, SETTINGS_WHAT, WEIGHTS
 
     directory = Path(directory)
     path = directory / SETTINGS
@@ -88,12 +88,33 @@ def load_model(directory: str | os.PathLike, device: torch.device):
             "first_stage": (lambda v: isinstance(v, str), "a system name"),
         },
     )
+    config = check_settings(settings, path, restore)
     with built_from(
         path, "key 'config' does not build the network", "the rerank settings the rerank stage saved", restore
     ):
-        model = build_model(settings["input_dim"], RerankConfig(**settings["config"]))
+        model = build_model(settings["input_dim"], config)
     # weights of another network shape (e.g. trained before match_features) are one line too
     return load_state(model, directory / WEIGHTS, "MVCL weights", SETTINGS, restore).to(device).eval(), settings
+
+
+def check_settings(settings: dict[str, Any], path: Path, restore: str) -> RerankConfig:
+    """``mvcl.json``'s settings in the domain params.yaml allows (``config``: every ``rerank`` check),
+    and its choices among them: ``first_stage`` and ``k`` those of ``config``, ``alpha`` one of
+    ``config.interpolation`` (null without fusion): else a one-sentence DataError naming the key."""
+    from lexgraph.core.conform import saved_config
+
+    config = saved_config(RerankConfig, settings["config"], path, "config", restore)
+    alphas = list(config.interpolation) if config.fusion else [None]
+    checks = (
+        ("first_stage", [config.first_stage], f"config.first_stage {config.first_stage!r}"),
+        ("k", [config.k], f"config.k {config.k}"),
+        ("alpha", alphas, f"one of config.interpolation {alphas}" if config.fusion else "null (no config.fusion)"),
+    )
+    for key, allowed, words in checks:
+        value = settings.get(key, "<missing>")
+        if isinstance(value, bool) or value not in allowed:
+            raise DataError(path, f"key '{key}' = {value!r}, expected {words}; {restore}")
+    return config
 
 
 def build_model(input_dim: int, config: RerankConfig) -> InteractionModel:
