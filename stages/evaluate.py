@@ -1,6 +1,7 @@
-"""evaluate: every system on every split -> TREC runs, metrics/<system>.json, metrics/results.md,
-paired significance tests on the test split -> metrics/significance.json, per-question results
--> metrics/per_query/<split>.csv and the test recall@k curve -> metrics/recall_curve_test.csv."""
+"""evaluate: every system on every split -> TREC runs and each split's qrels (data/runs/<split>.qrels),
+metrics/<system>.json, metrics/results.md, paired significance tests on the test split ->
+metrics/significance.json, per-question results -> metrics/per_query/<split>.csv and the test
+recall@k curve -> metrics/recall_curve_test.csv."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_a_run_of_fewer_systems_leaves_no_metrics_of_an_earlier_run_and_regress_
 
     proc = _evaluate(ws, _params(tmp_path / "params.yaml", **{"evaluate.systems": ["bm25"], "evaluate.baselines": []}))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in (ws / "data" / "runs").iterdir()) == ["bm25"]
+    assert sorted(p.name for p in (ws / "data" / "runs").iterdir()) == ["bm25", "dev.qrels", "test.qrels"]
     bm25 = json.loads((ws / "metrics" / "bm25.json").read_text(encoding="utf-8"))
     assert set(bm25) == {"dev", "test"} and bm25 != STALE
     for system in (s for s in SYSTEMS if s != "bm25"):

@@ -1,6 +1,6 @@
 """The ``evaluate`` stage's settings and work: every system's runs on every split (written as
-TREC files by :mod:`lexgraph.evaluation.trec`), their metrics rounded, the Markdown result
-table and the paired significance tests behind its marks."""
+TREC files by :mod:`lexgraph.evaluation.trec`, each split's qrels beside them), their metrics
+rounded, the Markdown result table and the paired significance tests behind its marks."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from lexgraph.data.schema import (
     SPLITS,
     split_questions,
 )
-from lexgraph.evaluation.trec import read_trec, write_trec
+from lexgraph.evaluation.trec import read_trec, write_qrels, write_trec
 from lexgraph.metrics.ir import DEEPEST, METRICS, rounded
 from lexgraph.search.index import IndexConfig
 from lexgraph.systems.registry import SYSTEMS
@@ -248,6 +248,19 @@ def evaluate_systems(
     return results
 
 
+def write_split_qrels(questions, splits: Sequence[str], runs_dir: str | os.PathLike) -> list[Path]:
+    """Write each split's gold articles as TREC qrels, ``runs_dir/<split>.qrels``, beside the
+    runs ``runs_dir/<system>/<split>.trec`` (``trec_eval data/runs/test.qrels
+    data/runs/bm25/test.trec``); a split without questions gets none, as it gets no run."""
+    written = []
+    for split in splits:
+        qids, _, qrels = split_questions(questions, split)
+        if qids:
+            written.append(Path(runs_dir) / f"{split}.qrels")
+            write_qrels(written[-1], qrels)
+    return written
+
+
 __all__ = [
     "METRICS",
     "TABLE_COLUMNS",
@@ -255,6 +268,7 @@ __all__ = [
     "results_table",
     "round_metrics",
     "evaluate_systems",
+    "write_split_qrels",
 ]
 
 
@@ -263,15 +277,16 @@ class EvaluatePaths:
     """The ``evaluate`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    runs: Path = output("TREC runs: <runs>/<system>/<split>.trec", record=False)
+    runs: Path = output("TREC runs <runs>/<system>/<split>.trec and qrels <runs>/<split>.qrels", record=False)
     metrics_dir: Path = output("for <system>.json, results.md, significance.json, per_query/")
     workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
 
 
 def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed: int) -> None:
-    """The ``evaluate`` stage: every system on every split -> TREC runs, metrics/<system>.json,
-    results.md, the paired significance tests on ``config.significance_split`` -> significance.json,
-    per-question results -> per_query/<split>.csv and the test recall@k curve."""
+    """The ``evaluate`` stage: every system on every split -> TREC runs and each split's qrels,
+    metrics/<system>.json, results.md, the paired significance tests on
+    ``config.significance_split`` -> significance.json, per-question results ->
+    per_query/<split>.csv and the test recall@k curve."""
     import polars as pl
 
     from lexgraph.core.io import read_parquet, write_json, write_text
@@ -295,6 +310,7 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
         results = evaluate_systems(
             systems, questions, splits, config.k, runs, paths.workspace, device, index=config.index
         )
+        write_split_qrels(questions, splits, runs)
         _, _, qrels = split_questions(questions, split)
         split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
         # a re-ranker is also compared with the first stage it re-ranks

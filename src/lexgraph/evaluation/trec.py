@@ -1,11 +1,12 @@
-"""TREC run files: ``qid Q0 docid rank score tag`` lines, written and read back (what
-``trec_eval``, ``ranx`` and ``ir_measures`` read)."""
+"""TREC run files (``qid Q0 docid rank score tag`` lines, written and read back) and qrels files
+(``qid 0 docid rel`` lines): what ``trec_eval``, ``ranx`` and ``ir_measures`` read. Both spell
+an id through :func:`trec_id`, so a run and its qrels name every query and article alike."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,14 @@ def _check_token(value: str, what: str) -> str:
     if not value or any(ch.isspace() for ch in value):
         raise ValueError(f"TREC {what} must be a non-empty string without whitespace, got {value!r}")
     return value
+
+
+def trec_id(value: Hashable, what: str = "id") -> str:
+    """How runs and qrels spell a query or article id: an integer in decimal digits, anything
+    else as ``str(value)``, non-empty and without whitespace (``ValueError`` otherwise)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return str(int(value))
+    return _check_token(str(value), what)
 
 
 def write_trec(
@@ -55,14 +64,35 @@ def write_trec(
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             for qid, row_ids, row_scores, row_valid in zip(qids, ids, scores, valid):
-                q = _check_token(str(qid), "qid")
+                q = trec_id(qid, "qid")
                 rank = 0
                 lines = []
                 for doc, score in zip(row_ids[row_valid].tolist(), row_scores[row_valid].tolist()):
                     rank += 1
-                    lines.append(f"{q} Q0 {doc} {rank} {score:.6f}{suffix}")
+                    lines.append(f"{q} Q0 {trec_id(doc, 'docid')} {rank} {score:.6f}{suffix}")
                 fh.writelines(lines)
     log.debug("wrote TREC run %s (%d queries)", path, len(qids))
+
+
+def write_qrels(path: str | os.PathLike, qrels: Mapping[Hashable, Collection[int]]) -> None:
+    """Write TREC qrels atomically: a ``qid 0 docid 1`` line per relevant article.
+
+    Queries in the order of ``qrels``, each one's articles ascending and once; ids spelt by
+    :func:`trec_id`, as :func:`write_trec` spells them, so ``trec_eval QRELS RUN`` (and
+    ``ranx``, ``ir_measures``, ``pytrec_eval``) scores a run with them. A query without a
+    relevant article is refused (``ValueError``): every metric divides by their number.
+    """
+    lines = []
+    for qid, relevant in qrels.items():
+        q = trec_id(qid, "qid")
+        docs = sorted({int(doc) for doc in relevant})
+        if not docs:
+            raise ValueError(f"query {q} has no relevant article; qrels need at least one per query")
+        lines += [f"{q} 0 {trec_id(doc, 'docid')} 1\n" for doc in docs]
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            fh.writelines(lines)
+    log.debug("wrote TREC qrels %s (%d queries)", path, len(qrels))
 
 
 def read_trec(path: str | os.PathLike, *, qid_type: Callable[[str], Hashable] = int) -> dict[Hashable, list[int]]:
