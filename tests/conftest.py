@@ -237,3 +237,23 @@ def write_params(path, **sections) -> Path:
     path = Path(path)
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def dense_model(tiny_model_dir, tmp_path_factory):
+    """A saved tiny DSR query encoder and article embeddings for helpers_cli.ARTICLES' ids 1-3
+    (dim 16): copy it into a workspace for the ``dsr`` system."""
+    import torch
+
+    from helpers_cli import ARTICLES
+    from lexgraph.encoding.embed import save_embeddings
+    from lexgraph.models.encoders import QueryEncoder
+
+    root = tmp_path_factory.mktemp("dense")
+    QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling="mean").save_pretrained(
+        root / "models" / "dsr" / "query_encoder"
+    )
+    (root / "data" / "embed").mkdir(parents=True)
+    torch.manual_seed(0)
+    save_embeddings(root / "data" / "embed" / "articles.safetensors", list(ARTICLES), torch.randn(3, 16))
+    return root

@@ -43,21 +43,6 @@ def ws(tmp_path):
     return tmp_path
 
 
-@pytest.fixture(scope="module")
-def dense_model(tiny_model_dir, tmp_path_factory):
-    """A saved tiny DSR query encoder and article embeddings for ids 1-3 (dim 16)."""
-    from lexgraph.models.encoders import QueryEncoder
-
-    root = tmp_path_factory.mktemp("dense")
-    QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling="mean").save_pretrained(
-        root / "models" / "dsr" / "query_encoder"
-    )
-    (root / "data" / "embed").mkdir(parents=True)
-    torch.manual_seed(0)
-    save_embeddings(root / "data" / "embed" / "articles.safetensors", list(ARTICLES), torch.randn(3, 16))
-    return root
-
-
 @pytest.fixture
 def dense_ws(ws, dense_model):
     shutil.copytree(dense_model, ws, dirs_exist_ok=True)
