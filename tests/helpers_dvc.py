@@ -1,11 +1,13 @@
 """Scratch repositories for the DVC tests (test_dvc_safety, test_dvc_remote): run a command,
-clone the working tree, digest outputs."""
+clone the working tree, digest outputs; and a stage driver run in this process."""
 
 from __future__ import annotations
 
 import hashlib
+import runpy
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from conftest import ROOT
@@ -41,3 +43,16 @@ def digest(root: Path, paths: list[str]) -> dict[str, str]:
         for f in files:
             out[str(f.relative_to(root))] = hashlib.md5(f.read_bytes()).hexdigest()
     return out
+
+
+def run_stage_in_process(script: str | Path, *args: str) -> int | str | None:
+    """Run the stage driver ``script`` (``stages/<name>.py``) with ``args`` in this process, as
+    ``python script args`` would (monkeypatches apply); its exit status (SystemExit's code)."""
+    old, sys.argv = sys.argv, [str(script), *map(str, args)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as stop:
+        return stop.code
+    finally:
+        sys.argv = old
+    return 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import torch
 from conftest import ROOT, write_params
 from helpers_cli import ARTICLES, write_articles
 from helpers_config import sample_config
+from helpers_dvc import run_stage_in_process
 from lexgraph.cli.main import main
 from lexgraph.encoding.embed import save_embeddings
 from lexgraph.search.bm25 import BM25, _write_npz
@@ -364,16 +364,12 @@ def _toy_graph_dir(root: Path) -> Path:
 
 
 def run_hprior_stage(ws: Path) -> int:
-    argv = [str(ROOT / "stages/hprior.py"), "--params", str(ws / "params.yaml"), "--graph", str(ws / "data/graph")]
-    argv += ["--embed", str(ws / "data/embed"), "--questions", str(ws / "data/clean/questions.parquet")]
-    argv += ["--out", str(ws / "models/hprior"), "--metrics", str(ws / "metrics/hprior_tune.json")]
-    old, sys.argv = sys.argv, argv
-    try:
-        with pytest.raises(SystemExit) as info:
-            runpy.run_path(argv[0], run_name="__main__")
-    finally:
-        sys.argv = old
-    return info.value.code
+    return run_stage_in_process(
+        ROOT / "stages/hprior.py",
+        *("--params", ws / "params.yaml", "--graph", ws / "data/graph", "--embed", ws / "data/embed"),
+        *("--questions", ws / "data/clean/questions.parquet", "--out", ws / "models/hprior"),
+        *("--metrics", ws / "metrics/hprior_tune.json"),
+    )
 
 
 @pytest.mark.parametrize("scopes", [[40], [0, 3]])

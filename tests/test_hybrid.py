@@ -5,8 +5,6 @@ retriever's shapes and order, and the stage's outputs on a tiny workspace."""
 from __future__ import annotations
 
 import json
-import runpy
-import sys
 import zlib
 
 import numpy as np
@@ -16,6 +14,7 @@ import yaml
 
 from conftest import ROOT, section
 from helpers_config import sample_config
+from helpers_dvc import run_stage_in_process
 from lexgraph.core.errors import ConfigError, DataError, LexgraphError
 from lexgraph.core.io import json_text
 from lexgraph.metrics.ir import DEEPEST
@@ -352,27 +351,11 @@ def workspace(tmp_path, monkeypatch):
 
 
 def run_stage_script(ws, *extra):
-    argv = [
-        str(ROOT / "stages/hybrid.py"),
-        "--params",
-        str(ws / "params.yaml"),
-        "--questions",
-        str(ws / "data/clean/questions.parquet"),
-        "--workspace",
-        str(ws),
-        "--out",
-        str(ws / "models/hybrid"),
-        "--metrics",
-        str(ws / "metrics/hybrid_tune.json"),
-        *extra,
-    ]
-    old, sys.argv = sys.argv, argv
-    try:
-        with pytest.raises(SystemExit) as info:
-            runpy.run_path(argv[0], run_name="__main__")
-    finally:
-        sys.argv = old
-    return info.value.code
+    return run_stage_in_process(
+        ROOT / "stages/hybrid.py",
+        *("--params", ws / "params.yaml", "--questions", ws / "data/clean/questions.parquet", "--workspace", ws),
+        *("--out", ws / "models/hybrid", "--metrics", ws / "metrics/hybrid_tune.json", *extra),
+    )
 
 
 def test_stage_writes_deterministic_outputs_that_load_as_the_hybrid_system(workspace):
