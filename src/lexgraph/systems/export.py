@@ -284,7 +284,8 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
             "",
             "## The exact params",
             "",
-            "The `params.yaml` sections these artefacts were built with:",
+            "The `params.yaml` sections these artefacts were built with (as the workspace held them at export; "
+            "lexgraph refuses to export artefacts whose recorded inputs have changed since):",
             "",
             "```yaml",
             params,
