@@ -24,6 +24,9 @@
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance, and ends
     with the line "N of M checks pass" (one check per system, split and metric).
+``lexgraph export --system dsr [--workspace .] OUT``
+    writes a dense system as a folder that sentence-transformers loads (the query encoder,
+    ``article_vectors.safetensors``, a model card): :mod:`lexgraph.cli.export`.
 ``lexgraph plots-offline [--workspace .]``
     makes ``dvc plots show`` work offline: writes an HTML template with Vega, Vega-Lite and
     Vega-Embed inlined (from the vl-convert-python wheel) and sets ``plots.html_template`` in
@@ -51,6 +54,7 @@ import os
 import sys
 from pathlib import Path
 
+from lexgraph.cli.export import add_export
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.plots import add_plots_offline
 from lexgraph.cli.streams import guard_streams, utf8_argument
@@ -395,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=cmd_regress)
     add_plots_offline(sub)
+    add_export(sub)
     return parser
 
 

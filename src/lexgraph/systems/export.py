@@ -1,0 +1,323 @@
+"""Trained dense systems for others to load: ``lexgraph export`` and an MTEB-style ``encode``.
+
+:func:`export_system` writes one dense system of a workspace to a folder that
+``sentence_transformers.SentenceTransformer(OUT)`` loads (sentence-transformers 3 or later):
+
+* the query encoder (the Hugging Face backbone and tokenizer, a full copy even where the workspace
+  holds a reference), with ``modules.json``: Transformer -> Pooling (the system's ``token_pooling``:
+  ``mean`` or ``cls``) -> Normalize (only for systems scored by cosine; ``gnn.json``'s ``dot`` has none);
+  ``config_sentence_transformers.json`` gives the query prefix as the ``query`` prompt, used by
+  default (``"query: "`` for E5: the pooling counts its tokens, as lexgraph's does), and the
+  similarity (``cosine`` or ``dot``);
+* :data:`VECTORS` (safetensors): ``ids`` int64 ``(n,)``, the article ids as lexgraph writes them,
+  ascending, and ``vectors`` float32 ``(n, dim)``, the system's own article vectors (L2-normalised
+  for a cosine system, so that ``query @ vectors.T`` is lexgraph's score). The article side of these
+  systems is no plain encoder (DSR's hierarchical encoder, the graph encoders' full-graph pass, the
+  hierarchy prior, E5's windowed mean), so its vectors travel, not a second model;
+* ``README.md``, a model card (YAML front matter for the Hugging Face hub): the system's metrics
+  (``metrics/<system>.json``), the exact ``params.yaml`` sections its artefacts were built with, where
+  the article vectors come from, and how to search with them;
+* :data:`MANIFEST` (``lexgraph_export.json``): the system, its similarity and sources (an earlier
+  export is recognised by it and may be replaced).
+
+The folder is written atomically (:func:`lexgraph.core.io.atomic_path`); nothing is uploaded (it is
+ready for ``huggingface-cli upload``). BM25, the hybrid and the re-rankers have no dense query
+encoder and are refused (:data:`NOT_DENSE`).
+
+:class:`QueryEncoderModel` is the query side of any dense system with MTEB's interface,
+``encode(sentences, batch_size=..., **kwargs) -> np.ndarray``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lexgraph.core import layout
+from lexgraph.core.errors import LexgraphError
+
+log = logging.getLogger(__name__)
+
+VECTORS = "article_vectors.safetensors"
+MANIFEST = "lexgraph_export.json"
+CARD = "README.md"
+
+#: the dense systems (a query encoder + fixed article vectors) and the params.yaml sections their
+#: artefacts are built from (``gnn``: its shared keys and the variant's own mapping)
+DENSE: dict[str, tuple[str, ...]] = {
+    "zeroshot": ("pretrain", "zeroshot"),
+    "dsr": ("pretrain", "dsr", "embed"),
+    "hprior": ("pretrain", "dsr", "embed", "hprior"),
+    **{variant: ("pretrain", "dsr", "embed", "graph", "gnn") for variant in layout.GNN},
+}
+
+#: the systems that export refuses, and why
+NOT_DENSE: dict[str, str] = {
+    "bm25": "a sparse BM25 index",
+    "hybrid": "BM25 fused with a dense system (export that dense system)",
+    "xrerank": "a re-ranker over a first stage's candidates",
+    "mvcl": "a re-ranker over a first stage's candidates",
+}
+
+#: where each system's article vectors come from (the model card says it)
+ARTICLE_SIDE: dict[str, str] = {
+    "zeroshot": "the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
+    "of tokens, weighted by their token counts (E5's own recipe)",
+    "dsr": "DSR's hierarchical article encoder (models/dsr/article_encoder): chunks of the article "
+    "encoded, contextualised by a small Transformer and pooled (the `embed` stage)",
+    "hprior": "DSR's article vectors propagated through the statute hierarchy (the `hprior` stage's "
+    "weight and scope, chosen on dev)",
+    "gdsr": "G-DSR's legislative graph encoder: one full-graph pass over articles and headings on top of DSR",
+    "qabisar": "QABISAR's graph encoder: one full-graph pass over articles, headings and train questions",
+    "hgraph": "lexgraph's statute-graph encoder: one full-graph pass over the hierarchy on top of DSR",
+    "hgraph_qa": "lexgraph's graph encoder with train questions: one full-graph pass on top of DSR",
+}
+
+
+def check_system(system: str) -> None:
+    """Refuse a system that cannot be exported, in one sentence."""
+    if system in NOT_DENSE:
+        raise LexgraphError(
+            f"--system {system} is {NOT_DENSE[system]}, not a dense encoder; expected one of {', '.join(DENSE)}"
+        )
+    if system not in DENSE:
+        raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(DENSE)}")
+
+
+def check_out(out: str | os.PathLike, workspace: str | os.PathLike) -> Path:
+    """Refuse an ``OUT`` that is a file, a directory other than an earlier export (the whole folder
+    is replaced), or a path DVC owns (the workspace's data/ and models/, its cache, a tracked output)."""
+    from lexgraph.core.inputs import shown_path
+    from lexgraph.core.tracked import dvc_owner
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise LexgraphError(f"OUT {shown_path(path)} is a file; expected a new directory or an earlier export")
+    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).is_file():
+        raise LexgraphError(
+            f"OUT {shown_path(path)} is a directory with files and no {MANIFEST} (not an earlier export); "
+            "refusing to replace it, expected a new directory"
+        )
+    owner = dvc_owner(path, workspace)
+    if owner:
+        raise LexgraphError(f"OUT {shown_path(path)} {owner}; refusing to write there, expected a path outside")
+    return path
+
+
+def _sections(workspace: Path, system: str) -> dict[str, Any]:
+    """The params.yaml sections ``system`` is built from, as written (``gnn``: the shared keys and
+    the variant's mapping only); empty when the workspace has no params.yaml."""
+    from lexgraph.core.config import read_params
+
+    path = workspace / "params.yaml"
+    if not path.is_file():
+        return {}
+    params = read_params(path)
+    picked = {name: params[name] for name in DENSE[system] if name in params}
+    if isinstance(picked.get("gnn"), dict):
+        picked["gnn"] = {k: v for k, v in picked["gnn"].items() if k not in layout.GNN or k == system}
+    return picked
+
+
+def _metrics(workspace: Path, system: str) -> dict[str, dict[str, float]]:
+    """``metrics/<system>.json`` by split (only splits holding numbers), or empty."""
+    from lexgraph.core.inputs import read_json
+
+    path = workspace / "metrics" / f"{system}.json"
+    found = read_json(path, what="the evaluate stage's metrics", fix="rerun `dvc repro evaluate`", missing_ok=True)
+    if not isinstance(found, dict):
+        return {}
+    return {
+        split: {k: v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        for split, values in found.items()
+        if isinstance(values, dict) and any(isinstance(v, int | float) for v in values.values())
+    }
+
+
+def _st_files(directory: Path, token_pooling: str, dim: int, prefix: str, normalize: bool) -> None:
+    """sentence-transformers' module files: Transformer -> Pooling (-> Normalize), the prompt."""
+    from lexgraph.core.io import write_json
+
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (directory / "2_Normalize").mkdir(exist_ok=True)
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    pooling = {
+        "word_embedding_dimension": int(dim),
+        "pooling_mode_cls_token": token_pooling == "cls",
+        "pooling_mode_mean_tokens": token_pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "include_prompt": True,
+    }
+    settings = {
+        "prompts": {"query": prefix} if prefix else {},
+        "default_prompt_name": "query" if prefix else None,
+        "similarity_fn_name": "cosine" if normalize else "dot",
+    }
+    write_json(modules, directory / "modules.json", ensure_ascii=True)
+    write_json(pooling, directory / "1_Pooling" / "config.json", ensure_ascii=True)
+    write_json(settings, directory / "config_sentence_transformers.json", ensure_ascii=True)
+
+
+def article_vectors(retriever) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids int64 (n,), vectors float32 (n, dim))`` as the system scores them: ids ascending,
+    vectors L2-normalised for a cosine system."""
+    from lexgraph.search.index import normalise
+
+    vectors = retriever.article_embeddings.numpy()  # (n, dim)
+    vectors = normalise(vectors) if retriever.normalize else np.ascontiguousarray(vectors, dtype=np.float32)
+    return np.asarray(retriever.article_ids, dtype=np.int64), vectors
+
+
+def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathLike, device: str = "cpu") -> Path:
+    """Write ``system`` of ``workspace`` to the folder ``out`` (module docstring); returns ``out``."""
+    from safetensors.numpy import save_file
+
+    from lexgraph.core.io import atomic_path, write_json, write_text
+    from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.systems.registry import load_retriever
+
+    check_system(system)
+    workspace = Path(workspace)
+    out = check_out(out, workspace)
+    retriever = load_retriever(system, workspace, device)
+    encoder = retriever.query_encoder
+    if not isinstance(encoder, QueryEncoder):  # pragma: no cover - every dense loader makes one
+        raise LexgraphError(f"{system}: its query encoder is a {type(encoder).__name__}, not a QueryEncoder")
+    ids, vectors = article_vectors(retriever)
+    similarity = "cosine" if retriever.normalize else "dot"
+    source = os.path.relpath(retriever.source, workspace) if retriever.source else ""
+    manifest = {
+        "system": system,
+        "similarity": similarity,
+        "dim": int(vectors.shape[1]),
+        "articles": int(ids.size),
+        "prefix": encoder.prefix,
+        "token_pooling": encoder.token_pooling,
+        "max_length": encoder.max_length,
+        "article_vectors_from": source,
+    }
+    with atomic_path(out, directory=True) as tmp:
+        tmp = Path(tmp)
+        encoder.save_pretrained(tmp)  # a full copy: backbone, tokenizer, query_encoder.json
+        _st_files(tmp, encoder.token_pooling, encoder.dim, encoder.prefix, retriever.normalize)
+        save_file(
+            {"ids": ids, "vectors": vectors}, str(tmp / VECTORS), metadata={"system": system, "similarity": similarity}
+        )
+        write_json(manifest, tmp / MANIFEST, ensure_ascii=True)
+        write_text(model_card(manifest, _metrics(workspace, system), _sections(workspace, system)), tmp / CARD)
+    log.info(
+        "exported %s (%d article vectors of dim %d, %s) to %s", system, ids.size, vectors.shape[1], similarity, out
+    )
+    return out
+
+
+def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], sections: dict[str, Any]) -> str:
+    """The export's README.md: front matter for the hub, then metrics, params and usage."""
+    import yaml
+
+    system = manifest["system"]
+    front = {
+        "library_name": "sentence-transformers",
+        "language": ["fr"],
+        "pipeline_tag": "sentence-similarity",
+        "tags": ["sentence-transformers", "feature-extraction", "legal", "statutory-article-retrieval", "lexgraph"],
+        "datasets": ["maastrichtlawtech/bsard"],
+    }
+    names = sorted({metric for values in metrics.values() for metric in values})
+    table = (
+        ["| split | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        + [
+            f"| {split} | " + " | ".join(f"{values.get(m, float('nan')):.4f}" for m in names) + " |"
+            for split, values in metrics.items()
+        ]
+        if metrics
+        else ["No metrics: `metrics/" + system + ".json` held none when this was exported."]
+    )
+    prefix = manifest["prefix"]
+    params = yaml.safe_dump(sections, sort_keys=False, allow_unicode=True).strip() if sections else "(no params.yaml)"
+    return "\n".join(
+        [
+            "---",
+            yaml.safe_dump(front, sort_keys=False).strip(),
+            "---",
+            "",
+            f"# lexgraph `{system}`: statutory article retrieval (French)",
+            "",
+            f"The query encoder of lexgraph's `{system}` system, with the article vectors it searches "
+            f"({manifest['articles']} articles, dim {manifest['dim']}, {manifest['similarity']} similarity).",
+            "",
+            f"- Query side: {manifest['token_pooling']} pooling, at most {manifest['max_length']} tokens"
+            + (
+                f", each question prefixed with {json.dumps(prefix)} (the `query` prompt, used by default)."
+                if prefix
+                else "."
+            ),
+            f"- Article side: {ARTICLE_SIDE[system]}; `{VECTORS}` holds them (`ids` int64, lexgraph's article ids, "
+            f"and `vectors` float32{', L2-normalised' if manifest['similarity'] == 'cosine' else ''}), "
+            f"from `{manifest['article_vectors_from']}`.",
+            "",
+            "## Search in five lines",
+            "",
+            "```python",
+            "from safetensors.numpy import load_file",
+            "from sentence_transformers import SentenceTransformer",
+            'model, articles = SentenceTransformer("OUT"), load_file("OUT/article_vectors.safetensors")',
+            'scores = model.encode(["Qui paie la réparation du mur mitoyen ?"]) @ articles["vectors"].T',
+            'top10 = articles["ids"][(-scores[0]).argsort(kind="stable")[:10]]  # ties: the lower id first',
+            "```",
+            "",
+            "## Metrics (lexgraph's `evaluate` stage)",
+            "",
+            *table,
+            "",
+            "## The exact params",
+            "",
+            "The `params.yaml` sections these artefacts were built with (as the workspace held them at export; "
+            "lexgraph refuses to export artefacts whose recorded inputs have changed since):",
+            "",
+            "```yaml",
+            params,
+            "```",
+            "",
+        ]
+    )
+
+
+class QueryEncoderModel:
+    """The query side of a dense system with MTEB's interface: ``encode(sentences, batch_size=...)``
+    returns float32 ``(n, dim)`` vectors, L2-normalised for a cosine system (so a dot product with
+    :func:`article_vectors` is lexgraph's score). ``retriever``: a loaded dense system."""
+
+    def __init__(self, retriever) -> None:
+        self.retriever = retriever
+        self.normalize = bool(retriever.normalize)
+
+    @classmethod
+    def load(cls, system: str, workspace: str | os.PathLike = ".", device: str = "auto") -> QueryEncoderModel:
+        from lexgraph.systems.registry import load_retriever
+
+        check_system(system)
+        return cls(load_retriever(system, workspace, device))
+
+    def encode(self, sentences: Sequence[str] | str, batch_size: int = 32, **kwargs: Any) -> np.ndarray:
+        """Vectors for ``sentences`` (one string: one row); MTEB's other keywords (``task_name``,
+        ``prompt_type``, ``show_progress_bar``, …) are accepted, only ``show_progress_bar`` is used."""
+        from lexgraph.search.index import normalise
+
+        texts = [sentences] if isinstance(sentences, str) else list(sentences)
+        show = bool(kwargs.get("show_progress_bar", False))
+        encoder = self.retriever.query_encoder
+        vectors = encoder.encode(texts, batch_size=int(batch_size), show_progress=show).numpy()  # (n, dim)
+        return normalise(vectors) if self.normalize else np.ascontiguousarray(vectors, dtype=np.float32)
