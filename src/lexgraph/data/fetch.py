@@ -1,11 +1,14 @@
 """The ``fetch`` stage: BSARD (hub or a local copy) or the embedded sample → ``data/raw``.
 
-Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
+Four sources, one output (``articles.parquet``, ``questions.parquet`` with a
 ``split`` column, ``negatives.parquet``), in BSARD's schema:
 
 - ``sample``: the embedded French Code civil in ``data/sample`` (BSARD's file layout);
 - ``local``: a directory holding the hub's files (``articles.csv``,
   ``questions_{train,test,synthetic}.csv``, ``negatives/bm25_negatives_*.json``);
+- ``corpus`` (:mod:`lexgraph.data.corpus`): the field's JSON-lines/CSV/Parquet corpus with string
+  ids and heading paths of any depth (``fetch.corpus_file``), and its questions
+  (``fetch.questions_file``); the string ids go to ``keys.parquet``;
 - ``hub`` (:mod:`lexgraph.data.fetch_hub`): ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
   with configs ``corpus`` (split ``corpus``), ``questions`` (``train``, ``test``,
   ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
@@ -84,7 +87,7 @@ from lexgraph.data.schema import (
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("sample", "hub", "local")
+SOURCES = ("sample", "hub", "local", "corpus")
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class FetchConfig:
     hub_repo: str
     revision: str | None  # a branch, tag or commit of the hub dataset
     local_dir: str | None = field(metadata={"expected": "null or a directory (for source local)"})
+    #: source corpus: a JSON-lines, CSV or Parquet corpus (:mod:`lexgraph.data.corpus`) and its questions
+    corpus_file: str | None = field(metadata={"expected": "null or a corpus file (for source corpus)"})
+    questions_file: str | None = field(metadata={"expected": "null or a questions file (for source corpus)"})
     dev_fraction: float = field(metadata={"expected": "a number in (0, 1)"})
     synthetic: bool
     #: fetch the hub's BM25 negatives (train, and synthetic with ``synthetic``): mine_negatives then
@@ -118,6 +124,9 @@ class FetchConfig:
                 self.local_dir,
                 "a directory holding the hub's files, since 'fetch.source' is local",
             )
+        for key in ("corpus_file", "questions_file"):
+            if self.source == "corpus" and not getattr(self, key):
+                raise bad_value("fetch", key, None, "a JSON-lines, CSV or Parquet file, since 'fetch.source' is corpus")
 
 
 # --------------------------------------------------------------------------- sources
@@ -197,7 +206,20 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
 
 def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Run the configured source; return (articles, questions with ``split``, negatives)."""
-    if config.source in ("sample", "local"):
+    return fetch_with_keys(config, seed)[:3]
+
+
+def fetch_with_keys(config: FetchConfig, seed: int):
+    """:func:`fetch`, and the user's string ids (``source: corpus``; None for BSARD's layout)."""
+    keys = None
+    if config.source == "corpus":
+        from lexgraph.data.corpus import read_corpus_source
+
+        corpus = Path(config.corpus_file)
+        articles, sources, keys = read_corpus_source(corpus, Path(config.questions_file))
+        validate_questions(sources, set(articles["id"].to_list()), Source(corpus))
+        negatives = empty_negatives()
+    elif config.source in ("sample", "local"):
         key = "sample_dir" if config.source == "sample" else "local_dir"
         root = require_directory(
             getattr(config, key),
@@ -234,7 +256,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         {s: d.height for s, d in questions.items()},
         negatives.height,
     )
-    return articles, table, negatives
+    return articles, table, negatives, keys
 
 
 @dataclass(frozen=True)
@@ -247,8 +269,10 @@ class FetchPaths:
 def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:
     """The ``fetch`` stage: the corpus, the questions and the hub negatives -> ``paths.out``
     (Parquet), written atomically."""
-    articles, questions, negatives = fetch(config, seed)
+    articles, questions, negatives, keys = fetch_with_keys(config, seed)
     with atomic_path(paths.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
         negatives.write_parquet(tmp / "negatives.parquet", statistics=False)
+        if keys is not None:  # the user's string ids (source corpus): data/raw/keys.parquet
+            keys.write_parquet(tmp / "keys.parquet", statistics=False)

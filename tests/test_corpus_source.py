@@ -1,0 +1,156 @@
+"""``fetch.source: corpus``: the field's JSON-lines/CSV/Parquet corpus (string ids, heading paths of
+any depth) and its questions file, read into data/raw and data/clean; bad input is one line naming
+the file, the record (and its line) and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import section
+from lexgraph.core.errors import DataError
+from lexgraph.data.clean import CleanConfig, CleanPaths, run_clean
+from lexgraph.data.fetch import FetchConfig, FetchPaths, run_fetch
+
+WORDS = "loyer bail vente prix donation mariage divorce succession servitude usufruit hypothèque gage".split()
+
+
+def corpus_records() -> list[dict]:
+    """24 articles under a 3-level path (2 books x 3 titles x 2 chapters, 2 articles each), string ids."""
+    out = []
+    for book in range(2):
+        for title in range(3):
+            for chapter in range(2):
+                for k in range(2):
+                    n = len(out)
+                    words = " ".join(WORDS[(n * 7 + j) % len(WORDS)] for j in range(12))
+                    out.append(
+                        {
+                            "id": f"civ:{book}.{title}.{chapter}-{k}",
+                            "text": f"Article {n + 1}. Le {words} du titre {title} livre {book}.",
+                            "path": [f"Livre {book}", f"Titre {title}", f"Chapitre {chapter}"],
+                            "number": str(n + 1),
+                            "code": "Code test",
+                        }
+                    )
+    return out
+
+
+def question_records(articles: list[dict]) -> list[dict]:
+    splits = ["train", "train", "dev", "test"]
+    return [
+        {
+            "id": f"q-{i}",
+            "question": f"Question {i} : {articles[i % len(articles)]['text'].split('.')[1]} ?",
+            "article_ids": [articles[i % len(articles)]["id"], articles[(i + 1) % len(articles)]["id"]],
+            "split": splits[i % 4],
+        }
+        for i in range(16)
+    ]
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def corpus_config(corpus: Path, questions: Path) -> FetchConfig:
+    return FetchConfig.from_params(
+        section("fetch", source="corpus", corpus_file=str(corpus), questions_file=str(questions))
+    )
+
+
+@pytest.fixture
+def corpus_files(tmp_path):
+    articles = corpus_records()
+    return write_jsonl(tmp_path / "corpus.jsonl", articles), write_jsonl(
+        tmp_path / "questions.jsonl", question_records(articles)
+    )
+
+
+def fetch_and_clean(corpus: Path, questions: Path, out: Path) -> None:
+    run_fetch(FetchPaths(out=out / "raw"), corpus_config(corpus, questions), seed=1)
+    clean = CleanConfig.from_params(section("clean"))
+    run_clean(CleanPaths(raw=out / "raw", out=out / "clean", metrics=out / "data.json"), clean)
+
+
+def test_a_three_level_corpus_with_string_ids_reaches_data_clean(corpus_files, tmp_path):
+    corpus, questions = corpus_files
+    fetch_and_clean(corpus, questions, tmp_path)
+    articles = pl.read_parquet(tmp_path / "clean" / "articles.parquet")
+    headings = pl.read_parquet(tmp_path / "clean" / "headings.parquet")
+    keys = pl.read_parquet(tmp_path / "clean" / "keys.parquet")
+    assert articles["id"].to_list() == list(range(24))
+    assert articles["path"][0].to_list() == ["Code test", "Livre 0", "Titre 0", "Chapitre 0"]
+    # one code, 2 books, 6 titles, 12 chapters; the deepest heading holds its 2 articles
+    assert headings.height == 1 + 2 + 6 + 12 and headings["level"].max() == 4
+    assert articles.group_by("heading_id").len()["len"].to_list() == [2] * 12
+    article_keys = keys.filter(pl.col("kind") == "article")
+    assert article_keys["key"].to_list() == [r["id"] for r in corpus_records()]
+    questions_table = pl.read_parquet(tmp_path / "clean" / "questions.parquet")
+    assert sorted(questions_table["split"].unique().to_list()) == ["dev", "test", "train"]
+    assert questions_table.sort("id")["article_ids"][0].to_list() == [0, 1]
+
+
+def test_a_deep_path_keeps_every_level_and_csv_and_parquet_read_alike(tmp_path):
+    records = corpus_records()
+    for r in records:
+        r["path"] = r["path"] + [f"Section {j}" for j in range(8)]  # 11 levels under the code
+    csv_rows = [{**r, "path": json.dumps(r["path"])} for r in records]
+    pl.DataFrame(csv_rows).write_csv(tmp_path / "corpus.csv")
+    pl.DataFrame(records).write_parquet(tmp_path / "corpus.parquet")
+    questions = write_jsonl(tmp_path / "questions.jsonl", question_records(records))
+    tables = {}
+    for name in ("corpus.csv", "corpus.parquet"):
+        fetch_and_clean(tmp_path / name, questions, tmp_path / name.replace(".", "_"))
+        tables[name] = pl.read_parquet(tmp_path / name.replace(".", "_") / "clean" / "headings.parquet")
+    assert tables["corpus.csv"].equals(tables["corpus.parquet"])
+    assert tables["corpus.csv"]["level"].max() == 12
+
+
+def error_of(tmp_path, articles, questions=None) -> str:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", articles)
+    q = write_jsonl(tmp_path / "questions.jsonl", questions or question_records(corpus_records()))
+    with pytest.raises(DataError) as err:
+        run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(corpus, q), seed=1)
+    message = str(err.value)
+    assert "\n" not in message and not (tmp_path / "raw").exists()
+    return message
+
+
+def test_bad_input_is_one_line_naming_the_file_the_record_and_the_field(tmp_path):
+    articles = corpus_records()
+    no_text = [dict(a) for a in articles]
+    del no_text[4]["text"]
+    assert error_of(tmp_path, no_text) == (
+        f"{tmp_path / 'corpus.jsonl'}, row 5, column 'text': article 'civ:0.1.0-0' has no text (missing); "
+        "expected a non-empty string (row 5 starts on line 5)"
+    )
+    duplicate = [dict(a) for a in articles]
+    duplicate[7]["id"] = duplicate[2]["id"]
+    assert error_of(tmp_path, duplicate) == (
+        f"{tmp_path / 'corpus.jsonl'}, row 8, column 'id': article id 'civ:0.0.1-0' is already used by row 3 of "
+        f"{tmp_path / 'corpus.jsonl'} (line 3); expected each id once (row 8 starts on line 8)"
+    )
+    flat = [dict(a) for a in articles]
+    flat[3]["path"] = "Livre 0 > Titre 0"
+    assert error_of(tmp_path, flat) == (
+        f"{tmp_path / 'corpus.jsonl'}, row 4, column 'path': path is a str ('Livre 0 > Titre 0'); expected a "
+        "list of heading labels from the top (may be empty) (row 4 starts on line 4)"
+    )
+    questions = question_records(articles)
+    questions[5]["article_ids"] = [articles[0]["id"], "civ:9.9.9-9"]
+    assert error_of(tmp_path, articles, questions) == (
+        f"{tmp_path / 'questions.jsonl'}, row 6, column 'article_ids': question 'q-5' cites article id "
+        f"'civ:9.9.9-9', which is not in {tmp_path / 'corpus.jsonl'} (row 6 starts on line 6)"
+    )
+
+
+def test_the_corpus_source_needs_its_files_named(tmp_path):
+    from lexgraph.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'fetch.corpus_file'"):
+        FetchConfig.from_params(section("fetch", source="corpus"))
