@@ -10,7 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import section
+from conftest import ROOT, section, write_params
+from helpers_dvc import run_stage_in_process
 from lexgraph.core.errors import DataError
 from lexgraph.data.clean import CleanConfig, CleanPaths, run_clean
 from lexgraph.data.fetch import FetchConfig, FetchPaths, run_fetch
@@ -154,3 +155,48 @@ def test_the_corpus_source_needs_its_files_named(tmp_path):
 
     with pytest.raises(ConfigError, match="'fetch.corpus_file'"):
         FetchConfig.from_params(section("fetch", source="corpus"))
+
+
+def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_users_ids(
+    corpus_files, tmp_path, monkeypatch
+):
+    """fetch -> clean -> bm25_tune -> bm25 -> evaluate on a 3-level corpus with string ids: the
+    TREC runs and qrels name questions and articles by the user's ids, and score as the metrics."""
+    corpus, questions = corpus_files
+    params = write_params(
+        tmp_path / "params.yaml",
+        fetch={"source": "corpus", "corpus_file": str(corpus), "questions_file": str(questions)},
+        evaluate={"systems": ["bm25"], "baselines": ["bm25"]},
+    )
+    monkeypatch.chdir(tmp_path)
+    clean_dir = ("--articles", "data/clean/articles.parquet")
+    stages = [
+        ("fetch", "--out", "data/raw"),
+        ("clean", "--raw", "data/raw", "--out", "data/clean", "--metrics", "metrics/data.json"),
+        ("bm25_tune", *clean_dir, "--questions", "data/clean/questions.parquet"),
+        ("bm25", *clean_dir, "--tuned", "metrics/bm25_tune.json", "--out", "models/bm25"),
+        ("evaluate", "--questions", "data/clean/questions.parquet", "--runs", "data/runs", "--metrics-dir", "metrics"),
+    ]
+    extra = {
+        "bm25_tune": ("--best", "metrics/bm25_tune.json", "--grid", "metrics/bm25_tune.csv"),
+        "evaluate": ("--workspace", "."),
+    }
+    for name, *args in stages:
+        assert run_stage_in_process(ROOT / f"stages/{name}.py", "--params", params, *args, *extra.get(name, ())) == 0
+    article_keys = {r["id"] for r in corpus_records()}
+    question_keys = {q["id"]: q for q in question_records(corpus_records())}
+    run = [line.split() for line in Path("data/runs/bm25/test.trec").read_text().splitlines()]
+    qrels = [line.split() for line in Path("data/runs/test.qrels").read_text().splitlines()]
+    assert {r[0] for r in run} == {q for q, rec in question_keys.items() if rec["split"] == "test"}
+    assert {r[2] for r in run} <= article_keys and len({r[2] for r in run}) > 2
+    position = {r["id"]: i for i, r in enumerate(corpus_records())}  # qrels list gold articles in corpus order
+    tests = [(q, rec) for q, rec in question_keys.items() if rec["split"] == "test"]
+    assert qrels == [[q, "0", a, "1"] for q, rec in tests for a in sorted(rec["article_ids"], key=position.get)]
+    # the run scores, by the user's ids, as evaluate scored it by lexgraph's
+    recall = []
+    for qid in {r[0] for r in run}:
+        top = [r[2] for r in run if r[0] == qid][:100]
+        gold = set(question_keys[qid]["article_ids"])
+        recall.append(len(gold & set(top)) / len(gold))
+    metrics = json.loads(Path("metrics/bm25.json").read_text())
+    assert metrics["test"]["recall@100"] == pytest.approx(sum(recall) / len(recall), abs=1e-4)

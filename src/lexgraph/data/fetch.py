@@ -78,6 +78,7 @@ from lexgraph.data.readers import (
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
     CORPUS_FILES,
+    KEYS_FILE,
     NEGATIVE_FILES,
     QUESTION_COLUMNS,
     QUESTION_FILES,
@@ -275,4 +276,4 @@ def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
         negatives.write_parquet(tmp / "negatives.parquet", statistics=False)
         if keys is not None:  # the user's string ids (source corpus): data/raw/keys.parquet
-            keys.write_parquet(tmp / "keys.parquet", statistics=False)
+            keys.write_parquet(tmp / KEYS_FILE, statistics=False)

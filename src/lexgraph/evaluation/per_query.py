@@ -118,17 +118,19 @@ def write_per_query_reports(
     out_dir: str | os.PathLike,
     curve_path: str | os.PathLike,
     curve_split: str = CURVE_SPLIT,
+    read_run=read_trec,
 ) -> None:
     """Read the TREC runs ``runs_dir/<system>/<split>.trec`` and write ``out_dir/<split>.csv``
     for every split (the whole directory replaced) and the ``curve_split`` recall curve to
-    ``curve_path`` (only its header, with a warning, when that split is not evaluated)."""
+    ``curve_path`` (only its header, with a warning, when that split is not evaluated); ``read_run``
+    reads a run (:func:`lexgraph.evaluation.evaluate.run_reader`)."""
     curve = None
     with atomic_path(out_dir, directory=True) as tmp:
         for split in splits:
             qids, texts, qrels = split_questions(questions, split)
             if not qids:
                 continue
-            runs = {s: read_trec(Path(runs_dir) / s / f"{split}.trec") for s in systems}
+            runs = {s: read_run(Path(runs_dir) / s / f"{split}.trec") for s in systems}
             _write_csv(per_query_table(runs, qrels, k, dict(zip(qids, texts))), Path(tmp) / f"{split}.csv")
             if split == curve_split:
                 curve = recall_curve(runs, qrels, min(DEEPEST, k))
