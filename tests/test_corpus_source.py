@@ -158,7 +158,7 @@ def test_the_corpus_source_needs_its_files_named(tmp_path):
 
 
 def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_users_ids(
-    corpus_files, tmp_path, monkeypatch
+    corpus_files, tmp_path, monkeypatch, capsys
 ):
     """fetch -> clean -> bm25_tune -> bm25 -> evaluate on a 3-level corpus with string ids: the
     TREC runs and qrels name questions and articles by the user's ids, and score as the metrics."""
@@ -200,3 +200,13 @@ def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_us
         recall.append(len(gold & set(top)) / len(gold))
     metrics = json.loads(Path("metrics/bm25.json").read_text())
     assert metrics["test"]["recall@100"] == pytest.approx(sum(recall) / len(recall), abs=1e-4)
+    # lexgraph search shows, and writes, the user's ids; hits carry the heading path
+    from lexgraph.cli.main import main
+
+    capsys.readouterr()
+    assert main(["search", "--system", "bm25", "--workspace", ".", "--top", "1", "--json", "Article 6"]) == 0
+    hit = json.loads(capsys.readouterr().out)["hits"][0]
+    assert (hit["id"], hit["path"]) == ("civ:0.1.0-1", ["Code test", "Livre 0", "Titre 1", "Chapitre 0"])
+    write_jsonl(tmp_path / "mine.jsonl", [{"id": "mine-1", "question": "Article 6"}])
+    assert main(["search", "--system", "bm25", "--questions", "mine.jsonl", "--run", "mine.trec", "--k", "2"]) == 0
+    assert Path("mine.trec").read_text().split()[:3] == ["mine-1", "Q0", "civ:0.1.0-1"]

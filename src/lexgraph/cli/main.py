@@ -82,7 +82,16 @@ def _display(retriever, workspace: Path):
     from lexgraph.text.display import Display
 
     analyzer = getattr(retriever, "analyzer", None)
-    return Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+    keys = _keys(workspace)
+    names = keys.articles if keys is not None else None
+    return Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None, names=names)
+
+
+def _keys(workspace: Path):
+    """The user's string ids of the workspace's corpus (``fetch.source: corpus``), or None."""
+    from lexgraph.data.schema import read_keys
+
+    return read_keys(workspace / layout.CLEAN.path)
 
 
 def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None) -> None:
@@ -277,6 +286,7 @@ def cmd_search(args) -> int:
                 top[matched, : args.k],
                 scores[matched, : args.k],
                 args.system,
+                docids=keys.articles if (keys := _keys(workspace)) is not None else None,
             )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
