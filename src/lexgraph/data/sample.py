@@ -32,15 +32,13 @@ from lexgraph.core.errors import DataError, reported
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.io import atomic_path
 from lexgraph.data.integrity import integer_id
-from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
+from lexgraph.data.schema import ARTICLE_COLUMNS, LEVEL_COLUMNS, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
 
 CODE_NAME = "Code civil"
 
 
-#: BSARD's heading columns below ``code``, from the top
-LEVEL_COLUMNS: tuple[str, ...] = ("book", "part", "act", "chapter", "section", "subsection")
 #: the column each kind of heading label prefers (first word of the label, lower-cased)
 PREFERRED_COLUMN: dict[str, str] = {
     "livre": "book",

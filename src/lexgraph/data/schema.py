@@ -34,6 +34,9 @@ HIERARCHY_LEVELS: tuple[str, ...] = (
     "subsection",
 )
 
+#: the heading columns below ``code``, from the top, that a source's own path fills in order
+LEVEL_COLUMNS: tuple[str, ...] = HIERARCHY_LEVELS[2:]
+
 ARTICLE_COLUMNS: tuple[str, ...] = ("id", "article", "reference", *HIERARCHY_LEVELS, "description")
 QUESTION_COLUMNS: tuple[str, ...] = (
     "id",
