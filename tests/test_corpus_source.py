@@ -150,6 +150,16 @@ def test_bad_input_is_one_line_naming_the_file_the_record_and_the_field(tmp_path
     )
 
 
+def test_a_question_text_in_two_splits_is_named_by_the_users_id(tmp_path):
+    articles = corpus_records()
+    questions = question_records(articles)
+    questions[3]["question"] = questions[0]["question"]  # q-3 (test) repeats q-0 (train)
+    assert error_of(tmp_path, articles, questions).startswith(
+        f"{tmp_path / 'questions.jsonl'}, row 4, column 'question': question 'q-3' (test) has the same text as "
+        f"question 'q-0' (train, row 1 of {tmp_path / 'questions.jsonl'} (line 1)); expected each question text"
+    )
+
+
 def test_the_corpus_source_needs_its_files_named(tmp_path):
     from lexgraph.core.errors import ConfigError
 

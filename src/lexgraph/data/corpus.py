@@ -195,6 +195,7 @@ def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tupl
     records, source = read_records(path)
     rows: dict[str, list[dict]] = {}
     lines: dict[str, list[int | None]] = {}
+    file_rows: dict[str, list[int]] = {}
     keys: list[str] = []
     seen: dict[str, int] = {}
     for i, rec in enumerate(records):
@@ -222,10 +223,14 @@ def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tupl
         row.update(id=i, question=question, article_ids=",".join(map(str, ids)))
         rows.setdefault(split, []).append(row)
         lines.setdefault(split, []).append(source.line(i))
+        file_rows.setdefault(split, []).append(i + 1)
         keys.append(key)
     schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in QUESTION_COLUMNS}
     sources = {
-        split: (pl.DataFrame(rows[split], schema=schema, orient="row"), Source(path, tuple(lines[split])))
+        split: (
+            pl.DataFrame(rows[split], schema=schema, orient="row"),
+            Source(path, tuple(lines[split]), tuple(file_rows[split])),  # rows named as the file's
+        )
         for split in QUESTION_SPLITS
         if split in rows
     }

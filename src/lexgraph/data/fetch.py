@@ -246,7 +246,8 @@ def fetch_with_keys(config: FetchConfig, seed: int):
         if split in HUMAN_SPLITS
         for i, qid in enumerate(df["id"].to_list())
     }
-    refuse_shared_texts(questions, rows)  # after the dev split is assigned, carved or read
+    names = None if keys is None else dict(keys.filter(pl.col("kind") == "question").select("id", "key").iter_rows())
+    refuse_shared_texts(questions, rows, names)  # after the dev split is assigned, carved or read
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"
     )

@@ -52,22 +52,28 @@ class Source:
 
     path: Any
     lines: tuple[int, ...] | None = None
+    #: the file's 1-based row of each table row, where a table holds some rows of a file (one split
+    #: of a questions file that mixes splits, ``fetch.source: corpus``); None: row ``i`` is ``i + 1``
+    rows: tuple[int, ...] | None = None
 
     def line(self, index: int) -> int | None:
         return self.lines[index] if self.lines is not None and 0 <= index < len(self.lines) else None
+
+    def row(self, index: int) -> int:
+        return self.rows[index] if self.rows is not None and 0 <= index < len(self.rows) else index + 1
 
     def error(self, index: int, message: str, column: str | None = None) -> DataError:
         """A :class:`DataError` at the 0-based row ``index``: reported as the 1-based data row
         and, for a file, the line it starts on."""
         line = self.line(index)
         if line is not None:
-            message += f" (row {index + 1} starts on line {line})"
-        return DataError(self.path, message, row=index + 1, column=column)
+            message += f" (row {self.row(index)} starts on line {line})"
+        return DataError(self.path, message, row=self.row(index), column=column)
 
     def where(self, index: int) -> str:
         """``row 3 of data/sample/questions_dev.csv (line 4)``: another row, in a message."""
         line = self.line(index)
-        return f"row {index + 1} of {self.path}" + (f" (line {line})" if line is not None else "")
+        return f"row {self.row(index)} of {self.path}" + (f" (line {line})" if line is not None else "")
 
 
 def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> tuple[pl.DataFrame, Source]:
