@@ -160,6 +160,19 @@ def test_a_question_text_in_two_splits_is_named_by_the_users_id(tmp_path):
     )
 
 
+def test_a_question_citing_every_article_is_named_by_the_users_id(tmp_path):
+    articles = corpus_records()[:2]
+    questions = [
+        {"id": "a", "question": "Premier ?", "article_ids": [articles[0]["id"]], "split": "train"},
+        {"id": "b", "question": "Second ?", "article_ids": [a["id"] for a in articles], "split": "test"},
+    ]
+    assert error_of(tmp_path, articles, questions) == (
+        f"{tmp_path / 'questions.jsonl'}, row 2, column 'article_ids': question 'b' cites all 2 articles of "
+        f"{tmp_path / 'corpus.jsonl'}; expected a question that leaves at least one article uncited (training "
+        "needs a negative) (row 2 starts on line 2)"
+    )
+
+
 def test_the_corpus_source_needs_its_files_named(tmp_path):
     from lexgraph.core.errors import ConfigError
 

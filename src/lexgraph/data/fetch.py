@@ -212,13 +212,14 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
 
 def fetch_with_keys(config: FetchConfig, seed: int):
     """:func:`fetch`, and the user's string ids (``source: corpus``; None for BSARD's layout)."""
-    keys = None
+    keys = names = None  # source corpus: the user's ids, and those of the questions for messages
     if config.source == "corpus":
         from lexgraph.data.corpus import read_corpus_source
 
         corpus = Path(config.corpus_file)
         articles, sources, keys = read_corpus_source(corpus, Path(config.questions_file))
-        validate_questions(sources, set(articles["id"].to_list()), Source(corpus))
+        names = dict(keys.filter(pl.col("kind") == "question").select("id", "key").iter_rows())
+        validate_questions(sources, set(articles["id"].to_list()), Source(corpus), names)
         negatives = empty_negatives()
     elif config.source in ("sample", "local"):
         key = "sample_dir" if config.source == "sample" else "local_dir"
@@ -246,7 +247,6 @@ def fetch_with_keys(config: FetchConfig, seed: int):
         if split in HUMAN_SPLITS
         for i, qid in enumerate(df["id"].to_list())
     }
-    names = None if keys is None else dict(keys.filter(pl.col("kind") == "question").select("id", "key").iter_rows())
     refuse_shared_texts(questions, rows, names)  # after the dev split is assigned, carved or read
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"

@@ -193,12 +193,17 @@ def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> li
 
 
 def validate_questions(
-    questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source
+    questions: dict[str, tuple[pl.DataFrame, Source]],
+    article_ids: set[int],
+    corpus: Source,
+    names: dict[int, str] | None = None,
 ) -> None:
     """Question texts are not empty, ``article_ids`` are integers of the corpus that leave at
-    least one article uncited, and question ids are unique across the train, dev and test questions."""
+    least one article uncited, and question ids are unique across the train, dev and test questions.
+    ``names``: the user's id of each question (``fetch.source: corpus``), named instead of lexgraph's."""
     for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
+            qid = repr(names[qid]) if names is not None else qid
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
                 raise source.error(i, f"question {qid} has no text; expected the question", column="question")
             ids = article_ids_of(cited, source, i, corpus)
