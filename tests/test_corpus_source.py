@@ -223,6 +223,8 @@ def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_us
         recall.append(len(gold & set(top)) / len(gold))
     metrics = json.loads(Path("metrics/bm25.json").read_text())
     assert metrics["test"]["recall@100"] == pytest.approx(sum(recall) / len(recall), abs=1e-4)
+    per_query = pl.read_csv("metrics/per_query/test.csv")
+    assert per_query["id"].to_list() == [q for q, _ in tests]
     # lexgraph search shows, and writes, the user's ids; hits carry the heading path
     from lexgraph.cli.main import main
 

@@ -376,4 +376,5 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
         paths.metrics_dir / "per_query",
         paths.metrics_dir / "recall_curve_test.csv",
         read_run=reading,
+        names=keys.questions if keys is not None else None,
     )
