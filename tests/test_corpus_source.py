@@ -173,6 +173,17 @@ def test_a_question_citing_every_article_is_named_by_the_users_id(tmp_path):
     )
 
 
+def test_a_damaged_gzip_corpus_is_one_line(tmp_path):
+    import gzip
+
+    from lexgraph.data.corpus import read_corpus
+
+    whole = gzip.compress(json.dumps(corpus_records()).encode())
+    (tmp_path / "corpus.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DataError, match=r"corpus.jsonl.gz: not readable \(Compressed file ended"):
+        read_corpus(tmp_path / "corpus.jsonl.gz")
+
+
 def test_the_corpus_source_needs_its_files_named(tmp_path):
     from lexgraph.core.errors import ConfigError
 

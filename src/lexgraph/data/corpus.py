@@ -72,6 +72,8 @@ def _jsonl_records(path: Path):
                 yield line_no, rec
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not valid UTF-8 ({exc.reason}); expected a UTF-8 JSON-lines file") from None
+    except (OSError, EOFError) as exc:  # a damaged or truncated .gz
+        raise DataError(path, f"not readable ({exc or type(exc).__name__}); expected a JSON-lines file") from None
 
 
 def _table_records(path: Path, df: pl.DataFrame, first_line: int):
