@@ -40,10 +40,12 @@ import polars as pl
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
 from lexgraph.data.readers import Source
-from lexgraph.data.schema import ARTICLE_COLUMNS, LEVEL_COLUMNS, MIN_ARTICLES, QUESTION_COLUMNS
+from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, MIN_ARTICLES, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
 
+#: BSARD's heading columns below ``code``, from the top, that a path fills in order
+LEVEL_COLUMNS: tuple[str, ...] = HIERARCHY_LEVELS[2:]
 ARTICLE_FIELDS: tuple[str, ...] = ("id", "text", "path")
 OPTIONAL_ARTICLE_FIELDS: tuple[str, ...] = ("number", "title", "code")
 QUESTION_FIELDS: tuple[str, ...] = ("id", "question", "article_ids", "split")

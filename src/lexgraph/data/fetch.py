@@ -67,6 +67,7 @@ from lexgraph.data.integrity import (
     refuse_shared_texts,
     renumber_synthetic,
 )
+from lexgraph.data.keys import KEYS_FILE
 from lexgraph.data.readers import (
     Source,
     empty_negatives,
@@ -78,7 +79,6 @@ from lexgraph.data.readers import (
 from lexgraph.data.schema import (
     ARTICLE_COLUMNS,
     CORPUS_FILES,
-    KEYS_FILE,
     NEGATIVE_FILES,
     QUESTION_COLUMNS,
     QUESTION_FILES,

@@ -31,8 +31,9 @@ import polars as pl
 from lexgraph.core.errors import DataError, reported
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.io import atomic_path
+from lexgraph.data.corpus import LEVEL_COLUMNS
 from lexgraph.data.integrity import integer_id
-from lexgraph.data.schema import ARTICLE_COLUMNS, LEVEL_COLUMNS, QUESTION_COLUMNS
+from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,6 @@ an article it does not cite as a negative, so a corpus of one article cannot tra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 HIERARCHY_LEVELS: tuple[str, ...] = (
     "law_type",
     "code",
@@ -33,9 +30,6 @@ HIERARCHY_LEVELS: tuple[str, ...] = (
     "section",
     "subsection",
 )
-
-#: the heading columns below ``code``, from the top, that a source's own path fills in order
-LEVEL_COLUMNS: tuple[str, ...] = HIERARCHY_LEVELS[2:]
 
 ARTICLE_COLUMNS: tuple[str, ...] = ("id", "article", "reference", *HIERARCHY_LEVELS, "description")
 QUESTION_COLUMNS: tuple[str, ...] = (
@@ -136,36 +130,3 @@ def split_questions(questions, split: str) -> tuple[list[int], list[str], dict[i
     sub = questions.filter(pl.col("split") == split).sort("id")
     qids = sub["id"].to_list()
     return qids, sub["question"].to_list(), dict(zip(qids, sub["article_ids"].to_list()))
-
-
-#: the user's string ids (``fetch.source: corpus``) beside data/raw's and data/clean's tables
-KEYS_FILE = "keys.parquet"
-KEY_KINDS = ("article", "question")
-
-
-@dataclass(frozen=True)
-class IdKeys:
-    """The user's ids of lexgraph's integer article and question ids, and back
-    (:mod:`lexgraph.data.corpus`): how runs, qrels and search output name them."""
-
-    articles: dict[int, str]
-    questions: dict[int, str]
-
-    def article_ids(self) -> dict[str, int]:
-        return {key: i for i, key in self.articles.items()}
-
-    def question_ids(self) -> dict[str, int]:
-        return {key: i for i, key in self.questions.items()}
-
-
-def read_keys(directory) -> IdKeys | None:
-    """``directory/keys.parquet`` (written for ``fetch.source: corpus``), or None (BSARD's layout:
-    the integer ids are the user's)."""
-    import polars as pl
-
-    path = Path(directory) / KEYS_FILE
-    if not path.is_file():
-        return None
-    keys = pl.read_parquet(path, columns=["kind", "id", "key"])
-    of = {kind: dict(keys.filter(pl.col("kind") == kind).select("id", "key").iter_rows()) for kind in KEY_KINDS}
-    return IdKeys(of["article"], of["question"])

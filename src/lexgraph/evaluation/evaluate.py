@@ -18,9 +18,9 @@ import numpy as np
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
+from lexgraph.data.keys import read_keys
 from lexgraph.data.schema import (
     SPLITS,
-    read_keys,
     split_questions,
 )
 from lexgraph.evaluation.trec import read_trec, write_qrels, write_trec
@@ -228,7 +228,7 @@ def evaluate_systems(
     (:class:`lexgraph.search.index.IndexConfig`, ``evaluate.index``). Systems with the
     same query encoder share it and each split's questions are encoded once per encoder
     (:func:`lexgraph.systems.dense.shared_query_encoders`). ``keys``
-    (:class:`lexgraph.data.schema.IdKeys`, ``fetch.source: corpus``): the runs name questions and
+    (:class:`lexgraph.data.keys.IdKeys`, ``fetch.source: corpus``): the runs name questions and
     articles by the user's ids.
     """
     from lexgraph.metrics.ir import evaluate_run
@@ -257,7 +257,7 @@ def evaluate_systems(
 
 def run_reader(keys):
     """How evaluate reads back the runs it wrote: :func:`read_trec`, with the user's ids mapped
-    back to lexgraph's (``keys``: :class:`lexgraph.data.schema.IdKeys`, or None)."""
+    back to lexgraph's (``keys``: :class:`lexgraph.data.keys.IdKeys`, or None)."""
     if keys is None:
         return read_trec
     question_ids, article_ids = keys.question_ids(), keys.article_ids()

@@ -112,7 +112,7 @@ class Hit:
     """One retrieved article, as shown (``snippet`` is plain; ``highlights`` its matched words)."""
 
     rank: int
-    id: int | str  # the user's string id where the corpus has them (fetch.source: corpus)
+    id: int
     article: str
     reference: str
     path: list[str]
@@ -226,15 +226,7 @@ def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
 class Display:
     """Builds :class:`Hit` lists for a system's results over the clean articles table."""
 
-    def __init__(
-        self,
-        articles,
-        analyzer: FrenchAnalyzer | None = None,
-        width: int = 240,
-        names: Mapping[int, str] | None = None,
-    ) -> None:
-        """``names``: the user's id of each article (``fetch.source: corpus``), shown as the hit's id."""
-        self.names = names
+    def __init__(self, articles, analyzer: FrenchAnalyzer | None = None, width: int = 240) -> None:
         self.by_id = {
             row["id"]: row for row in articles.select("id", "article", "reference", "path").iter_rows(named=True)
         }
@@ -269,7 +261,7 @@ class Display:
             out.append(
                 Hit(
                     rank=rank,
-                    id=self.names[aid] if self.names is not None else aid,
+                    id=aid,
                     article=article_number(reference),
                     reference=reference,
                     path=list(art["path"] or []),
