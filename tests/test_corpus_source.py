@@ -11,51 +11,19 @@ import polars as pl
 import pytest
 
 from conftest import ROOT, section, write_params
+from helpers_corpus import corpus_records, question_records, write_jsonl
 from helpers_dvc import run_stage_in_process
 from lexgraph.core.errors import DataError
 from lexgraph.data.clean import CleanConfig, CleanPaths, run_clean
 from lexgraph.data.fetch import FetchConfig, FetchPaths, run_fetch
 
-WORDS = "loyer bail vente prix donation mariage divorce succession servitude usufruit hypothèque gage".split()
 
-
-def corpus_records() -> list[dict]:
-    """24 articles under a 3-level path (2 books x 3 titles x 2 chapters, 2 articles each), string ids."""
-    out = []
-    for book in range(2):
-        for title in range(3):
-            for chapter in range(2):
-                for k in range(2):
-                    n = len(out)
-                    words = " ".join(WORDS[(n * 7 + j) % len(WORDS)] for j in range(12))
-                    out.append(
-                        {
-                            "id": f"civ:{book}.{title}.{chapter}-{k}",
-                            "text": f"Article {n + 1}. Le {words} du titre {title} livre {book}.",
-                            "path": [f"Livre {book}", f"Titre {title}", f"Chapitre {chapter}"],
-                            "number": str(n + 1),
-                            "code": "Code test",
-                        }
-                    )
-    return out
-
-
-def question_records(articles: list[dict]) -> list[dict]:
-    splits = ["train", "train", "dev", "test"]
-    return [
-        {
-            "id": f"q-{i}",
-            "question": f"Question {i} : {articles[i % len(articles)]['text'].split('.')[1]} ?",
-            "article_ids": [articles[i % len(articles)]["id"], articles[(i + 1) % len(articles)]["id"]],
-            "split": splits[i % 4],
-        }
-        for i in range(16)
-    ]
-
-
-def write_jsonl(path: Path, records: list) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    return path
+@pytest.fixture(autouse=True)
+def workspace(tmp_path, monkeypatch) -> Path:
+    """tmp_path is the workspace (the current directory); the user's files go in its data/corpus."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "corpus").mkdir(parents=True)
+    return tmp_path / "data" / "corpus"
 
 
 def corpus_config(corpus: Path, questions: Path) -> FetchConfig:
@@ -65,10 +33,10 @@ def corpus_config(corpus: Path, questions: Path) -> FetchConfig:
 
 
 @pytest.fixture
-def corpus_files(tmp_path):
+def corpus_files(workspace):
     articles = corpus_records()
-    return write_jsonl(tmp_path / "corpus.jsonl", articles), write_jsonl(
-        tmp_path / "questions.jsonl", question_records(articles)
+    return write_jsonl(workspace / "corpus.jsonl", articles), write_jsonl(
+        workspace / "questions.jsonl", question_records(articles)
     )
 
 
@@ -96,25 +64,25 @@ def test_a_three_level_corpus_with_string_ids_reaches_data_clean(corpus_files, t
     assert questions_table.sort("id")["article_ids"][0].to_list() == [0, 1]
 
 
-def test_a_deep_path_keeps_every_level_and_csv_and_parquet_read_alike(tmp_path):
+def test_a_deep_path_keeps_every_level_and_csv_and_parquet_read_alike(tmp_path, workspace):
     records = corpus_records()
     for r in records:
         r["path"] = r["path"] + [f"Section {j}" for j in range(8)]  # 11 levels under the code
     csv_rows = [{**r, "path": json.dumps(r["path"])} for r in records]
-    pl.DataFrame(csv_rows).write_csv(tmp_path / "corpus.csv")
-    pl.DataFrame(records).write_parquet(tmp_path / "corpus.parquet")
-    questions = write_jsonl(tmp_path / "questions.jsonl", question_records(records))
+    pl.DataFrame(csv_rows).write_csv(workspace / "corpus.csv")
+    pl.DataFrame(records).write_parquet(workspace / "corpus.parquet")
+    questions = write_jsonl(workspace / "questions.jsonl", question_records(records))
     tables = {}
     for name in ("corpus.csv", "corpus.parquet"):
-        fetch_and_clean(tmp_path / name, questions, tmp_path / name.replace(".", "_"))
+        fetch_and_clean(workspace / name, questions, tmp_path / name.replace(".", "_"))
         tables[name] = pl.read_parquet(tmp_path / name.replace(".", "_") / "clean" / "headings.parquet")
     assert tables["corpus.csv"].equals(tables["corpus.parquet"])
     assert tables["corpus.csv"]["level"].max() == 12
 
 
 def error_of(tmp_path, articles, questions=None) -> str:
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", articles)
-    q = write_jsonl(tmp_path / "questions.jsonl", questions or question_records(corpus_records()))
+    corpus = write_jsonl(tmp_path / "data/corpus/corpus.jsonl", articles)
+    q = write_jsonl(tmp_path / "data/corpus/questions.jsonl", questions or question_records(corpus_records()))
     with pytest.raises(DataError) as err:
         run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(corpus, q), seed=1)
     message = str(err.value)
@@ -123,52 +91,55 @@ def error_of(tmp_path, articles, questions=None) -> str:
 
 
 def test_bad_input_is_one_line_naming_the_file_the_record_and_the_field(tmp_path):
+    cf, qf = tmp_path / "data/corpus/corpus.jsonl", tmp_path / "data/corpus/questions.jsonl"
     articles = corpus_records()
     no_text = [dict(a) for a in articles]
     del no_text[4]["text"]
     assert error_of(tmp_path, no_text) == (
-        f"{tmp_path / 'corpus.jsonl'}, row 5, column 'text': article 'civ:0.1.0-0' has no text (missing); "
+        f"{cf}, row 5, column 'text': article 'civ:0.1.0-0' has no text (missing); "
         "expected a non-empty string (row 5 starts on line 5)"
     )
     duplicate = [dict(a) for a in articles]
     duplicate[7]["id"] = duplicate[2]["id"]
     assert error_of(tmp_path, duplicate) == (
-        f"{tmp_path / 'corpus.jsonl'}, row 8, column 'id': article id 'civ:0.0.1-0' is already used by row 3 of "
-        f"{tmp_path / 'corpus.jsonl'} (line 3); expected each id once (row 8 starts on line 8)"
+        f"{cf}, row 8, column 'id': article id 'civ:0.0.1-0' is already used by row 3 of "
+        f"{cf} (line 3); expected each id once (row 8 starts on line 8)"
     )
     flat = [dict(a) for a in articles]
     flat[3]["path"] = "Livre 0 > Titre 0"
     assert error_of(tmp_path, flat) == (
-        f"{tmp_path / 'corpus.jsonl'}, row 4, column 'path': path is a str ('Livre 0 > Titre 0'); expected a "
+        f"{cf}, row 4, column 'path': path is a str ('Livre 0 > Titre 0'); expected a "
         "list of heading labels from the top (may be empty) (row 4 starts on line 4)"
     )
     questions = question_records(articles)
     questions[5]["article_ids"] = [articles[0]["id"], "civ:9.9.9-9"]
     assert error_of(tmp_path, articles, questions) == (
-        f"{tmp_path / 'questions.jsonl'}, row 6, column 'article_ids': question 'q-5' cites article id "
-        f"'civ:9.9.9-9', which is not in {tmp_path / 'corpus.jsonl'} (row 6 starts on line 6)"
+        f"{qf}, row 6, column 'article_ids': question 'q-5' cites article id "
+        f"'civ:9.9.9-9', which is not in {cf} (row 6 starts on line 6)"
     )
 
 
 def test_a_question_text_in_two_splits_is_named_by_the_users_id(tmp_path):
+    qf = tmp_path / "data/corpus/questions.jsonl"
     articles = corpus_records()
     questions = question_records(articles)
     questions[3]["question"] = questions[0]["question"]  # q-3 (test) repeats q-0 (train)
     assert error_of(tmp_path, articles, questions).startswith(
-        f"{tmp_path / 'questions.jsonl'}, row 4, column 'question': question 'q-3' (test) has the same text as "
-        f"question 'q-0' (train, row 1 of {tmp_path / 'questions.jsonl'} (line 1)); expected each question text"
+        f"{qf}, row 4, column 'question': question 'q-3' (test) has the same text as "
+        f"question 'q-0' (train, row 1 of {qf} (line 1)); expected each question text"
     )
 
 
 def test_a_question_citing_every_article_is_named_by_the_users_id(tmp_path):
+    cf, qf = tmp_path / "data/corpus/corpus.jsonl", tmp_path / "data/corpus/questions.jsonl"
     articles = corpus_records()[:2]
     questions = [
         {"id": "a", "question": "Premier ?", "article_ids": [articles[0]["id"]], "split": "train"},
         {"id": "b", "question": "Second ?", "article_ids": [a["id"] for a in articles], "split": "test"},
     ]
     assert error_of(tmp_path, articles, questions) == (
-        f"{tmp_path / 'questions.jsonl'}, row 2, column 'article_ids': question 'b' cites all 2 articles of "
-        f"{tmp_path / 'corpus.jsonl'}; expected a question that leaves at least one article uncited (training "
+        f"{qf}, row 2, column 'article_ids': question 'b' cites all 2 articles of "
+        f"{cf}; expected a question that leaves at least one article uncited (training "
         "needs a negative) (row 2 starts on line 2)"
     )
 
@@ -179,7 +150,7 @@ def test_a_damaged_gzip_corpus_is_one_line(tmp_path):
     from lexgraph.data.corpus import read_corpus
 
     whole = gzip.compress(json.dumps(corpus_records()).encode())
-    (tmp_path / "corpus.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "corpus.jsonl.gz").write_bytes(whole[: len(whole) // 2])  # read_corpus reads any path
     with pytest.raises(DataError, match=r"corpus.jsonl.gz: not readable \(Compressed file ended"):
         read_corpus(tmp_path / "corpus.jsonl.gz")
 
@@ -189,6 +160,29 @@ def test_the_corpus_source_needs_its_files_named(tmp_path):
 
     with pytest.raises(ConfigError, match="'fetch.corpus_file'"):
         FetchConfig.from_params(section("fetch", source="corpus"))
+
+
+def test_a_corpus_file_outside_data_corpus_is_refused_in_one_line(corpus_files, tmp_path, capsys):
+    """fetch's dvc.yaml dep is data/corpus: a file elsewhere (or reached by '..') would not rerun fetch."""
+    corpus, questions = corpus_files
+    (tmp_path / "elsewhere.jsonl").write_bytes(corpus.read_bytes())
+    refused = (("corpus_file", str(tmp_path / "elsewhere.jsonl")), ("questions_file", "data/corpus/../q.jsonl"))
+    for key, value in refused:
+        files = {"corpus_file": "data/corpus/corpus.jsonl", "questions_file": "data/corpus/questions.jsonl", key: value}
+        params = write_params(tmp_path / "params.yaml", fetch={"source": "corpus", **files})
+        capsys.readouterr()
+        assert run_stage_in_process(ROOT / "stages/fetch.py", "--params", params, "--out", "data/raw") == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(
+            f"params.yaml: 'fetch.{key}' = {value!r}, expected a file under data/corpus/, fetch's dvc.yaml "
+            "dependency (DVC would not see edits to a file elsewhere, and fetch would not rerun)"
+        )
+        assert "\n" not in err and not (tmp_path / "data/raw").exists()
+    # the same files named inside data/corpus, relative to the workspace: fetched
+    files = {"corpus_file": "data/corpus/corpus.jsonl", "questions_file": "./data/corpus/questions.jsonl"}
+    params = write_params(tmp_path / "params.yaml", fetch={"source": "corpus", **files})
+    assert run_stage_in_process(ROOT / "stages/fetch.py", "--params", params, "--out", "data/raw") == 0
+    assert pl.read_parquet(tmp_path / "data/raw/articles.parquet").height == len(corpus_records())
 
 
 def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_users_ids(
@@ -202,7 +196,6 @@ def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_us
         fetch={"source": "corpus", "corpus_file": str(corpus), "questions_file": str(questions)},
         evaluate={"systems": ["bm25"], "baselines": ["bm25"]},
     )
-    monkeypatch.chdir(tmp_path)
     clean_dir = ("--articles", "data/clean/articles.parquet")
     stages = [
         ("fetch", "--out", "data/raw"),

@@ -8,7 +8,8 @@ Four sources, one output (``articles.parquet``, ``questions.parquet`` with a
   ``questions_{train,test,synthetic}.csv``, ``negatives/bm25_negatives_*.json``);
 - ``corpus`` (:mod:`lexgraph.data.corpus`): the field's JSON-lines/CSV/Parquet corpus with string
   ids and heading paths of any depth (``fetch.corpus_file``), and its questions
-  (``fetch.questions_file``); the string ids go to ``keys.parquet``;
+  (``fetch.questions_file``), both under ``data/corpus/`` (fetch's dvc.yaml dep, so that DVC
+  sees an edit; a file elsewhere is refused); the string ids go to ``keys.parquet``;
 - ``hub`` (:mod:`lexgraph.data.fetch_hub`): ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
   with configs ``corpus`` (split ``corpus``), ``questions`` (``train``, ``test``,
   ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,21 @@ class FetchConfig:
         for key in ("corpus_file", "questions_file"):
             if self.source == "corpus" and not getattr(self, key):
                 raise bad_value("fetch", key, None, "a JSON-lines, CSV or Parquet file, since 'fetch.source' is corpus")
+            if self.source == "corpus" and not inside(getattr(self, key), layout.CORPUS):
+                raise bad_value(
+                    "fetch",
+                    key,
+                    getattr(self, key),
+                    f"a file under {layout.CORPUS}/, fetch's dvc.yaml dependency (DVC would not see edits to a file "
+                    "elsewhere, and fetch would not rerun)",
+                )
+
+
+def inside(path: str, folder) -> bool:
+    """Whether ``path`` names a file under ``folder`` (both relative to the workspace, the current
+    directory, or absolute), by its name (``..`` resolved, links not followed)."""
+    target, root = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    return target != root and target.is_relative_to(root)
 
 
 # --------------------------------------------------------------------------- sources
