@@ -206,7 +206,7 @@ def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_us
     ]
     extra = {
         "bm25_tune": ("--best", "metrics/bm25_tune.json", "--grid", "metrics/bm25_tune.csv"),
-        "evaluate": ("--workspace", "."),
+        "evaluate": ("--keys", "data/clean/keys.parquet", "--workspace", "."),
     }
     for name, *args in stages:
         assert run_stage_in_process(ROOT / f"stages/{name}.py", "--params", params, *args, *extra.get(name, ())) == 0
@@ -239,3 +239,17 @@ def test_the_pipeline_runs_end_to_end_on_a_jsonl_corpus_and_its_runs_name_the_us
     write_jsonl(tmp_path / "mine.jsonl", [{"id": "mine-1", "question": "Article 6"}])
     assert main(["search", "--system", "bm25", "--questions", "mine.jsonl", "--run", "mine.trec", "--k", "2"]) == 0
     assert Path("mine.trec").read_text().split()[:3] == ["mine-1", "Q0", "civ:0.1.0-1"]
+
+
+def test_clean_always_writes_keys_and_the_samples_has_no_rows(tmp_path):
+    """dvc.yaml declares data/clean/keys.parquet (evaluate's --keys): clean writes it on BSARD's
+    layout too, without rows (the integer ids are the user's), and the reader then maps nothing."""
+    from lexgraph.data.keys import keys_of
+
+    sample = FetchConfig.from_params(section("fetch", sample_dir=str(ROOT / "data" / "sample")))
+    run_fetch(FetchPaths(out=tmp_path / "raw"), sample, seed=1)
+    clean = CleanConfig.from_params(section("clean"))
+    run_clean(CleanPaths(raw=tmp_path / "raw", out=tmp_path / "clean", metrics=tmp_path / "data.json"), clean)
+    keys = pl.read_parquet(tmp_path / "clean" / "keys.parquet")
+    assert keys.height == 0 and keys.schema == {"kind": pl.Utf8, "id": pl.Int64, "key": pl.Utf8}
+    assert not (tmp_path / "raw" / "keys.parquet").exists() and keys_of(tmp_path / "clean" / "keys.parquet") is None

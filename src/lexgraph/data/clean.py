@@ -39,7 +39,7 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.provenance import output
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
-from lexgraph.data.keys import KEYS_FILE
+from lexgraph.data.keys import KEYS_FILE, keys_table
 from lexgraph.data.schema import (
     CLEAN_QUESTION_SCHEMA,
     HIERARCHY_LEVELS,
@@ -448,9 +448,10 @@ def run_clean(paths: CleanPaths, config: CleanConfig) -> None:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         headings.write_parquet(tmp / "headings.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
+        keys = keys_table([], [])  # BSARD's layout: no rows (its integer ids are the user's)
         if (paths.raw / KEYS_FILE).is_file():  # source corpus: the user's ids of what was kept
-            keys = read_parquet(paths.raw / KEYS_FILE, ["kind", "id", "key"])
-            kept_keys(keys, articles, questions).write_parquet(tmp / KEYS_FILE, statistics=False)
+            keys = kept_keys(read_parquet(paths.raw / KEYS_FILE, ["kind", "id", "key"]), articles, questions)
+        keys.write_parquet(tmp / KEYS_FILE, statistics=False)
     write_json(stats, paths.metrics)
 
 

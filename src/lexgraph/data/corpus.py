@@ -39,6 +39,7 @@ import polars as pl
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
+from lexgraph.data.keys import keys_table
 from lexgraph.data.readers import Source
 from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, MIN_ARTICLES, QUESTION_COLUMNS
 
@@ -50,7 +51,6 @@ ARTICLE_FIELDS: tuple[str, ...] = ("id", "text", "path")
 OPTIONAL_ARTICLE_FIELDS: tuple[str, ...] = ("number", "title", "code")
 QUESTION_FIELDS: tuple[str, ...] = ("id", "question", "article_ids", "split")
 QUESTION_SPLITS: tuple[str, ...] = ("train", "dev", "test")
-KEYS_SCHEMA = {"kind": pl.Utf8, "id": pl.Int64, "key": pl.Utf8}
 #: the list fields, which a CSV file writes as JSON arrays
 LIST_FIELDS = ("path", "article_ids")
 ONE_OBJECT = "expected one JSON object a line"
@@ -239,13 +239,6 @@ def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tupl
         if split in rows
     }
     return sources, keys
-
-
-def keys_table(article_keys: list[str], question_keys: list[str]) -> pl.DataFrame:
-    """The user's ids: ``kind`` (article/question), lexgraph's ``id``, the user's ``key``."""
-    kinds = ["article"] * len(article_keys) + ["question"] * len(question_keys)
-    ids = list(range(len(article_keys))) + list(range(len(question_keys)))
-    return pl.DataFrame({"kind": kinds, "id": ids, "key": article_keys + question_keys}, schema=KEYS_SCHEMA)
 
 
 def read_corpus_source(corpus: Path, questions: Path | None):

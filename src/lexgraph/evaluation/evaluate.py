@@ -18,7 +18,7 @@ import numpy as np
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
-from lexgraph.data.keys import read_keys
+from lexgraph.data.keys import keys_of
 from lexgraph.data.schema import (
     SPLITS,
     split_questions,
@@ -299,6 +299,7 @@ class EvaluatePaths:
     """The ``evaluate`` stage's inputs and outputs (``dvc.yaml`` names them)."""
 
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    keys: Path = field(metadata={"help": "clean's keys.parquet: the user's ids (no rows: BSARD's integer ids)"})
     runs: Path = output("TREC runs <runs>/<system>/<split>.trec and qrels <runs>/<split>.qrels", record=False)
     metrics_dir: Path = output("for <system>.json, results.md, significance.json, per_query/")
     workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
@@ -317,7 +318,7 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
     from lexgraph.systems.rerank import first_stage_of, is_switched_off
 
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
-    keys = read_keys(paths.questions.parent)  # fetch.source corpus: data/clean/keys.parquet
+    keys = keys_of(paths.keys)  # fetch.source corpus: the user's ids (None: BSARD's layout)
     reading = run_reader(keys)
     splits, split = config.splits, config.significance_split
     systems = list(config.systems)
