@@ -253,3 +253,19 @@ def test_clean_always_writes_keys_and_the_samples_has_no_rows(tmp_path):
     keys = pl.read_parquet(tmp_path / "clean" / "keys.parquet")
     assert keys.height == 0 and keys.schema == {"kind": pl.Utf8, "id": pl.Int64, "key": pl.Utf8}
     assert not (tmp_path / "raw" / "keys.parquet").exists() and keys_of(tmp_path / "clean" / "keys.parquet") is None
+
+
+def test_cleans_errors_name_the_users_ids(corpus_files, workspace, tmp_path):
+    """An article too short for clean.min_words is dropped: the test question citing it would lose a gold
+    article, and clean's error names both by the user's ids (row: data/raw/questions.parquet's)."""
+    articles = corpus_records()
+    articles[3]["text"] = "Deux mots"  # civ:0.0.1-1, a gold article of q-3 (test)
+    corpus = write_jsonl(workspace / "corpus.jsonl", articles)
+    with pytest.raises(DataError) as err:
+        fetch_and_clean(corpus, workspace / "questions.jsonl", tmp_path)
+    row = pl.read_parquet(tmp_path / "raw" / "questions.parquet")["id"].to_list().index(3) + 1  # q-3 is id 3
+    assert str(err.value).startswith(
+        f"{tmp_path / 'raw' / 'questions.parquet'}: cleaning would change the test set: test question 'q-3' "
+        f"(row {row}) would lose gold article(s) 'civ:0.0.1-1' (shorter than 'clean.min_words' = 3 words); "
+    )
+    assert not (tmp_path / "clean").exists()

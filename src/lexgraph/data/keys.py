@@ -28,6 +28,14 @@ class IdKeys:
         return {key: i for i, key in self.questions.items()}
 
 
+def name_of(keys: IdKeys | None, kind: str, i: int) -> str:
+    """How a message names article or question ``i`` (``kind``): the user's id, quoted, on a corpus of
+    one's own; lexgraph's integer id otherwise (BSARD's layout, where it is the user's)."""
+    if keys is None:
+        return str(i)
+    return repr((keys.articles if kind == "article" else keys.questions).get(i, i))
+
+
 def keys_table(article_keys: list[str], question_keys: list[str]):
     """The user's ids: ``kind`` (article/question), lexgraph's ``id`` (0.. in file order), the
     user's ``key``; no rows when both lists are empty (BSARD's layout)."""
