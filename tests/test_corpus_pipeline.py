@@ -6,6 +6,8 @@ copy of the repository (git clone + the working tree's changes), with small step
   every system has its metrics/<system>.json;
 - `lexgraph export` of a dense system names its article vectors by the user's ids
   (article_keys.json), and sentence-transformers ranks with it as the system's TREC run does;
+- `lexgraph regress --update` writes the corpus's expected scores, which then reproduce (and the
+  sample's do not);
 - data/corpus is fetch's dependency: editing the corpus file makes `dvc status` report fetch
   changed, and `dvc repro` reruns it.
 
@@ -132,6 +134,22 @@ def test_an_export_names_its_article_vectors_by_the_users_ids(repo, tmp_path):
     for q, row in zip(tests, scores):
         top = [keys[i] for i in (-row).argsort(kind="stable")[:5]]
         assert top == [r[2] for r in run if r[0] == q["id"]][:5], q["id"]
+
+
+def test_regress_keeps_the_corpus_own_expected_scores(repo):
+    dest, env, _ = repo
+    regress = [sys.executable, "-m", "lexgraph.cli", "regress"]
+    sh([*regress, "--update", "--expected", "regression/corpus.yaml"], dest, env)
+    expected = yaml.safe_load((dest / "regression/corpus.yaml").read_text(encoding="utf-8"))
+    assert (
+        expected["systems"]["dsr"]["test"]["recall@10"]
+        == json.loads((dest / "metrics/dsr.json").read_text())["test"]["recall@10"]
+    )
+    assert (
+        "all metrics in regression/corpus.yaml reproduce"
+        in sh([*regress, "--expected", "regression/corpus.yaml"], dest, env).stdout
+    )
+    assert sh(regress, dest, env, ok=False).returncode == 1  # the sample's expected scores are not the corpus's
 
 
 def test_editing_the_corpus_file_reruns_fetch(repo):
