@@ -15,7 +15,6 @@ import pytest
 from helpers_cli import write_articles
 from helpers_config import sample_config
 from lexgraph.core.errors import DataError
-from lexgraph.data.keys import keys_table
 from lexgraph.evaluation.evaluate import EvaluateConfig, EvaluatePaths, run_evaluate
 from lexgraph.evaluation.trec import read_trec, trec_id, write_qrels, write_trec
 from lexgraph.metrics.ir import evaluate_run, rounded
@@ -93,7 +92,6 @@ def test_pytrec_eval_scores_evaluates_runs_with_its_qrels_to_our_numbers(tmp_pat
     write_articles(ws, articles)
     BM25(k1=1.2, b=0.75).fit_texts(list(articles.values()), list(articles)).save(ws / "models" / "bm25")
     questions.write_parquet(ws / "data" / "clean" / "questions.parquet")
-    keys_table([], []).write_parquet(ws / "data" / "clean" / "keys.parquet")  # BSARD's layout: no rows
     config = sample_config(EvaluateConfig, "evaluate", systems=["bm25"], baselines=[])
     paths = EvaluatePaths(
         questions=ws / "data" / "clean" / "questions.parquet",
