@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
+from lexgraph.data.keys import keys_table
+
 ARTICLES = {
     1: "Le propriétaire du mur mitoyen paie la réparation du mur.",
     2: "Le bail est un contrat de louage de choses.",
@@ -24,3 +26,4 @@ def write_articles(root: Path, articles: dict[int, str]) -> None:
             "path": [["Code A"]] * len(articles),
         }
     ).write_parquet(root / "data" / "clean" / "articles.parquet")
+    keys_table([], []).write_parquet(root / "data" / "clean" / "keys.parquet")  # as clean writes it: no rows

@@ -67,6 +67,8 @@ STAGES = {
         [
             "--questions",
             "{in}/questions.parquet",
+            "--keys",
+            "{in}/keys.parquet",
             "--runs",
             "{out}/runs",
             "--metrics-dir",

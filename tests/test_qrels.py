@@ -14,6 +14,7 @@ import pytest
 
 from helpers_cli import write_articles
 from helpers_config import sample_config
+from lexgraph.core.errors import DataError
 from lexgraph.evaluation.evaluate import EvaluateConfig, EvaluatePaths, run_evaluate
 from lexgraph.evaluation.trec import read_trec, trec_id, write_qrels, write_trec
 from lexgraph.metrics.ir import evaluate_run, rounded
@@ -94,6 +95,7 @@ def test_pytrec_eval_scores_evaluates_runs_with_its_qrels_to_our_numbers(tmp_pat
     config = sample_config(EvaluateConfig, "evaluate", systems=["bm25"], baselines=[])
     paths = EvaluatePaths(
         questions=ws / "data" / "clean" / "questions.parquet",
+        keys=ws / "data" / "clean" / "keys.parquet",
         runs=ws / "data" / "runs",
         metrics_dir=ws / "metrics",
         workspace=ws,
@@ -111,3 +113,8 @@ def test_pytrec_eval_scores_evaluates_runs_with_its_qrels_to_our_numbers(tmp_pat
             assert value == pytest.approx(ours[metric], abs=1e-12), (split, metric)
             assert rounded(value) == reported[split][metric], (split, metric)
         assert 0.05 < theirs["map"] < 0.95 and theirs["recall@100"] < 1, theirs  # misses and hits
+    # evaluate reads the user's ids from its --keys file (a dvc.yaml dep): without it, one line naming it
+    paths.keys.unlink()
+    with pytest.raises(DataError) as err:
+        run_evaluate(paths, config, "cpu", seed=0)
+    assert str(err.value) == f"{paths.keys}: file not found; rerun `dvc repro clean` (or `dvc checkout`) to restore it"

@@ -68,7 +68,8 @@ def _params(path: Path, **edits) -> Path:
 
 
 def _evaluate(ws: Path, params: Path) -> subprocess.CompletedProcess:
-    argv = ["--questions", ws / "data/clean/questions.parquet", "--runs", ws / "data/runs"]
+    argv = ["--questions", ws / "data/clean/questions.parquet", "--keys", ws / "data/clean/keys.parquet"]
+    argv += ["--runs", ws / "data/runs"]
     argv += ["--metrics-dir", ws / "metrics", "--workspace", ws]
     return subprocess.run(
         [sys.executable, str(ROOT / "stages" / "evaluate.py"), "--params", str(params), *map(str, argv)],

@@ -39,6 +39,7 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.provenance import output
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
+from lexgraph.data.keys import KEYS_FILE, IdKeys, keys_of, keys_table, name_of
 from lexgraph.data.schema import (
     CLEAN_QUESTION_SCHEMA,
     HIERARCHY_LEVELS,
@@ -108,10 +109,15 @@ def is_repeal_notice(text: str) -> bool:
 
 
 def hierarchy_path(row: dict) -> list[tuple[str, str]]:
-    """Non-empty hierarchy values from the top, as ``(level_name, value)``."""
+    """Non-empty hierarchy values from the top, as ``(level_name, value)``: BSARD's columns, or
+    (``fetch.source: corpus``) the raw ``path`` list of any depth under the article's ``code``,
+    its levels named ``level1``, ``level2``, …"""
+    if row.get("path") is not None:
+        items = [("code", row.get("code"))] + [(f"level{d}", v) for d, v in enumerate(row["path"], 1)]
+    else:
+        items = [(level, row.get(level)) for level in HIERARCHY_LEVELS]
     out = []
-    for level in HIERARCHY_LEVELS:
-        value = row.get(level)
+    for level, value in items:
         if value is None:
             continue
         value = " ".join(unicodedata.normalize("NFC", str(value)).split())
@@ -287,17 +293,18 @@ def clean_questions(raw: pl.DataFrame, path, raw_article_ids: set[int], kept_art
     return questions, {"by_split": stats, "gold_ids_removed": removed_gold}, test_changes
 
 
-def refuse_citing_all(questions: pl.DataFrame, raw: pl.DataFrame, path, kept: int) -> None:
+def refuse_citing_all(questions: pl.DataFrame, raw: pl.DataFrame, path, kept: int, keys: IdKeys | None = None) -> None:
     """No clean question citing every one of the ``kept`` articles (training needs a negative);
-    the row is the question's 1-based row of the raw table."""
+    the row is the question's 1-based row of the raw table, the question named by the user's id
+    (``keys``, a corpus of one's own)."""
     hit = questions.filter(pl.col("article_ids").list.len() >= kept)
     if hit.height:
         qid = hit["id"][0]
         raise DataError(
             path,
-            f"question {qid} cites all {kept} articles that cleaning keeps; expected a question that leaves at "
-            "least one article uncited (training needs a negative): fetch a larger corpus, or lower "
-            "'clean.min_words' in params.yaml",
+            f"question {name_of(keys, 'question', qid)} cites all {kept} articles that cleaning keeps; expected a "
+            "question that leaves at least one article uncited (training needs a negative): fetch a larger "
+            "corpus, or lower 'clean.min_words' in params.yaml",
             row=raw["id"].to_list().index(qid) + 1,
             column="article_ids",
         )
@@ -329,13 +336,18 @@ RULES = {
 }
 
 
-def describe_test_changes(changes: list, reasons: dict[int, str], config: CleanConfig, limit: int = 5) -> str:
-    """``test question 8 (row 330) would be dropped, losing gold article(s) 2163 (empty after cleaning); …``"""
+def describe_test_changes(
+    changes: list, reasons: dict[int, str], config: CleanConfig, limit: int = 5, keys: IdKeys | None = None
+) -> str:
+    """``test question 8 (row 330) would be dropped, losing gold article(s) 2163 (empty after cleaning); …``
+    (on a corpus of one's own, ``keys``: ``test question 'q-3' …  gold article(s) 'civ:4' …``)."""
     parts = []
     for row, qid, removed, dropped in changes[:limit]:
-        why = ", ".join(f"{a} ({RULES[reasons[a]].format(min_words=config.min_words)})" for a in removed)
+        why = ", ".join(
+            f"{name_of(keys, 'article', a)} ({RULES[reasons[a]].format(min_words=config.min_words)})" for a in removed
+        )
         fate = "would be dropped, losing" if dropped else "would lose"
-        parts.append(f"test question {qid} (row {row}) {fate} gold article(s) {why}")
+        parts.append(f"test question {name_of(keys, 'question', qid)} (row {row}) {fate} gold article(s) {why}")
     more = f"; and {len(changes) - limit} more test question(s)" if len(changes) > limit else ""
     return "; ".join(parts) + more
 
@@ -363,11 +375,13 @@ def clean(
     raw_questions: pl.DataFrame,
     params: CleanConfig | dict | None,
     paths=("articles", "questions"),
+    keys: IdKeys | None = None,
 ):
     """Clean both tables; return (articles, headings, questions, stats for metrics/data.json).
 
     ``params``: the ``clean`` section (a :class:`CleanConfig` or its mapping). A corpus
-    that cleaning empties is a :class:`DataError` (nothing downstream could run on it)."""
+    that cleaning empties is a :class:`DataError` (nothing downstream could run on it).
+    ``keys``: the user's ids (``fetch.source: corpus``), by which errors name questions and articles."""
     config = params if isinstance(params, CleanConfig) else CleanConfig.from_params(params)
     articles, headings, art_stats, reasons = clean_articles(
         raw_articles, paths[0], config.min_words, config.drop_repealed
@@ -390,7 +404,7 @@ def clean(
     if test_changes and not config.allow_test_changes:
         raise DataError(
             paths[1],
-            f"cleaning would change the test set: {describe_test_changes(test_changes, reasons, config)}; "
+            f"cleaning would change the test set: {describe_test_changes(test_changes, reasons, config, keys=keys)}; "
             "expected every test question kept with all its gold articles: fix those articles in "
             "the source corpus, or set 'clean.allow_test_changes' to true in params.yaml",
         )
@@ -401,11 +415,11 @@ def clean(
             "(training needs, for every question, an article it does not cite as a negative): fetch a larger "
             "corpus, or lower 'clean.min_words' in params.yaml",
         )
-    refuse_citing_all(questions, raw_questions, paths[1], articles.height)
+    refuse_citing_all(questions, raw_questions, paths[1], articles.height, keys)
     if test_changes:
         log.warning(
             "clean: the test set changes ('clean.allow_test_changes' = true): %s",
-            describe_test_changes(test_changes, reasons, config),
+            describe_test_changes(test_changes, reasons, config, keys=keys),
         )
     stats = {
         "articles": art_stats,
@@ -437,9 +451,24 @@ def run_clean(paths: CleanPaths, config: CleanConfig) -> None:
     articles_path, questions_path = paths.raw / "articles.parquet", paths.raw / "questions.parquet"
     raw_articles = read_parquet(articles_path, ["id", "article"])
     raw_questions = read_parquet(questions_path, ["id", "question", "article_ids", "split"])
-    articles, headings, questions, stats = clean(raw_articles, raw_questions, config, (articles_path, questions_path))
+    raw_keys = keys_table([], [])  # BSARD's layout: no rows (its integer ids are the user's)
+    if (paths.raw / KEYS_FILE).is_file():  # source corpus: the user's ids
+        raw_keys = read_parquet(paths.raw / KEYS_FILE, ["kind", "id", "key"])
+    names = keys_of(paths.raw / KEYS_FILE) if raw_keys.height else None
+    articles, headings, questions, stats = clean(
+        raw_articles, raw_questions, config, (articles_path, questions_path), keys=names
+    )
     with atomic_path(paths.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         headings.write_parquet(tmp / "headings.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
+        kept_keys(raw_keys, articles, questions).write_parquet(tmp / KEYS_FILE, statistics=False)
     write_json(stats, paths.metrics)
+
+
+def kept_keys(keys: pl.DataFrame, articles: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``data/raw/keys.parquet`` (``fetch.source: corpus``) whose article or
+    question ``clean`` kept."""
+    kept = {"article": set(articles["id"].to_list()), "question": set(questions["id"].to_list())}
+    mask = [i in kept.get(kind, ()) for kind, i in keys.select("kind", "id").iter_rows()]
+    return keys.filter(pl.Series(mask, dtype=pl.Boolean))

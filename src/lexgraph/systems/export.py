@@ -14,6 +14,8 @@
   for a cosine system, so that ``query @ vectors.T`` is lexgraph's score). The article side of these
   systems is no plain encoder (DSR's hierarchical encoder, the graph encoders' full-graph pass, the
   hierarchy prior, E5's windowed mean), so its vectors travel, not a second model;
+* :data:`KEYS` (a workspace built from a corpus of one's own, whose articles have the user's string
+  ids: ``data/clean/keys.parquet``): a JSON list, the user's id of each of ``ids``, in their order;
 * ``README.md``, a model card (YAML front matter for the Hugging Face hub): the system's metrics
   (``metrics/<system>.json``), the exact ``params.yaml`` sections its artefacts were built with, where
   the article vectors come from, and how to search with them;
@@ -45,6 +47,8 @@ from lexgraph.core.errors import LexgraphError
 log = logging.getLogger(__name__)
 
 VECTORS = "article_vectors.safetensors"
+#: on a corpus of one's own (``fetch.source: corpus``): the user's string ids of :data:`VECTORS`' ``ids``, in order
+KEYS = "article_keys.json"
 MANIFEST = "lexgraph_export.json"
 CARD = "README.md"
 
@@ -172,6 +176,7 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     from safetensors.numpy import save_file
 
     from lexgraph.core.io import atomic_path, write_json, write_text
+    from lexgraph.data.keys import read_keys
     from lexgraph.models.encoders import QueryEncoder
     from lexgraph.systems.registry import load_retriever
 
@@ -183,6 +188,7 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     if not isinstance(encoder, QueryEncoder):  # pragma: no cover - every dense loader makes one
         raise LexgraphError(f"{system}: its query encoder is a {type(encoder).__name__}, not a QueryEncoder")
     ids, vectors = article_vectors(retriever)
+    keys = read_keys(layout.CLEAN.under(workspace))  # None: BSARD's layout, the integer ids are the user's
     similarity = "cosine" if retriever.normalize else "dot"
     source = os.path.relpath(retriever.source, workspace) if retriever.source else ""
     manifest = {
@@ -195,6 +201,8 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
         "max_length": encoder.max_length,
         "article_vectors_from": source,
     }
+    if keys is not None:
+        manifest["article_keys"] = KEYS
     with atomic_path(out, directory=True) as tmp:
         tmp = Path(tmp)
         encoder.save_pretrained(tmp)  # a full copy: backbone, tokenizer, query_encoder.json, its ST files
@@ -202,6 +210,8 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
         save_file(
             {"ids": ids, "vectors": vectors}, str(tmp / VECTORS), metadata={"system": system, "similarity": similarity}
         )
+        if keys is not None:
+            write_json([keys.articles[i] for i in ids.tolist()], tmp / KEYS)
         write_json(manifest, tmp / MANIFEST, ensure_ascii=True)
         write_text(model_card(manifest, _metrics(workspace, system), _sections(workspace, system)), tmp / CARD)
     log.info(
@@ -253,7 +263,12 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
             ),
             f"- Article side: {ARTICLE_SIDE[system]}; `{VECTORS}` holds them (`ids` int64, lexgraph's article ids, "
             f"and `vectors` float32{', L2-normalised' if manifest['similarity'] == 'cosine' else ''}), "
-            f"from `{manifest['article_vectors_from']}`.",
+            f"from `{manifest['article_vectors_from']}`."
+            + (
+                f" `{KEYS}` lists the corpus's own id of each, in the order of `ids`."
+                if "article_keys" in manifest
+                else ""
+            ),
             "",
             "## Search in five lines",
             "",
