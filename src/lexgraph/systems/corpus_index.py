@@ -44,8 +44,6 @@ PARTIAL = ".partial"
 COMPOSED = ("hybrid", "xrerank", "mvcl")
 GRAPH_SYSTEMS = ("hprior", *layout.GNN)
 DENSE_ON_DSR = ("dsr", *GRAPH_SYSTEMS)
-#: systems whose corpus side cannot be built yet (the inductive graph pass is to come)
-NOT_INDEXABLE = GRAPH_SYSTEMS
 
 
 def file_sha256(path: Path) -> str:
@@ -109,27 +107,18 @@ def closure(systems: list[str], workspace: Path) -> set[str]:
 
 
 def resolve_systems(asked: list[str] | None, workspace: Path) -> list[str]:
-    """The systems to index (default: every one the workspace has built whose corpus side can be
-    built), with the systems they search through, in the registry's order."""
+    """The systems to index (default: every one the workspace has built), with the systems they
+    search through, in the registry's order."""
     from lexgraph.core.config import SYSTEM_NAMES
 
-    built = available_systems(workspace)
-    have = [s for s in built if not closure([s], workspace) & set(NOT_INDEXABLE)]
-    if not asked and len(have) < len(built):
-        skipped = ", ".join(s for s in built if s not in have)
-        log.info("index: %s not indexed (the inductive graph pass is not in this version)", skipped)
+    have = available_systems(workspace)
     for system in asked or ():
         if system not in SYSTEM_NAMES:
             raise LexgraphError(f"--systems: unknown system '{system}'; expected some of {', '.join(SYSTEM_NAMES)}")
-        if system not in built:
-            raise LexgraphError(
-                f"--systems {system}: the workspace {workspace} has no {system} built (run `dvc repro` there); "
-                f"it has {', '.join(built) or 'none'}"
-            )
         if system not in have:
             raise LexgraphError(
-                f"--systems {system}: not indexable in this version (the inductive graph pass is to come); "
-                f"expected some of {', '.join(have)}"
+                f"--systems {system}: the workspace {workspace} has no {system} built (run `dvc repro` there); "
+                f"it has {', '.join(have) or 'none'}"
             )
     closed = closure(list(asked or have), workspace)
     return [s for s in SYSTEM_NAMES if s in closed]
@@ -262,6 +251,26 @@ def write_embed(articles, headings, chunks: Path | None, workspace: Path, out: P
     log.info("index: DSR vectors of %d articles and %d headings", articles.height, headings.height)
 
 
+def write_graph(systems: list[str], articles, headings, embed: Path, workspace: Path, root: Path, device) -> None:
+    """hprior's and the graph encoders' article vectors, applied inductively over the corpus's own
+    statute graph (no question nodes: :mod:`lexgraph.systems.inductive`)."""
+    from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS, load_embeddings, save_embeddings
+    from lexgraph.systems.inductive import corpus_graph, graph_vectors, hprior_vectors
+
+    graph = corpus_graph(articles, headings, workspace)
+    embeddings = {name: load_embeddings(embed / f"{name}.safetensors") for name in ("articles", "headings")}
+    for system in systems:
+        if system == "hprior":
+            vectors = hprior_vectors(workspace, graph, *embeddings["articles"])  # (A, dim)
+            out = layout.HPRIOR.under(root, ARTICLE_EMBEDDINGS)
+        else:
+            vectors = graph_vectors(system, workspace, graph, embeddings, device)  # (A, dim)
+            out = layout.GNN[system].under(root, ARTICLE_EMBEDDINGS)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_embeddings(out, graph.article_ids.numpy(), vectors)
+    log.info("index: %s over the corpus's graph (%d articles)", ", ".join(systems), graph.article_ids.numel())
+
+
 # --- the whole index ------------------------------------------------------------------------------
 
 
@@ -325,6 +334,9 @@ def index_corpus(
         if any(s in DENSE_ON_DSR for s in todo):
             layout.EMBED.under(tmp).mkdir(parents=True)
             write_embed(articles, headings, chunks, workspace, layout.EMBED.under(tmp), device)
+        graph = [s for s in todo if s in GRAPH_SYSTEMS]
+        if graph:
+            write_graph(graph, articles, headings, layout.EMBED.under(tmp), workspace, Path(tmp), device)
         counts = {"articles": articles.height, "headings": headings.height}
         record = index_record(corpus, file_sha256(corpus), counts, {s: model_digests(s, workspace) for s in todo})
         write_json(record, Path(tmp) / INDEX_FILE, sort_keys=True, ensure_ascii=True)
