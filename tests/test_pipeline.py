@@ -98,6 +98,49 @@ def test_the_hierarchy_systems_applied_to_the_workspace_corpus_give_its_saved_ve
         assert (ids == graph.article_ids.numpy()).all() and torch.equal(got, want), system
 
 
+def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspace, tmp_path, capsys):
+    """`lexgraph index` (issue 26, item 2) encodes an unlabelled corpus (60 of the sample's articles
+    under new string ids and a 3-level hierarchy) with the trained workspace; `lexgraph search
+    --index` then searches it with every system, naming the user's ids and heading paths; the
+    index's DSR vectors are the workspace's own of those articles; mvcl (switched off) is one line."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from lexgraph.cli.main import main
+    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.core.io import read_parquet
+    from lexgraph.encoding.embed import load_embeddings, select_rows
+
+    dest, _ = workspace
+    articles = read_parquet(dest / "data" / "clean" / "articles.parquet").head(60)
+    records = [
+        {"id": f"fr-{i:03d}", "text": text, "path": ["Code N", f"Livre {i % 2}", f"Titre {i % 5}"]}
+        for i, text in enumerate(articles["article"].to_list())
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "idx"
+    assert main(["index", "--workspace", str(dest), "--corpus", str(corpus), "--out", str(out), "--block", "25"]) == 0
+    capsys.readouterr()
+    ids, mine = load_embeddings(out / "data" / "embed" / "articles.safetensors")
+    own = select_rows(
+        *load_embeddings(dest / "data" / "embed" / "articles.safetensors"), articles["id"].to_numpy(), "", ""
+    )
+    assert np.array_equal(ids, np.arange(60)) and torch.allclose(mine, own, atol=1e-4)
+    paths = {r["id"]: r["path"] for r in records}
+    for system in SYSTEM_NAMES:
+        argv = ["search", "--workspace", str(dest), "--index", str(out), "--system", system, "--json", "--top", "3"]
+        status = main([*argv, "Qui peut porter atteinte à la vie privée d'autrui ?"])
+        if system == "mvcl":
+            assert status == 2 and "no mvcl in this index: mvcl is switched off" in capsys.readouterr().err
+            continue
+        assert status == 0, system
+        hits = json.loads(capsys.readouterr().out)["hits"]
+        assert len(hits) == 3 and all(paths[h["id"]] == h["path"] for h in hits), system
+
+
 def stage_pid(dest: Path, script: str) -> int | None:
     """The pid of the stage process running ``script`` in ``dest`` (``None``: none yet)."""
     for entry in Path("/proc").iterdir():

@@ -271,6 +271,25 @@ def write_graph(systems: list[str], articles, headings, embed: Path, workspace: 
     log.info("index: %s over the corpus's graph (%d articles)", ", ".join(systems), graph.article_ids.numel())
 
 
+def write_rerank(articles, workspace: Path, systems: list[str], out: Path, device) -> None:
+    """The article token states of the re-rankers on the frozen base encoder (``data/rerank``, what
+    their loader reads when the length is theirs; a fine-tuned PLM encodes the articles as it loads)."""
+    from lexgraph.encoding.rerank_features import FrozenTokenEncoder
+    from lexgraph.systems.rerank import article_states
+    from lexgraph.training.rerank_config import RerankConfig
+    from lexgraph.training.rerank_io import load_model
+
+    configs = [RerankConfig(**load_model(layout.RERANKERS[s].under(workspace), device)[1]["config"]) for s in systems]
+    frozen = [config for config in configs if config.plm == "frozen"]
+    if not frozen:
+        return
+    encoder = FrozenTokenEncoder(layout.PRETRAIN.under(workspace), device)
+    store = article_states(encoder, articles, frozen[0])
+    out.mkdir(parents=True)
+    store.save(out / "articles.safetensors", {"max_article_length": str(frozen[0].max_article_length)})
+    log.info("index: re-ranker token states of %d articles", articles.height)
+
+
 # --- the whole index ------------------------------------------------------------------------------
 
 
@@ -303,9 +322,11 @@ def index_corpus(
     """Index the corpus file ``corpus`` into ``out`` with the models of ``workspace`` for
     ``systems`` (default: every system the workspace has built), encoding ``block`` articles per
     resumable block (None: all in one); returns ``index.json``'s content."""
+    import torch
+
     from lexgraph.core.io import atomic_path, write_json
 
-    corpus, out, workspace = Path(corpus), Path(out), Path(workspace)
+    corpus, out, workspace, device = Path(corpus), Path(out), Path(workspace), torch.device(device)
     todo = resolve_systems(systems, workspace)
     log.info("index: %s -> %s with %s's %s", corpus, out, workspace, ", ".join(todo))
     articles, headings, keys = clean_corpus(corpus, workspace)
@@ -337,6 +358,9 @@ def index_corpus(
         graph = [s for s in todo if s in GRAPH_SYSTEMS]
         if graph:
             write_graph(graph, articles, headings, layout.EMBED.under(tmp), workspace, Path(tmp), device)
+        rerankers = [s for s in todo if s in layout.RERANKERS]
+        if rerankers:
+            write_rerank(articles, workspace, rerankers, layout.RERANK_FEATURES.under(tmp), device)
         counts = {"articles": articles.height, "headings": headings.height}
         record = index_record(corpus, file_sha256(corpus), counts, {s: model_digests(s, workspace) for s in todo})
         write_json(record, Path(tmp) / INDEX_FILE, sort_keys=True, ensure_ascii=True)

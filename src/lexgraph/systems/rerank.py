@@ -90,12 +90,19 @@ def load_reranker(
         articles = TokenStore.load(cache / "articles.safetensors")
     else:  # the fine-tuned PLM's states (or a frozen one's at another length): encoded now
         log.info("%s: encoding the articles with %s", variant, plm_dir)
-        table = read_parquet(layout.articles(corpus or workspace), ["id", "article"])
-        toks = encoder.tokenize(table["article"].to_list(), encoder.passage_prefix, config.max_article_length)
-        articles = encoder.encode_store(
-            table["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
+        articles = article_states(
+            encoder, read_parquet(layout.articles(corpus or workspace), ["id", "article"]), config
         )
     return MvclRetriever(variant, first, model, encoder, articles, settings, dev, str(model_dir))
+
+
+def article_states(encoder, articles, config):
+    """The :class:`~lexgraph.encoding.rerank_features.TokenStore` of ``articles`` (``id``, ``article``):
+    ``encoder``'s token states at the re-ranker's article length (``config``: its RerankConfig)."""
+    toks = encoder.tokenize(articles["article"].to_list(), encoder.passage_prefix, config.max_article_length)
+    return encoder.encode_store(
+        articles["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
+    )
 
 
 def load_xrerank(
