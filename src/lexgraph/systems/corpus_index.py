@@ -347,7 +347,7 @@ def index_corpus(
         if "zeroshot" in todo:
             write_zeroshot(
                 clean,
-                chunks / "articles.safetensors" if chunks else None,
+                chunks,
                 workspace,
                 layout.ZEROSHOT.under(tmp),
                 device,
