@@ -137,7 +137,7 @@ def test_index_searches_as_brute_force_over_the_new_corpus(tiny_ws, indexed):
         assert (top == _top(scores.numpy(), ids, k)).mean() > 0.95, system  # near-ties may swap
 
 
-def test_hits_name_the_users_ids_and_heading_paths(tiny_ws, indexed, capsys):
+def test_hits_name_the_users_ids_and_heading_paths(tiny_ws, indexed, tmp_path, capsys):
     out, records = indexed
     by_id = {r["id"]: r for r in records}
     for system in ("bm25", "zeroshot", "dsr"):
@@ -148,7 +148,15 @@ def test_hits_name_the_users_ids_and_heading_paths(tiny_ws, indexed, capsys):
         for hit in hits:
             assert hit["id"] in by_id, system
             assert hit["path"] == by_id[hit["id"]]["path"], system
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": f"q{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS)))
+    run = tmp_path / "dsr.trec"
+    argv = ["search", "--workspace", str(tiny_ws), "--index", str(out), "--system", "dsr", "--k", "4"]
+    assert main([*argv, "--questions", str(questions), "--run", str(run)]) == 0
+    lines = [line.split() for line in run.read_text().splitlines()]
+    assert len(lines) == 4 * len(QUESTIONS) and {line[2] for line in lines} <= set(by_id)
     record = json.loads((out / "index.json").read_text())
+
     assert record["articles"] == len(records) and record["corpus"]["file"] == "corpus.jsonl"
     assert sorted(record["systems"]) == ["bm25", "dsr", "zeroshot"]
     keys = pl.read_parquet(out / "data" / "clean" / "keys.parquet")
@@ -206,6 +214,10 @@ def test_bad_input_is_one_line(tiny_ws, indexed, tmp_path, capsys):
     (other / "notes").mkdir(parents=True)
     assert main([*argv[:4], str(out.parent / "corpus.jsonl"), "--out", str(other)]) == 2
     assert "not an earlier index" in _error(capsys)
+
+    inside = tiny_ws / "models" / "idx"  # under the workspace's models/, which DVC owns
+    assert main([*argv[:4], str(out.parent / "corpus.jsonl"), "--out", str(inside)]) == 2
+    assert "refusing to write there" in _error(capsys) and not inside.exists()
 
     search = ["search", "--workspace", str(tiny_ws), "--index", str(out), QUESTIONS[0]]
     assert main([*search, "--system", "gdsr"]) == 2
