@@ -231,3 +231,19 @@ def test_bad_input_is_one_line(tiny_ws, indexed, tmp_path, capsys):
     line = _error(capsys)
     assert f"{out / 'index.json'}: dsr was indexed with another models/dsr than the workspace" in line
     assert main(["search", "--workspace", str(ws), "--index", str(out), "--system", "bm25", QUESTIONS[0]]) == 0
+
+
+def test_a_corpus_without_headings_indexes(tiny_ws, tmp_path, capsys):
+    """Paths all empty (a flat corpus): no heading to encode, the articles are searched as well."""
+    corpus = tmp_path / "flat.csv"
+    rows = [f'a{i},"{text}",[]' for i, text in enumerate(_texts(12, 3))]
+    corpus.write_text("id,text,path\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "idx"
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(out), "--systems", "dsr"]
+    assert main(argv) == 0
+    assert json.loads((out / "index.json").read_text())["headings"] == 0
+    capsys.readouterr()
+    search = ["search", "--workspace", str(tiny_ws), "--index", str(out), "--system", "dsr", "--json", "--top", "12"]
+    assert main([*search, QUESTIONS[1]]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(h["id"] for h in hits) == sorted(f"a{i}" for i in range(12)) and all(h["path"] == [] for h in hits)

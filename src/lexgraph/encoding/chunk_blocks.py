@@ -23,7 +23,7 @@ import torch
 
 from lexgraph.core.progress import progress
 from lexgraph.core.provenance import settings_digest
-from lexgraph.encoding.chunks import ChunkTable, encode_chunk_table, load_chunk_table, save_chunk_table
+from lexgraph.encoding.chunks import SETTINGS, ChunkTable, encode_chunk_table, load_chunk_table, save_chunk_table
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,10 @@ def encode_in_blocks(
     encoded ``block`` texts at a time; each finished block is kept in ``folder``
     (``<name>-<first row>.safetensors``), and blocks already there are read instead of encoded."""
     ids = np.asarray(ids, dtype=np.int64)
-    if not len(ids):  # nothing to encode (a corpus without headings)
-        return encode_chunk_table(encoder, ids, [], batch_size, desc=name)
+    if not len(ids):  # nothing to encode (a corpus without headings): an empty table, chunked alike
+        settings = {key: str(getattr(encoder, key)) for key in SETTINGS}
+        empty = torch.empty(0, dtype=torch.long)  # (0,)
+        return ChunkTable(ids, np.zeros(1, dtype=np.int64), empty, torch.empty(0, encoder.dim), settings)
     starts = list(range(0, len(ids), block))
     paths = [folder / f"{name}-{start:010d}.safetensors" for start in starts]
     done = sum(path.is_file() for path in paths)
