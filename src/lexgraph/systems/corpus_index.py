@@ -46,12 +46,6 @@ GRAPH_SYSTEMS = ("hprior", *layout.GNN)
 DENSE_ON_DSR = ("dsr", *GRAPH_SYSTEMS)
 
 
-def file_sha256(path: Path) -> str:
-    from lexgraph.core.provenance import digest_path
-
-    return digest_path(path)
-
-
 def workspace_params(section: str, workspace: Path, config_class):
     """The typed ``section`` of the workspace's params.yaml (the settings its models were built with)."""
     from lexgraph.core.config import load_params
@@ -325,6 +319,7 @@ def index_corpus(
     import torch
 
     from lexgraph.core.io import atomic_path, write_json
+    from lexgraph.core.provenance import digest_path
 
     corpus, out, workspace, device = Path(corpus), Path(out), Path(workspace), torch.device(device)
     todo = resolve_systems(systems, workspace)
@@ -362,7 +357,7 @@ def index_corpus(
         if rerankers:
             write_rerank(articles, workspace, rerankers, layout.RERANK_FEATURES.under(tmp), device)
         counts = {"articles": articles.height, "headings": headings.height}
-        record = index_record(corpus, file_sha256(corpus), counts, {s: model_digests(s, workspace) for s in todo})
+        record = index_record(corpus, digest_path(corpus), counts, {s: model_digests(s, workspace) for s in todo})
         write_json(record, Path(tmp) / INDEX_FILE, sort_keys=True, ensure_ascii=True)
     log.info("index: wrote %s (%s)", out, ", ".join(todo))
     return record
