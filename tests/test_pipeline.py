@@ -68,6 +68,79 @@ def test_metrics_reproduce_expected_scores(workspace):
     assert check(dest / "metrics", ROOT / "regression" / "sample.yaml") == []
 
 
+def test_the_hierarchy_systems_applied_to_the_workspace_corpus_give_its_saved_vectors(workspace):
+    """lexgraph.systems.inductive (what `lexgraph index` and benchmarks/french_law.py apply to a
+    new corpus) on the workspace's own articles, headings and train questions: hprior's and every
+    graph encoder's saved article vectors, bit for bit."""
+    import torch
+
+    from lexgraph.core.io import read_parquet
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.systems import inductive
+
+    dest, _ = workspace
+    clean = dest / "data" / "clean"
+    questions = read_parquet(clean / "questions.parquet", ["id", "question", "article_ids", "split"])
+    articles, headings = read_parquet(clean / "articles.parquet"), read_parquet(clean / "headings.parquet")
+    embeddings = {
+        n: load_embeddings(dest / "data" / "embed" / f"{n}.safetensors") for n in ("articles", "headings", "questions")
+    }
+    graph = inductive.corpus_graph(articles, headings, dest, questions=questions)
+    saved = {"hprior": dest / "models" / "hprior"} | {
+        v: dest / "models" / f"gnn_{v}" for v in ("gdsr", "qabisar", "hgraph", "hgraph_qa")
+    }
+    for system, directory in saved.items():
+        ids, want = load_embeddings(directory / "article_embeddings.safetensors")
+        if system == "hprior":
+            got = inductive.hprior_vectors(dest, graph, *embeddings["articles"])
+        else:
+            got = inductive.graph_vectors(system, dest, graph, embeddings)
+        assert (ids == graph.article_ids.numpy()).all() and torch.equal(got, want), system
+
+
+def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspace, tmp_path, capsys):
+    """`lexgraph index` (issue 26, item 2) encodes an unlabelled corpus (60 of the sample's articles
+    under new string ids and a 3-level hierarchy) with the trained workspace; `lexgraph search
+    --index` then searches it with every system, naming the user's ids and heading paths; the
+    index's DSR vectors are the workspace's own of those articles; mvcl (switched off) is one line."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from lexgraph.cli.main import main
+    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.core.io import read_parquet
+    from lexgraph.encoding.embed import load_embeddings, select_rows
+
+    dest, _ = workspace
+    articles = read_parquet(dest / "data" / "clean" / "articles.parquet").head(60)
+    records = [
+        {"id": f"fr-{i:03d}", "text": text, "path": ["Code N", f"Livre {i % 2}", f"Titre {i % 5}"]}
+        for i, text in enumerate(articles["article"].to_list())
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "idx"
+    assert main(["index", "--workspace", str(dest), "--corpus", str(corpus), "--out", str(out), "--block", "25"]) == 0
+    capsys.readouterr()
+    ids, mine = load_embeddings(out / "data" / "embed" / "articles.safetensors")
+    own = select_rows(
+        *load_embeddings(dest / "data" / "embed" / "articles.safetensors"), articles["id"].to_numpy(), "", ""
+    )
+    assert np.array_equal(ids, np.arange(60)) and torch.allclose(mine, own, atol=1e-4)
+    paths = {r["id"]: r["path"] for r in records}
+    for system in SYSTEM_NAMES:
+        argv = ["search", "--workspace", str(dest), "--index", str(out), "--system", system, "--json", "--top", "3"]
+        status = main([*argv, "Qui peut porter atteinte à la vie privée d'autrui ?"])
+        if system == "mvcl":
+            assert status == 2 and "no mvcl in this index: mvcl is switched off" in capsys.readouterr().err
+            continue
+        assert status == 0, system
+        hits = json.loads(capsys.readouterr().out)["hits"]
+        assert len(hits) == 3 and all(paths[h["id"]] == h["path"] for h in hits), system
+
+
 def stage_pid(dest: Path, script: str) -> int | None:
     """The pid of the stage process running ``script`` in ``dest`` (``None``: none yet)."""
     for entry in Path("/proc").iterdir():

@@ -27,6 +27,9 @@
 ``lexgraph export --system dsr [--workspace .] OUT``
     writes a dense system as a folder that sentence-transformers loads (the query encoder,
     ``article_vectors.safetensors``, a model card): :mod:`lexgraph.cli.export`.
+``lexgraph index --corpus FILE --out DIR [--workspace .]``
+    encodes a corpus of one's own with the workspace's trained models; ``lexgraph search --index DIR``
+    then searches it with them (:mod:`lexgraph.cli.index`).
 ``lexgraph plots-offline [--workspace .]``
     makes ``dvc plots show`` work offline: writes an HTML template with Vega, Vega-Lite and
     Vega-Embed inlined (from the vl-convert-python wheel) and sets ``plots.html_template`` in
@@ -56,6 +59,7 @@ from pathlib import Path
 
 from lexgraph.cli.export import add_export
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
+from lexgraph.cli.index import add_index, add_index_option
 from lexgraph.cli.plots import add_plots_offline
 from lexgraph.cli.streams import guard_streams, utf8_argument
 
@@ -253,13 +257,9 @@ def _read_interactive(args, prompt: str, lineno: int) -> str | None:
     return question.strip()
 
 
-def cmd_search(args) -> int:
-    from lexgraph.core.config import resolve_device
-    from lexgraph.evaluation.trec import write_trec
-    from lexgraph.systems.registry import load_retriever
-
-    workspace = Path(args.workspace)
-    # every check on the arguments comes before loading a system (seconds to minutes)
+def _check_search_arguments(args, workspace: Path) -> Path:
+    """Check ``lexgraph search``'s arguments; return where the searched corpus lies (the workspace,
+    or the ``--index`` directory)."""
     if args.questions and args.question is not None:
         raise LexgraphError("give either --questions FILE or a question, not both")
     if args.questions and not (args.run or args.json):
@@ -272,14 +272,30 @@ def cmd_search(args) -> int:
     _check_depth("--k", args.k)
     _check_depth("--top", args.top)
     _check_workspace(workspace)
+    if args.index is None:
+        return workspace
+    from lexgraph.systems.index_record import read_index
+
+    require_directory(Path(args.index), label="--index", expected="a directory written by `lexgraph index`")
+    read_index(args.index)
+    return Path(args.index)
+
+
+def cmd_search(args) -> int:
+    from lexgraph.core.config import resolve_device
+    from lexgraph.evaluation.trec import write_trec
+    from lexgraph.systems.registry import load_retriever
+
+    workspace = Path(args.workspace)
+    corpus = _check_search_arguments(args, workspace)  # all before loading a system (seconds to minutes)
     ids = questions = None
     if args.questions:
         if args.run:
             check_run_path(args.run, args.questions, workspace)
         ids, questions = read_questions_jsonl(Path(args.questions))
     device = str(resolve_device(args.device, where="--device"))
-    retriever = load_retriever(args.system, workspace, device, index=_index_config(workspace))
-    display = _display(retriever, workspace) if args.json or not args.questions else None
+    retriever = load_retriever(args.system, workspace, device, index=_index_config(workspace), corpus=args.index)
+    display = _display(retriever, corpus) if args.json or not args.questions else None
     if args.questions:
         top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
         matched = _results(retriever, top, scores).any(axis=1)  # (n,)
@@ -300,7 +316,7 @@ def cmd_search(args) -> int:
                 top[matched, : args.k],
                 scores[matched, : args.k],
                 args.system,
-                docids=keys.articles if (keys := _keys(workspace)) is not None else None,
+                docids=keys.articles if (keys := _keys(corpus)) is not None else None,
             )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
@@ -392,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
         "wrote models/ and data/ (default: %(default)s)",
     )
+    add_index_option(s)
     s.add_argument(
         "--device",
         default="auto",
@@ -424,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_regress)
     add_plots_offline(sub)
     add_export(sub)
+    add_index(sub)
     return parser
 
 

@@ -485,11 +485,13 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
             zf.writestr(info, buf.getvalue())
 
 
-def load_system(workspace: Path, device: str = "cpu") -> BM25:
-    """Loader registered as ``bm25`` in :data:`lexgraph.systems.registry.SYSTEMS` (``device`` is unused)."""
-    directory = layout.BM25.under(workspace)
+def load_system(workspace: Path, device: str = "cpu", *, corpus: Path | None = None) -> BM25:
+    """Loader registered as ``bm25`` in :data:`lexgraph.systems.registry.SYSTEMS` (``device`` is unused);
+    ``corpus``: an index of another corpus (``lexgraph index``) whose ``models/bm25`` is searched."""
+    directory = layout.BM25.under(corpus or workspace)
     if not directory.is_dir():
-        raise LexgraphError(f"{directory}: no BM25 index; run `dvc repro bm25` first")
+        fix = "run `lexgraph index` again" if corpus else "run `dvc repro bm25` first"
+        raise LexgraphError(f"{directory}: no BM25 index; {fix}")
     bm25 = BM25.load(directory)
     bm25.name = "bm25"
     return bm25

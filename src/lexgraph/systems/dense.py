@@ -234,15 +234,16 @@ def load_dense(
     )
 
 
-def load_dsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+def load_dsr(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None) -> DenseRetriever:
     """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings (the
-    query encoder is checked first: both come from ``dvc repro embed``)."""
+    query encoder is checked first: both come from ``dvc repro embed``); ``corpus``: an index of
+    another corpus (``lexgraph index``) whose ``data/embed`` holds the article embeddings."""
     workspace = Path(workspace)
     query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
     return load_dense(
         "dsr",
         query_dir,
-        layout.EMBED.under(workspace, "articles.safetensors"),
+        layout.EMBED.under(corpus or workspace, "articles.safetensors"),
         "embed",
         device,
         index,

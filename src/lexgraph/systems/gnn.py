@@ -42,9 +42,12 @@ def _cosine(model_dir: Path) -> bool:
     return settings.get("similarity", "cosine") == "cosine"
 
 
-def load_graph_system(variant: str, workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
-    """The system of ``train_gnn --variant <variant>``: its article embeddings, and the DSR
-    query encoder (gdsr, hgraph) or the variant's distilled one (qabisar, hgraph_qa)."""
+def load_graph_system(
+    variant: str, workspace: Path, device: str = "auto", index=None, corpus: Path | None = None
+) -> DenseRetriever:
+    """The system of ``train_gnn --variant <variant>``: its article embeddings (those of ``corpus``,
+    an index of another corpus, when given), and the DSR query encoder (gdsr, hgraph) or the
+    variant's distilled one (qabisar, hgraph_qa)."""
     workspace = Path(workspace)
     artifact = layout.GNN[variant]
     model_dir = artifact.under(workspace)
@@ -54,7 +57,7 @@ def load_graph_system(variant: str, workspace: Path, device: str = "auto", index
     return load_dense(
         variant,
         query_dir,
-        model_dir / ARTICLE_EMBEDDINGS,
+        artifact.under(corpus or workspace, ARTICLE_EMBEDDINGS),
         artifact.stage,
         device,
         index,
@@ -63,21 +66,21 @@ def load_graph_system(variant: str, workspace: Path, device: str = "auto", index
     )
 
 
-def load_gdsr(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+def load_gdsr(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None) -> DenseRetriever:
     """``gdsr``: G-DSR as published, the DSR query encoder + its LGE's article embeddings."""
-    return load_graph_system("gdsr", workspace, device, index)
+    return load_graph_system("gdsr", workspace, device, index, corpus)
 
 
-def load_qabisar(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+def load_qabisar(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None) -> DenseRetriever:
     """``qabisar``: QABISAR as published, its distilled query encoder + its article embeddings."""
-    return load_graph_system("qabisar", workspace, device, index)
+    return load_graph_system("qabisar", workspace, device, index, corpus)
 
 
-def load_hgraph(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+def load_hgraph(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None) -> DenseRetriever:
     """``hgraph``: lexgraph's statute-graph recipe, the DSR query encoder + its article embeddings."""
-    return load_graph_system("hgraph", workspace, device, index)
+    return load_graph_system("hgraph", workspace, device, index, corpus)
 
 
-def load_hgraph_qa(workspace: Path, device: str = "auto", index=None) -> DenseRetriever:
+def load_hgraph_qa(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None) -> DenseRetriever:
     """``hgraph_qa``: lexgraph's recipe with train questions, its query encoder + its article embeddings."""
-    return load_graph_system("hgraph_qa", workspace, device, index)
+    return load_graph_system("hgraph_qa", workspace, device, index, corpus)

@@ -193,8 +193,9 @@ def save(result: HpriorResult, out_dir: str | Path) -> None:
         save_embeddings(Path(tmp) / ARTICLE_EMBEDDINGS, result.article_ids, result.article_embeddings)
 
 
-def load_hprior(workspace: Path, device: str = "auto", index=None):
-    """The ``hprior`` system: DSR query encoder + the propagated article vectors."""
+def load_hprior(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None):
+    """The ``hprior`` system: DSR query encoder + the propagated article vectors (those of
+    ``corpus``, an index of another corpus, when given)."""
     from lexgraph.core import layout
     from lexgraph.systems.dense import load_dense
 
@@ -202,7 +203,7 @@ def load_hprior(workspace: Path, device: str = "auto", index=None):
     return load_dense(
         "hprior",
         layout.DSR.under(workspace, "query_encoder"),
-        layout.HPRIOR.under(workspace, ARTICLE_EMBEDDINGS),
+        layout.HPRIOR.under(corpus or workspace, ARTICLE_EMBEDDINGS),
         "hprior",
         device,
         index,

@@ -192,16 +192,18 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     return settings
 
 
-def load_hybrid(workspace: Path, device: str = "auto", index=None, *, load: Callable[..., Any]) -> HybridRetriever:
+def load_hybrid(
+    workspace: Path, device: str = "auto", index=None, *, load: Callable[..., Any], corpus: Path | None = None
+) -> HybridRetriever:
     """The ``hybrid`` system: BM25 + the dense system of ``models/hybrid/hybrid.json``, fused as chosen there
     (a single-system choice loads that system only); ``load`` loads a component by name (the registry's
-    ``load_retriever``, which passes itself)."""
+    ``load_retriever``, which passes itself), over ``corpus`` (an index of another corpus) when given."""
     workspace = Path(workspace)
     path = layout.HYBRID.under(workspace, SETTINGS)
     settings = read_settings(path)
     fusion = Fusion.from_dict(settings["fusion"])
-    sparse = load(settings["sparse"], workspace, device) if fusion.method != "dense" else None
-    dense = load(settings["dense"], workspace, device, index=index) if fusion.method != "bm25" else None
+    sparse = load(settings["sparse"], workspace, device, corpus=corpus) if fusion.method != "dense" else None
+    dense = load(settings["dense"], workspace, device, index=index, corpus=corpus) if fusion.method != "bm25" else None
     if fusion.alone:
         log.info(
             "hybrid: %s chose %s alone (%s)",

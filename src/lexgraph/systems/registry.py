@@ -28,6 +28,7 @@ from lexgraph.systems.dense import load_dsr
 from lexgraph.systems.gnn import load_gdsr, load_hgraph, load_hgraph_qa, load_qabisar
 from lexgraph.systems.hprior import load_hprior
 from lexgraph.systems.hybrid import load_hybrid
+from lexgraph.systems.index_record import check_index
 from lexgraph.systems.rerank import load_mvcl, load_xrerank
 from lexgraph.systems.zeroshot import load_system as load_zeroshot
 
@@ -71,10 +72,13 @@ class Retriever(Protocol):
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto", index=None) -> Retriever:
+def load_retriever(
+    system: str, workspace: str | Path = ".", device: str = "auto", index=None, corpus: str | Path | None = None
+) -> Retriever:
     """Load system ``system`` from the artefacts under ``workspace``; ``index`` (an
     :class:`lexgraph.search.index.IndexConfig`, default: its defaults) goes to loaders
-    that take it (the dense systems)."""
+    that take it (the dense systems). ``corpus``: an index of another corpus (``lexgraph index``),
+    searched with the workspace's models, after :func:`lexgraph.systems.index_record.check_index`."""
     if system not in SYSTEMS:
         raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(SYSTEMS)}")
     loader = SYSTEMS[system]
@@ -82,13 +86,16 @@ def load_retriever(system: str, workspace: str | Path = ".", device: str = "auto
     options = {
         **({"index": index} if "index" in parameters else {}),
         **({"load": load_retriever} if "load" in parameters else {}),
+        **({"corpus": Path(corpus)} if corpus is not None else {}),
     }
     used = [artifact.under(workspace) for artifact in READS[system]]
     check_built_from(used, workspace)  # before any loading
+    if corpus is not None:
+        check_index(corpus, system, workspace)
     for path in used:
         reads(path)  # a stage loading systems (hybrid, rerank) records what it read
     retriever = loader(Path(workspace), device, **options)
-    check_corpus(retriever, layout.articles(workspace))
+    check_corpus(retriever, layout.articles(corpus if corpus is not None else workspace))
     return retriever
 
 

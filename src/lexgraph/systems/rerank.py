@@ -63,9 +63,12 @@ class MvclRetriever:
         return out_ids[:, :k], out_scores[:, :k]
 
 
-def load_reranker(variant: str, workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+def load_reranker(
+    variant: str, workspace: Path, device: str = "auto", *, load: Callable[..., Any], corpus: Path | None = None
+) -> MvclRetriever:
     """The re-ranker ``variant`` of ``workspace`` (``models/<variant>``, its PLM, its first stage,
-    loaded by name with ``load``: the registry's ``load_retriever``, which passes itself)."""
+    loaded by name with ``load``: the registry's ``load_retriever``, which passes itself); ``corpus``:
+    an index of another corpus (``lexgraph index``), whose articles and token states it re-ranks."""
     from lexgraph.core.config import resolve_device
     from lexgraph.core.io import read_parquet
     from lexgraph.encoding.rerank_features import FrozenTokenEncoder, TokenStore, cache_matches
@@ -77,32 +80,43 @@ def load_reranker(variant: str, workspace: Path, device: str = "auto", *, load: 
     model_dir = layout.RERANKERS[variant].under(workspace)
     model, settings = load_model(model_dir, dev)
     config = RerankConfig(**settings["config"])
-    first = load(settings["first_stage"], workspace, device)
+    first = load(settings["first_stage"], workspace, device, corpus=corpus)
     plm_dir = model_dir / PLM_DIR if config.plm == "finetune" else layout.PRETRAIN.under(workspace)
     encoder = FrozenTokenEncoder(plm_dir, dev)
-    cache = layout.RERANK_FEATURES.under(workspace)
+    cache = layout.RERANK_FEATURES.under(corpus or workspace)
     if config.plm == "frozen" and cache_matches(
         cache, config, plm_dir, 0, names=("articles",), keys=("max_article_length",)
     ):
         articles = TokenStore.load(cache / "articles.safetensors")
     else:  # the fine-tuned PLM's states (or a frozen one's at another length): encoded now
         log.info("%s: encoding the articles with %s", variant, plm_dir)
-        table = read_parquet(layout.articles(workspace), ["id", "article"])
-        toks = encoder.tokenize(table["article"].to_list(), encoder.passage_prefix, config.max_article_length)
-        articles = encoder.encode_store(
-            table["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
+        articles = article_states(
+            encoder, read_parquet(layout.articles(corpus or workspace), ["id", "article"]), config
         )
     return MvclRetriever(variant, first, model, encoder, articles, settings, dev, str(model_dir))
 
 
-def load_xrerank(workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+def article_states(encoder, articles, config):
+    """The :class:`~lexgraph.encoding.rerank_features.TokenStore` of ``articles`` (``id``, ``article``):
+    ``encoder``'s token states at the re-ranker's article length (``config``: its RerankConfig)."""
+    toks = encoder.tokenize(articles["article"].to_list(), encoder.passage_prefix, config.max_article_length)
+    return encoder.encode_store(
+        articles["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
+    )
+
+
+def load_xrerank(
+    workspace: Path, device: str = "auto", *, load: Callable[..., Any], corpus: Path | None = None
+) -> MvclRetriever:
     """lexgraph's re-ranker (``models/xrerank``)."""
-    return load_reranker("xrerank", workspace, device, load=load)
+    return load_reranker("xrerank", workspace, device, load=load, corpus=corpus)
 
 
-def load_mvcl(workspace: Path, device: str = "auto", *, load: Callable[..., Any]) -> MvclRetriever:
+def load_mvcl(
+    workspace: Path, device: str = "auto", *, load: Callable[..., Any], corpus: Path | None = None
+) -> MvclRetriever:
     """MVCL as published (``models/mvcl``)."""
-    return load_reranker("mvcl", workspace, device, load=load)
+    return load_reranker("mvcl", workspace, device, load=load, corpus=corpus)
 
 
 def first_stage_of(workspace: Path, variant: str) -> str | None:

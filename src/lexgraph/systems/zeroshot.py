@@ -159,9 +159,10 @@ def run_zeroshot(
     return {"articles": len(ids), "windows": windows, **asdict(config)}
 
 
-def load_system(workspace: Path, device: str = "auto", index=None):
+def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None):
     """The ``zeroshot`` system: the base checkpoint as query encoder (its family's prefix
-    and pooling) + the ``zeroshot`` stage's windowed article embeddings."""
+    and pooling) + the ``zeroshot`` stage's windowed article embeddings (those of ``corpus``, an
+    index of another corpus, when given)."""
     from lexgraph.core.config import resolve_device
     from lexgraph.core.conform import saved_value
     from lexgraph.encoding.embed import check_article_order, load_embeddings
@@ -169,7 +170,9 @@ def load_system(workspace: Path, device: str = "auto", index=None):
 
     workspace = Path(workspace)
     settings_path = _require(layout.ZEROSHOT.under(workspace, SETTINGS), "the zeroshot settings", "zeroshot")
-    emb_path = _require(layout.ZEROSHOT.under(workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot")
+    emb_path = _require(
+        layout.ZEROSHOT.under(corpus or workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot"
+    )
     try:
         settings = json_object(settings_path.read_bytes().decode("utf-8"))
         base = Path(settings["base"])

@@ -1,0 +1,73 @@
+"""``lexgraph index --corpus FILE --out DIR [--workspace .] [--systems S ...]``: a corpus of one's
+own encoded with a trained workspace's models, for ``lexgraph search --index DIR``.
+
+The command only parses and checks its arguments; :func:`lexgraph.systems.corpus_index.index_corpus`
+writes the index (see there for what ``DIR`` holds).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from lexgraph.core.errors import LexgraphError
+
+log = logging.getLogger("lexgraph")
+
+
+def cmd_index(args) -> int:
+    from lexgraph.cli.main import _check_workspace
+    from lexgraph.core.config import resolve_device
+    from lexgraph.systems.corpus_index import check_out, index_corpus
+
+    workspace = Path(args.workspace)
+    if args.block < 1:
+        raise LexgraphError(f"--block must be ≥ 1 (got {args.block}); expected the articles encoded per block")
+    _check_workspace(workspace)
+    check_out(Path(args.out), workspace)
+    device = str(resolve_device(args.device, where="--device"))
+    record = index_corpus(args.corpus, args.out, workspace, args.systems, device, args.block)
+    print(f"indexed {record['articles']} articles of {args.corpus} to {args.out}: {', '.join(record['systems'])}")
+    return 0
+
+
+def add_index(sub) -> None:
+    """The ``index`` subcommand of ``lexgraph`` (``sub``: its subparsers)."""
+    p = sub.add_parser(
+        "index",
+        help="encode a corpus of your own with a trained workspace, for `lexgraph search --index`",
+        description="Read a corpus file (JSON lines, CSV or Parquet: id, text, path), clean it with the workspace's "
+        "settings and encode it with the workspace's trained models for every system (or --systems), into DIR. "
+        "No questions, no training; an interrupted run resumes from its finished blocks.",
+    )
+    p.add_argument(
+        "--corpus", required=True, metavar="FILE", help="the corpus file (.jsonl, .jsonl.gz, .csv, .parquet)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="the index to write (new, or an earlier index)")
+    p.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="the trained lexgraph workspace whose models encode the corpus (default: %(default)s)",
+    )
+    p.add_argument(
+        "--systems", nargs="+", metavar="SYSTEM", help="the systems to index (default: every one the workspace has)"
+    )
+    p.add_argument(
+        "--block",
+        type=int,
+        default=2000,
+        help="articles encoded per resumable block (default: %(default)s)",
+    )
+    p.add_argument("--device", default="auto", help="where to encode: auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.set_defaults(func=cmd_index)
+
+
+def add_index_option(search) -> None:
+    """``lexgraph search --index DIR`` (``search``: that subcommand's parser)."""
+    search.add_argument(
+        "--index",
+        metavar="DIR",
+        help="search the corpus indexed in DIR by `lexgraph index` (with the workspace's models) instead of "
+        "the workspace's own",
+    )

@@ -1,0 +1,249 @@
+"""`lexgraph index` / `lexgraph search --index` (issue 26, item 2): a corpus of one's own, without
+questions, encoded with a trained (tiny) workspace's models. The index's bm25, zeroshot and dsr
+rank as a brute-force search over the new corpus (BM25 refitted with the workspace's k1 and b;
+cosine over the articles encoded from scratch); hits name the user's ids and heading paths; an
+interrupted index resumes from its finished blocks to the same vectors; bad input is one line.
+Every system over a real trained workspace: tests/test_pipeline.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from conftest import ROOT, TINY_WORDS
+from lexgraph.cli.main import main
+
+N_WORKSPACE, N_CORPUS = 30, 23
+CHUNKS = {"max_chunk_length": 16, "max_document_length": 32, "token_pooling": "mean"}
+QUESTIONS = ["le bail du contrat", "divorce et enfant", "la loi du mariage", "contrat de bail, loyer"]
+
+
+def _texts(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)  # each text draws from 4 of the words: BM25's idf tells them apart
+    return [
+        " ".join(rng.choice(rng.choice(TINY_WORDS, size=4, replace=False), size=int(rng.integers(6, 30))))
+        for _ in range(n)
+    ]
+
+
+def _encoder(pretrain):
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+
+    return HierarchicalArticleEncoder.from_pretrained(pretrain, **CHUNKS, num_layers=0).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_ws(tiny_model_dir, tmp_path_factory):
+    """A workspace with bm25, zeroshot and a frozen-chunk dsr trained on nothing (seeded): what
+    `dvc repro` leaves for those three systems, at toy sizes."""
+    from helpers_cli import write_articles
+    from lexgraph.core.config import load_params
+    from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table, save_chunk_table
+    from lexgraph.encoding.embed import save_embeddings
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+    from lexgraph.models.dsr import DSR
+    from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.search.bm25 import BM25
+    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
+
+    root = tmp_path_factory.mktemp("index_ws")
+    shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+    pretrain = root / "models" / "pretrain"
+    shutil.copytree(tiny_model_dir, pretrain)
+    articles = dict(enumerate(_texts(N_WORKSPACE, 1)))
+    write_articles(root, articles)
+    ids = np.array(list(articles))
+    table = encode_chunk_table(_encoder(pretrain), ids, list(articles.values()), 8)
+    save_chunk_table(table, root / "data" / "chunks" / "articles.safetensors")
+    torch.manual_seed(0)
+    query = QueryEncoder.from_pretrained(pretrain, max_length=16, token_pooling="mean")
+    article = HierarchicalArticleEncoder.from_pretrained(
+        pretrain, **CHUNKS, pooling="mean", num_layers=1, num_heads=2, freeze_backbone=True
+    )
+    DSR(query, article, temperature=0.05).save(root / "models" / "dsr", backbone_source=pretrain)
+    dsr = DSR.load(root / "models" / "dsr", with_article_backbone=False)
+    save_embeddings(
+        root / "data" / "embed" / "articles.safetensors", ids, embed_from_chunks(dsr.article_encoder, table)
+    )
+    BM25(k1=0.9, b=0.4).fit_texts(list(articles.values()), ids.tolist()).save(root / "models" / "bm25")
+    config = ZeroshotConfig.from_params(load_params("zeroshot", root / "params.yaml")[1])
+    run_zeroshot(pretrain, root / "data" / "clean" / "articles.parquet", root / "data" / "zeroshot", config, "cpu")
+    return root
+
+
+def _write_corpus(path, texts: list[str]) -> list[dict]:
+    records = [
+        {"id": f"c-{i:02d}", "text": text, "path": ["Code Z", f"Livre {i % 2}", *([f"Titre {i % 3}"] if i % 4 else [])]}
+        for i, text in enumerate(texts)
+    ]
+    records.append({"id": "short", "text": "loi", "path": []})  # dropped by clean.min_words
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return records[:-1]
+
+
+@pytest.fixture(scope="module")
+def indexed(tiny_ws, tmp_path_factory):
+    root = tmp_path_factory.mktemp("index")
+    records = _write_corpus(root / "corpus.jsonl", _texts(N_CORPUS, 2))
+    out = root / "idx"
+    args = ["index", "--workspace", str(tiny_ws), "--corpus", str(root / "corpus.jsonl"), "--out", str(out)]
+    assert main([*args, "--device", "cpu", "--block", "7"]) == 0
+    return out, records
+
+
+def _top(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    order = np.lexsort((np.broadcast_to(ids, scores.shape), -scores), axis=1)[:, :k]  # ties: the lower id
+    return ids[order]
+
+
+def test_index_searches_as_brute_force_over_the_new_corpus(tiny_ws, indexed):
+    from lexgraph.data.clean import clean_text
+    from lexgraph.models.dsr import DSR
+    from lexgraph.search.bm25 import BM25
+    from lexgraph.systems.registry import load_retriever
+    from lexgraph.systems.zeroshot import ZeroshotConfig, article_encoder, load_system
+
+    out, records = indexed
+    texts = [clean_text(r["text"])[0] for r in records]
+    ids = np.arange(len(records))  # lexgraph's ids: file order
+    k = 10
+    reference = BM25(k1=0.9, b=0.4).fit_texts(texts, ids.tolist())
+    got = load_retriever("bm25", tiny_ws, "cpu", corpus=out).search(QUESTIONS, k)
+    want = reference.search(QUESTIONS, k)
+    assert (got[1] > 0).sum() > 10  # the questions match articles
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+    dsr = DSR.load(tiny_ws / "models" / "dsr")  # the article side from the texts, not from chunk caches
+    from lexgraph.core.config import load_params
+
+    config = ZeroshotConfig.from_params(load_params("zeroshot", tiny_ws / "params.yaml")[1])
+    zeroshot = article_encoder(tiny_ws / "models" / "pretrain", config).eval()
+    brute = {
+        "dsr": (dsr.encode_queries(QUESTIONS), dsr.encode_articles(texts)),
+        "zeroshot": (load_system(tiny_ws, "cpu").encode(QUESTIONS), zeroshot.encode(texts)),
+    }
+    for system, (queries, articles) in brute.items():
+        scores = torch.nn.functional.normalize(queries, dim=-1) @ torch.nn.functional.normalize(articles, dim=-1).T
+        retriever = load_retriever(system, tiny_ws, "cpu", corpus=out)
+        top, top_scores = retriever.search(QUESTIONS, k)
+        np.testing.assert_allclose(top_scores, np.sort(scores.numpy(), axis=1)[:, ::-1][:, :k], atol=1e-5)
+        assert (top == _top(scores.numpy(), ids, k)).mean() > 0.95, system  # near-ties may swap
+
+
+def test_hits_name_the_users_ids_and_heading_paths(tiny_ws, indexed, tmp_path, capsys):
+    out, records = indexed
+    by_id = {r["id"]: r for r in records}
+    for system in ("bm25", "zeroshot", "dsr"):
+        argv = ["search", "--workspace", str(tiny_ws), "--index", str(out), "--system", system, "--json", "--top", "5"]
+        assert main([*argv, QUESTIONS[0]]) == 0
+        hits = json.loads(capsys.readouterr().out)["hits"]
+        assert len(hits) == 5
+        for hit in hits:
+            assert hit["id"] in by_id, system
+            assert hit["path"] == by_id[hit["id"]]["path"], system
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": f"q{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS)))
+    run = tmp_path / "dsr.trec"
+    argv = ["search", "--workspace", str(tiny_ws), "--index", str(out), "--system", "dsr", "--k", "4"]
+    assert main([*argv, "--questions", str(questions), "--run", str(run)]) == 0
+    lines = [line.split() for line in run.read_text().splitlines()]
+    assert len(lines) == 4 * len(QUESTIONS) and {line[2] for line in lines} <= set(by_id)
+    record = json.loads((out / "index.json").read_text())
+
+    assert record["articles"] == len(records) and record["corpus"]["file"] == "corpus.jsonl"
+    assert sorted(record["systems"]) == ["bm25", "dsr", "zeroshot"]
+    keys = pl.read_parquet(out / "data" / "clean" / "keys.parquet")
+    assert "short" not in keys["key"].to_list()  # dropped by clean, as the workspace's clean stage drops it
+
+
+def test_an_interrupted_index_resumes_from_its_blocks(tiny_ws, indexed, tmp_path, monkeypatch, caplog):
+    import lexgraph.encoding.chunk_blocks as blocks
+    from lexgraph.encoding.embed import load_embeddings
+
+    done, records = indexed
+    corpus = done.parent / "corpus.jsonl"
+    out = tmp_path / "idx"
+    calls = []
+    real = blocks.encode_chunk_table
+
+    def interrupted(*args, **kwargs):
+        calls.append(len(args[1]))
+        if calls == [7, 7, 7]:  # Ctrl-C in the third block, once
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(blocks, "encode_chunk_table", interrupted)
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(out), "--device", "cpu"]
+    assert main([*argv, "--block", "7"]) == 130  # "lexgraph index: interrupted", as Ctrl-C
+    assert not (out / "index.json").exists() and len(list(out.glob(".partial/*/articles-*"))) == 2
+    calls.clear()
+    with caplog.at_level(logging.INFO):
+        assert main([*argv, "--block", "7"]) == 0
+    assert calls == [7, 2, 7, 2]  # the articles' third and fourth blocks, then the 9 headings
+    assert any("2 of 4 blocks already encoded" in r.getMessage() for r in caplog.records)
+    assert not (out / ".partial").exists()
+    for name in ("data/embed/articles.safetensors", "data/zeroshot/articles.safetensors"):
+        a, b = load_embeddings(out / name), load_embeddings(done / name)
+        assert np.array_equal(a[0], b[0]) and torch.equal(a[1], b[1]), name
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_bad_input_is_one_line(tiny_ws, indexed, tmp_path, capsys):
+    out, records = indexed
+    bad = tmp_path / "dup.jsonl"
+    bad.write_text(json.dumps(records[0]) + "\n" + json.dumps(records[0]) + "\n", encoding="utf-8")
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(bad), "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    line = _error(capsys)
+    assert str(bad) in line and "'c-00' is already used" in line
+    assert not (tmp_path / "x").exists()
+
+    other = tmp_path / "other"
+    (other / "notes").mkdir(parents=True)
+    assert main([*argv[:4], str(out.parent / "corpus.jsonl"), "--out", str(other)]) == 2
+    assert "not an earlier index" in _error(capsys)
+
+    inside = tiny_ws / "models" / "idx"  # under the workspace's models/, which DVC owns
+    assert main([*argv[:4], str(out.parent / "corpus.jsonl"), "--out", str(inside)]) == 2
+    assert "refusing to write there" in _error(capsys) and not inside.exists()
+
+    search = ["search", "--workspace", str(tiny_ws), "--index", str(out), QUESTIONS[0]]
+    assert main([*search, "--system", "gdsr"]) == 2
+    assert "index.json: no gdsr in this index (it holds bm25, dsr, zeroshot)" in _error(capsys)
+
+    ws = tmp_path / "ws"
+    shutil.copytree(tiny_ws, ws)  # the workspace's DSR retrained after indexing
+    settings = ws / "models" / "dsr" / "dsr.json"
+    settings.write_text(settings.read_text().replace('"temperature": 0.05', '"temperature": 0.1'), encoding="utf-8")
+    assert main(["search", "--workspace", str(ws), "--index", str(out), "--system", "dsr", QUESTIONS[0]]) == 2
+    line = _error(capsys)
+    assert f"{out / 'index.json'}: dsr was indexed with another models/dsr than the workspace" in line
+    assert main(["search", "--workspace", str(ws), "--index", str(out), "--system", "bm25", QUESTIONS[0]]) == 0
+
+
+def test_a_corpus_without_headings_indexes(tiny_ws, tmp_path, capsys):
+    """Paths all empty (a flat corpus): no heading to encode, the articles are searched as well."""
+    corpus = tmp_path / "flat.csv"
+    rows = [f'a{i},"{text}",[]' for i, text in enumerate(_texts(12, 3))]
+    corpus.write_text("id,text,path\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "idx"
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(out), "--systems", "dsr"]
+    assert main(argv) == 0
+    assert json.loads((out / "index.json").read_text())["headings"] == 0
+    capsys.readouterr()
+    search = ["search", "--workspace", str(tiny_ws), "--index", str(out), "--system", "dsr", "--json", "--top", "12"]
+    assert main([*search, QUESTIONS[1]]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(h["id"] for h in hits) == sorted(f"a{i}" for i in range(12)) and all(h["path"] == [] for h in hits)
