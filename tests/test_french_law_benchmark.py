@@ -1,0 +1,141 @@
+"""benchmarks/french_law.py: the corpus reader's one-line errors, the sizes, the path prior by hand,
+and a BM25 run end to end on a tiny workspace and a tiny synthetic corpus."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import polars as pl
+import pytest
+import torch
+
+from conftest import load_benchmark
+from lexgraph.core.errors import DataError, LexgraphError
+from lexgraph.search.bm25 import BM25
+
+fl = load_benchmark("french_law")
+
+ARTICLES = [
+    (1, "Le propriétaire d'un mur mitoyen peut le faire exhausser."),
+    (2, "Tout propriétaire peut obliger son voisin au bornage de leurs propriétés contiguës."),
+    (3, "Le bail est un contrat par lequel une partie s'oblige à faire jouir l'autre d'une chose."),
+]
+DISTRACTORS = [
+    {"id": 1, "code": "Code civil", "path": ["Livre Ier"], "text": "Texte de 2020 du code civil."},
+    {"id": 2, "code": "Code rural", "path": ["Livre Ier : Du sol", "Titre II"], "text": "Le bornage des champs."},
+    {"id": 3, "code": "Code rural", "path": [], "text": "Les haies\nvives."},
+    {"id": 4, "code": "Code de la route", "path": ["Partie I"], "text": "Le conducteur doit rester maître."},
+]
+
+
+def write_corpus(path, rows) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "data/clean").mkdir(parents=True)
+    ids, texts = [a for a, _ in ARTICLES], [t for _, t in ARTICLES]
+    pl.DataFrame({"id": ids, "article": texts}).write_parquet(ws / "data/clean/articles.parquet")
+    pl.DataFrame(
+        {
+            "id": [10, 11, 12],
+            "question": ["mur mitoyen exhausser", "bornage voisin", "contrat de bail"],
+            "article_ids": [[1], [2], [3]],
+            "split": ["test", "test", "train"],
+        }
+    ).write_parquet(ws / "data/clean/questions.parquet")
+    BM25(k1=1.0, b=0.1).fit_texts(texts, ids).save(ws / "models/bm25")
+    return ws
+
+
+def test_reader_drops_the_code_civil_offsets_ids_and_unwraps_texts(tmp_path):
+    path = tmp_path / "c.jsonl.gz"
+    write_corpus(path, DISTRACTORS)
+    dis = fl.read_corpus(path)
+    assert dis.dropped == 1
+    assert dis.ids.tolist() == [fl.DISTRACTOR_OFFSET + i for i in (2, 3, 4)]
+    assert dis.paths[0] == ("Code rural", "Livre Ier : Du sol", "Titre II") and dis.paths[1] == ("Code rural",)
+    assert "\n" not in dis.texts[1]
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        (
+            {"id": 9, "code": "Code rural", "path": []},
+            "row 2, column 'text': 'text' is None; expected a non-empty text",
+        ),
+        ({"id": 9, "code": "Code rural", "path": "Livre I", "text": "x"}, "column 'path': 'path' is 'Livre I'"),
+        ({"id": 2, "code": "Code rural", "path": [], "text": "x"}, "row 2, column 'id': duplicate id 2"),
+        ({"id": "a", "code": "Code rural", "path": [], "text": "x"}, "column 'id': 'id' is 'a'; expected an integer"),
+        ("{not json", "row 2: not JSON"),
+        ("[1, 2]", "row 2: not a JSON object"),
+    ],
+)
+def test_a_bad_corpus_line_is_one_error_naming_file_row_and_field(tmp_path, row, expected):
+    path = tmp_path / "c.jsonl.gz"
+    write_corpus(path, [DISTRACTORS[1], row])
+    with pytest.raises(DataError) as err:
+        fl.read_corpus(path)
+    assert str(err.value).startswith(str(path)) and expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_corpus_that_is_not_gzip_or_holds_only_the_code_civil_is_refused(tmp_path):
+    plain = tmp_path / "c.jsonl"
+    plain.write_text(json.dumps(DISTRACTORS[1]) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match="cannot read the corpus"):
+        fl.read_corpus(plain)
+    only = tmp_path / "only.jsonl.gz"
+    write_corpus(only, DISTRACTORS[:1])
+    with pytest.raises(DataError, match="no article outside"):
+        fl.read_corpus(only)
+
+
+def test_sizes_are_sorted_distinct_and_bounded():
+    assert fl.resolve_sizes(["all", "3", "5", "3"], 3, 4) == [3, 5, 7]
+    for bad in (["2"], ["8"]):
+        with pytest.raises(LexgraphError, match=r"expected a size in \[3, 7\]"):
+            fl.resolve_sizes(bad, 3, 4)
+
+
+def test_path_prior_by_hand():
+    u = torch.eye(3)
+    paths = [("C", "A"), ("C", "A"), ("C", "B")]
+    got = fl.path_prior(paths, 2 * u, weight=1.0, scope=0)
+    assert torch.allclose(got[0], u[0] + (u[0] + u[1]) / 2) and torch.allclose(got[2], 2 * u[2])
+    got = fl.path_prior(paths, u, weight=0.5, scope=5)  # clamped at the code
+    assert torch.allclose(got[2], u[2] + 0.5 * u.mean(0))
+    assert torch.equal(fl.path_prior(paths, u, weight=0.0, scope=0), u)
+
+
+def test_bm25_end_to_end_writes_quality_tests_and_steps(tmp_path, workspace):
+    corpus, out = tmp_path / "c.jsonl.gz", tmp_path / "out.json"
+    write_corpus(corpus, DISTRACTORS)
+    argv = ["--corpus", str(corpus), "--workspace", str(workspace), "--out", str(out)]
+    assert fl.main([*argv, "--sizes", "3", "all", "--systems", "bm25", "--k", "100", "--resamples", "50"]) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["sizes"] == [3, 6] and result["n_queries"] == 2 and result["dropped_articles"] == 1
+    assert result["quality"]["bm25"]["3"]["recall@10"] == 1.0
+    assert {t["metric"] for t in result["paired"]} == set(fl.COMPARED)
+    assert all({"p_value", "p_holm", "ci95", "diff"} <= t.keys() for t in result["paired"])
+    steps = {(s["system"], s["step"], s["size"]) for s in result["steps"]}
+    assert {("bm25", "fit", 3), ("bm25", "search", 6), ("all", "read", None)} <= steps
+    assert all(s["wall_s"] >= 0 and s["peak_rss_mib"] > 0 for s in result["steps"])
+
+
+def test_bad_arguments_are_one_line(tmp_path, workspace, caplog):
+    corpus = tmp_path / "c.jsonl.gz"
+    write_corpus(corpus, DISTRACTORS)
+    argv = ["--corpus", str(corpus), "--workspace", str(workspace), "--systems", "bm25"]
+    assert fl.main([*argv, "--out", str(tmp_path / "o.json"), "--sizes", "99"]) == 2
+    assert "--sizes: 99 articles, expected a size in [3, 6]" in caplog.text
+    assert fl.main([*argv, "--out", str(tmp_path), "--sizes", "3"]) == 2
+    assert "is a directory" in caplog.text
+    assert fl.main([*argv, "--out", str(tmp_path / "o.json"), "--sizes", "few"]) == 2
+    assert "--sizes: 'few'" in caplog.text
