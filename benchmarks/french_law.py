@@ -199,8 +199,9 @@ class Steps:
         watcher = threading.Thread(target=sample, daemon=True)
         watcher.start()
         wall, cpu = time.perf_counter(), time.process_time()
+        extra = dict(extra)
         try:
-            yield
+            yield extra  # the block may add to its row
         finally:
             done.set()
             watcher.join()
@@ -267,30 +268,110 @@ def chunk_encoder(workspace: Path):
     got = {key: str(getattr(encoder, key)) for key in SETTINGS}
     if got != table.settings:
         raise LexgraphError(f"{cache}: chunked with {table.settings}, the base encoder gives {got}; run `dvc repro`")
-    return encoder, dsr
+    return encoder, dsr, table.settings
 
 
-def encode_distractors(encoder, dsr, dis: Distractors, sizes: list[int], n_sample: int, batch: int, steps: Steps):
-    """``{"zeroshot"|"dsr": (n, dim)}`` vectors of the distractors of the largest size, encoded in
-    increments (one step per size)."""
+BLOCK = 2000  # distractors per cached block of chunk vectors
+
+
+def cache_key(workspace: Path, corpus: Path, seed: int, settings: dict[str, str]) -> dict[str, Any]:
+    """What a ``--cache`` directory's chunk vectors depend on: the corpus, the permutation, the
+    windows and the base encoder's weights (their size and a hash of their first MiB)."""
+    import hashlib
+
+    from lexgraph.core import layout
+
+    weights = sorted(layout.PRETRAIN.under(workspace).glob("*.safetensors"))
+    digest = hashlib.sha256()
+    for path in weights:
+        with open(path, "rb") as fh:
+            digest.update(fh.read(1 << 20))
+        digest.update(str(path.stat().st_size).encode())
+    return {
+        "corpus": corpus.name,
+        "corpus_bytes": corpus.stat().st_size,
+        "seed": seed,
+        "block": BLOCK,
+        "settings": settings,
+        "base_encoder": digest.hexdigest(),
+    }
+
+
+def open_cache(cache: Path | None, key: dict[str, Any]) -> Path | None:
+    """``cache`` (created, its key written) if it holds nothing or vectors of this very ``key``;
+    vectors of another corpus, permutation or model are one line naming the directory."""
+    if cache is None:
+        return None
+    from lexgraph.core.io import write_json
+
+    manifest = cache / "cache.json"
+    if manifest.is_file():
+        try:
+            held = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(manifest, f"unreadable cache key ({exc}); remove {cache} or name another --cache") from None
+        if held != key:
+            diff = sorted(k for k in key if held.get(k) != key[k]) if isinstance(held, dict) else ["all"]
+            raise DataError(
+                manifest,
+                f"chunk vectors of another {', '.join(diff)} than this run's; remove {cache} or name another --cache",
+            )
+    elif cache.exists() and not cache.is_dir():
+        raise DataError(cache, "is a file; expected --cache to name a directory")
+    else:
+        write_json(key, manifest)
+    return cache
+
+
+def blocks(sizes: list[int], n_sample: int) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges of distractors cutting at every BLOCK and at every size."""
+    top = sizes[-1] - n_sample
+    cuts = sorted({0, top, *range(BLOCK, top, BLOCK), *(s - n_sample for s in sizes)})
+    return list(zip(cuts, cuts[1:]))
+
+
+def block_table(encoder, dis: Distractors, start: int, end: int, batch: int, cache: Path | None):
+    """The chunk table of distractors ``[start, end)``: read from ``cache`` when it holds it, else
+    encoded (and written there atomically, so an interrupted run resumes at this block)."""
+    from lexgraph.encoding.chunks import encode_chunk_table, load_chunk_table, save_chunk_table
+
+    path = cache / f"{start}-{end}.safetensors" if cache is not None else None
+    if path is not None and path.is_file():
+        table = load_chunk_table(path)
+        if np.array_equal(table.ids, dis.ids[start:end]):
+            return table, True
+    table = encode_chunk_table(encoder, dis.ids[start:end], dis.texts[start:end], batch, desc="encode distractors")
+    if path is not None:
+        save_chunk_table(table, path)
+    return table, False
+
+
+def encode_distractors(encoder, dsr, dis: Distractors, sizes: list[int], n_sample: int, batch: int, steps, cache):
+    """``{"zeroshot"|"dsr": (n, dim)}`` vectors of the distractors of the largest size, encoded
+    block by block (one step per size: its ``encoded`` articles and those read ``from_cache``)."""
     import torch
 
-    from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table
+    from lexgraph.encoding.chunks import embed_from_chunks
 
     out: dict[str, list] = {"zeroshot": [], "dsr": []}
-    done = 0
     torch.set_grad_enabled(False)
+    pending = blocks(sizes, n_sample)
     for size in sizes:
-        m = size - n_sample
-        if m <= done:
+        mine = [(a, b) for a, b in pending if b <= size - n_sample]
+        pending = pending[len(mine) :]
+        if not mine:
             continue
-        with steps.measure("encode chunks", "zeroshot+dsr", size, articles=m - done):
-            table = encode_chunk_table(encoder, dis.ids[done:m], dis.texts[done:m], batch, desc="encode distractors")
-        with steps.measure("aggregate", "zeroshot", size, articles=m - done):
-            out["zeroshot"].append(embed_from_chunks(encoder, table))
-        with steps.measure("aggregate", "dsr", size, articles=m - done):
-            out["dsr"].append(embed_from_chunks(dsr.article_encoder, table))
-        done = m
+        counts = {"encoded": 0, "from_cache": 0}
+        with steps.measure("encode chunks", "zeroshot+dsr", size, **counts) as row:
+            tables = []
+            for a, b in mine:
+                table, cached = block_table(encoder, dis, a, b, batch, cache)
+                counts["from_cache" if cached else "encoded"] += b - a
+                tables.append(table)
+            row.update(counts)
+        for name, aggregator in (("zeroshot", encoder), ("dsr", dsr.article_encoder)):
+            with steps.measure("aggregate", name, size, articles=sum(b - a for a, b in mine)):
+                out[name].extend(embed_from_chunks(aggregator, t) for t in tables)
     dim = encoder.dim
     return {name: torch.cat(parts) if parts else torch.empty(0, dim) for name, parts in out.items()}
 
@@ -317,7 +398,7 @@ def path_prior(paths: Sequence[tuple[str, ...]], vectors, weight: float, scope: 
     return u + weight * means[torch.tensor(target)]
 
 
-def dense_runs(workspace: Path, systems: list[str], sample: Sample, dis: Distractors, sizes, k: int, batch: int, steps):
+def dense_runs(args: argparse.Namespace, systems: list[str], sample: Sample, dis: Distractors, sizes, steps):
     """``{system: {size: run}}`` of the dense systems named in ``systems``."""
     import torch
 
@@ -328,9 +409,11 @@ def dense_runs(workspace: Path, systems: list[str], sample: Sample, dis: Distrac
     from lexgraph.systems.zeroshot import load_system as load_zeroshot
 
     loaders = {"zeroshot": load_zeroshot, "dsr": load_dsr, "hprior": load_hprior}
+    workspace, k = args.workspace, args.k
     with steps.measure("load models", "zeroshot+dsr", None):
-        encoder, dsr = chunk_encoder(workspace)
-    vectors = encode_distractors(encoder, dsr, dis, sizes, len(sample.ids), batch, steps)
+        encoder, dsr, settings = chunk_encoder(workspace)
+        cache = open_cache(args.cache, cache_key(workspace, args.corpus, args.seed, settings))
+    vectors = encode_distractors(encoder, dsr, dis, sizes, len(sample.ids), args.batch_size, steps, cache)
     del encoder, dsr
     runs: dict[str, dict[int, dict]] = {}
     for system in systems:
@@ -421,6 +504,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--split", default="test", help="questions searched (default test)")
     parser.add_argument("--k", type=at_least(100), default=500, help="ranking depth (default 500)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="chunk windows per encoder call")
+    parser.add_argument(
+        "--cache", type=Path, help="directory keeping the distractors' chunk vectors: an interrupted run resumes"
+    )
     parser.add_argument("--resamples", type=positive_int, default=10000)
     parser.add_argument("--seed", type=int, default=13, help="the distractors' permutation and the tests")
     return parser.parse_args(argv)
@@ -453,7 +539,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         runs["bm25"] = bm25_runs(args.workspace, sample, dis, sizes, args.k, steps)
     dense = [s for s in args.systems if s != "bm25"]
     if dense:
-        runs.update(dense_runs(args.workspace, dense, sample, dis, sizes, args.k, args.batch_size, steps))
+        runs.update(dense_runs(args, dense, sample, dis, sizes, steps))
     result = {
         "corpus": str(args.corpus),
         "workspace": str(args.workspace),

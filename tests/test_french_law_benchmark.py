@@ -139,3 +139,32 @@ def test_bad_arguments_are_one_line(tmp_path, workspace, caplog):
     assert "is a directory" in caplog.text
     assert fl.main([*argv, "--out", str(tmp_path / "o.json"), "--sizes", "few"]) == 2
     assert "--sizes: 'few'" in caplog.text
+
+
+def test_blocks_cut_at_every_block_and_every_size():
+    assert fl.blocks([3, 3 + 2 * fl.BLOCK + 5], 3) == [
+        (0, fl.BLOCK),
+        (fl.BLOCK, 2 * fl.BLOCK),
+        (2 * fl.BLOCK, 2 * fl.BLOCK + 5),
+    ]
+    assert fl.blocks([3, 10, 20], 3) == [(0, 7), (7, 17)]
+    assert fl.blocks([3], 3) == []
+
+
+def test_a_cache_of_another_key_is_refused_in_one_line(tmp_path):
+    key = {
+        "corpus": "c.jsonl.gz",
+        "corpus_bytes": 10,
+        "seed": 13,
+        "block": fl.BLOCK,
+        "settings": {},
+        "base_encoder": "a",
+    }
+    cache = tmp_path / "cache"
+    assert fl.open_cache(cache, key) == cache and fl.open_cache(cache, key) == cache  # created, then reused
+    with pytest.raises(DataError, match=r"cache.json: chunk vectors of another base_encoder, seed than this run's"):
+        fl.open_cache(cache, {**key, "seed": 1, "base_encoder": "b"})
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    with pytest.raises(DataError, match="is a file"):
+        fl.open_cache(tmp_path / "file", key)
+    assert fl.open_cache(None, key) is None
