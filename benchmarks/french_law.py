@@ -491,14 +491,51 @@ def score(runs: dict[str, dict[int, dict]], qrels, n_resamples: int, seed: int) 
     return {"quality": quality, "paired": tests}
 
 
+# --------------------------------------------------------------------------- tables
+
+
+def markdown_tables(result: dict[str, Any]) -> str:
+    """The quality table (metrics in %, per system and size; Δ smallest -> largest size with its
+    Holm-adjusted p) and the cost table (wall s and peak MiB per step and size) of a result."""
+    sizes = [str(s) for s in result["sizes"]]
+    lines = ["| System | Articles | " + " | ".join(REPORTED) + " |", "|:---|---:|" + "---:|" * len(REPORTED)]
+    for system, by_size in result["quality"].items():
+        for size in sizes:
+            if size in by_size:
+                cells = " | ".join(f"{100 * by_size[size][m]:.1f}" for m in REPORTED)
+                lines.append(f"| {system} | {int(size):,} | {cells} |")
+    lines += ["", "| System | Metric | Δ (points) | 95 % CI | p (Holm) |", "|:---|:---|---:|---:|---:|"]
+    for t in result["paired"]:
+        low, high = (100 * x for x in t["ci95"])
+        lines.append(
+            f"| {t['system']} {t['small']:,} → {t['large']:,} | {t['metric']} | {100 * t['diff']:+.1f} | "
+            f"[{low:+.1f}, {high:+.1f}] | {t['p_holm']:.4f} |"
+        )
+    lines += ["", "| System | Step | Articles | Wall s | CPU s | Peak RSS MiB |", "|:---|:---|---:|---:|---:|---:|"]
+    for row in result["steps"]:
+        size = "" if row["size"] is None else f"{row['size']:,}"
+        note = f" ({row['encoded']:,} encoded, {row['from_cache']:,} cached)" if "encoded" in row else ""
+        lines.append(
+            f"| {row['system']} | {row['step']}{note} | {size} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
+            f"{row['peak_rss_mib']:.0f} |"
+        )
+    lines.append(
+        f"\n{result['n_queries']} {result['split']} questions; {result['sample_articles']:,} sample articles plus "
+        f"seeded distractors (seed {result['seed']}); paired randomisation test, {result['n_resamples']} resamples, "
+        f"p Holm-adjusted over {len(result['paired'])} tests; {result['note']}."
+    )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- driver
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True, help="fr-codes-2020's articles.jsonl.gz")
-    parser.add_argument("--workspace", type=Path, required=True, help="a reproduced lexgraph workspace (read only)")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write the results to")
+    parser.add_argument("--table", type=Path, metavar="JSON", help="print the tables of an earlier --out and exit")
+    parser.add_argument("--corpus", type=Path, help="fr-codes-2020's articles.jsonl.gz (required)")
+    parser.add_argument("--workspace", type=Path, help="a reproduced lexgraph workspace, read only (required)")
+    parser.add_argument("--out", type=Path, help="JSON file to write the results to (required)")
     parser.add_argument("--sizes", nargs="+", default=["2760", "22633", "all"], help="articles searched, or 'all'")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, metavar="SYSTEM")
     parser.add_argument("--split", default="test", help="questions searched (default test)")
@@ -512,6 +549,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def read_result(path: Path) -> dict[str, Any]:
+    """An earlier ``--out`` file, checked for the keys :func:`markdown_tables` reads."""
+    from lexgraph.core.inputs import read_json_object
+
+    return read_json_object(
+        path,
+        what="the JSON that benchmarks/french_law.py --out writes",
+        fix="rerun benchmarks/french_law.py --out FILE",
+        keys={
+            key: (lambda v, t=t: isinstance(v, t), what)
+            for key, t, what in (
+                ("sizes", list, "a list of sizes"),
+                ("quality", dict, "an object of systems"),
+                ("paired", list, "a list of tests"),
+                ("steps", list, "a list of steps"),
+                ("note", str, "a string"),
+            )
+        },
+    )
+
+
 def check_out(out: Path) -> None:
     if out.is_dir():
         raise DataError(out, "is a directory; expected --out to name a JSON file")
@@ -520,6 +578,9 @@ def check_out(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    missing = [f"--{name}" for name in ("corpus", "workspace", "out") if getattr(args, name) is None]
+    if missing:
+        raise LexgraphError(f"{', '.join(missing)} required (or --table JSON)")
     check_out(args.out)
     for size in args.sizes:
         if size != "all" and not size.isdigit():
@@ -570,7 +631,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse_args(argv)
     try:
-        run(args)
+        if args.table:
+            print(markdown_tables(read_result(args.table)))
+        else:
+            print(markdown_tables(run(args)))
     except LexgraphError as exc:
         log.error("benchmarks/french_law.py: error: %s", exc)
         return 2

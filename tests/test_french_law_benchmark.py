@@ -168,3 +168,21 @@ def test_a_cache_of_another_key_is_refused_in_one_line(tmp_path):
     with pytest.raises(DataError, match="is a file"):
         fl.open_cache(tmp_path / "file", key)
     assert fl.open_cache(None, key) is None
+
+
+def test_table_of_a_saved_result_and_its_bad_inputs(tmp_path, workspace, caplog, capsys):
+    corpus, out = tmp_path / "c.jsonl.gz", tmp_path / "out.json"
+    write_corpus(corpus, DISTRACTORS)
+    argv = ["--corpus", str(corpus), "--workspace", str(workspace), "--out", str(out), "--systems", "bm25"]
+    assert fl.main([*argv, "--sizes", "3", "all", "--k", "100", "--resamples", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert fl.main(["--table", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert table == printed and "| bm25 | 6 |" in table and "| bm25 3 → 6 | recall@100 |" in table
+    assert "| bm25 | fit | 3 |" in table
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"sizes": [3]}), encoding="utf-8")
+    assert fl.main(["--table", str(broken)]) == 2
+    assert str(broken) in caplog.text and "quality" in caplog.text
+    assert fl.main(["--corpus", str(corpus)]) == 2
+    assert "--workspace, --out required (or --table JSON)" in caplog.text
