@@ -1,7 +1,8 @@
 """Benchmark: the sample's test questions against all of French law (issue 26, item 3).
 
     .venv/bin/python benchmarks/french_law.py --corpus PATH/articles.jsonl.gz --workspace W --out OUT.json
-        [--sizes 2760 22633 all] [--systems bm25 zeroshot dsr hprior] [--seed 13] [--resamples 10000]
+        [--sizes 2760 22633 all] [--systems bm25 zeroshot dsr hprior] [--cache DIR] [--seed 13] [--resamples 10000]
+    .venv/bin/python benchmarks/french_law.py --table OUT.json   # the Markdown tables of a saved result
 
 ``--corpus`` is fr-codes-2020's ``articles.jsonl.gz`` (one JSON object a line: ``id``, ``code``,
 ``path`` a list of headings, ``text``); nothing is read from ``../shared`` by default. Its own
@@ -31,7 +32,14 @@ and, per system, compare the smallest size with the largest on recall@100, map a
 randomisation test, p Holm-adjusted over every test of the run). Every step (read, fit, encode,
 aggregate, search) reports its wall and CPU seconds and the peak resident memory sampled while it
 ran; the chunk encoding is incremental over the nested sizes, and its cost at a size is the sum
-of the increments up to it. Writes everything to ``--out`` (JSON).
+of the increments up to it. ``--cache DIR`` keeps the distractors' chunk vectors in blocks of
+:data:`BLOCK` (keyed by the corpus, the seed, the windows and the base encoder): an interrupted run
+resumes there, and a step's ``from_cache`` articles cost nothing (its ``encoded`` ones are the cost).
+Writes everything to ``--out`` (JSON) and prints the tables (:func:`markdown_tables`).
+
+Measured on 1 thread of a shared 2-core machine: the chunk encoding is the whole cost (about 10
+distractors a second; BM25 fits 91k articles in 7 s), so the 91k run is about 2.5 hours on one
+thread; split it with ``--cache`` (each run adds a size).
 """
 
 from __future__ import annotations
