@@ -68,6 +68,36 @@ def test_metrics_reproduce_expected_scores(workspace):
     assert check(dest / "metrics", ROOT / "regression" / "sample.yaml") == []
 
 
+def test_the_hierarchy_systems_applied_to_the_workspace_corpus_give_its_saved_vectors(workspace):
+    """lexgraph.systems.inductive (what `lexgraph index` and benchmarks/french_law.py apply to a
+    new corpus) on the workspace's own articles, headings and train questions: hprior's and every
+    graph encoder's saved article vectors, bit for bit."""
+    import torch
+
+    from lexgraph.core.io import read_parquet
+    from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.systems import inductive
+
+    dest, _ = workspace
+    clean = dest / "data" / "clean"
+    questions = read_parquet(clean / "questions.parquet", ["id", "question", "article_ids", "split"])
+    articles, headings = read_parquet(clean / "articles.parquet"), read_parquet(clean / "headings.parquet")
+    embeddings = {
+        n: load_embeddings(dest / "data" / "embed" / f"{n}.safetensors") for n in ("articles", "headings", "questions")
+    }
+    graph = inductive.corpus_graph(articles, headings, dest, questions=questions)
+    saved = {"hprior": dest / "models" / "hprior"} | {
+        v: dest / "models" / f"gnn_{v}" for v in ("gdsr", "qabisar", "hgraph", "hgraph_qa")
+    }
+    for system, directory in saved.items():
+        ids, want = load_embeddings(directory / "article_embeddings.safetensors")
+        if system == "hprior":
+            got = inductive.hprior_vectors(dest, graph, *embeddings["articles"])
+        else:
+            got = inductive.graph_vectors(system, dest, graph, embeddings)
+        assert (ids == graph.article_ids.numpy()).all() and torch.equal(got, want), system
+
+
 def stage_pid(dest: Path, script: str) -> int | None:
     """The pid of the stage process running ``script`` in ``dest`` (``None``: none yet)."""
     for entry in Path("/proc").iterdir():

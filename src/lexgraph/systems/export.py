@@ -140,34 +140,21 @@ def _metrics(workspace: Path, system: str) -> dict[str, dict[str, float]]:
     }
 
 
-def _st_files(directory: Path, token_pooling: str, dim: int, prefix: str, normalize: bool) -> None:
-    """sentence-transformers' module files: Transformer -> Pooling (-> Normalize), the prompt."""
+def _st_extras(directory: Path, normalize: bool) -> None:
+    """What an export adds to the sentence-transformers files the query encoder's own
+    ``save_pretrained`` wrote (:func:`lexgraph.models.encoders.write_sentence_transformers_config`:
+    Transformer -> Pooling, the prompt): a Normalize module for a cosine system, and the similarity."""
     from lexgraph.core.io import write_json
 
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]
+    modules_path, settings_path = directory / "modules.json", directory / "config_sentence_transformers.json"
+    modules = json.loads(modules_path.read_text(encoding="utf-8"))
     if normalize:
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
         (directory / "2_Normalize").mkdir(exist_ok=True)
-    (directory / "1_Pooling").mkdir(exist_ok=True)
-    pooling = {
-        "word_embedding_dimension": int(dim),
-        "pooling_mode_cls_token": token_pooling == "cls",
-        "pooling_mode_mean_tokens": token_pooling == "mean",
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "include_prompt": True,
-    }
-    settings = {
-        "prompts": {"query": prefix} if prefix else {},
-        "default_prompt_name": "query" if prefix else None,
-        "similarity_fn_name": "cosine" if normalize else "dot",
-    }
-    write_json(modules, directory / "modules.json", ensure_ascii=True)
-    write_json(pooling, directory / "1_Pooling" / "config.json", ensure_ascii=True)
-    write_json(settings, directory / "config_sentence_transformers.json", ensure_ascii=True)
+        write_json(modules, modules_path, ensure_ascii=True)
+    settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    settings["similarity_fn_name"] = "cosine" if normalize else "dot"
+    write_json(settings, settings_path, ensure_ascii=True)
 
 
 def article_vectors(retriever) -> tuple[np.ndarray, np.ndarray]:
@@ -210,8 +197,8 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     }
     with atomic_path(out, directory=True) as tmp:
         tmp = Path(tmp)
-        encoder.save_pretrained(tmp)  # a full copy: backbone, tokenizer, query_encoder.json
-        _st_files(tmp, encoder.token_pooling, encoder.dim, encoder.prefix, retriever.normalize)
+        encoder.save_pretrained(tmp)  # a full copy: backbone, tokenizer, query_encoder.json, its ST files
+        _st_extras(tmp, retriever.normalize)
         save_file(
             {"ids": ids, "vectors": vectors}, str(tmp / VECTORS), metadata={"system": system, "similarity": similarity}
         )

@@ -104,16 +104,22 @@ log = logging.getLogger(__name__)
 
 
 def full_graph_embeddings(model: GraphEncoder, ts: TrainingSet, device: torch.device) -> torch.Tensor:
-    """Article embeddings ``(A, dim)`` from one pass over the whole graph (eval mode, CPU).
+    """Article embeddings ``(A, dim)`` from one pass over the whole graph (eval mode, CPU)."""
+    return graph_pass(model, ts.graph, ts.x, device)
+
+
+def graph_pass(model: GraphEncoder, graph, x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Article embeddings ``(A, dim)`` of one pass of ``model`` over ``graph`` with node features
+    ``x`` ``(nodes, dim)`` (eval mode; the result on the CPU).
 
     Runs in float32 even on CUDA: the pass is cheap and the saved embeddings are final.
     """
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        out = model(ts.x.to(device), ts.graph.edge_index.to(device), ts.graph.edge_type.to(device))  # (nodes, dim)
+        out = model(x.to(device), graph.edge_index.to(device), graph.edge_type.to(device))  # (nodes, dim)
     model.train(was_training)
-    return out[: ts.num_articles].float().cpu()  # articles are the first nodes
+    return out[: graph.article_ids.numel()].float().cpu()  # articles are the first nodes
 
 
 def dev_metrics(
