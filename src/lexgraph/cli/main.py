@@ -82,7 +82,30 @@ def _display(retriever, workspace: Path):
     from lexgraph.text.display import Display
 
     analyzer = getattr(retriever, "analyzer", None)
-    return Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+    display = Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+    keys = _keys(workspace)
+    return display if keys is None else _NamedDisplay(display, keys.articles)
+
+
+class _NamedDisplay:
+    """A :class:`lexgraph.text.display.Display` whose hits name articles by the user's ids (a
+    corpus of one's own, ``fetch.source: corpus``)."""
+
+    def __init__(self, display, names: dict[int, str]) -> None:
+        self.display, self.names = display, names
+
+    def hits(self, question: str, ids, scores):
+        hits = self.display.hits(question, ids, scores)
+        for hit in hits:
+            hit.id = self.names[hit.id]
+        return hits
+
+
+def _keys(workspace: Path):
+    """The user's string ids of the workspace's corpus (``fetch.source: corpus``), or None."""
+    from lexgraph.data.keys import read_keys
+
+    return read_keys(workspace / layout.CLEAN.path)
 
 
 def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None) -> None:
@@ -277,6 +300,7 @@ def cmd_search(args) -> int:
                 top[matched, : args.k],
                 scores[matched, : args.k],
                 args.system,
+                docids=keys.articles if (keys := _keys(workspace)) is not None else None,
             )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:

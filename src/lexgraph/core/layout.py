@@ -31,6 +31,9 @@ class Artifact:
 
 #: the embedded sample, the ``sample`` source's input (``fetch.sample_dir``; a dvc.yaml dep, not an output)
 SAMPLE = PurePosixPath("data/sample")
+#: the user's corpus and questions files (``fetch.corpus_file``, ``fetch.questions_file``) lie in this
+#: folder, fetch's dvc.yaml dep: editing one reruns fetch and what follows
+CORPUS = PurePosixPath("data/corpus")
 
 RAW = Artifact("data/raw", "fetch")
 CLEAN = Artifact("data/clean", "clean")  # articles.parquet, headings.parquet, questions.parquet

@@ -39,6 +39,7 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.provenance import output
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
+from lexgraph.data.keys import KEYS_FILE
 from lexgraph.data.schema import (
     CLEAN_QUESTION_SCHEMA,
     HIERARCHY_LEVELS,
@@ -108,10 +109,15 @@ def is_repeal_notice(text: str) -> bool:
 
 
 def hierarchy_path(row: dict) -> list[tuple[str, str]]:
-    """Non-empty hierarchy values from the top, as ``(level_name, value)``."""
+    """Non-empty hierarchy values from the top, as ``(level_name, value)``: BSARD's columns, or
+    (``fetch.source: corpus``) the raw ``path`` list of any depth under the article's ``code``,
+    its levels named ``level1``, ``level2``, …"""
+    if row.get("path") is not None:
+        items = [("code", row.get("code"))] + [(f"level{d}", v) for d, v in enumerate(row["path"], 1)]
+    else:
+        items = [(level, row.get(level)) for level in HIERARCHY_LEVELS]
     out = []
-    for level in HIERARCHY_LEVELS:
-        value = row.get(level)
+    for level, value in items:
         if value is None:
             continue
         value = " ".join(unicodedata.normalize("NFC", str(value)).split())
@@ -442,4 +448,15 @@ def run_clean(paths: CleanPaths, config: CleanConfig) -> None:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         headings.write_parquet(tmp / "headings.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
+        if (paths.raw / KEYS_FILE).is_file():  # source corpus: the user's ids of what was kept
+            keys = read_parquet(paths.raw / KEYS_FILE, ["kind", "id", "key"])
+            kept_keys(keys, articles, questions).write_parquet(tmp / KEYS_FILE, statistics=False)
     write_json(stats, paths.metrics)
+
+
+def kept_keys(keys: pl.DataFrame, articles: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``data/raw/keys.parquet`` (``fetch.source: corpus``) whose article or
+    question ``clean`` kept."""
+    kept = {"article": set(articles["id"].to_list()), "question": set(questions["id"].to_list())}
+    mask = [i in kept.get(kind, ()) for kind, i in keys.select("kind", "id").iter_rows()]
+    return keys.filter(pl.Series(mask, dtype=pl.Boolean))

@@ -1,11 +1,15 @@
 """The ``fetch`` stage: BSARD (hub or a local copy) or the embedded sample → ``data/raw``.
 
-Three sources, one output (``articles.parquet``, ``questions.parquet`` with a
+Four sources, one output (``articles.parquet``, ``questions.parquet`` with a
 ``split`` column, ``negatives.parquet``), in BSARD's schema:
 
 - ``sample``: the embedded French Code civil in ``data/sample`` (BSARD's file layout);
 - ``local``: a directory holding the hub's files (``articles.csv``,
   ``questions_{train,test,synthetic}.csv``, ``negatives/bm25_negatives_*.json``);
+- ``corpus`` (:mod:`lexgraph.data.corpus`): the field's JSON-lines/CSV/Parquet corpus with string
+  ids and heading paths of any depth (``fetch.corpus_file``), and its questions
+  (``fetch.questions_file``), both under ``data/corpus/`` (fetch's dvc.yaml dep, so that DVC
+  sees an edit; a file elsewhere is refused); the string ids go to ``keys.parquet``;
 - ``hub`` (:mod:`lexgraph.data.fetch_hub`): ``datasets.load_dataset("maastrichtlawtech/bsard", config, revision=…)``
   with configs ``corpus`` (split ``corpus``), ``questions`` (``train``, ``test``,
   ``synthetic``); the BM25 negatives (``negatives/bm25_negatives_{train,synthetic}.json``)
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +69,7 @@ from lexgraph.data.integrity import (
     refuse_shared_texts,
     renumber_synthetic,
 )
+from lexgraph.data.keys import KEYS_FILE
 from lexgraph.data.readers import (
     Source,
     empty_negatives,
@@ -84,7 +90,7 @@ from lexgraph.data.schema import (
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("sample", "hub", "local")
+SOURCES = ("sample", "hub", "local", "corpus")
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,9 @@ class FetchConfig:
     hub_repo: str
     revision: str | None  # a branch, tag or commit of the hub dataset
     local_dir: str | None = field(metadata={"expected": "null or a directory (for source local)"})
+    #: source corpus: a JSON-lines, CSV or Parquet corpus (:mod:`lexgraph.data.corpus`) and its questions
+    corpus_file: str | None = field(metadata={"expected": "null or a corpus file (for source corpus)"})
+    questions_file: str | None = field(metadata={"expected": "null or a questions file (for source corpus)"})
     dev_fraction: float = field(metadata={"expected": "a number in (0, 1)"})
     synthetic: bool
     #: fetch the hub's BM25 negatives (train, and synthetic with ``synthetic``): mine_negatives then
@@ -118,6 +127,24 @@ class FetchConfig:
                 self.local_dir,
                 "a directory holding the hub's files, since 'fetch.source' is local",
             )
+        for key in ("corpus_file", "questions_file"):
+            if self.source == "corpus" and not getattr(self, key):
+                raise bad_value("fetch", key, None, "a JSON-lines, CSV or Parquet file, since 'fetch.source' is corpus")
+            if self.source == "corpus" and not inside(getattr(self, key), layout.CORPUS):
+                raise bad_value(
+                    "fetch",
+                    key,
+                    getattr(self, key),
+                    f"a file under {layout.CORPUS}/, fetch's dvc.yaml dependency (DVC would not see edits to a file "
+                    "elsewhere, and fetch would not rerun)",
+                )
+
+
+def inside(path: str, folder) -> bool:
+    """Whether ``path`` names a file under ``folder`` (both relative to the workspace, the current
+    directory, or absolute), by its name (``..`` resolved, links not followed)."""
+    target, root = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    return target != root and target.is_relative_to(root)
 
 
 # --------------------------------------------------------------------------- sources
@@ -197,7 +224,21 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
 
 def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Run the configured source; return (articles, questions with ``split``, negatives)."""
-    if config.source in ("sample", "local"):
+    return fetch_with_keys(config, seed)[:3]
+
+
+def fetch_with_keys(config: FetchConfig, seed: int):
+    """:func:`fetch`, and the user's string ids (``source: corpus``; None for BSARD's layout)."""
+    keys = names = None  # source corpus: the user's ids, and those of the questions for messages
+    if config.source == "corpus":
+        from lexgraph.data.corpus import read_corpus_source
+
+        corpus = Path(config.corpus_file)
+        articles, sources, keys = read_corpus_source(corpus, Path(config.questions_file))
+        names = dict(keys.filter(pl.col("kind") == "question").select("id", "key").iter_rows())
+        validate_questions(sources, set(articles["id"].to_list()), Source(corpus), names)
+        negatives = empty_negatives()
+    elif config.source in ("sample", "local"):
         key = "sample_dir" if config.source == "sample" else "local_dir"
         root = require_directory(
             getattr(config, key),
@@ -223,7 +264,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         if split in HUMAN_SPLITS
         for i, qid in enumerate(df["id"].to_list())
     }
-    refuse_shared_texts(questions, rows)  # after the dev split is assigned, carved or read
+    refuse_shared_texts(questions, rows, names)  # after the dev split is assigned, carved or read
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"
     )
@@ -234,7 +275,7 @@ def fetch(config: FetchConfig, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, p
         {s: d.height for s, d in questions.items()},
         negatives.height,
     )
-    return articles, table, negatives
+    return articles, table, negatives, keys
 
 
 @dataclass(frozen=True)
@@ -247,8 +288,10 @@ class FetchPaths:
 def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:
     """The ``fetch`` stage: the corpus, the questions and the hub negatives -> ``paths.out``
     (Parquet), written atomically."""
-    articles, questions, negatives = fetch(config, seed)
+    articles, questions, negatives, keys = fetch_with_keys(config, seed)
     with atomic_path(paths.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)
         negatives.write_parquet(tmp / "negatives.parquet", statistics=False)
+        if keys is not None:  # the user's string ids (source corpus): data/raw/keys.parquet
+            keys.write_parquet(tmp / KEYS_FILE, statistics=False)

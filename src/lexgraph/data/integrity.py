@@ -181,11 +181,14 @@ def shared_text(questions: Iterable[tuple[str, str]]) -> tuple[int, int] | None:
     return None
 
 
-def refuse_shared_texts(questions: dict[str, Any], rows: dict[int, tuple[Any, int]]) -> None:
+def refuse_shared_texts(
+    questions: dict[str, Any], rows: dict[int, tuple[Any, int]], names: dict[int, str] | None = None
+) -> None:
     """No question text in two of the train, dev and test splits (after the dev split is
     assigned, carved or not). ``questions``: split → table with ``id`` and ``question``;
     ``rows``: question id → (the :class:`~lexgraph.data.readers.Source` it was read from, its
-    0-based row there), so the error names the file and row the user edits."""
+    0-based row there), so the error names the file and row the user edits; ``names``: the
+    user's id of each question (``fetch.source: corpus``), named instead of lexgraph's."""
     items = [
         (split, qid, text)
         for split in HUMAN_SPLITS
@@ -197,6 +200,8 @@ def refuse_shared_texts(questions: dict[str, Any], rows: dict[int, tuple[Any, in
         return
     (split, qid, _), (other_split, other_qid, _) = items[hit[0]], items[hit[1]]
     (source, i), (other, j) = rows[qid], rows[other_qid]
+    if names is not None:
+        qid, other_qid = repr(names[qid]), repr(names[other_qid])
     raise source.error(
         i,
         f"question {qid} ({split}) has the same text as question {other_qid} ({other_split}, "

@@ -52,22 +52,28 @@ class Source:
 
     path: Any
     lines: tuple[int, ...] | None = None
+    #: the file's 1-based row of each table row, where a table holds some rows of a file (one split
+    #: of a questions file that mixes splits, ``fetch.source: corpus``); None: row ``i`` is ``i + 1``
+    rows: tuple[int, ...] | None = None
 
     def line(self, index: int) -> int | None:
         return self.lines[index] if self.lines is not None and 0 <= index < len(self.lines) else None
+
+    def row(self, index: int) -> int:
+        return self.rows[index] if self.rows is not None and 0 <= index < len(self.rows) else index + 1
 
     def error(self, index: int, message: str, column: str | None = None) -> DataError:
         """A :class:`DataError` at the 0-based row ``index``: reported as the 1-based data row
         and, for a file, the line it starts on."""
         line = self.line(index)
         if line is not None:
-            message += f" (row {index + 1} starts on line {line})"
-        return DataError(self.path, message, row=index + 1, column=column)
+            message += f" (row {self.row(index)} starts on line {line})"
+        return DataError(self.path, message, row=self.row(index), column=column)
 
     def where(self, index: int) -> str:
         """``row 3 of data/sample/questions_dev.csv (line 4)``: another row, in a message."""
         line = self.line(index)
-        return f"row {index + 1} of {self.path}" + (f" (line {line})" if line is not None else "")
+        return f"row {self.row(index)} of {self.path}" + (f" (line {line})" if line is not None else "")
 
 
 def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> tuple[pl.DataFrame, Source]:
@@ -187,12 +193,17 @@ def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> li
 
 
 def validate_questions(
-    questions: dict[str, tuple[pl.DataFrame, Source]], article_ids: set[int], corpus: Source
+    questions: dict[str, tuple[pl.DataFrame, Source]],
+    article_ids: set[int],
+    corpus: Source,
+    names: dict[int, str] | None = None,
 ) -> None:
     """Question texts are not empty, ``article_ids`` are integers of the corpus that leave at
-    least one article uncited, and question ids are unique across the train, dev and test questions."""
+    least one article uncited, and question ids are unique across the train, dev and test questions.
+    ``names``: the user's id of each question (``fetch.source: corpus``), named instead of lexgraph's."""
     for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
+            qid = repr(names[qid]) if names is not None else qid
             if not " ".join(unicodedata.normalize("NFC", text or "").split()):
                 raise source.error(i, f"question {qid} has no text; expected the question", column="question")
             ids = article_ids_of(cited, source, i, corpus)

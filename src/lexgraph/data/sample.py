@@ -31,6 +31,7 @@ import polars as pl
 from lexgraph.core.errors import DataError, reported
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.io import atomic_path
+from lexgraph.data.corpus import LEVEL_COLUMNS
 from lexgraph.data.integrity import integer_id
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
 
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 CODE_NAME = "Code civil"
 
 
-#: BSARD's heading columns below ``code``, from the top
-LEVEL_COLUMNS: tuple[str, ...] = ("book", "part", "act", "chapter", "section", "subsection")
 #: the column each kind of heading label prefers (first word of the label, lower-cased)
 PREFERRED_COLUMN: dict[str, str] = {
     "livre": "book",

@@ -4,6 +4,7 @@ rounded, the Markdown result table and the paired significance tests behind its 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
+from lexgraph.data.keys import read_keys
 from lexgraph.data.schema import (
     SPLITS,
     split_questions,
@@ -216,6 +218,7 @@ def evaluate_systems(
     workspace: str | os.PathLike = ".",
     device: str = "auto",
     index=None,
+    keys=None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Search every split with every system, write TREC runs, return rounded metrics.
 
@@ -224,7 +227,9 @@ def evaluate_systems(
     ``lexgraph search`` loads them; dense systems search through ``index``
     (:class:`lexgraph.search.index.IndexConfig`, ``evaluate.index``). Systems with the
     same query encoder share it and each split's questions are encoded once per encoder
-    (:func:`lexgraph.systems.dense.shared_query_encoders`).
+    (:func:`lexgraph.systems.dense.shared_query_encoders`). ``keys``
+    (:class:`lexgraph.data.keys.IdKeys`, ``fetch.source: corpus``): the runs name questions and
+    articles by the user's ids.
     """
     from lexgraph.metrics.ir import evaluate_run
     from lexgraph.systems.dense import shared_query_encoders
@@ -241,14 +246,29 @@ def evaluate_systems(
                     log.warning("no questions in split %s; skipped", split)
                     continue
                 ids, scores = retriever.search(texts, k)
-                write_trec(Path(runs_dir) / system / f"{split}.trec", [str(q) for q in qids], ids, scores, system)
+                names = [keys.questions[q] for q in qids] if keys is not None else [str(q) for q in qids]
+                docids = keys.articles if keys is not None else None
+                write_trec(Path(runs_dir) / system / f"{split}.trec", names, ids, scores, system, docids)
                 run = {q: row.tolist() for q, row in zip(qids, ids)}
                 results[system][split] = round_metrics(evaluate_run(run, qrels))
                 log.info("%s/%s: %s", system, split, results[system][split])
     return results
 
 
-def write_split_qrels(questions, splits: Sequence[str], runs_dir: str | os.PathLike) -> list[Path]:
+def run_reader(keys):
+    """How evaluate reads back the runs it wrote: :func:`read_trec`, with the user's ids mapped
+    back to lexgraph's (``keys``: :class:`lexgraph.data.keys.IdKeys`, or None)."""
+    if keys is None:
+        return read_trec
+    question_ids, article_ids = keys.question_ids(), keys.article_ids()
+
+    def question_id(name: str) -> int:
+        return question_ids[name]
+
+    return functools.partial(read_trec, qid_type=question_id, docids=article_ids)
+
+
+def write_split_qrels(questions, splits: Sequence[str], runs_dir: str | os.PathLike, keys=None) -> list[Path]:
     """Write each split's gold articles as TREC qrels, ``runs_dir/<split>.qrels``, beside the
     runs ``runs_dir/<system>/<split>.trec`` (``trec_eval data/runs/test.qrels
     data/runs/bm25/test.trec``); a split without questions gets none, as it gets no run."""
@@ -257,7 +277,9 @@ def write_split_qrels(questions, splits: Sequence[str], runs_dir: str | os.PathL
         qids, _, qrels = split_questions(questions, split)
         if qids:
             written.append(Path(runs_dir) / f"{split}.qrels")
-            write_qrels(written[-1], qrels)
+            if keys is not None:  # the user's ids (fetch.source: corpus), as the runs spell them
+                qrels = {keys.questions[q]: docs for q, docs in qrels.items()}
+            write_qrels(written[-1], qrels, keys.articles if keys is not None else None)
     return written
 
 
@@ -295,6 +317,8 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
     from lexgraph.systems.rerank import first_stage_of, is_switched_off
 
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    keys = read_keys(paths.questions.parent)  # fetch.source corpus: data/clean/keys.parquet
+    reading = run_reader(keys)
     splits, split = config.splits, config.significance_split
     systems = list(config.systems)
     switched_off = [v for v in RERANKERS if v in systems and is_switched_off(paths.workspace, v)]
@@ -308,11 +332,11 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
         systems.remove(variant)
     with atomic_path(paths.runs, directory=True) as runs:
         results = evaluate_systems(
-            systems, questions, splits, config.k, runs, paths.workspace, device, index=config.index
+            systems, questions, splits, config.k, runs, paths.workspace, device, index=config.index, keys=keys
         )
-        write_split_qrels(questions, splits, runs)
+        write_split_qrels(questions, splits, runs, keys)
         _, _, qrels = split_questions(questions, split)
-        split_runs = {system: read_trec(Path(runs) / system / f"{split}.trec") for system in results}
+        split_runs = {system: reading(Path(runs) / system / f"{split}.trec") for system in results}
         # a re-ranker is also compared with the first stage it re-ranks
         firsts = {v: first_stage_of(paths.workspace, v) for v in RERANKERS if v in results}
         for variant, first in firsts.items():
@@ -351,4 +375,6 @@ def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed
         config.k,
         paths.metrics_dir / "per_query",
         paths.metrics_dir / "recall_curve_test.csv",
+        read_run=reading,
+        names=keys.questions if keys is not None else None,
     )

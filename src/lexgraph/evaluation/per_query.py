@@ -118,18 +118,25 @@ def write_per_query_reports(
     out_dir: str | os.PathLike,
     curve_path: str | os.PathLike,
     curve_split: str = CURVE_SPLIT,
+    read_run=read_trec,
+    names: Mapping[int, str] | None = None,
 ) -> None:
     """Read the TREC runs ``runs_dir/<system>/<split>.trec`` and write ``out_dir/<split>.csv``
     for every split (the whole directory replaced) and the ``curve_split`` recall curve to
-    ``curve_path`` (only its header, with a warning, when that split is not evaluated)."""
+    ``curve_path`` (only its header, with a warning, when that split is not evaluated); ``read_run``
+    reads a run (:func:`lexgraph.evaluation.evaluate.run_reader`); ``names``: the user's question ids
+    (``fetch.source: corpus``), written in the ``id`` column (rows stay in lexgraph's id order: the file's)."""
     curve = None
     with atomic_path(out_dir, directory=True) as tmp:
         for split in splits:
             qids, texts, qrels = split_questions(questions, split)
             if not qids:
                 continue
-            runs = {s: read_trec(Path(runs_dir) / s / f"{split}.trec") for s in systems}
-            _write_csv(per_query_table(runs, qrels, k, dict(zip(qids, texts))), Path(tmp) / f"{split}.csv")
+            runs = {s: read_run(Path(runs_dir) / s / f"{split}.trec") for s in systems}
+            table = per_query_table(runs, qrels, k, dict(zip(qids, texts)))
+            if names is not None:
+                table = table.with_columns(pl.Series("id", [names[q] for q in table["id"].to_list()], dtype=pl.String))
+            _write_csv(table, Path(tmp) / f"{split}.csv")
             if split == curve_split:
                 curve = recall_curve(runs, qrels, min(DEEPEST, k))
     if curve is None:

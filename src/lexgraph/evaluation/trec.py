@@ -37,12 +37,14 @@ def write_trec(
     ids: np.ndarray,
     scores: np.ndarray,
     tag: str,
+    docids: Mapping[int, str] | None = None,
 ) -> None:
     """Write a TREC run file atomically.
 
     ``qids`` has one entry per row of ``ids`` / ``scores`` (both shaped (n, k), each row
     best first). Entries with a negative id are padding (fewer than k hits) and are
-    skipped; ranks count the written entries from 1. Note that trec_eval orders by
+    skipped; ranks count the written entries from 1. ``docids`` spells each article id (the
+    user's string ids of ``fetch.source: corpus``; the integer otherwise). Note that trec_eval orders by
     score, so ties that ``%.6f`` creates may be re-ordered there; :func:`read_trec`
     orders by the rank column.
     """
@@ -69,12 +71,15 @@ def write_trec(
                 lines = []
                 for doc, score in zip(row_ids[row_valid].tolist(), row_scores[row_valid].tolist()):
                     rank += 1
-                    lines.append(f"{q} Q0 {trec_id(doc, 'docid')} {rank} {score:.6f}{suffix}")
+                    name = docids[doc] if docids is not None else doc
+                    lines.append(f"{q} Q0 {trec_id(name, 'docid')} {rank} {score:.6f}{suffix}")
                 fh.writelines(lines)
     log.debug("wrote TREC run %s (%d queries)", path, len(qids))
 
 
-def write_qrels(path: str | os.PathLike, qrels: Mapping[Hashable, Collection[int]]) -> None:
+def write_qrels(
+    path: str | os.PathLike, qrels: Mapping[Hashable, Collection[int]], docids: Mapping[int, str] | None = None
+) -> None:
     """Write TREC qrels atomically: a ``qid 0 docid 1`` line per relevant article.
 
     Queries in the order of ``qrels``, each one's articles ascending and once; ids spelt by
@@ -88,21 +93,27 @@ def write_qrels(path: str | os.PathLike, qrels: Mapping[Hashable, Collection[int
         docs = sorted({int(doc) for doc in relevant})
         if not docs:
             raise ValueError(f"query {q} has no relevant article; qrels need at least one per query")
-        lines += [f"{q} 0 {trec_id(doc, 'docid')} 1\n" for doc in docs]
+        lines += [f"{q} 0 {trec_id(docids[doc] if docids is not None else doc, 'docid')} 1\n" for doc in docs]
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.writelines(lines)
     log.debug("wrote TREC qrels %s (%d queries)", path, len(qrels))
 
 
-def read_trec(path: str | os.PathLike, *, qid_type: Callable[[str], Hashable] = int) -> dict[Hashable, list[int]]:
+def read_trec(
+    path: str | os.PathLike,
+    *,
+    qid_type: Callable[[str], Hashable] = int,
+    docids: Mapping[str, int] | None = None,
+) -> dict[Hashable, list[int]]:
     """Read a TREC run file into ``{qid: [docid, ...]}`` ordered by the rank column.
 
     Query ids are converted with ``qid_type`` (``int`` by default, as question ids are
     integers in this project; pass ``str`` for free-form ids). Raises
     :class:`~lexgraph.core.errors.DataError` naming the line for a line without six fields,
     a non-integer docid or rank, a non-numeric score, an unconvertible qid or a docid
-    or rank repeated within a query.
+    or rank repeated within a query. ``docids`` reads the user's string ids of a run that
+    :func:`write_trec` wrote with them back into lexgraph's integer ids.
     """
     path = Path(path)
     if not path.is_file():
@@ -122,6 +133,8 @@ def read_trec(path: str | os.PathLike, *, qid_type: Callable[[str], Hashable] = 
                 qid = qid_type(q_raw)
             except ValueError as exc:
                 raise DataError(path, f"query id {q_raw!r} is not a valid {qid_type.__name__}", row=line_no) from exc
+            if docids is not None and doc_raw in docids:
+                doc_raw = str(docids[doc_raw])
             try:
                 doc, rank = int(doc_raw), int(rank_raw)
             except ValueError as exc:
