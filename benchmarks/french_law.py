@@ -67,7 +67,7 @@ log = logging.getLogger("french_law")
 
 DISTRACTOR_OFFSET = 1_000_000
 DROPPED_CODE = "Code civil"
-SYSTEMS = ("bm25", "zeroshot", "dsr", "hprior")
+SYSTEMS = ("bm25", "zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa", "hybrid", "xrerank")
 COMPARED = ("recall@100", "map", "ndcg@10")
 REPORTED = ("recall@10", "recall@100", "recall@500", "map", "ndcg@10")
 
@@ -231,23 +231,6 @@ class Steps:
 # --------------------------------------------------------------------------- systems
 
 
-def bm25_runs(workspace: Path, sample: Sample, dis: Distractors, sizes: list[int], k: int, steps: Steps):
-    from lexgraph.search.bm25 import BM25, load_system
-
-    saved = load_system(workspace)
-    runs = {}
-    for size in sizes:
-        m = size - len(sample.ids)
-        with steps.measure("fit", "bm25", size):
-            index = BM25(k1=saved.k1, b=saved.b, idf_floor=saved.idf_floor, analyzer=saved.analyzer_config)
-            index.fit_texts(sample.texts + dis.texts[:m], np.concatenate([sample.ids, dis.ids[:m]]))
-        with steps.measure("search", "bm25", size):
-            ids, _ = index.search(sample.questions, min(k, size))
-        runs[size] = {q: [int(a) for a in row if a >= 0] for q, row in zip(sample.qids, ids)}
-        del index
-    return runs
-
-
 def chunk_encoder(workspace: Path):
     """The frozen base encoder cutting the windows of the workspace's ``encode_chunks`` cache,
     and the DSR (chunk-level module only), checked to read those windows."""
@@ -348,10 +331,38 @@ def block_table(encoder, dis: Distractors, start: int, end: int, batch: int, cac
         table = load_chunk_table(path)
         if np.array_equal(table.ids, dis.ids[start:end]):
             return table, True
+    wall = time.perf_counter()
     table = encode_chunk_table(encoder, dis.ids[start:end], dis.texts[start:end], batch, desc="encode distractors")
     if path is not None:
         save_chunk_table(table, path)
+        from lexgraph.core.io import write_json
+
+        timing = {"articles": end - start, "wall_s": round(time.perf_counter() - wall, 3), "threads": threads()}
+        write_json(timing, path.with_suffix(".json"))
     return table, False
+
+
+def threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def encode_rate(cache: Path | None, steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Distractors encoded a second, from the blocks whose encoding was timed (``--cache`` keeps
+    each block's time beside it, whichever run encoded it), else from this run's encode steps."""
+    timed = []
+    if cache is not None:
+        for path in sorted(cache.glob("*-*.json")):
+            row = json.loads(path.read_text(encoding="utf-8"))
+            if row.get("threads") == threads():
+                timed.append((row["articles"], row["wall_s"]))
+    if not timed:
+        timed = [(s["encoded"], s["wall_s"]) for s in steps if s.get("encoded")]
+    if not timed:
+        return None
+    articles, wall = sum(a for a, _ in timed), sum(w for _, w in timed)
+    return {"articles": articles, "wall_s": round(wall, 1), "per_s": round(articles / wall, 2), "threads": threads()}
 
 
 def encode_distractors(encoder, dsr, dis: Distractors, sizes: list[int], n_sample: int, batch: int, steps, cache):
@@ -384,70 +395,296 @@ def encode_distractors(encoder, dsr, dis: Distractors, sizes: list[int], n_sampl
     return {name: torch.cat(parts) if parts else torch.empty(0, dim) for name, parts in out.items()}
 
 
-def path_prior(paths: Sequence[tuple[str, ...]], vectors, weight: float, scope: int):
-    """``u_a + weight * mean(u_b : b under the heading scope levels above a's deepest)``, the
-    hierarchy prior of :mod:`lexgraph.graph.hierarchy` over heading paths (clamped at the top)."""
-    import torch
-    import torch.nn.functional as F
-
-    u = F.normalize(vectors.float(), dim=-1)  # (n, dim)
-    if weight == 0 or not len(paths):
-        return u
-    heads: dict[tuple[str, ...], int] = {}
-    rows, cols, target = [], [], []
-    for a, p in enumerate(paths):
-        for depth in range(1, len(p) + 1):
-            rows.append(a)
-            cols.append(heads.setdefault(p[:depth], len(heads)))
-        target.append(heads[p[: max(1, len(p) - scope)]])
-    sums = torch.zeros(len(heads), u.size(1)).index_add_(0, torch.tensor(cols), u[torch.tensor(rows)])
-    counts = torch.zeros(len(heads)).index_add_(0, torch.tensor(cols), torch.ones(len(cols)))
-    means = sums / counts.clamp(min=1).unsqueeze(1)
-    return u + weight * means[torch.tensor(target)]
+# --------------------------------------------------------------------------- the statute's hierarchy
 
 
-def dense_runs(args: argparse.Namespace, systems: list[str], sample: Sample, dis: Distractors, sizes, steps):
-    """``{system: {size: run}}`` of the dense systems named in ``systems``."""
-    import torch
+@dataclass
+class Statute:
+    """The sample's clean articles and headings and every distractor's, in the clean tables'
+    columns (``id``, ``article``, ``heading_id``; the headings' own): the graph of any size is a
+    part of it (:func:`statute_at`)."""
+
+    articles: Any  # polars DataFrame
+    headings: Any
+
+
+def read_statute(workspace: Path, corpus: Path, dis: Distractors) -> Statute:
+    """The distractors' hierarchy built as ``clean`` builds a corpus's (the code, then its ``path``;
+    nothing dropped), heading ids shifted by :data:`HEADING_OFFSET`, after the sample's own."""
+    import polars as pl
 
     from lexgraph.core import layout
-    from lexgraph.graph.hierarchy import read_hprior
-    from lexgraph.systems.dense import DenseRetriever, load_dsr
-    from lexgraph.systems.hprior import load_hprior
-    from lexgraph.systems.zeroshot import load_system as load_zeroshot
+    from lexgraph.core.io import read_parquet
+    from lexgraph.data.clean import clean_articles
 
-    loaders = {"zeroshot": load_zeroshot, "dsr": load_dsr, "hprior": load_hprior}
-    workspace, k = args.workspace, args.k
-    with steps.measure("load models", "zeroshot+dsr", None):
-        encoder, dsr, settings = chunk_encoder(workspace)
-        cache = open_cache(args.cache, cache_key(workspace, args.corpus, args.seed, settings))
-    vectors = encode_distractors(encoder, dsr, dis, sizes, len(sample.ids), args.batch_size, steps, cache)
-    del encoder, dsr
-    runs: dict[str, dict[int, dict]] = {}
-    for system in systems:
-        with steps.measure("load + encode questions", system, None):
-            retriever = loaders[system](workspace, "cpu")
-            queries = retriever.encode(sample.questions)  # (q, dim)
-        own = retriever.article_embeddings  # (A, dim), sorted by id
-        if system == "hprior":
-            report = read_hprior(layout.HPRIOR.under(workspace))
-            with steps.measure("propagate", system, sizes[-1], scope=report["scope"], weight=report["weight"]):
-                extra = path_prior(dis.paths[: len(vectors["dsr"])], vectors["dsr"], report["weight"], report["scope"])
-        else:
-            extra = vectors[system]
-        runs[system] = {}
-        for size in sizes:
-            m = size - len(sample.ids)
-            with steps.measure("index + search", system, size):
-                index = DenseRetriever(
-                    None,
-                    np.concatenate([retriever.article_ids, dis.ids[:m]]),
-                    torch.cat([own.float(), extra[:m].float()]),
-                    name=system,
+    raw = pl.DataFrame(
+        {
+            "id": dis.ids,
+            "article": dis.texts,
+            "code": [p[0] for p in dis.paths],
+            "path": [list(p[1:]) for p in dis.paths],
+        },
+        schema={"id": pl.Int64, "article": pl.Utf8, "code": pl.Utf8, "path": pl.List(pl.Utf8)},
+    )
+    articles, headings, _, dropped = clean_articles(raw, corpus, 0, False)
+    if dropped:
+        raise DataError(corpus, f"{len(dropped)} distractors have no text once cleaned, e.g. id {min(dropped)}")
+
+    def shift(column: str):
+        return pl.when(pl.col(column) >= 0).then(pl.col(column) + HEADING_OFFSET).otherwise(pl.col(column))
+
+    own_headings = read_parquet(layout.CLEAN.under(workspace, "headings.parquet"), headings.columns)
+    if own_headings.height and own_headings["heading_id"].max() >= HEADING_OFFSET:
+        raise DataError(layout.CLEAN.under(workspace, "headings.parquet"), f"heading ids reach {HEADING_OFFSET}")
+    own_articles = read_parquet(layout.articles(workspace), ["id", "article", "heading_id"])
+    return Statute(
+        pl.concat([own_articles, articles.select("id", "article", shift("heading_id").alias("heading_id"))]),
+        pl.concat([own_headings, headings.with_columns(shift("heading_id"), shift("parent_id"))]),
+    )
+
+
+def statute_at(statute: Statute, ids: np.ndarray):
+    """``(articles, headings)``: the articles ``ids`` and every heading above them."""
+    import polars as pl
+
+    articles = statute.articles.filter(pl.col("id").is_in(ids))
+    parent = dict(zip(statute.headings["heading_id"].to_list(), statute.headings["parent_id"].to_list()))
+    kept: set[int] = set()
+    level = {h for h in articles["heading_id"].to_list() if h is not None and h >= 0}
+    while level:
+        kept |= level
+        level = {parent[h] for h in level if parent[h] is not None and parent[h] >= 0} - kept
+    return articles, statute.headings.filter(pl.col("heading_id").is_in(sorted(kept)))
+
+
+def encode_headings(encoder, dsr, statute: Statute, ids: np.ndarray, batch: int, cache: Path | None, steps: Steps):
+    """``(ids, (H, dim))`` DSR vectors of the titles of the distractors' headings above articles
+    ``ids`` (the node features of the variants with ``heading_features: title``), encoded as
+    ``embed`` encodes the sample's (kept in ``cache``)."""
+    import polars as pl
+
+    from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table, load_chunk_table, save_chunk_table
+
+    _, heads = statute_at(statute, ids)
+    heads = heads.filter(pl.col("heading_id") >= HEADING_OFFSET)
+    ids = heads["heading_id"].to_numpy().astype(np.int64)
+    path = cache / f"headings-{len(ids)}.safetensors" if cache is not None else None
+    with steps.measure("encode headings", "gdsr+qabisar", None, headings=len(ids)):
+        table = load_chunk_table(path) if path is not None and path.is_file() else None
+        if table is None or not np.array_equal(table.ids, ids):
+            table = encode_chunk_table(encoder, ids, heads["text"].to_list(), batch, desc="encode headings")
+            if path is not None:
+                save_chunk_table(table, path)
+        return ids, embed_from_chunks(dsr.article_encoder, table)
+
+
+# --------------------------------------------------------------------------- systems
+
+
+GRAPH_SYSTEMS = ("gdsr", "qabisar", "hgraph", "hgraph_qa")
+HEADING_OFFSET = 10_000_000
+
+
+@dataclass
+class Loaded:
+    """A system as the workspace saved it: its retriever (the sample's articles) and the test
+    questions encoded by its query encoder."""
+
+    retriever: Any
+    queries: Any  # (q, dim)
+
+
+def load_systems(workspace: Path, systems: Sequence[str], sample: Sample, steps: Steps) -> dict[str, Loaded]:
+    """The dense systems of ``systems`` as saved; those sharing a query encoder directory share
+    one loaded encoder and its encoding of the questions (as in ``evaluate``)."""
+    from lexgraph.systems.dense import shared_query_encoders
+    from lexgraph.systems.registry import load_retriever
+
+    out = {}
+    with shared_query_encoders():
+        for system in systems:
+            if system in ("bm25", "hybrid", "xrerank"):
+                continue
+            with steps.measure("load + encode questions", system, None):
+                retriever = load_retriever(system, workspace, "cpu")
+                out[system] = Loaded(retriever, retriever.encode(sample.questions))
+    return out
+
+
+class SizeRun:
+    """Every system over the sample plus the first ``size - sample`` distractors."""
+
+    def __init__(self, args, sample: Sample, dis: Distractors, size: int, steps: Steps) -> None:
+        self.args, self.sample, self.steps, self.size = args, sample, steps, size
+        self.m = size - len(sample.ids)
+        self.dis_ids = dis.ids[: self.m]
+        self.texts = dict(zip(dis.ids[: self.m].tolist(), dis.texts[: self.m]))
+        self.retrievers: dict[str, Any] = {}
+        self.runs: dict[str, dict[int, list[int]]] = {}
+
+    def keep(self, system: str, ids: np.ndarray) -> None:
+        self.runs[system] = {q: [int(a) for a in row if a >= 0] for q, row in zip(self.sample.qids, ids)}
+
+    def bm25(self, texts: list[str]) -> None:
+        from lexgraph.search.bm25 import BM25, load_system
+
+        saved = load_system(self.args.workspace)
+        with self.steps.measure("fit", "bm25", self.size):
+            index = BM25(k1=saved.k1, b=saved.b, idf_floor=saved.idf_floor, analyzer=saved.analyzer_config)
+            index.fit_texts(self.sample.texts + texts[: self.m], np.concatenate([self.sample.ids, self.dis_ids]))
+        with self.steps.measure("search", "bm25", self.size):
+            self.keep("bm25", index.search(self.sample.questions, min(self.args.k, self.size))[0])
+        self.retrievers["bm25"] = index
+
+    def dense(self, system: str, loaded: Loaded, ids: np.ndarray, vectors) -> None:
+        """``system`` over article ``ids`` with ``vectors`` (its own query encoder and similarity)."""
+        from lexgraph.systems.dense import DenseRetriever
+
+        saved = loaded.retriever
+        with self.steps.measure("index + search", system, self.size):
+            retriever = DenseRetriever(
+                saved.query_encoder, ids, vectors, name=system, normalize=saved.normalize, device="cpu"
+            )
+            self.keep(system, retriever.search_embeddings(loaded.queries, min(self.args.k, self.size))[0])
+        self.retrievers[system] = retriever
+
+    def loader(self, name: str, workspace: Path, device: str = "cpu", index=None):
+        """The registry's ``load`` for hybrid and the re-rankers: this size's system ``name``."""
+        return self.retrievers[name]
+
+    def graph(self, workspace: Path, statute: Statute, loaded: dict[str, Loaded], dsr, headings) -> None:
+        """hprior and the graph encoders over this size's statute graph (the train questions as
+        nodes, as in the workspace's graph), the articles' DSR vectors ``dsr`` ``(ids, vectors)``."""
+        from lexgraph.core import layout
+        from lexgraph.core.io import read_parquet
+        from lexgraph.encoding.embed import load_embeddings
+        from lexgraph.systems import inductive
+
+        systems = [s for s in ("hprior", *GRAPH_SYSTEMS) if s in loaded]
+        if not systems:
+            return
+        with self.steps.measure("build graph", "+".join(systems), self.size) as row:
+            articles, heads = statute_at(statute, np.concatenate([self.sample.ids, self.dis_ids]))
+            questions = read_parquet(
+                layout.CLEAN.under(workspace, "questions.parquet"), ["id", "question", "article_ids", "split"]
+            )
+            graph = inductive.corpus_graph(articles, heads, workspace, questions=questions)
+            row.update(headings=int(graph.heading_ids.numel()), edges=int(graph.edge_index.size(1)))
+        own = {n: load_embeddings(layout.EMBED.under(workspace, f"{n}.safetensors")) for n in ("headings", "questions")}
+        embeddings = {"articles": dsr, "questions": own["questions"]}
+        if headings is not None:
+            embeddings["headings"] = (
+                np.concatenate([own["headings"][0], headings[0]]),
+                torch_cat([own["headings"][1], headings[1]]),
+            )
+        for system in systems:
+            with self.steps.measure("propagate" if system == "hprior" else "graph pass", system, self.size):
+                if system == "hprior":
+                    vectors = inductive.hprior_vectors(workspace, graph, *dsr)
+                else:
+                    vectors = inductive.graph_vectors(system, workspace, graph, embeddings)
+            self.dense(system, loaded[system], graph.article_ids.numpy(), vectors)
+
+    def hybrid(self, workspace: Path) -> None:
+        from lexgraph.systems.hybrid import load_hybrid
+
+        with self.steps.measure("fuse + search", "hybrid", self.size):
+            retriever = load_hybrid(workspace, "cpu", load=self.loader)
+            self.keep("hybrid", retriever.search(self.sample.questions, min(self.args.k, self.size))[0])
+        self.retrievers["hybrid"] = retriever
+
+    def xrerank(self, workspace: Path) -> None:
+        """The re-ranker over its first stage of this size; the distractors among the first stage's
+        top-k get their frozen token states now (the sample's come from ``data/rerank``)."""
+        from lexgraph.encoding.rerank_features import TokenStore
+        from lexgraph.systems.rerank import load_xrerank
+
+        with self.steps.measure("encode candidates + re-rank", "xrerank", self.size) as row:
+            retriever = load_xrerank(workspace, "cpu", load=self.loader)
+            first, _ = retriever.first.search(self.sample.questions, max(self.args.k, retriever.k))
+            new = sorted({int(a) for a in first[:, : retriever.k].ravel() if a >= 0 and a not in retriever.articles})
+            row.update(candidates_encoded=len(new))
+            if new:
+                config = retriever.settings["config"]
+                tokens = retriever.encoder.tokenize(
+                    [self.texts[a] for a in new], retriever.encoder.passage_prefix, int(config["max_article_length"])
                 )
-                ids, _ = index.search_embeddings(queries, min(k, size))
-            runs[system][size] = {q: [int(a) for a in row if a >= 0] for q, row in zip(sample.qids, ids)}
-            del index
+                store = retriever.encoder.encode_store(
+                    new, [t["input_ids"] for t in tokens], int(config["encode_batch_size"]), "encode candidates"
+                )
+                old = retriever.articles
+                keys = [int(a) for a in old.ids] + new
+                states = [old.get(int(a)) for a in old.ids] + [store.get(a) for a in new]
+                retriever.articles = TokenStore.from_list(keys, states, old.dim)
+            self.keep("xrerank", retriever.search(self.sample.questions, min(self.args.k, self.size))[0])
+
+
+def torch_cat(parts):
+    import torch
+
+    return torch.cat([p.float() for p in parts])
+
+
+def needed(workspace: Path, systems: Sequence[str]) -> list[str]:
+    """``systems`` and those they are built on (the re-ranker's first stage, the hybrid's two
+    systems, the DSR vectors under hprior and the graph encoders), in :data:`SYSTEMS` order."""
+    from lexgraph.core import layout
+    from lexgraph.systems.hybrid import SETTINGS, read_settings
+    from lexgraph.systems.rerank import first_stage_of
+
+    want = set(systems)
+    if "xrerank" in want:
+        first = first_stage_of(workspace, "xrerank")
+        if first is None:  # rerank.xrerank.enabled: false
+            log.warning("xrerank: switched off in %s, not measured", workspace)
+            want.discard("xrerank")
+        else:
+            want.add(first)
+    if "hybrid" in want:
+        want |= {"bm25", read_settings(layout.HYBRID.under(workspace, SETTINGS))["dense"]}
+    if want & {"hprior", *GRAPH_SYSTEMS}:
+        want.add("dsr")
+    return [s for s in SYSTEMS if s in want]
+
+
+def size_runs(args, systems: Sequence[str], sample: Sample, dis: Distractors, sizes: list[int], steps: Steps):
+    """``{system: {size: run}}``: the distractors encoded once (incrementally over the sizes), then
+    at each size every system, the graph systems on that size's statute graph."""
+    workspace = args.workspace
+    systems = needed(workspace, systems)
+    loaded = load_systems(workspace, systems, sample, steps)
+    statute, vectors, headings = None, None, None
+    if "dsr" in systems or "zeroshot" in systems:
+        with steps.measure("load models", "zeroshot+dsr", None):
+            encoder, dsr, settings = chunk_encoder(workspace)
+            cache = open_cache(args.cache, cache_key(workspace, args.corpus, args.seed, settings))
+        vectors = encode_distractors(encoder, dsr, dis, sizes, len(sample.ids), args.batch_size, steps, cache)
+        if "dsr" in systems:
+            with steps.measure("read statute", "graph", None):
+                statute = read_statute(workspace, args.corpus, dis)
+        if {"gdsr", "qabisar"} & set(systems):
+            top = np.concatenate([sample.ids, dis.ids[: sizes[-1] - len(sample.ids)]])
+            headings = encode_headings(encoder, dsr, statute, top, args.batch_size, cache, steps)
+        del encoder, dsr
+    runs: dict[str, dict[int, dict]] = {s: {} for s in systems}
+    for size in sizes:
+        run = SizeRun(args, sample, dis, size, steps)
+        if "bm25" in systems:
+            run.bm25(dis.texts)
+        for system in ("zeroshot", "dsr"):
+            if system in systems:
+                own = loaded[system].retriever
+                ids = np.concatenate([own.article_ids, run.dis_ids])
+                run.dense(system, loaded[system], ids, torch_cat([own.article_embeddings, vectors[system][: run.m]]))
+        if statute is not None:
+            dsr_vectors = (run.retrievers["dsr"].article_ids, run.retrievers["dsr"].article_embeddings)
+            run.graph(workspace, statute, loaded, dsr_vectors, headings)
+        if "hybrid" in systems:
+            run.hybrid(workspace)
+        if "xrerank" in systems:
+            run.xrerank(workspace)
+        for system, by_question in run.runs.items():
+            runs[system][size] = by_question
     return runs
 
 
@@ -527,6 +764,18 @@ def markdown_tables(result: dict[str, Any]) -> str:
             f"| {row['system']} | {row['step']}{note} | {size} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
             f"{row['peak_rss_mib']:.0f} |"
         )
+    rows = cost_rows(result)
+    columns = [c for c in rows[0] if c != "articles"]
+    lines += ["", "| Articles | " + " | ".join(columns) + " |", "|---:|" + "---:|" * len(columns)]
+    for row in rows:
+        cells = " | ".join("" if row[c] is None else f"{row[c]:g}" for c in columns)
+        lines.append(f"| {row['articles']:,} | {cells} |")
+    rate = result.get("encode_rate")
+    if rate:
+        lines.append(
+            f"\nencode_s: the distractors at the measured rate, {rate['per_s']:g} articles/s on {rate['threads']} "
+            f"threads ({rate['articles']:,} articles in {rate['wall_s']:,} s)."
+        )
     lines.append(
         f"\n{result['n_queries']} {result['split']} questions; {result['sample_articles']:,} sample articles plus "
         f"seeded distractors (seed {result['seed']}); paired randomisation test, {result['n_resamples']} resamples, "
@@ -535,12 +784,59 @@ def markdown_tables(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: the cost chart's columns (``--plots``): a step of a size -> its column (seconds, summed)
+COST_COLUMNS = {
+    "fit": "bm25_fit_s",
+    "search": "search_s",
+    "index + search": "search_s",
+    "build graph": "graph_build_s",
+    "propagate": "graph_pass_s",
+    "graph pass": "graph_pass_s",
+    "fuse + search": "hybrid_s",
+    "encode candidates + re-rank": "xrerank_s",
+}
+
+
+def cost_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per size: the distractors' encoding from scratch (their number at the measured
+    ``encode_rate``), the seconds of each step of that size and the peak RSS of its steps."""
+    rate = result.get("encode_rate")
+    n_sample = result["sample_articles"]
+    rows = []
+    for size in result["sizes"]:
+        row = {"articles": size, "encode_s": round((size - n_sample) / rate["per_s"], 1) if rate else None}
+        row.update(dict.fromkeys(dict.fromkeys(COST_COLUMNS.values()), 0.0))
+        mine = [s for s in result["steps"] if s["size"] == size]
+        for step in mine:
+            if step["step"] in COST_COLUMNS:
+                row[COST_COLUMNS[step["step"]]] = round(row[COST_COLUMNS[step["step"]]] + step["wall_s"], 2)
+        row["peak_rss_mib"] = max((s["peak_rss_mib"] for s in mine), default=None)
+        rows.append(row)
+    return rows
+
+
+def write_plots(result: dict[str, Any], path: Path) -> None:
+    """The cost chart's data (``dvc.yaml``'s ``french_law_cost`` plot) as CSV."""
+    import csv
+    import io
+
+    from lexgraph.core.io import write_text
+
+    rows = cost_rows(result)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(buffer.getvalue(), path)
+
+
 # --------------------------------------------------------------------------- driver
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--table", type=Path, metavar="JSON", help="print the tables of an earlier --out and exit")
+    parser.add_argument("--plots", type=Path, metavar="CSV", help="also write the cost per size as CSV (dvc plots)")
     parser.add_argument("--corpus", type=Path, help="fr-codes-2020's articles.jsonl.gz (required)")
     parser.add_argument("--workspace", type=Path, help="a reproduced lexgraph workspace, read only (required)")
     parser.add_argument("--out", type=Path, help="JSON file to write the results to (required)")
@@ -603,12 +899,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(dis.ids))
     dis = Distractors(dis.ids[order], [dis.texts[i] for i in order], [dis.paths[i] for i in order], dis.dropped)
-    runs = {}
-    if "bm25" in args.systems:
-        runs["bm25"] = bm25_runs(args.workspace, sample, dis, sizes, args.k, steps)
-    dense = [s for s in args.systems if s != "bm25"]
-    if dense:
-        runs.update(dense_runs(args, dense, sample, dis, sizes, steps))
+    runs = size_runs(args, args.systems, sample, dis, sizes, steps)
     result = {
         "corpus": str(args.corpus),
         "workspace": str(args.workspace),
@@ -626,6 +917,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "note": "distractors may answer a question too: scores at the larger sizes are a lower bound",
         **score(runs, sample.qrels, args.resamples, args.seed),
         "steps": steps.rows,
+        "encode_rate": encode_rate(args.cache, steps.rows),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     from lexgraph.core.io import write_json
@@ -639,10 +931,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse_args(argv)
     try:
-        if args.table:
-            print(markdown_tables(read_result(args.table)))
-        else:
-            print(markdown_tables(run(args)))
+        result = read_result(args.table) if args.table else run(args)
+        if args.plots:
+            write_plots(result, args.plots)
+        print(markdown_tables(result))
     except LexgraphError as exc:
         log.error("benchmarks/french_law.py: error: %s", exc)
         return 2

@@ -1,4 +1,4 @@
-"""benchmarks/french_law.py: the corpus reader's one-line errors, the sizes, the path prior by hand,
+"""benchmarks/french_law.py: the corpus reader's one-line errors, the sizes, the statute's headings by hand,
 and a BM25 run end to end on a tiny workspace and a tiny synthetic corpus."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import json
 
 import polars as pl
 import pytest
-import torch
 
 from conftest import load_benchmark
 from lexgraph.core.errors import DataError, LexgraphError
@@ -40,7 +39,20 @@ def workspace(tmp_path):
     ws = tmp_path / "ws"
     (ws / "data/clean").mkdir(parents=True)
     ids, texts = [a for a, _ in ARTICLES], [t for _, t in ARTICLES]
-    pl.DataFrame({"id": ids, "article": texts}).write_parquet(ws / "data/clean/articles.parquet")
+    pl.DataFrame({"id": ids, "article": texts, "heading_id": [0, 0, -1]}).write_parquet(
+        ws / "data/clean/articles.parquet"
+    )
+    pl.DataFrame(
+        {
+            "heading_id": [0],
+            "parent_id": [-1],
+            "level": [1],
+            "level_name": ["code"],
+            "label": ["Code A"],
+            "path": [["Code A"]],
+            "text": ["Code A"],
+        }
+    ).write_parquet(ws / "data/clean/headings.parquet")
     pl.DataFrame(
         {
             "id": [10, 11, 12],
@@ -104,14 +116,28 @@ def test_sizes_are_sorted_distinct_and_bounded():
             fl.resolve_sizes(bad, 3, 4)
 
 
-def test_path_prior_by_hand():
-    u = torch.eye(3)
-    paths = [("C", "A"), ("C", "A"), ("C", "B")]
-    got = fl.path_prior(paths, 2 * u, weight=1.0, scope=0)
-    assert torch.allclose(got[0], u[0] + (u[0] + u[1]) / 2) and torch.allclose(got[2], 2 * u[2])
-    got = fl.path_prior(paths, u, weight=0.5, scope=5)  # clamped at the code
-    assert torch.allclose(got[2], u[2] + 0.5 * u.mean(0))
-    assert torch.equal(fl.path_prior(paths, u, weight=0.0, scope=0), u)
+def test_the_statute_holds_the_sample_then_the_distractors_headings_by_hand(tmp_path, workspace):
+    """Distractor headings are built as clean builds a corpus's (code, then path), shifted past the
+    sample's; a size keeps its articles and every heading above them, no other."""
+    path = tmp_path / "c.jsonl.gz"
+    write_corpus(path, DISTRACTORS)
+    dis = fl.read_corpus(path)
+    statute = fl.read_statute(workspace, path, dis)
+    off, h = fl.DISTRACTOR_OFFSET, fl.HEADING_OFFSET
+    heads = {r["heading_id"]: (r["parent_id"], tuple(r["path"])) for r in statute.headings.iter_rows(named=True)}
+    assert heads == {
+        0: (-1, ("Code A",)),
+        h + 0: (-1, ("Code rural",)),
+        h + 1: (h + 0, ("Code rural", "Livre Ier : Du sol")),
+        h + 2: (h + 1, ("Code rural", "Livre Ier : Du sol", "Titre II")),
+        h + 3: (-1, ("Code de la route",)),
+        h + 4: (h + 3, ("Code de la route", "Partie I")),
+    }
+    under = dict(zip(statute.articles["id"].to_list(), statute.articles["heading_id"].to_list()))
+    assert under == {1: 0, 2: 0, 3: -1, off + 2: h + 2, off + 3: h + 0, off + 4: h + 4}
+    articles, kept = fl.statute_at(statute, [1, off + 2])
+    assert sorted(articles["id"].to_list()) == [1, off + 2]
+    assert sorted(kept["heading_id"].to_list()) == [0, h + 0, h + 1, h + 2]
 
 
 def test_bm25_end_to_end_writes_quality_tests_and_steps(tmp_path, workspace):
