@@ -212,3 +212,45 @@ def test_table_of_a_saved_result_and_its_bad_inputs(tmp_path, workspace, caplog,
     assert str(broken) in caplog.text and "quality" in caplog.text
     assert fl.main(["--corpus", str(corpus)]) == 2
     assert "--workspace, --out required (or --table JSON)" in caplog.text
+
+
+def test_cost_rows_sum_each_size_steps_and_write_the_plot_csv(tmp_path):
+    """The cost chart's rows by hand: a size's steps summed by column, the encoding from scratch at
+    the measured rate, the size's peak; size-less steps (read, load) stay out of it."""
+    step = lambda name, size, wall, peak=100.0: {"step": name, "size": size, "wall_s": wall, "peak_rss_mib": peak}  # noqa: E731
+    result = {
+        "sizes": [3, 9],
+        "sample_articles": 3,
+        "encode_rate": {"per_s": 1.5, "articles": 6, "wall_s": 4.0, "threads": 2},
+        "steps": [
+            step("read", None, 50.0, 999.0),
+            step("fit", 3, 1.0),
+            step("index + search", 3, 0.5, 120.0),
+            step("search", 3, 0.25),
+            step("fit", 9, 2.0),
+            step("build graph", 9, 3.0),
+            step("graph pass", 9, 2.0, 300.0),
+            step("propagate", 9, 1.0),
+            step("encode candidates + re-rank", 9, 7.0),
+        ],
+    }
+    zero = dict.fromkeys(["search_s", "graph_build_s", "graph_pass_s", "hybrid_s", "xrerank_s"], 0.0)
+    assert fl.cost_rows(result) == [
+        {"articles": 3, "encode_s": 0.0, "bm25_fit_s": 1.0, **zero, "search_s": 0.75, "peak_rss_mib": 120.0},
+        {
+            "articles": 9,
+            "encode_s": 4.0,
+            "bm25_fit_s": 2.0,
+            **zero,
+            "graph_build_s": 3.0,
+            "graph_pass_s": 3.0,
+            "xrerank_s": 7.0,
+            "peak_rss_mib": 300.0,
+        },
+    ]
+    fl.write_plots(result, tmp_path / "cost.csv")
+    lines = (tmp_path / "cost.csv").read_text(encoding="utf-8").splitlines()
+    assert (
+        lines[0] == "articles,encode_s,bm25_fit_s,search_s,graph_build_s,graph_pass_s,hybrid_s,xrerank_s,peak_rss_mib"
+    )
+    assert lines[2] == "9,4.0,2.0,0.0,3.0,3.0,0.0,7.0,300.0"
