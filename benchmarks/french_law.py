@@ -434,11 +434,13 @@ def read_statute(workspace: Path, corpus: Path, dis: Distractors) -> Statute:
         return pl.when(pl.col(column) >= 0).then(pl.col(column) + HEADING_OFFSET).otherwise(pl.col(column))
 
     own_headings = read_parquet(layout.CLEAN.under(workspace, "headings.parquet"), headings.columns)
+    own_headings = own_headings.select(headings.columns).cast(headings.schema)
     if own_headings.height and own_headings["heading_id"].max() >= HEADING_OFFSET:
         raise DataError(layout.CLEAN.under(workspace, "headings.parquet"), f"heading ids reach {HEADING_OFFSET}")
     own_articles = read_parquet(layout.articles(workspace), ["id", "article", "heading_id"])
+    own_articles = own_articles.select(pl.col("id").cast(pl.Int64), "article", pl.col("heading_id").cast(pl.Int64))
     return Statute(
-        pl.concat([own_articles, articles.select("id", "article", shift("heading_id").alias("heading_id"))]),
+        pl.concat([own_articles, articles.select(pl.col("id").cast(pl.Int64), "article", shift("heading_id").cast(pl.Int64))]),
         pl.concat([own_headings, headings.with_columns(shift("heading_id"), shift("parent_id"))]),
     )
 
