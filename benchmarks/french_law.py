@@ -22,24 +22,28 @@ models encode the distractors, with no retraining.
   DSR's chunk encoder is frozen, and the zeroshot windows are the same); the chunk vectors are
   aggregated by the DSR article encoder (``dsr``) or by a token-count-weighted mean (``zeroshot``).
   The sample's own vectors are the workspace's. A fine-tuned chunk encoder is refused.
-* ``hprior``: the DSR vectors of the distractors propagated through their own hierarchy (the code,
-  then its ``path``) with the workspace's weight and scope; the sample's vectors are the
-  workspace's (the codes' trees are disjoint, so the sample's means do not change).
-* The graph systems (gdsr, qabisar, hgraph*) and those built on them are not measured yet.
+* ``hprior`` and the graph encoders (gdsr, qabisar, hgraph, hgraph_qa): over each size's statute
+  graph (the sample's headings, then the distractors' code and ``path`` built as ``clean`` builds a
+  corpus's, :func:`read_statute`), the train questions as nodes as in the workspace's graph,
+  applied with :mod:`lexgraph.systems.inductive`; the title features encode the distractors'
+  headings once.
+* ``hybrid`` and ``xrerank``: the workspace's own loaders over this size's systems
+  (:meth:`SizeRun.loader`); the re-ranker encodes the token states of the distractors that reach
+  its first stage's candidates.
 
-Per size and system: search the test questions (top-``--k``), score them with lexgraph's metrics,
-and, per system, compare the smallest size with the largest on recall@100, map and ndcg@10 (paired
-randomisation test, p Holm-adjusted over every test of the run). Every step (read, fit, encode,
-aggregate, search) reports its wall and CPU seconds and the peak resident memory sampled while it
-ran; the chunk encoding is incremental over the nested sizes, and its cost at a size is the sum
-of the increments up to it. ``--cache DIR`` keeps the distractors' chunk vectors in blocks of
-:data:`BLOCK` (keyed by the corpus, the seed, the windows and the base encoder): an interrupted run
-resumes there, and a step's ``from_cache`` articles cost nothing (its ``encoded`` ones are the cost).
-Writes everything to ``--out`` (JSON) and prints the tables (:func:`markdown_tables`).
+Per size and system: search the test questions (top-``--k``) and score them with lexgraph's
+metrics. Two families of paired tests on recall@100, map and ndcg@10 (randomisation test,
+bootstrap CI, p Holm-adjusted within each family): per system, the largest size against the
+smallest; per system, its drop against BM25's. Every step reports its wall and CPU seconds and the
+peak resident memory sampled while it ran; the chunk encoding is incremental over the nested
+sizes. ``--cache DIR`` keeps the distractors' chunk vectors in blocks of :data:`BLOCK` (keyed by
+the corpus, the seed, the windows and the base encoder) with each block's encoding time: an
+interrupted run resumes there, and the cost table's ``encode_s`` is each size's distractors at the
+measured rate (:func:`encode_rate`). Writes everything to ``--out`` (JSON) and prints the tables
+(:func:`markdown_tables`); ``--plots CSV`` writes the cost per size for ``dvc plots``.
 
-Measured on 1 thread of a shared 2-core machine: the chunk encoding is the whole cost (about 10
-distractors a second; BM25 fits 91k articles in 7 s), so the 91k run is about 2.5 hours on one
-thread; split it with ``--cache`` (each run adds a size).
+The measured run is in docs/scale.md ("All of French law"): the chunk encoding is nearly the whole
+cost (about 18 distractors a second on 2 threads).
 """
 
 from __future__ import annotations
@@ -440,7 +444,9 @@ def read_statute(workspace: Path, corpus: Path, dis: Distractors) -> Statute:
     own_articles = read_parquet(layout.articles(workspace), ["id", "article", "heading_id"])
     own_articles = own_articles.select(pl.col("id").cast(pl.Int64), "article", pl.col("heading_id").cast(pl.Int64))
     return Statute(
-        pl.concat([own_articles, articles.select(pl.col("id").cast(pl.Int64), "article", shift("heading_id").cast(pl.Int64))]),
+        pl.concat(
+            [own_articles, articles.select(pl.col("id").cast(pl.Int64), "article", shift("heading_id").cast(pl.Int64))]
+        ),
         pl.concat([own_headings, headings.with_columns(shift("heading_id"), shift("parent_id"))]),
     )
 
@@ -489,16 +495,23 @@ HEADING_OFFSET = 10_000_000
 
 @dataclass
 class Loaded:
-    """A system as the workspace saved it: its retriever (the sample's articles) and the test
-    questions encoded by its query encoder."""
+    """A dense system as the workspace saved it: the sample's article vectors, the test questions
+    encoded by its query encoder, and that encoder only when hybrid or xrerank encode again."""
 
-    retriever: Any
+    query_encoder: Any  # None: not needed after the questions are encoded
+    normalize: bool
+    article_ids: np.ndarray  # (A,)
+    article_embeddings: Any  # (A, dim)
     queries: Any  # (q, dim)
 
 
-def load_systems(workspace: Path, systems: Sequence[str], sample: Sample, steps: Steps) -> dict[str, Loaded]:
+def load_systems(
+    workspace: Path, systems: Sequence[str], sample: Sample, steps: Steps, later: set[str]
+) -> dict[str, Loaded]:
     """The dense systems of ``systems`` as saved; those sharing a query encoder directory share
-    one loaded encoder and its encoding of the questions (as in ``evaluate``)."""
+    one loaded encoder and its encoding of the questions (as in ``evaluate``). Only the systems
+    ``later`` keep their encoder (the others' are freed: at 91k articles each is memory the graph
+    passes need)."""
     from lexgraph.systems.dense import shared_query_encoders
     from lexgraph.systems.registry import load_retriever
 
@@ -508,16 +521,34 @@ def load_systems(workspace: Path, systems: Sequence[str], sample: Sample, steps:
             if system in ("bm25", "hybrid", "xrerank"):
                 continue
             with steps.measure("load + encode questions", system, None):
-                retriever = load_retriever(system, workspace, "cpu")
-                out[system] = Loaded(retriever, retriever.encode(sample.questions))
+                r = load_retriever(system, workspace, "cpu")
+                encoder = r.query_encoder if system in later else None
+                out[system] = Loaded(
+                    encoder, r.normalize, r.article_ids, r.article_embeddings, r.encode(sample.questions)
+                )
     return out
+
+
+def loaded_later(workspace: Path, systems: Sequence[str]) -> set[str]:
+    """The systems that ``hybrid`` and ``xrerank`` load (through :meth:`SizeRun.loader`) at each
+    size: the hybrid's two, the re-ranker's first stage."""
+    from lexgraph.core import layout
+    from lexgraph.systems.hybrid import SETTINGS, read_settings
+    from lexgraph.systems.rerank import first_stage_of
+
+    later = set()
+    if "hybrid" in systems:
+        later |= {"bm25", read_settings(layout.HYBRID.under(workspace, SETTINGS))["dense"]}
+    if "xrerank" in systems:
+        later.add(first_stage_of(workspace, "xrerank"))
+    return later
 
 
 class SizeRun:
     """Every system over the sample plus the first ``size - sample`` distractors."""
 
-    def __init__(self, args, sample: Sample, dis: Distractors, size: int, steps: Steps) -> None:
-        self.args, self.sample, self.steps, self.size = args, sample, steps, size
+    def __init__(self, args, sample: Sample, dis: Distractors, size: int, steps: Steps, later: set[str]) -> None:
+        self.args, self.sample, self.steps, self.size, self.later = args, sample, steps, size, later
         self.m = size - len(sample.ids)
         self.dis_ids = dis.ids[: self.m]
         self.texts = dict(zip(dis.ids[: self.m].tolist(), dis.texts[: self.m]))
@@ -536,21 +567,20 @@ class SizeRun:
             index.fit_texts(self.sample.texts + texts[: self.m], np.concatenate([self.sample.ids, self.dis_ids]))
         with self.steps.measure("search", "bm25", self.size):
             self.keep("bm25", index.search(self.sample.questions, min(self.args.k, self.size))[0])
-        self.retrievers["bm25"] = index
+        self.retrievers["bm25"] = index if "bm25" in self.later else None
 
     def dense(self, system: str, loaded: Loaded, ids: np.ndarray, vectors) -> None:
         """``system`` over article ``ids`` with ``vectors`` (its own query encoder and similarity)."""
         from lexgraph.systems.dense import DenseRetriever
 
-        saved = loaded.retriever
         with self.steps.measure("index + search", system, self.size):
             retriever = DenseRetriever(
-                saved.query_encoder, ids, vectors, name=system, normalize=saved.normalize, device="cpu"
+                loaded.query_encoder, ids, vectors, name=system, normalize=loaded.normalize, device="cpu"
             )
             self.keep(system, retriever.search_embeddings(loaded.queries, min(self.args.k, self.size))[0])
-        self.retrievers[system] = retriever
+        self.retrievers[system] = retriever if system in self.later else None
 
-    def loader(self, name: str, workspace: Path, device: str = "cpu", index=None):
+    def loader(self, name: str, workspace: Path, device: str = "cpu", index=None, corpus=None):
         """The registry's ``load`` for hybrid and the re-rankers: this size's system ``name``."""
         return self.retrievers[name]
 
@@ -654,7 +684,8 @@ def size_runs(args, systems: Sequence[str], sample: Sample, dis: Distractors, si
     at each size every system, the graph systems on that size's statute graph."""
     workspace = args.workspace
     systems = needed(workspace, systems)
-    loaded = load_systems(workspace, systems, sample, steps)
+    later = loaded_later(workspace, systems)
+    loaded = load_systems(workspace, systems, sample, steps, later)
     statute, vectors, headings = None, None, None
     if "dsr" in systems or "zeroshot" in systems:
         with steps.measure("load models", "zeroshot+dsr", None):
@@ -670,17 +701,20 @@ def size_runs(args, systems: Sequence[str], sample: Sample, dis: Distractors, si
         del encoder, dsr
     runs: dict[str, dict[int, dict]] = {s: {} for s in systems}
     for size in sizes:
-        run = SizeRun(args, sample, dis, size, steps)
+        run = SizeRun(args, sample, dis, size, steps, later)
         if "bm25" in systems:
             run.bm25(dis.texts)
+        sized = {}
         for system in ("zeroshot", "dsr"):
             if system in systems:
-                own = loaded[system].retriever
-                ids = np.concatenate([own.article_ids, run.dis_ids])
-                run.dense(system, loaded[system], ids, torch_cat([own.article_embeddings, vectors[system][: run.m]]))
+                own = loaded[system]
+                sized[system] = (
+                    np.concatenate([own.article_ids, run.dis_ids]),
+                    torch_cat([own.article_embeddings, vectors[system][: run.m]]),
+                )
+                run.dense(system, own, *sized[system])
         if statute is not None:
-            dsr_vectors = (run.retrievers["dsr"].article_ids, run.retrievers["dsr"].article_embeddings)
-            run.graph(workspace, statute, loaded, dsr_vectors, headings)
+            run.graph(workspace, statute, loaded, sized["dsr"], headings)
         if "hybrid" in systems:
             run.hybrid(workspace)
         if "xrerank" in systems:
@@ -694,15 +728,11 @@ def size_runs(args, systems: Sequence[str], sample: Sample, dis: Distractors, si
 
 
 def score(runs: dict[str, dict[int, dict]], qrels, n_resamples: int, seed: int) -> dict[str, Any]:
-    """Metrics per system and size, and per system the smallest size against the largest (paired
-    randomisation test, bootstrap CI of the difference; p Holm-adjusted over the whole family)."""
+    """Metrics per system and size, and two families of paired tests, each Holm-adjusted over its
+    own tests: ``paired``, per system the largest size against the smallest; ``against_bm25``,
+    per system its drop against BM25's on the same questions (does it hold up better?)."""
     from lexgraph.metrics.ir import evaluate_run
-    from lexgraph.metrics.significance import (
-        bootstrap_ci,
-        holm_adjust,
-        paired_randomization_test,
-        per_query_scores,
-    )
+    from lexgraph.metrics.significance import per_query_scores
 
     quality = {
         system: {
@@ -711,7 +741,7 @@ def score(runs: dict[str, dict[int, dict]], qrels, n_resamples: int, seed: int) 
         }
         for system, by_size in runs.items()
     }
-    tests = []
+    drops, paired, against = {}, [], []
     for system, by_size in runs.items():
         small, large = min(by_size), max(by_size)
         if small == large:
@@ -719,23 +749,36 @@ def score(runs: dict[str, dict[int, dict]], qrels, n_resamples: int, seed: int) 
         for metric in COMPARED:
             a = per_query_scores(by_size[large], qrels, metric)
             b = per_query_scores(by_size[small], qrels, metric)
-            diff = np.array([a[q] - b[q] for q in qrels])
-            tests.append(
-                {
-                    "system": system,
-                    "metric": metric,
-                    "small": small,
-                    "large": large,
-                    "diff": round(float(diff.mean()), 4),
-                    "p_value": paired_randomization_test(
-                        [a[q] for q in qrels], [b[q] for q in qrels], n_resamples, seed
-                    ),
-                    "ci95": [round(float(x), 4) for x in bootstrap_ci(diff, n_resamples, seed=seed)],
-                }
-            )
-    for test, p in zip(tests, holm_adjust([t["p_value"] for t in tests])):
-        test["p_value"], test["p_holm"] = round(test["p_value"], 4), round(p, 4)
-    return {"quality": quality, "paired": tests}
+            at_large, at_small = np.array([a[q] for q in qrels]), np.array([b[q] for q in qrels])
+            drops[system, metric] = at_large - at_small  # (queries,)
+            paired.append(({"system": system, "metric": metric, "small": small, "large": large}, at_large, at_small))
+    for (system, metric), drop in drops.items():
+        if system != "bm25" and ("bm25", metric) in drops:
+            against.append(({"system": system, "metric": metric}, drop, drops["bm25", metric]))
+    return {
+        "quality": quality,
+        "paired": paired_family(paired, n_resamples, seed),
+        "against_bm25": paired_family(against, n_resamples, seed),
+    }
+
+
+def paired_family(tests: list[tuple[dict, np.ndarray, np.ndarray]], n_resamples: int, seed: int) -> list[dict]:
+    """Each ``(row, a, b)`` (per-query arrays ``(queries,)``): ``row`` with the mean of ``a - b``,
+    its bootstrap 95 % CI, the paired randomisation test's p and its Holm adjustment over ``tests``."""
+    from lexgraph.metrics.significance import bootstrap_ci, holm_adjust, paired_randomization_test
+
+    rows = [
+        {
+            **row,
+            "diff": round(float((a - b).mean()), 4),
+            "p_value": paired_randomization_test(a.tolist(), b.tolist(), n_resamples, seed),
+            "ci95": [round(float(x), 4) for x in bootstrap_ci(a - b, n_resamples, seed=seed)],
+        }
+        for row, a, b in tests
+    ]
+    for row, p in zip(rows, holm_adjust([r["p_value"] for r in rows])):
+        row["p_value"], row["p_holm"] = round(row["p_value"], 4), round(p, 4)
+    return rows
 
 
 # --------------------------------------------------------------------------- tables
@@ -758,6 +801,17 @@ def markdown_tables(result: dict[str, Any]) -> str:
             f"| {t['system']} {t['small']:,} → {t['large']:,} | {t['metric']} | {100 * t['diff']:+.1f} | "
             f"[{low:+.1f}, {high:+.1f}] | {t['p_holm']:.4f} |"
         )
+    against = result.get("against_bm25", [])
+    if against:
+        lines += [
+            "",
+            "| System | Metric | its Δ − bm25's Δ (points) | 95 % CI | p (Holm) |",
+            "|:---|:---|---:|---:|---:|",
+        ]
+    for t in against:
+        low, high = (100 * x for x in t["ci95"])
+        cells = f"{100 * t['diff']:+.1f} | [{low:+.1f}, {high:+.1f}] | {t['p_holm']:.4f}"
+        lines.append(f"| {t['system']} | {t['metric']} | {cells} |")
     lines += ["", "| System | Step | Articles | Wall s | CPU s | Peak RSS MiB |", "|:---|:---|---:|---:|---:|---:|"]
     for row in result["steps"]:
         size = "" if row["size"] is None else f"{row['size']:,}"
@@ -781,7 +835,7 @@ def markdown_tables(result: dict[str, Any]) -> str:
     lines.append(
         f"\n{result['n_queries']} {result['split']} questions; {result['sample_articles']:,} sample articles plus "
         f"seeded distractors (seed {result['seed']}); paired randomisation test, {result['n_resamples']} resamples, "
-        f"p Holm-adjusted over {len(result['paired'])} tests; {result['note']}."
+        f"p Holm-adjusted within each table ({len(result['paired'])} and {len(against)} tests); {result['note']}."
     )
     return "\n".join(lines)
 

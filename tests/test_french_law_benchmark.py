@@ -254,3 +254,39 @@ def test_cost_rows_sum_each_size_steps_and_write_the_plot_csv(tmp_path):
         lines[0] == "articles,encode_s,bm25_fit_s,search_s,graph_build_s,graph_pass_s,hybrid_s,xrerank_s,peak_rss_mib"
     )
     assert lines[2] == "9,4.0,2.0,0.0,3.0,3.0,0.0,7.0,300.0"
+
+
+def test_the_docs_tables_and_the_chart_data_are_the_committed_result(tmp_path):
+    """docs/scale.md's tables are ``--table benchmarks/french_law.json`` line for line, and the
+    plotted CSV is its ``--plots`` (rerun the benchmark, then regenerate both)."""
+    from conftest import ROOT
+
+    result = fl.read_result(ROOT / "benchmarks" / "french_law.json")
+    expected = [line for line in fl.markdown_tables(result).splitlines() if line.startswith("|")]
+    docs = (ROOT / "docs" / "scale.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(docs) if line.startswith("**All of French law, measured**"))
+    end = next(i for i in range(start + 1, len(docs)) if docs[i].startswith("#"))
+    assert [line for line in docs[start:end] if line.startswith("|")] == expected
+    fl.write_plots(result, tmp_path / "cost.csv")
+    committed = (ROOT / "benchmarks" / "french_law_cost.csv").read_text(encoding="utf-8")
+    assert committed == (tmp_path / "cost.csv").read_text(encoding="utf-8")
+
+
+def test_score_compares_each_size_pair_and_each_drop_with_bm25s_by_hand():
+    """recall@100 by hand: bm25 loses half of q1's and all of q2's gold articles from 3 to 9
+    articles (per-query drops -0.5, -1), dsr loses none; so dsr's drop minus bm25's is +0.75."""
+    qrels = {1: [10, 11], 2: [20]}
+    runs = {
+        "bm25": {3: {1: [10, 11], 2: [20]}, 9: {1: [10, 99], 2: [98]}},
+        "dsr": {3: {1: [11, 10], 2: [20]}, 9: {1: [10, 11], 2: [20]}},
+    }
+    result = fl.score(runs, qrels, n_resamples=200, seed=0)
+    assert result["quality"]["bm25"]["9"]["recall@100"] == 0.25
+    paired = {(t["system"], t["metric"]): t for t in result["paired"]}
+    assert paired["bm25", "recall@100"]["diff"] == -0.75 and paired["dsr", "recall@100"]["diff"] == 0.0
+    against = {(t["system"], t["metric"]): t for t in result["against_bm25"]}
+    assert set(against) == {("dsr", m) for m in fl.COMPARED}
+    assert against["dsr", "recall@100"]["diff"] == 0.75
+    for t in [*result["paired"], *result["against_bm25"]]:
+        assert 0 < t["p_value"] <= t["p_holm"] <= 1 and t["ci95"][0] <= t["diff"] <= t["ci95"][1]
+    assert paired["dsr", "recall@100"]["p_value"] == 1.0  # identical per-query scores
