@@ -141,6 +141,36 @@ def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspac
         assert len(hits) == 3 and all(paths[h["id"]] == h["path"] for h in hits), system
 
 
+def test_french_law_benchmark_at_the_sample_size_gives_every_system_its_own_test_scores(workspace, tmp_path):
+    """benchmarks/french_law.py (issue 26, item 3) with every system on the trained workspace and
+    three distractors in a 3-level code: at the sample's own size each system scores exactly its
+    metrics/<system>.json (test), at the larger size the graph holds the distractors' headings."""
+    import gzip
+    import json
+
+    from conftest import load_benchmark
+
+    fl = load_benchmark("french_law")
+    dest, _ = workspace
+    rows = [
+        {"id": i, "code": "Code rural", "path": ["Livre Ier", f"Titre {i % 2}"], "text": f"Le bornage des champs {i}."}
+        for i in range(3)
+    ]
+    corpus, out = tmp_path / "c.jsonl.gz", tmp_path / "out.json"
+    with gzip.open(corpus, "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    argv = ["--corpus", str(corpus), "--workspace", str(dest), "--out", str(out), "--resamples", "20"]
+    assert fl.main([*argv, "--sizes", "2760", "all", "--cache", str(tmp_path / "cache")]) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["sizes"] == [2760, 2763]
+    for system in fl.SYSTEMS:
+        own = json.loads((dest / "metrics" / f"{system}.json").read_text(encoding="utf-8"))["test"]
+        got = result["quality"][system]["2760"]
+        assert got == {m: own[m] for m in got}, system
+    graphs = {s["size"]: s for s in result["steps"] if s["step"] == "build graph"}
+    assert graphs[2763]["headings"] == graphs[2760]["headings"] + 4  # Code rural, Livre Ier, Titre 0, Titre 1
+
+
 def stage_pid(dest: Path, script: str) -> int | None:
     """The pid of the stage process running ``script`` in ``dest`` (``None``: none yet)."""
     for entry in Path("/proc").iterdir():
