@@ -300,7 +300,7 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(tmp_pat
     curve = paths.plot.read_text().splitlines()  # the training curve: one row per epoch of the report's history
     assert curve[0] == "epoch,loss,dev_map" and len(curve) == 1 + len(report["history"])
     assert (paths.out / "plm" / "config.json").is_file() and (paths.out / "mvcl.json").is_file()
-    retriever = load_mvcl(tmp_path, "cpu", load=lambda name, workspace, device: First())
+    retriever = load_mvcl(tmp_path, "cpu", load=lambda name, workspace, device, corpus=None: First())
     assert retriever.encoder.model.config.hidden_size == 16 and retriever.alpha is None
     ids, scores = retriever.search(["le bail ?", "le loi ?"], 8)
     assert ids.shape == (2, 8) and sorted(ids[0, :6].tolist()) == sorted(
