@@ -315,6 +315,7 @@ def test_an_exact_index_never_warns(caplog):
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
+@pytest.mark.slow  # a subprocess that loads the CLI or a stage: ~5 s on 2 cores
 def test_search_with_an_index_short_of_k_warns_in_one_line(dense_ws):
     """`lexgraph search` (a process: stderr as a user sees it) with evaluate.index settings that
     cannot reach k: one warning line naming them, no numpy RuntimeWarning, the run written."""

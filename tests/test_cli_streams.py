@@ -167,6 +167,7 @@ C_LOCALE = {"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE"
 UTF8_LOCALE = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUTF8": "1", "PYTHONIOENCODING": ""}
 
 
+@pytest.mark.slow  # a subprocess that loads the CLI or a stage: ~5 s on 2 cores
 def test_a_c_locale_reads_a_utf8_question_argument_and_files_as_utf8(ws):
     """Under LANG=C the question "… l'âge …" reached lexgraph as lone surrogates and was refused
     ("a lone surrogate that is not valid Unicode text"); files were already read as UTF-8. Now the

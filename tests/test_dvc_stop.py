@@ -94,6 +94,7 @@ def files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
 
 
+@pytest.mark.slow  # dvc and a stage in subprocesses, three times: ~12 s on 2 cores
 @pytest.mark.parametrize(
     ("cmd", "victim"),
     [(DIRECT, "dvc"), (THROUGH_SHELL, "dvc"), (THROUGH_SHELL, "launcher")],
@@ -158,6 +159,7 @@ def test_stage_whose_dvc_is_gone_before_it_starts_does_nothing(tmp_path):
     assert after == before
 
 
+@pytest.mark.slow  # a subprocess that loads the CLI or a stage: ~5 s on 2 cores
 def test_stage_under_dvc_runs_to_the_end(tmp_path):
     """No false alarm: a stage whose DVC stays runs on (past several polls) and writes."""
     root = tmp_path / "p"

@@ -460,6 +460,7 @@ def run_fetch(tmp_path: Path, fetch_params: dict, env: dict | None = None) -> tu
     return proc, out
 
 
+@pytest.mark.slow  # a subprocess that loads the CLI or a stage: ~5 s on 2 cores
 def test_stage_bad_row_is_one_line_and_keeps_the_previous_output(tmp_path, bsard_dir):
     params = {**PARAMS, "local_dir": str(bsard_dir)}
     proc, out = run_fetch(tmp_path, params)
