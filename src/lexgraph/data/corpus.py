@@ -38,9 +38,9 @@ from typing import Any
 import polars as pl
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
+from lexgraph.core.inputs import id_problem
 from lexgraph.data.keys import keys_table
-from lexgraph.data.readers import Source
+from lexgraph.data.readers import Source, json_line
 from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, MIN_ARTICLES, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,7 @@ def _jsonl_records(path: Path):
             for line_no, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                try:
-                    rec = json_object(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(path, f"line {line_no}: not valid JSON ({exc.msg}); {ONE_OBJECT}") from None
-                except DuplicateKeyError as exc:
-                    raise DataError(path, f"line {line_no}: {exc}") from None
+                rec = json_line(path, line_no, line)
                 if not isinstance(rec, dict):
                     raise DataError(path, f"line {line_no}: a JSON {type(rec).__name__}; {ONE_OBJECT}")
                 yield line_no, rec
@@ -179,18 +174,24 @@ def read_corpus(path: Path) -> tuple[pl.DataFrame, Source, list[str]]:
     seen: dict[str, int] = {}
     rows = []
     for i, rec in enumerate(records):
-        key = _key(rec.get("id"), source, i, "id", "article id")
-        if key in seen:
-            raise source.error(
-                i, f"article id {key!r} is already used by {source.where(seen[key])}; expected each id once", "id"
-            )
-        seen[key] = i
+        key = _unique_key(rec, source, i, seen, "article id")
         keys.append(key)
         rows.append(_article_row(rec, source, i, key))
     if len(rows) < MIN_ARTICLES:
         raise DataError(path, f"{len(rows)} article(s); expected at least {MIN_ARTICLES}")
     schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS} | {"path": pl.List(pl.Utf8)}
     return pl.DataFrame(rows, schema=schema, orient="row"), source, keys
+
+
+def _unique_key(rec: dict, source: Source, i: int, seen: dict[str, int], what: str) -> str:
+    """Record ``i``'s ``id`` as the user's string key, refused when record ``seen[key]`` has it."""
+    key = _key(rec.get("id"), source, i, "id", what)
+    if key in seen:
+        raise source.error(
+            i, f"{what} {key!r} is already used by {source.where(seen[key])}; expected each id once", "id"
+        )
+    seen[key] = i
+    return key
 
 
 def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tuple[dict, list[str]]:
@@ -203,12 +204,7 @@ def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tupl
     keys: list[str] = []
     seen: dict[str, int] = {}
     for i, rec in enumerate(records):
-        key = _key(rec.get("id"), source, i, "id", "question id")
-        if key in seen:
-            raise source.error(
-                i, f"question id {key!r} is already used by {source.where(seen[key])}; expected each id once", "id"
-            )
-        seen[key] = i
+        key = _unique_key(rec, source, i, seen, "question id")
         question = _text(rec, "question", source, i, f"question {key!r}")
         cited = _string_list(rec, "article_ids", source, i, f"a list of article ids of {corpus}")
         if not cited:

@@ -44,6 +44,17 @@ NEGATIVES_SCHEMA = {"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl
 # --------------------------------------------------------------------------- readers
 
 
+def json_line(path: Path, line_no: int, line: str) -> Any:
+    """The JSON value on line ``line_no`` of the JSON-lines file ``path`` (a key repeated within
+    an object refused); a :class:`DataError` naming the file and line otherwise."""
+    try:
+        return json_object(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line") from None
+    except DuplicateKeyError as exc:
+        raise DataError(path, f"line {line_no}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Source:
     """Where a table's rows come from, for error messages: ``path`` is what the user edits (a

@@ -33,6 +33,7 @@ from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.io import atomic_path
 from lexgraph.data.corpus import LEVEL_COLUMNS
 from lexgraph.data.integrity import integer_id
+from lexgraph.data.readers import json_line
 from lexgraph.data.schema import ARTICLE_COLUMNS, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -92,14 +93,7 @@ def _records(path: Path, required: tuple[str, ...]):
         for line_no, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            try:
-                rec = json_object(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line"
-                ) from None
-            except DuplicateKeyError as exc:
-                raise DataError(path, f"line {line_no}: {exc}") from None
+            rec = json_line(path, line_no, line)
             missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
             if missing:
                 raise DataError(path, f"line {line_no}: missing key(s) {missing}; expected {list(required)}")
