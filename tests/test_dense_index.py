@@ -153,7 +153,7 @@ def test_params_key_documented_in_docs():
 
 
 def test_search_reads_the_workspace_index_settings(tmp_path):
-    from lexgraph.cli.main import _index_config
+    from lexgraph.serve.searcher import index_config as _index_config
 
     assert _index_config(tmp_path) == IndexConfig()  # no params.yaml: the defaults
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))

@@ -16,65 +16,16 @@ import polars as pl
 import pytest
 import torch
 
-from conftest import ROOT, TINY_WORDS
+from helpers_workspace import build_tiny_workspace, random_texts
 from lexgraph.cli.main import main
 
-N_WORKSPACE, N_CORPUS = 30, 23
-CHUNKS = {"max_chunk_length": 16, "max_document_length": 32, "token_pooling": "mean"}
+N_CORPUS = 23
 QUESTIONS = ["le bail du contrat", "divorce et enfant", "la loi du mariage", "contrat de bail, loyer"]
-
-
-def _texts(n: int, seed: int) -> list[str]:
-    rng = np.random.default_rng(seed)  # each text draws from 4 of the words: BM25's idf tells them apart
-    return [
-        " ".join(rng.choice(rng.choice(TINY_WORDS, size=4, replace=False), size=int(rng.integers(6, 30))))
-        for _ in range(n)
-    ]
-
-
-def _encoder(pretrain):
-    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
-
-    return HierarchicalArticleEncoder.from_pretrained(pretrain, **CHUNKS, num_layers=0).eval()
 
 
 @pytest.fixture(scope="module")
 def tiny_ws(tiny_model_dir, tmp_path_factory):
-    """A workspace with bm25, zeroshot and a frozen-chunk dsr trained on nothing (seeded): what
-    `dvc repro` leaves for those three systems, at toy sizes."""
-    from helpers_cli import write_articles
-    from lexgraph.core.config import load_params
-    from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table, save_chunk_table
-    from lexgraph.encoding.embed import save_embeddings
-    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
-    from lexgraph.models.dsr import DSR
-    from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.search.bm25 import BM25
-    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
-
-    root = tmp_path_factory.mktemp("index_ws")
-    shutil.copy(ROOT / "params.yaml", root / "params.yaml")
-    pretrain = root / "models" / "pretrain"
-    shutil.copytree(tiny_model_dir, pretrain)
-    articles = dict(enumerate(_texts(N_WORKSPACE, 1)))
-    write_articles(root, articles)
-    ids = np.array(list(articles))
-    table = encode_chunk_table(_encoder(pretrain), ids, list(articles.values()), 8)
-    save_chunk_table(table, root / "data" / "chunks" / "articles.safetensors")
-    torch.manual_seed(0)
-    query = QueryEncoder.from_pretrained(pretrain, max_length=16, token_pooling="mean")
-    article = HierarchicalArticleEncoder.from_pretrained(
-        pretrain, **CHUNKS, pooling="mean", num_layers=1, num_heads=2, freeze_backbone=True
-    )
-    DSR(query, article, temperature=0.05).save(root / "models" / "dsr", backbone_source=pretrain)
-    dsr = DSR.load(root / "models" / "dsr", with_article_backbone=False)
-    save_embeddings(
-        root / "data" / "embed" / "articles.safetensors", ids, embed_from_chunks(dsr.article_encoder, table)
-    )
-    BM25(k1=0.9, b=0.4).fit_texts(list(articles.values()), ids.tolist()).save(root / "models" / "bm25")
-    config = ZeroshotConfig.from_params(load_params("zeroshot", root / "params.yaml")[1])
-    run_zeroshot(pretrain, root / "data" / "clean" / "articles.parquet", root / "data" / "zeroshot", config, "cpu")
-    return root
+    return build_tiny_workspace(tmp_path_factory.mktemp("index_ws"), tiny_model_dir)
 
 
 def _write_corpus(path, texts: list[str]) -> list[dict]:
@@ -90,7 +41,7 @@ def _write_corpus(path, texts: list[str]) -> list[dict]:
 @pytest.fixture(scope="module")
 def indexed(tiny_ws, tmp_path_factory):
     root = tmp_path_factory.mktemp("index")
-    records = _write_corpus(root / "corpus.jsonl", _texts(N_CORPUS, 2))
+    records = _write_corpus(root / "corpus.jsonl", random_texts(N_CORPUS, 2))
     out = root / "idx"
     args = ["index", "--workspace", str(tiny_ws), "--corpus", str(root / "corpus.jsonl"), "--out", str(out)]
     assert main([*args, "--device", "cpu", "--block", "7"]) == 0
@@ -236,7 +187,7 @@ def test_bad_input_is_one_line(tiny_ws, indexed, tmp_path, capsys):
 def test_a_corpus_without_headings_indexes(tiny_ws, tmp_path, capsys):
     """Paths all empty (a flat corpus): no heading to encode, the articles are searched as well."""
     corpus = tmp_path / "flat.csv"
-    rows = [f'a{i},"{text}",[]' for i, text in enumerate(_texts(12, 3))]
+    rows = [f'a{i},"{text}",[]' for i, text in enumerate(random_texts(12, 3))]
     corpus.write_text("id,text,path\n" + "\n".join(rows) + "\n", encoding="utf-8")
     out = tmp_path / "idx"
     argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(out), "--systems", "dsr"]

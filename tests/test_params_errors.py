@@ -744,6 +744,7 @@ def _builders() -> dict:
     from lexgraph.encoding.embed import EmbedConfig
     from lexgraph.evaluation.evaluate import EvaluateConfig
     from lexgraph.graph.build import GraphConfig
+    from lexgraph.serve.settings import ServeConfig
     from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25TuneConfig
     from lexgraph.systems.hprior import HpriorConfig
     from lexgraph.systems.hybrid import HybridConfig
@@ -772,6 +773,7 @@ def _builders() -> dict:
         "hprior": HpriorConfig.from_params,
         "hybrid": HybridConfig.from_params,
         "rerank": RerankConfig.per_variant,
+        "serve": ServeConfig.from_params,
     }
 
 
@@ -1015,7 +1017,7 @@ def _config_classes() -> dict:
 
 
 #: The one section config whose fields keep defaults: ``lexgraph search`` in a workspace
-#: without params.yaml searches with ``IndexConfig()`` (lexgraph.cli.main._index_config).
+#: without params.yaml searches with ``IndexConfig()`` (lexgraph.serve.searcher.index_config).
 KEEPS_DEFAULTS = {"evaluate.index"}
 
 

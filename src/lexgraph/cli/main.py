@@ -30,6 +30,8 @@
 ``lexgraph index --corpus FILE --out DIR [--workspace .]``
     encodes a corpus of one's own with the workspace's trained models; ``lexgraph search --index DIR``
     then searches it with them (:mod:`lexgraph.cli.index`).
+``lexgraph serve [--workspace .] [--host 127.0.0.1] [--port 8000]``
+    the workspace's systems behind an HTTP API and a web page (:mod:`lexgraph.cli.serve`).
 ``lexgraph plots-offline [--workspace .]``
     makes ``dvc plots show`` work offline: writes an HTML template with Vega, Vega-Lite and
     Vega-Embed inlined (from the vl-convert-python wheel) and sets ``plots.html_template`` in
@@ -61,6 +63,7 @@ from lexgraph.cli.export import add_export
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.index import add_index, add_index_option
 from lexgraph.cli.plots import add_plots_offline
+from lexgraph.cli.serve import add_serve
 from lexgraph.cli.streams import guard_streams, utf8_argument
 
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
@@ -71,45 +74,6 @@ from lexgraph.core.errors import LexgraphError, reported
 from lexgraph.core.inputs import require_directory, shown_path, text_problem
 
 log = logging.getLogger("lexgraph")
-
-
-def _articles(workspace: Path):
-    from lexgraph.core.io import read_parquet
-
-    return read_parquet(layout.articles(workspace), ["id", "article", "reference", "path"])
-
-
-def _display(retriever, workspace: Path):
-    """A :class:`lexgraph.text.display.Display` over the workspace's articles that marks terms with
-    the retriever's own analyzer (BM25) or the project's default one."""
-    from lexgraph.text.analyzer import FrenchAnalyzer
-    from lexgraph.text.display import Display
-
-    analyzer = getattr(retriever, "analyzer", None)
-    display = Display(_articles(workspace), analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
-    keys = _keys(workspace)
-    return display if keys is None else _NamedDisplay(display, keys.articles)
-
-
-class _NamedDisplay:
-    """A :class:`lexgraph.text.display.Display` whose hits name articles by the user's ids (a
-    corpus of one's own, ``fetch.source: corpus``)."""
-
-    def __init__(self, display, names: dict[int, str]) -> None:
-        self.display, self.names = display, names
-
-    def hits(self, question: str, ids, scores):
-        hits = self.display.hits(question, ids, scores)
-        for hit in hits:
-            hit.id = self.names[hit.id]
-        return hits
-
-
-def _keys(workspace: Path):
-    """The user's string ids of the workspace's corpus (``fetch.source: corpus``), or None."""
-    from lexgraph.data.keys import read_keys
-
-    return read_keys(workspace / layout.CLEAN.path)
 
 
 def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None) -> None:
@@ -123,20 +87,6 @@ def _show_results(display, question: str, ids, scores, args, qid: str | None = N
     else:
         out.write(render_text(question, hits, style="ansi" if use_ansi(out) else "plain"))
     out.flush()
-
-
-def _index_config(workspace: Path):
-    """``evaluate.index`` of the workspace's params.yaml (the settings ``evaluate`` searched
-    with), or the defaults when the workspace has no params.yaml."""
-    from lexgraph.core.config import load_params
-    from lexgraph.evaluation.evaluate import EvaluateConfig
-    from lexgraph.search.index import IndexConfig
-
-    path = workspace / "params.yaml"
-    if not path.exists():  # a directory or an unreadable file is an error (load_params says which), not defaults
-        return IndexConfig()
-    _, raw = load_params("evaluate", path)
-    return EvaluateConfig.from_params(raw).index
 
 
 #: what a lexgraph workspace holds, one of at least: the pipeline's files, or the clean articles
@@ -166,22 +116,14 @@ def _check_depth(name: str, value: int) -> None:
         raise LexgraphError(f"{name} must be ≥ 1 (got {value}); expected the number of articles to return")
 
 
-def _results(retriever, ids, scores):
-    """``(n, k)`` bool: the entries of ``retriever``'s results that are results
-    (:func:`lexgraph.text.display.ranked_entries`: ``-1`` padding never, and for BM25 no
-    article scoring 0, which matches no term of the question)."""
-    from lexgraph.search.bm25 import BM25
-    from lexgraph.text.display import ranked_entries
-
-    return ranked_entries(ids, scores, drop_zero=isinstance(retriever, BM25))
-
-
 def _show_many(retriever, display, questions, qids, top, scores, args, source: str) -> None:
-    """Show each question's hits, up to ``--top`` and only real ones (:func:`_results`): a
+    """Show each question's hits, up to ``--top`` and only real ones (:func:`lexgraph.serve.searcher.real_results`): a
     question that fewer articles match stops at the last one that does, and a log line
     says so (with ``--top`` beyond what the question matches, BM25 would otherwise fill it
     with articles scoring 0, in article-id order)."""
-    real = _results(retriever, top[:, : args.top], scores[:, : args.top])  # (n, top)
+    from lexgraph.serve.searcher import real_results
+
+    real = real_results(retriever, top[:, : args.top], scores[:, : args.top])  # (n, top)
     short = []
     for i, question in enumerate(questions):
         keep = real[i]
@@ -284,6 +226,7 @@ def _check_search_arguments(args, workspace: Path) -> Path:
 def cmd_search(args) -> int:
     from lexgraph.core.config import resolve_device
     from lexgraph.evaluation.trec import write_trec
+    from lexgraph.serve.searcher import index_config, make_display, read_articles, read_corpus_keys, real_results
     from lexgraph.systems.registry import load_retriever
 
     workspace = Path(args.workspace)
@@ -294,11 +237,12 @@ def cmd_search(args) -> int:
             check_run_path(args.run, args.questions, workspace)
         ids, questions = read_questions_jsonl(Path(args.questions))
     device = str(resolve_device(args.device, where="--device"))
-    retriever = load_retriever(args.system, workspace, device, index=_index_config(workspace), corpus=args.index)
-    display = _display(retriever, corpus) if args.json or not args.questions else None
+    retriever = load_retriever(args.system, workspace, device, index=index_config(workspace), corpus=args.index)
+    shown = args.json or not args.questions
+    display = make_display(retriever, read_articles(corpus), read_corpus_keys(corpus)) if shown else None
     if args.questions:
         top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
-        matched = _results(retriever, top, scores).any(axis=1)  # (n,)
+        matched = real_results(retriever, top, scores).any(axis=1)  # (n,)
         if not matched.all():
             unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
             log.warning(
@@ -316,7 +260,7 @@ def cmd_search(args) -> int:
                 top[matched, : args.k],
                 scores[matched, : args.k],
                 args.system,
-                docids=keys.articles if (keys := _keys(corpus)) is not None else None,
+                docids=keys.articles if (keys := read_corpus_keys(corpus)) is not None else None,
             )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
@@ -442,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plots_offline(sub)
     add_export(sub)
     add_index(sub)
+    add_serve(sub)
     return parser
 
 

@@ -64,6 +64,7 @@ SECTIONS: dict[str, str] = {
     "hprior": "hprior",
     "hybrid": "hybrid",
     "rerank": "encode_rerank (xrerank's encoding keys), rerank (mvcl, xrerank)",
+    "serve": "lexgraph serve (no stage: what the server loads and the bounds of its requests)",
 }
 
 #: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);

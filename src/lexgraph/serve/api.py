@@ -1,0 +1,164 @@
+"""The JSON API: ``GET /search``, ``POST /search``, ``GET /articles/{id}``, ``GET /systems``,
+``GET /health`` and ``POST /admin/reload``; every refusal an :class:`lexgraph.serve.limits.ApiError`.
+
+A question is text only (never a path), at most ``serve.max_question_chars`` characters, without
+control characters; ``k`` is in ``[1, serve.max_k]``; ``system`` one the catalogue serves. The
+server reads no path from a request: an article id is a key of the loaded corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from fastapi import APIRouter, Query, Request
+
+from lexgraph.core.errors import LexgraphError
+from lexgraph.core.inputs import text_problem
+from lexgraph.serve.catalog import Catalog
+from lexgraph.serve.limits import ApiError
+
+router = APIRouter()
+
+#: what a question may not hold: C0 controls but tab, line feed and carriage return; DEL; C1 controls;
+#: the bidirectional embeddings, overrides and isolates (text shown in another order than it is)
+_CONTROLS = {chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+_CONTROLS -= set("\t\n\r")
+
+
+def check_question(text, config, where: str = "q") -> str:
+    """``text`` stripped, or an :class:`ApiError` naming ``where`` and what was expected."""
+    if not isinstance(text, str):
+        raise ApiError(400, f"{where}: expected a question as a JSON string, got {type(text).__name__}")
+    problem = text_problem(text) or ("holds a control character" if not _CONTROLS.isdisjoint(text) else None)
+    if problem:
+        raise ApiError(400, f"{where}: the question {problem}; expected plain text")
+    if not text.strip():
+        raise ApiError(400, f"{where}: the question is empty; expected a question")
+    if len(text) > config.max_question_chars:
+        raise ApiError(
+            400, f"{where}: the question has {len(text)} characters; expected at most {config.max_question_chars}"
+        )
+    return text.strip()
+
+
+def check_k(k, config) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= config.max_k:
+        raise ApiError(400, f"k = {k!r}; expected an integer in [1, {config.max_k}]")
+    return k
+
+
+def check_system(system, catalog: Catalog) -> str:
+    if system not in catalog.searchers:
+        raise ApiError(400, f"unknown system {system!r}; expected one of {', '.join(catalog.searchers)}")
+    return system
+
+
+async def answer(catalog: Catalog, system: str, questions: list[str], k: int) -> list[list]:
+    """The hits of ``questions`` from ``system``'s batcher, as dicts."""
+    hits = await catalog.batchers[system].submit(questions, k)
+    return [[asdict(h) for h in row] for row in hits]
+
+
+@router.get("/search", tags=["search"])
+async def search(
+    request: Request,
+    q: str = Query(description="the question, plain text"),
+    system: str | None = Query(None, description="a system of GET /systems (default: the first)"),
+    k: int = Query(10, description="hits to return, in [1, serve.max_k]"),
+):
+    """The ranked articles for one question: id, article number, reference, heading path, score,
+    and a snippet whose ``highlights`` are the character spans of the question's terms."""
+    async with request.app.state.server.catalog.use() as catalog:
+        system = check_system(next(iter(catalog.searchers)) if system is None else system, catalog)
+        question = check_question(q, catalog.config)
+        (hits,) = await answer(catalog, system, [question], check_k(k, catalog.config))
+        return {"question": question, "system": system, "generation": catalog.generation, "hits": hits}
+
+
+_BATCH_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["questions"],
+                    "properties": {
+                        "questions": {"type": "array", "items": {"type": "string"}},
+                        "system": {"type": "string"},
+                        "k": {"type": "integer", "minimum": 1},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("/search", tags=["search"], openapi_extra=_BATCH_SCHEMA)
+async def search_batch(request: Request):
+    """Several questions at once: ``{"questions": [...], "system": ..., "k": ...}`` gives
+    ``{"system", "results": [{"question", "hits"}, ...]}`` in the questions' order."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise ApiError(415, "expected a JSON body (Content-Type: application/json)")
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the body is not valid JSON ({exc})") from None
+    if not isinstance(body, dict) or not isinstance(body.get("questions"), list):
+        raise ApiError(400, 'expected a JSON object {"questions": [...], "system": ..., "k": ...}')
+    if set(body) - {"questions", "system", "k"}:
+        raise ApiError(
+            400, f"unknown keys {sorted(set(body) - {'questions', 'system', 'k'})}; expected questions, system, k"
+        )
+    async with request.app.state.server.catalog.use() as catalog:
+        config = catalog.config
+        if not 1 <= len(body["questions"]) <= config.max_batch_questions:
+            raise ApiError(400, f"{len(body['questions'])} questions; expected 1 to {config.max_batch_questions}")
+        questions = [check_question(q, config, f"questions[{i}]") for i, q in enumerate(body["questions"])]
+        system = check_system(body.get("system", next(iter(catalog.searchers))), catalog)
+        hits = await answer(catalog, system, questions, check_k(body.get("k", 10), config))
+        results = [{"question": q, "hits": h} for q, h in zip(questions, hits)]
+        return {"system": system, "generation": catalog.generation, "results": results}
+
+
+@router.get("/articles/{article_id}", tags=["articles"])
+async def article(request: Request, article_id: str):
+    """One article: its text, reference, heading path and the ids of the articles under the same heading."""
+    catalog = request.app.state.server.catalog
+    found = catalog.articles.get(article_id)
+    if found is None:
+        raise ApiError(404, f"no article with id {article_id[:100]!r}")
+    return {**asdict(found), "siblings": catalog.siblings[tuple(found.path)]}
+
+
+@router.get("/systems", tags=["server"])
+async def systems(request: Request):
+    """The systems served (the first is the default), with the digests of the models each loaded."""
+    catalog = request.app.state.server.catalog
+    return {
+        "generation": catalog.generation,
+        "systems": [{"name": s, "models": catalog.digests[s]} for s in catalog.searchers],
+    }
+
+
+@router.get("/health", tags=["server"])
+async def health(request: Request):
+    catalog = request.app.state.server.catalog
+    return {"status": "ok", "generation": catalog.generation, "systems": list(catalog.searchers)}
+
+
+@router.post("/admin/reload", tags=["server"])
+async def reload(request: Request):
+    """Load the workspace's models again (after ``dvc repro``) and swap them in without dropping a
+    request; from the server's own host only. A catalogue that fails to load is refused (503) and
+    the old one serves on."""
+    client = request.client.host if request.client else ""
+    if client not in ("127.0.0.1", "::1", "localhost"):
+        raise ApiError(403, "reload is allowed from the server's own host only")
+    try:
+        catalog = await request.app.state.server.reload()
+    except LexgraphError as exc:
+        raise ApiError(503, f"reload refused, the previous models serve on: {exc}") from None
+    return {"reloaded": True, "generation": catalog.generation, "systems": list(catalog.searchers)}

@@ -1,0 +1,110 @@
+"""What one generation of the server serves: every configured system loaded once, the corpus they
+search, its articles by the id users see, and the runs the inspector shows.
+
+A :class:`Catalog` is built whole, off the event loop, then swapped in at once
+(:mod:`lexgraph.serve.app`); requests hold the catalogue they started with (:meth:`Catalog.use`),
+so a reload never changes the models under a request in flight, and the old catalogue's batchers
+stop only when its last request is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lexgraph.serve.batcher import MicroBatcher
+from lexgraph.serve.runs import Runs
+from lexgraph.serve.searcher import Corpus, Searcher, open_searcher
+from lexgraph.serve.settings import ServeConfig
+
+
+@dataclass
+class Article:
+    """One article as the API and the pages show it (``key``: the id users see)."""
+
+    key: str
+    number: str
+    reference: str
+    path: list[str]
+    text: str
+
+
+@dataclass
+class Catalog:
+    """One loaded generation: systems, corpus, articles and runs (see the module docstring)."""
+
+    generation: int
+    config: ServeConfig
+    searchers: dict[str, Searcher]
+    digests: dict[str, dict[str, str]]
+    articles: dict[str, Article]
+    siblings: dict[tuple[str, ...], list[str]]
+    runs: Runs | None
+    batchers: dict[str, MicroBatcher] = field(default_factory=dict)
+    active: int = 0
+    idle: asyncio.Event | None = None
+
+    def start(self, executor: Executor) -> None:
+        """Start one batcher per system (on the running event loop)."""
+        self.idle = asyncio.Event()
+        self.idle.set()
+        for name, searcher in self.searchers.items():
+            self.batchers[name] = MicroBatcher(
+                searcher, executor, self.config.max_batch, self.config.max_wait_ms / 1000
+            )
+            self.batchers[name].start()
+
+    @contextlib.asynccontextmanager
+    async def use(self):
+        """Hold this catalogue for one request (its batchers stay up until the last is answered)."""
+        self.active += 1
+        self.idle.clear()
+        try:
+            yield self
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self.idle.set()
+
+    async def close(self) -> None:
+        """Stop the batchers once every request that holds this catalogue is answered."""
+        await self.idle.wait()
+        for batcher in self.batchers.values():
+            await batcher.stop()
+
+
+def _articles(corpus: Corpus) -> tuple[dict[str, Article], dict[tuple[str, ...], list[str]]]:
+    """The corpus's articles by the id users see, and each heading path's articles in corpus order."""
+    from lexgraph.text.display import article_number
+
+    names = corpus.keys.articles if corpus.keys is not None else None
+    articles: dict[str, Article] = {}
+    siblings: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for row in corpus.articles.sort("id").iter_rows(named=True):
+        key = names[row["id"]] if names is not None else str(row["id"])
+        path = list(row["path"] or [])
+        reference = row["reference"] or ""
+        articles[key] = Article(key, article_number(reference), reference, path, row["article"])
+        siblings[tuple(path)].append(key)
+    return articles, dict(siblings)
+
+
+def load_catalog(
+    workspace: Path, config: ServeConfig, device: str, generation: int, index: Path | None = None
+) -> Catalog:
+    """Load every system of ``config.systems`` from ``workspace`` (over ``index``, an index of
+    ``lexgraph index``, when given) with the corpus and runs; raises what the loaders raise (one
+    :class:`lexgraph.core.errors.LexgraphError` line for a missing or stale artefact)."""
+    from lexgraph.systems.index_record import model_digests
+
+    corpus = Corpus.read(index if index is not None else workspace)
+    searchers = {s: open_searcher(s, workspace, device, corpus, index) for s in config.systems}
+    digests: dict[str, Any] = {s: model_digests(s, workspace) for s in config.systems}
+    articles, siblings = _articles(corpus)
+    runs = Runs.read(workspace, corpus) if index is None else None
+    return Catalog(generation, config, searchers, digests, articles, siblings, runs)

@@ -1,0 +1,140 @@
+"""The web page, rendered on the server (Jinja2, no script, no asset from elsewhere).
+
+* ``/``: a question box, a system selector and the ranked articles, each with its heading path as
+  breadcrumbs and the question's terms marked; an article's number opens it.
+* ``/article/{id}``: the full article in its place in the hierarchy: its heading path and the
+  articles under the same heading.
+* ``/inspect?split=test``: the split's questions with each system's recall of its run;
+  ``/inspect/{split}/{id}?a=&b=&k=``: two systems' top-k side by side, gold articles marked, and
+  the rank of every gold article one of them missed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
+
+from lexgraph.serve.api import answer, check_k, check_question, check_system
+from lexgraph.serve.limits import ApiError
+
+router = APIRouter(default_response_class=HTMLResponse, include_in_schema=False)
+templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+#: the paths whose errors are pages, not JSON
+PAGE_PATHS = ("/", "/article/", "/inspect")
+
+
+def is_page(path: str) -> bool:
+    return path == "/" or path.startswith(PAGE_PATHS[1:])
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    return templates.TemplateResponse(request, "error.html", {"status": status, "message": message}, status_code=status)
+
+
+def marked(snippet: str, highlights) -> Markup:
+    """``snippet`` as HTML with each ``[start, end)`` of ``highlights`` in ``<mark>``."""
+    out, at = [], 0
+    for start, end in highlights:
+        out += [escape(snippet[at:start]), Markup("<mark>"), escape(snippet[start:end]), Markup("</mark>")]
+        at = end
+    return Markup("").join([*out, escape(snippet[at:])])
+
+
+@router.get("/")
+async def search_page(request: Request, q: str | None = None, system: str | None = None, k: str | None = None):
+    async with request.app.state.server.catalog.use() as catalog:
+        config = catalog.config
+        context = {"systems": list(catalog.searchers), "system": next(iter(catalog.searchers)) if system is None else system}
+        context |= {"question": q, "k": config.page_k, "max_k": config.max_k, "hits": None, "error": None}
+        status = 200
+        if q is not None:
+            try:
+                context["k"] = check_k(_integer(k) if k else config.page_k, config)
+                question = check_question(q, config)
+                (hits,) = await answer(catalog, check_system(context["system"], catalog), [question], context["k"])
+                context["hits"] = [{**hit, "marked": marked(hit["snippet"], hit["highlights"])} for hit in hits]
+            except ApiError as exc:
+                context["error"], status = exc.message, exc.status
+        return templates.TemplateResponse(request, "search.html", context, status_code=status)
+
+
+def _integer(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text  # check_k names it
+
+
+@router.get("/article/{article_id}")
+async def article_page(request: Request, article_id: str):
+    catalog = request.app.state.server.catalog
+    article = catalog.articles.get(article_id)
+    if article is None:
+        raise ApiError(404, f"no article with id {article_id[:100]!r}")
+    siblings = [catalog.articles[key] for key in catalog.siblings[tuple(article.path)]]
+    return templates.TemplateResponse(request, "article.html", {"article": article, "siblings": siblings})
+
+
+def _runs(catalog, split: str):
+    runs = catalog.runs
+    if runs is None:
+        raise ApiError(404, "no runs to inspect: the server searches an index, or `dvc repro` has not run evaluate")
+    if split not in runs.questions:
+        raise ApiError(404, f"no runs for split {split[:40]!r}; expected one of {', '.join(runs.questions)}")
+    return runs
+
+
+@router.get("/inspect")
+async def inspect_page(request: Request, split: str = "test", k: int = 100):
+    catalog = request.app.state.server.catalog
+    runs = _runs(catalog, split)
+    k = check_k(k, catalog.config) if k != 100 else k  # recall@100 is the headline; other depths within max_k
+    systems = runs.systems(split)
+    rows = [
+        {"key": q.key, "text": q.text, "gold": len(q.gold), "recall": [runs.recall(s, split, q, k) for s in systems]}
+        for q in runs.questions[split].values()
+    ]
+    context = {"split": split, "splits": list(runs.questions), "k": k, "systems": systems, "rows": rows, "error": None}
+    return templates.TemplateResponse(request, "inspect.html", context)
+
+
+@router.get("/inspect/{split}/{question_id}")
+async def question_page(
+    request: Request, split: str, question_id: str, a: str | None = None, b: str | None = None, k: int | None = None
+):
+    catalog = request.app.state.server.catalog
+    runs = _runs(catalog, split)
+    question = runs.questions[split].get(question_id)
+    if question is None:
+        raise ApiError(404, f"no {split} question with id {question_id[:100]!r}")
+    systems = runs.systems(split)
+    a, b = a or systems[0], b or systems[min(1, len(systems) - 1)]
+    for name in (a, b):
+        if name not in systems:
+            raise ApiError(400, f"no {split} run of system {name[:40]!r}; expected one of {', '.join(systems)}")
+    k = check_k(k if k is not None else catalog.config.page_k, catalog.config)
+    columns = [_column(catalog, runs, split, question, s, k) for s in (a, b)]
+    missed = [
+        {**_shown(catalog, key), "ranks": [runs.rank(s, split, question, key) for s in (a, b)]}
+        for key in question.gold
+        if any(key not in c["keys"] for c in columns)
+    ]
+    context = {"split": split, "question": question, "systems": systems, "a": a, "b": b, "k": k}
+    context |= {"max_k": catalog.config.max_k, "columns": columns, "missed": missed}
+    return templates.TemplateResponse(request, "question.html", context)
+
+
+def _shown(catalog, key: str) -> dict:
+    article = catalog.articles.get(key)
+    return {"key": key, "number": article.number if article else key, "path": article.path if article else []}
+
+
+def _column(catalog, runs, split, question, system: str, k: int) -> dict:
+    ranked = runs.ranking(system, split).get(question.key, [])[:k]
+    gold = set(question.gold)
+    hits = [{**_shown(catalog, key), "rank": i, "gold": key in gold} for i, key in enumerate(ranked, 1)]
+    return {"system": system, "hits": hits, "keys": set(ranked), "recall": runs.recall(system, split, question, k)}

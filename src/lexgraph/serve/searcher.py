@@ -1,0 +1,121 @@
+"""A loaded system with what shows its hits: the one path of ``lexgraph search`` and ``lexgraph serve``.
+
+:func:`open_searcher` loads a system from a workspace (or an index of ``lexgraph index``) through
+:func:`lexgraph.systems.registry.load_retriever`, with the display that turns its rankings into
+:class:`lexgraph.text.display.Hit` lists (article number, heading path, snippet with the question's
+terms marked), naming articles by the user's ids on a corpus of one's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lexgraph.core import layout
+
+
+def read_articles(corpus: Path):
+    """The clean articles table the hits are shown from (the workspace's, or an index's)."""
+    from lexgraph.core.io import read_parquet
+
+    return read_parquet(layout.articles(corpus), ["id", "article", "reference", "path"])
+
+
+def read_corpus_keys(corpus: Path):
+    """The user's string ids of the corpus (``fetch.source: corpus``), or None."""
+    from lexgraph.data.keys import read_keys
+
+    return read_keys(corpus / layout.CLEAN.path)
+
+
+class NamedDisplay:
+    """A :class:`lexgraph.text.display.Display` whose hits name articles by the user's ids (a
+    corpus of one's own, ``fetch.source: corpus``)."""
+
+    def __init__(self, display, names: dict[int, str]) -> None:
+        self.display, self.names = display, names
+
+    def hits(self, question: str, ids, scores):
+        hits = self.display.hits(question, ids, scores)
+        for hit in hits:
+            hit.id = self.names[hit.id]
+        return hits
+
+
+def make_display(retriever, articles, keys):
+    """The display of ``retriever``'s hits over ``articles``: terms marked with the retriever's own
+    analyzer (BM25) or the project's default one; the user's ids where ``keys`` has them."""
+    from lexgraph.text.analyzer import FrenchAnalyzer
+    from lexgraph.text.display import Display
+
+    analyzer = getattr(retriever, "analyzer", None)
+    display = Display(articles, analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+    return display if keys is None else NamedDisplay(display, keys.articles)
+
+
+def index_config(workspace: Path):
+    """``evaluate.index`` of the workspace's params.yaml (the settings ``evaluate`` searched
+    with), or the defaults when the workspace has no params.yaml."""
+    from lexgraph.core.config import load_params
+    from lexgraph.evaluation.evaluate import EvaluateConfig
+    from lexgraph.search.index import IndexConfig
+
+    path = workspace / "params.yaml"
+    if not path.exists():  # a directory or an unreadable file is an error (load_params says which), not defaults
+        return IndexConfig()
+    _, raw = load_params("evaluate", path)
+    return EvaluateConfig.from_params(raw).index
+
+
+def real_results(retriever, ids, scores) -> np.ndarray:
+    """``(n, k)`` bool: the entries of ``retriever``'s results that are results
+    (:func:`lexgraph.text.display.ranked_entries`: ``-1`` padding never, and for BM25 no
+    article scoring 0, which matches no term of the question)."""
+    from lexgraph.search.bm25 import BM25
+    from lexgraph.text.display import ranked_entries
+
+    return ranked_entries(ids, scores, drop_zero=isinstance(retriever, BM25))
+
+
+@dataclass
+class Searcher:
+    """One loaded system of a workspace with its display; :meth:`hits` answers questions."""
+
+    name: str
+    retriever: Any
+    display: Any
+
+    def search(self, questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.retriever.search(questions, k)
+
+    def hits(self, questions: list[str], k: int) -> list[list]:
+        """Each question's real hits (:func:`real_results`), best first, at most ``k``."""
+        top, scores = self.search(questions, k)  # (n, k), (n, k)
+        real = real_results(self.retriever, top[:, :k], scores[:, :k])
+        return [self.display.hits(q, top[i, :k][real[i]], scores[i, :k][real[i]]) for i, q in enumerate(questions)]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """What a workspace's systems search: the clean articles and the user's ids (None: lexgraph's)."""
+
+    root: Path
+    articles: Any
+    keys: Any
+
+    @classmethod
+    def read(cls, root: Path) -> Corpus:
+        """The corpus under ``root`` (a workspace, or an index of ``lexgraph index``)."""
+        return cls(root, read_articles(root), read_corpus_keys(root))
+
+
+def open_searcher(system: str, workspace: Path, device: str, corpus: Corpus, index: Path | None = None) -> Searcher:
+    """Load ``system`` from ``workspace``'s models over ``corpus`` (``index``: the ``lexgraph index``
+    directory it was read from, searched with them)."""
+    from lexgraph.systems.registry import load_retriever
+
+    retriever = load_retriever(system, workspace, device, index=index_config(workspace), corpus=index)
+    return Searcher(system, retriever, make_display(retriever, corpus.articles, corpus.keys))

@@ -1,0 +1,53 @@
+"""The ``serve`` section of params.yaml: what ``lexgraph serve`` loads and the bounds it holds
+requests to (where it listens is the command's ``--host`` and ``--port``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lexgraph.core.config import SYSTEM_NAMES, bad_value, expectation, section_config
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The ``serve`` section of params.yaml."""
+
+    systems: list[str] = field(
+        metadata={"expected": f"a non-empty list of systems, each one of {', '.join(SYSTEM_NAMES)}"}
+    )
+    max_batch: int = field(metadata={"expected": "a positive integer"})  # questions per system call when batching
+    max_wait_ms: float = field(metadata={"expected": "a number of milliseconds in [0, 1000]"})
+    max_k: int = field(metadata={"expected": "a positive integer"})  # the largest k a request may ask for
+    page_k: int = field(metadata={"expected": "a positive integer, at most max_k"})  # hits shown on the web page
+    max_question_chars: int = field(metadata={"expected": "a positive integer"})
+    max_batch_questions: int = field(metadata={"expected": "a positive integer"})  # questions of one POST /search
+    max_body_bytes: int = field(metadata={"expected": "a positive integer"})
+    max_head_bytes: int = field(metadata={"expected": "a positive integer"})  # request line and headers
+    header_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
+    body_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> ServeConfig:
+        return section_config(cls, params, "serve")
+
+    def validate(self) -> None:
+        unknown = [s for s in self.systems if s not in SYSTEM_NAMES]
+        if not self.systems or unknown or len(set(self.systems)) < len(self.systems):
+            raise bad_value("serve", "systems", self.systems, expectation(ServeConfig, "systems") + ", each once")
+        positive = (
+            "max_batch",
+            "max_k",
+            "page_k",
+            "max_question_chars",
+            "max_batch_questions",
+            "max_body_bytes",
+            "max_head_bytes",
+        )
+        for key in (*positive, "header_timeout_s", "body_timeout_s"):
+            if getattr(self, key) <= 0:
+                raise bad_value("serve", key, getattr(self, key), expectation(ServeConfig, key))
+        if not 0 <= self.max_wait_ms <= 1000:
+            raise bad_value("serve", "max_wait_ms", self.max_wait_ms, expectation(ServeConfig, "max_wait_ms"))
+        if self.page_k > self.max_k:
+            raise bad_value("serve", "page_k", self.page_k, expectation(ServeConfig, "page_k"))

@@ -1,0 +1,79 @@
+"""`lexgraph serve` in the test's own process: a tiny workspace with runs to inspect, and the server
+on a free port of 127.0.0.1 in a thread (the same uvicorn server `lexgraph serve` runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import yaml
+
+QUESTIONS = {  # id -> (question, gold article ids): the tiny workspace's test split
+    101: ("le bail du contrat", [0, 1]),
+    102: ("divorce et enfant", [2]),
+    103: ("la loi du mariage", [3, 4, 5]),
+}
+SERVED = ["dsr", "bm25", "zeroshot"]
+
+
+def set_serve(workspace: Path, **values) -> None:
+    """Edit the ``serve`` section of the workspace's params.yaml."""
+    path = workspace / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    params["serve"].update(values)
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def add_runs(workspace: Path, systems=SERVED, k: int = 20) -> None:
+    """The test split's questions in data/clean and each system's run in data/runs, as evaluate writes them."""
+    from lexgraph.evaluation.trec import write_trec
+    from lexgraph.systems.registry import load_retriever
+
+    ids = list(QUESTIONS)
+    pl.DataFrame(
+        {
+            "id": ids,
+            "question": [q for q, _ in QUESTIONS.values()],
+            "article_ids": [g for _, g in QUESTIONS.values()],
+            "split": ["test"] * len(ids),
+        },
+        schema={"id": pl.Int64, "question": pl.Utf8, "article_ids": pl.List(pl.Int64), "split": pl.Utf8},
+    ).write_parquet(workspace / "data" / "clean" / "questions.parquet")
+    for system in systems:
+        top, scores = load_retriever(system, workspace, "cpu").search([q for q, _ in QUESTIONS.values()], k)
+        write_trec(workspace / "data" / "runs" / system / "test.trec", ids, top, scores, system)
+
+
+class RunningServer:
+    """``lexgraph serve`` on 127.0.0.1:<free port> in a thread; ``url``, ``server`` (the
+    :class:`lexgraph.serve.app.Server`) and :meth:`stop`."""
+
+    def __init__(self, workspace: Path) -> None:
+        from lexgraph.serve.app import Server
+        from lexgraph.serve.server import bind, uvicorn_server
+
+        self.server = Server(workspace, "cpu")
+        self.server.prepare()
+        sock = bind("127.0.0.1", 0)
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.uv = uvicorn_server(self.server, sock)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.uv.serve(sockets=[sock])), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.uv.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.uv.should_exit = True
+        self.thread.join(timeout=30)
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,328 @@
+"""`lexgraph serve` (issue 27): the API answers as `lexgraph search` does, batches concurrent
+questions, refuses hostile requests with one line of JSON and a 4xx, reloads under load without
+dropping a request, keeps serving when a reload meets a damaged artefact, and its inspector shows
+what the runs hold. The server runs in a thread on a free port of 127.0.0.1 (tests/helpers_serve.py);
+the browser tests are tests/test_serve_browser.py (slow), the load benchmark benchmarks/serve.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from helpers_serve import QUESTIONS, SERVED, RunningServer, add_runs, set_serve
+from helpers_workspace import build_tiny_workspace
+from lexgraph.cli.main import main
+
+TEXTS = [q for q, _ in QUESTIONS.values()] + ["contrat de bail, loyer", "enfant mariage loi"]
+
+
+@pytest.fixture(scope="module")
+def workspace(tiny_model_dir, tmp_path_factory):
+    root = build_tiny_workspace(tmp_path_factory.mktemp("serve_ws"), tiny_model_dir)
+    set_serve(root, systems=SERVED, max_wait_ms=50, header_timeout_s=1, body_timeout_s=1, max_body_bytes=4096)
+    add_runs(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def running(workspace):
+    with RunningServer(workspace) as server:
+        yield server
+
+
+def _cli_hits(workspace, system, question, k, capsys):
+    capsys.readouterr()
+    assert main(["search", "--workspace", str(workspace), "--system", system, "--json", "--top", str(k), question]) == 0
+    return json.loads(capsys.readouterr().out)["hits"]
+
+
+@pytest.mark.parametrize("system", SERVED)
+def test_get_search_answers_as_lexgraph_search_does(workspace, running, capsys, system):
+    for question in TEXTS:
+        response = httpx.get(f"{running.url}/search", params={"q": question, "system": system, "k": 5})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["system"] == system and body["question"] == question and body["generation"] == 0
+        want = _cli_hits(workspace, system, question, 5, capsys)
+        assert [h["id"] for h in body["hits"]] == [h["id"] for h in want]
+        for got, expected in zip(body["hits"], want):
+            assert got["score"] == pytest.approx(expected["score"], abs=1e-5)
+            assert {k: v for k, v in got.items() if k != "score"} == {k: v for k, v in expected.items() if k != "score"}
+
+
+def test_post_search_answers_each_question_as_get_does(running):
+    response = httpx.post(f"{running.url}/search", json={"questions": TEXTS, "system": "bm25", "k": 4})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["question"] for r in results] == TEXTS
+    for question, result in zip(TEXTS, results):
+        single = httpx.get(f"{running.url}/search", params={"q": question, "system": "bm25", "k": 4}).json()
+        assert result["hits"] == single["hits"]
+
+
+def test_concurrent_dense_questions_are_searched_in_fewer_calls_with_the_same_hits(running):
+    alone = {q: httpx.get(f"{running.url}/search", params={"q": q, "system": "dsr", "k": 5}).json() for q in TEXTS}
+    batcher = running.server.catalog.batchers["dsr"]
+    before = batcher.calls
+    questions = TEXTS * 4  # 20 requests at once; the batcher waits up to serve.max_wait_ms = 50 for company
+    with ThreadPoolExecutor(len(questions)) as pool:
+        answers = list(
+            pool.map(lambda q: httpx.get(f"{running.url}/search", params={"q": q, "system": "dsr", "k": 5}), questions)
+        )
+    assert all(a.status_code == 200 for a in answers)
+    assert batcher.calls - before < len(questions) / 2  # batched: far fewer encoder calls than requests
+    for question, answer in zip(questions, answers):
+        got, want = answer.json()["hits"], alone[question]["hits"]
+        assert [h["id"] for h in got] == [h["id"] for h in want]
+        assert [h["score"] for h in got] == pytest.approx([h["score"] for h in want], abs=1e-5)
+
+
+def test_articles_systems_and_health(workspace, running):
+    import polars as pl
+
+    articles = pl.read_parquet(workspace / "data" / "clean" / "articles.parquet").sort("id")
+    row = articles.row(3, named=True)
+    body = httpx.get(f"{running.url}/articles/{row['id']}").json()
+    assert body["text"] == row["article"] and body["path"] == row["path"] and body["reference"] == row["reference"]
+    same = [str(r["id"]) for r in articles.iter_rows(named=True) if r["path"] == row["path"]]
+    assert body["siblings"] == same and body["key"] == str(row["id"])
+    systems = httpx.get(f"{running.url}/systems").json()
+    assert [s["name"] for s in systems["systems"]] == SERVED
+    assert all(s["models"] for s in systems["systems"])  # the digests of the models each system loaded
+    assert httpx.get(f"{running.url}/health").json() == {"status": "ok", "generation": 0, "systems": SERVED}
+    assert httpx.get(f"{running.url}/openapi.json").json()["paths"].keys() >= {"/search", "/articles/{article_id}"}
+
+
+def _raw(port: int, data: bytes, pause_after: bool = False, timeout: float = 5) -> bytes:
+    """Send ``data`` on a fresh connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _hostile(url: str, port: int) -> list[tuple[str, object]]:
+    """(label, a callable returning (status, body bytes)) for every hostile request."""
+    search = f"{url}/search"
+
+    def get(path, **params):
+        return lambda: _response(httpx.get(f"{url}{path}", params=params, timeout=10))
+
+    def post(content=None, headers=None, **kw):
+        headers = headers or {"content-type": "application/json"}
+        return lambda: _response(httpx.post(search, content=content, headers=headers, timeout=10, **kw))
+
+    def raw(data: bytes):
+        def send():
+            reply = _raw(port, data)
+            head, _, body = reply.partition(b"\r\n\r\n")
+            return int(head.split()[1]), body
+
+        return send
+
+    def chunks(n):
+        yield from (b"x" * 1024 for _ in range(n))
+
+    cases = [
+        ("a body over the limit", post(b'{"questions": ["' + b"a" * 10000 + b'"]}')),
+        ("a chunked body over the limit", post(chunks(8))),
+        ("a Content-Length of 10 GB", raw(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\n")),
+        ("malformed JSON", post(b'{"questions": [')),
+        ("JSON that is a list", post(b'["a"]')),
+        ("questions not a list", post(b'{"questions": "a"}')),
+        ("no question", post(b'{"questions": []}')),
+        ("65 questions", post(json.dumps({"questions": ["bail"] * 65}).encode())),
+        ("an unknown key", post(b'{"questions": ["bail"], "path": "/etc/passwd"}')),
+        ("a question that is a number", post(b'{"questions": [3]}')),
+        ("a question that is an object", post(b'{"questions": [{"file": "/etc/passwd"}]}')),
+        ("not JSON at all", post(b"questions=bail", headers={"content-type": "application/x-www-form-urlencoded"})),
+        ("invalid UTF-8", post(b'{"questions": ["\xff\xfe"]}')),
+        ("a NUL byte in a posted question", post(b'{"questions": ["bail\\u0000"]}')),
+        ("a raw NUL in the request line", raw(b"GET /search?q=a\x00b HTTP/1.1\r\nHost: x\r\n\r\n")),
+        ("a request head of 100 KB", raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")),
+        ("not HTTP", raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n")),
+        ("no q", get("/search", system="bm25")),
+        ("a wrong method", lambda: _response(httpx.delete(search, timeout=10))),
+        ("an unknown path", get("/../../etc/passwd")),
+        ("an unknown path under the API", get("/admin/shell")),
+    ]
+    for key, value in (("k", -1), ("k", "5"), ("k", True), ("k", 1e999), ("system", 123), ("system", "nope")):
+        body = json.dumps({"questions": ["bail"], key: value}).encode()
+        cases.append((f"posted {key}={value!r}", post(body)))
+    for system in ("nope", "../../etc/passwd", "BM25", "mvcl", "bm25\x00", ""):
+        cases.append((f"system {system!r}", get("/search", q="bail", system=system)))
+    for k in ("-1", "0", "101", "10" * 30, "abc", "1.5", "1e3", "", "nan"):
+        for system in SERVED:
+            cases.append((f"k={k!r} ({system})", get("/search", q="bail", system=system, k=k)))
+    for q in ("", "   ", "\x00", "bail\x00", "\x1b[31m", "a" * 2001, "\u202e"):
+        for system in SERVED:
+            cases.append((f"q={q[:8]!r} ({system})", get("/search", q=q, system=system)))
+    for article in ("..%2F..%2Fparams.yaml", "%2e%2e", "C:%5CWindows", "999999", "-1", "%00", "a" * 5000, "1 OR 1=1"):
+        cases.append((f"article {article[:20]!r}", lambda a=article: _response(httpx.get(f"{url}/articles/{a}"))))
+    for raw in ("/search?q=%FF", "/search?q=%ED%A0%80", "/articles/%C3"):  # not UTF-8 once decoded
+        cases.append((f"raw {raw}", lambda r=raw: _response(httpx.get(f"{url}{r}"))))
+    for path in ("/inspect?split=train", "/inspect/test/999?a=bm25", "/inspect/test/101?a=nope", "/article/..%2Fx"):
+        cases.append((f"page {path}", lambda p=path: _response(httpx.get(f"{url}{p}"), page=True)))
+    return cases
+
+
+def _response(response: httpx.Response, page: bool = False):
+    return response.status_code, (b"{}" if page and response.status_code < 500 else response.content)
+
+
+def _slow(port: int, data: bytes) -> tuple[int, bytes, float]:
+    start = time.monotonic()
+    reply = _raw(port, data, timeout=10)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body, time.monotonic() - start
+
+
+def test_a_hundred_hostile_requests_get_a_4xx_and_one_line_of_json(running, caplog):
+    cases = _hostile(running.url, running.port)
+    slow = [
+        b"GET /search?q=bail HTTP/1.1\r\nHost: x\r\n",  # the head never ends (slowloris)
+        b"",  # connects, sends nothing
+        b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    ] * 4
+    assert len(cases) + len(slow) >= 100
+    with ThreadPoolExecutor(len(slow)) as pool:  # the slow clients hang on while everything else is asked
+        pending = [pool.submit(_slow, running.port, data) for data in slow]
+        for label, call in cases:
+            status, body = call()
+            assert 400 <= status < 500, (label, status, body[:200])
+            assert b"\n" not in body.strip() and b"Traceback" not in body, (label, body[:200])
+            assert isinstance(json.loads(body).get("error", ""), str), (label, body[:200])
+        ok = httpx.get(f"{running.url}/search", params={"q": "bail", "system": "bm25"})
+        assert ok.status_code == 200  # served while the slow clients hold their connections
+        for future in pending:
+            status, body, seconds = future.result()
+            assert status == 408 and "error" in json.loads(body) and seconds < 5, (status, body, seconds)
+    assert "Traceback" not in caplog.text
+    assert httpx.get(f"{running.url}/health").status_code == 200
+
+
+def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_old_models(workspace, caplog):
+    with RunningServer(workspace) as running:
+        question = {"q": "le bail du contrat", "system": "bm25", "k": 5}
+        old = httpx.get(f"{running.url}/search", params=question).json()["hits"]
+        saved = workspace / "bm25.saved"
+        shutil.copytree(workspace / "models" / "bm25", saved)
+        stop, answers = threading.Event(), []
+
+        def client(system: str) -> None:
+            with httpx.Client(timeout=30) as http:
+                while not stop.is_set():
+                    answers.append(http.get(f"{running.url}/search", params={**question, "system": system}))
+
+        threads = [threading.Thread(target=client, args=(s,)) for s in ("bm25", "bm25", "dsr", "zeroshot")]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        _refit(workspace)  # as a new `dvc repro` with other BM25 settings would
+        reload = httpx.post(f"{running.url}/admin/reload", timeout=120)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert reload.status_code == 200 and reload.json()["generation"] == 1, reload.text
+        assert answers and all(a.status_code == 200 for a in answers), {a.status_code for a in answers}
+        generations = {a.json()["generation"] for a in answers}
+        assert generations == {0, 1}  # requests were answered before and after the swap, none dropped
+        new = httpx.get(f"{running.url}/search", params=question).json()["hits"]
+        assert [h["score"] for h in new] != [h["score"] for h in old]  # the new BM25 answers
+
+        for path in (workspace / "models" / "bm25").iterdir():  # a damaged artefact
+            if path.is_file():
+                path.write_bytes(b"\x00garbage")
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="lexgraph.serve"):
+            refused = httpx.post(f"{running.url}/admin/reload", timeout=120)
+        assert refused.status_code == 503 and "\n" not in refused.text and "error" in refused.json()
+        lines = [r.getMessage() for r in caplog.records if r.name == "lexgraph.serve"]
+        assert len(lines) == 1 and "reload refused" in lines[0] and "\n" not in lines[0], lines
+        after = httpx.get(f"{running.url}/search", params=question).json()
+        assert after["generation"] == 1 and after["hits"] == new  # the models of generation 1 serve on
+    shutil.rmtree(workspace / "models" / "bm25")
+    shutil.move(saved, workspace / "models" / "bm25")
+
+
+def _refit(workspace) -> None:
+    import polars as pl
+
+    from lexgraph.search.bm25 import BM25
+
+    articles = pl.read_parquet(workspace / "data" / "clean" / "articles.parquet")
+    BM25(k1=2.0, b=0.9).fit_texts(articles["article"].to_list(), articles["id"].to_list()).save(
+        workspace / "models" / "bm25"
+    )
+
+
+def _missed_rows(page: str) -> list[str]:
+    import re
+
+    table = page.split('id="missed"')[1].split("</table>")[0]
+    return re.findall(r'<tr data-id="([^"]+)">', table)
+
+
+def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(workspace, running):
+    from lexgraph.evaluation.trec import read_trec
+
+    from lexgraph.core.config import SYSTEM_NAMES
+
+    systems = [s for s in SYSTEM_NAMES if s in SERVED]  # the registry's order: every system with a run
+    runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
+    page = httpx.get(f"{running.url}/inspect", params={"split": "test", "k": 5}).text
+    assert "".join(f"<th>{s}</th>" for s in systems) in page
+    for qid, (_, gold) in QUESTIONS.items():
+        row = page.split(f'<tr data-id="{qid}">')[1].split("</tr>")[0]
+        cells = [c.split("<")[0] for c in row.split('<td class="num">')[2:]]
+        want = [sum(g in runs[s][qid][:5] for g in gold) / len(gold) for s in systems]
+        assert [float(c) for c in cells] == pytest.approx(want, abs=0.005), (qid, cells, want)
+    qid, (_, gold) = 103, QUESTIONS[103]
+    page = httpx.get(f"{running.url}/inspect/test/{qid}", params={"a": "bm25", "b": "dsr", "k": 2}).text
+    missed = [g for g in gold if g not in runs["bm25"][qid][:2] or g not in runs["dsr"][qid][:2]]
+    assert _missed_rows(page) == [str(g) for g in missed] and missed
+    for g in missed:
+        row = page.split(f'<tr data-id="{g}">')[1].split("</tr>")[0]
+        ranks = [runs[s][qid].index(g) + 1 if g in runs[s][qid] else None for s in ("bm25", "dsr")]
+        for rank in ranks:
+            assert (str(rank) if rank else "not in the run") in row
+    assert page.count('class="hit gold"') == sum(g in runs[s][qid][:2] for s in ("bm25", "dsr") for g in gold)
+
+
+def test_serve_refuses_bad_settings_and_ports_in_one_line(workspace, tmp_path, capsys):
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    assert main(["serve", "--workspace", str(ws), "--port", "70000"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    set_serve(ws, systems=["bm25", "gdsr"])  # a system the workspace did not build
+    assert main(["serve", "--workspace", str(ws), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gdsr" in err, err
+    set_serve(ws, systems=["bm25"], max_k=0)
+    assert main(["serve", "--workspace", str(ws), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'serve.max_k'" in err, err
+    set_serve(ws, max_k=100)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", "--workspace", str(ws), "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--port" in err, err
