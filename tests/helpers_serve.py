@@ -51,11 +51,11 @@ class RunningServer:
     """``lexgraph serve`` on 127.0.0.1:<free port> in a thread; ``url``, ``server`` (the
     :class:`lexgraph.serve.app.Server`) and :meth:`stop`."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, index: Path | None = None) -> None:
         from lexgraph.serve.app import Server
         from lexgraph.serve.server import bind, uvicorn_server
 
-        self.server = Server(workspace, "cpu")
+        self.server = Server(workspace, "cpu", index)
         self.server.prepare()
         sock = bind("127.0.0.1", 0)
         self.port = sock.getsockname()[1]

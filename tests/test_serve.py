@@ -281,9 +281,8 @@ def _missed_rows(page: str) -> list[str]:
 
 
 def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(workspace, running):
-    from lexgraph.evaluation.trec import read_trec
-
     from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.evaluation.trec import read_trec
 
     systems = [s for s in SYSTEM_NAMES if s in SERVED]  # the registry's order: every system with a run
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
@@ -306,6 +305,36 @@ def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(wo
     assert page.count('class="hit gold"') == sum(g in runs[s][qid][:2] for s in ("bm25", "dsr") for g in gold)
 
 
+def test_an_index_of_ones_own_statutes_is_served_with_the_users_ids(workspace, tmp_path, capsys):
+    """`lexgraph serve --index DIR`: hits and articles carry the corpus file's ids and heading paths,
+    as `lexgraph search --index` shows them; there are no runs to inspect."""
+    records = [
+        {"id": f"art-{i}", "text": text, "path": ["Code Z", f"Livre {i % 2}"]}
+        for i, text in enumerate(["le bail du contrat de louage", "le divorce et l'enfant", "la loi du mariage"] * 3)
+    ]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    index = tmp_path / "idx"
+    argv = ["index", "--workspace", str(workspace), "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(index)]
+    assert main([*argv, "--systems", "bm25", "dsr", "--device", "cpu"]) == 0
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    set_serve(ws, systems=["bm25", "dsr"])
+    with RunningServer(ws, index) as running:
+        url = running.url
+        by_id = {r["id"]: r for r in records}
+        for system in ("bm25", "dsr"):
+            hits = httpx.get(f"{url}/search", params={"q": "le bail", "system": system, "k": 3}).json()["hits"]
+            capsys.readouterr()
+            cli = ["search", "--workspace", str(ws), "--index", str(index), "--system", system, "--json", "--top", "3"]
+            assert main([*cli, "le bail"]) == 0
+            assert [h["id"] for h in hits] == [h["id"] for h in json.loads(capsys.readouterr().out)["hits"]]
+            assert all(h["id"] in by_id and h["path"] == by_id[h["id"]]["path"] for h in hits), hits
+        article = httpx.get(f"{url}/articles/art-4").json()
+        assert article["key"] == "art-4" and article["path"] == ["Code Z", "Livre 0"]
+        assert article["siblings"] == [r["id"] for r in records if r["path"] == ["Code Z", "Livre 0"]]
+        assert httpx.get(f"{url}/inspect").status_code == 404
+
+
 def test_serve_refuses_bad_settings_and_ports_in_one_line(workspace, tmp_path, capsys):
     ws = tmp_path / "ws"
     shutil.copytree(workspace, ws)
@@ -326,3 +355,43 @@ def test_serve_refuses_bad_settings_and_ports_in_one_line(workspace, tmp_path, c
         assert main(["serve", "--workspace", str(ws), "--port", str(taken.getsockname()[1])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--port" in err, err
+
+
+@pytest.mark.slow
+def test_the_command_serves_reloads_on_sighup_and_stops_on_sigterm(workspace):
+    """`lexgraph serve` as a user runs it: it logs where it listens, SIGHUP loads generation 1,
+    SIGTERM ends it with status 0 and no traceback."""
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "lexgraph.cli", "serve", "--workspace", str(workspace), "--port", str(port)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def generation() -> int | None:
+        try:
+            return httpx.get(f"{url}/health", timeout=2).json()["generation"]
+        except httpx.HTTPError:
+            return None
+
+    try:
+        deadline = time.monotonic() + 120
+        while generation() != 0:
+            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGHUP)
+        while generation() != 1:
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.2)
+        assert httpx.get(f"{url}/search", params={"q": "bail"}).json()["generation"] == 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = process.stderr.read()
+    assert f"on http://127.0.0.1:{port}/" in log and "reloaded: generation 1" in log and "Traceback" not in log, log

@@ -100,10 +100,12 @@ def load_catalog(
     """Load every system of ``config.systems`` from ``workspace`` (over ``index``, an index of
     ``lexgraph index``, when given) with the corpus and runs; raises what the loaders raise (one
     :class:`lexgraph.core.errors.LexgraphError` line for a missing or stale artefact)."""
+    from lexgraph.systems.dense import shared_query_encoders
     from lexgraph.systems.index_record import model_digests
 
     corpus = Corpus.read(index if index is not None else workspace)
-    searchers = {s: open_searcher(s, workspace, device, corpus, index) for s in config.systems}
+    with shared_query_encoders():  # dsr, hprior, gdsr, hgraph and the hybrid's dense side: one DSR query encoder
+        searchers = {s: open_searcher(s, workspace, device, corpus, index) for s in config.systems}
     digests: dict[str, Any] = {s: model_digests(s, workspace) for s in config.systems}
     articles, siblings = _articles(corpus)
     runs = Runs.read(workspace, corpus) if index is None else None

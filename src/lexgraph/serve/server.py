@@ -62,7 +62,24 @@ async def _reload_quietly(server: Server) -> None:
 
 def uvicorn_server(server: Server, sock: socket.socket, access_log: bool = False):
     """The uvicorn server of ``server`` on ``sock`` (``serve()`` it with ``sockets=[sock]``)."""
+    import threading
+
     import uvicorn
+
+    class Uvicorn(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """uvicorn's SIGINT/SIGTERM handling (a graceful stop), without raising the signal again
+            once stopped: `lexgraph serve` then ends with status 0, as a server stopped on purpose."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
 
     app, protocol = make_asgi(server, server.catalog_config.header_timeout_s)
     host, port = sock.getsockname()[:2]
@@ -78,7 +95,7 @@ def uvicorn_server(server: Server, sock: socket.socket, access_log: bool = False
         h11_max_incomplete_event_size=server.catalog_config.max_head_bytes,
         timeout_graceful_shutdown=10,
     )
-    return uvicorn.Server(config)
+    return Uvicorn(config)
 
 
 def serve(workspace: Path, host: str, port: int, device: str, index: Path | None = None, access_log: bool = False):
@@ -101,6 +118,7 @@ def serve(workspace: Path, host: str, port: int, device: str, index: Path | None
                 bound_port,
             )
         await task
+        log.info("stopped")
 
     asyncio.run(main())
     return 0
