@@ -395,3 +395,13 @@ def test_the_command_serves_reloads_on_sighup_and_stops_on_sigterm(workspace):
             process.kill()
     log = process.stderr.read()
     assert f"on http://127.0.0.1:{port}/" in log and "reloaded: generation 1" in log and "Traceback" not in log, log
+
+
+def test_the_api_docs_page_loads_nothing_from_elsewhere(running):
+    import re
+
+    page = httpx.get(f"{running.url}/docs").text
+    sources = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)""", page) + re.findall(r"url:\s*'([^']+)'", page)
+    assert sources and all(s.startswith("/") or s.startswith("data:") for s in sources), sources
+    for asset in ("/static/swagger/swagger-ui-bundle.js", "/static/swagger/swagger-ui.css", "/openapi.json"):
+        assert asset in sources and httpx.get(f"{running.url}{asset}").status_code == 200

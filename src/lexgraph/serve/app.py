@@ -123,6 +123,26 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"{kind} parameter '{'.'.join(where)}': {first.get('msg', 'invalid')}"
 
 
+def _offline_docs(app: FastAPI) -> None:
+    """FastAPI's interactive API page at ``/docs``, its Swagger UI served from the swagger-ui-bundle
+    wheel (FastAPI's own page loads it from a CDN: blank offline)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title="lexgraph API",
+            swagger_js_url="/static/swagger/swagger-ui-bundle.js",
+            swagger_css_url="/static/swagger/swagger-ui.css",
+            swagger_favicon_url="data:,",
+        )
+
+
 def create_app(server: Server, config: ServeConfig) -> FastAPI:
     """The FastAPI app over ``server`` (``config``: the bounds applied below the routes)."""
     from lexgraph.serve.api import router as api_router
@@ -135,6 +155,7 @@ def create_app(server: Server, config: ServeConfig) -> FastAPI:
         redoc_url=None,
     )
     app.state.server = server
+    _offline_docs(app)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):

@@ -112,7 +112,7 @@ def serve(workspace: Path, host: str, port: int, device: str, index: Path | None
         if uv.started:
             bound_host, bound_port = sock.getsockname()[:2]
             log.info(
-                "serving %s on http://%s:%d/ (API: /search, /articles/{id}, /systems, /health; OpenAPI: /openapi.json)",
+                "serving %s on http://%s:%d/ (the API and its docs: /docs)",
                 ", ".join(server.pending.searchers),
                 bound_host,
                 bound_port,
