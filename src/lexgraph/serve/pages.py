@@ -48,7 +48,8 @@ def marked(snippet: str, highlights) -> Markup:
 async def search_page(request: Request, q: str | None = None, system: str | None = None, k: str | None = None):
     async with request.app.state.server.catalog.use() as catalog:
         config = catalog.config
-        context = {"systems": list(catalog.searchers), "system": next(iter(catalog.searchers)) if system is None else system}
+        default = next(iter(catalog.searchers))
+        context = {"systems": list(catalog.searchers), "system": default if system is None else system}
         context |= {"question": q, "k": config.page_k, "max_k": config.max_k, "hits": None, "error": None}
         status = 200
         if q is not None:
