@@ -60,6 +60,11 @@ def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
         ("gdsr_pairs.py", ["--synthetic", "0"], "argument --synthetic: expected an integer ≥ 1, got 0"),
         ("mvcl_lr.py", ["--fractions", "1.5"], "argument --fractions: expected a number in (0, 1], got 1.5"),
         ("hierarchy.py", ["--max-gap", "0"], "argument --max-gap: expected an integer ≥ 1, got 0"),
+        ("serve.py", ["--seconds", "0"], "argument --seconds: expected an integer ≥ 1, got 0"),
+        ("serve.py", ["--warmup", "-1"], "argument --warmup: expected an integer ≥ 0, got -1"),
+        ("serve.py", ["--clients", "1", "0"], "argument --clients: expected an integer ≥ 1, got 0"),
+        ("serve.py", ["--cli-questions", "1"], "argument --cli-questions: expected an integer ≥ 2, got 1"),
+        ("serve.py", ["--top-repeat", "0"], "argument --top-repeat: expected an integer ≥ 1, got 0"),
     ],
 )
 def test_numeric_argument_out_of_range(tmp_path, script, args, expected):

@@ -100,7 +100,7 @@ def uvicorn_server(server: Server, sock: socket.socket, access_log: bool = False
 
 def serve(workspace: Path, host: str, port: int, device: str, index: Path | None = None, access_log: bool = False):
     """Load, bind and serve until stopped (the ``lexgraph serve`` command)."""
-    server = Server(workspace, device, index)
+    server = Server(workspace, device, index, settle=True)
     server.prepare()  # every system loaded once, before the port opens: a bad artefact is one line
     sock = bind(host, port)
     uv = uvicorn_server(server, sock, access_log)
