@@ -270,3 +270,15 @@ def test_table_of_a_damaged_or_foreign_file(tmp_path, text, expected):
     proc = _bench("--table", str(saved), cwd=tmp_path)
     _one_line(proc, str(saved), expected, "expected the JSON that benchmarks/serve.py --out writes")
     assert proc.stdout == "" and saved.read_text(encoding="utf-8") == text
+
+
+def test_the_docs_tables_are_the_committed_result():
+    """docs/serve.md's load tables are ``--table benchmarks/serve.json`` line for line (rerun the
+    benchmark, then paste its tables)."""
+    bench = load_benchmark("serve")
+    result = bench.read_result(ROOT / "benchmarks" / "serve.json")
+    expected = [line for line in bench.markdown_tables(result).splitlines() if line.startswith("|")]
+    docs = (ROOT / "docs" / "serve.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(docs) if line.startswith("<!-- serve load tables"))
+    end = next(i for i in range(start + 1, len(docs)) if docs[i].startswith("**What the run shows"))
+    assert [line for line in docs[start:end] if line.startswith("|")] == expected
