@@ -141,6 +141,7 @@ def test_fusion_equals_an_independent_reference_on_random_rankings(fusion):
     np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # ranx compiles its numba kernels on first use (about 40 s with the test below): CI's slow step
 def test_fused_scores_agree_with_ranx_fuse_called_directly():
     """On tie-free scores, feeding ranx the systems' own scores gives the same fused
     scores as the hybrid's own path (ranks in place of scores for RRF)."""
@@ -266,6 +267,7 @@ EXACT_FUSIONS = [Fusion("rrf", k=0), Fusion("rrf", k=1), Fusion("rrf", k=60)] + 
 ]
 
 
+@pytest.mark.slow  # ranx's numba compilation (see above); the hand computations above stay in the fast suite
 @pytest.mark.parametrize("fusion", EXACT_FUSIONS, ids=lambda f: f.label)
 def test_fusion_equals_ranx_fuse_to_the_last_bit(fusion):
     """`fuse` computes ranx.fuse's scores with numpy (ranx's runs cost seconds of numba
