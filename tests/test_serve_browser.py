@@ -120,14 +120,16 @@ def _crumbs(element) -> list[str]:
 
 
 def _submit(driver, button) -> None:
-    """Click ``button`` and wait for the page it loads."""
-    from selenium.webdriver.support import expected_conditions as ec
+    """Click ``button`` and wait for the page it loads: the old page carries a mark the new one
+    lacks. (Waiting for the old page's element to go stale fails now and then in chromedriver 150,
+    which answers "Node with given id does not belong to the document" while the page changes.)"""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = driver.find_element("tag name", "html")
+    driver.execute_script("window.lexgraphOldPage = true")
     button.click()
-    WebDriverWait(driver, 30).until(ec.staleness_of(old))
-    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    loaded = "return window.lexgraphOldPage === undefined && document.readyState === 'complete'"
+    WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(lambda d: d.execute_script(loaded))
 
 
 def _search(driver, url: str, question: str, system: str, k: int) -> None:
