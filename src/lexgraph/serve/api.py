@@ -18,13 +18,13 @@ from lexgraph.core.errors import LexgraphError
 from lexgraph.core.inputs import text_problem
 from lexgraph.serve.catalog import Catalog
 from lexgraph.serve.limits import ApiError
+from lexgraph.text.display import _CONTROLS as DISPLAY_CONTROLS
 
 router = APIRouter()
 
-#: what a question may not hold: C0 controls but tab, line feed and carriage return; DEL; C1 controls;
-#: the bidirectional embeddings, overrides and isolates (text shown in another order than it is)
-_CONTROLS = {chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
-_CONTROLS -= set("\t\n\r")
+#: what a question may not hold: the controls lexgraph.text.display never lets reach a terminal (C0, DEL,
+#: C1, the bidirectional embeddings, overrides and isolates), but tab, line feed and carriage return
+_CONTROLS = {chr(c) for c in DISPLAY_CONTROLS} - set("\t\n\r")
 
 
 def check_question(text, config, where: str = "q") -> str:
