@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.rerank import RerankPaths
 from lexgraph.training.rerank_config import VARIANTS, RerankConfig
+from lexgraph.training.rerank_stage import RerankPaths
 
 
 def configure(parser):
@@ -21,7 +21,7 @@ def main(args, base, config):
     """Train one re-ranker (``config``: both re-rankers' settings, checked up front)."""
     from lexgraph.core.config import resolve_device
     from lexgraph.systems.registry import load_retriever
-    from lexgraph.training.rerank import run_rerank
+    from lexgraph.training.rerank_stage import run_rerank
 
     settings, device, paths = config[args.variant], resolve_device(base.device), paths_from(RerankPaths, args)
     run_rerank(

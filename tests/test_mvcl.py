@@ -1,6 +1,6 @@
 """The re-rankers mvcl and xrerank: the three losses against hand computations (each view's
 negatives counted), the interaction network's shapes, masking and attentions (MVCL's
-h_a . h_b / sqrt(d), xrerank's cosine), the pooling's activation, list fusion and the list
+h_a . h_b / sqrt(d), xrerank's cosine), the views' pooling, list fusion and the list
 alone, the token store, tiny training runs (frozen states; a fine-tuned PLM) and the params
 rule of the ``rerank`` section. The element indicator and view: tests/test_elements.py."""
 

@@ -124,11 +124,11 @@ def test_a_step_encodes_each_gold_article_once_and_the_report_scores_dev_once_pe
 
     monkeypatch.setattr(articles, "batch", recording)
     scorings = []
-    dev_scores = rerank.RerankTrainer.dev_scores
-    monkeypatch.setattr(rerank.RerankTrainer, "dev_scores", lambda self: (scorings.append(1), dev_scores(self))[1])
+    dev_pass = rerank.RerankTrainer.dev_pass
+    monkeypatch.setattr(rerank.RerankTrainer, "dev_pass", lambda self: (scorings.append(1), dev_pass(self))[1])
     queries = PLMTokens(range(100, 116), qs, plm, pad_id=1)
     views = PLMTokens(range(12), [a[:5] + [3] * 4 + a[-1:] for a in arts], plm, pad_id=1)
-    config = _config({"epochs": 2})
+    config = _config({"epochs": 2, "plm_layers": None})  # the whole PLM in the step (the stores above)
     assert config.lambda_ele > 0
     _, report = rerank.train(
         config,

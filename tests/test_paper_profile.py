@@ -18,7 +18,7 @@ list against the params the fixture writes, key by key and value by value):
 - step and epoch counts: ``pretrain.max_steps``: 50000 → 6, ``pretrain.log_every``: 250 → 2,
   ``queries.per_article``: 5 → 1, ``dsr.epochs``: 15 → 2, ``gnn.gdsr.epochs``: 10 → 2,
   ``gnn.qabisar.epochs``: 20 → 2, ``gnn.hgraph.epochs``: 10 → 2, ``gnn.hgraph_qa.epochs``: 20 → 2,
-  ``rerank.mvcl.epochs``: 10 → 2, ``rerank.xrerank.epochs``: 10 → 2 (xrerank is off in the profile);
+  ``rerank.mvcl.epochs``: 5.5 → 2, ``rerank.xrerank.epochs``: 10 → 2 (xrerank is off in the profile);
   the pre-training warm-up, a ratio of the steps (pretrain.warmup_ratio), shrinks with them;
 - the device: ``base.device``: auto → cpu.
 

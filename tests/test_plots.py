@@ -81,7 +81,7 @@ def test_an_unknown_vega_lite_version_is_one_line(monkeypatch, capsys, tmp_path)
     assert len(err) == 1 and "no Vega-Lite v0_1 bundle" in err[0], err
 
 
-TRAINED = {"pretrain": None, "train_dsr": None, "train_gnn": "foreach", "rerank": "foreach"}
+TRAINED = {"pretrain": None, "train_dsr": None, "train_dsr_qabisar": None, "train_gnn": "foreach", "rerank": "foreach"}
 
 
 @pytest.mark.parametrize("name", sorted(TRAINED))
@@ -136,8 +136,8 @@ def test_a_switched_off_reranker_writes_the_curve_header_alone(tmp_path):
     """rerank@mvcl is off in params.yaml: its declared curve is still written (the header alone)."""
     import torch
 
-    from lexgraph.training.rerank import RerankPaths, run_rerank
     from lexgraph.training.rerank_config import RerankConfig
+    from lexgraph.training.rerank_stage import RerankPaths, run_rerank
 
     config = RerankConfig.from_params(yaml.safe_load((ROOT / "params.yaml").read_text())["rerank"], "mvcl")
     assert not config.enabled
@@ -149,4 +149,6 @@ def test_a_switched_off_reranker_writes_the_curve_header_alone(tmp_path):
         plot=tmp_path / "curve.csv",
     )
     run_rerank(paths, config, torch.device("cpu"), 1, None)
-    assert paths.plot.read_text() == f"epoch,loss,dev_{config.metric}\n" and config.metric == "map"
+    from lexgraph.training.rerank_report import curve_columns
+
+    assert paths.plot.read_text() == ",".join(curve_columns(config)) + "\n" and config.metric == "accuracy"

@@ -3,7 +3,12 @@ the element views (:func:`token_inputs`), and the frozen base encoder's token st
 them in float16 token stores (the ``encode_rerank`` stage's cache for ``xrerank``,
 :func:`build_features`, or encoded by the ``rerank`` stage itself when a frozen re-ranker's
 settings differ from the cache's, :func:`frozen_stores`); and the placeholders written
-when a re-ranker is switched off (``rerank.<variant>.enabled: false``)."""
+when a re-ranker is switched off (``rerank.<variant>.enabled: false``).
+
+A text longer than its limit is cut by :func:`tokenize` at either end (``rerank.<variant>.truncation``):
+``right`` keeps its first tokens, ``left`` its last ones (MVCL's "truncated from the front").
+The ``encode_rerank`` cache holds right-truncated states (:data:`CACHE_TRUNCATION`); a frozen
+re-ranker with ``truncation: left`` encodes its own in the rerank stage (:func:`frozen_stores`)."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ class CacheSettings(Protocol):
     split: str
     max_query_length: int
     max_article_length: int
+    truncation: str
     encode_batch_size: int
     element_patterns: Sequence[str]
     element_budget: int
@@ -38,6 +44,12 @@ class CacheSettings(Protocol):
 
 
 log = logging.getLogger(__name__)
+
+#: where a text beyond its token limit is cut (``rerank.<variant>.truncation``): ``left`` drops its
+#: first tokens (Hugging Face's ``truncation_side='left'``), ``right`` its last ones
+TRUNCATIONS = ("left", "right")
+#: how the ``encode_rerank`` cache cuts its texts (today's tokenisation, whatever ``xrerank`` reads)
+CACHE_TRUNCATION = "right"
 
 
 class TokenStore:
@@ -129,8 +141,8 @@ class FrozenTokenEncoder:
         self.query_prefix, self.passage_prefix = info["query_prefix"], info["passage_prefix"]
         self.dim = int(self.model.config.hidden_size)
 
-    def tokenize(self, texts: Sequence[str], prefix: str, max_length: int) -> list[dict[str, list]]:
-        return tokenize(self.tokenizer, texts, prefix, max_length)
+    def tokenize(self, texts: Sequence[str], prefix: str, max_length: int, truncation: str) -> list[dict[str, list]]:
+        return tokenize(self.tokenizer, texts, prefix, max_length, truncation)
 
     @torch.no_grad()
     def encode_ids(
@@ -159,8 +171,10 @@ class FrozenTokenEncoder:
                 out[i] = states[j, : len(sequences[i])].clone()
         return out  # type: ignore[return-value]
 
-    def encode_queries(self, texts: Sequence[str], max_length: int, batch_size: int) -> list[torch.Tensor]:
-        toks = self.tokenize(texts, self.query_prefix, max_length)
+    def encode_queries(
+        self, texts: Sequence[str], max_length: int, batch_size: int, truncation: str
+    ) -> list[torch.Tensor]:
+        toks = self.tokenize(texts, self.query_prefix, max_length, truncation)
         return self.encode_ids([t["input_ids"] for t in toks], batch_size, "encode questions")
 
     def del_id(self, token: str) -> int:
@@ -173,10 +187,40 @@ class FrozenTokenEncoder:
         return TokenStore.from_list(list(ids), self.encode_ids(sequences, batch_size, desc), self.dim)
 
 
-def tokenize(tokenizer, texts: Sequence[str], prefix: str, max_length: int) -> list[dict[str, list]]:
-    """Token ids and character offsets of ``prefix + text`` for every text, truncated to ``max_length``."""
-    enc = tokenizer([prefix + t for t in texts], truncation=True, max_length=max_length, return_offsets_mapping=True)
-    return [{"input_ids": ids, "offsets": off} for ids, off in zip(enc["input_ids"], enc["offset_mapping"])]
+def tokenize(tokenizer, texts: Sequence[str], prefix: str, max_length: int, truncation: str) -> list[dict[str, list]]:
+    """Token ids and character offsets of ``prefix + text`` for every text, at most ``max_length``
+    tokens (special tokens included). ``truncation`` (:data:`TRUNCATIONS`): ``right``, the
+    tokenizer's own truncation (the first tokens kept); ``left``, the text's first tokens dropped
+    and its end kept, as Hugging Face's ``truncation_side='left'`` (equal to it without a prefix),
+    the special tokens and the ``prefix``'s tokens (E5's ``query: ``: an input convention, not
+    text) kept in front."""
+    texts = [prefix + t for t in texts]
+    if truncation == "right":
+        enc = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+        return [{"input_ids": ids, "offsets": off} for ids, off in zip(enc["input_ids"], enc["offset_mapping"])]
+    if truncation != "left":
+        raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
+    enc = tokenizer(texts, return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
+    out = []
+    for ids, off, special in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]):
+        keep = _keep_end(off, special, len(prefix), max_length)
+        out.append({"input_ids": [ids[i] for i in keep], "offsets": [off[i] for i in keep]})
+    return out
+
+
+def _keep_end(offsets: Sequence, special: Sequence[int], prefix_chars: int, max_length: int) -> list[int]:
+    """The positions a left truncation keeps of one tokenised ``prefix + text``: every special
+    token, the prefix's tokens (the leading non-special ones ending within its ``prefix_chars``
+    characters) and the last text tokens, ``max_length`` in all (when those fixed ones fit)."""
+    n = len(offsets)
+    if n <= max_length:
+        return list(range(n))
+    text = [i for i in range(n) if not special[i]]
+    n_prefix = 0
+    while prefix_chars and n_prefix < len(text) and offsets[text[n_prefix]][1] <= prefix_chars:
+        n_prefix += 1
+    drop = set(text[n_prefix : n_prefix + n - max_length])  # the text's first tokens
+    return [i for i in range(n) if i not in drop]
 
 
 def del_token_id(tokenizer, token: str) -> int:
@@ -234,10 +278,18 @@ class TokenInputs:
 
 
 def token_inputs(
-    articles, questions, config: CacheSettings, tokenizer, query_prefix: str, passage_prefix: str, seed: int
+    articles,
+    questions,
+    config: CacheSettings,
+    tokenizer,
+    query_prefix: str,
+    passage_prefix: str,
+    seed: int,
+    truncation: str,
 ) -> TokenInputs:
-    """Tokenise ``articles`` (first ``max_article_length`` tokens, ``passage_prefix``), the
-    train and dev questions (``max_query_length``, ``query_prefix``) and build the element
+    """Tokenise ``articles`` (``max_article_length`` tokens, ``passage_prefix``), the
+    train and dev questions (``max_query_length``, ``query_prefix``), both cut at ``truncation``'s
+    end (:func:`tokenize`), and build the element
     view of article ``i`` by deleting the sentences drawn from ``(seed, i)``
     (:func:`lexgraph.text.elements.deleted_sentences`); ``stats``: the element indicator's counts."""
     import polars as pl
@@ -245,7 +297,7 @@ def token_inputs(
     del_id = del_token_id(tokenizer, config.del_token)
     ids = articles["id"].to_list()
     texts = articles["article"].to_list()
-    toks = tokenize(tokenizer, texts, passage_prefix, config.max_article_length)
+    toks = tokenize(tokenizer, texts, passage_prefix, config.max_article_length, truncation)
     # element views of the train questions' gold articles (the B+ of the triples)
     train = questions.filter(pl.col("split") == "train")
     gold = sorted({int(a) for row in train["article_ids"].to_list() for a in row})
@@ -274,7 +326,7 @@ def token_inputs(
         with_element += marked > 0
     splits = ("train", "dev") if config.split == "dev" else ("train",)
     q = questions.filter(pl.col("split").is_in(list(splits))).sort("id")
-    q_toks = tokenize(tokenizer, q["question"].to_list(), query_prefix, config.max_query_length)
+    q_toks = tokenize(tokenizer, q["question"].to_list(), query_prefix, config.max_query_length, truncation)
     stats = {
         "articles": len(ids),
         "article_tokens": int(sum(len(t["input_ids"]) for t in toks)),
@@ -342,7 +394,14 @@ def build_features(
         return dict(DISABLED)
     encoder = FrozenTokenEncoder(pretrain_dir, device)
     inputs = token_inputs(
-        articles, questions, config, encoder.tokenizer, encoder.query_prefix, encoder.passage_prefix, seed
+        articles,
+        questions,
+        config,
+        encoder.tokenizer,
+        encoder.query_prefix,
+        encoder.passage_prefix,
+        seed,
+        CACHE_TRUNCATION,
     )
     arts, qs, views = encode_inputs(encoder, inputs, config.encode_batch_size)
     meta = _metadata(config, pretrain_dir, seed)
@@ -363,9 +422,12 @@ def cache_matches(
     keys: Sequence[str] | None = None,
 ) -> bool:
     """True when the stores ``names`` of ``features_dir`` were built with ``config``'s settings
-    (``keys``: only these of them; the search side reads the articles at their length only)."""
+    (``keys``: only these of them; the search side reads the articles at their length only)
+    and its truncation, :data:`CACHE_TRUNCATION`."""
     from safetensors import safe_open
 
+    if config.truncation != CACHE_TRUNCATION:
+        return False
     want = _metadata(config, pretrain_dir, seed)
     if keys is not None:
         want = {k: want[k] for k in keys}
@@ -403,7 +465,14 @@ def frozen_stores(
     )
     encoder = FrozenTokenEncoder(pretrain_dir, device)
     inputs = token_inputs(
-        articles, questions, config, encoder.tokenizer, encoder.query_prefix, encoder.passage_prefix, seed
+        articles,
+        questions,
+        config,
+        encoder.tokenizer,
+        encoder.query_prefix,
+        encoder.passage_prefix,
+        seed,
+        config.truncation,
     )
     return encode_inputs(encoder, inputs, config.encode_batch_size)
 

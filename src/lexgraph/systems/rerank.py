@@ -7,10 +7,13 @@ first-stage system from the same workspace and the PLM for the questions' token 
 fine-tuned one saved in ``models/<variant>/plm`` (``plm: finetune``; the articles' states are
 then encoded by it when the system loads) or the frozen base encoder (``models/pretrain``,
 with the articles' states of ``data/rerank`` when that cache has the re-ranker's article
-length). A search takes the first stage's list, re-scores its top-``k``
-(:func:`lexgraph.models.rerank.rerank_scores`) and fuses or, without fusion, orders by the
-network's scores (:func:`lexgraph.models.rerank.fuse_list`); ranks below ``k`` keep the first
-stage's order.
+length and truncation). A search takes the first stage's list, re-scores its top-``k``
+(:func:`lexgraph.models.rerank.rerank_scores`: a round robin of the pairwise classifier scored by
+the re-ranker's ``ranking``: the sum of a candidate's probabilities in all its pairs, MVCL's
+Appendix B, or lexgraph's mean margin) and fuses or,
+without fusion, orders by the network's scores (:func:`lexgraph.models.rerank.fuse_list`);
+ranks below ``k`` keep the first stage's order. Questions and articles are cut as the
+re-ranker was trained (``truncation``: MVCL's "from the front" for ``mvcl``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class MvclRetriever:
         ids, scores = self.first.search(questions, depth)
         cfg = self.settings["config"]
         states = self.encoder.encode_queries(
-            list(questions), int(cfg["max_query_length"]), int(cfg["encode_batch_size"])
+            list(questions), int(cfg["max_query_length"]), int(cfg["encode_batch_size"]), cfg["truncation"]
         )
         out_ids = np.full((len(questions), ids.shape[1]), -1, dtype=np.int64)
         out_scores = np.zeros((len(questions), ids.shape[1]), dtype=np.float32)
@@ -98,8 +101,10 @@ def load_reranker(
 
 def article_states(encoder, articles, config):
     """The :class:`~lexgraph.encoding.rerank_features.TokenStore` of ``articles`` (``id``, ``article``):
-    ``encoder``'s token states at the re-ranker's article length (``config``: its RerankConfig)."""
-    toks = encoder.tokenize(articles["article"].to_list(), encoder.passage_prefix, config.max_article_length)
+    ``encoder``'s token states at the re-ranker's article length and truncation (``config``: its RerankConfig)."""
+    toks = encoder.tokenize(
+        articles["article"].to_list(), encoder.passage_prefix, config.max_article_length, config.truncation
+    )
     return encoder.encode_store(
         articles["id"].to_list(), [t["input_ids"] for t in toks], config.encode_batch_size, "encode articles"
     )

@@ -8,8 +8,10 @@ IJCNN 2022, arXiv:2210.05188). What differs is in ``rerank.<variant>``
 
 * ``mvcl`` (as published): the PLM (``models/pretrain``) is **fine-tuned** inside the
   training step (:class:`lexgraph.training.rerank_plm.PLMTokens`: token ids in, gradients into
-  the PLM; §IV-C: Adam at 2e-5, inputs of up to 512 tokens), and the re-ranked list is
-  the network's order alone (``fusion: false``).
+  the PLM; §IV-C: Adam at 2e-5, inputs of up to 512 tokens; on the sample its top
+  ``plm_layers`` blocks only, over cached states of the blocks below), and the re-ranked list is
+  the network's order alone (``fusion: false``), each candidate scored by the sum of its
+  probabilities in all its pairs (``ranking: probability``, MVCL's Appendix B).
 * ``xrerank`` (lexgraph's recipe): the PLM stays **frozen**; its token states are cached
   by ``encode_rerank`` (:func:`lexgraph.encoding.rerank_features.build_features`), the network
   starts as MaxSim and its scores are fused with the first stage's (``fusion: true``).
@@ -29,9 +31,20 @@ z-normalised over the question's top-``k``): ``alpha * z(mvcl) + (1 - alpha) * z
 alpha = 0 is the first stage itself. After every epoch (and before training, with
 ``warm_start``) the dev questions' top-``k`` are re-ranked (and, with fusion, fused at
 every alpha of ``interpolation``); the epoch (and alpha) kept are those whose lists have
-the best ``metric`` (ties: the earlier epoch, the first listed alpha): what is selected is
-what the system returns. A re-ranked list is the top-``k`` in that order followed by the
+the best ``rerank.<variant>.metric`` (ties: the earlier epoch, the first listed alpha): what
+is selected is what the system returns. ``metric: accuracy`` (``mvcl``; MVCL §IV-C: "best model
+is selected in the training process according to the accuracy measure on the validation set")
+selects by the classifier's pairwise accuracy on fixed dev triples instead
+(:meth:`RerankTrainer.dev_triples`), the re-ranked lists' IR metrics recorded beside it.
+A re-ranked list is the top-``k`` in that order followed by the
 rest of the first stage's list in its own order, scored below the top-``k``.
+
+``epochs`` may be fractional (``mvcl``: MVCL trains "3500 (about 5.5 epochs) iterations"):
+training runs ``round(epochs * steps_per_epoch)`` optimizer steps, the warm-up
+``warmup_ratio`` of those, the last epoch partial. The shared engine counts whole epochs,
+so the partial one is cut inside :meth:`RerankTrainer.batches` (its first batches of a
+full epoch's seeded draw) and the engine runs ``ceil`` of the epochs: the dev selection runs
+after every whole epoch and after the partial last one (numbered as the next epoch).
 
 :class:`RerankTrainer` is a task of the shared training loop
 (:func:`lexgraph.training.engine.fit`): ``batches(epoch)`` (a seeded iterator),
@@ -44,24 +57,26 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from lexgraph.core.errors import LexgraphError
-from lexgraph.core.provenance import output, stage_inputs, workspace
 from lexgraph.data.schema import split_questions
 from lexgraph.encoding.rerank_features import TokenStore
-from lexgraph.metrics.ir import evaluate_run, rounded, rounded_all
-from lexgraph.models.rerank import fuse_list, rerank_scores
-from lexgraph.training.rerank_config import RerankConfig
+from lexgraph.metrics.ir import evaluate_run
+from lexgraph.models.rerank import fuse_list, rerank_games, rerank_scores
+from lexgraph.training.rerank_config import ACCURACY, RerankConfig
 from lexgraph.training.rerank_io import build_model
 from lexgraph.training.rerank_plm import PLMTokens
-from lexgraph.training.resume import resumable
+from lexgraph.training.rerank_report import log_kept, training_report
 
 log = logging.getLogger(__name__)
+
+#: the stream of the dev triples' draw, ``numpy.random.default_rng([seed, DEV_TRIPLES])`` (the
+#: epochs draw from ``[seed, epoch]``, epoch 1, 2, ...)
+DEV_TRIPLES = 0x646576
 
 
 @dataclass
@@ -129,6 +144,10 @@ class RerankTrainer:
                     self.pairs.append((qid, g, pool))
         if not self.pairs:
             raise LexgraphError("no training triple: no train question has a gold article and a non-gold candidate")
+        for store in (articles, queries, views):  # what trains of the PLM is the stores' (plm_stores)
+            if isinstance(store, PLMTokens) and store.layers != config.plm_layers:
+                raise ValueError(f"a store runs the PLM's top {store.layers} blocks, plm_layers is {config.plm_layers}")
+        self.dev_pairs = self.dev_triples() if config.metric == ACCURACY else None
 
     def state_dict(self) -> dict:
         """What the report reads of the epochs done (a resumed run goes on with them)."""
@@ -140,9 +159,25 @@ class RerankTrainer:
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.pairs) * self.config.negatives / self.config.batch_size)
 
+    def total_steps(self) -> int:
+        """The optimizer steps of the whole training: ``round(epochs * steps_per_epoch)``."""
+        steps = round(self.config.epochs * self.steps_per_epoch())
+        if steps < 1:
+            v = self.config.variant
+            raise LexgraphError(
+                f"{v}: rerank.{v}.epochs = {self.config.epochs} of {self.steps_per_epoch()} steps is no "
+                "optimizer step; raise it"
+            )
+        return steps
+
+    def fit_epochs(self) -> int:
+        """The epochs the engine runs: the whole ones and, if any, the partial last one."""
+        return math.ceil(self.total_steps() / self.steps_per_epoch())
+
     def batches(self, epoch: int) -> Iterator[list[tuple[int, int, int]]]:
         """Triples ``(qid, B+, C-)`` of one epoch in batches, from a generator seeded by
-        ``(seed, epoch)``."""
+        ``(seed, epoch)``; the last epoch of a fractional ``epochs`` yields only the first
+        batches of its draw, up to :meth:`total_steps` in all."""
         rng = np.random.default_rng([self.seed, epoch])
         triples = []
         for qid, gold, pool in self.pairs:
@@ -150,8 +185,30 @@ class RerankTrainer:
             triples += [(qid, gold, int(c)) for c in negs]
         order = rng.permutation(len(triples))
         size = self.config.batch_size
-        for start in range(0, len(order), size):
+        left = self.total_steps() - (epoch - 1) * self.steps_per_epoch()  # steps still to run
+        for start in range(0, min(len(order), left * size), size):
             yield [triples[i] for i in order[start : start + size]]
+
+    def dev_triples(self) -> list[list[tuple[int, int]]]:
+        """The dev triples of the pairwise accuracy, per dev question: ``(b, c)`` positions in its
+        first-stage top-``k`` candidates (those :meth:`dev_pass` scores), one per gold article B
+        there, with a non-gold C of that top-``k`` drawn from ``default_rng([seed, DEV_TRIPLES])``:
+        fixed for the run, so that every epoch is measured on the same triples."""
+        rng = np.random.default_rng([self.seed, DEV_TRIPLES])
+        d, k, out = self.dev_lists, self.config.k, []
+        for qid, row in zip(d.qids, d.ids):
+            cands = [int(a) for a in row[:k] if a >= 0]
+            gold = set(d.qrels[qid])
+            pos = [i for i, a in enumerate(cands) if a in gold]
+            neg = [i for i, a in enumerate(cands) if a not in gold]
+            out.append([(b, int(rng.choice(neg))) for b in pos] if neg else [])
+        if not any(out):
+            v = self.config.variant
+            raise LexgraphError(
+                f"{v}: no dev triple for rerank.{v}.metric = {ACCURACY}: no dev question has a gold article and a "
+                f"non-gold one in the first stage's top-{k}"
+            )
+        return out
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.model] + ([self.plm] if self.plm is not None else [])
@@ -220,16 +277,30 @@ class RerankTrainer:
 
     def dev_scores(self) -> list[np.ndarray]:
         """The re-ranker's scores of every dev question's top-``k``."""
+        return self.dev_pass()[0]
+
+    def dev_pass(self) -> tuple[list[np.ndarray], float | None]:
+        """The re-ranker's scores of every dev question's top-``k`` and, with ``metric: accuracy``,
+        the classifier's pairwise accuracy on :meth:`dev_triples` from the same games: each triple
+        (A, B, C) counted in both orders, (B, C) right when it prefers B (``logit_0 >= logit_1``:
+        class 0 on a tie, as an argmax), (C, B) right when it prefers B too."""
         from lexgraph.core.progress import progress
 
         queries, articles = self.scoring_stores()
-        out = []
-        for qid, row in progress(list(zip(self.dev_lists.qids, self.dev_lists.ids)), "re-rank dev", unit="question"):
+        out, right, played = [], 0, 0
+        rows = progress(list(zip(self.dev_lists.qids, self.dev_lists.ids)), "re-rank dev", unit="question")
+        for index, (qid, row) in enumerate(rows):
             cands = [int(a) for a in row[: self.config.k] if a >= 0]
-            out.append(
-                rerank_scores(self.model, queries.get(qid), cands, articles, self.device, self.config.eval_batch_size)
-            )
-        return out
+            args = (self.model, queries.get(qid), cands, articles, self.device, self.config.eval_batch_size)
+            if self.dev_pairs is None:
+                out.append(rerank_scores(*args))
+                continue
+            scores, margins = rerank_games(*args)  # (n,), (n, n): [b, c] = logit_0 - logit_1 of (B=b, C=c)
+            out.append(scores)
+            for b, c in self.dev_pairs[index]:
+                right += int(margins[b, c] >= 0) + int(margins[c, b] < 0)
+                played += 2
+        return out, (right / played if self.dev_pairs is not None else None)
 
     def metrics_at(self, scores: Sequence[np.ndarray], alpha: float | None) -> dict[str, float]:
         """Dev metrics of the lists fused at ``alpha`` (None: the re-ranked lists alone)."""
@@ -252,12 +323,18 @@ class RerankTrainer:
         """Dev metrics of the system that would be kept: the re-ranked lists alone without
         fusion; with fusion, the fused lists at this epoch's best alpha (epoch and alpha are
         thus chosen together, by what the system returns, not by the re-ranker alone, which
-        the history records too, as ``dev_<metric>_alone``)."""
-        scores = self.dev_scores()
+        the history records too, as ``dev_<metric>_alone``). With ``metric: accuracy`` they
+        come with the pairwise ``accuracy`` that selects, and the history records the lists'
+        IR metrics too (``dev_map``, ...)."""
+        scores, accuracy = self.dev_pass()
         self.score_log.append(scores)
         if not self.config.fusion:
-            self.epoch_log.append({})
-            return self.metrics_at(scores, None)
+            metrics = self.metrics_at(scores, None)
+            if accuracy is None:
+                self.epoch_log.append({})
+                return metrics
+            self.epoch_log.append({f"dev_{name}": value for name, value in metrics.items()})
+            return {**metrics, ACCURACY: accuracy}
         alpha, metrics = self.by_alpha(scores)
         alone = metrics[1.0] if 1.0 in metrics else self.metrics_at(scores, 1.0)
         self.epoch_log.append({"alpha": alpha, f"dev_{self.config.metric}_alone": alone[self.config.metric]})
@@ -320,11 +397,13 @@ def train(
     optimizer, scheduler = _optimizer(groups, trainer.modules(), config, steps)
     first_grad = _first_grad_norm(optimizer, plm)
     log.info(
-        "%s: %d (question, gold) pairs, %d negatives each, %d steps per epoch, PLM %s",
+        "%s: %d (question, gold) pairs, %d negatives each, %d steps per epoch, %d in all (%s epochs), PLM %s",
         config.variant,
         len(trainer.pairs),
         config.negatives,
         steps,
+        trainer.total_steps(),
+        f"{config.epochs:g}",
         config.plm,
     )
     result = fit(
@@ -333,7 +412,7 @@ def train(
         scheduler,
         FitConfig(
             name=config.variant,
-            epochs=config.epochs,
+            epochs=trainer.fit_epochs(),
             steps_per_epoch=steps,
             max_grad_norm=config.max_grad_norm,
             selection_metric=config.metric,
@@ -342,29 +421,27 @@ def train(
         runtime,
         resume.next_fit() if resume else None,
     )
-    report = _report(config, trainer, result)
+    report = training_report(config, trainer, result)
     if plm is not None:
         report["plm_grad_norm_first_step"] = round(first_grad.get("norm", 0.0), 6)
-    log.info(
-        "%s: kept epoch %d, alpha %s: dev %s %.4f (first stage %.4f, re-ranker alone %.4f)",
-        config.variant,
-        result.best_epoch,
-        report["alpha"],
-        config.metric,
-        report["dev"][config.metric],
-        report["dev_first_stage"][config.metric],
-        report["dev_mvcl_only"][config.metric],
-    )
+    log_kept(config, result.best_epoch, report)
     return model, report
+
+
+def schedule_steps(config: RerankConfig, steps: int) -> tuple[int, int]:
+    """``(warm-up steps, total steps)`` of ``config`` at ``steps`` per epoch: ``round(epochs * steps)``
+    in all, the first ``int(warmup_ratio * total)`` warming up (computed as ``warmup_ratio * steps *
+    epochs`` when that product is the total, the float rounding of integer epochs before fractions)."""
+    total = round(config.epochs * steps)
+    whole = total == steps * config.epochs
+    return int(config.warmup_ratio * steps * config.epochs) if whole else int(config.warmup_ratio * total), total
 
 
 def _optimizer(groups, modules, config: RerankConfig, steps: int):
     from lexgraph.training.engine import build_optimizer, build_scheduler
 
     optimizer = build_optimizer(groups, modules)
-    scheduler = build_scheduler(
-        optimizer, "linear", int(config.warmup_ratio * steps * config.epochs), steps * config.epochs
-    )
+    scheduler = build_scheduler(optimizer, "linear", *schedule_steps(config, steps))
     return optimizer, scheduler
 
 
@@ -382,101 +459,3 @@ def _first_grad_norm(optimizer, plm) -> dict[str, float]:
 
     optimizer.register_step_pre_hook(hook)
     return box
-
-
-def kept_scores(trainer: RerankTrainer, result) -> list[np.ndarray]:
-    """The dev scores of the kept epoch: those its evaluation recorded (one per history
-    record), else scored again with the restored weights. With a fine-tuned PLM a scoring
-    encodes every dev candidate article, so it is not done twice."""
-    epochs = [int(h["epoch"]) for h in result.history]
-    if len(trainer.score_log) == len(epochs) and result.best_epoch in epochs:
-        return trainer.score_log[epochs.index(result.best_epoch)]
-    return trainer.dev_scores()
-
-
-def _report(config: RerankConfig, trainer: RerankTrainer, result) -> dict:
-    """The training report (rerank_<variant>.json): the kept epoch (and alpha), the dev metrics, the history."""
-    history = [
-        {**h, **{k: rounded(v) if k != "alpha" else v for k, v in e.items()}}
-        for h, e in zip(result.history, trainer.epoch_log)
-    ]
-    scores = kept_scores(trainer, result)
-    report = {"first_stage": config.first_stage, "k": config.k, "epoch": result.best_epoch}
-    if config.fusion:
-        alpha, by_alpha = trainer.by_alpha(scores)
-        report.update(alpha=alpha, split=config.split, metric=config.metric, dev=rounded_all(by_alpha[alpha]))
-    else:
-        report.update(
-            alpha=None, split=config.split, metric=config.metric, dev=rounded_all(trainer.metrics_at(scores, None))
-        )
-    report["dev_mvcl_only"] = rounded_all(trainer.metrics_at(scores, 1.0 if config.fusion else None))
-    report["dev_first_stage"] = rounded_all(trainer.metrics_at(scores, 0.0))
-    if config.fusion:
-        report["dev_by_alpha"] = {str(a): rounded(m[config.metric]) for a, m in by_alpha.items()}
-    report.update(history=history, pairs=len(trainer.pairs), plm=config.plm, steps=len(result.step_losses))
-    return report
-
-
-@dataclass(frozen=True)
-class RerankPaths:
-    """The rerank stage's paths (dvc.yaml writes them all)."""
-
-    questions: Path = field(metadata={"help": "the clean questions table"})
-    articles: Path = field(metadata={"help": "the clean articles table"})
-    features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
-    pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
-    workspace: Path = workspace("where the first-stage system's artefacts are")
-    out: Path = output("the re-ranker's directory")
-    metrics: Path = output("the training report (JSON)")
-    plot: Path = output("training curve: per-epoch loss and dev metric (CSV)")
-
-
-def run_rerank(paths: RerankPaths, config: RerankConfig, device: torch.device, seed: int, load_first) -> None:
-    """The rerank stage for one re-ranker: its inputs (cached or encoded frozen states, or
-    token ids for a fine-tuned PLM), the first stage's lists (``load_first()``: the first
-    stage's retriever, loaded by the caller's registry), training, and the outputs."""
-    from lexgraph.core.io import read_parquet, write_json
-    from lexgraph.encoding.rerank_features import DISABLED, frozen_stores, write_disabled
-    from lexgraph.metrics.ir import DEEPEST
-    from lexgraph.training.curves import write_curve
-    from lexgraph.training.rerank_io import save_model
-
-    columns = ("epoch", "loss", f"dev_{config.metric}")
-    if not config.enabled:
-        write_disabled(paths.out, config.variant)
-        write_json(dict(DISABLED), paths.metrics)
-        write_curve([], columns, paths.plot)
-        return
-    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
-    articles = read_parquet(paths.articles, ["id", "article"])
-    first = load_first()
-    train_lists = first_stage_lists(first, questions, "train", config.k)
-    dev_lists = first_stage_lists(first, questions, config.split, max(config.k, DEEPEST))
-    plm = tokenizer = None
-    if config.plm == "finetune":
-        stores, plm, tokenizer = _plm_inputs(articles, questions, config, paths.pretrain, device, seed)
-    else:
-        stores = frozen_stores(articles, questions, config, paths.features, paths.pretrain, device, seed)
-    settings = {"config": config, "seed": seed, "first_stage": [train_lists, dev_lists]}
-    with resumable(paths.out, settings, stage_inputs(paths)) as resume:
-        model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm, resume=resume)
-        save_model(model, config, report, paths.out, plm=plm, tokenizer=tokenizer, base_dir=paths.pretrain)
-        write_json(report, paths.metrics)
-        write_curve(report["history"], columns, paths.plot)
-
-
-def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
-    """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` for a fine-tuned PLM."""
-    from lexgraph.encoding.rerank_features import token_inputs
-    from lexgraph.training.rerank_plm import load_plm
-
-    plm, tokenizer, query_prefix, passage_prefix = load_plm(pretrain, device)
-    inputs = token_inputs(articles, questions, config, tokenizer, query_prefix, passage_prefix, seed)
-    log.info("%s: fine-tuning the PLM %s; element indicator: %s", config.variant, pretrain, inputs.stats)
-    pad = tokenizer.pad_token_id
-    stores = (
-        PLMTokens(inputs.article_ids, inputs.articles, plm, pad),
-        PLMTokens(inputs.question_ids, inputs.questions, plm, pad),
-        PLMTokens(inputs.view_ids, inputs.views, plm, pad),
-    )
-    return stores, plm, tokenizer

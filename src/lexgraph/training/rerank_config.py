@@ -5,17 +5,50 @@ The section follows the params rule of variant sections: **shared keys** at its 
 read by both re-rankers and never overridden, and one mapping per re-ranker
 (``rerank.mvcl``, ``rerank.xrerank``) holding every key that differs between them
 (:data:`VARIANT_KEYS`). A key that a re-ranker would not read is refused rather than
-ignored (``plm_lr`` with a frozen PLM, ``align_temperature`` without the cosine alignment,
-``warm_start`` without match features, ``interpolation`` without fusion), so that no key
+ignored (``plm_lr`` and ``plm_layers`` with a frozen PLM, ``align_temperature`` without the cosine
+alignment, ``warm_start`` without match features, ``interpolation`` without fusion), so that no key
 is ever inert for a re-ranker and DVC (which tracks ``rerank.<variant>`` whole and each
 shared key) reruns a re-ranker only when something it reads changed.
 
 * ``mvcl``: MVCL as published (Wang, IJCNN 2022): the PLM fine-tuned (§IV-C), word-level
-  alignment ``e = h_a . h_b / sqrt(d)`` on the PLM's states, ReLU in the attention pooling,
-  the re-ranked list alone.
-* ``xrerank``: lexgraph's recipe: the PLM frozen with cached states, cosine / temperature
-  alignment, the MaxSim warm start and match features, tanh pooling, fused with the first
-  stage at the alpha chosen on dev.
+  alignment ``e = h_a . h_b / sqrt(d)`` on the PLM's states and the strengthening on those
+  states themselves (``projection: false``, eq. 2-4), eq. 6's attention pooling
+  (``pooling: eq6``), inputs truncated "from the front" (``truncation: left``), the epoch chosen
+  by the pairwise accuracy on dev (``metric: accuracy``), 5.5 epochs, the re-ranked list alone,
+  ordered by the sum of each candidate's probabilities in all its pairs (``ranking: probability``,
+  the paper's Appendix B); on the sample only the PLM's top 2 blocks train (``plm_layers: 2``, the
+  sample's budget rule; the paper profile: ``null``, every weight).
+* ``xrerank``: lexgraph's recipe: the PLM frozen with cached states, every state projected to
+  ``hidden`` (``projection: true``), cosine / temperature alignment, the MaxSim warm start and
+  match features, tanh pooling, the first tokens kept (``truncation: right``), fused with the
+  first stage at the alpha chosen on dev by ``metric`` (map); its candidates scored by their mean
+  logit margin (``ranking: margin``, lexgraph's rule).
+
+``truncation``: MVCL §IV-C says that texts beyond 512 tokens "will be truncated from the front"
+(the indicator) and that "the documents longer than 512 tokens are truncated from the front"
+(the matching part). lexgraph reads "from the front" as Hugging Face's ``truncation_side='left'``:
+the tokens at the front are dropped and the end is kept (``left``; a text prefix such as E5's
+``passage: `` and the special tokens stay). The other reading, the text kept from its front
+and cut at the limit (its first tokens kept), is ``right`` (today's, xrerank's). ``epochs`` may be
+fractional: ``round(epochs * steps per epoch)`` optimizer steps in all, the last epoch partial
+(MVCL: "3500 (about 5.5 epochs) iterations", lexgraph's budget rule keeps the 5.5 passes).
+``metric: accuracy`` is the classifier's pairwise accuracy on dev triples (MVCL §IV-C: "best
+model is selected in the training process according to the accuracy measure on the validation
+set"); any other metric is an IR metric of the re-ranked (and, with fusion, fused) dev lists.
+
+``ranking`` (:data:`lexgraph.models.rerank.RANKINGS`) turns the pairwise classifier's round robin
+over a list into one score per candidate: ``probability``, MVCL's Appendix B ("We could sum the
+probabilities of a candidate in all pairs and rank candidates according to their summations of
+probabilities"), or ``margin``, lexgraph's mean logit margin. Either reads with every other
+setting (with fusion the scores are z-normalised, with ``warm_start`` both rank the untrained
+network's list by MaxSim), so no combination is refused.
+
+``plm_layers`` (read with ``plm: finetune`` only): ``null``, every weight of the PLM trains (MVCL
+§IV-C); ``N``, only its top ``N`` transformer blocks train (the embeddings and the blocks below
+frozen), the sample's budget rule for a method that fine-tunes a PLM (as QABISAR's
+``gnn.<variant>.encoder_layers``): the token states entering the top blocks are computed once per
+article and question (eval mode) and cached in memory, a step runs the top blocks alone
+(:mod:`lexgraph.training.rerank_plm`).
 """
 
 from __future__ import annotations
@@ -25,8 +58,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from lexgraph.core.config import SYSTEM_NAMES, bad_value, expectation, params_error, refuse_held_out, section_config
+from lexgraph.encoding.rerank_features import TRUNCATIONS
 from lexgraph.metrics.ir import METRICS
-from lexgraph.models.rerank import ALIGNMENTS, POOLINGS
+from lexgraph.models.rerank import ALIGNMENTS, POOLINGS, RANKINGS
 from lexgraph.text.elements import PATTERNS
 
 log = logging.getLogger(__name__)
@@ -34,7 +68,17 @@ log = logging.getLogger(__name__)
 #: The re-rankers, in SYSTEM_NAMES order: each is a foreach item of the ``rerank`` stage.
 VARIANTS = ("xrerank", "mvcl")
 PLM_MODES = ("frozen", "finetune")
-CHOICES = {"plm": PLM_MODES, "alignment": ALIGNMENTS, "pooling": POOLINGS}
+#: the classifier's pairwise accuracy on dev triples (MVCL §IV-C), a selection metric beside the IR ones
+ACCURACY = "accuracy"
+SELECTION_METRICS = (*METRICS, ACCURACY)
+CHOICES = {
+    "plm": PLM_MODES,
+    "alignment": ALIGNMENTS,
+    "pooling": POOLINGS,
+    "truncation": TRUNCATIONS,
+    "metric": SELECTION_METRICS,
+    "ranking": RANKINGS,
+}
 
 SECTION = "rerank"
 WEIGHTS = "mvcl.safetensors"
@@ -48,8 +92,11 @@ VARIANT_KEYS = (
     "enabled",
     "plm",
     "plm_lr",
+    "plm_layers",
     "max_query_length",
     "max_article_length",
+    "truncation",
+    "projection",
     "alignment",
     "align_temperature",
     "pooling",
@@ -57,19 +104,22 @@ VARIANT_KEYS = (
     "warm_start",
     "fusion",
     "interpolation",
+    "ranking",
     "lr",
     "weight_decay",
     "epochs",
+    "metric",
 )
 #: variant keys read only under a condition: key -> (the key it depends on, the value that makes it read)
 CONDITIONAL = {
     "plm_lr": ("plm", "finetune"),
+    "plm_layers": ("plm", "finetune"),
     "align_temperature": ("alignment", "cosine"),
     "warm_start": ("match_features", True),
     "interpolation": ("fusion", True),
 }
 #: the value a conditional key takes when it is not read (not a setting: nothing reads it)
-UNREAD = {"plm_lr": None, "align_temperature": None, "warm_start": False, "interpolation": [1.0]}
+UNREAD = {"plm_lr": None, "plm_layers": None, "align_temperature": None, "warm_start": False, "interpolation": [1.0]}
 #: the keys the encode_rerank stage reads (it caches the frozen PLM's states for xrerank)
 ENCODE_KEYS = (
     "xrerank.enabled",
@@ -111,8 +161,24 @@ class RerankConfig:
     )  # false: a placeholder in seconds, evaluate skips it
     plm: str = field(metadata=_own("plm", "frozen (cached states) or finetune (the PLM trains)", choices=PLM_MODES))
     plm_lr: float | None = field(metadata=_own("plm_lr", "a number > 0 (the PLM's learning rate)"))
+    # null: every weight of the PLM trains; N: its top N blocks only, over cached states of the blocks below
+    plm_layers: int | None = field(
+        metadata=_own(
+            "plm_layers",
+            "null (every weight of the PLM trains) or an integer >= 1 (only the PLM's top N blocks train)",
+        )
+    )
     max_query_length: int = field(metadata=_own("max_query_length", "an integer >= 8"))
     max_article_length: int = field(metadata=_own("max_article_length", "an integer >= 8"))
+    truncation: str = field(
+        metadata=_own(
+            "truncation",
+            "left (a longer text loses its first tokens, MVCL's 'from the front') or right (it keeps them)",
+            choices=TRUNCATIONS,
+        )
+    )
+    # false: eq. 2-4 on the PLM's own states (MVCL); true: every state projected to hidden first (xrerank)
+    projection: bool = field(metadata=_own("projection", "true or false"))
     alignment: str = field(
         metadata=_own(
             "alignment",
@@ -125,7 +191,7 @@ class RerankConfig:
         metadata=_own("align_temperature", "a number > 0 (cosine / temperature of the cosine alignment)")
     )
     pooling: str = field(
-        metadata=_own("pooling", "relu or tanh (the attention pooling's activation)", choices=POOLINGS)
+        metadata=_own("pooling", "eq6 (MVCL's eq. 6, its own weights) or tanh (over the projection)", choices=POOLINGS)
     )
     # H_{a,b} ends with the PLM's alignment scores (MaxSim both ways, mean cosine)
     match_features: bool = field(metadata=_own("match_features", "true or false"))
@@ -136,9 +202,22 @@ class RerankConfig:
     interpolation: list[float] = field(
         metadata=_own("interpolation", "a non-empty list of distinct numbers in [0, 1] (the re-ranker's weight)")
     )
+    # how the classifier's round robin over a list becomes one score per candidate
+    ranking: str = field(
+        metadata=_own(
+            "ranking",
+            "probability (MVCL App. B: the sum of a candidate's probabilities in all pairs) or margin "
+            "(the mean logit margin)",
+            choices=RANKINGS,
+        )
+    )
     lr: float = field(metadata=_own("lr", "a number > 0"))
     weight_decay: float = field(metadata=_own("weight_decay", "a number >= 0"))
-    epochs: int = field(metadata=_own("epochs", "a positive integer"))
+    # passes over the training triples; a fraction makes the last epoch partial (round(epochs * steps) steps)
+    epochs: float = field(metadata=_own("epochs", "a number > 0"))
+    metric: str = field(
+        metadata=_own("metric", f"one of {', '.join(SELECTION_METRICS)} (chooses the epoch)", choices=SELECTION_METRICS)
+    )
     # -- shared
     first_stage: str = field(
         metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"}
@@ -168,7 +247,6 @@ class RerankConfig:
     warmup_ratio: float = field(metadata={"expected": "a number in [0, 1)"})
     max_grad_norm: float = field(metadata={"expected": "a number > 0"})
     split: str = field(metadata={"expected": "dev (the split that chooses the epoch, and alpha with fusion)"})
-    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
     eval_batch_size: int = field(metadata={"expected": "a positive integer"})
 
     @classmethod
@@ -204,11 +282,13 @@ class RerankConfig:
         for name in ("max_query_length", "max_article_length"):
             if getattr(self, name) < 8:
                 raise bad(name)
-        for name in ("element_budget", "encode_batch_size", "negatives", "epochs", "batch_size", "eval_batch_size"):
+        for name in ("element_budget", "encode_batch_size", "negatives", "batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise bad(name)
         if self.hidden < 2 or self.hidden % 2:
             raise bad("hidden")
+        if self.plm_layers is not None and self.plm_layers < 1:
+            raise bad("plm_layers")
         if not 0.0 <= self.dropout < 1.0:
             raise bad("dropout")
         for name in ("lambda_case", "lambda_ele", "weight_decay"):
@@ -217,7 +297,7 @@ class RerankConfig:
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise bad(name)
-        for name in ("t1", "t2", "lr", "max_grad_norm", "align_temperature", "plm_lr"):
+        for name in ("t1", "t2", "lr", "max_grad_norm", "align_temperature", "plm_lr", "epochs"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise bad(name)
@@ -230,8 +310,23 @@ class RerankConfig:
             raise bad("del_token")
         if self.split not in ("dev", "train"):
             raise bad("split")
-        if self.metric not in METRICS:
-            raise bad("metric")
         a = self.interpolation
         if not a or any(not 0.0 <= x <= 1.0 for x in a) or len(set(a)) < len(a):
             raise bad("interpolation")
+        self._validate_combinations()
+
+    def _validate_combinations(self) -> None:
+        """Settings that exclude each other: one line naming both keys."""
+        v = self.variant
+        if not self.projection:
+            for name, value in (("pooling", "tanh"), ("alignment", "projected")):
+                if getattr(self, name) == value:
+                    raise params_error(
+                        f"'rerank.{v}.{name}' = {value} reads the projected states; it needs "
+                        f"'rerank.{v}.projection' = true (got false)"
+                    )
+        if self.metric == ACCURACY and self.fusion:
+            raise params_error(
+                f"'rerank.{v}.metric' = {ACCURACY} is the classifier's and cannot choose the fused lists' alpha; "
+                f"it needs 'rerank.{v}.fusion' = false (got true)"
+            )

@@ -128,4 +128,6 @@ def build_model(input_dim: int, config: RerankConfig) -> InteractionModel:
         features=config.match_features,
         warm_start=config.warm_start,
         pooling=config.pooling,
+        projection=config.projection,
+        ranking=config.ranking,
     )

@@ -1,12 +1,30 @@
 """MVCL's fine-tuned PLM (``rerank.<variant>.plm: finetune``): token ids in, token states out
 inside the training step, so that the losses' gradients reach the PLM (Wang, IJCNN 2022,
-§IV-C: the PLM is fine-tuned with Adam at 2e-5 on inputs of up to 512 tokens).
+§IV-C: the PLM is fine-tuned with Adam at 2e-5 on inputs of up to 512 tokens, "the documents
+longer than 512 tokens are truncated from the front"). The token ids it is given are already
+cut: :func:`lexgraph.encoding.rerank_features.token_inputs` at ``rerank.<variant>.truncation``
+(``left`` for ``mvcl``: a long text keeps its last tokens).
 
 :class:`PLMTokens` stands where a frozen re-ranker reads a :class:`TokenStore` of cached
 states: the same ``batch(keys, device) -> (states, mask)``, ``dim`` and ``in``, but the
 states are computed by the PLM on the call (with gradients in training), and
 :meth:`PLMTokens.encode_store` freezes the current PLM's states of a selection into a
 store for scoring (dev evaluation; the search side does the same with the saved PLM).
+
+``rerank.<variant>.plm_layers`` = ``N`` (the sample's budget rule: only the PLM's top ``N`` blocks
+train, as QABISAR's distilled query encoder, :class:`lexgraph.training.gnn.StudentCache`):
+:func:`plm_stores` freezes the embeddings and the blocks below the top ``N``
+(:func:`lexgraph.models.backbone.set_trainable_layers`) and computes, once per article and
+question (at the variant's truncation), the token states entering the top blocks
+(:func:`lexgraph.models.backbone.frozen_states`: eval mode, no gradients), kept in memory in
+:data:`CACHE_DTYPE`; a step then runs the top blocks alone over the batch's cached states
+(:func:`lexgraph.models.backbone.top_states`, with gradients and, in training mode, their dropout).
+The lower blocks thus run without dropout, where a full fine-tuning would apply it there too. An
+element view (MVCL eq. 8: the article with its non-element sentences' tokens replaced by
+[DEL]) is another token sequence, whose states no article's cache holds: its store runs the frozen
+blocks on every call (no gradients) and the top blocks with gradients. ``plm_layers: null`` runs
+the whole PLM in the step (every weight trains), as before. Either way the saved PLM is the whole
+model, whose full forward gives the states the cached path gives (the frozen blocks never change).
 """
 
 from __future__ import annotations
@@ -16,9 +34,16 @@ from collections.abc import Sequence
 
 import torch
 
-from lexgraph.encoding.rerank_features import TokenStore
+from lexgraph.encoding.rerank_features import TokenInputs, TokenStore
 
 log = logging.getLogger(__name__)
+
+#: the dtype of the cached states below the top ``plm_layers`` blocks: float32, so that the top
+#: blocks read what a full forward passes them (the sample's cache: 275,838 tokens x 384 = 404 MiB).
+#: float16 would halve it but moved e5-small's last states by 4e-4 and an untrained mvcl network's
+#: scores by 5e-4 (one of 10 dev lists reordered), where float32 left them within 2e-5 of the
+#: full forward (the final float16 rounding of the scoring store) and every order the same.
+CACHE_DTYPE = torch.float32
 
 
 # what one more PLM call costs on a CPU, in padded tokens: chunks are cut where they save more
@@ -49,13 +74,22 @@ def length_chunks(lengths: Sequence[int], overhead: int = CHUNK_OVERHEAD_TOKENS)
 
 class PLMTokens:
     """Token ids of many texts (``ids`` -> ``sequences``) and the trainable ``plm`` that turns
-    them into last-layer token states."""
+    them into last-layer token states. ``layers``: None, the whole PLM runs on every call; ``N``,
+    the frozen blocks below the top ``N`` run without gradients, from the cache that
+    :meth:`cache_frozen` built (``cache``) or, without one, on the call, then the top ``N`` blocks."""
 
     def __init__(
-        self, ids: Sequence[int], sequences: Sequence[Sequence[int]], plm: torch.nn.Module, pad_id: int
+        self,
+        ids: Sequence[int],
+        sequences: Sequence[Sequence[int]],
+        plm: torch.nn.Module,
+        pad_id: int,
+        layers: int | None = None,
     ) -> None:
         self.sequences = {int(i): list(s) for i, s in zip(ids, sequences)}
         self.plm, self.pad_id = plm, int(pad_id)
+        self.layers = layers
+        self.cache: TokenStore | None = None  # the states entering the top `layers` blocks, per text
 
     @property
     def dim(self) -> int:
@@ -86,13 +120,48 @@ class PLMTokens:
         overhead = CHUNK_OVERHEAD_TOKENS if device.type == "cpu" else ONE_CHUNK
         order, parts = [], []
         for chunk in length_chunks([len(r) for r in rows], overhead):
-            ids, chunk_mask = self._padded([rows[i] for i in chunk], device)  # (c, Lc)
-            states = self.plm(input_ids=ids, attention_mask=chunk_mask).last_hidden_state  # (c, Lc, dim)
+            states = self._states([keys[i] for i in chunk], [rows[i] for i in chunk], device)  # (c, Lc, dim)
             parts.append(torch.nn.functional.pad(states, (0, 0, 0, length - states.shape[1])))  # (c, L, dim)
             order += chunk
         where = torch.empty(len(rows), dtype=torch.long)
         where[torch.tensor(order, dtype=torch.long)] = torch.arange(len(rows))
         return torch.cat(parts, 0).index_select(0, where.to(device)), mask  # (n, L, dim), (n, L)
+
+    def _states(self, keys: Sequence[int], rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+        """The last-layer states ``(c, Lc, dim)`` of one chunk (``rows``: the token ids of ``keys``)."""
+        from lexgraph.models.backbone import frozen_states, top_states
+
+        if self.layers is None:  # the whole PLM
+            ids, mask = self._padded(rows, device)  # (c, Lc)
+            return self.plm(input_ids=ids, attention_mask=mask).last_hidden_state  # (c, Lc, dim)
+        if self.cache is not None:  # the cached states below the top blocks
+            hidden, mask = self.cache.batch(keys, device)  # (c, Lc, dim), (c, Lc)
+        else:  # a sequence no cache holds (an element view): the frozen blocks now, without gradients
+            ids, mask = self._padded(rows, device)  # (c, Lc)
+            hidden = frozen_states(self.plm, ids, mask, self.layers)  # (c, Lc, dim)
+        return top_states(self.plm, hidden, mask, self.layers)  # (c, Lc, dim)
+
+    @torch.no_grad()
+    def cache_frozen(self, batch_size: int, device: torch.device, desc: str = "cache frozen states") -> None:
+        """Compute once the states entering the top ``layers`` blocks of every text (the embeddings
+        and the frozen blocks in eval mode, without gradients, in length-sorted batches of
+        ``batch_size``) and keep them, unpadded, in :data:`CACHE_DTYPE` on the CPU."""
+        from lexgraph.core.progress import progress
+        from lexgraph.models.backbone import frozen_states
+
+        if self.layers is None:
+            raise ValueError("cache_frozen needs layers: the whole PLM trains without a cache")
+        keys = sorted(self.sequences, key=lambda k: (len(self.sequences[k]), k))
+        states: dict[int, torch.Tensor] = {}
+        starts = range(0, len(keys), batch_size)
+        for start in progress(starts, desc, total=len(starts), unit="batch", disable=len(keys) <= batch_size):
+            rows = keys[start : start + batch_size]
+            ids, mask = self._padded([self.sequences[k] for k in rows], device)  # (b, L)
+            hidden = frozen_states(self.plm, ids, mask, self.layers).to("cpu", CACHE_DTYPE)  # (b, L, dim)
+            for j, k in enumerate(rows):
+                states[k] = hidden[j, : len(self.sequences[k])].clone()  # (len, dim)
+        ordered = sorted(states)
+        self.cache = TokenStore.from_list(ordered, [states[k] for k in ordered], self.dim)
 
     @torch.no_grad()
     def encode_store(self, keys: Sequence[int], batch_size: int, device: torch.device, autocast) -> TokenStore:
@@ -111,6 +180,48 @@ class PLMTokens:
         self.plm.train(was_training)
         keys_sorted = sorted(states)
         return TokenStore.from_list(keys_sorted, [states[k] for k in keys_sorted], self.dim)
+
+
+def plm_stores(
+    inputs: TokenInputs,
+    plm: torch.nn.Module,
+    pad_id: int,
+    layers: int | None,
+    batch_size: int,
+    device: torch.device,
+) -> tuple[PLMTokens, PLMTokens, PLMTokens]:
+    """``(articles, questions, element views)`` of ``inputs`` over the fine-tuned ``plm``
+    (``rerank.<variant>.plm_layers`` = ``layers``): None, every weight trains and each store runs
+    the whole PLM; ``N``, only the top ``N`` blocks train (a :class:`SettingError` ``plm_layers``
+    when the PLM has fewer), the articles' and questions' states below them cached once
+    (:meth:`PLMTokens.cache_frozen`), the element views' computed on every call."""
+    from lexgraph.core.errors import SettingError
+    from lexgraph.models.backbone import set_trainable_layers, transformer_layers
+
+    blocks = len(transformer_layers(plm))
+    if layers is not None and not 1 <= layers <= blocks:
+        raise SettingError("plm_layers", layers, f"null or an integer in [1, {blocks}] (the PLM's blocks)")
+    set_trainable_layers(plm, layers)
+    stores = (
+        PLMTokens(inputs.article_ids, inputs.articles, plm, pad_id, layers),
+        PLMTokens(inputs.question_ids, inputs.questions, plm, pad_id, layers),
+        PLMTokens(inputs.view_ids, inputs.views, plm, pad_id, layers),
+    )
+    if layers is not None:
+        stores[0].cache_frozen(batch_size, device, "cache articles below the top blocks")
+        stores[1].cache_frozen(batch_size, device, "cache questions below the top blocks")
+        frozen = sum(p.numel() for p in plm.parameters() if not p.requires_grad)
+        log.info(
+            "the PLM's top %d blocks train (%.1fM weights frozen); cached below them: %d articles, %d questions "
+            "(%d tokens, %.0f MiB)",
+            layers,
+            frozen / 1e6,
+            len(stores[0].sequences),
+            len(stores[1].sequences),
+            sum(int(s.cache.states.shape[0]) for s in stores[:2]),
+            sum(s.cache.states.numel() * s.cache.states.element_size() for s in stores[:2]) / 2**20,
+        )
+    return stores
 
 
 def load_plm(directory, device: torch.device):
