@@ -1,4 +1,5 @@
-"""Synthetic queries per article: random crops, doc2query or none (params section `queries`)."""
+"""Synthetic queries per article: the fetched ones kept, the rest random crops, doc2query or none (params section
+`queries`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def main(args, base, config):
     from lexgraph.data.queries import run
 
     paths = paths_from(QueriesPaths, args)
-    run(paths.articles, paths.out, config, seed=base.seed, device=base.device)
+    run(paths.articles, paths.out, config, seed=base.seed, device=base.device, questions=paths.questions)
 
 
 if __name__ == "__main__":

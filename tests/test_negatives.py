@@ -376,3 +376,50 @@ def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
     empty = tmp_path / "empty.parquet"
     hub.clear().write_parquet(empty)
     assert run(config, paths["articles"], paths["questions"], paths["synthetic"], empty).equals(mined)
+
+
+def test_fetched_synthetic_questions_in_both_inputs_count_once_and_take_the_hub_lists(tmp_path):
+    """generate_queries copies the fetched synthetic questions (clean's rows, ids included) into
+    the synthetic file: mine_negatives counts each once, as a clean question, so it takes the
+    hub's synthetic list (fetch renumbered the list's question id with the question); the
+    generated question is mined; a copy that differs from clean's row is refused."""
+    from lexgraph.core.errors import DataError
+    from lexgraph.training.negatives import run
+
+    paths = write_fixtures(tmp_path)
+    questions = pl.read_parquet(paths["questions"])
+    fetched = pl.DataFrame(
+        {
+            "id": [20],
+            "question": ["servitude de passage du fonds enclavé"],
+            "category": [None],
+            "article_ids": [[103]],
+            "split": ["synthetic"],
+        },
+        schema=questions.schema,
+    )
+    pl.concat([questions, fetched]).write_parquet(paths["questions"])
+    generated = pl.read_parquet(paths["synthetic"])  # id 1, also a train id: never a hub list
+    pl.concat([fetched.select(generated.columns), generated]).write_parquet(paths["synthetic"])
+    pl.DataFrame(
+        {
+            "question_id": [20, 1],
+            "split": ["synthetic", "train"],
+            "article_ids": [[103, 110, 999, 101, 102, 104], [105]],
+        },
+        schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)},
+    ).write_parquet(paths["hub"])
+    config = NegativesConfig.from_params(NEGATIVES)
+    df = run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
+    assert list(zip(df["question_id"], df["split"])) == [(1, "train"), (2, "train"), (4, "train"), (5, "train")] + [
+        (20, "synthetic"),
+        (1, "synthetic"),
+    ]
+    got = {(q, s): n for q, s, n in df.iter_rows()}
+    assert got[(20, "synthetic")] == [110, 101, 102]  # the hub's: 103 gold, 999 not an article, k = 3
+    assert got[(1, "synthetic")] == expected_negatives("servitudes des fonds voisins", [102], 3)  # mined
+    assert got[(1, "train")] == [105]
+    altered = fetched.with_columns(pl.lit("une autre question").alias("question")).select(generated.columns)
+    pl.concat([altered, generated]).write_parquet(paths["synthetic"])
+    with pytest.raises(DataError, match="question id 20 occurs more than once in split 'synthetic'"):
+        run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])

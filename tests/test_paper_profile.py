@@ -237,19 +237,66 @@ def test_pretrain_continued_mlm_for_its_steps(paper_run):
     assert metrics["train_loss"] > 0 and metrics["eval_loss"] != metrics["eval_loss_initial"], metrics
 
 
-@pytest.mark.slow
-@pytest.mark.paper  # `pytest -m paper`; .ci/run runs it
-def test_doc2query_wrote_questions(paper_run):
+def hub_synthetic(run):
+    """The clean synthetic questions (the hub's, fetched) and the rows of
+    data/queries/synthetic.parquet: (fetched, queries)."""
     import polars as pl
 
-    queries = pl.read_parquet(paper_run["dest"] / "data/queries/synthetic.parquet")
+    clean = pl.read_parquet(run["dest"] / "data/clean/questions.parquet")
+    queries = pl.read_parquet(run["dest"] / "data/queries/synthetic.parquet")
+    return clean.filter(pl.col("split") == "synthetic"), queries
+
+
+@pytest.mark.slow
+@pytest.mark.paper  # `pytest -m paper`; .ci/run runs it
+def test_the_hubs_synthetic_questions_reached_training_with_the_hubs_negatives(paper_run):
+    """G-DSR §4.2's synthetic questions are the hub's: generate_queries writes the fetched ones
+    (clean's rows, ids included) into data/queries/synthetic.parquet, mine_negatives gives each
+    the hub's BM25 list (read here from the hub directory by the hub's own id, through the
+    article the question cites), and train_dsr trains on them."""
+    import csv
+
+    import polars as pl
+
+    fetched, queries = hub_synthetic(paper_run)
+    assert fetched.height == pf.SIZES["synthetic"]
+    assert queries.head(fetched.height).equals(fetched)  # the hub's questions first, as clean has them
+    # the hub's ids 1..N, moved past the human ids by fetch, reach the negatives under the moved ids
+    hub = Path(paper_run["params"]["fetch"]["hub_repo"])
+    with (hub / "questions_synthetic.csv").open(encoding="utf-8", newline="") as f:
+        hub_article = {int(r["id"]): int(r["article_ids"]) for r in csv.DictReader(f)}
+    hub_lists = json.loads((hub / "negatives" / "bm25_negatives_synthetic.json").read_text(encoding="utf-8"))
+    ours = {ids[0]: qid for qid, ids in zip(fetched["id"], fetched["article_ids"])}  # one question per article
+    corpus = set(pl.read_parquet(paper_run["dest"] / "data/clean/articles.parquet")["id"])
+    negatives = pl.read_parquet(paper_run["dest"] / "data/negatives/negatives.parquet")
+    mined = {qid: n for qid, split, n in negatives.iter_rows() if split == "synthetic"}
+    k = paper_run["params"]["negatives"]["k"]
+    for entry in hub_lists:
+        article = hub_article[entry["question_id"]]
+        want = [a for a in dict.fromkeys(entry["article_ids"]) if a in corpus and a != article][:k]
+        assert want and mined[ours[article]] == want, (entry["question_id"], ours[article])
+    synthetic = negatives.filter(pl.col("split") == "synthetic")  # one row per synthetic question
+    assert synthetic.height == synthetic["question_id"].n_unique() == queries.height
+    metrics = read(paper_run, "metrics/train_dsr.json")
+    assert metrics["synthetic_pairs"] >= fetched.height, metrics
+
+
+@pytest.mark.slow
+@pytest.mark.paper  # `pytest -m paper`; .ci/run runs it
+def test_doc2query_wrote_questions_for_the_other_articles(paper_run):
+    import polars as pl
+
+    fetched, queries = hub_synthetic(paper_run)
+    generated = queries.slice(fetched.height)
     n_articles = pl.read_parquet(paper_run["dest"] / "data/clean/articles.parquet").height
+    cited = {a for ids in fetched["article_ids"] for a in ids}
     # per_article 1; a random tiny mT5 repeats itself, so deduplication keeps only part of them
-    assert 0 < queries.height <= n_articles
+    assert 0 < generated.height <= n_articles - len(cited)
+    assert not cited & {a for ids in generated["article_ids"] for a in ids}
     assert queries["id"].n_unique() == queries.height
     assert set(queries["split"]) == {"synthetic"}
-    assert set(queries["subcategory"]) == {"doc2query"}  # the generator that wrote them (not crop)
-    assert queries["question"].str.len_chars().min() > 0
+    assert set(generated["subcategory"]) == {"doc2query"}  # the generator that wrote them (not crop)
+    assert generated["question"].str.len_chars().min() > 0
 
 
 @pytest.mark.slow

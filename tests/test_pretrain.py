@@ -244,7 +244,9 @@ def test_float_strings_from_yaml_are_accepted():
 
 def test_warmup_is_a_share_of_max_steps_and_scales_with_a_shortened_run():
     """The paper profile's warm-up is a ratio: shrinking max_steps shrinks it instead of refusing
-    the run; the default 0.1 of 600 and the paper's 0.01 of 50000 keep their step counts."""
+    the run; the default 0.1 of 600 and the paper's 0.05 of 50000 keep their step counts. The
+    paper profile's MLM optimiser is gdsr scripts/run_mlm_training.sh's: --warmup_ratio 0.05 and
+    no --weight_decay (Hugging Face TrainingArguments' default 0.0), for G-DSR §4.2's 50k steps."""
     from pathlib import Path
 
     from lexgraph.core.config import read_params
@@ -252,11 +254,13 @@ def test_warmup_is_a_share_of_max_steps_and_scales_with_a_shortened_run():
     root = Path(__file__).resolve().parents[1]
     paper = read_params(root / "profiles" / "paper.yaml")["pretrain"]
     default = read_params(root / "params.yaml")["pretrain"]
-    assert pt.PretrainConfig.from_params(paper).warmup_steps == 500  # 0.01 x 50000
+    config = pt.PretrainConfig.from_params(paper)
+    assert (config.warmup_ratio, config.weight_decay, config.max_steps) == (0.05, 0.0, 50000)
+    assert config.warmup_steps == 2500  # 0.05 x 50000
     assert pt.PretrainConfig.from_params(default).warmup_steps == 60  # 0.1 x 600: the sample's schedule
     short = pt.PretrainConfig.from_params(dict(paper, max_steps=200))
-    assert short.warmup_steps == 2 and short.max_steps == 200
-    assert pt.PretrainConfig.from_params(dict(paper, max_steps=20)).warmup_steps == 0
+    assert short.warmup_steps == 10 and short.max_steps == 200
+    assert pt.PretrainConfig.from_params(dict(paper, max_steps=9)).warmup_steps == 0  # 0.45 rounds to 0
     with pytest.raises(ConfigError, match=r"'pretrain.warmup_ratio' = 1.0, expected a share of max_steps in \[0, 1\)"):
         pt.PretrainConfig.from_params(dict(default, warmup_ratio=1.0))
 

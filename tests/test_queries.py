@@ -67,7 +67,9 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
         queries={"generator": "crop", "per_article": 4, "min_words": 2, "max_words": 5, "first_id": 500},
     )
     out = tmp_path / "queries" / "synthetic.parquet"
-    argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
+    questions = tmp_path / "questions.parquet"
+    clean_questions([]).write_parquet(questions)
+    argv = ["--params", str(params), "--articles", str(articles), "--questions", str(questions), "--out", str(out)]
     assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 0
     df = pl.read_parquet(out)
     assert dict(df.schema) == SCHEMA
@@ -90,6 +92,88 @@ def test_none_generator_writes_empty_file_with_schema(tmp_path):
 def test_bad_params_are_config_errors(params):
     with pytest.raises(ConfigError):
         q.QueriesConfig.from_params(section("queries", **params))
+
+
+# --------------------------------------------------------------------------- fetched synthetic questions
+
+
+def clean_questions(fetched: list[tuple[int, str, list[int]]]) -> pl.DataFrame:
+    """A clean questions table: two human questions and the ``fetched`` synthetic ones (id, text,
+    gold), as clean writes them (the hub's empty category columns included)."""
+    human = [(1, "Qui paie le mur mitoyen ?", [10], "train"), (2, "Peut-on exproprier ?", [11], "test")]
+    rows = human + [(i, t, g, "synthetic") for i, t, g in fetched]
+    return pl.DataFrame(
+        {
+            "id": [r[0] for r in rows],
+            "question": [r[1] for r in rows],
+            "category": [None if r[3] == "synthetic" else "Logement" for r in rows],
+            "subcategory": [None] * len(rows),
+            "extra_description": [None] * len(rows),
+            "article_ids": [r[2] for r in rows],
+            "split": [r[3] for r in rows],
+        },
+        schema=SCHEMA,
+    )
+
+
+CROP = {"generator": "crop", "per_article": 3, "min_words": 2, "max_words": 5, "first_id": 500}
+
+
+def run_driver(tmp_path, articles, questions: pl.DataFrame, queries: dict) -> pl.DataFrame:
+    """stages/generate_queries.py on ``articles`` and the clean ``questions``; its output."""
+    paths = {name: tmp_path / f"{name}.parquet" for name in ("articles", "questions")}
+    pl.DataFrame({"id": [a for a, _ in articles], "article": [t for _, t in articles]}).write_parquet(paths["articles"])
+    questions.write_parquet(paths["questions"])
+    params = tmp_path / "params.yaml"
+    write_params(params, base={"seed": 3}, queries=queries)
+    out = tmp_path / "synthetic.parquet"
+    argv = ["--params", str(params), "--articles", str(paths["articles"]), "--questions", str(paths["questions"])]
+    assert run_stage("queries", *_driver(), [*argv, "--out", str(out)], config=q.QueriesConfig.from_params) == 0
+    return pl.read_parquet(out)
+
+
+def test_fetched_synthetic_questions_are_kept_and_only_the_other_articles_get_generated_ones(tmp_path, caplog):
+    """fetch.synthetic: the hub's synthetic questions (clean's rows of split synthetic) are the
+    output's first rows, ids and text as clean has them; the generator runs for the articles
+    none of them cites (10 and 12 are cited, 13 is empty: only 11 and 14 get crops)."""
+    fetched = [(331, "Que ne peut faire le propriétaire du fonds servant ?", [10]), (332, "Abrogé ?", [12])]
+    caplog.set_level("INFO", logger="lexgraph.data.queries")
+    df = run_driver(tmp_path, ARTICLES, clean_questions(fetched), CROP)
+    assert dict(df.schema) == SCHEMA
+    hub = df.head(2)
+    assert hub.equals(clean_questions(fetched).filter(pl.col("split") == "synthetic"))  # every column as clean has it
+    generated = df.slice(2)
+    assert generated.height > 0 and set(generated["subcategory"]) == {"crop"}
+    assert {ids[0] for ids in generated["article_ids"]} == {11, 14}
+    assert generated["id"].to_list() == list(range(500, 500 + generated.height))
+    cfg = q.QueriesConfig.from_params(section("queries", **CROP))
+    alone = q.generate([a for a in ARTICLES if a[0] in (11, 13, 14)], cfg, seed=3)
+    assert generated.equals(alone)  # crops are seeded per article: those of the uncited articles
+    assert "2 from the hub" in caplog.text and f"{generated.height} generated (crop)" in caplog.text
+
+
+def test_without_fetched_synthetic_questions_the_output_is_unchanged(tmp_path):
+    """The embedded sample's layout (no synthetic rows in the clean questions): every article
+    goes to the generator, as before the clean questions were read."""
+    df = run_driver(tmp_path, ARTICLES, clean_questions([]), CROP)
+    cfg = q.QueriesConfig.from_params(section("queries", **CROP))
+    assert df.equals(q.generate(ARTICLES, cfg, seed=3))
+    assert {ids[0] for ids in df["article_ids"]} == {10, 11, 12, 14}
+    with_file = tmp_path / "synthetic.parquet"
+    q.run(tmp_path / "articles.parquet", tmp_path / "again.parquet", cfg, seed=3)  # no questions file at all
+    assert (tmp_path / "again.parquet").read_bytes() == with_file.read_bytes()
+
+
+def test_a_generated_text_that_repeats_a_fetched_question_is_dropped_and_ids_may_not_clash():
+    cfg = q.QueriesConfig.from_params(section("queries", **CROP))
+    first = q.generate([ARTICLES[1]], cfg, seed=3)
+    taken = first["question"][0]
+    fetched = clean_questions([(331, f" {taken} ", [10])]).filter(pl.col("split") == "synthetic")
+    df = q.with_fetched(ARTICLES[:2], fetched, cfg, seed=3)
+    assert taken not in df["question"].to_list()[1:] and df.height == first.height  # 1 fetched + the others
+    clash = clean_questions([(500, "Une question du hub ?", [10])]).filter(pl.col("split") == "synthetic")
+    with pytest.raises(ConfigError, match=r"'queries.first_id' = 500: .* reuse the id 500 .*above 500"):
+        q.with_fetched(ARTICLES, clash, cfg, seed=3)
 
 
 # --------------------------------------------------------------------------- doc2query
@@ -150,7 +234,9 @@ def test_doc2query_hub_unreachable_is_one_sentence(monkeypatch, tmp_path, capsys
     params = tmp_path / "params.yaml"
     write_params(params, queries={"generator": "doc2query", "model": "lexgraph-test/no-such-doc2query"})
     out = tmp_path / "synthetic.parquet"
-    argv = ["--params", str(params), "--articles", str(articles), "--out", str(out)]
+    questions = tmp_path / "questions.parquet"
+    clean_questions([]).write_parquet(questions)
+    argv = ["--params", str(params), "--articles", str(articles), "--questions", str(questions), "--out", str(out)]
     assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lexgraph queries: error: could not load")

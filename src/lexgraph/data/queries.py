@@ -15,11 +15,20 @@ Generators (``queries.generator``):
 ``none``
     no synthetic queries (an empty file with the right schema), for the ablation.
 
+Fetched synthetic questions (``fetch.synthetic``): when the clean questions hold rows of
+split ``synthetic`` (the hub's own doc2query questions, G-DSR §4.2: "We generate five
+queries per article, which results in a total of around 118k synthetic queries"), they are
+the output's first rows, exactly as clean has them (ids included: ``fetch`` moved them past
+the human ids, and ``mine_negatives`` finds the hub's BM25 negatives under those ids), and the
+generator runs only for the articles that no fetched question cites. Without such rows (the
+embedded sample) every article goes to the generator.
+
 Empty queries and repeats of the same text for the same article are dropped; a text
 generated for several different articles is dropped for all of them (each synthetic
-query has exactly one gold article, so an ambiguous one would be a false negative).
+query has exactly one gold article, so an ambiguous one would be a false negative), and so
+is a generated text that repeats a fetched question (which cites another article).
 
-The output follows the clean questions schema (see DEVELOPERS.md): ``id`` int64
+The generated rows follow the clean questions schema (see DEVELOPERS.md): ``id`` int64
 (``first_id``, ``first_id`` + 1, … in article order), ``question``, ``category`` =
 "synthetic", ``subcategory`` = the generator, ``extra_description`` = "",
 ``article_ids`` = [source article], ``split`` = "synthetic".
@@ -30,7 +39,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,8 +267,16 @@ def read_articles(path: str | os.PathLike) -> list[tuple[int, str]]:
     return list(zip(df["id"].cast(int).to_list(), df["article"].to_list()))
 
 
-def generate(articles: Sequence[tuple[int, str]], cfg: QueriesConfig, *, seed: int, device="cpu"):
-    """Synthetic questions for ``articles`` as a DataFrame (see module docstring)."""
+def generate(
+    articles: Sequence[tuple[int, str]],
+    cfg: QueriesConfig,
+    *,
+    seed: int,
+    device="cpu",
+    reserved: Collection[str] = (),
+):
+    """Synthetic questions for ``articles`` as a DataFrame (see module docstring); a generated
+    text in ``reserved`` (the fetched questions' texts, whitespace-normalised) is dropped."""
     if cfg.generator == "none":
         pairs: list[tuple[int, str]] = []
     elif cfg.generator == "crop":
@@ -284,6 +301,11 @@ def generate(articles: Sequence[tuple[int, str]], cfg: QueriesConfig, *, seed: i
         )
     raw = len(pairs)
     pairs = deduplicate(pairs)
+    if reserved:
+        kept = [(a, t) for a, t in pairs if t not in reserved]
+        if len(kept) < len(pairs):
+            log.info("dropping %d generated query text(s) that repeat a fetched question", len(pairs) - len(kept))
+        pairs = kept
     covered = len({a for a, _ in pairs})
     log.info(
         "%s: %d queries kept of %d generated, covering %d of %d articles",
@@ -296,16 +318,83 @@ def generate(articles: Sequence[tuple[int, str]], cfg: QueriesConfig, *, seed: i
     return to_frame(pairs, cfg.generator, cfg.first_id)
 
 
-def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig, *, seed: int, device: str = "auto"):
-    """The ``generate_queries`` stage: clean articles -> synthetic questions Parquet."""
+def read_fetched(path: str | os.PathLike):
+    """The fetched synthetic questions of a clean questions file: its rows of split
+    ``synthetic``, in file order, in the clean questions schema (none: an empty table)."""
+    import polars as pl
+
+    from lexgraph.core.io import read_parquet
+
+    df = read_parquet(path, required=list(CLEAN_QUESTION_SCHEMA))
+    dtype = df.schema["article_ids"]
+    if not (isinstance(dtype, pl.List) and dtype.inner.is_integer()):
+        raise DataError(
+            path, f"expected a list of int64 article ids (clean stage output), got {dtype}", column="article_ids"
+        )
+    return df.filter(pl.col("split") == "synthetic").select(
+        pl.col(name).cast(dtype) for name, dtype in CLEAN_QUESTION_SCHEMA.items()
+    )
+
+
+def with_fetched(
+    articles: Sequence[tuple[int, str]],
+    fetched,
+    cfg: QueriesConfig,
+    *,
+    seed: int,
+    device="cpu",
+    source: str | os.PathLike = "questions",
+):
+    """The stage's table: the ``fetched`` synthetic questions (clean's rows, as they are), then
+    ``cfg.generator``'s questions for the articles that none of them cites (ids from
+    ``cfg.first_id``). Without fetched rows, :func:`generate` of every article."""
+    import polars as pl
+
+    if fetched.height == 0:
+        return generate(articles, cfg, seed=seed, device=device)
+    cited = {int(a) for ids in fetched["article_ids"].to_list() for a in (ids or [])}
+    todo = [(a, t) for a, t in articles if int(a) not in cited]
+    reserved = {" ".join(str(t).split()) for t in fetched["question"].to_list()}
+    generated = generate(todo, cfg, seed=seed, device=device, reserved=reserved)
+    taken = set(fetched["id"].to_list())
+    clash = [i for i in generated["id"].to_list() if i in taken]
+    if clash:
+        raise params_error(
+            f"'{SECTION}.first_id' = {cfg.first_id}: the generated questions' ids "
+            f"{cfg.first_id}..{cfg.first_id + generated.height - 1} reuse the id {clash[0]} of a fetched synthetic "
+            f"question of {source}; expected a first_id above {max(taken)}"
+        )
+    log.info(
+        "synthetic questions: %d from the hub (citing %d articles), %d generated (%s) for the %d other articles",
+        fetched.height,
+        len(cited),
+        generated.height,
+        cfg.generator,
+        len(todo),
+    )
+    return pl.concat([fetched, generated], how="vertical")
+
+
+def run(
+    articles: str | os.PathLike,
+    out: str | os.PathLike,
+    cfg: QueriesConfig,
+    *,
+    seed: int,
+    device: str = "auto",
+    questions: str | os.PathLike | None = None,
+):
+    """The ``generate_queries`` stage: clean articles (and the clean ``questions``, whose fetched
+    synthetic rows are kept; None: nothing fetched) -> synthetic questions Parquet."""
     from lexgraph.core.config import resolve_device
     from lexgraph.core.distributed import is_main, session
     from lexgraph.core.io import write_parquet
 
     rows = read_articles(articles)
+    fetched = read_fetched(questions) if questions is not None else to_frame([], cfg.generator, cfg.first_id)
     dev = resolve_device(device) if cfg.generator == "doc2query" else "cpu"
     with session(dev) as dev:  # under torchrun: doc2query batches shared out, rank 0 writes
-        df = generate(rows, cfg, seed=seed, device=dev)
+        df = with_fetched(rows, fetched, cfg, seed=seed, device=dev, source=questions)
         if is_main():
             write_parquet(df, out)
             log.info("wrote %s (%d queries)", out, df.height)
@@ -314,7 +403,10 @@ def run(articles: str | os.PathLike, out: str | os.PathLike, cfg: QueriesConfig,
 
 @dataclass(frozen=True)
 class QueriesPaths:
-    """The ``generate_queries`` stage's input and output (``dvc.yaml`` names them); :func:`run`."""
+    """The ``generate_queries`` stage's inputs and output (``dvc.yaml`` names them); :func:`run`."""
 
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    questions: Path = field(
+        metadata={"help": "clean questions (Parquet): their fetched synthetic rows are kept, not regenerated"}
+    )
     out: Path = output("output synthetic questions (Parquet)")

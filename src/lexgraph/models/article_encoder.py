@@ -50,6 +50,28 @@ HIERARCHICAL_WEIGHTS = "hierarchical.safetensors"
 CHUNK_POOLING = ("max", "mean", "token_mean")
 
 
+def sinusoidal_positions(n_chunks: int, dim: int) -> torch.Tensor:
+    """The starting chunk-position embeddings ``(n_chunks, dim)`` of G-DSR's code: gdsr
+    ``src/models/bert.py`` (``HierBERT``) makes them an ``nn.Embedding(n_pos_chunks + 1, dim,
+    padding_idx=0)`` set to fairseq's sinusoidal table (``HierBERT.sinusoidal_init``) and trained
+    (G-DSR §3.1: "learnable passage position embeddings"). Row ``p`` of that table is
+    ``[sin(p w_0), …, sin(p w_{h-1}), cos(p w_0), …, cos(p w_{h-1})]`` with ``h = dim // 2``,
+    ``w_j = exp(-j log(10000) / (h - 1))`` and a zero last column for an odd ``dim``; row 0 is the
+    padding row and the code numbers real chunks 1, 2, …, so lexgraph's chunk ``i`` (counted from
+    0, no padding row) gets row ``i + 1``. (``h = 1``, where the code divides by zero, takes
+    ``w_0 = 1``.)"""
+    import math
+
+    half = dim // 2
+    step = math.log(10000) / (half - 1) if half > 1 else 0.0
+    freqs = torch.exp(torch.arange(half, dtype=torch.float) * -step)  # (half,)
+    angles = torch.arange(1, n_chunks + 1, dtype=torch.float).unsqueeze(1) * freqs.unsqueeze(0)  # (n_chunks, half)
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (n_chunks, 2 * half)
+    if dim % 2:
+        table = torch.cat([table, torch.zeros(n_chunks, 1)], dim=1)  # (n_chunks, dim)
+    return table
+
+
 class HierarchicalArticleEncoder(TextEncoder):
     """Chunked article encoder: backbone vector per chunk -> chunk Transformer -> pooling.
 
@@ -69,7 +91,9 @@ class HierarchicalArticleEncoder(TextEncoder):
         token_pooling: chunk vector = ``cls`` (G-DSR) or ``mean`` of its tokens.
         prefix: text put before every chunk's tokens (E5: ``"passage: "``).
         identity_init: pre-LN chunk Transformer with zero-initialised residual branches and
-            zero chunk-position embeddings: the untrained module is the identity.
+            zero chunk-position embeddings: the untrained module is the identity. Otherwise the
+            (learnable) chunk-position embeddings start as the authors' code starts them:
+            :func:`sinusoidal_positions`.
         freeze_backbone: the chunk encoder does not train (its vectors can be cached) and
             is saved by reference to its base checkpoint, not copied.
     """
@@ -112,7 +136,11 @@ class HierarchicalArticleEncoder(TextEncoder):
         chunk_token_ids(tokenizer, [""], self.max_chunk_length, self.max_document_length, self.prefix)  # validates
 
         self.chunk_positions = nn.Embedding(self.max_chunks, dim)
+        # drawn and then replaced: the draw keeps the random stream of the layers built after it
         nn.init.normal_(self.chunk_positions.weight, std=getattr(config, "initializer_range", 0.02))
+        if not self.identity_init:  # the authors' start, still learnable (identity_init: zeros, below)
+            with torch.no_grad():
+                self.chunk_positions.weight.copy_(sinusoidal_positions(self.max_chunks, dim))
         self.chunk_transformer = None
         if self.num_layers:
             layer = nn.TransformerEncoderLayer(

@@ -14,6 +14,9 @@ authors' code trains on the negatives file it was given (gdsr ``src/data/bsard_m
 ``hard_negatives_filepath``; the lists made by ``src/tasks/bm25_negatives.py``); the other
 questions (doc2query ones, or every one when nothing was fetched) are mined here. Question
 ids are unique across splits (``fetch``), so a carved dev question keeps its train list.
+The fetched synthetic questions are rows of both inputs (``generate_queries`` copies them
+from the clean questions into the synthetic file, ids included): they count once, as clean
+questions, and so take the hub's synthetic lists.
 
 Output (``data/negatives/negatives.parquet``): ``question_id`` int64, ``split`` str,
 ``negative_ids`` list[int64], one row per selected question, in input order.
@@ -213,6 +216,15 @@ def with_hub_lists(questions: pl.DataFrame, hub: dict[int, list[int]], mine, k: 
     )
 
 
+def without_clean_rows(synthetic: pl.DataFrame, clean: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``synthetic`` (the synthetic file) that are not rows of ``clean``: the fetched
+    synthetic questions that ``generate_queries`` copied (same id, text, gold and split) are
+    left to the clean file's rows; a generated question, or a copy that differs, stays."""
+    known = {(q, t, tuple(a or ()), s) for q, t, a, s in clean.iter_rows()}
+    keep = [(q, t, tuple(a or ()), s) not in known for q, t, a, s in synthetic.iter_rows()]
+    return synthetic.filter(pl.Series(keep, dtype=pl.Boolean)) if not all(keep) else synthetic
+
+
 def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=None, hub_path=None) -> pl.DataFrame:
     """The ``mine_negatives`` stage: read inputs, take the hub's lists (``hub_path``, the fetched
     ``data/raw/negatives.parquet``) where there are some, mine the others with ``config``."""
@@ -226,7 +238,7 @@ def run(config: NegativesConfig, articles_path, questions_path, synthetic_path=N
     frames = [load_questions(questions_path, splits)]
     if synthetic_path is not None:
         if Path(synthetic_path).is_file():
-            frames.append(load_questions(synthetic_path, splits))
+            frames.append(without_clean_rows(load_questions(synthetic_path, splits), frames[0]))
         else:
             log.warning("%s not found: no synthetic questions mined", synthetic_path)
     questions = pl.concat(frames, how="vertical")
