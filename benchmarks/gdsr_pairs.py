@@ -131,7 +131,8 @@ def measure(args) -> int:
 
     base, gnn = load_params("gnn", args.params)
     seed = base.seed
-    settings = replace(GNNSettings.per_variant(gnn)["gdsr"], selection="dev")  # dev scored every epoch
+    # dev scored every epoch; the synthetic queries are added here as train rows, --synthetic n at a time
+    settings = replace(GNNSettings.per_variant(gnn)["gdsr"], selection="dev", synthetic=False)
     ws = args.workspace
     graph = load_graph(layout.GRAPH.under(ws))
     q_columns, n_columns = ["id", "question", "article_ids", "split"], ["question_id", "split", "negative_ids"]

@@ -61,4 +61,4 @@ def _fresh_dsr(path, config: DSRConfig, seed: int = 0) -> DSR:
         num_heads=config.chunk_heads,
         token_pooling=config.token_pooling,
     )
-    return DSR(query, article, temperature=config.temperature)
+    return DSR(query, article, temperature=config.temperature, similarity=config.similarity)

@@ -75,14 +75,28 @@ def feature(kind: str, ident: int) -> torch.Tensor:
     return torch.randn(DIM, generator=g)
 
 
+#: generate_queries' output for the toy corpus: one synthetic query per article it names
+SYNTHETIC = pl.DataFrame(
+    {
+        "id": [1000000, 1000001, 1000002],
+        "question": ["texte 10 crop", "texte 21 crop", "texte 30 crop"],
+        "article_ids": [[10], [21], [30]],
+        "split": ["synthetic"] * 3,
+    },
+    schema=QUESTIONS.schema,
+)
+
+
 def embeddings():
     art = ARTICLES["id"].to_numpy()
     head = HEADINGS["heading_id"].to_numpy()
     ques = QUESTIONS["id"].to_numpy()  # every split, as the embed stage writes them
+    syn = SYNTHETIC["id"].to_numpy()
     return {
         "articles": (art, torch.stack([feature("a", int(i)) for i in art])),
         "headings": (head, torch.stack([feature("h", int(i)) for i in head])),
         "questions": (ques, torch.stack([feature("q", int(i)) for i in ques])),
+        "synthetic": (syn, torch.stack([feature("q", int(i)) for i in syn])),
     }
 
 
@@ -100,7 +114,6 @@ SHARED = {
     "layers": 1,
     "dropout": 0.0,
     "hard_negatives": 1,
-    "batch_size": 3,
     "adam_epsilon": 1e-8,
     "weight_decay": 0.1,
     "max_grad_norm": 1.0,
@@ -108,6 +121,7 @@ SHARED = {
 }
 #: lexgraph's recipe (hgraph), every key of a variant's mapping at a plain setting
 GRAPH = {
+    "layer": "stack",
     "hidden": None,
     "heads": 2,
     "concat_heads": True,
@@ -120,6 +134,8 @@ GRAPH = {
     "activation": "elu",
     "heading_features": "articles",
     "normalize_features": True,
+    "synthetic": False,
+    "batch_size": 3,
     "lr": 1e-2,
     "schedule": "linear",
     "warmup_ratio": 0.1,
@@ -134,7 +150,9 @@ QUESTION = {
     "edge_dim": 4,
     "edge_attention": "per_group",
     "encoder_lr": 1e-3,
+    "encoder_layers": None,
     "kd": {"weight": 0.3, "mode": "score", "temperature": 0.1, "student_contrastive": False},
+    "leak_cut": True,
     "bipartite": True,
     "structure": True,
 }

@@ -43,7 +43,8 @@ from lexgraph.encoding.embed import EmbedConfig, EmbedPaths, run_embed
 from lexgraph.data.queries import QueriesConfig, run
 dsr, data, out, mt5 = sys.argv[1:5]
 run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"),
-                     Path(data, "headings.parquet"), Path(data, "questions.parquet"), Path(out, "embed")),
+                     Path(data, "headings.parquet"), Path(data, "questions.parquet"),
+                     Path(data, "synthetic.parquet"), Path(out, "embed")),
           EmbedConfig(batch_size=2), torch.device("cpu"))
 run(data + "/articles.parquet", out + "/synthetic.parquet",
     QueriesConfig(generator="doc2query", model=mt5, per_article=2, top_k=7, top_p=0.9, max_length=9,
@@ -88,6 +89,7 @@ def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp
     pl.DataFrame({"id": list(range(7)), "question": [w + " ?" for w in words] + ["loi", "bail"]}).write_parquet(
         data / "questions.parquet"
     )
+    pl.DataFrame({"id": [1000000 + i for i in range(5)], "question": words}).write_parquet(data / "synthetic.parquet")
     mt5_articles = data / "mt5"
     mt5_articles.mkdir()
     pl.DataFrame({"id": [a for a, _ in ARTICLES], "article": [t for _, t in ARTICLES]}).write_parquet(
@@ -111,6 +113,7 @@ def test_two_gloo_processes_write_the_bytes_of_one(tiny_model_dir, tiny_mt5, tmp
         "embed/articles.safetensors",
         "embed/headings.safetensors",
         "embed/questions.safetensors",
+        "embed/synthetic.safetensors",
         "synthetic.parquet",
     ]
     assert outputs[1] == outputs[2]

@@ -105,6 +105,40 @@ def test_bad_chunk_heads_is_a_config_error(tiny_model_dir):
         _article_encoder(tiny_model_dir, num_heads=3)
 
 
+def fairseq_sinusoid(position: int, dim: int) -> list[float]:
+    """Row ``position`` of fairseq's sinusoidal table, written from the formula (gdsr
+    ``src/models/bert.py``, ``HierBERT.sinusoidal_init``): ``h = dim // 2`` frequencies
+    ``10000 ** (-j / (h - 1))``, the sines then the cosines, a zero last column if ``dim`` is odd."""
+    half = dim // 2
+    freqs = [math.exp(-j * math.log(10000) / (half - 1)) for j in range(half)]
+    row = [math.sin(position * f) for f in freqs] + [math.cos(position * f) for f in freqs]
+    return row + [0.0] * (dim % 2)
+
+
+def test_chunk_positions_start_as_the_authors_sinusoidal_table_and_learn(tiny_model_dir):
+    """G-DSR's code (HierBERT) starts its learnable chunk-position embeddings at fairseq's
+    sinusoidal table, row 0 the padding row and real chunks 1, 2, …: lexgraph's chunk i (from 0)
+    starts at row i + 1. identity_init (and no chunk layers) keeps zeros."""
+    from lexgraph.models.article_encoder import sinusoidal_positions
+
+    enc = _article_encoder(tiny_model_dir)  # width 16, 64 // 16 = 4 chunks
+    weight = enc.chunk_positions.weight
+    want = torch.tensor([fairseq_sinusoid(i + 1, 16) for i in range(4)])
+    assert weight.shape == (4, 16) and weight.requires_grad
+    assert torch.allclose(weight.detach(), want, atol=1e-6)
+    assert weight[0, 0].item() == pytest.approx(math.sin(1.0)) and weight[0, 8].item() == pytest.approx(math.cos(1.0))
+    # an odd width: the zero last column
+    assert torch.allclose(sinusoidal_positions(3, 7), torch.tensor([fairseq_sinusoid(p, 7) for p in (1, 2, 3)]))
+    for kw in ({"identity_init": True}, {"num_layers": 0}):
+        assert not _article_encoder(tiny_model_dir, **kw).chunk_positions.weight.any(), kw
+    # the start is the table, whatever the seed
+    torch.manual_seed(7)
+    other = HierarchicalArticleEncoder.from_pretrained(
+        tiny_model_dir, max_chunk_length=16, max_document_length=64, pooling="max", num_layers=2, num_heads=2
+    )
+    assert torch.equal(other.chunk_positions.weight, weight)
+
+
 # ---------------------------------------------------------------------------
 # InfoNCE
 # ---------------------------------------------------------------------------
@@ -285,3 +319,143 @@ def test_query_encoder_loads_in_sentence_transformers(tiny_model_dir, tmp_path, 
     theirs = st.encode(texts, convert_to_numpy=True)
     assert st.max_seq_length == 32
     np.testing.assert_allclose(theirs, ours, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# dsr.similarity: cosine (G-DSR's DSR) or the dot product (QABISAR's first stage)
+# ---------------------------------------------------------------------------
+
+
+def _dot(u, v):
+    return sum(a * b for a, b in zip(u, v))
+
+
+def _stable_nll(logits, target):
+    top = max(logits)
+    return -(logits[target] - top - math.log(sum(math.exp(x - top) for x in logits)))
+
+
+def test_a_dot_product_dsr_trains_on_the_infonce_of_dot_over_tau(tiny_model_dir):
+    """QABISAR §2.1: L = -log exp(f(q,p)/tau) / sum_c exp(f(q,c)/tau) with f(q,p) = E_q(q) . E_p(p),
+    the batch's other articles and its BM25 negatives as c. One training step of a ``similarity:
+    dot`` DSR on a toy batch against that formula computed here from the encoders' vectors
+    (raw dot products, a shared gold article left out of the other query's denominator)."""
+    import copy
+
+    from lexgraph.training.dsr import DSRTask
+    from lexgraph.training.dsr_data import sample_negatives
+    from lexgraph.training.engine import Runtime
+
+    tau = 0.5
+    losses = {}
+    for similarity in ("dot", "cosine"):
+        config = _config(similarity=similarity, temperature=tau)
+        model = _fresh_dsr(tiny_model_dir, config).eval()  # eval: no dropout, the step's vectors are ours
+        data = _data()
+        task = DSRTask(model, data, config, Runtime(torch.device("cpu")), seed=5)
+        batch = next(iter(task.batches(1)))
+        negatives = sample_negatives(batch, data.article_ids, copy.deepcopy(task.rng))  # the step's own draw
+        with torch.no_grad():
+            losses[similarity] = task.step(batch).item()
+        columns = [p.positive for p in batch] + negatives
+        q = model.encode_queries([p.query for p in batch], show_progress=False).tolist()
+        a = model.encode_articles([CORPUS[c] for c in columns], show_progress=False).tolist()
+        score = _dot if similarity == "dot" else _cos
+        expected = 0.0
+        for i, pair in enumerate(batch):
+            kept = [j for j, c in enumerate(columns) if j == i or c not in pair.gold]
+            expected += _stable_nll([score(q[i], a[j]) / tau for j in kept], kept.index(i)) / len(batch)
+        assert losses[similarity] == pytest.approx(expected, rel=1e-4, abs=1e-4), similarity
+    assert abs(losses["dot"] - losses["cosine"]) > 1e-3  # the raw vectors are not unit-norm: two objectives
+
+
+def test_evaluate_dsr_ranks_by_the_dsrs_own_score(tiny_model_dir, monkeypatch):
+    """Dev selection ranks as the DSR scores: three articles whose cosine and dot-product orders
+    differ; the gold one is first by the dot product (AP 1) and last by cosine (AP 1/3)."""
+    from lexgraph.training.dsr import evaluate_dsr
+
+    articles = torch.tensor([[10.0, 10.0], [1.0, 0.1], [0.9, 0.05]])  # dot with q: 10, 1, 0.9
+    assert [round(_cos([1.0, 0.0], a), 3) for a in articles.tolist()] == [0.707, 0.995, 0.998]
+    data = TrainingData([], [1, 2, 3], ["a", "b", "c"], dev_questions=["q"], dev_qrels={7: {1}}, dev_ids=[7])
+    aps = {}
+    for similarity in ("dot", "cosine"):
+        model = _fresh_dsr(tiny_model_dir, _config(similarity=similarity))
+        monkeypatch.setattr(model, "encode_articles", lambda texts, **kw: articles[: len(texts)])
+        monkeypatch.setattr(model, "encode_queries", lambda texts, **kw: torch.tensor([[1.0, 0.0]]))
+        aps[similarity] = evaluate_dsr(model, data, batch_size=2)["map"]
+    assert aps["dot"] == pytest.approx(1.0) and aps["cosine"] == pytest.approx(1 / 3)
+
+
+def test_dsr_json_records_the_similarity_and_load_restores_it(tiny_model_dir, tmp_path):
+    import json
+
+    for similarity in ("cosine", "dot"):
+        model = _fresh_dsr(tiny_model_dir, _config(similarity=similarity))
+        model.save(tmp_path / similarity)
+        saved = json.loads((tmp_path / similarity / "dsr.json").read_text(encoding="utf-8"))
+        # key order as before the key existed (a cosine DSR's dsr.json is byte-identical to earlier runs')
+        assert list(saved) == ["format_version", "temperature", "dim", "similarity", "normalized_embeddings"]
+        assert saved["similarity"] == similarity
+        assert DSR.load(tmp_path / similarity).similarity_name == similarity
+        q, a = torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 4.0]])
+        assert DSR.load(tmp_path / similarity).similarity(q, a).item() == pytest.approx(
+            (25.0 if similarity == "dot" else 1.0) / 0.05
+        )
+
+
+def test_qabisars_first_stage_is_the_dsr_recipe_with_its_own_keys():
+    """dsr_qabisar lists only what QABISAR's first stage changes (§2.1's dot product, App. A's
+    lack of augmentation); everything else is the dsr section's, in both profiles."""
+    from helpers_config import ROOT
+    from lexgraph.core.config import EXTENDS, load_params, read_params
+    from lexgraph.training.dsr_config import QabisarDSRConfig, QabisarDSRSettings
+
+    assert EXTENDS == {"dsr_qabisar": "dsr"}
+    for profile, enabled in (("params.yaml", False), ("profiles/paper.yaml", True)):
+        params = read_params(ROOT / profile)
+        assert set(params["dsr_qabisar"]) == {"enabled", "similarity", "synthetic"}
+        assert params["dsr"]["similarity"] == "cosine"  # G-DSR §4.2
+        _, sections = load_params("dsr_qabisar", ROOT / profile)
+        assert sections == {"dsr": params["dsr"], "dsr_qabisar": params["dsr_qabisar"]}
+        settings = QabisarDSRSettings.from_sections(sections)
+        assert settings.enabled is enabled and settings.recipe.similarity == "dot" and not settings.recipe.synthetic
+        gdsr = DSRConfig.from_params(params["dsr"])
+        assert {k: v for k, v in vars(settings.recipe).items() if k not in ("similarity", "synthetic")} == {
+            k: v for k, v in vars(gdsr).items() if k not in ("similarity", "synthetic")
+        }
+    own = read_params(ROOT / "params.yaml")["dsr_qabisar"]
+    with pytest.raises(ConfigError, match=r"'dsr_qabisar\.similarity' = 'euclid', expected one of cosine, dot"):
+        QabisarDSRConfig.from_params({**own, "similarity": "euclid"})
+    with pytest.raises(ConfigError, match=r"'dsr\.lr' = 'fast'"):  # the recipe's keys are checked as dsr's
+        QabisarDSRSettings.from_sections({"dsr": {**sample_section("dsr"), "lr": "fast"}, "dsr_qabisar": own})
+
+
+def test_switched_off_first_stage_and_its_embed_write_placeholders_in_seconds(tmp_path):
+    """dsr_qabisar.enabled: false (the sample): train_dsr_qabisar writes a placeholder model,
+    {"enabled": false} metrics and the curve's header, and embed on it a placeholder too, without
+    reading any input; DSR.load refuses the placeholder in one line."""
+    import json
+    import time
+
+    from conftest import ROOT
+    from helpers_dvc import run_stage_in_process
+
+    start = time.monotonic()
+    absent = tmp_path / "absent"
+    inputs = ["articles", "questions", "synthetic", "negatives", "pretrained", "chunks"]
+    argv = ["--params", str(ROOT / "params.yaml"), *(a for name in inputs for a in (f"--{name}", absent / name))]
+    out = tmp_path / "models" / "dsr_qabisar"
+    argv += ["--out", out, "--metrics", tmp_path / "m.json", "--plot", tmp_path / "c.csv"]
+    assert run_stage_in_process(ROOT / "stages" / "train_dsr_qabisar.py", *argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["disabled.json", "provenance.json"]
+    assert json.loads((out / "disabled.json").read_text()) == {"enabled": False}
+    assert json.loads((tmp_path / "m.json").read_text()) == {"enabled": False}
+    assert (tmp_path / "c.csv").read_text() == "epoch,loss,dev_recall@200\n"
+    embed = tmp_path / "data" / "embed_qabisar"
+    argv = ["--params", str(ROOT / "params.yaml"), "--dsr", out, "--out", embed]
+    argv += [a for name in ("chunks", "articles", "headings", "questions", "synthetic") for a in (f"--{name}", absent)]
+    assert run_stage_in_process(ROOT / "stages" / "embed.py", *argv) == 0
+    assert json.loads((embed / "disabled.json").read_text()) == {"enabled": False}
+    assert time.monotonic() - start < 30
+    with pytest.raises(ConfigError, match=r"dsr_qabisar: a switched-off stage's placeholder .*train_dsr_qabisar"):
+        DSR.load(out)

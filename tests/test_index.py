@@ -198,3 +198,42 @@ def test_a_corpus_without_headings_indexes(tiny_ws, tmp_path, capsys):
     assert main([*search, QUESTIONS[1]]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert sorted(h["id"] for h in hits) == sorted(f"a{i}" for i in range(12)) and all(h["path"] == [] for h in hits)
+
+
+def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_path, monkeypatch):
+    """A graph encoder trained on QABISAR's own first stage (gnn.json's ``first_stage``:
+    models/dsr_qabisar) is applied to the corpus vectors of that DSR (data/embed_qabisar, written
+    once), the others (and one trained before the key existed) to G-DSR's DSR's (data/embed)."""
+    from lexgraph.core import layout
+    from lexgraph.encoding.embed import load_embeddings, save_embeddings
+    from lexgraph.systems import corpus_index, inductive
+
+    ws, root = tmp_path / "ws", tmp_path / "idx"
+    recorded = {"gdsr": "models/dsr", "qabisar": "models/dsr_qabisar", "hgraph": None}
+    for system, first in recorded.items():
+        layout.GNN[system].under(ws).mkdir(parents=True)
+        saved = {"similarity": "cosine", **({"first_stage": first} if first else {})}
+        layout.GNN[system].under(ws, "gnn.json").write_text(json.dumps(saved), encoding="utf-8")
+    assert corpus_index.first_stage("qabisar", ws) == layout.DSR_QABISAR
+    assert corpus_index.first_stage("hgraph", ws) == corpus_index.first_stage("hprior", ws) == layout.DSR
+    ids = np.array([4, 9])
+    written = []
+
+    def fake_embed(articles, headings, chunks, workspace, out, device, dsr=layout.DSR):
+        written.append(dsr)
+        for name in ("articles", "headings"):  # each DSR's vectors: a constant of its own
+            save_embeddings(out / f"{name}.safetensors", ids, torch.full((2, 3), float(len(str(dsr.path)))))
+
+    class Graph:
+        article_ids = torch.tensor(ids)
+
+    monkeypatch.setattr(corpus_index, "write_embed", fake_embed)
+    monkeypatch.setattr(inductive, "corpus_graph", lambda *a: Graph())
+    monkeypatch.setattr(inductive, "graph_vectors", lambda system, ws, g, embeddings, device: embeddings["articles"][1])
+    layout.EMBED.under(root).mkdir(parents=True)
+    fake_embed(None, None, None, ws, layout.EMBED.under(root), "cpu")  # index_corpus writes data/embed first
+    corpus_index.write_graph(list(recorded), None, None, None, ws, root, "cpu")
+    assert written == [layout.DSR, layout.DSR_QABISAR]  # data/embed_qabisar written once, for qabisar
+    for system, dsr in (("gdsr", layout.DSR), ("qabisar", layout.DSR_QABISAR), ("hgraph", layout.DSR)):
+        _, vectors = load_embeddings(layout.GNN[system].under(root, "article_embeddings.safetensors"))
+        assert vectors.eq(len(str(dsr.path))).all(), system

@@ -18,14 +18,20 @@ from lexgraph.core import layout
 
 
 def expanded_stages() -> dict[str, dict]:
-    """dvc.yaml's stages, a ``foreach`` expanded into ``name@item`` entries."""
+    """dvc.yaml's stages, a ``foreach`` expanded into ``name@item`` entries (a mapping's items
+    ``name@key``, with ``${key}`` and ``${item.<field>}`` filled in, as DVC does)."""
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     out = {}
     for name, stage in spec.items():
         if "foreach" in stage:
-            for item in stage["foreach"]:
-                text = yaml.safe_dump(stage["do"]).replace("${item}", str(item))
-                out[f"{name}@{item}"] = yaml.safe_load(text)
+            values = stage["foreach"]
+            for key, item in values.items() if isinstance(values, dict) else ((v, v) for v in values):
+                text = yaml.safe_dump(stage["do"]).replace("${key}", str(key))
+                for field, value in item.items() if isinstance(item, dict) else ():
+                    text = text.replace(f"${{item.{field}}}", str(value))
+                text = text if isinstance(item, dict) else text.replace("${item}", str(item))
+                assert "${item" not in text and "${key}" not in text, (name, key, text)
+                out[f"{name}@{key}"] = yaml.safe_load(text)
         else:
             out[name] = stage
     return out
@@ -104,6 +110,8 @@ def test_only_the_config_layer_words_params_yaml_errors():
 def test_producer_names_the_stage_that_writes_a_path():
     assert layout.producer("/ws/models/dsr/query_encoder/config.json").stage == "train_dsr"
     assert layout.producer("models/gnn_qabisar/query_encoder").stage == "train_gnn@qabisar"
+    assert layout.producer("ws/models/dsr_qabisar/dsr.json").stage == "train_dsr_qabisar"
+    assert layout.producer("data/embed_qabisar/articles.safetensors").stage == "embed_qabisar"
     assert layout.producer("/srv/data/embed/models/pretrain/vocab.txt").stage == "pretrain"  # the rightmost
     assert layout.producer("data/queries/synthetic.parquet").stage == "generate_queries"
     assert layout.producer("/home/me/checkpoints/camembert") is None

@@ -23,8 +23,11 @@ list against the params the fixture writes, key by key and value by value):
 - the device: ``base.device``: auto → cpu.
 
 Then each stage must have done the paper's work, read from its outputs: MLM steps taken,
-doc2query questions written, the refits' epochs, a KD term in QABISAR's loss, the LGE's layers
-and heads, non-zero gradients on MVCL's PLM, and metrics for every system of
+the hub's synthetic questions carried into ``data/queries/synthetic.parquet`` with the hub's
+BM25 negatives, doc2query questions written for the other articles, the refits' epochs,
+QABISAR's own first stage (``train_dsr_qabisar``: the dot product, no synthetic pairs) under its
+graph encoder, a KD term in QABISAR's loss, the LGE's layers and heads, non-zero gradients on MVCL's PLM, and
+metrics for every system of
 ``evaluate.systems``. A placeholder output (``disabled.json``) or a skipped setting fails,
 except for a re-ranker the profile itself switches off (``rerank.xrerank.enabled: false``).
 """
@@ -319,6 +322,33 @@ def test_dsr_trained_its_fixed_epochs_and_refit_them_all(paper_run):
     refit = metrics["refit"]
     assert refit and refit["epochs"] == epochs and refit["pairs"] > metrics["train_pairs"], metrics
     assert metrics["dev_held_out"] is False, metrics
+
+
+def test_the_sample_keeps_qabisars_first_stage_switched_off():
+    """The sample's default run trains one DSR (a second costs as much as train_dsr); the paper
+    profile trains QABISAR's own."""
+    assert yaml.safe_load((pf.ROOT / "params.yaml").read_text(encoding="utf-8"))["dsr_qabisar"]["enabled"] is False
+    assert profile()["dsr_qabisar"] == {"enabled": True, "similarity": "dot", "synthetic": False}
+
+
+@pytest.mark.slow
+@pytest.mark.paper  # `pytest -m paper`; .ci/run runs it
+def test_qabisar_starts_from_its_own_dot_product_first_stage_trained_without_synthetic_pairs(paper_run):
+    """QABISAR §2.1 (f(q,p) = E_q(q) . E_p(p)) and App. A (no augmentation): train_dsr_qabisar's DSR
+    scores by the dot product and trained on the train pairs alone, embed_qabisar encoded with it,
+    and train_gnn@qabisar started from it; G-DSR's DSR (cosine, synthetic pairs) stays G-DSR's."""
+    from safetensors import safe_open
+
+    dsr = read(paper_run, "models/dsr_qabisar/dsr.json")
+    metrics = read(paper_run, "metrics/train_dsr_qabisar.json")
+    assert dsr["similarity"] == "dot" and metrics["synthetic_pairs"] == 0, (dsr, metrics)
+    assert metrics["pairs_per_epoch"] == metrics["train_pairs"] > 0 and metrics["best_epoch"] >= 1, metrics
+    with safe_open(paper_run["dest"] / "data/embed_qabisar/articles.safetensors", "pt") as f:
+        assert f.metadata()["similarity"] == "dot"
+    assert read(paper_run, "models/gnn_qabisar/gnn.json")["first_stage"] == "models/dsr_qabisar"
+    assert read(paper_run, "models/gnn_gdsr/gnn.json")["first_stage"] == "models/dsr"
+    assert read(paper_run, "models/dsr/dsr.json")["similarity"] == "cosine"
+    assert read(paper_run, "metrics/train_dsr.json")["synthetic_pairs"] > 0
 
 
 def gnn_metrics(run, variant: str) -> dict:

@@ -94,7 +94,14 @@ STAGES = {
     ),
     "generate_queries": (
         "generate_queries",
-        ["--articles", "{in}/articles.parquet", "--out", "{out}/synthetic.parquet"],
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--questions",
+            "{in}/questions.parquet",
+            "--out",
+            "{out}/synthetic.parquet",
+        ],
     ),
     "pretrain": (
         "pretrain",
@@ -145,6 +152,29 @@ STAGES = {
             "{out}/train_dsr_curve.csv",
         ],
     ),
+    "train_dsr_qabisar": (
+        "train_dsr_qabisar",
+        [
+            "--articles",
+            "{in}/articles.parquet",
+            "--questions",
+            "{in}/questions.parquet",
+            "--synthetic",
+            "{in}/synthetic.parquet",
+            "--negatives",
+            "{in}/negatives.parquet",
+            "--pretrained",
+            "{in}/pretrain",
+            "--chunks",
+            "{in}/chunks",
+            "--out",
+            "{out}/dsr_qabisar",
+            "--metrics",
+            "{out}/train_dsr_qabisar.json",
+            "--plot",
+            "{out}/train_dsr_qabisar_curve.csv",
+        ],
+    ),
     "hybrid": (
         "hybrid",
         [
@@ -169,10 +199,16 @@ STAGES = {
             "{in}/embed",
             "--questions",
             "{in}/questions.parquet",
+            "--synthetic",
+            "{in}/synthetic.parquet",
             "--negatives",
             "{in}/negatives.parquet",
             "--dsr",
             "{in}/dsr",
+            "--fallback-dsr",
+            "{in}/dsr",
+            "--fallback-embed",
+            "{in}/embed",
             "--hprior",
             "{in}/hprior",
             "--out",
@@ -314,6 +350,20 @@ CASES = [
         ["'zeroshot.batch_size' = True, expected an integer"],
     ),
     ("dsr.lr", "train_dsr", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
+    # QABISAR's first stage reads both sections: a bad value in either stops it, named as written
+    (
+        "dsr_qabisar.similarity",
+        "train_dsr_qabisar",
+        {"dsr_qabisar.similarity": "euclid"},
+        ["'dsr_qabisar.similarity' = 'euclid', expected one of cosine, dot"],
+    ),
+    ("dsr_qabisar-dsr.lr", "train_dsr_qabisar", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
+    (
+        "dsr_qabisar-no-dsr",
+        "train_dsr_qabisar",
+        {"dsr": DELETE},
+        ["missing section 'dsr' (read by train_dsr, train_dsr_qabisar"],
+    ),
     (
         "hybrid.split-test",
         "hybrid",
@@ -749,7 +799,7 @@ def _builders() -> dict:
     from lexgraph.systems.hprior import HpriorConfig
     from lexgraph.systems.hybrid import HybridConfig
     from lexgraph.systems.zeroshot import ZeroshotConfig
-    from lexgraph.training.dsr_config import DSRConfig
+    from lexgraph.training.dsr_config import DSRConfig, QabisarDSRConfig
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
     from lexgraph.training.negatives import NegativesConfig
     from lexgraph.training.pretrain_model import PretrainConfig
@@ -769,6 +819,7 @@ def _builders() -> dict:
         "pretrain": PretrainConfig.from_params,
         "queries": QueriesConfig.from_params,
         "dsr": DSRConfig.from_params,
+        "dsr_qabisar": QabisarDSRConfig.from_params,
         "embed": EmbedConfig.from_params,
         "hprior": HpriorConfig.from_params,
         "hybrid": HybridConfig.from_params,
@@ -852,6 +903,9 @@ CONFIG_CASES = [
     ("gnn", {"hgraph.init": "zeros"}, "'gnn.hgraph.init' = 'zeros', expected one of random, identity, prior"),
     ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
+    ("dsr", {"similarity": "l2"}, "'dsr.similarity' = 'l2', expected one of cosine, dot"),
+    ("dsr_qabisar", {"enabled": "yes"}, "'dsr_qabisar.enabled' = 'yes', expected true or false"),
+    ("dsr_qabisar", {"temperature": 0.1}, "unknown keys 'dsr_qabisar.temperature'"),
     (
         "evaluate",
         {"splits": ["synthetic"], "significance_split": "synthetic"},
@@ -990,7 +1044,7 @@ def _config_classes() -> dict:
     from lexgraph.systems.hprior import HpriorConfig
     from lexgraph.systems.hybrid import HybridConfig
     from lexgraph.systems.zeroshot import ZeroshotConfig
-    from lexgraph.training.dsr_config import DSRConfig
+    from lexgraph.training.dsr_config import DSRConfig, QabisarDSRConfig
     from lexgraph.training.negatives import NegativesConfig
     from lexgraph.training.pretrain_model import PretrainConfig
     from lexgraph.training.rerank_config import RerankConfig
@@ -1009,6 +1063,7 @@ def _config_classes() -> dict:
         "pretrain": PretrainConfig,
         "queries": QueriesConfig,
         "dsr": DSRConfig,
+        "dsr_qabisar": QabisarDSRConfig,
         "embed": EmbedConfig,
         "hprior": HpriorConfig,
         "hybrid": HybridConfig,

@@ -71,9 +71,10 @@ def test_the_projects_order_is_the_one_dvc_plans():
 
 
 def test_dependencies_run_first_and_foreach_expands(tmp_path):
-    """``${item}`` paths resolved; a stage comes after the stages whose outputs its deps are
-    in or contain (``models/train`` holds ``models/train/small``); other interpolations
-    (``${item.after}``) leave the order unknown rather than guessed."""
+    """``${item}``, ``${key}`` and a mapping item's ``${item.<name>}`` paths resolved (dvc.yaml's
+    train_gnn names each variant's first stage so); a stage comes after the stages whose outputs
+    its deps are in or contain (``models/train`` holds ``models/train/small``); other
+    interpolations (``${vars.after}``) leave the order unknown rather than guessed."""
     simple = PIPELINE.replace("metrics/score_${item.after}.json", "data/clean")
     assert pipeline_order(_write(tmp_path, simple)) == [
         "prepare",
@@ -83,7 +84,16 @@ def test_dependencies_run_first_and_foreach_expands(tmp_path):
         "score@b",
         "score@a",
     ]
-    assert pipeline_order(_write(tmp_path, PIPELINE)) is None
+    # score@b's dep metrics/score_${item.after}.json is score@a's output: it runs after it
+    assert pipeline_order(_write(tmp_path, PIPELINE)) == [
+        "prepare",
+        "train@small",
+        "train@big",
+        "embed",
+        "score@a",
+        "score@b",
+    ]
+    assert pipeline_order(_write(tmp_path, PIPELINE.replace("${item.after}", "${vars.after}"))) is None
 
 
 @pytest.mark.parametrize(
@@ -134,7 +144,7 @@ def test_run_stage_without_a_known_place(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DVC_STAGE", "bm25")
     assert _run(tmp_path, caplog)[0] == "stage bm25"
-    _write(tmp_path, PIPELINE)  # unreadable order (${item.after})
+    _write(tmp_path, PIPELINE.replace("${item.after}", "${vars.after}"))  # unreadable order
     caplog.clear()
     assert _run(tmp_path, caplog)[0] == "stage bm25"
     _write(tmp_path, PIPELINE.replace("metrics/score_${item.after}.json", "data/clean"))

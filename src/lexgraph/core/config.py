@@ -59,13 +59,18 @@ SECTIONS: dict[str, str] = {
     "gnn": "train_gnn (gdsr, qabisar, hgraph, hgraph_qa)",
     "pretrain": "pretrain",
     "queries": "generate_queries",
-    "dsr": "train_dsr, encode_chunks (chunking keys)",
+    "dsr": "train_dsr, train_dsr_qabisar (the keys dsr_qabisar does not set), encode_chunks (chunking keys)",
+    "dsr_qabisar": "train_dsr_qabisar (QABISAR's first stage: the keys where it differs from dsr)",
     "embed": "embed",
     "hprior": "hprior",
     "hybrid": "hybrid",
     "rerank": "encode_rerank (xrerank's encoding keys), rerank (mvcl, xrerank)",
     "serve": "lexgraph serve (no stage: what the server loads and the bounds of its requests)",
 }
+
+#: Sections that hold only the keys where their stage differs from another section: that stage reads
+#: both, and :func:`load_params` hands it ``{other: ..., section: ...}``.
+EXTENDS: dict[str, str] = {"dsr_qabisar": "dsr"}
 
 #: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);
 #: :data:`lexgraph.systems.registry.SYSTEMS` maps each to its loader (a test keeps them equal).
@@ -350,17 +355,26 @@ def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
 
 
 def load_params(section: str, path: str | os.PathLike = DEFAULT_PARAMS) -> tuple[Base, dict[str, Any]]:
-    """Return ``(base, params[section])`` from a params file: unknown top-level sections and
-    a bad ``base`` are errors; the section itself is checked by its stage's config."""
+    """Return ``(base, params[section])`` from a params file (a section of :data:`EXTENDS`:
+    ``{other: params[other], section: params[section]}``): unknown top-level sections and a bad
+    ``base`` are errors; the section itself is checked by its stage's config."""
     if section not in SECTIONS:
         raise ValueError(f"unknown params section {section!r}; add it to lexgraph.core.config.SECTIONS")
     params = read_params(path)
+    raw = _section(params, section, path)
+    if section in EXTENDS:
+        raw = {EXTENDS[section]: _section(params, EXTENDS[section], path), section: raw}
+    return section_config(Base, params.get("base"), "base"), raw
+
+
+def _section(params: dict[str, Any], section: str, path: str | os.PathLike) -> dict[str, Any]:
+    """``params[section]`` as a mapping (a missing section, or one that is not a mapping, is an error)."""
     if section not in params:
         raise ConfigError(f"{path}: missing section '{section}' (read by {SECTIONS[section]})")
     raw = params[section] if params[section] is not None else {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: section '{section}' = {raw!r}, expected a mapping of keys")
-    return section_config(Base, params.get("base"), "base"), dict(raw)
+    return dict(raw)
 
 
 def seed_everything(seed: int) -> None:

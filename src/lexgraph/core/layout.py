@@ -45,6 +45,10 @@ ZEROSHOT = Artifact("data/zeroshot", "zeroshot")
 CHUNKS = Artifact("data/chunks", "encode_chunks")
 DSR = Artifact("models/dsr", "train_dsr")
 EMBED = Artifact("data/embed", "embed")
+#: QABISAR's own first stage (dot product, no synthetic pairs) and its vectors: train_gnn@qabisar's
+#: inputs (placeholders with ``dsr_qabisar.enabled: false``; qabisar then starts from DSR and EMBED)
+DSR_QABISAR = Artifact("models/dsr_qabisar", "train_dsr_qabisar")
+EMBED_QABISAR = Artifact("data/embed_qabisar", "embed_qabisar")
 GRAPH = Artifact("data/graph", "build_graph")
 HPRIOR = Artifact("models/hprior", "hprior")
 #: train_gnn's variants: the papers as published (gdsr, qabisar) and lexgraph's recipes (hgraph, hgraph_qa)
@@ -69,6 +73,8 @@ ARTIFACTS: dict[str, Artifact] = {
     "chunks": CHUNKS,
     "dsr": DSR,
     "embed": EMBED,
+    "dsr_qabisar": DSR_QABISAR,
+    "embed_qabisar": EMBED_QABISAR,
     "graph": GRAPH,
     "hprior": HPRIOR,
     **{f"gnn_{v}": a for v, a in GNN.items()},

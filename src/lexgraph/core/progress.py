@@ -176,13 +176,17 @@ def quiet_third_party_bars() -> None:
 
 def _stage_paths(body: dict, keys: tuple[str, ...], item: object, key: object) -> list[tuple[str, ...]]:
     """The paths a stage lists under ``keys`` (an entry is a path or ``{path: options}``), with
-    a ``foreach`` stage's ``${item}`` and ``${key}`` filled in, as path parts below dvc.yaml."""
+    a ``foreach`` stage's ``${item}``, ``${key}`` and (a mapping item's) ``${item.<name>}`` filled
+    in, as path parts below dvc.yaml."""
     wdir = str(body.get("wdir", "."))
+    fields = item.items() if isinstance(item, dict) else ()
     found = []
     for name in keys:
         for entry in body.get(name) or []:
             path = str(next(iter(entry)) if isinstance(entry, dict) else entry)
             path = path.replace("${item}", str(item)).replace("${key}", str(key))
+            for field, value in fields:
+                path = path.replace(f"${{item.{field}}}", str(value))
             if "${" in path:  # another interpolation: not resolved here
                 raise TypeError(f"{path} is interpolated")
             found.append(tuple(p for p in posixpath.normpath(posixpath.join(wdir, path)).split("/") if p != "."))

@@ -1,6 +1,6 @@
 """Embed the corpus, the heading nodes and the questions with the trained DSR.
 
-Writes three safetensors files, each with two tensors:
+Writes four safetensors files, each with two tensors:
 
 * ``ids`` int64 ``(n,)`` — article ids / ``heading_id`` / question ids;
 * ``embeddings`` float32 ``(n, dim)`` — **raw** encoder outputs, *not* L2-normalised
@@ -9,11 +9,17 @@ Writes three safetensors files, each with two tensors:
 
 ``articles.safetensors`` and ``headings.safetensors`` come from the hierarchical article
 encoder (a heading is just a short text: its ``text`` label), ``questions.safetensors``
-from the query encoder (all splits of the clean questions file). Rows follow the input
+from the query encoder (all splits of the clean questions file), ``synthetic.safetensors``
+from the query encoder too (the synthetic queries of ``generate_queries``: G-DSR's graph
+encoder trains on them, with the DSR's question vectors as its queries, as the authors'
+code does: maastrichtlawtech/gdsr ``src/data/bsard_module.py``). Rows follow the input
 files' order. With a frozen chunk encoder the article side aggregates the cached chunk
 vectors of ``encode_chunks`` (:mod:`lexgraph.encoding.chunks`) instead of re-encoding every chunk.
 
 Files are byte-deterministic: tensors and metadata are written in sorted key order.
+
+On a switched-off DSR stage's placeholder (``models/dsr_qabisar`` with ``dsr_qabisar.enabled:
+false``) the stage writes a placeholder too (:func:`lexgraph.models.dsr.write_disabled`), in seconds.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from lexgraph.core.provenance import output
 
 log = logging.getLogger(__name__)
 
-FILES = ("articles", "headings", "questions")
+FILES = ("articles", "headings", "questions", "synthetic")
 #: the file a graph encoder or the hierarchy prior writes its final article vectors to
 ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
@@ -154,12 +160,13 @@ def embed_all(
     paths: dict[str, Any] | None = None,
     chunk_tables: dict[str, Any] | None = None,
     distributed: bool = False,
+    synthetic=None,
 ) -> dict[str, int]:
-    """Encode the three tables with ``model`` (a :class:`~lexgraph.models.dsr.DSR`)
-    and write ``{articles,headings,questions}.safetensors`` into ``out_dir``.
+    """Encode the tables with ``model`` (a :class:`~lexgraph.models.dsr.DSR`)
+    and write ``{articles,headings,questions[,synthetic]}.safetensors`` into ``out_dir``.
 
     ``articles`` needs ``id``/``article``, ``headings`` ``heading_id``/``text``,
-    ``questions`` ``id``/``question`` (polars DataFrames). ``chunk_tables``
+    ``questions`` and ``synthetic`` (optional) ``id``/``question`` (polars DataFrames). ``chunk_tables``
     (``{"articles"|"headings": ChunkTable}``): cached chunk vectors to aggregate instead of
     encoding those texts. ``distributed``: the encoders share their batches out across the
     open process group (:mod:`lexgraph.core.distributed`); ``out_dir=None`` computes without
@@ -169,12 +176,14 @@ def embed_all(
 
     chunk_tables = chunk_tables or {}
     paths = paths or {}
-    meta = {"normalized": "false", "similarity": "cosine", "dim": str(model.dim)}
+    meta = {"normalized": "false", "similarity": model.similarity_name, "dim": str(model.dim)}
     jobs = [
         ("articles", articles, "id", "article", model.encode_articles),
         ("headings", headings, "heading_id", "text", model.encode_articles),
         ("questions", questions, "id", "question", model.encode_queries),
     ]
+    if synthetic is not None:
+        jobs.append(("synthetic", synthetic, "id", "question", model.encode_queries))
     counts = {}
     for name, df, id_col, text_col, encode in jobs:
         ids = _unique_ids(df, id_col, paths.get(name, name))
@@ -209,17 +218,23 @@ class EmbedPaths:
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     headings: Path = field(metadata={"help": "clean headings (Parquet)"})
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    out: Path = output("output directory (articles/headings/questions.safetensors)")
+    synthetic: Path = field(metadata={"help": "synthetic queries of generate_queries (Parquet)"})
+    out: Path = output("output directory (articles/headings/questions/synthetic.safetensors)")
 
 
 def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
-    """The ``embed`` stage: load the DSR, encode, write ``paths.out`` atomically."""
-    from lexgraph.models.dsr import DSR
+    """The ``embed`` stage: load the DSR, encode, write ``paths.out`` atomically (a placeholder
+    on a switched-off DSR stage's placeholder)."""
+    from lexgraph.models.dsr import DSR, is_disabled, write_disabled
 
     batch_size, dsr_dir, out = config.batch_size, paths.dsr, paths.out
+    if is_disabled(dsr_dir):
+        write_disabled(out, f"{dsr_dir} is a switched-off stage's placeholder, not a DSR to encode with")
+        return {}
     articles = read_parquet(paths.articles, ["id", "article"])
     headings = read_parquet(paths.headings, ["heading_id", "text"])
     questions = read_parquet(paths.questions, ["id", "question"])
+    synthetic = read_parquet(paths.synthetic, ["id", "question"])
     from lexgraph.core.distributed import is_main, session, world_size
     from lexgraph.encoding.chunks import check_settings, load_chunk_table
 
@@ -233,7 +248,12 @@ def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
                 check_settings(tables[name], model.article_encoder, path)
         else:
             model = DSR.load(dsr_dir, device=device)
-        sources = {"articles": paths.articles, "headings": paths.headings, "questions": paths.questions}
+        sources = {
+            "articles": paths.articles,
+            "headings": paths.headings,
+            "questions": paths.questions,
+            "synthetic": paths.synthetic,
+        }
         if not is_main():
             return embed_all(
                 model,
@@ -245,6 +265,7 @@ def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
                 paths=sources,
                 chunk_tables=tables,
                 distributed=True,
+                synthetic=synthetic,
             )
         with atomic_path(out, directory=True) as tmp:
             counts = embed_all(
@@ -257,6 +278,7 @@ def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
                 paths=sources,
                 chunk_tables=tables,
                 distributed=True,
+                synthetic=synthetic,
             )
         log.info(
             "wrote %s%s",

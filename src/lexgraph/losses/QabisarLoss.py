@@ -1,28 +1,37 @@
 """QABISAR's joint objective: graph contrastive loss plus query-encoder distillation.
 
-Santosh, Sarwat & Grabmair, "QABISAR: Query-Article Bipartite Interactions for
-Statutory Article Retrieval" (COLING 2025) train the graph network and the query
-bi-encoder together with
+Santosh, Sarwat & Grabmair, "QABISAR: Query-Article Bipartite Interactions for Statutory
+Article Retrieval" (COLING 2025). §2.2: "To learn GAT parameters, we adopt the same
+contrastive learning used to train bi-encoder", i.e. §2.1's loss over f / τ (f the dot
+product, τ "a scalar temperature"), with the graph's query and article representations;
+then "the sum of contrastive loss using graph representations and the knowledge
+distillation loss", weighted "0.7 and 0.3" (App. A):
 
-    L = (1 - w) * InfoNCE(q^graph, a^graph) + w * KD(q^graph -> q^enc),
+    L    = (1 - w) * InfoNCE(q^g, p^g; f / τ) + w * L_KD,     w = 0.3
+    L_KD = Σ_{q, p} s(q^g, p^g) · log( s(q^g, p^g) / s(q^b, p^g) ),
+    s(q, p) = e^{f(q, p)} / Σ_{p' ∈ P} e^{f(q, p')}
 
-``InfoNCE`` over in-batch and BM25 negatives with f / tau
-(:class:`~lexgraph.losses.InfoNCELoss`) and ``KD`` the distillation term of
-:class:`~lexgraph.losses.DistillationLoss` over the same candidate articles; ``w`` is
-``gnn.<variant>.kd.weight``. As published (``gnn.qabisar``): f is the dot product (section
-2.1), tau = 1, ``KD = KL(softmax f(q^graph, A) || softmax f(q^enc, A))`` at temperature 1
-(section 2.2) and w = 0.3, i.e. 0.7 contrastive + 0.3 KL. lexgraph's ``hgraph_qa`` uses
-cosine / 0.01 and a KD temperature of 0.05. ``w = 0`` is the "no distillation" ablation.
+``InfoNCE`` is :class:`~lexgraph.losses.InfoNCELoss` over in-batch and BM25 negatives (a
+query's other gold articles left out of its denominator: §2.1's sum runs over
+``{p} ∪ P'_q``, the irrelevant articles); ``L_KD`` is
+:class:`~lexgraph.losses.DistillationLoss` in score mode over the batch's candidate
+articles P (every column, none masked), with no temperature: the softmax of f itself
+(``kd.temperature: 1``). ``w`` is ``gnn.<variant>.kd.weight``; ``w = 0`` is the "no
+distillation" ablation. How the text is read where it leaves room:
 
-**The teacher's scores are detached** (both its query and the candidates on its side):
-the KL term moves only the student (the query encoder, and the candidates through the
-student's scores). The paper does not say (unsure); lexgraph detaches because the teacher
-is what is distilled: without the detach the KL would also pull the graph's query
-representation towards the weaker text-only encoder, which is the wrong direction for a
-teacher; the graph side is trained by the contrastive term alone.
+* **τ is the bi-encoder's**: "the same contrastive learning used to train bi-encoder" —
+  the profile sets ``gnn.qabisar.temperature`` to the first stage's ``dsr.temperature``
+  (a test keeps them equal). The paper states no value.
+* **Sums become batch means**: the paper's sums over queries are averaged over the batch,
+  for both terms, so that the 0.7 / 0.3 split does not depend on the batch size.
+* **The teacher's scores are detached** (its query and the candidates on its side): the
+  KL moves the student (the query encoder) and, through the student's scores, the
+  candidate articles; the graph's query representation is shaped by the contrastive term
+  alone. The paper does not say.
 
-With ``student_contrastive`` (``kd.student_contrastive``, not in the paper) the contrastive
-term is the mean of the teacher's and the student's InfoNCE against the same graph articles.
+With ``student_contrastive`` (``kd.student_contrastive``, lexgraph's, not in the paper) the
+contrastive term is the mean of the teacher's and the student's InfoNCE against the same
+graph articles.
 """
 
 from __future__ import annotations
@@ -83,12 +92,7 @@ class QabisarLoss(nn.Module):
         if encoder_queries is None:
             raise ValueError("kd_weight > 0 needs the query-encoder embeddings")
         candidates = positives if negatives is None else torch.cat([positives, negatives], dim=0)  # (B + N, dim)
-        mask = None
-        if other_positives is not None:
-            mask = other_positives.to(device=candidates.device, dtype=torch.bool).clone()  # (B, B + N)
-            batch = mask.size(0)
-            mask[torch.arange(batch), torch.arange(batch)] = False
-        kd = self.distillation(graph_queries, encoder_queries, candidates, mask)
+        kd = self.distillation(graph_queries, encoder_queries, candidates)  # over every candidate P (§2.2)
         parts["kd"] = float(kd.detach())
         if self.student_contrastive:  # the student, scored at test time, also against the graph's articles
             student = self.contrastive(encoder_queries, positives, negatives, other_positives)

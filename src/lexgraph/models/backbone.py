@@ -54,6 +54,45 @@ def set_trainable_layers(backbone: nn.Module, trainable_layers: int | None) -> N
         layer.requires_grad_(True)
 
 
+def split_layers(backbone: nn.Module, trainable_layers: int) -> tuple[nn.ModuleList, nn.ModuleList]:
+    """``(frozen, top)``: the blocks below the top ``trainable_layers`` and those blocks."""
+    layers = transformer_layers(backbone)
+    cut = len(layers) - trainable_layers
+    return layers[:cut], layers[cut:]
+
+
+def _run_blocks(backbone: nn.Module, blocks, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``hidden`` (n, seq, dim) through ``blocks`` with the padding mask (n, seq) as an additive mask."""
+    blocked = ~attention_mask.bool()[:, None, None, :]  # (n, 1, 1, seq): padding keys
+    mask = torch.zeros(blocked.shape, dtype=hidden.dtype, device=hidden.device).masked_fill(
+        blocked, torch.finfo(hidden.dtype).min
+    )  # (n, 1, 1, seq), additive
+    for block in blocks:
+        out = block(hidden, attention_mask=mask)
+        hidden = out[0] if isinstance(out, tuple) else out  # (n, seq, dim)
+    return hidden
+
+
+@torch.no_grad()
+def frozen_states(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, trainable_layers: int):
+    """The token states ``(n, seq, dim)`` entering the top ``trainable_layers`` blocks: the embeddings
+    and the frozen blocks below, in eval mode (no dropout), computed once and cached by the caller."""
+    frozen, _ = split_layers(backbone, trainable_layers)
+    was_training = backbone.training
+    backbone.eval()
+    hidden = backbone.embeddings(input_ids=input_ids)  # (n, seq, dim)
+    hidden = _run_blocks(backbone, frozen, hidden, attention_mask)
+    backbone.train(was_training)
+    return hidden
+
+
+def top_states(backbone: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor, trainable_layers: int):
+    """The last hidden states ``(n, seq, dim)`` from cached :func:`frozen_states`: the top
+    ``trainable_layers`` blocks only (in the backbone's mode, with gradients)."""
+    _, top = split_layers(backbone, trainable_layers)
+    return _run_blocks(backbone, top, hidden, attention_mask)
+
+
 # ---------------------------------------------------------------------------
 # Backbone loading
 # ---------------------------------------------------------------------------

@@ -126,6 +126,10 @@ class TextEncoder(nn.Module):
         if self.backbone is None:
             raise LexgraphError("this article encoder was loaded without its chunk encoder (chunk-level module only)")
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (n, seq, dim)
+        return self.pool_states(hidden, attention_mask)
+
+    def pool_states(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The last hidden states ``(n, seq, dim)`` pooled to ``(n, dim)``: [CLS] or masked mean."""
         if self.token_pooling == "cls":
             return hidden[:, 0]  # (n, dim)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (n, seq, 1)

@@ -62,6 +62,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GraphConv, SAGEConv
 from lexgraph.core.config import params_error
 from lexgraph.data.schema import HIERARCHY_LEVELS
 from lexgraph.graph.build import NUM_EDGE_TYPES
+from lexgraph.models.qabisar_conv import QabisarConv
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ ATTENTION_MODELS = ("gatv2", "gat")
 
 
 INITS = ("random", "identity", "prior")
+#: ``stack``: G-DSR's stack of ``model`` convolutions, the activation between layers (and
+#: lexgraph's options: residual, projections, edge groups, prior start); ``qabisar``: QABISAR's
+#: §2.2 layer (:class:`~lexgraph.models.qabisar_conv.QabisarConv`), σ after every layer
+LAYERS = ("stack", "qabisar")
 PROJECTIONS = ("linear", "convolutions")
 ACTIVATIONS = {"elu": F.elu, "relu": F.relu}
 
@@ -102,6 +107,7 @@ class GraphEncoderConfig:
     activation: str = field(
         metadata={"choices": tuple(ACTIVATIONS)}
     )  # between layers: elu | relu (G-DSR's public code)
+    layer: str = field(default="stack", metadata={"choices": LAYERS})  # stack (G-DSR) | qabisar (QABISAR §2.2)
     prior_weight: float = 0.0  # init=prior: the statute messages' starting weight
     edge_groups: tuple[tuple[int, ...], ...] = (tuple(range(NUM_EDGE_TYPES)),)  # a convolution per group
     num_edge_types: int = NUM_EDGE_TYPES
@@ -148,6 +154,7 @@ class GraphEncoderConfig:
         if self.init == "prior" and self.model not in ATTENTION_MODELS:
             raise params_error(f"'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'")
         self._check_plain_stack()
+        self._check_qabisar_layer()
         if not self.edge_groups or any(not g for g in self.edge_groups):
             raise ValueError(f"edge_groups must be non-empty groups of edge types, got {self.edge_groups}")
 
@@ -166,6 +173,37 @@ class GraphEncoderConfig:
                 "'gnn.projections' = 'convolutions' changes the width inside the stack, which a "
                 "residual cannot add across: set 'gnn.residual: false' or 'gnn.projections: linear'"
             )
+
+    def _check_qabisar_layer(self) -> None:
+        """QABISAR's layer (§2.2) is one GATv2-style attention over every edge type with its own
+        self term and edge-type vectors, heads concatenated to the node width, σ after every
+        layer, no residual: the keys that would add what the equation does not have are refused."""
+        if self.layer not in LAYERS:
+            raise params_error(f"'gnn.layer' = {self.layer!r}, expected one of {', '.join(LAYERS)}")
+        if self.layer != "qabisar":
+            return
+        wanted = {
+            "model": ("gatv2", "gatv2 (QABISAR's attention is GATv2's, cited in §2.2)"),
+            "residual": (False, "false (the layer's self term is alpha_ii W_s x_i, not a skip)"),
+            "init": ("random", "random"),
+            "hidden": (None, "null (the heads are concatenated back to the node width)"),
+            "projections": ("linear", "linear (no maps around the stack)"),
+            "concat_heads": (True, "true (the heads are concatenated: ||_k)"),
+            "self_loops": (True, "true (the self term alpha_ii is part of the layer)"),
+        }
+        for key, (value, expected) in wanted.items():
+            if getattr(self, key) != value:
+                found = getattr(self, key)
+                raise params_error(f"'gnn.{key}' = {found!r} with 'gnn.layer: qabisar', expected {expected}")
+        if self.edge_dim is None:
+            raise params_error("'gnn.edge_dim' = None with 'gnn.layer: qabisar', expected the edge types' width")
+        if self.attention_dropout:
+            raise params_error(
+                f"'gnn.attention_dropout' = {self.attention_dropout!r} with 'gnn.layer: qabisar', expected 0 "
+                "(the layer's equation has no attention dropout)"
+            )
+        if len(self.edge_groups) != 1:
+            raise params_error("'gnn.layer: qabisar' attends every edge type jointly: set 'gnn.edge_attention: joint'")
 
     @property
     def adds_self_loops(self) -> bool:
@@ -205,6 +243,8 @@ def make_conv(config: GraphEncoderConfig, in_dim: int | None = None, out_dim: in
     """One ``in_dim -> out_dim`` convolution of ``config``'s kind (both default to the hidden width)."""
     dim, heads = config.hidden_dim, config.heads
     in_dim, out_dim = in_dim or dim, out_dim or dim
+    if config.layer == "qabisar":
+        return QabisarConv(dim, heads, config.edge_dim)
     self_loops = config.adds_self_loops and not config.typed_self_loops  # typed ones are edges of their own
     if config.model in ATTENTION_MODELS:
         conv = GATv2Conv if config.model == "gatv2" else GATConv
@@ -307,6 +347,8 @@ class GraphEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_type: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` (nodes, in_dim), ``edge_index`` (2, edges), ``edge_type`` (edges,) -> (nodes, in_dim)."""
+        if self.config.layer == "qabisar":
+            return self._qabisar(x, edge_index, edge_type)
         if edge_type is None:
             if self.edge_embedding is not None or len(self.config.edge_groups) > 1:
                 raise ValueError("this GraphEncoder uses edge types (features or groups): pass edge_type")
@@ -324,6 +366,21 @@ class GraphEncoder(nn.Module):
                 out = F.dropout(activation(out), p=self.config.dropout, training=self.training)
             h = h + out if self.config.residual else out  # (nodes, hidden)
         return self.lin_out(h)  # (nodes, in_dim)
+
+    def _qabisar(self, x: torch.Tensor, edge_index: torch.Tensor, edge_type: torch.Tensor | None) -> torch.Tensor:
+        """QABISAR §2.2: every layer ``σ(QabisarConv(h))``, dropout between layers; the edge-type
+        embedding is shared by the layers, the self term's type is the last row."""
+        if edge_type is None:
+            raise ValueError("QABISAR's layer attends over edge types: pass edge_type")
+        activation = ACTIVATIONS[self.config.activation]
+        edge_attr = self.edge_embedding(edge_type)  # (edges, edge_dim)
+        self_attr = self.edge_embedding.weight[self.config.num_edge_types]  # (edge_dim,)
+        h = x  # (nodes, dim)
+        for i, (conv,) in enumerate(self.convs):
+            h = activation(conv(h, edge_index, edge_attr, self_attr))  # σ on every layer, the last included
+            if i < len(self.convs) - 1:
+                h = F.dropout(h, p=self.config.dropout, training=self.training)
+        return h  # (nodes, dim)
 
     def _with_self_loops(self, nodes: int, edge_index: torch.Tensor, edge_type: torch.Tensor, masks: list):
         loops = torch.arange(nodes, device=edge_index.device)  # (nodes,)

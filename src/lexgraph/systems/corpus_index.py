@@ -12,7 +12,8 @@ is logged), and writes ``DIR`` with the workspace's layout for the corpus side o
   with its chunk cache's settings, encoded in resumable blocks (:mod:`lexgraph.encoding.chunk_blocks`,
   under ``DIR/.partial/``);
 * ``data/zeroshot/``: the ``zeroshot`` system's article vectors (:func:`lexgraph.systems.zeroshot.run_zeroshot`);
-* ``data/embed/{articles,headings}.safetensors``: the DSR article encoder over those chunks;
+* ``data/embed/{articles,headings}.safetensors``: the DSR article encoder over those chunks (and
+  ``data/embed_qabisar/`` with QABISAR's own first stage, for a ``qabisar`` trained on it);
 * ``models/hprior`` and ``models/gnn_<variant>/article_embeddings.safetensors``: the graph systems
   applied inductively over the corpus's own hierarchy (:mod:`lexgraph.systems.inductive`, when present);
 * ``data/rerank/articles.safetensors``: the frozen re-ranker's article token states;
@@ -218,17 +219,25 @@ def write_zeroshot(clean: Path, chunks: Path, workspace: Path, out: Path, device
     run_zeroshot(layout.PRETRAIN.under(workspace), clean / "articles.parquet", out, config, device, chunks)
 
 
-def write_embed(articles, headings, chunks: Path | None, workspace: Path, out: Path, device) -> None:
-    """The DSR article encoder's vectors of articles and headings (``data/embed``), from the chunk
-    vectors with a frozen chunk encoder (as the ``embed`` stage), else from the texts."""
+def write_embed(
+    articles, headings, chunks: Path | None, workspace: Path, out: Path, device, dsr: layout.Artifact = layout.DSR
+) -> None:
+    """The DSR article encoder's vectors of articles and headings (``data/embed``; ``dsr``: G-DSR's
+    DSR, or QABISAR's own first stage for ``data/embed_qabisar``), from the chunk vectors with a
+    frozen chunk encoder (as the ``embed`` stage), else from the texts."""
     from lexgraph.encoding.chunks import check_settings, embed_from_chunks, load_chunk_table
     from lexgraph.encoding.embed import EmbedConfig, save_embeddings
     from lexgraph.models.dsr import DSR
 
     batch_size = workspace_params("embed", workspace, EmbedConfig).batch_size
     frozen = chunks is not None
-    model = DSR.load(layout.DSR.under(workspace), device=device, with_article_backbone=not frozen)
-    meta = {"normalized": "false", "similarity": "cosine", "dim": str(model.dim), "encoder": "encode_articles"}
+    model = DSR.load(dsr.under(workspace), device=device, with_article_backbone=not frozen)
+    meta = {
+        "normalized": "false",
+        "similarity": model.similarity_name,
+        "dim": str(model.dim),
+        "encoder": "encode_articles",
+    }
     sources = {
         "articles": (articles["id"], articles["article"]),
         "headings": (headings["heading_id"], headings["text"]),
@@ -245,15 +254,42 @@ def write_embed(articles, headings, chunks: Path | None, workspace: Path, out: P
     log.info("index: DSR vectors of %d articles and %d headings", articles.height, headings.height)
 
 
-def write_graph(systems: list[str], articles, headings, embed: Path, workspace: Path, root: Path, device) -> None:
+def first_stage(system: str, workspace: Path) -> layout.Artifact:
+    """The DSR whose vectors ``system``'s graph encoder was trained on: QABISAR's own first stage
+    where its ``gnn.json`` names it (``first_stage``), else G-DSR's DSR (hprior's too)."""
+    from lexgraph.core.inputs import read_json_object
+
+    if system not in layout.GNN:
+        return layout.DSR
+    path = layout.GNN[system].under(workspace, "gnn.json")
+    saved = read_json_object(
+        path,
+        what="the graph encoder settings train_gnn writes",
+        optional={"first_stage": (lambda v: isinstance(v, str), "a workspace path")},
+        fix=layout.restore_hint(path),
+    )
+    return layout.DSR_QABISAR if saved.get("first_stage") == layout.DSR_QABISAR.path.as_posix() else layout.DSR
+
+
+def write_graph(systems: list[str], articles, headings, chunks: Path | None, workspace: Path, root: Path, device):
     """hprior's and the graph encoders' article vectors, applied inductively over the corpus's own
-    statute graph (no question nodes: :mod:`lexgraph.systems.inductive`)."""
+    statute graph (no question nodes: :mod:`lexgraph.systems.inductive`), each on the vectors of its
+    own first stage: ``data/embed`` under ``root`` (written before), or ``data/embed_qabisar``,
+    written here for a graph encoder trained on QABISAR's own first stage (:func:`first_stage`)."""
     from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS, load_embeddings, save_embeddings
     from lexgraph.systems.inductive import corpus_graph, graph_vectors, hprior_vectors
 
     graph = corpus_graph(articles, headings, workspace)
-    embeddings = {name: load_embeddings(embed / f"{name}.safetensors") for name in ("articles", "headings")}
+    vectors_of = {layout.DSR: layout.EMBED.under(root), layout.DSR_QABISAR: layout.EMBED_QABISAR.under(root)}
+    loaded: dict[layout.Artifact, dict] = {}
     for system in systems:
+        dsr = first_stage(system, workspace)
+        if dsr not in loaded:
+            if not vectors_of[dsr].is_dir():
+                vectors_of[dsr].mkdir(parents=True)
+                write_embed(articles, headings, chunks, workspace, vectors_of[dsr], device, dsr=dsr)
+            loaded[dsr] = {n: load_embeddings(vectors_of[dsr] / f"{n}.safetensors") for n in ("articles", "headings")}
+        embeddings = loaded[dsr]
         if system == "hprior":
             vectors = hprior_vectors(workspace, graph, *embeddings["articles"])  # (A, dim)
             out = layout.HPRIOR.under(root, ARTICLE_EMBEDDINGS)
@@ -352,7 +388,7 @@ def index_corpus(
             write_embed(articles, headings, chunks, workspace, layout.EMBED.under(tmp), device)
         graph = [s for s in todo if s in GRAPH_SYSTEMS]
         if graph:
-            write_graph(graph, articles, headings, layout.EMBED.under(tmp), workspace, Path(tmp), device)
+            write_graph(graph, articles, headings, chunks, workspace, Path(tmp), device)
         rerankers = [s for s in todo if s in layout.RERANKERS]
         if rerankers:
             write_rerank(articles, workspace, rerankers, layout.RERANK_FEATURES.under(tmp), device)

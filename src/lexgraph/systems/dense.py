@@ -234,10 +234,28 @@ def load_dense(
     )
 
 
+def dsr_cosine(dsr_dir: Path) -> bool:
+    """Whether the DSR in ``dsr_dir`` ranks by cosine: its ``dsr.json``'s ``similarity``
+    (``dsr.similarity``; cosine where no ``dsr.json`` lies beside a bare query encoder)."""
+    from lexgraph.core.inputs import read_json_object
+    from lexgraph.models.dsr import DSR_CONFIG
+
+    path = dsr_dir / DSR_CONFIG
+    settings = read_json_object(
+        path,
+        what="the DSR settings train_dsr writes",
+        optional={"similarity": (lambda v: v in ("cosine", "dot"), "cosine or dot")},
+        fix=layout.restore_hint(path),
+        missing_ok=True,
+    )
+    return (settings or {}).get("similarity", "cosine") == "cosine"
+
+
 def load_dsr(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None) -> DenseRetriever:
-    """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings (the
-    query encoder is checked first: both come from ``dvc repro embed``); ``corpus``: an index of
-    another corpus (``lexgraph index``) whose ``data/embed`` holds the article embeddings."""
+    """The ``dsr`` system: DSR query encoder + the ``embed`` stage's article embeddings, ranked by the
+    DSR's own score (``dsr.similarity``; the query encoder is checked first: both come from ``dvc
+    repro embed``); ``corpus``: an index of another corpus (``lexgraph index``) whose ``data/embed``
+    holds the article embeddings."""
     workspace = Path(workspace)
     query_dir = _require(layout.DSR.under(workspace, "query_encoder"), "the trained DSR query encoder", "embed")
     return load_dense(
@@ -247,5 +265,6 @@ def load_dsr(workspace: Path, device: str = "auto", index=None, *, corpus: Path 
         "embed",
         device,
         index,
+        dsr_cosine(layout.DSR.under(workspace)),
         embeddings_what="the DSR article embeddings",
     )

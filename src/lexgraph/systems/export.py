@@ -59,6 +59,7 @@ DENSE: dict[str, tuple[str, ...]] = {
     "dsr": ("pretrain", "dsr", "embed"),
     "hprior": ("pretrain", "dsr", "embed", "hprior"),
     **{variant: ("pretrain", "dsr", "embed", "graph", "gnn") for variant in layout.GNN},
+    "qabisar": ("pretrain", "dsr", "dsr_qabisar", "embed", "graph", "gnn"),  # its own first stage (or dsr's)
 }
 
 #: the systems that export refuses, and why

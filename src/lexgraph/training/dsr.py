@@ -9,18 +9,23 @@ Follows G-DSR (Louis, van Dijck & Spanakis, EACL 2023, Sections 3.1–3.2 and 4)
 * for each pair, one BM25 hard negative drawn (seeded, redrawn every epoch) from that
   question's mined negatives — or, for a question without negatives, a random
   non-gold article;
-* InfoNCE over in-batch negatives + the batch's hard negatives, cosine / temperature,
-  other gold articles of a query masked out of its denominator
+* InfoNCE over in-batch negatives + the batch's hard negatives, cosine / temperature
+  (``dsr.similarity: cosine``, G-DSR §4.2) or dot product / temperature (``dot``: QABISAR §2.1,
+  ``train_dsr_qabisar``), other gold articles of a query masked out of its denominator
   (:class:`~lexgraph.losses.InfoNCELoss`);
 * AdamW (betas 0.9/0.999, eps 1e-7, weight decay on all but biases and LayerNorm
   weights), linear warm-up over ``warmup_ratio`` of the steps then linear decay,
   gradient clipping, mixed precision on CUDA (bf16, or fp16 with a GradScaler);
 * model selection: before training (epoch 0) and after each epoch the whole corpus is
-  encoded and dev questions are ranked by exact cosine top-200; the epoch with the best
+  encoded and dev questions are ranked by exact top-200 of the same score; the epoch with the best
   dev recall@200 is kept — epoch 0 included, so training never ends below its start;
 * refit (``dsr.refit``, G-DSR appendix B): once that epoch E is chosen, the model goes
   back to its start weights and trains on the train + dev pairs for exactly E epochs,
   the last one kept (:func:`train_and_refit`); dev then is no longer held out for it.
+
+QABISAR's first stage (``train_dsr_qabisar``, :func:`run_train_dsr_qabisar`) is this training with
+the ``dsr_qabisar`` keys in place of the ``dsr`` section's (the dot product, no synthetic pairs); with
+``dsr_qabisar.enabled: false`` it writes a placeholder (:func:`lexgraph.models.dsr.write_disabled`).
 
 ``chunk_encoder: frozen`` (embedded sample, CPU): the article side's backbone does not
 train; its chunk vectors come from the ``encode_chunks`` cache (:mod:`lexgraph.encoding.chunks`)
@@ -50,7 +55,7 @@ from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.metrics.ir import rounded, rounded_all
 from lexgraph.models.dsr import DSR
 from lexgraph.models.packing import pack_chunks
-from lexgraph.training.dsr_config import EVAL_CUTOFF, SECTION, DSRConfig, build_dsr
+from lexgraph.training.dsr_config import EVAL_CUTOFF, QABISAR_SECTION, SECTION, DSRConfig, QabisarDSRSettings, build_dsr
 from lexgraph.training.dsr_data import Pair, TrainingData, load_training_data, sample_negatives
 from lexgraph.training.engine import (
     FitConfig,
@@ -72,7 +77,8 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int) -> dict[str, float]:
-    """Dev metrics of ``model``: whole corpus encoded, exact cosine top-:data:`~lexgraph.metrics.ir.DEEPEST`."""
+    """Dev metrics of ``model``: whole corpus encoded, exact top-:data:`~lexgraph.metrics.ir.DEEPEST`
+    by the model's own score (cosine, or the dot product)."""
     from lexgraph.metrics.ir import dense_run_metrics
 
     order = np.argsort(np.asarray(data.article_ids, dtype=np.int64), kind="stable")
@@ -86,9 +92,9 @@ def evaluate_dsr(model: DSR, data: TrainingData, batch_size: int) -> dict[str, f
             [data.article_texts[i] for i in order], batch_size=batch_size, desc="dev: encode corpus"
         )  # (na, dim)
     queries = model.encode_queries(data.dev_questions, batch_size=batch_size, desc="dev: encode questions")  # (nq, dim)
-    return dense_run_metrics(
-        queries, articles, np.asarray(data.article_ids, dtype=np.int64)[order], data.dev_ids, data.dev_qrels
-    )
+    ids = np.asarray(data.article_ids, dtype=np.int64)[order]
+    cosine = model.similarity_name == "cosine"
+    return dense_run_metrics(queries, articles, ids, data.dev_ids, data.dev_qrels, normalize=cosine)
 
 
 # ---------------------------------------------------------------------------
@@ -360,4 +366,22 @@ def _train_and_write(paths, config, data, model, device, seed, runtime, resume) 
         write_json(summary, paths.metrics)
         write_text(curve_csv(result.history), paths.plot)
     runtime.wait()
+    return summary
+
+
+def run_train_dsr_qabisar(
+    paths: TrainDsrPaths, settings: QabisarDSRSettings, device: torch.device, seed: int
+) -> dict[str, Any]:
+    """The ``train_dsr_qabisar`` stage: :func:`run_train_dsr` with QABISAR's recipe, or, with
+    ``dsr_qabisar.enabled: false``, a placeholder model directory, ``{"enabled": false}`` metrics and
+    the curve's header alone (in seconds; ``train_gnn@qabisar`` then starts from G-DSR's DSR)."""
+    if settings.enabled:
+        return run_train_dsr(paths, settings.recipe, device, seed)
+    from lexgraph.models.dsr import write_disabled
+
+    key = f"{QABISAR_SECTION}.enabled"
+    write_disabled(paths.out, f"'{key}' is false (`dvc exp run -S {key}=true` trains it)")
+    summary: dict[str, Any] = {"enabled": False}
+    write_json(summary, paths.metrics)
+    write_text(curve_csv([]), paths.plot)
     return summary

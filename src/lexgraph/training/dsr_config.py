@@ -1,16 +1,18 @@
-"""The ``dsr`` section of params.yaml (:class:`DSRConfig`) and building a fresh DSR from it
-(the loop is :mod:`lexgraph.training.dsr`)."""
+"""The ``dsr`` section of params.yaml (:class:`DSRConfig`), the ``dsr_qabisar`` section
+(:class:`QabisarDSRConfig`: QABISAR's first stage, the ``dsr`` recipe with its own keys) and
+building a fresh DSR from them (the loop is :mod:`lexgraph.training.dsr`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import ConfigError
+from lexgraph.losses.InfoNCELoss import SIMILARITIES
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
@@ -18,6 +20,8 @@ from lexgraph.models.encoders import QueryEncoder
 log = logging.getLogger(__name__)
 
 SECTION = "dsr"
+#: QABISAR's first stage (train_dsr_qabisar): only the keys where it differs from the ``dsr`` section
+QABISAR_SECTION = "dsr_qabisar"
 EVAL_CUTOFF = 200  # model selection: dev recall@200 (G-DSR)
 
 
@@ -33,6 +37,7 @@ _CHOICES = {
     "pooling": ("max", "mean", "token_mean"),
     "token_pooling": ("cls", "mean"),
     "selection": ("dev", "fixed"),
+    "similarity": SIMILARITIES,
 }
 _POSITIVE = {"expected": "a positive integer"}
 
@@ -63,6 +68,8 @@ class DSRConfig:
     max_query_length: int = field(metadata=_POSITIVE)
     chunk_layers: int = field(metadata=_POSITIVE)
     chunk_heads: int = field(metadata=_POSITIVE)
+    # cosine (G-DSR) | dot (QABISAR): the score of training (InfoNCE over score / temperature), selection and search
+    similarity: str = field(metadata=_one_of("similarity"))
     temperature: float = field(metadata={"expected": "a positive number"})
     epochs: int = field(metadata=_POSITIVE)
     batch_size: int = field(metadata=_POSITIVE)
@@ -188,4 +195,44 @@ def _build(config: DSRConfig, q_path: str, q_random: bool, a_path: str, a_random
         num_heads=config.chunk_heads,
         token_pooling=config.token_pooling,
     )
-    return DSR(query, article, temperature=config.temperature)
+    return DSR(query, article, temperature=config.temperature, similarity=config.similarity)
+
+
+# ---------------------------------------------------------------------------
+# QABISAR's first stage
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QabisarDSRConfig:
+    """The ``dsr_qabisar`` section: the keys where QABISAR's dense bi-encoder (Santosh et al.,
+    COLING 2025, §2.1 and App. A) differs from the ``dsr`` section's recipe (App. A follows G-DSR's)."""
+
+    enabled: bool  # false: train_dsr_qabisar and embed_qabisar write placeholders, qabisar starts from models/dsr
+    similarity: str = field(metadata=_one_of("similarity"))
+    synthetic: bool
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> QabisarDSRConfig:
+        return section_config(cls, params, QABISAR_SECTION)
+
+    def validate(self) -> None:
+        if self.similarity not in SIMILARITIES:
+            raise bad_value(QABISAR_SECTION, "similarity", self.similarity, expectation(QabisarDSRConfig, "similarity"))
+
+
+@dataclass(frozen=True)
+class QabisarDSRSettings:
+    """What ``train_dsr_qabisar`` runs: whether it trains, and its recipe (the ``dsr`` section with
+    the ``dsr_qabisar`` keys in place of its own)."""
+
+    enabled: bool
+    recipe: DSRConfig
+
+    @classmethod
+    def from_sections(cls, sections: dict[str, Any]) -> QabisarDSRSettings:
+        """From ``{"dsr": ..., "dsr_qabisar": ...}`` (what :func:`lexgraph.core.config.load_params`
+        gives a section that extends another); each section checked by its own config."""
+        own = QabisarDSRConfig.from_params(sections[QABISAR_SECTION])
+        recipe = DSRConfig.from_params(sections[SECTION])
+        return cls(own.enabled, replace(recipe, similarity=own.similarity, synthetic=own.synthetic))

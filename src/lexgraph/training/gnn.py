@@ -149,6 +149,47 @@ def _dev_queries(ts: TrainingSet, encoder, device: torch.device) -> torch.Tensor
 
 
 @dataclass
+class StudentCache:
+    """QABISAR's student with only its top ``layers`` blocks trained (``encoder_layers``): the
+    train questions' token states below them, computed once (eval mode), so that a step runs
+    the top blocks alone; questions go through them in length-sorted groups (less padding,
+    the same vectors)."""
+
+    states: torch.Tensor  # (Q, seq, dim) the frozen blocks' output per train question
+    mask: torch.Tensor  # (Q, seq)
+    lengths: torch.Tensor  # (Q,) tokens per question
+    layers: int
+    group: int = 64  # questions per forward
+
+    @classmethod
+    def build(cls, encoder, texts: list[str], layers: int, device: torch.device) -> StudentCache:
+        from lexgraph.models.backbone import frozen_states, set_trainable_layers
+
+        set_trainable_layers(encoder.backbone, layers)
+        encoder.trainable_layers = layers  # saved with the distilled encoder
+        inputs = {k: v.to(device) for k, v in encoder.tokenize(texts).items()}
+        states = frozen_states(encoder.backbone, inputs["input_ids"], inputs["attention_mask"], layers)
+        mask = inputs["attention_mask"]
+        return cls(states, mask, mask.sum(1).cpu(), layers)
+
+    def embed(self, encoder, rows: torch.Tensor) -> torch.Tensor:
+        """``(b,)`` question rows -> ``(b, dim)`` student vectors (top blocks with gradients)."""
+        from lexgraph.models.backbone import top_states
+
+        order = torch.argsort(self.lengths[rows], stable=True)  # (b,)
+        out = [None] * rows.numel()
+        for start in range(0, rows.numel(), self.group):
+            picked = order[start : start + self.group]
+            sub = rows[picked]
+            width = int(self.lengths[sub].max())
+            mask = self.mask[sub.to(self.mask.device), :width]  # (g, width)
+            hidden = top_states(encoder.backbone, self.states[sub.to(self.states.device), :width], mask, self.layers)
+            for i, vector in zip(picked.tolist(), encoder.pool_states(hidden, mask)):
+                out[i] = vector
+        return torch.stack(out)  # (b, dim)
+
+
+@dataclass
 class DeviceGraph:
     """The training graph's tensors, moved to the training device once."""
 
@@ -177,6 +218,7 @@ def batch_loss(
     batch: torch.Tensor,
     settings: GNNSettings,
     generator: torch.Generator,
+    student: StudentCache | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of one batch of (question row, gold article node) pairs ``(B, 2)``."""
     device = graph.x.device
@@ -192,7 +234,7 @@ def batch_loss(
         torch.cat([columns, q_nodes]).to(device),
         settings.encoder.layers,
         graph.x.size(0),
-        cut_pairs=(q_nodes.to(device), positives.to(device)) if qabisar else None,
+        cut_pairs=(q_nodes.to(device), positives.to(device)) if settings.leak_cut else None,
     )
     out = model(graph.x[subset], sub_edge_index, sub_edge_type)  # (subset, dim)
     cols = out[torch.searchsorted(subset, columns.to(device))]  # (B + N, dim)
@@ -204,9 +246,12 @@ def batch_loss(
     q_enc = None
     if settings.trains_query_encoder:
         unique_rows, inverse = rows.unique(return_inverse=True)  # encode each question once
-        texts = [ts.train_texts[r] for r in unique_rows.tolist()]
-        inputs = {k: v.to(device) for k, v in encoder.tokenize(texts).items()}
-        q_enc = encoder(**inputs)[inverse.to(device)]  # (B, dim)
+        if student is not None:  # the top blocks over cached states
+            q_enc = student.embed(encoder, unique_rows)[inverse.to(device)]  # (B, dim)
+        else:
+            texts = [ts.train_texts[r] for r in unique_rows.tolist()]
+            inputs = {k: v.to(device) for k, v in encoder.tokenize(texts).items()}
+            q_enc = encoder(**inputs)[inverse.to(device)]  # (B, dim)
     return criterion(q_graph, q_enc, a_pos, a_neg, mask)
 
 
@@ -228,6 +273,7 @@ class GNNTask:
     ) -> None:
         self.ts, self.settings, self.model, self.encoder, self.criterion = ts, settings, model, encoder, criterion
         self.graph, self.runtime, self.order_generator = graph, runtime, generator
+        self.student: StudentCache | None = None
         # the batch order must be the same on every process; with one process the negatives
         # come from the same stream (the historical draw order), with several from their own
         self.draw_generator = (
@@ -260,7 +306,15 @@ class GNNTask:
     def step(self, batch: torch.Tensor):
         with self.runtime.autocast():
             return batch_loss(
-                self.model, self.encoder, self.criterion, self.ts, self.graph, batch, self.settings, self.draw_generator
+                self.model,
+                self.encoder,
+                self.criterion,
+                self.ts,
+                self.graph,
+                batch,
+                self.settings,
+                self.draw_generator,
+                self.student,
             )
 
     def evaluate(self) -> dict[str, float]:
@@ -304,6 +358,15 @@ def _optimizer(settings: GNNSettings, model: GraphEncoder, encoder) -> torch.opt
     )
 
 
+def _student(ts: TrainingSet, settings: GNNSettings, encoder, device: torch.device) -> StudentCache | None:
+    """The distilled query encoder's cached lower states when only its top blocks train."""
+    if not settings.trains_query_encoder or settings.encoder_layers is None:
+        return None
+    student = StudentCache.build(encoder, ts.train_texts, settings.encoder_layers, device)
+    log.info("%s: the query encoder's top %d block(s) train, over cached states", settings.variant, student.layers)
+    return student
+
+
 def train_graph_encoder(
     ts: TrainingSet,
     settings: GNNSettings,
@@ -339,17 +402,20 @@ def train_graph_encoder(
     generator = torch.Generator().manual_seed(seed)
     model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
     log.info(
-        "%s graph encoder: %s, %d layer(s), %d head(s), %.2fM parameters",
+        "%s graph encoder: %s (%s), %d layer(s), %d head(s), %.2fM parameters",
         settings.variant,
         settings.encoder.model,
+        settings.encoder.layer,
         settings.encoder.layers,
         settings.encoder.heads,
         sum(p.numel() for p in model.parameters()) / 1e6,
     )
     encoder = query_encoder.to(device) if (questions and query_encoder is not None) else None
+    student = _student(ts, settings, encoder, device)
     criterion = build_criterion(settings)
     optimizer = _optimizer(settings, model, encoder)
     task = GNNTask(ts, settings, model, encoder, criterion, None, generator, runtime, seed)
+    task.student = student
     total = task.steps_per_epoch * settings.epochs
     scheduler = build_scheduler(optimizer, settings.schedule, int(settings.warmup_ratio * total), total)
     task.graph = DeviceGraph.on(ts, device)

@@ -42,7 +42,6 @@ SHARED_KEYS = (
     "layers",
     "dropout",
     "hard_negatives",
-    "batch_size",
     "adam_epsilon",
     "weight_decay",
     "max_grad_norm",
@@ -50,6 +49,7 @@ SHARED_KEYS = (
 )
 #: architecture keys of a variant's mapping (fields of GraphEncoderConfig)
 ARCH_KEYS = (
+    "layer",
     "hidden",
     "heads",
     "concat_heads",
@@ -66,6 +66,8 @@ GRAPH_KEYS = (
     *ARCH_KEYS,
     "heading_features",
     "normalize_features",
+    "synthetic",
+    "batch_size",
     "lr",
     "schedule",
     "warmup_ratio",
@@ -76,7 +78,7 @@ GRAPH_KEYS = (
     "refit",
 )
 #: the question variants' mapping adds
-QUESTION_KEYS = ("edge_attention", "encoder_lr", "kd", "bipartite", "structure")
+QUESTION_KEYS = ("edge_attention", "encoder_lr", "encoder_layers", "kd", "leak_cut", "bipartite", "structure")
 KD_KEYS = {
     "kd_weight": "weight",
     "kd_mode": "mode",
@@ -135,8 +137,10 @@ class GNNSettings:
     heading_features: str = field(metadata={"key": _own("heading_features")})
     # L2-normalise the node features (lexgraph's) | the embed stage's vectors as they are
     normalize_features: bool = field(metadata={"key": _own("normalize_features")})
+    # train on the train questions and the synthetic queries of generate_queries (G-DSR's augmented set)
+    synthetic: bool = field(metadata={"key": _own("synthetic")})
     hard_negatives: int
-    batch_size: int
+    batch_size: int = field(metadata={"key": _own("batch_size")})  # (question, gold article) pairs per step
     lr: float = field(metadata={"key": _own("lr")})
     adam_epsilon: float
     schedule: str = field(metadata={"key": _own("schedule")})  # constant | linear (warm-up then linear decay)
@@ -150,10 +154,14 @@ class GNNSettings:
     temperature: float = field(metadata={"key": _own("temperature")})
     refit: bool = field(metadata={"key": _own("refit")})  # retrain on train+dev (G-DSR appendix B)
     encoder_lr: float = field(metadata=_question("encoder_lr", 0.0))
+    # the query encoder's top N blocks train in the distillation (None: those the DSR trained)
+    encoder_layers: int | None = field(metadata=_question("encoder_layers", None))
     kd_weight: float = field(metadata=_question("kd.weight", 0.0))
     kd_mode: str = field(metadata=_question("kd.mode", "score"))
     kd_temperature: float = field(metadata=_question("kd.temperature", 1.0))
     kd_student_contrastive: bool = field(metadata=_question("kd.student_contrastive", False))
+    # a positive never hears its own question's message in training (lexgraph's label-leak cut)
+    leak_cut: bool = field(metadata=_question("leak_cut", False))
     bipartite: bool = field(metadata=_question("bipartite", False))
     structure: bool = field(metadata=_question("structure", True))
     edge_attention: str = field(metadata=_question("edge_attention", "per_group"))
@@ -215,6 +223,10 @@ class GNNSettings:
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), " or ".join(choices))
         if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
             raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
+        if self.encoder_layers is not None and self.encoder_layers < 1:  # the type: conform, from the annotation
+            raise bad("encoder_layers", self.encoder_layers, "null or an integer >= 1")
+        if self.synthetic and v in QUESTION_VARIANTS:
+            raise bad("synthetic", self.synthetic, "false: a question variant's graph holds the train questions only")
         for key in ("bipartite", "structure", "refit", "kd_student_contrastive", "normalize_features"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
@@ -227,7 +239,10 @@ class GNNSettings:
         encoder = values.pop("encoder")
         arch = {k: encoder[k] for k in ("model", "layers", "dropout", *ARCH_KEYS)}
         if self.variant not in QUESTION_VARIANTS:
-            for key in (*KD_KEYS, "encoder_lr", "bipartite", "structure", "edge_attention"):
+            for key in (
+                *KD_KEYS,
+                *("encoder_lr", "encoder_layers", "leak_cut", "bipartite", "structure", "edge_attention"),
+            ):
                 values.pop(key)
         return {"variant": values.pop("variant"), **arch, **values}
 

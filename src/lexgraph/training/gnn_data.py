@@ -45,6 +45,7 @@ class TrainingSet:
     dev_texts: list[str] = field(default_factory=list)
     dev_queries: torch.Tensor | None = None  # (D, dim) DSR embeddings of the dev questions
     dev_qrels: dict[int, set[int]] = field(default_factory=dict)
+    synthetic_pairs: int = 0  # pairs of synthetic queries (the last rows), G-DSR's augmentation
 
     @property
     def article_ids(self) -> np.ndarray:
@@ -80,6 +81,7 @@ def prepare_training_set(
     settings: GNNSettings,
     paths: dict[str, Any] | None = None,
     train_splits: tuple[str, ...] = ("train",),
+    synthetic=None,
 ) -> TrainingSet:
     """Assemble a :class:`TrainingSet`.
 
@@ -89,20 +91,31 @@ def prepare_training_set(
             only ``train`` rows are used for training, ``dev`` rows for model selection;
             every other split is dropped here.
         negatives: polars DataFrame (``question_id``, ``split``, ``negative_ids``) or None;
-            only ``train`` rows are read.
-        embeddings: ``{"articles"|"headings"|"questions": (ids, (n, dim) embeddings)}``.
-        paths: file names for error messages: ``questions``, ``negatives``, ``graph`` and
-            ``<name>_embeddings``.
+            only the rows of the splits trained on are read.
+        embeddings: ``{"articles"|"headings"|"questions"[|"synthetic"]: (ids, (n, dim) embeddings)}``.
+        paths: file names for error messages: ``questions``, ``negatives``, ``graph``,
+            ``synthetic`` and ``<name>_embeddings``.
+        synthetic: with ``settings.synthetic``, the synthetic queries (the questions' columns,
+            split ``synthetic``, one gold article each): trained on after the train questions,
+            each with the DSR's vector of its text and its BM25 negatives (G-DSR's augmented
+            set, as maastrichtlawtech/gdsr ``src/data/bsard_module.py`` trains every module on it).
     """
+    names = ("articles", "headings", "questions", "synthetic")
     paths = {
         "questions": "questions.parquet",
         "negatives": "negatives.parquet",
         "graph": "graph.pt",
-        **{f"{name}_embeddings": f"{name}.safetensors" for name in ("articles", "headings", "questions")},
+        "synthetic": "synthetic.parquet",
+        **{f"{name}_embeddings": f"{name}.safetensors" for name in names},
         **(paths or {}),
     }
     graph = variant_graph(graph, settings)
     train, dev = split_questions(questions, train_splits, paths["questions"])
+    human = train.height
+    if settings.synthetic:
+        train = with_synthetic(train, synthetic, paths["synthetic"])
+        train_splits = (*train_splits, "synthetic")
+        embeddings = {**embeddings, "questions": stacked(embeddings["questions"], embeddings["synthetic"])}
     x = node_features(graph, embeddings, settings, paths)
     train_ids = train["id"].to_numpy().astype(np.int64)
     article_ids = graph.article_ids.numpy()
@@ -111,14 +124,7 @@ def prepare_training_set(
     q_nodes = question_nodes(graph, train_ids, paths["graph"])
     negs = negative_nodes(negatives, train_ids, gold, article_ids, train_splits)
     check_dev_negatives(negs, train_ids, train["split"].to_list(), settings, paths["negatives"])
-    missing_neg = sum(int(n.numel() == 0) for n in negs)
-    if settings.hard_negatives and missing_neg:
-        log.warning(
-            "%d of %d %s questions have no BM25 negatives: random articles stand in",
-            missing_neg,
-            len(negs),
-            "+".join(train_splits),
-        )
+    warn_missing_negatives(negs, settings, train_splits)
 
     q_ids, q_emb = embeddings["questions"]
     dev_ids = dev["id"].to_numpy().astype(np.int64)
@@ -139,7 +145,23 @@ def prepare_training_set(
         dev_texts=dev["question"].to_list(),
         dev_queries=dev_queries,
         dev_qrels={int(q): set(int(a) for a in g) for q, g in zip(dev_ids, dev["article_ids"].to_list())},
+        synthetic_pairs=int((pairs[:, 0] >= human).sum()),
     )
+
+
+def with_synthetic(train, synthetic, path: Any):
+    """``train`` followed by the synthetic queries (ids after every human id, as
+    ``generate_queries`` numbers them); an error when there are none to add."""
+    import polars as pl
+
+    if synthetic is None or synthetic.height == 0:
+        raise DataError(path, "no synthetic query to train on (see queries.generator and queries.per_article)")
+    return pl.concat([train, synthetic.select(train.columns).cast(train.schema)])
+
+
+def stacked(*tables: tuple[np.ndarray, torch.Tensor]) -> tuple[np.ndarray, torch.Tensor]:
+    """One ``(ids, embeddings)`` table of several (disjoint ids)."""
+    return np.concatenate([ids for ids, _ in tables]), torch.cat([emb for _, emb in tables])
 
 
 def split_questions(questions, train_splits: tuple[str, ...], path: Any):
@@ -236,6 +258,13 @@ def negative_nodes(
         ok = (pos < len(article_ids)) & (article_ids[np.minimum(pos, len(article_ids) - 1)] == ids)
         negs[r] = torch.from_numpy(pos[ok]).long()
     return negs
+
+
+def warn_missing_negatives(negs: list[torch.Tensor], settings: GNNSettings, splits: tuple[str, ...]) -> None:
+    missing = sum(int(n.numel() == 0) for n in negs)
+    if settings.hard_negatives and missing:
+        what = "+".join(splits)
+        log.warning("%d of %d %s questions have no BM25 negatives: random articles stand in", missing, len(negs), what)
 
 
 def check_dev_negatives(

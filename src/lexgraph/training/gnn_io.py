@@ -55,12 +55,14 @@ def save_trained(
     settings: GNNSettings,
     directory: str | os.PathLike,
     query_source: str | os.PathLike | None = None,
+    first_stage: str | os.PathLike | None = None,
 ) -> None:
     """Write ``models/gnn_<variant>/`` atomically: weights, config, article embeddings
     (and ``query_encoder/`` for the question variants). ``query_source``: the directory the
     query encoder was loaded from (``models/dsr/query_encoder``); an encoder that did not
     train (no distillation, or the untrained epoch 0 selected) is saved as a reference to
-    it instead of a copy (``None``: always a copy)."""
+    it instead of a copy (``None``: always a copy). ``first_stage``: the DSR the encoder started
+    from (its vectors and query encoder), recorded as ``first_stage`` (a workspace path)."""
     from safetensors.torch import save_file
 
     from lexgraph.core.io import atomic_path, write_json
@@ -78,6 +80,8 @@ def save_trained(
         # where test-time queries come from
         "query_encoder": QUERY_ENCODER if result.encoder is not None else str(layout.DSR.path / "query_encoder"),
     }
+    if first_stage is not None:
+        config["first_stage"] = workspace_path(first_stage)
     with atomic_path(directory, directory=True) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
@@ -86,6 +90,13 @@ def save_trained(
         if result.encoder is not None:
             unchanged = not settings.trains_query_encoder or result.best_epoch == 0
             result.encoder.save_pretrained(tmp / QUERY_ENCODER, source=query_source if unchanged else None)
+
+
+def workspace_path(path: str | os.PathLike) -> str:
+    """``path`` as the workspace names it (``models/dsr_qabisar``) when it is an artefact of the
+    layout, else as given."""
+    artifact = layout.producer(path)
+    return artifact.path.as_posix() if artifact is not None else str(path)
 
 
 def load_graph_encoder(directory: str | os.PathLike, device: torch.device | str = "cpu") -> GraphEncoder:
@@ -119,6 +130,7 @@ def training_metrics(result: GNNTrainResult, ts: TrainingSet, settings: GNNSetti
         "prior_weight": result.prior_weight,
         "train_questions": int(len(ts.train_ids)),
         "train_pairs": int(ts.pairs.size(0)),
+        "synthetic_pairs": ts.synthetic_pairs,
         "steps_per_epoch": math.ceil(ts.pairs.size(0) / settings.batch_size),
         "graph": {"nodes": int(ts.graph.num_nodes), "edges": int(ts.graph.edge_index.size(1))},
         # epoch 0 (the untrained model) has no loss: null, not a bare NaN that strict JSON readers refuse
@@ -154,8 +166,11 @@ class TrainGnnPaths:
     graph: Path = field(metadata={"help": "build_graph output directory"})
     embed: Path = field(metadata={"help": "embed output directory (the DSR vectors)"})
     questions: Path = field(metadata={"help": "clean questions (Parquet)"})
+    synthetic: Path = field(metadata={"help": "synthetic queries of generate_queries (Parquet; G-DSR's augmentation)"})
     negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
-    dsr: Path = field(metadata={"help": "trained DSR (its query encoder starts QABISAR's)"})
+    dsr: Path = field(metadata={"help": "the first stage: a trained DSR (its query encoder starts QABISAR's)"})
+    fallback_dsr: Path = field(metadata={"help": "G-DSR's DSR: the first stage when --dsr is a placeholder"})
+    fallback_embed: Path = field(metadata={"help": "G-DSR's DSR vectors: read when --embed is a placeholder"})
     hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
     out: Path = output("model directory")
     metrics: Path = output("metrics JSON")

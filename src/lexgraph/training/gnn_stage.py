@@ -7,10 +7,13 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from lexgraph.core import layout
+from lexgraph.core.errors import DataError
 from lexgraph.core.io import write_json
 from lexgraph.core.provenance import stage_inputs
 from lexgraph.graph.hierarchy import best_weight, read_hprior
@@ -53,6 +56,33 @@ def refit_epochs(settings: GNNSettings, best_epoch: int) -> int:
     return best_epoch
 
 
+def first_stage(paths: TrainGnnPaths, variant: str) -> tuple[Path, Path]:
+    """``(DSR, its vectors)`` the graph encoder starts from: ``--dsr`` and ``--embed``, or, when both
+    are a switched-off stage's placeholders (QABISAR's first stage with ``dsr_qabisar.enabled:
+    false``), G-DSR's (``--fallback-dsr``, ``--fallback-embed``), with one log line saying so."""
+    from lexgraph.models.dsr import is_disabled
+
+    off = {path: is_disabled(path) for path in (paths.dsr, paths.embed)}
+    if len(set(off.values())) > 1:  # one placeholder, one trained: from two different runs
+        placeholder, other = (paths.dsr, paths.embed) if off[paths.dsr] else (paths.embed, paths.dsr)
+        raise DataError(
+            placeholder,
+            f"a switched-off stage's placeholder while {other} holds a trained model's output; "
+            f"{layout.restore_hint(placeholder)}",
+        )
+    if not off[paths.dsr]:
+        return paths.dsr, paths.embed
+    log.info(
+        "%s: %s is a placeholder (its stage is switched off: dsr_qabisar.enabled is false); "
+        "starting from G-DSR's DSR, %s and %s",
+        variant,
+        paths.dsr,
+        paths.fallback_dsr,
+        paths.fallback_embed,
+    )
+    return paths.fallback_dsr, paths.fallback_embed
+
+
 def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.device, seed: int) -> dict[str, Any]:
     """Read the stage inputs, train, write ``paths.out`` (atomic dir) and ``paths.metrics``.
 
@@ -64,10 +94,10 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
 
     variant = settings.variant
     questions, negatives = paths.questions, paths.negatives
-    files = {
-        f"{name}_embeddings": paths.embed / f"{name}.safetensors" for name in ("articles", "headings", "questions")
-    }
-    files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt")
+    dsr, embed = first_stage(paths, variant)
+    names = ("articles", "headings", "questions") + (("synthetic",) if settings.synthetic else ())
+    files = {f"{name}_embeddings": embed / f"{name}.safetensors" for name in names}
+    files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt", synthetic=paths.synthetic)
     # hprior's report first: a damaged one stops the stage before the graph and embeddings load
     prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
     full_graph = load_graph(paths.graph)
@@ -75,18 +105,22 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
     negative_table = None
     if settings.hard_negatives:
         negative_table = read_parquet(negatives, ["question_id", "split", "negative_ids"])
-    tables = {name: load_embeddings(files[f"{name}_embeddings"]) for name in ("articles", "headings", "questions")}
-    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files)
+    tables = {name: load_embeddings(files[f"{name}_embeddings"]) for name in names}
+    synthetic = None
+    if settings.synthetic:  # G-DSR's augmented set: train + synthetic queries
+        synthetic = read_parquet(paths.synthetic, ["id", "question", "article_ids", "split"])
+    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files, synthetic=synthetic)
     log.info(
-        "%s: %d nodes, %d edges, %d train pairs, %d dev questions, device %s",
+        "%s: %d nodes, %d edges, %d train pairs (%d of them synthetic), %d dev questions, device %s",
         variant,
         ts.graph.num_nodes,
         ts.graph.edge_index.size(1),
         ts.pairs.size(0),
+        ts.synthetic_pairs,
         len(ts.dev_ids),
         device,
     )
-    encoder = load_query_encoder(paths.dsr, ts.x.size(1)) if settings.uses_questions else None
+    encoder = load_query_encoder(dsr, ts.x.size(1)) if settings.uses_questions else None
     if settings.encoder.init == "prior":
         log.info(
             "%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
@@ -95,13 +129,21 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, device: torch.dev
         )
     runtime = Runtime(device)
     refit_set = functools.partial(  # G-DSR appendix B: train+dev, dev pairs with their BM25 negatives
-        prepare_training_set, full_graph, question_table, negative_table, tables, settings, files, ("train", "dev")
+        prepare_training_set,
+        full_graph,
+        question_table,
+        negative_table,
+        tables,
+        settings,
+        files,
+        ("train", "dev"),
+        synthetic=synthetic,
     )
     with resumable(paths.out, {"settings": settings, "seed": seed}, stage_inputs(paths), runtime) as resume:
-        return _train_and_write(paths, settings, seed, ts, encoder, prior_weight, runtime, resume, refit_set)
+        return _train_and_write(paths, dsr, settings, seed, ts, encoder, prior_weight, runtime, resume, refit_set)
 
 
-def _train_and_write(paths, settings, seed, ts, encoder, prior_weight, runtime, resume, refit_set):
+def _train_and_write(paths, dsr, settings, seed, ts, encoder, prior_weight, runtime, resume, refit_set):
     """Train (and refit), then write the model, metrics and curve; the summary."""
     variant = settings.variant
     result = train_graph_encoder(
@@ -136,7 +178,7 @@ def _train_and_write(paths, settings, seed, ts, encoder, prior_weight, runtime, 
             "dev_metrics_of": "the run before the refit (dev is trained on by the refit)",
         }
     if runtime.is_main:  # one writer; the others wait for it
-        save_trained(result, ts, settings, paths.out, query_source=paths.dsr / QUERY_ENCODER)
+        save_trained(result, ts, settings, paths.out, query_source=dsr / QUERY_ENCODER, first_stage=dsr)
         write_json(summary, paths.metrics)
         write_curve(curve, CURVE, paths.plot)
     runtime.wait()
