@@ -1,6 +1,14 @@
-"""docs/papers.md's settings tables against profiles/paper.yaml: every `key = value` of a
-table's "profile" column names a full dotted key of the profile and its value there, so the
-page cannot drift from the profile."""
+"""docs/papers.md against the papers and both profiles.
+
+* Every row whose source is a paper quotes it: at least one double-quoted run of four words or
+  more, found verbatim in that paper's text (``../shared/papers/``, where the developers' and
+  CI's checkouts have it; the check is skipped elsewhere: users have no copy of the papers).
+* A row whose source is the public G-DSR code names the file (``gdsr `path```).
+* No row is left "not verified" or sourced from an issue.
+* Every ``key = value`` of a table's "profile" column is a full key of profiles/paper.yaml with
+  that value, and every one of its "sample" column a key of params.yaml with that value, so the
+  page cannot drift from either profile.
+"""
 
 from __future__ import annotations
 
@@ -12,31 +20,40 @@ import yaml
 from conftest import ROOT
 
 DOC = ROOT / "docs" / "papers.md"
-PROFILE = ROOT / "profiles" / "paper.yaml"
-HEADER = re.compile(r"^\|\s*setting\s*\|.*\|\s*profile\s*\|\s*$")
+PROFILES = {"profile": ROOT / "profiles" / "paper.yaml", "sample": ROOT / "params.yaml"}
+PAPERS = ROOT.parent / "shared" / "papers"
+#: the paper a source cell names first -> its text file(s)
+PAPER_FILES = {
+    "BSARD": ("bsard-acl2022.txt",),
+    "G-DSR": ("gdsr-eacl2023.txt",),
+    "QABISAR": ("qabisar-coling2025.txt", "qabisar-coling2025-second-extraction.txt"),
+    "MVCL": ("mvcl-ijcnn2022.txt",),
+}
+HEADER = re.compile(r"^\|\s*setting\s*\|")
 ASSIGNMENT = re.compile(r"^([A-Za-z_][\w@]*(?:\.[\w@]+)*)\s*=\s*(.+)$")
+QUOTE = re.compile(r'"([^"]+)"')
 MISSING = object()
 
 
-def profile_rows(text: str) -> list[tuple[int, str]]:
-    """``(line number, profile cell)`` of every row of every settings table (header
-    ``| setting | … | profile |``)."""
-    rows: list[tuple[int, str]] = []
-    column = None
+def table_rows(text: str) -> list[tuple[int, dict[str, str]]]:
+    """``(line number, {column: cell})`` of every row of every settings table (a header that
+    starts ``| setting |``)."""
+    rows: list[tuple[int, dict[str, str]]] = []
+    columns: list[str] | None = None
     for n, line in enumerate(text.splitlines(), 1):
         if HEADER.match(line):
-            column = len(line.strip().strip("|").split("|")) - 1
+            columns = [c.strip() for c in line.strip().strip("|").split("|")]
             continue
-        if column is None:
+        if columns is None:
             continue
         if not line.startswith("|"):
-            column = None
+            columns = None
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if set("".join(cells)) <= set(":- "):  # the alignment row
             continue
-        assert len(cells) == column + 1, f"docs/papers.md:{n}: {len(cells)} cells, expected {column + 1}"
-        rows.append((n, cells[column]))
+        assert len(cells) == len(columns), f"docs/papers.md:{n}: {len(cells)} cells, expected {len(columns)}"
+        rows.append((n, dict(zip(columns, cells))))
     return rows
 
 
@@ -59,43 +76,87 @@ def lookup(params: dict, key: str):
     return node
 
 
+def cited_paper(source: str) -> str | None:
+    """The paper a source cell cites first (its name opens the cell), or None."""
+    for name in PAPER_FILES:
+        if source.startswith(name):
+            return name
+    return None
+
+
 def test_parsing_by_hand():
     text = (
-        "intro\n| setting | paper | source | checked | profile |\n|:---|:---|:---|:---|:---|\n"
-        '| a | 1 | s | code | `gnn.layers = 3` (shared), `rerank.del_token = "<mask>"`, `x.y` |\n\nafter\n'
-        "| not | a | settings | table |\n"
+        "intro\n| setting | the paper's value | source | profile | sample |\n|:---|:---|:---|:---|:---|\n"
+        '| a | 3 | G-DSR §3.2: "a 3-layer GATv2 network" | `gnn.layers = 3` (shared), `x.y` | `gnn.layers = 3` |\n'
+        "\nafter\n| not | a | settings | table |\n"
     )
-    assert profile_rows(text) == [(4, '`gnn.layers = 3` (shared), `rerank.del_token = "<mask>"`, `x.y`')]
-    assert assignments(profile_rows(text)[0][1]) == [("gnn.layers", "3"), ("rerank.del_token", '"<mask>"')]
+    [(n, row)] = table_rows(text)
+    assert n == 4 and row["setting"] == "a" and cited_paper(row["source"]) == "G-DSR"
+    assert QUOTE.findall(row["source"]) == ["a 3-layer GATv2 network"]
+    assert assignments(row["profile"]) == [("gnn.layers", "3")]
     assert lookup({"gnn": {"qabisar": {"kd": {"mode": "score"}}}}, "gnn.qabisar.kd.mode") == "score"
     assert lookup({"gnn": {}}, "gnn.layers") is MISSING
 
 
 @pytest.fixture(scope="module")
-def named() -> list[tuple[int, str, str]]:
-    rows = profile_rows(DOC.read_text(encoding="utf-8"))
-    return [(n, key, raw) for n, cell in rows for key, raw in assignments(cell)]
+def rows() -> list[tuple[int, dict[str, str]]]:
+    return table_rows(DOC.read_text(encoding="utf-8"))
 
 
-def test_the_tables_name_keys(named):
-    # the six settings tables (BSARD, DSR, pre-training, LGE, QABISAR, MVCL) name most rows' keys
+def test_the_tables_cover_the_papers(rows):
+    cited = {cited_paper(row["source"]) for _, row in rows}
+    assert set(PAPER_FILES) <= cited and len(rows) >= 90
+    named = [key for _, row in rows for key, _ in assignments(row["profile"])]
     assert len(named) >= 100
 
 
-def test_every_named_key_has_the_profile_value(named):
-    profile = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
+def test_no_row_is_unverified_or_sourced_from_an_issue(rows):
+    text = DOC.read_text(encoding="utf-8")
+    assert not re.search(r"not verified|issue 24|issue \d+\b", text, re.IGNORECASE)
+    for n, row in rows:
+        source = row["source"]
+        assert source, f"docs/papers.md:{n}: no source"
+        assert cited_paper(source) or source.startswith(("gdsr `", "not stated", "lexgraph")), (
+            f"docs/papers.md:{n}: a source opens with the paper (BSARD, G-DSR, QABISAR, MVCL), with "
+            f"gdsr `file` (the public code), 'not stated' or 'lexgraph': {source!r}"
+        )
+        if source.startswith("gdsr `"):
+            assert re.match(r"gdsr `(src|scripts)/[\w/.]+`", source), f"docs/papers.md:{n}: name the code's file"
+
+
+def test_every_paper_row_quotes_its_paper_verbatim(rows):
+    if not PAPERS.is_dir():
+        pytest.skip(f"{PAPERS} is not here (the papers' texts are the developers' and CI's, not the users')")
+    texts = {name: [(PAPERS / f).read_text(encoding="utf-8") for f in files] for name, files in PAPER_FILES.items()}
     wrong = []
-    for n, key, raw in named:
-        if "." not in key:
-            wrong.append(f"docs/papers.md:{n}: `{key}` is not a full key (write its section too, e.g. gnn.gdsr.{key})")
+    for n, row in rows:
+        paper = cited_paper(row["source"])
+        if paper is None:
             continue
-        actual = lookup(profile, key)
-        if actual is MISSING:
-            wrong.append(f"docs/papers.md:{n}: `{key}` is not a key of profiles/paper.yaml")
-            continue
-        expected = yaml.safe_load(raw)
-        if expected != actual or isinstance(expected, bool) != isinstance(actual, bool):
-            wrong.append(f"docs/papers.md:{n}: `{key} = {raw}`, but profiles/paper.yaml has {actual!r}")
+        quotes = QUOTE.findall(row["source"])
+        if not any(len(q.split()) >= 4 for q in quotes):
+            wrong.append(f"docs/papers.md:{n}: {paper} is cited without a quotation of four words or more")
+        for quote in quotes:
+            if not any(quote in text for text in texts[paper]):
+                wrong.append(f"docs/papers.md:{n}: {quote!r} is not in {paper}'s text")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("column", sorted(PROFILES))
+def test_every_named_key_has_its_profiles_value(rows, column):
+    profile = yaml.safe_load(PROFILES[column].read_text(encoding="utf-8"))
+    wrong = []
+    for n, row in rows:
+        for key, raw in assignments(row.get(column, "")):
+            if "." not in key:
+                wrong.append(f"docs/papers.md:{n}: `{key}` is not a full key (write its section too)")
+                continue
+            actual = lookup(profile, key)
+            expected = yaml.safe_load(raw)
+            if actual is MISSING:
+                wrong.append(f"docs/papers.md:{n}: `{key}` is not a key of {PROFILES[column].name}")
+            elif expected != actual or isinstance(expected, bool) != isinstance(actual, bool):
+                wrong.append(f"docs/papers.md:{n}: `{key} = {raw}`, but {PROFILES[column].name} has {actual!r}")
     assert not wrong, "\n".join(wrong)
 
 
