@@ -46,6 +46,7 @@ from lexgraph.core.distributed import shard
 from lexgraph.core.errors import ConfigError, LexgraphError
 from lexgraph.core.progress import progress
 from lexgraph.training import resume
+from lexgraph.training.checkpoint import check_weights, load_trained_state, trained_state
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +218,9 @@ def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup_step
 
 
 class BestState:
-    """Keeps the weights of the best epoch by ``metric`` (higher is better, ties keep the
-    earlier epoch). No metric, or an epoch without dev metrics: the latest epoch wins and
-    no copy is kept (the current weights are the answer)."""
+    """Keeps what trains of the best epoch by ``metric`` (higher is better, ties keep the
+    earlier epoch; frozen weights do not change). No metric, or an epoch without dev metrics:
+    the latest epoch wins and no copy is kept (the current weights are the answer)."""
 
     def __init__(self, modules: Sequence[nn.Module], metric: str | None) -> None:
         self.modules = list(modules)
@@ -237,9 +238,7 @@ class BestState:
         score = float(metrics[self.metric])
         if score > self.score:
             self.epoch, self.score, self.metrics = epoch, score, dict(metrics)
-            self._states = [
-                {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()} for m in self.modules
-            ]
+            self._states = [trained_state(m, copy=True) for m in self.modules]
             return True
         return False
 
@@ -247,7 +246,7 @@ class BestState:
         """Load the best epoch's weights back into the modules."""
         if self._states is not None:
             for module, state in zip(self.modules, self._states):
-                module.load_state_dict(state)
+                load_trained_state(module, state)
 
 
 # ---------------------------------------------------------------------------
@@ -344,6 +343,7 @@ def fit(
     if config.accumulation_steps < 1:
         raise ConfigError(f"accumulation_steps = {config.accumulation_steps}, expected an integer >= 1")
     loop = _FitLoop(task, optimizer, scheduler, config, runtime)
+    check_weights(config.name, loop.modules)  # nan weights before any step: a damaged start, not a setting
     first, initial = resume.start(loop, checkpoint)
     for epoch in range(first, config.epochs + 1):
         loop.train_epoch(epoch)
