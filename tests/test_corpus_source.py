@@ -144,6 +144,48 @@ def test_a_question_citing_every_article_is_named_by_the_users_id(tmp_path):
     )
 
 
+@pytest.mark.parametrize("field", ["text", "path", "number", "question"])
+def test_a_lone_surrogate_in_a_text_is_one_line_naming_the_file_the_record_and_the_field(tmp_path, field):
+    """Ids were checked, texts were not: ``"\\udc80"`` (a JSON escape) in an article's text, a heading
+    label, an optional field or a question's text reached polars as a UnicodeEncodeError traceback."""
+    cf, qf = tmp_path / "data/corpus/corpus.jsonl", tmp_path / "data/corpus/questions.jsonl"
+    articles = [dict(a) for a in corpus_records()]
+    questions = question_records(articles)
+    if field == "question":
+        questions[2]["question"] = "Qui paie \udc80 le mur ?"
+    elif field == "path":
+        articles[2]["path"] = [*articles[2]["path"][:-1], "Chapitre \udc80"]
+    else:
+        articles[2][field] = "\udc80" if field == "number" else "Le mur \udc80 mitoyen est entretenu."
+    where = qf if field == "question" else cf
+    for path, records in ((cf, articles), (qf, questions)):  # JSON's escape: the file itself is ASCII
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="ascii")
+    with pytest.raises(DataError) as err:
+        run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(cf, qf), seed=1)
+    error = str(err.value)
+    assert "\n" not in error and not (tmp_path / "raw").exists()
+    assert error.startswith(f"{where}, row 3, column '{field}': ") and "'\\udc80'" in error, error
+    assert "a lone surrogate that is not valid Unicode text; expected valid Unicode text" in error
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devnull", "directory"])
+def test_a_corpus_file_that_is_no_file_is_said_as_what_it_is(tmp_path, kind):
+    import os
+
+    from lexgraph.data.corpus import read_corpus
+
+    if kind == "fifo":
+        path, said = tmp_path / "corpus.jsonl", "a named pipe (FIFO), not a regular file"
+        os.mkfifo(path)
+    elif kind == "devnull":
+        path, said = Path("/dev/null"), "a character device (such as /dev/null), not a regular file"
+    else:
+        path, said = tmp_path, "a directory, not a regular file"
+    with pytest.raises(DataError) as err:
+        read_corpus(path)
+    assert str(err.value) == f"{path}: {said}; expected a JSON-lines, CSV or Parquet file"
+
+
 def test_a_damaged_gzip_corpus_is_one_line(tmp_path):
     import gzip
 

@@ -122,8 +122,85 @@ def test_bad_input_is_one_line(export_ws, tmp_path, capsys):
     assert "is a file" in _one_line(capsys, ["export", "--system", "dsr", *ws, str(tmp_path / "file")])
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep", encoding="utf-8")
-    assert "not an earlier export" in _one_line(capsys, ["export", "--system", "dsr", *ws, str(tmp_path / "mine")])
+    err = _one_line(capsys, ["export", "--system", "dsr", *ws, str(tmp_path / "mine")])
+    assert "holds 'notes.txt', which is not a file of an earlier export" in err
     assert (tmp_path / "mine" / "notes.txt").read_text(encoding="utf-8") == "keep"
     inside = str(export_ws / "models" / "dsr_export")
     assert "refusing to write there" in _one_line(capsys, ["export", "--system", "dsr", *ws, inside])
     assert not (tmp_path / "out").exists()
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def exported(export_ws, tmp_path_factory):
+    from lexgraph.systems.export import export_system
+
+    return export_system("dsr", export_ws, tmp_path_factory.mktemp("exported") / "export")
+
+
+def _web_app(root, _exported):
+    (root / "src").mkdir(parents=True)
+    (root / "lexgraph_export.json").write_text("{}", encoding="utf-8")
+    (root / "notes.txt").write_text("keep", encoding="utf-8")
+    (root / "src" / "app.js").write_text("console.log(1)", encoding="utf-8")
+
+
+def _mine_in(rel):
+    def make(root, exported):
+        shutil.copytree(exported, root)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("my own notes", encoding="utf-8")
+
+    return make
+
+
+def _without(key):
+    def make(root, exported):
+        shutil.copytree(exported, root)
+        manifest = json.loads((root / "lexgraph_export.json").read_text(encoding="utf-8"))
+        manifest.pop(key, None)
+        (root / "lexgraph_export.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+    return make
+
+
+FOREIGN = {  # a folder OUT must not replace -> the first foreign entry named
+    "a record {}": (_web_app, "'lexgraph_export.json', which is not the record of an earlier export"),
+    "user's file in an export": (_mine_in("notes.txt"), "'notes.txt', which is not a file of an earlier export"),
+    "user's file in its folders": (_mine_in("2_Normalize/x.txt"), "'2_Normalize/x.txt'"),
+    "a manifest without the marker": (_without("format"), "which is not the record of an earlier export"),
+    "a manifest of an earlier lexgraph": (_without("files"), "which lists none of the files beside it"),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN))
+def test_a_folder_that_is_not_provably_an_export_is_never_replaced(export_ws, exported, tmp_path, capsys, case):
+    """OUT replaces an earlier export only when its manifest carries the export's marker and the
+    folder holds exactly the files it lists: anything else is one line naming the folder and the
+    first foreign entry, and nothing is deleted."""
+    target = tmp_path / "target"
+    make, named = FOREIGN[case]
+    make(target, exported)
+    before = _tree(target)
+    err = _one_line(capsys, ["export", "--system", "dsr", "--workspace", str(export_ws), str(target)])
+    assert f"OUT '{target}' holds " in err and named in err and "nothing was deleted" in err, err
+    assert _tree(target) == before
+
+
+def test_an_export_lists_its_own_files_and_is_replaced(export_ws, exported, tmp_path):
+    from lexgraph.core.provenance import digest_path
+    from lexgraph.systems.export import export_system
+
+    manifest = json.loads((exported / "lexgraph_export.json").read_text(encoding="utf-8"))
+    assert manifest["format"] == "lexgraph-export"
+    own = [rel for rel in _tree(exported) if rel != "lexgraph_export.json"]
+    assert manifest["files"] == {rel: digest_path(exported / rel) for rel in own}
+    assert set(manifest["folders"]) == {p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_dir()}
+    target = tmp_path / "export"
+    shutil.copytree(exported, target)
+    (target / "README.md").write_text("edited card", encoding="utf-8")  # a listed file: the export's own
+    export_system("gdsr", export_ws, target)
+    assert json.loads((target / "lexgraph_export.json").read_text(encoding="utf-8"))["system"] == "gdsr"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 
 import numpy as np
@@ -164,7 +165,7 @@ def test_bad_input_is_one_line(tiny_ws, indexed, tmp_path, capsys):
     other = tmp_path / "other"
     (other / "notes").mkdir(parents=True)
     assert main([*argv[:4], str(out.parent / "corpus.jsonl"), "--out", str(other)]) == 2
-    assert "not an earlier index" in _error(capsys)
+    assert "which is not a file of an earlier index (no index.json there)" in _error(capsys)
 
     inside = tiny_ws / "models" / "idx"  # under the workspace's models/, which DVC owns
     assert main([*argv[:4], str(out.parent / "corpus.jsonl"), "--out", str(inside)]) == 2
@@ -237,3 +238,249 @@ def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_
     for system, dsr in (("gdsr", layout.DSR), ("qabisar", layout.DSR_QABISAR), ("hgraph", layout.DSR)):
         _, vectors = load_embeddings(layout.GNN[system].under(root, "article_embeddings.safetensors"))
         assert vectors.eq(len(str(dsr.path))).all(), system
+
+
+# --- issue 40: hostile input, round five ----------------------------------------------------------
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _web_app(root, _indexed_out=None):
+    (root / "src").mkdir(parents=True)
+    (root / "index.json").write_text('{"name": "my web app"}', encoding="utf-8")
+    (root / "notes.txt").write_text("keep", encoding="utf-8")
+    (root / "src" / "app.js").write_text("console.log(1)", encoding="utf-8")
+
+
+def _user_file_in_index(root, indexed_out, rel):
+    shutil.copytree(indexed_out, root)
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text("my own notes", encoding="utf-8")
+
+
+def _record_edit(root, indexed_out, change):
+    shutil.copytree(indexed_out, root)
+    record = json.loads((root / "index.json").read_text(encoding="utf-8"))
+    change(record)
+    (root / "index.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+def _link_in_index(root, indexed_out):
+    shutil.copytree(indexed_out, root)
+    (root / "data" / "clean" / "elsewhere").symlink_to(indexed_out.parent)
+
+
+FOREIGN = {  # a folder --out must not replace -> the first foreign entry named
+    "web app with an index.json": (_web_app, "'index.json', which is not the record of an earlier index"),
+    "user's file in an index": (lambda r, o: _user_file_in_index(r, o, "notes.txt"), "'notes.txt'"),
+    "user's file deep in an index": (lambda r, o: _user_file_in_index(r, o, "data/clean/mine.txt"), "mine.txt'"),
+    "user's folder in the blocks": (lambda r, o: _user_file_in_index(r, o, ".partial/mine/a.txt"), "'.partial/mine'"),
+    "record without the marker": (
+        lambda r, o: _record_edit(r, o, lambda rec: rec.pop("format")),
+        "which is not the record of an earlier index",
+    ),
+    "record listing no files (v1)": (
+        lambda r, o: _record_edit(r, o, lambda rec: [rec.pop("files", None), rec.update(version=1)]),
+        "which lists none of the files beside it",
+    ),
+    "a link in an index": (_link_in_index, "'data/clean/elsewhere'"),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN))
+def test_a_folder_that_is_not_provably_an_index_is_never_replaced(tiny_ws, indexed, tmp_path, capsys, case):
+    """`--out` replaces an earlier index only when index.json carries the index's marker and the
+    folder holds exactly what it lists (or an interrupted run's blocks): anything else is one line
+    naming the folder and the first foreign entry, and nothing is deleted."""
+    out, _ = indexed
+    target = tmp_path / "target"
+    make, named = FOREIGN[case]
+    make(target, out)
+    before = _tree(target)
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(out.parent / "corpus.jsonl"), "--out", str(target)]
+    assert main([*argv, "--systems", "bm25"]) == 2
+    line = _error(capsys)
+    assert f"--out '{target}' holds " in line and named in line and "nothing was deleted" in line, line
+    assert _tree(target) == before
+
+
+def test_an_earlier_index_is_replaced_and_lists_its_own_files(tiny_ws, indexed, tmp_path, capsys):
+    """Exactly its own files (an interrupted run's blocks besides) is an earlier index: replaced whole."""
+    out, _ = indexed
+    record = json.loads((out / "index.json").read_text(encoding="utf-8"))
+    assert record["format"] == "lexgraph-index" and record["version"] == 2
+    on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*")}
+    assert set(record["files"]) | set(record["folders"]) | {"index.json"} == on_disk
+    target = tmp_path / "idx"
+    shutil.copytree(out, target)
+    blocks = target / ".partial" / ("0" * 32)
+    blocks.mkdir(parents=True)
+    (blocks / "articles-0000000000.safetensors").write_bytes(b"block")
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(out.parent / "corpus.jsonl"), "--out", str(target)]
+    assert main([*argv, "--systems", "bm25"]) == 0
+    assert sorted(json.loads((target / "index.json").read_text(encoding="utf-8"))["systems"]) == ["bm25"]
+    assert not (target / "data" / "embed").exists() and not (target / ".partial").exists()
+
+
+DAMAGE = {  # a change to an index's files after `lexgraph index` wrote them -> the file search names
+    "deleted key": ("bm25", "data/clean/keys.parquet", lambda df: df.slice(1)),
+    "swapped keys": (
+        "bm25",
+        "data/clean/keys.parquet",
+        lambda df: df.with_columns(pl.Series("key", [df["key"][1], df["key"][0], *df["key"][2:]])),
+    ),
+    "duplicated key": (
+        "bm25",
+        "data/clean/keys.parquet",
+        lambda df: df.with_columns(pl.Series("key", [df["key"][0], *df["key"][:-1]])),
+    ),
+    "edited article": (
+        "dsr",
+        "data/clean/articles.parquet",
+        lambda df: df.with_columns(pl.col("article").str.replace("^", "x ")),
+    ),
+}
+
+
+def _scale_one_vector(path, factor=1e30):
+    from lexgraph.encoding.embed import load_embeddings, save_embeddings
+
+    ids, vectors = load_embeddings(path)
+    vectors[3] *= factor
+    save_embeddings(path, ids, vectors)
+
+
+@pytest.mark.parametrize("case", [*DAMAGE, "vector scaled by 1e30", "unlisted file", "v1 index"])
+def test_a_damaged_index_is_refused_before_use(tiny_ws, indexed, tmp_path, capsys, case):
+    """The index records the SHA-256 of its own files; `search --index` (and `serve --index`, through
+    the same checks) verifies those it reads before use: one line naming the file and `lexgraph index`."""
+    from lexgraph.core.errors import LexgraphError
+    from lexgraph.systems.registry import load_retriever
+
+    out, _ = indexed
+    damaged = tmp_path / "idx"
+    shutil.copytree(out, damaged)
+    if case in DAMAGE:
+        system, rel, change = DAMAGE[case]
+        change(pl.read_parquet(damaged / rel)).write_parquet(damaged / rel)
+        named = f"{damaged / rel}: changed since `lexgraph index` wrote it"
+    elif case == "vector scaled by 1e30":
+        system, rel = "dsr", "data/embed/articles.safetensors"
+        _scale_one_vector(damaged / rel)
+        named = f"{damaged / rel}: changed since `lexgraph index` wrote it"
+    elif case == "unlisted file":
+        system = "dsr"
+        (damaged / "data" / "embed_qabisar").mkdir()
+        (damaged / "data" / "embed_qabisar" / "articles.safetensors").write_bytes(b"x")
+        named = f"{damaged / 'data' / 'embed_qabisar'}: not a file of this index (index.json does not list it"
+    else:
+        system = "bm25"
+        record = json.loads((damaged / "index.json").read_text(encoding="utf-8"))
+        record.update(version=1)
+        (damaged / "index.json").write_text(json.dumps(record), encoding="utf-8")
+        named = f"{damaged / 'index.json'}: an index of format v1"
+    argv = ["search", "--workspace", str(tiny_ws), "--index", str(damaged), "--system", system, "--json"]
+    assert main([*argv, QUESTIONS[0]]) == 2
+    line = _error(capsys)
+    remedy = f"move it out of '{damaged}'" if case == "unlisted file" else "run `lexgraph index --corpus FILE --out"
+    assert line.startswith(f"lexgraph search: error: {named}") and remedy in line, line
+    with pytest.raises(LexgraphError, match=re.escape(named)):  # what `serve --index` loads each system with
+        load_retriever(system, tiny_ws, "cpu", corpus=damaged)
+
+
+def test_a_system_is_verified_on_its_own_files(tiny_ws, indexed, tmp_path, capsys):
+    """A damaged DSR side leaves BM25 searchable: each system checks the files it reads."""
+    out, _ = indexed
+    damaged = tmp_path / "idx"
+    shutil.copytree(out, damaged)
+    _scale_one_vector(damaged / "data" / "embed" / "articles.safetensors")
+    argv = ["search", "--workspace", str(tiny_ws), "--index", str(damaged), "--json"]
+    assert main([*argv, "--system", "bm25", QUESTIONS[0]]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--system", "dsr", QUESTIONS[0]]) == 2
+    assert "data/embed/articles.safetensors: changed since" in _error(capsys)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e30])
+def test_an_unusable_vector_is_refused_at_write_time(tiny_ws, indexed, tmp_path, capsys, monkeypatch, value):
+    """A model that gives a non-finite or absurd vector (here: DSR's article encoder, for one article)
+    leaves no index: one line naming the file, the tensor and the row; an earlier index stays."""
+    import lexgraph.encoding.chunks as chunks
+
+    real = chunks.embed_from_chunks
+
+    def broken(*args, **kwargs):
+        vectors = real(*args, **kwargs).clone()
+        vectors[2, 0] = value
+        return vectors
+
+    monkeypatch.setattr(chunks, "embed_from_chunks", broken)
+    out, _ = indexed
+    target = tmp_path / "idx"
+    shutil.copytree(out, target)
+    before = _tree(target)
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(out.parent / "corpus.jsonl"), "--out", str(target)]
+    assert main([*argv, "--systems", "dsr"]) == 2
+    line = _error(capsys)
+    assert f"{target / 'data' / 'embed' / 'articles.safetensors'}: tensor 'embeddings', row 2 holds" in line, line
+    assert "the index was not written" in line
+    assert {k: v for k, v in _tree(target).items() if not k.startswith(".partial/")} == before  # blocks kept
+
+
+def test_a_stale_workspace_is_refused_before_any_encoding(tiny_ws, indexed, tmp_path, capsys, monkeypatch):
+    """`lexgraph index` checks the workspace as `search --index` would, before reading the corpus."""
+    from lexgraph.core.provenance import RECORD
+    from lexgraph.systems import corpus_index
+
+    ws = tmp_path / "ws"
+    shutil.copytree(tiny_ws, ws)
+    stale = {"stage": "bm25", "inputs": {"articles": {"path": "data/clean/articles.parquet", "digest": "0" * 64}}}
+    (ws / "models" / "bm25" / RECORD).write_text(json.dumps(stale), encoding="utf-8")
+
+    def never(*args, **kwargs):
+        raise AssertionError("the corpus was read and encoded for a stale workspace")
+
+    monkeypatch.setattr(corpus_index, "clean_corpus", never)
+    out, _ = indexed
+    argv = ["index", "--workspace", str(ws), "--corpus", str(out.parent / "corpus.jsonl"), "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    line = _error(capsys)
+    assert f"{ws / 'models' / 'bm25'} was built from another {ws / 'data' / 'clean' / 'articles.parquet'}" in line
+    assert not (tmp_path / "x").exists()
+
+
+def _surrogate_corpus(path, field):
+    records = [{"id": f"a{i}", "text": "le bail du contrat de location", "path": ["Code", "Livre"]} for i in range(6)]
+    records[3] = {**records[3], **({"path": ["Code", "Li\udc80vre"]} if field == "path" else {field: "le \udc80 bail"})}
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+@pytest.mark.parametrize("field", ["text", "path", "title"])
+def test_a_lone_surrogate_in_a_corpus_text_is_one_line(tiny_ws, tmp_path, capsys, field):
+    corpus = tmp_path / "c.jsonl"
+    _surrogate_corpus(corpus, field)
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    line = _error(capsys)
+    assert f"{corpus}, row 4, column '{field}': " in line and "lone surrogate" in line, line
+    assert "Traceback" not in line and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devnull", "directory"])
+def test_a_corpus_that_is_no_file_is_said_as_what_it_is(tiny_ws, tmp_path, capsys, kind):
+    import os
+
+    if kind == "fifo":
+        corpus = tmp_path / "corpus.jsonl"
+        os.mkfifo(corpus)
+        said = "a named pipe (FIFO), not a regular file"
+    elif kind == "devnull":
+        corpus, said = "/dev/null", "a character device (such as /dev/null), not a regular file"
+    else:
+        corpus, said = tmp_path, "a directory, not a regular file"
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    line = _error(capsys)
+    assert f"{corpus}: {said}; expected a JSON-lines, CSV or Parquet file" in line and "not found" not in line

@@ -38,9 +38,9 @@ from typing import Any
 import polars as pl
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.inputs import id_problem
+from lexgraph.core.inputs import id_problem, text_problem
 from lexgraph.data.keys import keys_table
-from lexgraph.data.readers import Source, json_line
+from lexgraph.data.readers import Source, file_problem, json_line
 from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, MIN_ARTICLES, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,9 @@ def _table_records(path: Path, df: pl.DataFrame, first_line: int):
 def read_records(path: Path) -> tuple[list[dict[str, Any]], Source]:
     """The records of a JSON-lines (``.jsonl``, ``.jsonl.gz``), CSV or Parquet file, with the
     :class:`Source` whose lines name each record's line (the Parquet row otherwise)."""
-    if not path.is_file():
-        raise DataError(path, "file not found; expected a JSON-lines, CSV or Parquet file")
+    problem = file_problem(path)  # a directory, a pipe, /dev/null: said as what it is
+    if problem:
+        raise DataError(path, f"{problem}; expected a JSON-lines, CSV or Parquet file")
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".json")):
         pairs = list(_jsonl_records(path))
@@ -123,12 +124,21 @@ def _key(value: Any, source: Source, i: int, field: str, what: str) -> str:
     return value
 
 
+def _unicode(value: str, field: str, source: Source, i: int, what: str) -> str:
+    """``value``, refused when it cannot be stored as UTF-8 (a lone surrogate such as ``"\\udc80"``,
+    which a JSON escape gives): one line naming the file, the record and the field."""
+    problem = text_problem(value)
+    if problem:
+        raise source.error(i, f"{what} {problem}; expected valid Unicode text", column=field)
+    return value
+
+
 def _text(rec: dict, field: str, source: Source, i: int, what: str) -> str:
     value = rec.get(field)
     if not isinstance(value, str) or not value.strip():
         found = "missing" if field not in rec else f"{value!r}"
         raise source.error(i, f"{what} has no {field} ({found}); expected a non-empty string", column=field)
-    return value
+    return _unicode(value, field, source, i, f"the {field} of {what}")
 
 
 def _string_list(rec: dict, field: str, source: Source, i: int, expected: str) -> list:
@@ -143,15 +153,18 @@ def _optional(rec: dict, field: str, source: Source, i: int) -> str | None:
     value = rec.get(field)
     if value is not None and not isinstance(value, (str, int)):
         raise source.error(i, f"{field} is a {type(value).__name__}; expected a string or nothing", column=field)
+    if isinstance(value, str):
+        _unicode(value, field, source, i, f"the {field}")
     return None if value is None or str(value).strip() == "" else str(value)
 
 
 def _article_row(rec: dict, source: Source, i: int, key: str) -> dict[str, Any]:
     text = _text(rec, "text", source, i, f"article {key!r}")
     labels = _string_list(rec, "path", source, i, "a list of heading labels from the top (may be empty)")
-    for label in labels:
+    for n, label in enumerate(labels, 1):
         if not isinstance(label, str) or not label.strip():
             raise source.error(i, f"path holds {label!r}; expected non-empty heading labels", column="path")
+        _unicode(label, "path", source, i, f"heading {n} of the path")
     number, title, code = (_optional(rec, f, source, i) for f in OPTIONAL_ARTICLE_FIELDS)
     row: dict[str, Any] = {c: None for c in (*ARTICLE_COLUMNS, "path")}
     row.update(id=i, article=text, code=code, path=labels)

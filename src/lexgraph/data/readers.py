@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import stat
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ import polars as pl
 from lexgraph.core.errors import DataError
 from lexgraph.core.hub import first_line
 from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
+from lexgraph.core.io import unreadable
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     check_csv_layout,
@@ -55,6 +58,33 @@ def json_line(path: Path, line_no: int, line: str) -> Any:
         raise DataError(path, f"line {line_no}: {exc}") from None
 
 
+#: what a path that is no regular file is, in words (``stat``'s tests)
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device (such as /dev/null)"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_problem(path: Path) -> str | None:
+    """What ``path`` is when it is no regular file to read a table from (``"file not found"``, ``"a
+    directory, not a regular file"``, ``"a named pipe (FIFO), not a regular file"``, a broken link,
+    ...), or None. Nothing is opened but a regular file (a pipe would block, a device reads empty)."""
+    reason = unreadable(Path(path))
+    if reason is None:
+        return None
+    if reason == "missing":
+        return "file not found"
+    if reason == "not a regular file":
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0
+        return next((kind for test, kind in _KINDS if test(mode)), "something else") + ", not a regular file"
+    return f"{reason}, not a regular file" if reason == "a directory" else reason
+
+
 @dataclass(frozen=True)
 class Source:
     """Where a table's rows come from, for error messages: ``path`` is what the user edits (a
@@ -90,8 +120,9 @@ class Source:
 def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> tuple[pl.DataFrame, Source]:
     """Read a UTF-8 CSV with every value as text; check required columns and ids; add absent
     optional columns. Returns the table and its :class:`Source` (for row-level messages)."""
-    if not path.is_file():
-        raise DataError(path, "file not found")
+    problem = file_problem(path)
+    if problem:
+        raise DataError(path, f"{problem}; expected a CSV file")
     raw = path.read_bytes()
     if not raw.strip():
         raise DataError(path, f"file is empty; expected a CSV header with columns {list(required)} and rows")

@@ -17,17 +17,23 @@ is logged), and writes ``DIR`` with the workspace's layout for the corpus side o
 * ``models/hprior`` and ``models/gnn_<variant>/article_embeddings.safetensors``: the graph systems
   applied inductively over the corpus's own hierarchy (:mod:`lexgraph.systems.inductive`, when present);
 * ``data/rerank/articles.safetensors``: the frozen re-ranker's article token states;
-* ``index.json`` (:mod:`lexgraph.systems.index_record`): the corpus file's digest, the systems built
-  and the digests of the workspace models each used.
+* ``index.json`` (:mod:`lexgraph.systems.index_record`): the corpus file's digest, the systems built,
+  the digests of the workspace models each used, and the index's own files with their SHA-256
+  (checked before every search).
 
-``DIR`` is replaced as a whole at the end (:func:`lexgraph.core.io.atomic_path`): a failed run
-leaves an earlier index as it was (and its finished blocks, which the next run reuses).
+Before any encoding, the workspace's artefacts are checked as ``lexgraph search`` checks them
+(:func:`lexgraph.core.staleness.check_built_from`: a model built from inputs the workspace no longer
+holds is refused in one line), and ``DIR`` must be new, empty, or provably an earlier index
+(:func:`check_out`). Every vector written is finite and below :data:`ABSURD` in magnitude
+(:func:`check_vectors`). ``DIR`` is replaced as a whole at the end (:func:`lexgraph.core.io.atomic_path`):
+a failed run leaves an earlier index as it was (and its finished blocks, which the next run reuses).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +42,26 @@ import polars as pl
 
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError, LexgraphError
-from lexgraph.systems.index_record import INDEX_FILE, index_record, model_digests
+from lexgraph.systems.index_record import (
+    FORMAT,
+    INDEX_FILE,
+    check_replaceable,
+    index_record,
+    model_digests,
+    own_files,
+)
 
 log = logging.getLogger(__name__)
 
 PARTIAL = ".partial"
+#: what an interrupted run leaves under ``DIR/.partial``: ``<fingerprint>/<name>-<first row>.safetensors``
+#: and their ``SHA256SUMS`` (:func:`lexgraph.encoding.chunk_blocks.encode_in_blocks`), and a killed
+#: writer's temporary of one
+_BLOCK = r"((articles|headings)-[0-9]{10}\.safetensors|SHA256SUMS)"
+_BLOCKS = re.compile(rf"{re.escape(PARTIAL)}(/[0-9a-f]{{32}}(/({_BLOCK}|\.{_BLOCK}\.[^/]+\.tmp))?)?")
+#: the largest magnitude a value of an index's vectors may have: far beyond what an encoder gives, far
+#: below float32's overflow when a row is squared and summed (a vector scaled by 1e30 vanishes then)
+ABSURD = 1e6
 #: systems built on others: their own side of the index is their components'
 COMPOSED = ("hybrid", "xrerank", "mvcl")
 GRAPH_SYSTEMS = ("hprior", *layout.GNN)
@@ -323,22 +344,79 @@ def write_rerank(articles, workspace: Path, systems: list[str], out: Path, devic
 # --- the whole index ------------------------------------------------------------------------------
 
 
+def _our_blocks(rel: str, entry: os.DirEntry) -> bool:
+    """An interrupted run's finished blocks under ``DIR/.partial`` (:data:`_BLOCKS`), which the next
+    run reuses: a folder or a regular file, no link."""
+    if entry.is_symlink() or not _BLOCKS.fullmatch(rel):
+        return False
+    return entry.is_dir(follow_symlinks=False) if rel.count("/") < 2 else entry.is_file(follow_symlinks=False)
+
+
 def check_out(out: Path, workspace: Path) -> None:
-    """Refuse an ``--out`` that is a file, a directory with other files than an index (or an
-    interrupted one's blocks), or a path DVC owns."""
+    """Refuse an ``--out`` that is not a directory, a directory that is not provably an earlier index
+    (:func:`lexgraph.systems.index_record.check_replaceable`: ``index.json`` with the index's format
+    marker, and only the files it lists, besides an interrupted run's blocks), or a path DVC owns.
+    Nothing is deleted."""
     from lexgraph.core.inputs import shown_path
     from lexgraph.core.tracked import dvc_owner
 
+    out = Path(out)
     if out.exists() and not out.is_dir():
-        raise LexgraphError(f"--out {shown_path(out)} is a file; expected a new directory or an earlier index")
-    if out.is_dir() and not (out / INDEX_FILE).is_file() and any(p.name != PARTIAL for p in out.iterdir()):
-        raise LexgraphError(
-            f"--out {shown_path(out)} is a directory with files and no {INDEX_FILE} (not an earlier index); "
-            "refusing to replace it, expected a new directory"
-        )
+        what = "a file" if out.is_file() else "not a directory"
+        raise LexgraphError(f"--out {shown_path(out)} is {what}; expected a new directory or an earlier index")
+    check_replaceable(
+        out, record=INDEX_FILE, marker=FORMAT, label="--out", what="an earlier index", allowed=_our_blocks
+    )
     owner = dvc_owner(out, workspace)
     if owner:
         raise LexgraphError(f"--out {shown_path(out)} {owner}; refusing to write there, expected a path outside")
+
+
+def check_workspace_current(systems: list[str], workspace: Path) -> None:
+    """Refuse, before any encoding, a workspace whose artefacts for ``systems`` (and those they are
+    built on) were built from inputs it no longer holds: what ``lexgraph search --index`` would refuse
+    after the whole index was written (:func:`lexgraph.core.staleness.check_built_from`)."""
+    from lexgraph.core.staleness import check_built_from
+    from lexgraph.systems.registry import READS
+
+    check_built_from([artifact.under(workspace) for system in systems for artifact in READS[system]], workspace)
+
+
+def check_vectors(root: Path, shown: Path) -> None:
+    """Refuse (one line naming the file as ``shown``, the tensor and its row) a safetensors file under
+    ``root`` holding a value that is not finite or beyond :data:`ABSURD` in magnitude: a model gave
+    an unusable vector, which the search would rank wrongly or drop. Read in blocks of rows."""
+    import math
+
+    import torch
+    from safetensors import safe_open
+
+    for path in sorted(root.rglob("*.safetensors")):
+        name = shown / path.relative_to(root)
+        with safe_open(str(path), framework="pt") as fh:
+            for key in sorted(fh.keys()):
+                sliced = fh.get_slice(key)
+                if not sliced.get_dtype().startswith(("F", "BF")):
+                    continue  # ids, offsets, token counts
+                shape = sliced.get_shape()
+                if not shape:
+                    blocks = [(0, fh.get_tensor(key).reshape(1, 1))]
+                else:
+                    width = max(1, math.prod(shape[1:]))
+                    step = max(1, (1 << 22) // width)
+                    blocks = ((start, sliced[start : start + step]) for start in range(0, shape[0], step))
+                for start, block in blocks:
+                    rows = block.reshape(block.shape[0], -1).float()  # (rows, width)
+                    bad = (~torch.isfinite(rows) | (rows.abs() > ABSURD)).any(dim=1)  # (rows,)
+                    if bad.any():
+                        row = int(bad.nonzero()[0])
+                        values = rows[row][~torch.isfinite(rows[row]) | (rows[row].abs() > ABSURD)]
+                        raise DataError(
+                            name,
+                            f"tensor '{key}', row {start + row} holds {float(values[0])!r}, expected finite values "
+                            f"of magnitude at most {ABSURD:g}: a workspace model gave an unusable vector (check its "
+                            "training, or the corpus text of that row); the index was not written",
+                        )
 
 
 def index_corpus(
@@ -356,9 +434,15 @@ def index_corpus(
 
     from lexgraph.core.io import atomic_path, write_json
     from lexgraph.core.provenance import digest_path
+    from lexgraph.data.readers import file_problem
 
     corpus, out, workspace, device = Path(corpus), Path(out), Path(workspace), torch.device(device)
+    problem = file_problem(corpus)  # a directory, a pipe, /dev/null: said as what it is, before anything else
+    if problem:
+        raise DataError(corpus, f"{problem}; expected a JSON-lines, CSV or Parquet file")
+    check_out(out, workspace)
     todo = resolve_systems(systems, workspace)
+    check_workspace_current(todo, workspace)  # what `search --index` checks, before any encoding
     log.info("index: %s -> %s with %s's %s", corpus, out, workspace, ", ".join(todo))
     articles, headings, keys = clean_corpus(corpus, workspace)
     dense = [s for s in todo if s not in COMPOSED and s != "bm25"]
@@ -392,8 +476,10 @@ def index_corpus(
         rerankers = [s for s in todo if s in layout.RERANKERS]
         if rerankers:
             write_rerank(articles, workspace, rerankers, layout.RERANK_FEATURES.under(tmp), device)
+        check_vectors(Path(tmp), out)
         counts = {"articles": articles.height, "headings": headings.height}
-        record = index_record(corpus, digest_path(corpus), counts, {s: model_digests(s, workspace) for s in todo})
+        models = {s: model_digests(s, workspace) for s in todo}
+        record = index_record(corpus, digest_path(corpus), counts, models, own_files(Path(tmp), INDEX_FILE))
         write_json(record, Path(tmp) / INDEX_FILE, sort_keys=True, ensure_ascii=True)
     log.info("index: wrote %s (%s)", out, ", ".join(todo))
     return record

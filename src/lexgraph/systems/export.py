@@ -19,8 +19,11 @@
 * ``README.md``, a model card (YAML front matter for the Hugging Face hub): the system's metrics
   (``metrics/<system>.json``), the exact ``params.yaml`` sections its artefacts were built with, where
   the article vectors come from, and how to search with them;
-* :data:`MANIFEST` (``lexgraph_export.json``): the system, its similarity and sources (an earlier
-  export is recognised by it and may be replaced).
+* :data:`MANIFEST` (``lexgraph_export.json``): the format marker (:data:`FORMAT`), the system, its
+  similarity and sources, and the export's own files (with their SHA-256) and folders. An earlier
+  export is replaced only when it is provably one: the manifest carries the marker and the folder
+  holds nothing it does not list (:func:`lexgraph.systems.index_record.check_replaceable`); any
+  other folder is refused in one line naming it and its first foreign entry, and nothing is deleted.
 
 The folder is written atomically (:func:`lexgraph.core.io.atomic_path`); nothing is uploaded (it is
 ready for ``huggingface-cli upload``). BM25, the hybrid and the re-rankers have no dense query
@@ -50,6 +53,9 @@ VECTORS = "article_vectors.safetensors"
 #: on a corpus of one's own (``fetch.source: corpus``): the user's string ids of :data:`VECTORS`' ``ids``, in order
 KEYS = "article_keys.json"
 MANIFEST = "lexgraph_export.json"
+#: the manifest's format marker: an export that carries it, and lists its files, may be replaced
+FORMAT = "lexgraph-export"
+VERSION = 1
 CARD = "README.md"
 
 #: the dense systems (a query encoder + fixed article vectors) and the params.yaml sections their
@@ -96,19 +102,19 @@ def check_system(system: str) -> None:
 
 
 def check_out(out: str | os.PathLike, workspace: str | os.PathLike) -> Path:
-    """Refuse an ``OUT`` that is a file, a directory other than an earlier export (the whole folder
-    is replaced), or a path DVC owns (the workspace's data/ and models/, its cache, a tracked output)."""
+    """Refuse an ``OUT`` that is not a directory, a directory that is not provably an earlier export
+    (the whole folder is replaced: :data:`MANIFEST` with :data:`FORMAT`, and only the files it lists),
+    or a path DVC owns (the workspace's data/ and models/, its cache, a tracked output). Nothing is
+    deleted."""
     from lexgraph.core.inputs import shown_path
     from lexgraph.core.tracked import dvc_owner
+    from lexgraph.systems.index_record import check_replaceable
 
     path = Path(out)
     if path.exists() and not path.is_dir():
-        raise LexgraphError(f"OUT {shown_path(path)} is a file; expected a new directory or an earlier export")
-    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).is_file():
-        raise LexgraphError(
-            f"OUT {shown_path(path)} is a directory with files and no {MANIFEST} (not an earlier export); "
-            "refusing to replace it, expected a new directory"
-        )
+        what = "a file" if path.is_file() else "not a directory"
+        raise LexgraphError(f"OUT {shown_path(path)} is {what}; expected a new directory or an earlier export")
+    check_replaceable(path, record=MANIFEST, marker=FORMAT, label="OUT", what="an earlier export")
     owner = dvc_owner(path, workspace)
     if owner:
         raise LexgraphError(f"OUT {shown_path(path)} {owner}; refusing to write there, expected a path outside")
@@ -179,6 +185,7 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     from lexgraph.core.io import atomic_path, write_json, write_text
     from lexgraph.data.keys import read_keys
     from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.systems.index_record import own_files
     from lexgraph.systems.registry import load_retriever
 
     check_system(system)
@@ -193,6 +200,8 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     similarity = "cosine" if retriever.normalize else "dot"
     source = os.path.relpath(retriever.source, workspace) if retriever.source else ""
     manifest = {
+        "format": FORMAT,
+        "version": VERSION,
         "system": system,
         "similarity": similarity,
         "dim": int(vectors.shape[1]),
@@ -213,8 +222,8 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
         )
         if keys is not None:
             write_json([keys.articles[i] for i in ids.tolist()], tmp / KEYS)
-        write_json(manifest, tmp / MANIFEST, ensure_ascii=True)
         write_text(model_card(manifest, _metrics(workspace, system), _sections(workspace, system)), tmp / CARD)
+        write_json({**manifest, **own_files(tmp, MANIFEST)}, tmp / MANIFEST, ensure_ascii=True)  # the last file
     log.info(
         "exported %s (%d article vectors of dim %d, %s) to %s", system, ids.size, vectors.shape[1], similarity, out
     )

@@ -1,5 +1,5 @@
 """``index.json``: what an index of another corpus (``lexgraph index``) holds and which of the
-workspace's models built it.
+workspace's models built it; and the record by which a command proves a folder is its own output.
 
 An index directory has the workspace's layout for the corpus side only (``data/clean``,
 ``models/bm25``, ``data/embed``, ...: :mod:`lexgraph.systems.corpus_index`); the systems that
@@ -8,22 +8,53 @@ the workspace. ``index.json`` records, per system, the digest of each workspace 
 vectors were made with (:data:`MODELS`, :func:`lexgraph.core.provenance.identity`), so that
 :func:`check_index` refuses, in one line naming ``index.json`` and the artefact, to search an
 index with models that changed after it was built (their vectors would not match the questions').
+
+It also lists the index's own files with their SHA-256 and its folders (:func:`own_files`, format
+v2): :func:`read_index` checks the tables every system reads (``data/clean``) and refuses a file
+under ``data/`` or ``models/`` that the record does not list, :func:`check_index` the files of the
+system it is asked for (:data:`SIDE`), so that a key deleted, swapped or duplicated in
+``keys.parquet`` or a vector changed after indexing is one line naming the file and `lexgraph
+index` to rebuild, never served. A v1 index (no list) is refused the same way.
+
+The same list proves that a folder is a command's own earlier output before it is replaced
+(:func:`check_replaceable`, for ``lexgraph index --out`` and ``lexgraph export OUT``): the record
+carries the command's format marker, and every entry of the folder is the record, a file or a
+folder it lists (or what the command allows besides, the index's resumable blocks). Anything else
+(an unknown file, a link, a record without the marker) is refused in one line naming the folder
+and the first foreign entry, and nothing is deleted.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError, LexgraphError
-from lexgraph.core.inputs import DuplicateKeyError, json_object
-from lexgraph.core.provenance import identity
+from lexgraph.core.inputs import DuplicateKeyError, json_object, shown_path
+from lexgraph.core.provenance import digest_path, identity
 
 INDEX_FILE = "index.json"
 FORMAT = "lexgraph-index"
-VERSION = 1
+#: 2: the record lists the index's own files with their SHA-256 (v1 did not: refused, rebuilt)
+VERSION = 2
+
+
+def _rebuild(directory: Path) -> str:
+    """The remedy for a missing or damaged index ``directory`` (which the new run replaces)."""
+    return f"run `lexgraph index --corpus FILE --out {shown_path(directory)}` to build it"
+
+
+def _elsewhere(directory: Path) -> str:
+    """The remedy for a directory ``lexgraph index`` cannot tell for its own (it would not replace it)."""
+    return f"remove {shown_path(directory)} and run `lexgraph index --corpus FILE --out DIR`, or index into a new DIR"
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 #: system -> the workspace artefacts (files or directories) its side of an index is made with
 MODELS: dict[str, tuple[str, ...]] = {
@@ -36,49 +67,261 @@ MODELS: dict[str, tuple[str, ...]] = {
     **{v: (layout.PRETRAIN.path.as_posix(), a.path.as_posix()) for v, a in layout.RERANKERS.items()},
 }
 
+#: the index's tables every system reads (articles, headings, the user's keys)
+SHARED: tuple[str, ...] = (layout.CLEAN.path.as_posix(),)
+#: system -> the folders of an index it reads itself when searched (a hybrid or a re-ranker reads
+#: its first stages' through them, checked as themselves)
+SIDE: dict[str, tuple[str, ...]] = {
+    "bm25": (layout.BM25.path.as_posix(),),
+    "zeroshot": (layout.ZEROSHOT.path.as_posix(),),
+    "dsr": (layout.EMBED.path.as_posix(),),
+    "hprior": (layout.HPRIOR.path.as_posix(),),
+    **{v: (a.path.as_posix(),) for v, a in layout.GNN.items()},
+    "hybrid": (),
+    **{v: (layout.RERANK_FEATURES.path.as_posix(),) for v in layout.RERANKERS},
+}
+
 
 def model_digests(system: str, workspace: str | Path) -> dict[str, str]:
     """``{artefact: digest}`` of the workspace artefacts ``system`` is indexed with."""
     return {path: identity(Path(workspace, path)) for path in MODELS[system]}
 
 
-def index_record(corpus: Path, sha256: str, counts: dict[str, Any], systems: dict[str, dict[str, str]]) -> dict:
-    """The content of ``index.json``: the corpus file's name and digest, counts, and per system the
-    digests of :func:`model_digests`."""
+# --- a folder's own files --------------------------------------------------------------------------
+
+
+def own_files(root: Path, record: str) -> dict[str, Any]:
+    """``{"files": {path: sha256}, "folders": [path, ...]}`` of everything under ``root`` (relative
+    POSIX paths, sorted) but the record file ``record`` itself: what a command lists in its record
+    before its output replaces an earlier one. A writer leaves no link (refused, an internal error)."""
+    files: dict[str, str] = {}
+    folders: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath, name)
+            if path.is_symlink():  # pragma: no cover - no writer of an index or an export makes one
+                raise LexgraphError(f"{path}: a symbolic link in a written output; expected files")
+        base = Path(dirpath).relative_to(root)
+        folders.extend((base / name).as_posix() for name in dirnames)
+        for name in sorted(filenames):
+            rel = (base / name).as_posix()
+            if rel != record:
+                files[rel] = digest_path(Path(dirpath, name))
+    return {"files": dict(sorted(files.items())), "folders": sorted(folders)}
+
+
+def _relative(value: Any) -> bool:
+    """A relative POSIX path inside a folder (no ``..``, ``.``, empty part or backslash)."""
+    if not isinstance(value, str) or not value or "\\" in value or "\0" in value:
+        return False
+    parts = value.split("/")
+    return not PurePosixPath(value).is_absolute() and all(part not in ("", ".", "..") for part in parts)
+
+
+def listed(record: Any) -> tuple[dict[str, str], set[str]] | None:
+    """``(files, folders)`` a record lists (:func:`own_files`), or None when it lists none or not
+    in that form."""
+    if not isinstance(record, dict):
+        return None
+    files, folders = record.get("files"), record.get("folders")
+    if not isinstance(files, dict) or not isinstance(folders, list):
+        return None
+    if not all(_relative(k) and isinstance(v, str) and SHA256.fullmatch(v) for k, v in files.items()):
+        return None
+    if not all(_relative(f) for f in folders):
+        return None
+    return files, set(folders)
+
+
+Allowed = Callable[[str, os.DirEntry], bool]
+
+
+def first_foreign(
+    root: Path, files: set[str] | dict[str, str], folders: set[str], record: str | None, allowed: Allowed | None = None
+) -> str | None:
+    """The first entry under ``root`` (relative path, in sorted order, a folder before what it
+    holds) that is neither the record ``record`` (at the top), nor a regular file of ``files``, nor
+    a folder of ``folders``, nor ``allowed(path, entry)``; None when there is none. A symbolic link,
+    a pipe or a device is never listed."""
+
+    def visit(directory: Path, prefix: str) -> str | None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            raise LexgraphError(
+                f"{shown_path(directory)} cannot be read ({exc.strerror or exc}); "
+                "refusing to replace it, expected a readable directory"
+            ) from None
+        for entry in entries:
+            rel = prefix + entry.name
+            if allowed is not None and allowed(rel, entry):
+                if entry.is_dir(follow_symlinks=False):  # what it holds is checked too
+                    found = visit(Path(entry.path), rel + "/")
+                    if found is not None:
+                        return found
+                continue
+            if entry.is_symlink():
+                return rel
+            if entry.is_dir(follow_symlinks=False):
+                if rel not in folders:
+                    return rel
+                found = visit(Path(entry.path), rel + "/")
+                if found is not None:
+                    return found
+            elif not entry.is_file(follow_symlinks=False) or (rel not in files and rel != record):
+                return rel
+        return None
+
+    return visit(root, "")
+
+
+def read_record(path: Path) -> Any:
+    """The JSON value of a record file, or None when it is not one (unreadable, not UTF-8 JSON, a
+    key given twice, not a regular file)."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return json_object(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, RecursionError):
+        return None
+
+
+def check_replaceable(
+    out: Path, *, record: str, marker: str, label: str, what: str, allowed: Allowed | None = None
+) -> None:
+    """Refuse, in one line naming ``out`` and its first foreign entry, to replace the directory
+    ``out`` unless it is provably an earlier output (``what``: "an earlier index") of the command
+    whose record file ``record`` carries ``"format": marker``: an empty directory, or one whose
+    every entry is that record, a file or folder it lists, or ``allowed``. Nothing is deleted."""
+    if not out.is_dir():
+        return
+    refuse = f"refusing to replace the directory, nothing was deleted; expected a new directory or {what}"
+    path = out / record
+    files: dict[str, str] | set[str] = set()
+    folders: set[str] = set()
+    own: str | None = None
+    if path.exists() or path.is_symlink():
+        value = read_record(path)
+        if not isinstance(value, dict) or value.get("format") != marker:
+            raise LexgraphError(
+                f"{label} {shown_path(out)} holds {shown_path(record)}, which is not the record of {what} "
+                f'(no "format": "{marker}"); {refuse}'
+            )
+        found = listed(value)
+        if found is None:
+            raise LexgraphError(
+                f"{label} {shown_path(out)} holds {shown_path(record)}, which lists none of the files beside it "
+                f"(written by an earlier lexgraph, or edited), so they cannot be told from yours; {refuse}"
+            )
+        (files, folders), own = found, record
+    foreign = first_foreign(out, files, folders, own, allowed)
+    if foreign is not None:
+        listing = f"{record} does not list it" if own else f"no {record} there"
+        raise LexgraphError(
+            f"{label} {shown_path(out)} holds {shown_path(foreign)}, which is not a file of {what} ({listing}); "
+            f"{refuse}"
+        )
+
+
+# --- the index's record ---------------------------------------------------------------------------
+
+
+def index_record(
+    corpus: Path, sha256: str, counts: dict[str, Any], systems: dict[str, dict[str, str]], own: dict[str, Any]
+) -> dict:
+    """The content of ``index.json``: the corpus file's name and digest, counts, per system the
+    digests of :func:`model_digests`, and the index's own files and folders (:func:`own_files`)."""
     return {
         "format": FORMAT,
         "version": VERSION,
         "corpus": {"file": corpus.name, "sha256": sha256},
         **counts,
         "systems": systems,
+        **own,
     }
 
 
+#: (path, size, mtime, ctime, inode) -> the SHA-256 found: a file checked once per process
+_VERIFIED: dict[tuple, str] = {}
+
+
+def _verify(directory: Path, files: dict[str, str], prefixes: tuple[str, ...]) -> None:
+    """Check the listed files under ``prefixes`` against their recorded SHA-256."""
+    for rel, digest in files.items():
+        if not any(rel.startswith(prefix + "/") for prefix in prefixes):
+            continue
+        path = directory / rel
+        if path.is_symlink() or not path.is_file():
+            what = "missing" if not (path.exists() or path.is_symlink()) else "not a regular file"
+            raise DataError(
+                path, f"{what}, though {INDEX_FILE} lists it; the index is damaged, {_rebuild(directory)} again"
+            )
+        info = path.stat()
+        key = (str(path.resolve()), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+        if _VERIFIED.get(key) != digest:
+            found = digest_path(path)
+            if found != digest:
+                raise DataError(
+                    path,
+                    f"changed since `lexgraph index` wrote it (SHA-256 {found[:12]}…, {INDEX_FILE} records "
+                    f"{digest[:12]}…): damaged or edited; {_rebuild(directory)} again",
+                )
+            _VERIFIED[key] = digest
+
+
 def read_index(directory: str | Path) -> dict[str, Any]:
-    """``directory/index.json``, checked (a directory without one is not an index)."""
-    path = Path(directory) / INDEX_FILE
-    fix = "run `lexgraph index --corpus FILE --out DIR` to build it"
+    """``directory/index.json``, checked (a directory without one is not an index), with the tables
+    every system reads (:data:`SHARED`) checked against their recorded digests and no file under
+    ``data/`` or ``models/`` that the record does not list."""
+    directory = Path(directory)
+    path = directory / INDEX_FILE
+    elsewhere = _elsewhere(directory)
     if not path.is_file():
-        raise DataError(path, f"not found; expected an index written by `lexgraph index` ({fix})")
+        raise DataError(path, f"not found; expected an index written by `lexgraph index` ({_rebuild(directory)})")
     try:
         record = json_object(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
-        raise DataError(path, f"unreadable ({type(exc).__name__}); {fix} again") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, RecursionError) as exc:
+        raise DataError(path, f"unreadable ({type(exc).__name__}); {elsewhere}") from None
     systems = record.get("systems") if isinstance(record, dict) else None
-    if record.get("format") != FORMAT or record.get("version") != VERSION or not isinstance(systems, dict):
-        raise DataError(path, f"not an index record (expected format {FORMAT!r} v{VERSION}); {fix} again")
+    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(systems, dict):
+        raise DataError(path, f"not an index record (expected format {FORMAT!r} v{VERSION}); {elsewhere}")
+    if record.get("version") != VERSION:
+        raise DataError(
+            path,
+            f"an index of format v{record.get('version')} (this lexgraph reads v{VERSION}, which lists the "
+            f"digests of its files to check them by); rebuild it: {elsewhere}",
+        )
+    found = listed(record)
+    if found is None:
+        raise DataError(path, f"lists the index's files in no form to check them by ('files', 'folders'); {elsewhere}")
+    files, folders = found
+    managed = tuple(layout.MANAGED_ROOTS)
+
+    def outside(rel: str, entry: os.DirEntry) -> bool:  # search reads data/ and models/ only
+        return rel.split("/")[0] not in managed
+
+    foreign = first_foreign(directory, files, folders, INDEX_FILE, outside)
+    if foreign is not None:
+        raise DataError(
+            directory / foreign,
+            f"not a file of this index ({INDEX_FILE} does not list it; search reads what is under "
+            f"{' and '.join(m + '/' for m in managed)}); move it out of {shown_path(directory)}",
+        )
+    _verify(directory, files, SHARED)
     return record
 
 
 def check_index(directory: str | Path, system: str, workspace: str | Path) -> None:
-    """Refuse (one line naming ``index.json``) to search ``system`` over the index ``directory``
-    when the index lacks it or was built by other models than ``workspace`` holds now."""
+    """Refuse (one line naming ``index.json`` or the damaged file) to search ``system`` over the
+    index ``directory`` when the index lacks it, its files (:data:`SIDE`) changed since they were
+    written, or it was built by other models than ``workspace`` holds now."""
     from lexgraph.systems.rerank import is_switched_off
 
     record = read_index(directory)
     path = Path(directory) / INDEX_FILE
     built = record["systems"]
-    if system not in built:
+    if system not in built or not isinstance(built[system], dict):
         if system in layout.RERANKERS and is_switched_off(Path(workspace), system):
             why = f"{system} is switched off in the workspace (params.yaml 'rerank.{system}.enabled': false)"
             raise LexgraphError(f"{path}: no {system} in this index: {why}")
@@ -86,6 +329,7 @@ def check_index(directory: str | Path, system: str, workspace: str | Path) -> No
             f"{path}: no {system} in this index (it holds {', '.join(built) or 'no system'}); "
             f"run `lexgraph index` with --systems {system}"
         )
+    _verify(Path(directory), record["files"], SIDE.get(system, ()))
     for artefact, digest in sorted(built[system].items()):
         current = identity(Path(workspace, artefact))
         if current != digest:
