@@ -20,7 +20,9 @@ SERVED = ["dsr", "bm25", "zeroshot"]
 
 
 def set_serve(workspace: Path, **values) -> None:
-    """Edit the ``serve`` section of the workspace's params.yaml."""
+    """Edit the ``serve`` section of the workspace's params.yaml (the admin token in the workspace's
+    own ``admin-token`` unless ``admin_token_file`` is given: a test writes nothing in the user's home)."""
+    values.setdefault("admin_token_file", str(workspace / "admin-token"))
     path = workspace / "params.yaml"
     params = yaml.safe_load(path.read_text(encoding="utf-8"))
     params["serve"].update(values)
@@ -67,6 +69,11 @@ class RunningServer:
         while not self.uv.started:
             assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
             time.sleep(0.02)
+
+    @property
+    def admin(self) -> dict[str, str]:
+        """The headers of an admin request: the token of ``serve.admin_token_file``."""
+        return {"authorization": f"Bearer {getattr(self.server.catalog, 'admin_token', None) or 'none'}"}
 
     def stop(self) -> None:
         self.uv.should_exit = True

@@ -22,6 +22,7 @@ from helpers_workspace import build_tiny_workspace
 from lexgraph.cli.main import main
 
 TEXTS = [q for q, _ in QUESTIONS.values()] + ["contrat de bail, loyer", "enfant mariage loi"]
+H = b"Host: 127.0.0.1\r\n"  # a name the server answers for (serve.allowed_hosts)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +143,7 @@ def _hostile(url: str, port: int) -> list[tuple[str, object]]:
     cases = [
         ("a body over the limit", post(b'{"questions": ["' + b"a" * 10000 + b'"]}')),
         ("a chunked body over the limit", post(chunks(8))),
-        ("a Content-Length of 10 GB", raw(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\n")),
+        ("a Content-Length of 10 GB", raw(b"POST /search HTTP/1.1\r\n" + H + b"Content-Length: 10000000000\r\n\r\n")),
         ("malformed JSON", post(b'{"questions": [')),
         ("JSON that is a list", post(b'["a"]')),
         ("questions not a list", post(b'{"questions": "a"}')),
@@ -154,8 +155,8 @@ def _hostile(url: str, port: int) -> list[tuple[str, object]]:
         ("not JSON at all", post(b"questions=bail", headers={"content-type": "application/x-www-form-urlencoded"})),
         ("invalid UTF-8", post(b'{"questions": ["\xff\xfe"]}')),
         ("a NUL byte in a posted question", post(b'{"questions": ["bail\\u0000"]}')),
-        ("a raw NUL in the request line", raw(b"GET /search?q=a\x00b HTTP/1.1\r\nHost: x\r\n\r\n")),
-        ("a request head of 100 KB", raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")),
+        ("a raw NUL in the request line", raw(b"GET /search?q=a\x00b HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")),
+        ("a request head of 100 KB", raw(b"GET /health HTTP/1.1\r\n" + H + b"X-Big: " + b"a" * 100000 + b"\r\n\r\n")),
         ("not HTTP", raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n")),
         ("no q", get("/search", system="bm25")),
         ("a wrong method", lambda: _response(httpx.delete(search, timeout=10))),
@@ -196,9 +197,9 @@ def _slow(port: int, data: bytes) -> tuple[int, bytes, float]:
 def test_a_hundred_hostile_requests_get_a_4xx_and_one_line_of_json(running, caplog):
     cases = _hostile(running.url, running.port)
     slow = [
-        b"GET /search?q=bail HTTP/1.1\r\nHost: x\r\n",  # the head never ends (slowloris)
+        b"GET /search?q=bail HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # the head never ends (slowloris)
         b"",  # connects, sends nothing
-        b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+        b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
     ] * 4
     assert len(cases) + len(slow) >= 100
     with ThreadPoolExecutor(len(slow)) as pool:  # the slow clients hang on while everything else is asked
@@ -235,7 +236,7 @@ def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_o
             t.start()
         time.sleep(0.5)
         _refit(workspace)  # as a new `dvc repro` with other BM25 settings would
-        reload = httpx.post(f"{running.url}/admin/reload", timeout=120)
+        reload = httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
         time.sleep(0.5)
         stop.set()
         for t in threads:
@@ -252,7 +253,7 @@ def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_o
                 path.write_bytes(b"\x00garbage")
         caplog.clear()
         with caplog.at_level(logging.ERROR, logger="lexgraph.serve"):
-            refused = httpx.post(f"{running.url}/admin/reload", timeout=120)
+            refused = httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
         assert refused.status_code == 503 and "\n" not in refused.text and "error" in refused.json()
         lines = [r.getMessage() for r in caplog.records if r.name == "lexgraph.serve"]
         assert len(lines) == 1 and "reload refused" in lines[0] and "\n" not in lines[0], lines

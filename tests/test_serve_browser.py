@@ -70,6 +70,7 @@ def _start_chrome():
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(argument)
     options.add_argument("--window-size=1200,900")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: violations of the pages' policy
     try:
         driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
     except WebDriverException as exc:
@@ -163,9 +164,7 @@ def test_the_search_form_shows_lexgraph_searchs_hits_with_crumbs_and_marked_word
     assert want and [h.get_attribute("data-id") for h in hits] == [str(h["id"]) for h in want]
     first, expected = hits[0], want[0]
     link = first.find_element(By.CSS_SELECTOR, ".ref a")
-    assert (
-        link.text == expected["article"] and urlsplit(link.get_attribute("href")).path == f"/article/{expected['id']}"
-    )
+    assert link.text == expected["article"] and _article_id(link.get_attribute("href")) == str(expected["id"])
     assert _crumbs(first) == expected["path"] and len(expected["path"]) >= 2
     words = set(QUESTION.split())
     for hit, reference in zip(hits, want):  # the snippet as the CLI gives it, its highlights in <mark>
@@ -186,7 +185,7 @@ def test_a_hits_link_opens_the_article_with_its_text_path_and_siblings(workspace
     _search(driver, running.url, QUESTION, "bm25", K)
     first = _cli_hits(workspace, "bm25", QUESTION, K, capsys)[0]
     _submit(driver, driver.find_element(By.CSS_SELECTOR, "ol#hits > li.hit .ref a"))
-    assert urlsplit(driver.current_url).path == f"/article/{first['id']}"
+    assert _article_id(driver.current_url) == str(first["id"])
     articles = pl.read_parquet(workspace / "data" / "clean" / "articles.parquet").sort("id")
     row = articles.filter(pl.col("id") == first["id"]).row(0, named=True)
     page = driver.find_element(By.CSS_SELECTOR, "article#article")
@@ -196,11 +195,11 @@ def test_a_hits_link_opens_the_article_with_its_text_path_and_siblings(workspace
     assert _crumbs(page) == row["path"]
     siblings = driver.find_elements(By.CSS_SELECTOR, "ul#siblings > li")
     same = [str(r["id"]) for r in articles.iter_rows(named=True) if r["path"] == row["path"]]
-    hrefs = [urlsplit(li.find_element(By.TAG_NAME, "a").get_attribute("href")).path for li in siblings]
-    assert hrefs == [f"/article/{i}" for i in same] and 1 < len(same) < len(articles)
+    hrefs = [_article_id(li.find_element(By.TAG_NAME, "a").get_attribute("href")) for li in siblings]
+    assert hrefs == same and 1 < len(same) < len(articles)
     current = driver.find_elements(By.CSS_SELECTOR, "ul#siblings > li.current")
-    assert len(current) == 1 and current[0].find_element(By.TAG_NAME, "a").get_attribute("href").endswith(
-        f"/article/{row['id']}"
+    assert len(current) == 1 and _article_id(current[0].find_element(By.TAG_NAME, "a").get_attribute("href")) == str(
+        row["id"]
     )
     driver.save_screenshot(str(shots / "serve-article.png"))
 
@@ -229,7 +228,8 @@ def test_the_inspector_compares_two_systems_and_ranks_the_missed_gold_articles(w
     rows = driver.find_elements(By.CSS_SELECTOR, "table#questions tbody tr[data-id]")
     assert [r.get_attribute("data-id") for r in rows] == [str(q) for q in QUESTIONS]
     _submit(driver, driver.find_element(By.CSS_SELECTOR, f'table#questions tr[data-id="{qid}"] a'))
-    assert urlsplit(driver.current_url).path == f"/inspect/test/{qid}"
+    where = urlsplit(driver.current_url)
+    assert where.path == "/inspect/question" and parse_qs(where.query) == {"split": ["test"], "id": [str(qid)]}
     assert driver.find_element(By.ID, "question").text == QUESTIONS[qid][0]
     Select(driver.find_element(By.NAME, "a")).select_by_visible_text(a)
     Select(driver.find_element(By.NAME, "b")).select_by_visible_text(b)
@@ -237,7 +237,8 @@ def test_the_inspector_compares_two_systems_and_ranks_the_missed_gold_articles(w
     depth.clear()
     depth.send_keys(str(k))
     _submit(driver, driver.find_element(By.CSS_SELECTOR, "form button[type=submit]"))
-    assert parse_qs(urlsplit(driver.current_url).query) == {"a": [a], "b": [b], "k": [str(k)]}
+    query = parse_qs(urlsplit(driver.current_url).query)
+    assert query == {"split": ["test"], "id": [str(qid)], "a": [a], "b": [b], "k": [str(k)]}
 
     sections = driver.find_elements(By.CSS_SELECTOR, "section[data-system]")
     assert [s.get_attribute("data-system") for s in sections] == [a, b]
@@ -269,10 +270,39 @@ def test_at_a_phone_width_no_page_overflows_sideways(running, browser):
     results = "/?" + urlencode({"q": QUESTION, "system": "bm25", "k": 10})
     driver.get(f"{running.url}{results}")
     first = driver.find_element(By.CSS_SELECTOR, "ol#hits > li.hit").get_attribute("data-id")
-    for page in (results, f"/article/{first}", "/inspect?split=test", "/inspect/test/103?k=5"):
+    for page in (results, f"/article?id={first}", "/inspect?split=test", "/inspect/question?split=test&id=103&k=5"):
         driver.get(f"{running.url}{page}")
         widths = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1], (page, widths)
+
+
+def _article_id(href: str) -> str | None:
+    """The id of an article page's URL (``/article?id=…``), None for any other URL."""
+    parts = urlsplit(href)
+    return parse_qs(parts.query).get("id", [None])[0] if parts.path == "/article" else None
+
+
+def test_the_pages_and_the_api_docs_work_under_their_content_security_policy(running, browser):
+    """The policy names no source outside the server: the page's own style sheet applies (by its
+    hash), Swagger UI renders the API from the server's own copy, and the browser reports no
+    violation of the policy."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = browser()
+    driver.get(f"{running.url}/?q=bail")
+    background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(250, 251, 252)", background  # base.html's style sheet applied
+    driver.get(f"{running.url}/docs")
+    try:
+        WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock"))
+    except TimeoutException:
+        raise AssertionError(f"Swagger UI rendered no operation; the console: {driver.get_log('browser')}") from None
+    paths = {e.text for e in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    assert {"/search", "/health"} <= paths, paths
+    violations = [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert not violations, violations
 
 
 def test_the_missing_browser_message_is_one_line(monkeypatch):

@@ -9,6 +9,7 @@ server reads no path from a request: an article id is a key of the loaded corpus
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict
 
 from fastapi import APIRouter, Query, Request
@@ -134,9 +135,21 @@ async def search_batch(request: Request):
         return json_response({"system": system, "generation": catalog.generation, "results": results})
 
 
-@router.get("/articles/{article_id}", tags=["articles"])
+@router.get("/articles", tags=["articles"])
+async def article_by_query(request: Request, id: str = Query(description="the article's id, any string")):  # noqa: A002
+    """One article, its id in the query (``/articles?id=a%2Fb``): every id a corpus may hold, ``..``
+    and ``a/b`` included, which a path segment cannot always carry."""
+    return _article(request, id)
+
+
+@router.get("/articles/{article_id:path}", tags=["articles"])
 async def article(request: Request, article_id: str):
-    """One article: its text, reference, heading path and the ids of the articles under the same heading."""
+    """One article: its text, reference, heading path and the ids of the articles under the same heading
+    (an id with ``/`` percent-encoded or not; ``GET /articles?id=`` takes any id)."""
+    return _article(request, article_id)
+
+
+def _article(request: Request, article_id: str):
     catalog = request.app.state.server.catalog
     found = catalog.articles.get(article_id)
     if found is None:
@@ -160,16 +173,39 @@ async def health(request: Request):
     return {"status": "ok", "generation": catalog.generation, "systems": list(catalog.searchers)}
 
 
+#: the content types a cross-site HTML form can send (never accepted by an admin action)
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def check_admin(request: Request, token: str) -> None:
+    """Refuse an admin request unless it comes from the server's own host, holds no form body and no
+    query, and carries the admin token (``Authorization: Bearer <token>``, compared in constant time).
+    The Host and Origin checks of every request (lexgraph.serve.security.Guard) come first."""
+    from lexgraph.serve.security import LIMITER, token_matches
+
+    client = request.client.host if request.client else ""
+    if client not in ("127.0.0.1", "::1", "localhost"):
+        raise ApiError(403, "admin actions are allowed from the server's own host only")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind in FORM_TYPES or (kind and kind != "application/json"):
+        raise ApiError(415, "an admin action takes no form and no body; expected an empty POST")
+    if request.url.query:
+        raise ApiError(400, "an admin action takes no query; the token goes in the Authorization header")
+    if not token_matches(request.headers.get("authorization"), token):
+        LIMITER.log(logging.WARNING, "admin-token", "refused an admin request without the admin token")
+        raise ApiError(401, "expected the admin token: Authorization: Bearer <the token of serve.admin_token_file>")
+
+
 @router.post("/admin/reload", tags=["server"])
 async def reload(request: Request):
     """Load the workspace's models again (after ``dvc repro``) and swap them in without dropping a
-    request; from the server's own host only. A catalogue that fails to load is refused (503) and
-    the old one serves on."""
-    client = request.client.host if request.client else ""
-    if client not in ("127.0.0.1", "::1", "localhost"):
-        raise ApiError(403, "reload is allowed from the server's own host only")
+    request. From the server's own host only, with the admin token (``Authorization: Bearer``, the
+    token of ``serve.admin_token_file``). Reloads run one at a time; one more waits, and any later
+    request joins that one. A catalogue that fails to load is refused (503) and the old one serves on."""
+    server = request.app.state.server
+    check_admin(request, server.catalog.admin_token)
     try:
-        catalog = await request.app.state.server.reload()
+        catalog = await server.reload()
     except LexgraphError as exc:
         raise ApiError(503, f"reload refused, the previous models serve on: {exc}") from None
     return {"reloaded": True, "generation": catalog.generation, "systems": list(catalog.searchers)}

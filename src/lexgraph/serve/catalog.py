@@ -4,7 +4,12 @@ search, its articles by the id users see, and the runs the inspector shows.
 A :class:`Catalog` is built whole, off the event loop, then swapped in at once
 (:mod:`lexgraph.serve.app`); requests hold the catalogue they started with (:meth:`Catalog.use`),
 so a reload never changes the models under a request in flight, and the old catalogue's batchers
-stop only when its last request is answered.
+stop only when its last request is answered; :meth:`Catalog.release` then lets go of its models,
+so that the memory they held is returned (``lexgraph.serve.app.trim_heap``).
+
+Everything a request may show is read here, on the load thread: the inspector's runs too
+(:meth:`lexgraph.serve.runs.Runs.read`), so a damaged run refuses the reload like any damaged
+artefact, and a run rewritten after the load is not shown under the old generation.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +27,10 @@ from lexgraph.serve.batcher import MicroBatcher
 from lexgraph.serve.runs import Runs
 from lexgraph.serve.searcher import Corpus, Searcher, open_searcher
 from lexgraph.serve.settings import ServeConfig
+
+
+class LoadStopped(Exception):
+    """A load abandoned because the server is stopping (SIGTERM during a reload)."""
 
 
 @dataclass
@@ -45,6 +55,7 @@ class Catalog:
     articles: dict[str, Article]
     siblings: dict[tuple[str, ...], list[str]]
     runs: Runs | None
+    admin_token: str = ""  # serve.admin_token_file's token (lexgraph.serve.security.admin_token)
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     active: int = 0
     idle: asyncio.Event | None = None
@@ -73,9 +84,16 @@ class Catalog:
 
     async def close(self) -> None:
         """Stop the batchers once every request that holds this catalogue is answered."""
-        await self.idle.wait()
+        if self.idle is not None:
+            await self.idle.wait()
         for batcher in self.batchers.values():
             await batcher.stop()
+
+    def release(self) -> None:
+        """Let go of the models, corpus and runs (after :meth:`close`): what a request still refers to
+        keeps only what it holds itself."""
+        self.searchers, self.batchers, self.digests = {}, {}, {}
+        self.articles, self.siblings, self.runs = {}, {}, None
 
 
 def _articles(corpus: Corpus) -> tuple[dict[str, Article], dict[tuple[str, ...], list[str]]]:
@@ -95,18 +113,35 @@ def _articles(corpus: Corpus) -> tuple[dict[str, Article], dict[tuple[str, ...],
 
 
 def load_catalog(
-    workspace: Path, config: ServeConfig, device: str, generation: int, index: Path | None = None
+    workspace: Path,
+    config: ServeConfig,
+    device: str,
+    generation: int,
+    index: Path | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Catalog:
     """Load every system of ``config.systems`` from ``workspace`` (over ``index``, an index of
-    ``lexgraph index``, when given) with the corpus and runs; raises what the loaders raise (one
-    :class:`lexgraph.core.errors.LexgraphError` line for a missing or stale artefact)."""
+    ``lexgraph index``, when given) with the corpus, the runs and the admin token; raises what the
+    loaders raise (one :class:`lexgraph.core.errors.LexgraphError` line for a missing or stale
+    artefact), or :class:`LoadStopped` between two systems once ``stopping()``."""
+    from lexgraph.serve.security import admin_token, token_path
     from lexgraph.systems.dense import shared_query_encoders
     from lexgraph.systems.index_record import model_digests
 
+    def check() -> None:
+        if stopping():
+            raise LoadStopped("the server is stopping")
+
+    token = admin_token(token_path(workspace, config.admin_token_file))
     corpus = Corpus.read(index if index is not None else workspace)
+    searchers: dict[str, Searcher] = {}
     with shared_query_encoders():  # dsr, hprior, gdsr, hgraph and the hybrid's dense side: one DSR query encoder
-        searchers = {s: open_searcher(s, workspace, device, corpus, index) for s in config.systems}
+        for system in config.systems:
+            check()
+            searchers[system] = open_searcher(system, workspace, device, corpus, index)
+    check()
     digests: dict[str, Any] = {s: model_digests(s, workspace) for s in config.systems}
     articles, siblings = _articles(corpus)
-    runs = Runs.read(workspace, corpus) if index is None else None
-    return Catalog(generation, config, searchers, digests, articles, siblings, runs)
+    runs = Runs.read(workspace, corpus, sharing=articles) if index is None else None
+    check()
+    return Catalog(generation, config, searchers, digests, articles, siblings, runs, token)

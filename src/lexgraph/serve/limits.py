@@ -9,13 +9,18 @@ and body may take to arrive, and the one shape of every error: ``{"error": "<one
   request head within ``header_timeout_s`` of opening (or of its previous response) is answered
   408 and closed, so slow clients (slowloris) hold no connection for long; a request h11 cannot
   parse (a NUL byte in the request line, an oversized head) is answered 400 in the same JSON
-  shape, not uvicorn's plain text.
+  shape, not uvicorn's plain text. Its answers are bounded in time too: while part of an answer
+  waits in the server's buffer, the client must take at least :data:`MIN_DRAIN_BYTES` of it (or
+  all of it) every ``write_timeout_s``, or the connection is dropped (a client that sends a large
+  ``POST /search`` and never reads holds neither its buffer nor its socket for long), and a closed
+  connection whose client reads nothing is dropped the same way rather than left to flush forever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from http import HTTPStatus
 from urllib.parse import unquote_to_bytes
 
@@ -39,10 +44,13 @@ def error_json(message: str) -> bytes:
 
 def raw_response(status: int, message: str) -> bytes:
     """A whole HTTP/1.1 error response that closes the connection (for the protocol level)."""
+    from lexgraph.serve.security import security_headers
+
     body = error_json(message)
+    extra = "".join(f"{k.decode()}: {v.decode()}\r\n" for k, v in security_headers())
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
     )
     return head.encode("ascii") + body
 
@@ -99,26 +107,78 @@ class RequestLimits:
 
 
 async def _send_error(send, status: int, message: str) -> None:
-    body = error_json(message)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    from lexgraph.serve.security import send_error
+
+    await send_error(send, status, message)
+
+
+#: what a client must take of an answer waiting in the server's buffer every ``write_timeout_s`` (or
+#: all of it): asyncio's high-water mark of a transport's buffer, one buffer's worth
+MIN_DRAIN_BYTES = 64 * 1024
+
+
+class _CountingTransport:
+    """A transport that counts the bytes written to it (the rest is the transport's own), so that the
+    protocol knows how much of what it wrote the client has taken."""
+
+    def __init__(self, transport, protocol: BoundedH11Protocol) -> None:
+        self._transport, self._protocol = transport, protocol
+        self.written = 0
+
+    def write(self, data) -> None:
+        self.written += len(data)
+        self._transport.write(data)
+        self._protocol._watch_writes()
+
+    def taken(self) -> int:
+        """The bytes written that have left the server's buffer."""
+        return self.written - self._transport.get_write_buffer_size()
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
 
 
 class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request head and JSON protocol errors."""
+    """uvicorn's h11 protocol with a deadline for each request head, a bound on how long a client may
+    leave its answer unread, and JSON protocol errors."""
 
     header_timeout_s: float = 10.0  # set by lexgraph.serve.server from serve.header_timeout_s
+    write_timeout_s: float = 10.0  # ... and serve.write_timeout_s
     _head_deadline: asyncio.TimerHandle | None = None
+    _write_deadline: asyncio.TimerHandle | None = None
+    _taken_at_check = 0
     _answered = False  # a response was sent on this connection, and nothing of another request came since
 
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
+        super().connection_made(_CountingTransport(transport, self))
         self._arm_head_deadline()
+
+    def _watch_writes(self) -> None:
+        """After a write: while some of it waits in the buffer, check the client takes it."""
+        if self._write_deadline is None and self.transport.get_write_buffer_size() > 0:
+            self._taken_at_check = self.transport.taken()
+            self._write_deadline = self.loop.call_later(self.write_timeout_s, self._check_reader)
+
+    def _check_reader(self) -> None:
+        self._write_deadline = None
+        waiting = self.transport.get_write_buffer_size()
+        if waiting == 0:
+            return
+        taken = self.transport.taken() - self._taken_at_check
+        if taken >= min(MIN_DRAIN_BYTES, waiting + taken) and taken > 0:
+            self._watch_writes()  # the client reads: watch the next interval
+            return
+        from lexgraph.serve.security import LIMITER
+
+        LIMITER.log(
+            logging.INFO,
+            "slow-reader",
+            "dropped a connection whose client took %d bytes of its answer in %g s (%d waiting)",
+            taken,
+            self.write_timeout_s,
+            waiting,
+        )
+        self.transport.abort()
 
     def _arm_head_deadline(self) -> None:
         if self._head_deadline is not None:
@@ -151,8 +211,10 @@ class BoundedH11Protocol(H11Protocol):
             self._arm_head_deadline()
 
     def connection_lost(self, exc) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
+        for deadline in (self._head_deadline, self._write_deadline):
+            if deadline is not None:
+                deadline.cancel()
+        self._head_deadline = self._write_deadline = None
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:

@@ -2,18 +2,24 @@
 
 * ``/``: a question box, a system selector and the ranked articles, each with its heading path as
   breadcrumbs and the question's terms marked; an article's number opens it.
-* ``/article/{id}``: the full article in its place in the hierarchy: its heading path and the
+* ``/article?id=…``: the full article in its place in the hierarchy: its heading path and the
   articles under the same heading.
 * ``/inspect?split=test``: the split's questions with each system's recall of its run;
-  ``/inspect/{split}/{id}?a=&b=&k=``: two systems' top-k side by side, gold articles marked, and
-  the rank of every gold article one of them missed.
+  ``/inspect/question?split=test&id=…&a=&b=&k=``: two systems' top-k side by side, gold articles
+  marked, and the rank of every gold article one of them missed.
+
+Ids travel in the query, percent-encoded whole (:func:`article_url`, :func:`question_url`), never
+as a path segment: a corpus may name an article ``a/b``, ``..`` or ``.``, which a path would split
+or a browser resolve away (``/article/..`` is ``/``). The earlier paths ``/article/{id}`` and
+``/inspect/{split}/{id}`` still answer, for the ids a path can carry.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
@@ -23,12 +29,39 @@ from lexgraph.serve.limits import ApiError
 
 router = APIRouter(default_response_class=HTMLResponse, include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-#: the paths whose errors are pages, not JSON
-PAGE_PATHS = ("/", "/article/", "/inspect")
+#: the paths whose errors are pages, not JSON (each one and what lies under it)
+PAGE_PATHS = ("/article", "/inspect")
 
 
 def is_page(path: str) -> bool:
-    return path == "/" or path.startswith(PAGE_PATHS[1:])
+    return path == "/" or any(path == p or path.startswith(p + "/") for p in PAGE_PATHS)
+
+
+def article_url(key: str) -> str:
+    """The page of article ``key``: its id in the query, every reserved character encoded."""
+    return "/article?" + urlencode({"id": key}, quote_via=quote)
+
+
+def question_url(split: str, key: str, **params) -> str:
+    """The inspector's page of question ``key`` of ``split`` (``params``: a, b, k; None ones left out)."""
+    query = {"split": split, "id": key, **{name: v for name, v in params.items() if v is not None}}
+    return "/inspect/question?" + urlencode(query, quote_via=quote)
+
+
+def inspect_url(split: str, **params) -> str:
+    query = {"split": split, **{name: v for name, v in params.items() if v is not None}}
+    return "/inspect?" + urlencode(query, quote_via=quote)
+
+
+templates.env.globals.update(article_url=article_url, question_url=question_url, inspect_url=inspect_url)
+
+
+def style_hashes() -> list[str]:
+    """The CSP sources of the page's inline style sheet (lexgraph.serve.security.page_policy)."""
+    from lexgraph.serve.security import inline_hashes
+
+    source, _, _ = templates.env.loader.get_source(templates.env, "base.html")
+    return inline_hashes(source, "style")
 
 
 def error_page(request: Request, status: int, message: str) -> HTMLResponse:
@@ -70,8 +103,17 @@ def _integer(text: str) -> int | str:
         return text  # check_k names it
 
 
-@router.get("/article/{article_id}")
+@router.get("/article")
+async def article_query_page(request: Request, id: str = Query(description="the article's id")):  # noqa: A002
+    return _article_page(request, id)
+
+
+@router.get("/article/{article_id:path}")
 async def article_page(request: Request, article_id: str):
+    return _article_page(request, article_id)
+
+
+def _article_page(request: Request, article_id: str):
     catalog = request.app.state.server.catalog
     article = catalog.articles.get(article_id)
     if article is None:
@@ -103,10 +145,26 @@ async def inspect_page(request: Request, split: str = "test", k: int = 100):
     return templates.TemplateResponse(request, "inspect.html", context)
 
 
-@router.get("/inspect/{split}/{question_id}")
+@router.get("/inspect/question")
+async def question_query_page(
+    request: Request,
+    split: str,
+    id: str = Query(description="the question's id"),  # noqa: A002
+    a: str | None = None,
+    b: str | None = None,
+    k: int | None = None,
+):
+    return _question_page(request, split, id, a, b, k)
+
+
+@router.get("/inspect/{split}/{question_id:path}")
 async def question_page(
     request: Request, split: str, question_id: str, a: str | None = None, b: str | None = None, k: int | None = None
 ):
+    return _question_page(request, split, question_id, a, b, k)
+
+
+def _question_page(request: Request, split: str, question_id: str, a: str | None, b: str | None, k: int | None):
     catalog = request.app.state.server.catalog
     runs = _runs(catalog, split)
     question = runs.questions[split].get(question_id)

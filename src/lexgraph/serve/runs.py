@@ -5,12 +5,17 @@ Read from the workspace as ``evaluate`` left it: ``data/runs/<system>/<split>.tr
 ranking to ``evaluate.k``) and ``data/clean/questions.parquet`` (the gold articles). A system's
 recall of a question is ``|gold ∩ top-k| / |gold|`` over its run, what
 ``metrics/per_query/<split>.csv`` holds for ``k = 100``.
+
+Every run is read whole by :meth:`Runs.read`, with the rest of a catalogue (on the server's load
+thread): a damaged run is a :class:`lexgraph.core.errors.DataError` naming its file and line there,
+which refuses the load, never an error under a request; and what the inspector shows is the runs as
+they were when its generation loaded.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from lexgraph.core import layout
@@ -29,16 +34,19 @@ class Question:
 class Runs:
     """The evaluated splits of a workspace, their questions and every system's rankings."""
 
-    def __init__(self, root: Path, questions: dict[str, dict[str, Question]], article_keys, question_keys) -> None:
-        self.root = root
+    def __init__(
+        self,
+        questions: dict[str, dict[str, Question]],
+        rankings: dict[tuple[str, str], dict[str, list[str]]],
+    ) -> None:
         self.questions = questions  # split -> question key -> Question (in id order)
-        self.article_keys, self.question_keys = article_keys, question_keys
-        self.ranking = cache(self._ranking)
+        self.rankings = rankings  # (system, split) -> question key -> article keys, best first
 
     @classmethod
-    def read(cls, workspace: Path, corpus) -> Runs | None:
+    def read(cls, workspace: Path, corpus, sharing: dict[str, object] | None = None) -> Runs | None:
         """The runs of ``workspace`` (``corpus``: its :class:`lexgraph.serve.searcher.Corpus`), or None
-        when ``evaluate`` has not written any."""
+        when ``evaluate`` has not written any. ``sharing``: a mapping whose keys are the article keys
+        (the catalogue's articles), so that a run's millions of entries share their strings."""
         from lexgraph.core.io import read_parquet
         from lexgraph.data.schema import split_questions
 
@@ -49,29 +57,29 @@ class Runs:
         table = read_parquet(path, ["id", "question", "article_ids", "split"])
         akeys = corpus.keys.articles if corpus.keys is not None else None
         qkeys = corpus.keys.questions if corpus.keys is not None else None
+        shared = {key: key for key in (sharing or {})}
         questions: dict[str, dict[str, Question]] = {}
+        rankings: dict[tuple[str, str], dict[str, list[str]]] = {}
         for split in sorted(set(table["split"].to_list())):
-            qids, texts, qrels = split_questions(table, split)
-            if not any((root / s / f"{split}.trec").is_file() for s in SYSTEM_NAMES):
+            systems = [s for s in SYSTEM_NAMES if (root / s / f"{split}.trec").is_file()]
+            if not systems:
                 continue
+            qids, texts, qrels = split_questions(table, split)
             questions[split] = {
                 _name(qkeys, q): Question(_name(qkeys, q), t, tuple(_name(akeys, a) for a in sorted(qrels[q])))
                 for q, t in zip(qids, texts)
             }
-        return cls(root, questions, akeys, qkeys) if questions else None
+            for system in systems:
+                rankings[system, split] = _read_run(root / system / f"{split}.trec", akeys, shared)
+        return cls(questions, rankings) if questions else None
 
     def systems(self, split: str) -> list[str]:
         """The systems with a run on ``split``, in the registry's order."""
-        return [s for s in SYSTEM_NAMES if (self.root / s / f"{split}.trec").is_file()]
+        return [s for s in SYSTEM_NAMES if (s, split) in self.rankings]
 
-    def _ranking(self, system: str, split: str) -> dict[str, list[str]]:
+    def ranking(self, system: str, split: str) -> dict[str, list[str]]:
         """``{question key: [article key, ...]}`` of ``system``'s run on ``split``, best first."""
-        from lexgraph.evaluation.trec import read_trec
-
-        names = self.article_keys
-        docids = None if names is None else {key: i for i, key in names.items()}
-        run = read_trec(self.root / system / f"{split}.trec", qid_type=str, docids=docids)
-        return {qid: [_name(names, a) for a in ids] for qid, ids in run.items()}
+        return self.rankings.get((system, split), {})
 
     def recall(self, system: str, split: str, question: Question, k: int) -> float:
         """``|gold ∩ top-k| / |gold|`` of ``system``'s run for ``question``."""
@@ -84,5 +92,22 @@ class Runs:
         return ranked.index(article) + 1 if article in ranked else None
 
 
+def _read_run(path: Path, names, shared: dict[str, str]) -> dict[str, list[str]]:
+    """One run, as :func:`lexgraph.evaluation.trec.read_trec` reads it (a damaged line is one
+    :class:`lexgraph.core.errors.DataError` naming it), its article ids the keys users see."""
+    from lexgraph.evaluation.trec import read_trec
+
+    docids = None if names is None else {key: i for i, key in names.items()}
+    run = read_trec(path, qid_type=str, docids=docids)
+    out: dict[str, list[str]] = {}
+    for qid, ids in run.items():
+        keys = []
+        for a in ids:
+            key = _name(names, a)
+            keys.append(shared.setdefault(key, key))
+        out[sys.intern(qid)] = keys
+    return out
+
+
 def _name(keys, i: int) -> str:
-    return keys[i] if keys is not None else str(i)
+    return keys.get(i, str(i)) if keys is not None else str(i)

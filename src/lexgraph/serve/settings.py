@@ -26,6 +26,17 @@ class ServeConfig:
     max_head_bytes: int = field(metadata={"expected": "a positive integer"})  # request line and headers
     header_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
     body_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
+    #: a client that reads nothing of its answer for this long is disconnected (lexgraph.serve.limits)
+    write_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
+    #: a keep-alive connection with no new request for this long is closed
+    idle_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
+    #: the names a request's Host header may give (the address of --host is always allowed)
+    allowed_hosts: list[str] = field(
+        metadata={"expected": "a list of host names or addresses without scheme, port or path (such as localhost)"}
+    )
+    #: the file holding the token POST /admin/reload needs (generated at first start, mode 0600);
+    #: ``~`` is the user's home, a relative path starts at the workspace
+    admin_token_file: str = field(metadata={"expected": "a file path (created with mode 0600 if absent)"})
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> ServeConfig:
@@ -44,10 +55,29 @@ class ServeConfig:
             "max_body_bytes",
             "max_head_bytes",
         )
-        for key in (*positive, "header_timeout_s", "body_timeout_s"):
+        timeouts = ("header_timeout_s", "body_timeout_s", "write_timeout_s", "idle_timeout_s")
+        for key in (*positive, *timeouts):
             if getattr(self, key) <= 0:
                 raise bad_value("serve", key, getattr(self, key), expectation(ServeConfig, key))
         if not 0 <= self.max_wait_ms <= 1000:
             raise bad_value("serve", "max_wait_ms", self.max_wait_ms, expectation(ServeConfig, "max_wait_ms"))
         if self.page_k > self.max_k:
             raise bad_value("serve", "page_k", self.page_k, expectation(ServeConfig, "page_k"))
+        if any(host_name(h) is None for h in self.allowed_hosts):
+            raise bad_value("serve", "allowed_hosts", self.allowed_hosts, expectation(ServeConfig, "allowed_hosts"))
+        if not self.admin_token_file.strip():
+            expected = expectation(ServeConfig, "admin_token_file")
+            raise bad_value("serve", "admin_token_file", self.admin_token_file, expected)
+
+
+def host_name(text: str) -> str | None:
+    """``text`` as a host the Host header is compared with (lower case, no brackets around an IPv6
+    address, no trailing dot), or None when it is not a bare host name or address."""
+    import re
+
+    name = text.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if not name or not re.fullmatch(r"[a-z0-9._:-]+", name) or (":" in name and not re.fullmatch(r"[0-9a-f:.]+", name)):
+        return None
+    return name
