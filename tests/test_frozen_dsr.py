@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 import torch
 
-from helpers_config import sample_config
+from helpers_frozen_dsr import CORPUS, frozen_config, frozen_data
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.encoding.chunks import (
     embed_from_chunks,
@@ -26,17 +26,8 @@ from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids
 from lexgraph.training.dsr import train_dsr
-from lexgraph.training.dsr_config import DSRConfig, build_dsr
-from lexgraph.training.dsr_data import TrainingData, build_pairs
+from lexgraph.training.dsr_config import build_dsr
 
-CORPUS = {
-    1: "le contrat de bail " * 6,  # several chunks
-    2: "le mariage",
-    3: "la loi du divorce",
-    4: "l'enfant du mariage et la loi " * 3,
-    5: "article du bail",
-    6: "les enfants",
-}
 SETTINGS = dict(
     max_chunk_length=12, max_document_length=48, pooling="token_mean", num_layers=1, num_heads=2, token_pooling="mean"
 )
@@ -132,59 +123,13 @@ def test_trainable_layers(tiny_model_dir):
     assert not any(p.requires_grad for p in enc.parameters())
 
 
-def _frozen_config(**kw) -> DSRConfig:
-    base = dict(
-        max_chunk_length=12,
-        max_document_length=48,
-        max_query_length=16,
-        chunk_heads=2,
-        chunk_layers=1,
-        epochs=2,
-        batch_size=3,
-        lr=1e-3,
-        chunk_lr=1e-2,
-        eval_batch_size=4,
-        temperature=0.05,
-        chunk_encoder="frozen",
-        chunk_identity_init=True,
-        pooling="token_mean",
-        token_pooling="mean",
-        query_trainable_layers=1,
-        synthetic=False,
-    )
-    base.update(kw)
-    return sample_config(DSRConfig, "dsr", **base)
-
-
-def _data(table) -> TrainingData:
-    questions = pl.DataFrame(
-        {
-            "id": [1, 2, 3],
-            "question": ["le bail ?", "le mariage ?", "la loi du divorce"],
-            "article_ids": [[1, 5], [2], [3]],
-            "split": ["train"] * 3,
-        }
-    )
-    negatives = pl.DataFrame({"question_id": [1], "split": ["train"], "negative_ids": [[2, 3]]})
-    pairs = build_pairs(questions, negatives, set(CORPUS))
-    return TrainingData(
-        pairs=pairs,
-        article_ids=list(CORPUS),
-        article_texts=list(CORPUS.values()),
-        dev_questions=["bail ?", "enfant ?"],
-        dev_qrels={10: {1}, 11: {4, 6}},
-        dev_ids=[10, 11],
-        chunks=table,
-    )
-
-
 def test_frozen_training_keeps_epoch_zero_and_saves_the_backbone_by_reference(tiny_model_dir, tmp_path):
-    config = _frozen_config()
+    config = frozen_config()
     torch.manual_seed(0)
     model = build_dsr(config, tiny_model_dir)
     backbone_before = {k: v.clone() for k, v in model.article_encoder.backbone.state_dict().items()}
     table = encode_chunk_table(model.article_encoder, list(CORPUS), list(CORPUS.values()))
-    result = train_dsr(model, _data(table), config, torch.device("cpu"), seed=5)
+    result = train_dsr(model, frozen_data(table), config, torch.device("cpu"), seed=5)
     assert result.history[0]["epoch"] == 0 and len(result.history) == 3
     untrained = result.history[0]["dev_recall@200"]
     assert result.dev_metrics["recall@200"] >= untrained  # selection never ends below epoch 0
@@ -212,7 +157,7 @@ def test_frozen_training_keeps_epoch_zero_and_saves_the_backbone_by_reference(ti
 
 def test_frozen_requires_pretrain_init(tiny_model_dir):
     with pytest.raises(ConfigError, match="article_init"):
-        build_dsr(_frozen_config(article_init="base"), tiny_model_dir)
+        build_dsr(frozen_config(article_init="base"), tiny_model_dir)
 
 
 def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
@@ -222,7 +167,7 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0, 1], "text": ["Livre I", "Du mariage"]}), tmp_path / "h.parquet")
     counts = run_encode_chunks(
-        _frozen_config(), tiny_model_dir, tmp_path / "a.parquet", tmp_path / "h.parquet", tmp_path / "chunks", "cpu"
+        frozen_config(), tiny_model_dir, tmp_path / "a.parquet", tmp_path / "h.parquet", tmp_path / "chunks", "cpu"
     )
     assert counts["articles"]["texts"] == 6 and counts["headings"] == {"texts": 2, "chunks": 2}
     table = load_chunk_table(tmp_path / "chunks" / "articles.safetensors")
@@ -231,7 +176,7 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
         check_settings(table, _encoder(tiny_model_dir, max_chunk_length=16), "x")
     # finetune: chunking only, no vectors
     run_encode_chunks(
-        _frozen_config(chunk_encoder="finetune"),
+        frozen_config(chunk_encoder="finetune"),
         tiny_model_dir,
         tmp_path / "a.parquet",
         tmp_path / "h.parquet",
@@ -311,7 +256,7 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
     for chunk_length, reused in ((12, True), (16, False)):
         cache = tmp_path / f"chunks{chunk_length}"
         run_encode_chunks(
-            _frozen_config(max_chunk_length=chunk_length),
+            frozen_config(max_chunk_length=chunk_length),
             tiny_model_dir,
             tmp_path / "a.parquet",
             tmp_path / "h.parquet",

@@ -23,11 +23,11 @@ import pytest
 import torch
 from torch import nn
 
+from helpers_resume import EPOCHS, Killed, Task, run, state
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.training import resume as resume_module
 from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, build_optimizer, build_scheduler, fit
 from lexgraph.training.resume import checkpoint_dir, resumable
-from test_resume import EPOCHS, Killed, Task, run, state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -318,7 +318,7 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_the_last_good_one
 
 FULL_DISK = """
 import resource, signal, sys
-from test_resume import Task, run
+from helpers_resume import Task, run
 from lexgraph.core.errors import LexgraphError
 from lexgraph.training.resume import resumable
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -505,12 +505,12 @@ def test_a_frozen_dsr_resumes_from_a_checkpoint_without_its_frozen_weights(
     """train_dsr with `chunk_encoder: frozen` (the sample's): the checkpoint holds neither the
     frozen article backbone nor the query encoder's frozen layers, and the resumed model is the
     uninterrupted one, bit for bit."""
+    from helpers_frozen_dsr import CORPUS, frozen_config, frozen_data
     from lexgraph.encoding.chunks import encode_chunk_table
     from lexgraph.training import dsr
     from lexgraph.training.dsr_config import build_dsr
-    from test_frozen_dsr import CORPUS, _data, _frozen_config
 
-    config = _frozen_config(epochs=3)
+    config = frozen_config(epochs=3)
     cpu = torch.device("cpu")
 
     def build():
@@ -519,7 +519,7 @@ def test_a_frozen_dsr_resumes_from_a_checkpoint_without_its_frozen_weights(
 
     model = build()
     table = encode_chunk_table(model.article_encoder, list(CORPUS), list(CORPUS.values()))
-    dsr.train_dsr(model, _data(table), config, cpu, seed=5)
+    dsr.train_dsr(model, frozen_data(table), config, cpu, seed=5)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     batches = dsr.DSRTask.batches
 
@@ -531,7 +531,7 @@ def test_a_frozen_dsr_resumes_from_a_checkpoint_without_its_frozen_weights(
     monkeypatch.setattr(dsr.DSRTask, "batches", killed_at_3)
     out = tmp_path / "dsr"
     with pytest.raises(Killed), resumable(out, {}, {}) as resume:
-        dsr.train_dsr(build(), _data(table), config, cpu, seed=5, resume=resume)
+        dsr.train_dsr(build(), frozen_data(table), config, cpu, seed=5, resume=resume)
     saved = torch.load(resume.directory / "fit-1.pt", weights_only=False)["modules"][0]
     frozen = {k for k, p in model.named_parameters() if not p.requires_grad}
     assert frozen and any(k.startswith("article_encoder.backbone.") for k in frozen) and frozen.isdisjoint(saved)
@@ -539,7 +539,7 @@ def test_a_frozen_dsr_resumes_from_a_checkpoint_without_its_frozen_weights(
     caplog.set_level(logging.INFO, logger="lexgraph")
     with resumable(out, {}, {}) as resume:
         resumed = build()
-        dsr.train_dsr(resumed, _data(table), config, cpu, seed=5, resume=resume)
+        dsr.train_dsr(resumed, frozen_data(table), config, cpu, seed=5, resume=resume)
     assert "train_dsr: resumed after epoch 2 of 3" in caplog.text and not warnings(caplog)
     got = resumed.state_dict()
     assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
