@@ -46,6 +46,11 @@ def test_zeroed_dsr_metrics_fail(metrics, capsys):
     assert "REGRESSION dsr/test/map: 0.0000, expected 0.2603" in capsys.readouterr().err
 
 
+#: systems that rank near chance on the sample (regression/sample.yaml says why): their tolerances are
+#: half their values, so that zeroing them still fails
+NEAR_CHANCE = {"qabisar"}
+
+
 def test_every_metric_of_the_sample_fails_when_zeroed(metrics):
     spec = yaml.safe_load(SAMPLE.read_text(encoding="utf-8"))
     for system, by_split in spec["systems"].items():
@@ -54,7 +59,12 @@ def test_every_metric_of_the_sample_fails_when_zeroed(metrics):
                 continue
             for metric, want in values.items():
                 bound = allowed(want, tolerance_for(spec, system, metric, SAMPLE))
-                assert 0 < bound < want / 4, (system, split, metric)
+                if want == 0:  # a metric at zero (qabisar's near-chance recall@10) fails when it moves at all
+                    assert 0 < bound <= 0.002, (system, split, metric)
+                elif system in NEAR_CHANCE:  # a ranking near chance moves most across machines: zeroed still fails
+                    assert 0 < bound < want, (system, split, metric)
+                else:
+                    assert 0 < bound < want / 4, (system, split, metric)
 
 
 def test_cross_machine_noise_passes_and_real_drops_fail(metrics):
