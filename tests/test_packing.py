@@ -147,3 +147,15 @@ def test_bucketed_training_gradients_equal_the_padded_ones(tiny_model_dir, monke
     assert packed.keys() == plain.keys() and any(n.startswith("backbone.") for n in packed)
     for name in packed:
         torch.testing.assert_close(packed[name], plain[name], atol=1e-5, rtol=1e-4)
+
+
+def test_no_text_is_no_chunk_and_an_empty_table_gives_no_vector(tiny_model_dir):
+    """A corpus part with nothing to encode (french_law.py's distractor headings at the sample's own
+    size) is an empty chunk table and a (0, dim) matrix, not the fast tokenizer's IndexError."""
+    from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table
+
+    enc = _encoder(tiny_model_dir)
+    assert enc.chunk([]) == []
+    table = encode_chunk_table(enc, [], [])
+    assert len(table) == 0
+    assert tuple(embed_from_chunks(enc, table).shape) == (0, enc.dim)

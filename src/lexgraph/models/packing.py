@@ -53,6 +53,8 @@ def chunk_token_ids(
         raise SettingError(
             "max_document_length", max_document_length, f"an integer >= the chunk length ({max_chunk_length})"
         )
+    if not texts:  # no text, no chunk (a fast tokenizer refuses an empty batch)
+        return []
     enc = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_chunks * body, verbose=False)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     out = []
