@@ -149,3 +149,96 @@ def test_samples_are_regenerated_from_a_real_run(tmp_path):
     assert gen_samples.render(fresh, tmp_path) == fresh
     with pytest.raises(ValueError, match="--system bm25"):
         gen_samples.render('```\n$ lexgraph search --system dsr "mur"\n```\n', tmp_path)
+
+
+gen_walk = load_benchmark("gen_walk", folder="docs")
+
+
+def test_walk_page_is_generated_from_its_files(tmp_path):
+    """docs/walk.md is what docs/gen_walk.py writes from benchmarks/before_papers.json, metrics/
+    and benchmarks/walk.json, byte for byte."""
+    built = gen_walk.write(tmp_path)
+    assert built.read_bytes() == (ROOT / "docs" / "walk.md").read_bytes(), (
+        "docs/walk.md is stale: run `python docs/gen_walk.py` and commit it"
+    )
+
+
+def test_each_walk_runs_from_a_paper_to_the_default_runs_recipe():
+    """benchmarks/walk.json: three walks of at least three steps, each ending at the default run's
+    recipe with its metrics (the last row's means are metrics/<end>.json's), each change tested."""
+    walks = json.loads((ROOT / "benchmarks" / "walk.json").read_text(encoding="utf-8"))["walks"]
+    assert {(w["start"], w["end"]) for w in walks.values()} == {
+        ("gdsr", "hgraph"),
+        ("qabisar", "hgraph_qa"),
+        ("mvcl", "xrerank"),
+    }
+    for walk in walks.values():
+        rows = walk["rows"]
+        assert len(rows) >= 4  # the start and at least three changes
+        end = json.loads((ROOT / "metrics" / f"{walk['end']}.json").read_text(encoding="utf-8"))
+        for split in ("dev", "test"):
+            for metric in ("recall@100", "map", "ndcg@10"):
+                assert rows[-1][split][metric] == pytest.approx(end[split][metric], abs=1e-4), (walk["end"], split)
+        assert all(0 < p <= 1 for row in rows[1:] for p in row["p_holm"].values())
+        assert all(row["p_holm"][m] >= row["p_raw"][m] for row in rows[1:] for m in row["p_raw"])
+
+
+repro_time = load_benchmark("repro_time")
+serve_reload = load_benchmark("serve_reload")
+
+
+def _block_after(page: str, heading: str, first_row: str) -> str:
+    """The Markdown table of ``page`` that starts with ``first_row`` after ``heading``."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    start = text.index(first_row, text.index(heading))
+    lines = []
+    for line in text[start:].splitlines():
+        if not line.startswith("|"):
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def test_the_runs_time_table_is_benchmarks_repro_time_json():
+    """docs/scale.md's per-stage table of the default run is what benchmarks/repro_time.py prints
+    from benchmarks/repro_time.json, and the README quotes the same total."""
+    saved = json.loads((ROOT / "benchmarks" / "repro_time.json").read_text(encoding="utf-8"))
+    table = repro_time.table(saved)
+    assert _block_after("scale.md", "### Where the default run's time goes", table.splitlines()[0]) == table
+    total = saved["total_s"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{total:.0f} s ({int(total // 60)} min {total % 60:.0f} s)" in readme
+    assert total <= 12 * 60  # issue 39: the default run within 12 minutes on 2 cores
+
+
+def test_repro_time_reads_a_dvc_log_by_hand():
+    """Stage wall times run from one start line to the next (the last to the log's last stamp),
+    across midnight, and the total is /usr/bin/time's elapsed clock."""
+    log = "\n".join(
+        [
+            "23:59:50 INFO lexgraph: stage fetch (1 of 3)",
+            "23:59:51 INFO lexgraph: stage fetch done in 0.5 s",
+            "23:59:58 INFO lexgraph: stage train_dsr (2 of 3)",
+            "00:01:58 INFO lexgraph: stage train_dsr done in 118.0 s",
+            "00:02:00 INFO lexgraph: stage evaluate (3 of 3)",
+            "00:02:30 INFO lexgraph: stage evaluate done in 29.0 s",
+            "\tElapsed (wall clock) time (h:mm:ss or m:ss): 2:43.50",
+        ]
+    )
+    got = repro_time.parse(log)
+    assert [(s["stage"], s["wall_s"], s["own_s"]) for s in got["stages"]] == [
+        ("fetch", 8, 0.5),
+        ("train_dsr", 122, 118.0),
+        ("evaluate", 30, 29.0),
+    ]
+    assert got["total_s"] == 163.5
+
+
+def test_the_reload_memory_table_is_benchmarks_serve_reload_json():
+    """docs/serve.md's RSS-over-reloads table is what benchmarks/serve_reload.py prints from its JSON,
+    which holds ten reloads before and after issue 40's fix."""
+    saved = json.loads((ROOT / "benchmarks" / "serve_reload.json").read_text(encoding="utf-8"))
+    assert set(saved["runs"]) == {"before", "after"}
+    assert all(len(run["rows"]) == 11 for run in saved["runs"].values())  # the start and ten reloads
+    table = serve_reload.table(saved)
+    assert _block_after("serve.md", "## Memory and start-up", table.splitlines()[0]) == table
