@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,14 +83,15 @@ def main(argv=None) -> int:
     if args.log is None:
         parser.error("give a dvc repro log or --table")
     result = parse(args.log.read_text(encoding="utf-8", errors="replace"))
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "")
-    result = {**result, "machine": f"{os.cpu_count()} cores, {model}", "note": args.note}
-    text = json.dumps(result, indent=1) + "\n"
+    from lexgraph.core.machine import describe
+
+    result = {**result, "machine": describe(), "note": args.note}
     if args.json:
-        args.json.write_text(text, encoding="utf-8")
+        from lexgraph.core.io import write_json
+
+        write_json(result, args.json, indent=1)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(json.dumps(result, indent=1) + "\n")
     return 0
 
 

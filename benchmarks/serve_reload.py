@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -170,11 +169,11 @@ def main(argv=None) -> int:
         sys.stdout.write(json.dumps(result, indent=1) + "\n")
         return 0
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "")
+    from lexgraph.core.machine import describe
+
     merged = {
         "runs": {**previous.get("runs", {}), args.label: result},
-        "machine": f"{os.cpu_count()} cores, {model}",
+        "machine": describe(),
         "question": QUESTION,
     }
     args.out.write_text(json.dumps(merged, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -514,15 +514,12 @@ def main(argv=None) -> int:
 
 
 def machine() -> str:
-    """This machine's cores and CPU model (``lscpu``), and torch's threads in this run."""
-    import os
-    import subprocess
-
+    """This machine's cores and CPU model, and torch's threads in this run."""
     import torch
 
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "")
-    return f"{os.cpu_count()} cores, {model}; torch threads: {torch.get_num_threads()}"
+    from lexgraph.core.machine import describe
+
+    return describe(torch.get_num_threads())
 
 
 def write(path: Path | None, walks: dict, ws: Workspace) -> None:
