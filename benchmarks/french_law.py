@@ -639,7 +639,10 @@ class SizeRun:
             if new:
                 config = retriever.settings["config"]
                 tokens = retriever.encoder.tokenize(
-                    [self.texts[a] for a in new], retriever.encoder.passage_prefix, int(config["max_article_length"])
+                    [self.texts[a] for a in new],
+                    retriever.encoder.passage_prefix,
+                    int(config["max_article_length"]),
+                    str(config["truncation"]),
                 )
                 store = retriever.encoder.encode_store(
                     new, [t["input_ids"] for t in tokens], int(config["encode_batch_size"]), "encode candidates"
