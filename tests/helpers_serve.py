@@ -49,6 +49,17 @@ def add_runs(workspace: Path, systems=SERVED, k: int = 20) -> None:
         write_trec(workspace / "data" / "runs" / system / "test.trec", ids, top, scores, system)
 
 
+def served_workspace(root: Path, tiny_model_dir: Path, **settings) -> Path:
+    """A tiny reproduced workspace at ``root`` serving :data:`SERVED` with the ``serve`` ``settings``
+    given, and runs for the inspector."""
+    from helpers_workspace import build_tiny_workspace
+
+    build_tiny_workspace(root, tiny_model_dir)
+    set_serve(root, systems=SERVED, **settings)
+    add_runs(root)
+    return root
+
+
 class RunningServer:
     """``lexgraph serve`` on 127.0.0.1:<free port> in a thread; ``url``, ``server`` (the
     :class:`lexgraph.serve.app.Server`) and :meth:`stop`."""

@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from helpers_serve import QUESTIONS, SERVED, RunningServer, add_runs, set_serve
-from helpers_workspace import build_tiny_workspace
+from helpers_serve import QUESTIONS, SERVED, RunningServer, served_workspace, set_serve
 from lexgraph.cli.main import main
 
 TEXTS = [q for q, _ in QUESTIONS.values()] + ["contrat de bail, loyer", "enfant mariage loi"]
@@ -27,10 +26,8 @@ H = b"Host: 127.0.0.1\r\n"  # a name the server answers for (serve.allowed_hosts
 
 @pytest.fixture(scope="module")
 def workspace(tiny_model_dir, tmp_path_factory):
-    root = build_tiny_workspace(tmp_path_factory.mktemp("serve_ws"), tiny_model_dir)
-    set_serve(root, systems=SERVED, max_wait_ms=50, header_timeout_s=1, body_timeout_s=1, max_body_bytes=4096)
-    add_runs(root)
-    return root
+    settings = dict(max_wait_ms=50, header_timeout_s=1, body_timeout_s=1, max_body_bytes=4096)
+    return served_workspace(tmp_path_factory.mktemp("serve_ws"), tiny_model_dir, **settings)
 
 
 @pytest.fixture(scope="module")

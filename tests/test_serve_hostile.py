@@ -25,16 +25,13 @@ import httpx
 import polars as pl
 import pytest
 
-from helpers_serve import QUESTIONS, SERVED, RunningServer, add_runs, set_serve
-from helpers_workspace import build_tiny_workspace
+from helpers_serve import QUESTIONS, SERVED, RunningServer, served_workspace
 
 
 @pytest.fixture(scope="module")
 def workspace(tiny_model_dir, tmp_path_factory):
-    root = build_tiny_workspace(tmp_path_factory.mktemp("serve_hostile_ws"), tiny_model_dir)
-    set_serve(root, systems=SERVED, max_wait_ms=5, header_timeout_s=2, body_timeout_s=2, write_timeout_s=1)
-    add_runs(root)
-    return root
+    settings = dict(max_wait_ms=5, header_timeout_s=2, body_timeout_s=2, write_timeout_s=1)
+    return served_workspace(tmp_path_factory.mktemp("serve_hostile_ws"), tiny_model_dir, **settings)
 
 
 @pytest.fixture(scope="module")
