@@ -180,3 +180,43 @@ def test_cli_loading_a_transformers_model_writes_no_carriage_return(tmp_path, ti
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"  1. Art. " in proc.stdout
     assert b"\r" not in proc.stdout and b"\r" not in proc.stderr, proc.stderr.decode()
+
+
+FOREIGN_LOGS = """
+import logging
+from lexgraph.core.stage import setup_logging
+
+setup_logging({level!r})
+logging.getLogger("torch._subclasses.fake_tensor").info("FakeTensor cache stats:")
+logging.getLogger("torch._dynamo.utils").info("foreign info")
+logging.getLogger("uvicorn.error").info("Started server process")
+logging.getLogger("lexgraph.training.gnn").info("lexgraph info")
+logging.getLogger("lexgraph").debug("lexgraph debug")
+logging.getLogger("torch._dynamo.utils").warning("foreign warning")
+"""
+
+
+def _foreign_logs(level: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", FOREIGN_LOGS.format(level=level)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_stage_logging_keeps_other_libraries_at_warning():
+    """Issue 41, item 5e: torch's ``FakeTensor cache stats`` reached the stage logs at INFO at exit
+    (a foreign logger propagating to the root, which lexgraph set to INFO). After the stages' and the
+    CLI's logging setup, in a fresh interpreter (the torch loggers named here are plain loggers
+    without torch imported, propagating to the root as the report's did): lexgraph's INFO lines are
+    written, a foreign library's INFO is not, its WARNING is."""
+    err = _foreign_logs("INFO")
+    assert "lexgraph info" in err and "foreign warning" in err, err
+    assert "FakeTensor" not in err and "foreign info" not in err and "Started server" not in err, err
+    assert "lexgraph debug" not in err, err
+    debug = _foreign_logs("DEBUG")  # base.log_level: DEBUG lowers lexgraph's level only
+    assert "lexgraph debug" in debug and "foreign info" not in debug and "foreign warning" in debug, debug

@@ -73,17 +73,32 @@ def paths_from(paths: type[P], args: argparse.Namespace) -> P:
     return paths(**{f.name: getattr(args, f.name) for f in dataclasses.fields(paths)})
 
 
+#: the loggers that log at the level asked for (``base.log_level``, the CLI's INFO): lexgraph's own
+#: (a stage driver's ``lexgraph.<stage>`` included); every other library logs at WARNING or above, so
+#: torch's ``FakeTensor cache stats`` at exit, uvicorn's start-up lines and the like stay out of the logs
+OWN_LOGGERS: tuple[str, ...] = ("lexgraph",)
+#: libraries whose warnings are noise for a stage (retries, lock files, hub downloads): ERROR only
+NOISY_LOGGERS: tuple[str, ...] = ("httpx", "urllib3", "filelock", "fsspec", "datasets", "huggingface_hub")
+
+
 def setup_logging(level: str = "INFO") -> None:
-    """Log lines on stderr; off a TTY (CI, `dvc repro` captured) no third-party progress bar
-    either (:func:`lexgraph.core.progress.quiet_third_party_bars`), so no ``\\r`` redraws."""
+    """Log lines on stderr: :data:`OWN_LOGGERS` at ``level``, every other logger at WARNING (or
+    ``level`` when higher), :data:`NOISY_LOGGERS` at ERROR; off a TTY (CI, `dvc repro` captured) no
+    third-party progress bar either (:func:`lexgraph.core.progress.quiet_third_party_bars`), so no
+    ``\\r`` redraws. A process whose root logger has a handler already (an application that
+    configured logging, pytest) keeps its levels, as :func:`logging.basicConfig` leaves it."""
     from lexgraph.core.progress import quiet_third_party_bars
 
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    for noisy in ("httpx", "urllib3", "filelock", "fsspec", "datasets", "huggingface_hub"):
+    own = getattr(logging, level.upper(), logging.INFO)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=max(own, logging.WARNING),  # the root's level: what a foreign logger passes on
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            datefmt="%H:%M:%S",
+        )
+        for name in OWN_LOGGERS:
+            logging.getLogger(name).setLevel(own)
+    for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     quiet_third_party_bars()
 

@@ -101,6 +101,8 @@ def uvicorn_server(server: Server, sock: socket.socket, access_log: bool = False
             server.begin_stop()  # a reload under way is abandoned now, not after the graceful wait
             await super().shutdown(sockets)
 
+    if access_log:  # its lines are INFO; other libraries log at WARNING (lexgraph.core.stage.setup_logging)
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     settings = server.catalog_config
     app, protocol = make_asgi(server, settings.header_timeout_s, settings.write_timeout_s)
     host, port = sock.getsockname()[:2]
