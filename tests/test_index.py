@@ -146,6 +146,30 @@ def test_an_interrupted_index_resumes_from_its_blocks(tiny_ws, indexed, tmp_path
         assert np.array_equal(a[0], b[0]) and torch.equal(a[1], b[1]), name
 
 
+def test_index_says_what_it_indexes_before_loading_anything(tiny_ws, tmp_path, monkeypatch, caplog):
+    """Issue 41, item 5a: `lexgraph index` printed nothing for 144 s. Its first line names the corpus,
+    the index and the workspace once the arguments are checked, before torch is imported
+    (``resolve_device``, refused here, imports it) and before any model loads."""
+    import lexgraph.core.config as config
+    from lexgraph.core.errors import LexgraphError
+
+    def refused(*args, **kwargs):
+        raise LexgraphError("no device in this test")
+
+    corpus = tmp_path / "corpus.jsonl"
+    _write_corpus(corpus, random_texts(5, 3))
+    monkeypatch.setattr(config, "resolve_device", refused)
+    argv = ["index", "--workspace", str(tiny_ws), "--corpus", str(corpus), "--out", str(tmp_path / "idx")]
+    with caplog.at_level(logging.INFO, logger="lexgraph"):
+        assert main([*argv, "--systems", "bm25", "dsr"]) == 2
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("lexgraph")]
+    assert lines == [
+        f"index: indexing {str(corpus)!r} into {str(tmp_path / 'idx')!r} with the models of "
+        f"{str(tiny_ws.resolve())!r} (bm25, dsr); torch and the models load first"
+    ]
+    assert not (tmp_path / "idx").exists()
+
+
 def _error(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err

@@ -355,6 +355,47 @@ def test_serve_refuses_bad_settings_and_ports_in_one_line(workspace, tmp_path, c
     assert err.count("\n") == 1 and "--port" in err, err
 
 
+def _lexgraph_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("lexgraph")]
+
+
+def test_serve_says_what_it_loads_before_loading_it(workspace, monkeypatch, caplog):
+    """Issue 41, item 5a: `lexgraph serve` printed nothing for 40-137 s before its address. Its first
+    line names the systems and the workspace before torch is imported (``resolve_device``, refused
+    here, imports it) and before any system loads; then one line per system as it is loaded."""
+    import lexgraph.core.config as config
+    import lexgraph.serve.catalog as catalog
+    from lexgraph.core.errors import LexgraphError
+
+    def refused(*args, **kwargs):
+        raise LexgraphError("no device in this test")
+
+    argv = ["serve", "--workspace", str(workspace), "--port", "0", "--device", "cpu"]
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="lexgraph"):
+        patch.setattr(config, "resolve_device", refused)
+        assert main(argv) == 2
+    (line,) = _lexgraph_lines(caplog)
+    assert line.startswith(f"loading {len(SERVED)} system(s) of serve.systems from {str(workspace.resolve())!r}")
+    assert line.endswith(f": {', '.join(SERVED)}; the address follows once they are loaded"), line
+    real, opened = catalog.open_searcher, []
+
+    def damaged_last(system, *args):
+        if len(opened) == len(SERVED) - 1:
+            raise LexgraphError(f"{system}: damaged in this test")
+        opened.append(system)
+        return real(system, *args)
+
+    caplog.clear()
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="lexgraph"):
+        patch.setattr(catalog, "open_searcher", damaged_last)
+        assert main(argv) == 2
+    lines = _lexgraph_lines(caplog)
+    assert lines[0] == line and opened == SERVED[:-1]
+    n = len(SERVED)
+    loaded = [m.split(" in ")[0] for m in lines[1:] if m.startswith("loaded ")]  # (the admin token's line aside)
+    assert loaded == [f"loaded {s} ({i} of {n})" for i, s in enumerate(opened, 1)]
+
+
 @pytest.mark.slow
 def test_the_command_serves_reloads_on_sighup_and_stops_on_sigterm(workspace):
     """`lexgraph serve` as a user runs it: it logs where it listens, SIGHUP loads generation 1,

@@ -17,14 +17,24 @@ log = logging.getLogger("lexgraph")
 
 def cmd_index(args) -> int:
     from lexgraph.cli.main import _check_workspace
-    from lexgraph.core.config import resolve_device
-    from lexgraph.systems.corpus_index import check_out, index_corpus
+    from lexgraph.core.inputs import shown_path
+    from lexgraph.systems.corpus_index import check_out
 
     workspace = Path(args.workspace)
     if args.block < 1:
         raise LexgraphError(f"--block must be ≥ 1 (got {args.block}); expected the articles encoded per block")
     _check_workspace(workspace)
     check_out(Path(args.out), workspace)
+    log.info(
+        "index: indexing %s into %s with the models of %s (%s); torch and the models load first",
+        shown_path(args.corpus),
+        shown_path(args.out),
+        shown_path(workspace.resolve()),
+        ", ".join(args.systems) if args.systems else "every system it has built",
+    )  # the first line, at once: what follows (torch, the workspace's checks, encoding) takes minutes
+    from lexgraph.core.config import resolve_device
+    from lexgraph.systems.corpus_index import index_corpus
+
     device = str(resolve_device(args.device, where="--device"))
     record = index_corpus(args.corpus, args.out, workspace, args.systems, device, args.block)
     print(f"indexed {record['articles']} articles of {args.corpus} to {args.out}: {', '.join(record['systems'])}")

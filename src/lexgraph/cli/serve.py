@@ -8,14 +8,16 @@ the command line (127.0.0.1 unless ``--host`` says otherwise). ``kill -HUP`` or
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+log = logging.getLogger("lexgraph.serve")
 
 
 def cmd_serve(args) -> int:
     from lexgraph.cli.main import _check_workspace
-    from lexgraph.core.config import resolve_device
-    from lexgraph.core.inputs import require_directory
-    from lexgraph.serve.server import serve
+    from lexgraph.core.inputs import require_directory, shown_path
+    from lexgraph.serve.settings import read_config
     from lexgraph.systems.index_record import read_index
 
     workspace = Path(args.workspace)
@@ -27,6 +29,17 @@ def cmd_serve(args) -> int:
     if args.index is not None:
         require_directory(Path(args.index), label="--index", expected="a directory written by `lexgraph index`")
         read_index(args.index)
+    systems = read_config(workspace).systems  # a bad serve section: one line, before anything loads
+    log.info(
+        "loading %d system(s) of serve.systems from %s%s: %s; the address follows once they are loaded",
+        len(systems),
+        shown_path(workspace.resolve()),
+        f" over the index {shown_path(Path(args.index).resolve())}" if args.index is not None else "",
+        ", ".join(systems),
+    )  # the first line, at once: torch, the server and the models load after it
+    from lexgraph.core.config import resolve_device
+    from lexgraph.serve.server import serve
+
     device = str(resolve_device(args.device, where="--device"))
     return serve(workspace, args.host, args.port, device, Path(args.index) if args.index else None, args.access_log)
 

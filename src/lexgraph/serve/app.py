@@ -31,17 +31,9 @@ from starlette.exceptions import HTTPException
 from lexgraph.core.errors import LexgraphError
 from lexgraph.serve.catalog import Catalog, LoadStopped, load_catalog
 from lexgraph.serve.limits import ApiError, RequestLimits, error_json
-from lexgraph.serve.settings import ServeConfig
+from lexgraph.serve.settings import ServeConfig, read_config
 
 log = logging.getLogger("lexgraph.serve")
-
-
-def read_config(workspace: Path) -> ServeConfig:
-    """The ``serve`` section of the workspace's params.yaml."""
-    from lexgraph.core.config import load_params
-
-    _, raw = load_params("serve", workspace / "params.yaml")
-    return ServeConfig.from_params(raw)
 
 
 def settle_heap() -> None:

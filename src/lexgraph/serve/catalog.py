@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -27,6 +29,8 @@ from lexgraph.serve.batcher import MicroBatcher
 from lexgraph.serve.runs import Runs
 from lexgraph.serve.searcher import Corpus, Searcher, open_searcher
 from lexgraph.serve.settings import ServeConfig
+
+log = logging.getLogger("lexgraph.serve")
 
 
 class LoadStopped(Exception):
@@ -136,9 +140,19 @@ def load_catalog(
     corpus = Corpus.read(index if index is not None else workspace)
     searchers: dict[str, Searcher] = {}
     with shared_query_encoders():  # dsr, hprior, gdsr, hgraph and the hybrid's dense side: one DSR query encoder
-        for system in config.systems:
+        for i, system in enumerate(config.systems, 1):
             check()
+            start = time.perf_counter()
             searchers[system] = open_searcher(system, workspace, device, corpus, index)
+            took = time.perf_counter() - start
+            log.info(
+                "loaded %s (%d of %d) in %.1f s%s",
+                system,
+                i,
+                len(config.systems),
+                took,
+                f" (generation {generation})" if generation else "",
+            )
     check()
     digests: dict[str, Any] = {s: model_digests(s, workspace) for s in config.systems}
     articles, siblings = _articles(corpus)

@@ -4,6 +4,7 @@ requests to (where it listens is the command's ``--host`` and ``--port``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lexgraph.core.config import SYSTEM_NAMES, bad_value, expectation, section_config
@@ -68,6 +69,15 @@ class ServeConfig:
         if not self.admin_token_file.strip():
             expected = expectation(ServeConfig, "admin_token_file")
             raise bad_value("serve", "admin_token_file", self.admin_token_file, expected)
+
+
+def read_config(workspace: Path) -> ServeConfig:
+    """The ``serve`` section of the workspace's params.yaml (a bad value: one
+    :class:`lexgraph.core.errors.ConfigError` line)."""
+    from lexgraph.core.config import load_params
+
+    _, raw = load_params("serve", workspace / "params.yaml")
+    return ServeConfig.from_params(raw)
 
 
 def host_name(text: str) -> str | None:

@@ -303,7 +303,7 @@ def write_graph(systems: list[str], articles, headings, chunks: Path | None, wor
     graph = corpus_graph(articles, headings, workspace)
     vectors_of = {layout.DSR: layout.EMBED.under(root), layout.DSR_QABISAR: layout.EMBED_QABISAR.under(root)}
     loaded: dict[layout.Artifact, dict] = {}
-    for system in systems:
+    for i, system in enumerate(systems, 1):
         dsr = first_stage(system, workspace)
         if dsr not in loaded:
             if not vectors_of[dsr].is_dir():
@@ -319,7 +319,13 @@ def write_graph(systems: list[str], articles, headings, chunks: Path | None, wor
             out = layout.GNN[system].under(root, ARTICLE_EMBEDDINGS)
         out.parent.mkdir(parents=True, exist_ok=True)
         save_embeddings(out, graph.article_ids.numpy(), vectors)
-    log.info("index: %s over the corpus's graph (%d articles)", ", ".join(systems), graph.article_ids.numel())
+        log.info(
+            "index: %s over the corpus's graph (%d articles; %d of %d)",
+            system,
+            graph.article_ids.numel(),
+            i,
+            len(systems),
+        )
 
 
 def write_rerank(articles, workspace: Path, systems: list[str], out: Path, device) -> None:
@@ -442,8 +448,8 @@ def index_corpus(
         raise DataError(corpus, f"{problem}; expected a JSON-lines, CSV or Parquet file")
     check_out(out, workspace)
     todo = resolve_systems(systems, workspace)
-    check_workspace_current(todo, workspace)  # what `search --index` checks, before any encoding
     log.info("index: %s -> %s with %s's %s", corpus, out, workspace, ", ".join(todo))
+    check_workspace_current(todo, workspace)  # what `search --index` checks, before any encoding
     articles, headings, keys = clean_corpus(corpus, workspace)
     dense = [s for s in todo if s not in COMPOSED and s != "bm25"]
     with atomic_path(out, directory=True) as tmp:
