@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from conftest import ROOT, TINY_WORDS
 from helpers_cli import write_articles
@@ -30,25 +31,76 @@ QUESTIONS = [
 
 
 def _articles() -> dict[int, str]:
+    """Articles of 12 to 40 words: one to three chunks of the tiny DSR's article encoder."""
     rng = np.random.default_rng(0)
-    return {100 + 7 * i: " ".join(rng.choice(TINY_WORDS, size=8)) for i in range(N_ARTICLES)}
+    return {100 + 7 * i: " ".join(rng.choice(TINY_WORDS, size=12 + i % 29)) for i in range(N_ARTICLES)}
+
+
+def _write_questions(root) -> None:
+    import polars as pl
+
+    ids = sorted(_articles())
+    rng = np.random.default_rng(1)
+    gold = [sorted(int(a) for a in rng.choice(ids, size=1 + i % 3, replace=False)) for i in range(len(QUESTIONS))]
+    pl.DataFrame(
+        {"id": list(range(1, len(QUESTIONS) + 1)), "question": QUESTIONS, "article_ids": gold, "split": ["test"] * 8},
+        schema_overrides={"article_ids": pl.List(pl.Int64)},
+    ).write_parquet(root / "data" / "clean" / "questions.parquet")
+
+
+def _write_dsr(root, articles: dict[int, str]) -> None:
+    """A tiny DSR as train_dsr and embed leave it: its query encoder (mean pooling, an E5-like
+    ``query: `` prefix), a hierarchical article encoder on the frozen base checkpoint saved as a
+    reference (``passage: `` in every chunk, a random chunk Transformer, max pooling) and the
+    article vectors that encoder gives."""
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+    from lexgraph.models.encoders import QueryEncoder
+
+    pretrain = root / "models" / "pretrain"
+    encoder = QueryEncoder.from_pretrained(pretrain, max_length=32, token_pooling="mean")
+    encoder.prefix = "query: "
+    encoder.save_pretrained(root / "models" / "dsr" / "query_encoder")
+    torch.manual_seed(0)
+    article = HierarchicalArticleEncoder.from_pretrained(
+        pretrain,
+        max_chunk_length=24,
+        max_document_length=72,
+        pooling="max",
+        num_layers=1,
+        num_heads=2,
+        token_pooling="mean",
+        prefix="passage: ",
+        freeze_backbone=True,
+    ).eval()
+    article.save_pretrained(root / "models" / "dsr" / "article_encoder", backbone_source="models/pretrain")
+    vectors = article.encode(list(articles.values()), batch_size=4, show_progress=False)  # (n, dim)
+    save_embeddings(root / "data" / "embed" / "articles.safetensors", list(articles), vectors)
 
 
 @pytest.fixture(scope="module")
 def export_ws(tiny_model_dir, tmp_path_factory):
-    """A workspace with a tiny ``dsr`` (mean pooling, an E5-like ``query: `` prefix, cosine) and a
-    tiny ``gdsr`` (the DSR query encoder, dot product), article ids not 0..n-1, metrics and params."""
-    from lexgraph.models.encoders import QueryEncoder
+    """A workspace with a tiny ``dsr`` (cosine), the base checkpoint's ``zeroshot`` (its stage run) and a
+    tiny ``gdsr`` (the DSR query encoder, dot product), article ids not 0..n-1, test questions,
+    metrics and params."""
+    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
 
     root = tmp_path_factory.mktemp("export_ws")
     articles = _articles()
     write_articles(root, articles)
+    _write_questions(root)
     shutil.copy(ROOT / "params.yaml", root / "params.yaml")
-    encoder = QueryEncoder.from_pretrained(tiny_model_dir, max_length=32, token_pooling="mean")
-    encoder.prefix = "query: "
-    encoder.save_pretrained(root / "models" / "dsr" / "query_encoder")
+    shutil.copytree(tiny_model_dir, root / "models" / "pretrain")
+    _write_dsr(root, articles)
+    config = ZeroshotConfig.from_params(yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))["zeroshot"])
+    run_zeroshot(
+        root / "models" / "pretrain",
+        root / "data" / "clean" / "articles.parquet",
+        root / "data" / "zeroshot",
+        config,
+        "cpu",
+        None,
+    )
     torch.manual_seed(0)
-    save_embeddings(root / "data" / "embed" / "articles.safetensors", list(articles), torch.randn(N_ARTICLES, 16))
     gnn = root / "models" / "gnn_gdsr"
     save_embeddings(gnn / ARTICLE_EMBEDDINGS, list(articles), 3 * torch.randn(N_ARTICLES, 16))
     (gnn / "gnn.json").write_text(json.dumps({"similarity": "dot"}), encoding="utf-8")
@@ -58,34 +110,93 @@ def export_ws(tiny_model_dir, tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("system", ["dsr", "gdsr"])
-def test_sentence_transformers_loads_an_export_and_reproduces_lexgraph(export_ws, tmp_path, system):
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.mark.parametrize("system", ["dsr", "zeroshot", "gdsr"])
+def test_sentence_transformers_encodes_queries_and_articles_as_lexgraph(export_ws, tmp_path, system):
+    """``SentenceTransformer(OUT)``: ``encode_query`` (and a plain ``encode``) gives lexgraph's query
+    vectors, ``encode_document`` of the article texts lexgraph's article vectors (both cosine >=
+    0.9999) and so lexgraph's top-10; a graph system's ``encode_document`` refuses in one line."""
     from safetensors.numpy import load_file
     from sentence_transformers import SentenceTransformer
 
-    from lexgraph.systems.export import VECTORS, QueryEncoderModel
+    from lexgraph.systems.export import VECTORS
     from lexgraph.systems.registry import load_retriever
 
     out = tmp_path / "export"
     assert main(["export", "--system", system, "--workspace", str(export_ws), str(out)]) == 0
-    model = SentenceTransformer(str(out), device="cpu")
-    got = model.encode(QUESTIONS, convert_to_numpy=True)  # (n, dim)
+    model = SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
     retriever = load_retriever(system, export_ws, "cpu")
     own = retriever.encode(QUESTIONS).numpy()  # (n, dim)
-    cosine = (got * own).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(own, axis=1)
-    assert cosine.min() >= 0.9999
-    articles = load_file(str(out / VECTORS))
-    assert articles["ids"].dtype == np.int64 and articles["ids"].tolist() == sorted(_articles())
-    scores = got @ articles["vectors"].T  # (n, na)
-    top = articles["ids"][np.argsort(-scores, axis=1, kind="stable")[:, :10]]
+    got = model.encode_query(QUESTIONS, convert_to_numpy=True)  # (n, dim)
+    assert _cosines(got, own).min() >= 0.9999
+    np.testing.assert_allclose(model.encode(QUESTIONS, convert_to_numpy=True), got, atol=1e-6)
+    shipped = load_file(str(out / VECTORS))
+    assert shipped["ids"].dtype == np.int64 and shipped["ids"].tolist() == sorted(_articles())
+    texts = [_articles()[i] for i in shipped["ids"].tolist()]
+    if system == "gdsr":
+        with pytest.raises(ValueError) as refused:
+            model.encode_document(texts[:2])
+        assert "\n" not in str(refused.value) and "`lexgraph index`" in str(refused.value)
+        articles = shipped["vectors"]
+    else:
+        articles = model.encode_document(texts, batch_size=5, convert_to_numpy=True)  # (na, dim)
+        assert _cosines(articles, shipped["vectors"]).min() >= 0.9999
+    scores = got @ articles.T  # (n, na)
+    top = shipped["ids"][np.argsort(-scores, axis=1, kind="stable")[:, :10]]
     want, _ = retriever.search(QUESTIONS, 10)
     np.testing.assert_array_equal(top, want)
-    mteb = QueryEncoderModel.load(system, export_ws, "cpu").encode(QUESTIONS, batch_size=3, task_name="BSARD")
-    assert mteb.dtype == np.float32 and mteb.shape == own.shape
-    np.testing.assert_allclose(mteb @ articles["vectors"].T, scores, atol=1e-4)
     settings = json.loads((out / "config_sentence_transformers.json").read_text(encoding="utf-8"))
-    assert settings["similarity_fn_name"] == ("cosine" if system == "dsr" else "dot")
-    assert settings["prompts"] == {"query": "query: "} and settings["default_prompt_name"] == "query"
+    assert settings["similarity_fn_name"] == ("dot" if system == "gdsr" else "cosine")
+    if system != "zeroshot":  # the tiny base checkpoint has no family prefix
+        assert (
+            settings["prompts"] == {"query": "query: ", "document": ""} and settings["default_prompt_name"] == "query"
+        )
+
+
+def test_an_export_loads_without_a_missing_weights_report_and_is_byte_identical(export_ws, tmp_path, capfd):
+    """No "MISSING … newly initialized" report when sentence-transformers loads an export (the pooler
+    lexgraph never uses is neither saved nor built), and two exports of one workspace are equal byte
+    for byte (the vectors' metadata in sorted order)."""
+    import logging
+
+    from sentence_transformers import SentenceTransformer
+
+    from lexgraph.systems.export import export_system
+
+    first, second = export_system("dsr", export_ws, tmp_path / "a"), export_system("dsr", export_ws, tmp_path / "b")
+    assert _tree(first) == _tree(second)
+    capfd.readouterr()
+    logging.getLogger("transformers").setLevel(logging.INFO)
+    SentenceTransformer(str(first), device="cpu", trust_remote_code=True)
+    said = "".join(capfd.readouterr())
+    assert "MISSING" not in said and "newly initialized" not in said.lower() and "UNEXPECTED" not in said, said
+
+
+def test_mteb_evaluate_on_the_workspace_task_gives_lexgraphs_metrics(export_ws):
+    """``mteb.evaluate`` (mteb 2) of the adapter on the workspace's test split as a custom retrieval
+    task: MTEB encodes both sides through the adapter, ranks and scores; its recall@100, MAP@100 and
+    nDCG@10 equal lexgraph's own scores of the system's search (``evaluate_run``), each side the
+    system's own."""
+    import mteb
+
+    from lexgraph.core.io import read_parquet
+    from lexgraph.data.schema import split_questions
+    from lexgraph.metrics.ir import evaluate_run
+    from lexgraph.systems.mteb_adapter import MTEBEncoder, workspace_task
+    from lexgraph.systems.registry import load_retriever
+
+    qids, texts, qrels = split_questions(read_parquet(export_ws / "data" / "clean" / "questions.parquet"), "test")
+    for system in ("dsr", "gdsr"):
+        ids, _ = load_retriever(system, export_ws, "cpu").search(texts, N_ARTICLES)
+        want = evaluate_run({q: row.tolist() for q, row in zip(qids, ids)}, qrels)
+        task = workspace_task(export_ws, "test")
+        result = mteb.evaluate(MTEBEncoder.load(system, export_ws), task, cache=None, show_progress_bar=False)
+        got = result.task_results[0].scores["test"][0]
+        for ours, theirs in (("recall@100", "recall_at_100"), ("map@100", "map_at_100"), ("ndcg@10", "ndcg_at_10")):
+            assert got[theirs] == pytest.approx(want[ours], abs=1e-4), (system, ours)
 
 
 def test_the_model_card(export_ws, tmp_path):
@@ -170,7 +281,7 @@ def _without(key):
 FOREIGN = {  # a folder OUT must not replace -> the first foreign entry named
     "a record {}": (_web_app, "'lexgraph_export.json', which is not the record of an earlier export"),
     "user's file in an export": (_mine_in("notes.txt"), "'notes.txt', which is not a file of an earlier export"),
-    "user's file in its folders": (_mine_in("2_Normalize/x.txt"), "'2_Normalize/x.txt'"),
+    "user's file in its folders": (_mine_in("1_Normalize/x.txt"), "'1_Normalize/x.txt'"),
     "a manifest without the marker": (_without("format"), "which is not the record of an earlier export"),
     "a manifest of an earlier lexgraph": (_without("files"), "which lists none of the files beside it"),
 }

@@ -62,6 +62,7 @@ from pathlib import Path
 from lexgraph.cli.export import add_export
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.index import add_index, add_index_option
+from lexgraph.cli.mteb import add_mteb
 from lexgraph.cli.plots import add_plots_offline
 from lexgraph.cli.serve import add_serve
 from lexgraph.cli.streams import guard_streams, utf8_argument
@@ -385,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_regress)
     add_plots_offline(sub)
     add_export(sub)
+    add_mteb(sub)
     add_index(sub)
     add_serve(sub)
     return parser

@@ -368,12 +368,19 @@ class HierarchicalArticleEncoder(TextEncoder):
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str | os.PathLike, *, random_init: bool = False, with_backbone: bool = True, **settings: Any
+        cls,
+        name_or_path: str | os.PathLike,
+        *,
+        random_init: bool = False,
+        with_backbone: bool = True,
+        root: str | os.PathLike = ".",
+        **settings: Any,
     ) -> HierarchicalArticleEncoder:
         """Load a saved article encoder (``hierarchical.json`` present), or start a fresh
         one from an HF backbone with ``settings`` (``max_chunk_length``, ``pooling``, …)
         and a newly initialised chunk-level module. ``with_backbone=False`` loads the
-        chunk-level module alone (for cached chunk vectors)."""
+        chunk-level module alone (for cached chunk vectors). A frozen chunk encoder saved as a
+        reference lies under ``root`` (the workspace) when the reference is relative."""
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoTokenizer
 
@@ -381,7 +388,7 @@ class HierarchicalArticleEncoder(TextEncoder):
         remedy = restore_hint(directory)
         saved_config = directory / HIERARCHICAL_CONFIG
         chunk_encoder = "the frozen chunk encoder"
-        referenced = None if random_init else backbone_ref(directory, chunk_encoder, required=with_backbone)
+        referenced = None if random_init else backbone_ref(directory, chunk_encoder, root=root, required=with_backbone)
         backbone_path: str | os.PathLike = referenced or name_or_path
         if with_backbone:
             backbone, tokenizer = load_backbone(backbone_path, random_init=random_init)

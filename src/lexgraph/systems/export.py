@@ -1,19 +1,19 @@
-"""Trained dense systems for others to load: ``lexgraph export`` and an MTEB-style ``encode``.
+"""Trained dense systems for others to load: ``lexgraph export``.
 
 :func:`export_system` writes one dense system of a workspace to a folder that
-``sentence_transformers.SentenceTransformer(OUT)`` loads (sentence-transformers 3 or later):
+``sentence_transformers.SentenceTransformer(OUT, trust_remote_code=True)`` loads (sentence-transformers 6):
 
-* the query encoder (the Hugging Face backbone and tokenizer, a full copy even where the workspace
-  holds a reference), with ``modules.json``: Transformer -> Pooling (the system's ``token_pooling``:
-  ``mean`` or ``cls``) -> Normalize (only for systems scored by cosine; ``gnn.json``'s ``dot`` has none);
-  ``config_sentence_transformers.json`` gives the query prefix as the ``query`` prompt, used by
-  default (``"query: "`` for E5: the pooling counts its tokens, as lexgraph's does), and the
-  similarity (``cosine`` or ``dot``);
-* :data:`VECTORS` (safetensors): ``ids`` int64 ``(n,)``, the article ids as lexgraph writes them,
-  ascending, and ``vectors`` float32 ``(n, dim)``, the system's own article vectors (L2-normalised
-  for a cosine system, so that ``query @ vectors.T`` is lexgraph's score). The article side of these
-  systems is no plain encoder (DSR's hierarchical encoder, the graph encoders' full-graph pass, the
-  hierarchy prior, E5's windowed mean), so its vectors travel, not a second model;
+* both sides of the system as one sentence-transformers model (:mod:`lexgraph.models.st_folder`):
+  ``encode_query`` runs the query encoder (a full copy of its backbone and tokenizer, its pooling and
+  prefix: the ``query`` prompt, used by default), ``encode_document`` the system's article text
+  encoder (:func:`article_side`: DSR's hierarchical encoder, zeroshot's windowed mean), whose code
+  travels in the folder (``lexgraph_st.py``, :mod:`lexgraph.models.st_article`: the reason for
+  ``trust_remote_code``), so a client that encodes articles itself gets lexgraph's vectors. A
+  system whose article vectors need the statute graph (:data:`GRAPH_SIDE`) has an article side that
+  refuses in one line instead of giving another encoder's vectors;
+* :data:`VECTORS` (safetensors, bytes in sorted order): ``ids`` int64 ``(n,)``, the article ids as
+  lexgraph writes them, ascending, and ``vectors`` float32 ``(n, dim)``, the system's own article
+  vectors (L2-normalised for a cosine system, so that ``query @ vectors.T`` is lexgraph's score);
 * :data:`KEYS` (a workspace built from a corpus of one's own, whose articles have the user's string
   ids: ``data/clean/keys.parquet``): a JSON list, the user's id of each of ``ids``, in their order;
 * ``README.md``, a model card (YAML front matter for the Hugging Face hub): the system's metrics
@@ -25,12 +25,10 @@
   holds nothing it does not list (:func:`lexgraph.systems.index_record.check_replaceable`); any
   other folder is refused in one line naming it and its first foreign entry, and nothing is deleted.
 
-The folder is written atomically (:func:`lexgraph.core.io.atomic_path`); nothing is uploaded (it is
-ready for ``huggingface-cli upload``). BM25, the hybrid and the re-rankers have no dense query
-encoder and are refused (:data:`NOT_DENSE`).
-
-:class:`QueryEncoderModel` is the query side of any dense system with MTEB's interface,
-``encode(sentences, batch_size=..., **kwargs) -> np.ndarray``.
+Two exports of one workspace are equal byte for byte. The folder is written atomically
+(:func:`lexgraph.core.io.atomic_path`); nothing is uploaded (it is ready for ``hf upload``). BM25,
+the hybrid and the re-rankers have no dense query encoder and are refused (:data:`NOT_DENSE`).
+:mod:`lexgraph.systems.mteb_adapter` gives the same two sides to MTEB 2.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +72,10 @@ NOT_DENSE: dict[str, str] = {
     "xrerank": "a re-ranker over a first stage's candidates",
     "mvcl": "a re-ranker over a first stage's candidates",
 }
+
+#: the systems whose article vectors come from a pass over the statute graph: their export's
+#: ``encode_document`` refuses (:class:`lexgraph.models.st_article.GraphArticleSide`)
+GRAPH_SIDE = ("hprior", *layout.GNN, "qabisar")
 
 #: where each system's article vectors come from (the model card says it)
 ARTICLE_SIDE: dict[str, str] = {
@@ -151,21 +152,22 @@ def _metrics(workspace: Path, system: str) -> dict[str, dict[str, float]]:
     }
 
 
-def _st_extras(directory: Path, normalize: bool) -> None:
-    """What an export adds to the sentence-transformers files the query encoder's own
-    ``save_pretrained`` wrote (:func:`lexgraph.models.encoders.write_sentence_transformers_config`:
-    Transformer -> Pooling, the prompt): a Normalize module for a cosine system, and the similarity."""
-    from lexgraph.core.io import write_json
+def article_side(system: str, workspace: Path, device: str):
+    """The text encoder of ``system``'s articles, as its stage encoded them: DSR's hierarchical
+    encoder (``models/dsr/article_encoder``) or zeroshot's windowed mean of the base checkpoint;
+    ``None`` for a system whose article vectors need the statute graph (:data:`GRAPH_SIDE`)."""
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 
-    modules_path, settings_path = directory / "modules.json", directory / "config_sentence_transformers.json"
-    modules = json.loads(modules_path.read_text(encoding="utf-8"))
-    if normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
-        (directory / "2_Normalize").mkdir(exist_ok=True)
-        write_json(modules, modules_path, ensure_ascii=True)
-    settings = json.loads(settings_path.read_text(encoding="utf-8"))
-    settings["similarity_fn_name"] = "cosine" if normalize else "dot"
-    write_json(settings, settings_path, ensure_ascii=True)
+    if system in GRAPH_SIDE:
+        return None
+    if system == "zeroshot":
+        from lexgraph.systems.corpus_index import workspace_params
+        from lexgraph.systems.zeroshot import ZeroshotConfig, article_encoder
+
+        config = workspace_params("zeroshot", workspace, ZeroshotConfig)
+        return article_encoder(layout.PRETRAIN.under(workspace), config).to(device).eval()
+    directory = layout.DSR.under(workspace, "article_encoder")
+    return HierarchicalArticleEncoder.from_pretrained(directory, root=workspace).to(device).eval()
 
 
 def article_vectors(retriever) -> tuple[np.ndarray, np.ndarray]:
@@ -180,11 +182,12 @@ def article_vectors(retriever) -> tuple[np.ndarray, np.ndarray]:
 
 def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathLike, device: str = "cpu") -> Path:
     """Write ``system`` of ``workspace`` to the folder ``out`` (module docstring); returns ``out``."""
-    from safetensors.numpy import save_file
+    import torch
 
-    from lexgraph.core.io import atomic_path, write_json, write_text
+    from lexgraph.core.io import atomic_path, save_tensors, write_json, write_text
     from lexgraph.data.keys import read_keys
     from lexgraph.models.encoders import QueryEncoder
+    from lexgraph.models.st_folder import write_st_folder
     from lexgraph.systems.index_record import own_files
     from lexgraph.systems.registry import load_retriever
 
@@ -215,11 +218,9 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
         manifest["article_keys"] = KEYS
     with atomic_path(out, directory=True) as tmp:
         tmp = Path(tmp)
-        encoder.save_pretrained(tmp)  # a full copy: backbone, tokenizer, query_encoder.json, its ST files
-        _st_extras(tmp, retriever.normalize)
-        save_file(
-            {"ids": ids, "vectors": vectors}, str(tmp / VECTORS), metadata={"system": system, "similarity": similarity}
-        )
+        write_st_folder(tmp, encoder, article_side(system, workspace, device), system, retriever.normalize)
+        tensors = {"ids": torch.from_numpy(ids), "vectors": torch.from_numpy(vectors)}
+        save_tensors(tensors, tmp / VECTORS, metadata={"system": system, "similarity": similarity})
         if keys is not None:
             write_json([keys.articles[i] for i in ids.tolist()], tmp / KEYS)
         write_text(model_card(manifest, _metrics(workspace, system), _sections(workspace, system)), tmp / CARD)
@@ -284,11 +285,24 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
             "",
             "```python",
             "from safetensors.numpy import load_file",
-            "from sentence_transformers import SentenceTransformer",
-            'model, articles = SentenceTransformer("OUT"), load_file("OUT/article_vectors.safetensors")',
-            'scores = model.encode(["Qui paie la réparation du mur mitoyen ?"]) @ articles["vectors"].T',
+            "from sentence_transformers import SentenceTransformer  # 6 or later",
+            'model = SentenceTransformer("OUT", trust_remote_code=True)  # articles: OUT/lexgraph_st.py',
+            'articles = load_file("OUT/article_vectors.safetensors")',
+            'scores = model.encode_query(["Qui paie la réparation du mur mitoyen ?"]) @ articles["vectors"].T',
             'top10 = articles["ids"][(-scores[0]).argsort(kind="stable")[:10]]  # ties: the lower id first',
             "```",
+            "",
+            *(
+                [
+                    "Articles of your own: `model.encode_document(texts)` gives the vectors lexgraph gives "
+                    f"({ARTICLE_SIDE[system]}).",
+                ]
+                if system not in GRAPH_SIDE
+                else [
+                    f"Articles of your own: `{system}`'s article vectors come from the statute graph, not from "
+                    "texts, so `model.encode_document` refuses; `lexgraph index` builds them for a corpus of yours.",
+                ]
+            ),
             "",
             "## Metrics (lexgraph's `evaluate` stage)",
             "",
@@ -305,31 +319,3 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
             "",
         ]
     )
-
-
-class QueryEncoderModel:
-    """The query side of a dense system with MTEB's interface: ``encode(sentences, batch_size=...)``
-    returns float32 ``(n, dim)`` vectors, L2-normalised for a cosine system (so a dot product with
-    :func:`article_vectors` is lexgraph's score). ``retriever``: a loaded dense system."""
-
-    def __init__(self, retriever) -> None:
-        self.retriever = retriever
-        self.normalize = bool(retriever.normalize)
-
-    @classmethod
-    def load(cls, system: str, workspace: str | os.PathLike = ".", device: str = "auto") -> QueryEncoderModel:
-        from lexgraph.systems.registry import load_retriever
-
-        check_system(system)
-        return cls(load_retriever(system, workspace, device))
-
-    def encode(self, sentences: Sequence[str] | str, batch_size: int = 32, **kwargs: Any) -> np.ndarray:
-        """Vectors for ``sentences`` (one string: one row); MTEB's other keywords (``task_name``,
-        ``prompt_type``, ``show_progress_bar``, …) are accepted, only ``show_progress_bar`` is used."""
-        from lexgraph.search.index import normalise
-
-        texts = [sentences] if isinstance(sentences, str) else list(sentences)
-        show = bool(kwargs.get("show_progress_bar", False))
-        encoder = self.retriever.query_encoder
-        vectors = encoder.encode(texts, batch_size=int(batch_size), show_progress=show).numpy()  # (n, dim)
-        return normalise(vectors) if self.normalize else np.ascontiguousarray(vectors, dtype=np.float32)
