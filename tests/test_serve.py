@@ -303,6 +303,36 @@ def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(wo
     assert page.count('class="hit gold"') == sum(g in runs[s][qid][:2] for s in ("bm25", "dsr") for g in gold)
 
 
+def _crawl(url: str, starts: list[str], limit: int = 400) -> dict[str, int]:
+    """Every link of the web pages reachable from ``starts`` (each page's ``href``s, the forms' GET
+    targets left aside) with its status; pages are followed, the API's interactive page and static
+    files only fetched."""
+    import html
+    import re
+
+    status: dict[str, int] = {}
+    todo = list(starts)
+    while todo and len(status) < limit:
+        path = todo.pop(0)
+        if path in status:
+            continue
+        response = httpx.get(url + path)
+        status[path] = response.status_code
+        if path.startswith(("/docs", "/static")) or "text/html" not in response.headers.get("content-type", ""):
+            continue
+        links = [html.unescape(h) for h in re.findall(r'href="([^"]+)"', response.text)]
+        assert all(link.startswith("/") for link in links), links  # nothing from elsewhere
+        todo += [link for link in links if link not in status]
+    return status
+
+
+def test_every_link_of_the_pages_resolves(running):
+    """Every page link (the header's, the inspector's, the questions', the articles') answers 200."""
+    status = _crawl(running.url, ["/", "/?q=le+bail+du+contrat&system=bm25"])
+    assert any(p.startswith("/inspect/question") for p in status) and any(p.startswith("/article") for p in status)
+    assert {p: s for p, s in status.items() if s != 200} == {}
+
+
 def test_an_index_of_ones_own_statutes_is_served_with_the_users_ids(workspace, tmp_path, capsys):
     """`lexgraph serve --index DIR`: hits and articles carry the corpus file's ids and heading paths,
     as `lexgraph search --index` shows them; there are no runs to inspect."""
@@ -330,7 +360,14 @@ def test_an_index_of_ones_own_statutes_is_served_with_the_users_ids(workspace, t
         article = httpx.get(f"{url}/articles/art-4").json()
         assert article["key"] == "art-4" and article["path"] == ["Code Z", "Livre 0"]
         assert article["siblings"] == [r["id"] for r in records if r["path"] == ["Code Z", "Livre 0"]]
-        assert httpx.get(f"{url}/inspect").status_code == 404
+        # no dead link (issue 41, item 5b): an index has no questions, so no page links the inspector,
+        # and every link there is answers; /inspect itself says why in one line
+        status = _crawl(url, ["/", "/?q=le+bail&system=bm25", "/article?id=art-4", "/no-such-page"])
+        assert not any(p.startswith("/inspect") for p in status), status
+        assert any(p.startswith("/article") for p in status) and "/docs" in status
+        assert {p: s for p, s in status.items() if s != 200} == {"/no-such-page": 404}  # the page asked for only
+        inspect = httpx.get(f"{url}/inspect")
+        assert inspect.status_code == 404 and "this server searches the index idx" in inspect.text
 
 
 def test_serve_refuses_bad_settings_and_ports_in_one_line(workspace, tmp_path, capsys):

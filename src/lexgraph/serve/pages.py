@@ -4,7 +4,8 @@
   breadcrumbs and the question's terms marked; an article's number opens it.
 * ``/article?id=…``: the full article in its place in the hierarchy: its heading path and the
   articles under the same heading.
-* ``/inspect?split=test``: the split's questions with each system's recall of its run;
+* ``/inspect?split=test``: the split's questions with each system's recall of its run (linked from
+  every page only where there are runs: not over an index of ``lexgraph index``);
   ``/inspect/question?split=test&id=…&a=&b=&k=``: two systems' top-k side by side, gold articles
   marked, and the rank of every gold article one of them missed.
 
@@ -53,7 +54,17 @@ def inspect_url(split: str, **params) -> str:
     return "/inspect?" + urlencode(query, quote_via=quote)
 
 
-templates.env.globals.update(article_url=article_url, question_url=question_url, inspect_url=inspect_url)
+def can_inspect(request: Request) -> bool:
+    """Whether the catalogue served has runs to inspect: not over an index of ``lexgraph index`` (a
+    corpus without questions), nor before ``evaluate`` ran; the pages link the inspector only then."""
+    server = getattr(request.app.state, "server", None)
+    catalog = getattr(server, "catalog", None)
+    return getattr(catalog, "runs", None) is not None
+
+
+templates.env.globals.update(
+    article_url=article_url, question_url=question_url, inspect_url=inspect_url, can_inspect=can_inspect
+)
 
 
 def style_hashes() -> list[str]:
@@ -122,19 +133,29 @@ def _article_page(request: Request, article_id: str):
     return templates.TemplateResponse(request, "article.html", {"article": article, "siblings": siblings})
 
 
-def _runs(catalog, split: str):
-    runs = catalog.runs
+def _runs(request: Request, split: str | None):
+    """The runs of the catalogue served and the split asked for (None: test, else the first there is)."""
+    runs = request.app.state.server.catalog.runs
     if runs is None:
-        raise ApiError(404, "no runs to inspect: the server searches an index, or `dvc repro` has not run evaluate")
+        index = request.app.state.server.index
+        raise ApiError(
+            404,
+            f"nothing to inspect: this server searches the index {index.name}, a corpus without questions or gold "
+            "articles; the inspector shows the runs of `dvc repro`'s evaluate stage over a workspace's own corpus"
+            if index is not None
+            else "nothing to inspect: the workspace has no runs yet (`dvc repro` writes them in its evaluate stage)",
+        )
+    if split is None:
+        split = "test" if "test" in runs.questions else next(iter(runs.questions))
     if split not in runs.questions:
         raise ApiError(404, f"no runs for split {split[:40]!r}; expected one of {', '.join(runs.questions)}")
-    return runs
+    return runs, split
 
 
 @router.get("/inspect")
-async def inspect_page(request: Request, split: str = "test", k: int = 100):
+async def inspect_page(request: Request, split: str | None = None, k: int = 100):
     catalog = request.app.state.server.catalog
-    runs = _runs(catalog, split)
+    runs, split = _runs(request, split)
     k = check_k(k, catalog.config) if k != 100 else k  # recall@100 is the headline; other depths within max_k
     systems = runs.systems(split)
     rows = [
@@ -166,7 +187,7 @@ async def question_page(
 
 def _question_page(request: Request, split: str, question_id: str, a: str | None, b: str | None, k: int | None):
     catalog = request.app.state.server.catalog
-    runs = _runs(catalog, split)
+    runs, split = _runs(request, split)
     question = runs.questions[split].get(question_id)
     if question is None:
         raise ApiError(404, f"no {split} question with id {question_id[:100]!r}")
