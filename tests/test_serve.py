@@ -285,7 +285,7 @@ def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(wo
     systems = [s for s in SYSTEM_NAMES if s in SERVED]  # the registry's order: every system with a run
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
     page = httpx.get(f"{running.url}/inspect", params={"split": "test", "k": 5}).text
-    assert "".join(f"<th>{s}</th>" for s in systems) in page
+    assert _columns(page) == ["id", "question", "gold", *systems]
     for qid, (_, gold) in QUESTIONS.items():
         row = page.split(f'<tr data-id="{qid}">')[1].split("</tr>")[0]
         cells = [c.split("<")[0] for c in row.split('<td class="num">')[2:]]
@@ -331,6 +331,92 @@ def test_every_link_of_the_pages_resolves(running):
     status = _crawl(running.url, ["/", "/?q=le+bail+du+contrat&system=bm25"])
     assert any(p.startswith("/inspect/question") for p in status) and any(p.startswith("/article") for p in status)
     assert {p: s for p, s in status.items() if s != 200} == {}
+
+
+def _columns(page: str) -> list[str]:
+    import re
+
+    return re.findall(r'data-sort="([^"]+)"', page)
+
+
+def _cells(row: str) -> list[float]:
+    """The numbers of a row of the inspector's table: gold, then each system's recall."""
+    import re
+
+    return [float(c) for c in re.findall(r'<td class="num">([^<]*)</td>', row)]
+
+
+def test_the_inspector_has_a_mean_row_and_sorts_by_any_column(workspace, running):
+    """Issue 41, item 5c: a mean row (each column's mean over the questions shown, computed here from
+    the runs by hand) and sorting by any column on the server (``sort``, ``order``; ties in id order)."""
+    import re
+
+    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.evaluation.trec import read_trec
+
+    systems = [s for s in SYSTEM_NAMES if s in SERVED]
+    runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
+    recall = {
+        (s, qid): sum(g in runs[s][qid][:3] for g in gold) / len(gold)
+        for s in systems
+        for qid, (_, gold) in QUESTIONS.items()
+    }
+    page = httpx.get(f"{running.url}/inspect", params={"split": "test", "k": 3}).text
+    mean = page.split('id="mean">')[1].split("</tr>")[0]
+    gold_mean = sum(len(g) for _, g in QUESTIONS.values()) / len(QUESTIONS)
+    want = [gold_mean, *(sum(recall[s, q] for q in QUESTIONS) / len(QUESTIONS) for s in systems)]
+    assert _cells(mean) == pytest.approx(want, abs=0.005) and f"{len(QUESTIONS)} questions" in mean
+    for column in ("id", "question", "gold", *systems):
+        for order in ("asc", "desc"):
+            params = {"split": "test", "k": 3, "sort": column, "order": order}
+            page = httpx.get(f"{running.url}/inspect", params=params).text
+            shown = [int(q) for q in re.findall(r'<tr data-id="([^"]+)">', page)]
+            value = {
+                "id": lambda q: q,
+                "question": lambda q: QUESTIONS[q][0].casefold(),
+                "gold": lambda q: len(QUESTIONS[q][1]),
+            }.get(column, lambda q, c=column: recall[c, q])
+            assert shown == sorted(QUESTIONS, key=value, reverse=order == "desc"), (column, order)
+            mean_again = page.split('id="mean">')[1].split("</tr>")[0]
+            assert _cells(mean_again) == _cells(mean)  # the mean row stays on top, whatever the order
+            head = page.split("<thead>")[1].split("</tr>")[0]
+            link = re.search(rf'<th aria-sort="(\w+)"><a href="([^"]+)" data-sort="{column}"', head)
+            again = "desc" if order == "asc" else "asc"
+            assert link and link.group(1) == f"{order}ending" and f"order={again}" in link.group(2), head
+    for bad in ({"sort": "nothing"}, {"order": "up"}):
+        answer = httpx.get(f"{running.url}/inspect", params={"split": "test", **bad})
+        assert answer.status_code == 400 and 'id="error"' in answer.text
+
+
+def test_the_question_page_compares_the_served_default_with_the_strongest_other(workspace, running):
+    """Issue 41, item 5c: by default the inspector compared bm25 with zeroshot (the registry's first
+    two). Now A is the served default (serve.systems' first) and B the other system with the highest
+    mean recall@k on the split (computed here from the runs), and the page says so."""
+    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.evaluation.trec import read_trec
+
+    systems = [s for s in SYSTEM_NAMES if s in SERVED]
+    runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
+    k = 2
+
+    def mean(s: str) -> float:
+        return sum(sum(g in runs[s][q][:k] for g in gold) / len(gold) for q, (_, gold) in QUESTIONS.items()) / len(
+            QUESTIONS
+        )
+
+    served = SERVED[0]
+    strongest = max((s for s in systems if s != served), key=mean)  # the first of equals, in registry order
+    page = httpx.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "k": k}).text
+    shown = [c.split('"')[0] for c in page.split('data-system="')[1:]]
+    assert shown == [served, strongest], (shown, {s: mean(s) for s in systems})
+    pair = page.split('id="pair">')[1].split("</p>")[0]
+    assert f"A is {served} (the served default" in pair and f"B is {strongest}, of the other systems" in pair
+    assert f"{served} {mean(served):.2f}, {strongest} {mean(strongest):.2f}" in pair
+    chosen = httpx.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "a": "bm25", "b": "dsr"})
+    assert 'id="pair"' not in chosen.text  # both given: nothing chosen by default
+    only_b = httpx.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "b": served, "k": k}).text
+    other = max((s for s in systems if s != served), key=mean)
+    assert [c.split('"')[0] for c in only_b.split('data-system="')[1:]] == [other, served]
 
 
 def test_an_index_of_ones_own_statutes_is_served_with_the_users_ids(workspace, tmp_path, capsys):

@@ -4,10 +4,11 @@
   breadcrumbs and the question's terms marked; an article's number opens it.
 * ``/article?id=…``: the full article in its place in the hierarchy: its heading path and the
   articles under the same heading.
-* ``/inspect?split=test``: the split's questions with each system's recall of its run (linked from
-  every page only where there are runs: not over an index of ``lexgraph index``);
-  ``/inspect/question?split=test&id=…&a=&b=&k=``: two systems' top-k side by side, gold articles
-  marked, and the rank of every gold article one of them missed.
+* ``/inspect?split=test&sort=&order=``: the split's questions with each system's recall of its run,
+  a mean row over them, sorted by any column (linked from every page only where there are runs: not
+  over an index of ``lexgraph index``); ``/inspect/question?split=test&id=…&a=&b=&k=``: two systems'
+  top-k side by side, gold articles marked, and the rank of every gold article one of them missed;
+  by default the served default system against the other system with the best mean recall@k.
 
 Ids travel in the query, percent-encoded whole (:func:`article_url`, :func:`question_url`), never
 as a path segment: a corpus may name an article ``a/b``, ``..`` or ``.``, which a path would split
@@ -152,17 +153,59 @@ def _runs(request: Request, split: str | None):
     return runs, split
 
 
+#: the inspector's columns besides each system's recall, which a table sorts by too
+SORTS = ("id", "question", "gold")
+ORDERS = ("asc", "desc")
+
+
+def _sort_key(sort: str, systems: list[str]):
+    """The value a row sorts by for column ``sort`` (id: the runs' id order)."""
+    if sort == "id":
+        return lambda row: row["order"]
+    if sort == "question":
+        return lambda row: row["text"].casefold()
+    if sort == "gold":
+        return lambda row: row["gold"]
+    column = systems.index(sort)
+    return lambda row: row["recall"][column]
+
+
+def _header(split: str, k: int, sort: str, order: str, systems: list[str]) -> list[dict]:
+    """The table's columns: each a link sorting by it (ascending first; again: the other way)."""
+    columns = []
+    for name in (*SORTS, *systems):
+        current = order if name == sort else None
+        again = "desc" if current == "asc" else "asc"
+        url = inspect_url(split, k=k, sort=name, order=again)
+        columns.append({"name": name, "url": url, "sorted": {"asc": "ascending", "desc": "descending"}.get(current)})
+    return columns
+
+
 @router.get("/inspect")
-async def inspect_page(request: Request, split: str | None = None, k: int = 100):
+async def inspect_page(request: Request, split: str | None = None, k: int = 100, sort: str = "id", order: str = "asc"):
+    """The split's questions with each system's recall@k, a mean row over them, sorted by any column
+    (``sort``: id, question, gold or a system; ``order``: asc or desc; ties keep the id order)."""
     catalog = request.app.state.server.catalog
     runs, split = _runs(request, split)
     k = check_k(k, catalog.config) if k != 100 else k  # recall@100 is the headline; other depths within max_k
     systems = runs.systems(split)
+    if sort not in (*SORTS, *systems):
+        raise ApiError(400, f"sort {sort[:40]!r}: expected a column, one of {', '.join((*SORTS, *systems))}")
+    if order not in ORDERS:
+        raise ApiError(400, f"order {order[:10]!r}: expected asc or desc")
     rows = [
-        {"key": q.key, "text": q.text, "gold": len(q.gold), "recall": [runs.recall(s, split, q, k) for s in systems]}
-        for q in runs.questions[split].values()
+        {"order": i, "key": q.key, "text": q.text, "gold": len(q.gold)}
+        | {"recall": [runs.recall(s, split, q, k) for s in systems]}
+        for i, q in enumerate(runs.questions[split].values())
     ]
-    context = {"split": split, "splits": list(runs.questions), "k": k, "systems": systems, "rows": rows, "error": None}
+    n = max(len(rows), 1)
+    mean = {
+        "gold": sum(r["gold"] for r in rows) / n,
+        "recall": [sum(r["recall"][i] for r in rows) / n for i in range(len(systems))],
+    }
+    rows = sorted(rows, key=_sort_key(sort, systems), reverse=order == "desc")  # stable: ties in id order
+    context = {"split": split, "splits": list(runs.questions), "k": k, "systems": systems, "rows": rows, "mean": mean}
+    context |= {"columns": _header(split, k, sort, order, systems), "sort": sort, "order": order, "error": None}
     return templates.TemplateResponse(request, "inspect.html", context)
 
 
@@ -192,11 +235,11 @@ def _question_page(request: Request, split: str, question_id: str, a: str | None
     if question is None:
         raise ApiError(404, f"no {split} question with id {question_id[:100]!r}")
     systems = runs.systems(split)
-    a, b = a or systems[0], b or systems[min(1, len(systems) - 1)]
     for name in (a, b):
-        if name not in systems:
+        if name is not None and name not in systems:
             raise ApiError(400, f"no {split} run of system {name[:40]!r}; expected one of {', '.join(systems)}")
     k = check_k(k if k is not None else catalog.config.page_k, catalog.config)
+    a, b, pair = _default_pair(catalog, runs, split, k, a, b)
     columns = [_column(catalog, runs, split, question, s, k) for s in (a, b)]
     missed = [
         {**_shown(catalog, key), "ranks": [runs.rank(s, split, question, key) for s in (a, b)]}
@@ -204,8 +247,34 @@ def _question_page(request: Request, split: str, question_id: str, a: str | None
         if any(key not in c["keys"] for c in columns)
     ]
     context = {"split": split, "question": question, "systems": systems, "a": a, "b": b, "k": k}
-    context |= {"max_k": catalog.config.max_k, "columns": columns, "missed": missed}
+    context |= {"max_k": catalog.config.max_k, "columns": columns, "missed": missed, "pair": pair}
     return templates.TemplateResponse(request, "question.html", context)
+
+
+def _default_pair(catalog, runs, split: str, k: int, a: str | None, b: str | None) -> tuple[str, str, str | None]:
+    """The systems compared, ``a`` and ``b`` where given, and the sentence saying how the others were
+    chosen (None when both were given): A is the served default (``serve.systems``' first) when it has
+    a run on ``split``, else the system with the highest mean recall@k on the split; B is, of the other
+    systems, the one with the highest mean recall@k on the split (ties: the registry's order)."""
+    systems = runs.systems(split)
+    served = next(iter(catalog.searchers), None)
+
+    def best(excluded: str | None) -> str:
+        others = [s for s in systems if s != excluded] or systems
+        return max(others, key=lambda s: runs.mean_recall(s, split, k))  # the first of equals
+
+    said = []
+    if a is None:
+        a = served if served in systems and served != b else best(b)
+        why = "the served default, serve.systems' first" if a == served else f"the highest mean recall@{k} on {split}"
+        said.append(f"A is {a} ({why})")
+    if b is None:
+        b = best(a)
+        said.append(f"B is {b}, of the other systems the one with the highest mean recall@{k} on {split}")
+    if not said:
+        return a, b, None
+    means = ", ".join(f"{s} {runs.mean_recall(s, split, k):.2f}" for s in (a, b))
+    return a, b, f"Compared by default: {'; '.join(said)} (mean recall@{k} over the {split} questions: {means})."
 
 
 def _shown(catalog, key: str) -> dict:

@@ -41,6 +41,7 @@ class Runs:
     ) -> None:
         self.questions = questions  # split -> question key -> Question (in id order)
         self.rankings = rankings  # (system, split) -> question key -> article keys, best first
+        self._means: dict[tuple[str, str, int], float] = {}  # mean_recall's, computed once each
 
     @classmethod
     def read(cls, workspace: Path, corpus, sharing: dict[str, object] | None = None) -> Runs | None:
@@ -85,6 +86,15 @@ class Runs:
         """``|gold ∩ top-k| / |gold|`` of ``system``'s run for ``question``."""
         top = set(self.ranking(system, split).get(question.key, [])[:k])
         return sum(g in top for g in question.gold) / len(question.gold)
+
+    def mean_recall(self, system: str, split: str, k: int) -> float:
+        """The mean of :meth:`recall` over the split's questions (0 for a split without questions)."""
+        key = (system, split, k)
+        if key not in self._means:
+            questions = self.questions.get(split, {}).values()
+            recalls = [self.recall(system, split, q, k) for q in questions]
+            self._means[key] = sum(recalls) / len(recalls) if recalls else 0.0
+        return self._means[key]
 
     def rank(self, system: str, split: str, question: Question, article: str) -> int | None:
         """``article``'s rank (1-based) in ``system``'s run for ``question``; None beyond the run."""
