@@ -46,6 +46,24 @@ def test_marks_the_words_sharing_a_stem_with_the_question():
     assert marked_words("bail commercial", ARTICLE) == []
 
 
+def test_modal_verbs_and_stopwords_are_never_marked():
+    """Issue 41, item 5d: the question's "peut" marked every "peut" of the hits. BM25 keeps it as a
+    term (its metrics unchanged), the display marks only the words that carry weight."""
+    assert FrenchAnalyzer()("peut") == ["peut"]  # a term of the index: the display alone skips it
+    question = "Peut-on demander le divorce ? Qui doit payer ?"
+    text = "Chacun des époux peut demander le divorce ; le juge doit entendre les époux et peut refuser."
+    assert marked_words(question, text) == ["demander", "divorce"]
+    articles = pl.DataFrame({"id": [1], "article": [text], "reference": ["Art. 1"], "path": [[]]})
+    (hit,) = Display(articles).hits(question, [1], [1.0])
+    assert hit.matched_terms == ["demander", "divorce"]
+    raw = FrenchAnalyzer(stem=False, stopwords=False)  # an analyzer keeping stopwords: still not marked
+    assert marked_words("le divorce des époux", text, raw) == ["époux", "divorce", "époux"]  # not "des", "le", "les"
+    assert marked_words("Le pouvoir du juge", "Le juge a le pouvoir de refuser ; il peut refuser.") == [
+        "juge",
+        "pouvoir",
+    ]  # the noun "pouvoir" carries weight
+
+
 def test_elided_words_are_not_terms_even_without_stopwords():
     raw = FrenchAnalyzer(stem=False, stopwords=False)
     text = "L'entrée du mur, jusqu'à l'abandon d'aujourd'hui"

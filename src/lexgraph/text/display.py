@@ -5,8 +5,10 @@ Matching terms. A word of the article is *matched* when the project's
 :class:`~lexgraph.text.analyzer.FrenchAnalyzer` (the BM25 analyzer: elisions, stopwords, Snowball
 stemming) gives it the same term as a word of the question, so the question's "murs"
 marks the article's "mur" and "mitoyenneté" is not marked by "mitoyen" (other stems).
-Stopwords are never marked. Dense systems rank without terms; their hits are marked the
-same way, and a hit that shares no term with the question shows the article's opening.
+Words that carry no weight are never marked (:data:`UNMARKED`: the analyzer's stopwords and the
+modal verb forms "peut", "doit", "faut", … that BM25 keeps as terms). Dense systems rank without
+terms; their hits are marked the same way, and a hit that shares no term with the question shows
+the article's opening.
 
 Snippet. The window of about ``width`` characters that holds the most distinct matched
 terms (then the most matched words, then the earliest), cut at spaces, with ``…`` where
@@ -21,6 +23,7 @@ import json
 import os
 import re
 import textwrap
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import IO
@@ -28,7 +31,7 @@ from typing import IO
 import numpy as np
 
 from lexgraph.core.errors import LexgraphError
-from lexgraph.text.analyzer import ELISIONS, FrenchAnalyzer
+from lexgraph.text.analyzer import ELISIONS, FRENCH_STOPWORDS, FrenchAnalyzer
 
 #: Same tokens as the analyzer's (runs of letters and digits).
 _TOKEN_RE = re.compile(r"[^\W_]+")
@@ -71,6 +74,31 @@ def _reference_rest(reference: str, number: str) -> str:
     if number and reference.startswith(number):
         return reference[len(number) :].lstrip(" ,;:–—-")
     return "" if reference == number else reference
+
+
+#: The modal verbs' conjugated forms (pouvoir, devoir, falloir): the BM25 analyzer keeps them as
+#: terms (dropping them would change every metric), but in a hit they mark nothing of interest: in
+#: "Qui peut demander le divorce ?", every article that "peut" something. The forms of *être* and
+#: *avoir* are stopwords already; the infinitives "pouvoir" and "devoir" and the participle "due"
+#: are left out, being nouns and an adjective of the law too (le pouvoir de représentation, le
+#: devoir de secours, la somme due).
+MODAL_FORMS: frozenset[str] = frozenset(
+    """
+    peut peuvent peux pouvons pouvez pourra pourront pourrait pourraient pourrai pourras pourrez
+    pourrions pourriez pouvait pouvaient pouvant puisse puissent puisses puissions puissiez pu
+    doit doivent dois devons devez devra devront devrait devraient devrai devras devrez devrions
+    devriez devait devaient doive doives
+    faut faudra faudrait fallait fallu
+    """.split()
+)
+#: The words never marked in a hit, whatever the analyzer (lower case, NFC): the analyzer's
+#: stopwords and :data:`MODAL_FORMS`. Declared here once; the analyzer's own terms are unchanged.
+UNMARKED: frozenset[str] = FRENCH_STOPWORDS | MODAL_FORMS
+
+
+def unmarked(word: str) -> bool:
+    """Whether ``word`` (as written) is one of :data:`UNMARKED`, never marked in a hit."""
+    return unicodedata.normalize("NFC", word).lower() in UNMARKED
 
 
 class TermMatcher:
@@ -236,7 +264,7 @@ class Display:
     def hits(self, question: str, ids, scores) -> list[Hit]:
         """The hits of one question (``ids``/``scores`` one row of a system's results,
         best first, ``-1`` padding dropped)."""
-        query = self.matcher.words(question)
+        query = [(s, e, t) for s, e, t in self.matcher.words(question) if not unmarked(question[s:e])]
         query_terms = {t for _, _, t in query}
         out = []
         for rank, (aid, score) in enumerate(zip(list(ids), list(scores)), 1):
@@ -249,7 +277,7 @@ class Display:
                     f"article {aid} of the results is not in the corpus (data/clean/articles.parquet); run `dvc repro`"
                 )
             text = " ".join(art["article"].split())
-            spans = [s for s in self.matcher.words(text) if s[2] in query_terms]
+            spans = [s for s in self.matcher.words(text) if s[2] in query_terms and not unmarked(text[s[0] : s[1]])]
             found = {t for _, _, t in spans}
             matched, seen = [], set()
             for s, e, t in query:  # the question's words that the article has, in question order
@@ -325,13 +353,16 @@ def render_json(question: str, hits: Sequence[Hit], qid: str | None = None, syst
 __all__ = [
     "Display",
     "Hit",
+    "MODAL_FORMS",
     "TermMatcher",
+    "UNMARKED",
     "article_number",
     "make_snippet",
     "mark",
     "ranked_entries",
     "render_json",
     "render_text",
+    "unmarked",
     "use_ansi",
     "visible",
 ]
