@@ -234,6 +234,74 @@ def test_repro_time_reads_a_dvc_log_by_hand():
     assert got["total_s"] == 163.5
 
 
+def _stage_params() -> dict[str, list[str]]:
+    """The params keys each stage of dvc.yaml lists (``foreach`` stages expanded: ``train_gnn@hgraph``)."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    found: dict[str, list[str]] = {}
+    for name, body in stages.items():
+        values = body.get("foreach")
+        pairs = (
+            [(None, None)] if values is None else values.items() if isinstance(values, dict) else zip(values, values)
+        )
+        for key, item in pairs:
+            do = body if values is None else body["do"]
+            keys = []
+            for entry in do.get("params") or []:
+                names = [k for ks in entry.values() for k in ks] if isinstance(entry, dict) else [entry]
+                keys += [str(k).replace("${key}", str(key)).replace("${item}", str(item)) for k in names]
+            found[name if values is None else f"{name}@{key}"] = keys
+    return found
+
+
+def _reruns(param: str) -> set[str]:
+    """The stages a change of ``param`` reruns: those listing it (or its section), and every stage
+    downstream of one of them (its deps overlap their outs), as DVC plans it."""
+    from lexgraph.core.progress import _expanded
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    graph = {name: (deps, outs) for name, deps, outs in _expanded(stages)}
+    todo = [
+        name for name, keys in _stage_params().items() if any(param == k or param.startswith(k + ".") for k in keys)
+    ]
+    found = set(todo)
+
+    def overlaps(a, b) -> bool:
+        return a[: len(b)] == b or b[: len(a)] == a
+
+    while todo:
+        outs = graph[todo.pop()][1]
+        for name, (deps, _) in graph.items():
+            if name not in found and any(overlaps(d, o) for d in deps for o in outs):
+                found.add(name)
+                todo.append(name)
+    return found
+
+
+def test_the_readme_says_what_each_experiment_reruns_and_costs():
+    """Issue 41, item 5f: the README's `dvc exp run -S gnn.layers=2` took 77 minutes on a loaded
+    machine, a shared gnn key retraining every graph system and everything downstream. The README now
+    gives a key of one graph system first, and for each key it names says which stages it reruns (as
+    dvc.yaml's params and deps make DVC plan it) and what they took in the default run (the sum of
+    their times in benchmarks/repro_time.json)."""
+    saved = json.loads((ROOT / "benchmarks" / "repro_time.json").read_text(encoding="utf-8"))
+    took = {row["stage"]: row["wall_s"] for row in saved["stages"]}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "-S gnn.hgraph.lr=" in readme and "-S gnn.layers=" in readme
+    start = readme.index("**What an experiment costs**")
+    paragraph = " ".join(readme[start : readme.index("\n\n", start)].split())
+    assert f"({saved['total_s']:.0f} s on the 2-core AMD EPYC, per stage in `benchmarks/repro_time.json`)" in paragraph
+    assert saved["machine"] == "2 cores, AMD EPYC"
+    for param in ("gnn.hgraph.lr", "gnn.layers", "evaluate.baselines"):
+        reruns = _reruns(param)
+        assert reruns and reruns <= took.keys(), (param, reruns)
+        span = paragraph[paragraph.index(f"`{param}`") :]
+        cost = re.search(r"(?:took|:) (\d+) s\b", span)
+        named = set(re.findall(r"`([^`]+)`", span[: cost.start()])) & took.keys()
+        assert named == reruns, (param, named, reruns)
+        assert int(cost.group(1)) == sum(took[stage] for stage in reruns), (param, cost.group(0))
+    assert _reruns("gnn.hgraph.lr") < _reruns("gnn.layers")  # the first example is the cheaper one
+
+
 def test_the_reload_memory_table_is_benchmarks_serve_reload_json():
     """docs/serve.md's RSS-over-reloads table is what benchmarks/serve_reload.py prints from its JSON,
     which holds ten reloads before and after issue 40's fix."""

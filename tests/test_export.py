@@ -156,10 +156,11 @@ def test_sentence_transformers_encodes_queries_and_articles_as_lexgraph(export_w
         )
 
 
-def test_an_export_loads_without_a_missing_weights_report_and_is_byte_identical(export_ws, tmp_path, capfd):
+def test_an_export_loads_without_a_missing_weights_report_and_is_byte_identical(export_ws, tmp_path):
     """No "MISSING … newly initialized" report when sentence-transformers loads an export (the pooler
     lexgraph never uses is neither saved nor built), and two exports of one workspace are equal byte
     for byte (the vectors' metadata in sorted order)."""
+    import io
     import logging
 
     from sentence_transformers import SentenceTransformer
@@ -168,11 +169,21 @@ def test_an_export_loads_without_a_missing_weights_report_and_is_byte_identical(
 
     first, second = export_system("dsr", export_ws, tmp_path / "a"), export_system("dsr", export_ws, tmp_path / "b")
     assert _tree(first) == _tree(second)
-    capfd.readouterr()
-    logging.getLogger("transformers").setLevel(logging.INFO)
-    SentenceTransformer(str(first), device="cpu", trust_remote_code=True)
-    said = "".join(capfd.readouterr())
-    assert "MISSING" not in said and "newly initialized" not in said.lower() and "UNEXPECTED" not in said, said
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    library = logging.getLogger("transformers")  # its load report is a warning of this logger's tree
+    library.addHandler(handler)
+    try:
+        SentenceTransformer(str(first), device="cpu", trust_remote_code=True)
+        config = json.loads((first / "query_0_Transformer" / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        config.pop("model_kwargs")  # what the report looks like: the same load, the pooler built
+        (first / "query_0_Transformer" / "sentence_bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+        clean = said.getvalue()
+        SentenceTransformer(str(first), device="cpu", trust_remote_code=True)
+    finally:
+        library.removeHandler(handler)
+    assert "MISSING" in said.getvalue()[len(clean) :]  # the check can see a report
+    assert "MISSING" not in clean and "newly initialized" not in clean, clean
 
 
 def test_mteb_evaluate_on_the_workspace_task_gives_lexgraphs_metrics(export_ws):
@@ -315,3 +326,22 @@ def test_an_export_lists_its_own_files_and_is_replaced(export_ws, exported, tmp_
     (target / "README.md").write_text("edited card", encoding="utf-8")  # a listed file: the export's own
     export_system("gdsr", export_ws, target)
     assert json.loads((target / "lexgraph_export.json").read_text(encoding="utf-8"))["system"] == "gdsr"
+
+
+def test_lexgraph_mteb_writes_mtebs_results_and_says_offline_in_one_line(export_ws, tmp_path, capsys, monkeypatch):
+    """``lexgraph mteb`` on the workspace's task writes MTEB's result files (its ResultCache layout,
+    the task's scores inside); a registry task whose data set is on the hub, offline, is one line."""
+    out = tmp_path / "results"
+    assert main(["mteb", "--system", "dsr", "--workspace", str(export_ws), str(out)]) == 0
+    assert "LexgraphWorkspace.test test: main score (nDCG@10) " in capsys.readouterr().out
+    (result,) = [p for p in out.rglob("LexgraphWorkspace.test.json")]
+    scores = json.loads(result.read_text(encoding="utf-8"))["scores"]["test"][0]
+    assert {"ndcg_at_10", "map_at_100", "recall_at_100", "main_score"} <= set(scores)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    err = _one_line(
+        capsys, ["mteb", "--system", "dsr", "--workspace", str(export_ws), "--task", "BSARDRetrieval.v2", str(out)]
+    )
+    assert "MTEB task BSARDRetrieval.v2: its data set could not be loaded (HF_HUB_OFFLINE is set" in err
+    assert "not a task of mteb" in _one_line(
+        capsys, ["mteb", "--system", "dsr", "--workspace", str(export_ws), "--task", "BSARD3", str(out)]
+    )

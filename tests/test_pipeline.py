@@ -141,6 +141,41 @@ def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspac
         assert len(hits) == 3 and all(paths[h["id"]] == h["path"] for h in hits), system
 
 
+@pytest.mark.parametrize("system", ["dsr", "zeroshot"])
+def test_an_export_encoding_the_articles_itself_scores_the_systems_metrics(workspace, tmp_path, system):
+    """Issue 41: the export of ``system`` in sentence-transformers, the articles encoded by the export
+    itself (``encode_document``) and sentence-transformers' ``InformationRetrievalEvaluator`` on the
+    sample's test split: recall@100, MAP@100 and nDCG@10 within 0.001 of ``metrics/<system>.json``
+    (a user of the export's first release got R@100 66.0 instead of 72.5 for dsr)."""
+    import json
+
+    from helpers_export import COMPARED, st_metrics
+    from lexgraph.systems.export import export_system
+
+    dest, _ = workspace
+    out = export_system(system, dest, tmp_path / "export")
+    want = json.loads((dest / "metrics" / f"{system}.json").read_text(encoding="utf-8"))["test"]
+    got = st_metrics(out, dest, "test")
+    assert got == pytest.approx({name: want[name] for name in COMPARED}, abs=1e-3)
+
+
+def test_mteb_evaluate_on_the_sample_gives_dsrs_metrics(workspace):
+    """Issue 41: ``mteb.evaluate`` (mteb 2) of the adapter on the sample's test split as a custom
+    retrieval task, both sides encoded through the adapter: DSR's recall@100, MAP@100 and nDCG@10."""
+    import json
+
+    import mteb
+
+    from lexgraph.systems.mteb_adapter import MTEBEncoder, workspace_task
+
+    dest, _ = workspace
+    want = json.loads((dest / "metrics" / "dsr.json").read_text(encoding="utf-8"))["test"]
+    result = mteb.evaluate(MTEBEncoder.load("dsr", dest), workspace_task(dest, "test"), cache=None)
+    got = result.task_results[0].scores["test"][0]
+    for ours, theirs in (("recall@100", "recall_at_100"), ("map@100", "map_at_100"), ("ndcg@10", "ndcg_at_10")):
+        assert got[theirs] == pytest.approx(want[ours], abs=1e-3), ours
+
+
 def test_french_law_benchmark_at_the_sample_size_gives_every_system_its_own_test_scores(workspace, tmp_path):
     """benchmarks/french_law.py (issue 26, item 3) with every system on the trained workspace and
     three distractors in a 3-level code: at the sample's own size each system scores exactly its

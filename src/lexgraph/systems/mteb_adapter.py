@@ -98,7 +98,7 @@ class MTEBEncoder:
 
     @property
     def mteb_model_meta(self):
-        from mteb.models.model_meta import ModelMeta
+        from mteb.models.model_meta import ModelMeta, ScoringFunction
 
         return ModelMeta.create_empty(
             overwrites={
@@ -106,7 +106,7 @@ class MTEBEncoder:
                 "revision": "workspace",
                 "languages": ["fra-Latn"],
                 "embed_dim": int(self.retriever.article_embeddings.shape[1]),
-                "similarity_fn_name": "dot",
+                "similarity_fn_name": ScoringFunction.DOT_PRODUCT,
                 "framework": ["PyTorch"],
             }
         )
