@@ -231,6 +231,32 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     return out
 
 
+def _usage(system: str) -> list[str]:
+    """The model card's "Search in five lines" section."""
+    own = (
+        "Articles of your own: `model.encode_document(texts)` gives the vectors lexgraph gives "
+        f"({ARTICLE_SIDE[system]})."
+        if system not in GRAPH_SIDE
+        else f"Articles of your own: `{system}`'s article vectors come from the statute graph, not from "
+        "texts, so `model.encode_document` refuses; `lexgraph index` builds them for a corpus of yours."
+    )
+    return [
+        "## Search in five lines",
+        "",
+        "```python",
+        "from safetensors.numpy import load_file",
+        "from sentence_transformers import SentenceTransformer  # 6 or later",
+        'model = SentenceTransformer("OUT", trust_remote_code=True)  # articles: OUT/lexgraph_st.py',
+        'articles = load_file("OUT/article_vectors.safetensors")',
+        'scores = model.encode_query(["Qui paie la réparation du mur mitoyen ?"]) @ articles["vectors"].T',
+        'top10 = articles["ids"][(-scores[0]).argsort(kind="stable")[:10]]  # ties: the lower id first',
+        "```",
+        "",
+        own,
+        "",
+    ]
+
+
 def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], sections: dict[str, Any]) -> str:
     """The export's README.md: front matter for the hub, then metrics, params and usage."""
     import yaml
@@ -263,7 +289,7 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
             "",
             f"# lexgraph `{system}`: statutory article retrieval (French)",
             "",
-            f"The query encoder of lexgraph's `{system}` system, with the article vectors it searches "
+            f"lexgraph's `{system}` system, both encoders, with the article vectors it searches "
             f"({manifest['articles']} articles, dim {manifest['dim']}, {manifest['similarity']} similarity).",
             "",
             f"- Query side: {manifest['token_pooling']} pooling, at most {manifest['max_length']} tokens"
@@ -281,29 +307,7 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
                 else ""
             ),
             "",
-            "## Search in five lines",
-            "",
-            "```python",
-            "from safetensors.numpy import load_file",
-            "from sentence_transformers import SentenceTransformer  # 6 or later",
-            'model = SentenceTransformer("OUT", trust_remote_code=True)  # articles: OUT/lexgraph_st.py',
-            'articles = load_file("OUT/article_vectors.safetensors")',
-            'scores = model.encode_query(["Qui paie la réparation du mur mitoyen ?"]) @ articles["vectors"].T',
-            'top10 = articles["ids"][(-scores[0]).argsort(kind="stable")[:10]]  # ties: the lower id first',
-            "```",
-            "",
-            *(
-                [
-                    "Articles of your own: `model.encode_document(texts)` gives the vectors lexgraph gives "
-                    f"({ARTICLE_SIDE[system]}).",
-                ]
-                if system not in GRAPH_SIDE
-                else [
-                    f"Articles of your own: `{system}`'s article vectors come from the statute graph, not from "
-                    "texts, so `model.encode_document` refuses; `lexgraph index` builds them for a corpus of yours.",
-                ]
-            ),
-            "",
+            *_usage(system),
             "## Metrics (lexgraph's `evaluate` stage)",
             "",
             *table,
