@@ -57,9 +57,9 @@ half of the documents), so lexgraph is run with the matching policy for each che
 * rank_bm25 ``BM25Okapi`` replaces a negative idf by ``epsilon * mean(idf)``
   (epsilon = 0.25): lexgraph is given ``idf_floor = 0.25 * mean(raw idf)``, computed
   from its own document frequencies (and checked against rank_bm25's value).
-* bm25s ``method="robertson"`` clamps a negative idf to 0 (lexgraph's default
-  ``idf_floor=0.0``) and leaves out the constant ``(k1 + 1)`` factor of the tf part,
-  so its scores are multiplied by ``k1 + 1`` before comparing.
+* bm25s ``method="robertson"`` clamps a negative idf to 0 (lexgraph's ``idf_floor=0.0``,
+  its default before issue 41) and leaves out the constant ``(k1 + 1)`` factor of the tf
+  part, so its scores are multiplied by ``k1 + 1`` before comparing.
 
 Reported: top-100 and top-10 lists identical (% of queries), mean overlap of the top-100
 sets (%), and the largest relative score difference over the top-100. rank_bm25 and bm25s
@@ -202,7 +202,7 @@ def build_corpus(articles: list[tuple[int, str]], copies: int, seed: int) -> tup
 
 def make_index(system: str, corpus_tokens, doc_ids):
     if system == "lexgraph":
-        return BM25(k1=K1, b=B).fit(corpus_tokens, doc_ids)
+        return BM25(k1=K1, b=B, idf_floor=0.0).fit(corpus_tokens, doc_ids)  # bm25s robertson's floor (0)
     if system.startswith("bm25s-"):
         import bm25s
 

@@ -25,7 +25,8 @@ IDS = [30, 10, 20]
 
 
 def hand_score(query, doc, corpus, k1, b, floor="none"):
-    """BM25 written out independently: sum over query tokens, Robertson idf."""
+    """BM25 written out independently: sum over query tokens, Robertson idf; ``floor`` a number
+    (negative idfs replaced by it), "none", or "lucene-min" (at least ln(1 + 0.5 / (N + 0.5)))."""
     n = len(corpus)
     avgdl = sum(len(d) for d in corpus) / n
     total = 0.0
@@ -34,7 +35,9 @@ def hand_score(query, doc, corpus, k1, b, floor="none"):
         if df == 0:
             continue
         idf = math.log((n - df + 0.5) / (df + 0.5))
-        if floor != "none" and idf < 0:
+        if floor == "lucene-min":
+            idf = max(idf, math.log(1 + 0.5 / (n + 0.5)))
+        elif floor != "none" and idf < 0:
             idf = floor
         tf = doc.count(term)
         total += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / avgdl))
@@ -62,12 +65,12 @@ def test_negative_idf_policy():
     raw = math.log(1.5 / 2.5)
     assert raw < 0
     keep = BM25(k1=1.2, b=0.75, idf_floor=None).fit(DOCS, IDS)
-    default = BM25(k1=1.2, b=0.75).fit(DOCS, IDS)
+    zero = BM25(k1=1.2, b=0.75, idf_floor=0.0).fit(DOCS, IDS)  # the default before issue 41
     floored = BM25(k1=1.2, b=0.75, idf_floor=0.1).fit(DOCS, IDS)
     by_id = dict(zip(IDS, DOCS))
     b_term = keep.vocab["b"]
     assert keep.idf[b_term] == pytest.approx(raw)
-    assert default.idf_floor == 0.0 and default.idf[b_term] == 0.0
+    assert zero.idf_floor == 0.0 and zero.idf[b_term] == 0.0
     assert floored.idf[b_term] == pytest.approx(0.1)
     # terms with non-negative idf are untouched by the floor
     assert floored.idf[floored.vocab["a"]] == pytest.approx(math.log(2.5 / 1.5))
@@ -80,15 +83,75 @@ def test_negative_idf_policy():
         [hand_score(["b"], by_id[i], DOCS, 1.2, 0.75, floor=0.1) for i in (10, 20, 30)],
         rtol=1e-6,
     )
-    assert np.all(default.score_tokens([["b"]]) == 0)
+    assert np.all(zero.score_tokens([["b"]]) == 0)
     # negative scores rank below documents without the term
     ids, scores = keep.search_tokens([["b"]], 3)
     assert ids[0, 0] == 30 and scores[0, 0] == 0 and np.all(scores[0, 1:] < 0)
     # all-zero scores: ordered by article id
-    ids, _ = default.search_tokens([["b"]], 3)
+    ids, _ = zero.search_tokens([["b"]], 3)
     assert ids.tolist() == [[10, 20, 30]]
-    default.set_idf_floor(0.1)
-    np.testing.assert_array_equal(default.score_tokens([["b", "a"]]), floored.score_tokens([["b", "a"]]))
+    zero.set_idf_floor(0.1)
+    np.testing.assert_array_equal(zero.score_tokens([["b", "a"]]), floored.score_tokens([["b", "a"]]))
+    # the default floor: "b" keeps ln(1 + 0.5 / 3.5) = ln(8/7) and ranks the two documents that hold it
+    default = BM25(k1=1.2, b=0.75).fit(DOCS, IDS)
+    assert default.idf_floor == "lucene-min" and default.idf[b_term] == pytest.approx(math.log(8 / 7))
+    np.testing.assert_allclose(
+        default.score_tokens([["b"]])[0],
+        [hand_score(["b"], by_id[i], DOCS, 1.2, 0.75, floor="lucene-min") for i in (10, 20, 30)],
+        rtol=1e-6,
+    )
+    ids, scores = default.search_tokens([["b"]], 3)
+    assert ids[0, :2].tolist() == [20, 10] and np.all(scores[0, :2] > 0) and scores[0, 2] == 0
+
+
+# N = 4: "s" in every document, "p" in exactly half (Robertson's idf 0), "q" in one
+SMALL = [["s", "p"], ["s", "q"], ["s", "p"], ["s"]]
+
+
+@pytest.mark.parametrize(
+    "idf, floor, expected",
+    [
+        # Robertson ln((N - df + 0.5) / (df + 0.5)): s ln(0.5/4.5), p ln(2.5/2.5), q ln(3.5/1.5)
+        ("robertson", None, {"s": math.log(1 / 9), "p": 0.0, "q": math.log(7 / 3)}),
+        ("robertson", 0.0, {"s": 0.0, "p": 0.0, "q": math.log(7 / 3)}),
+        ("robertson", 0.25, {"s": 0.25, "p": 0.0, "q": math.log(7 / 3)}),  # only negative idfs are replaced
+        # eps(4) = ln(1 + 0.5 / 4.5) = ln(10/9): raises s (negative) and p (zero), keeps q
+        ("robertson", "lucene-min", {"s": math.log(10 / 9), "p": math.log(10 / 9), "q": math.log(7 / 3)}),
+        # Lucene ln(1 + (N - df + 0.5) / (df + 0.5)): s ln(1 + 1/9), p ln(2), q ln(1 + 7/3); never below eps(N)
+        ("lucene", "lucene-min", {"s": math.log(10 / 9), "p": math.log(2), "q": math.log(10 / 3)}),
+        ("lucene", None, {"s": math.log(10 / 9), "p": math.log(2), "q": math.log(10 / 3)}),
+    ],
+)
+def test_idf_by_hand(idf, floor, expected):
+    bm = BM25(idf=idf, idf_floor=floor).fit(SMALL, [1, 2, 3, 4])
+    assert (bm.idf_variant, bm.idf_floor) == (idf, floor)
+    assert {t: bm.idf[bm.vocab[t]] for t in expected} == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_default_idf_is_robertson_floored_at_lucenes_smallest():
+    """For every N up to 300 and every df in 1..N: the default idf is > 0, never increases with df,
+    equals Robertson's wherever that is >= eps(N) = ln(1 + 0.5 / (N + 0.5)), and is eps(N) elsewhere."""
+    from lexgraph.search.bm25_kernels import idf_values
+
+    for n in range(1, 301):
+        df = np.arange(1, n + 1)
+        got = idf_values(df, n)
+        eps = math.log(1 + 0.5 / (n + 0.5))
+        robertson = [math.log((n - d + 0.5) / (d + 0.5)) for d in range(1, n + 1)]
+        assert np.all(got > 0) and np.all(np.diff(got) <= 0)
+        for d, r, g in zip(range(1, n + 1), robertson, got):
+            assert g == (pytest.approx(r, rel=1e-12) if r >= eps else pytest.approx(eps, rel=1e-12)), (n, d)
+            assert not 0 < r < eps  # Robertson's positive values are all >= eps: the floor changes none of them
+
+
+def test_bad_idf_settings_are_one_line():
+    with pytest.raises(LexgraphError, match=r"^BM25 idf = 'okapi', expected one of 'robertson', 'lucene'$"):
+        BM25(idf="okapi")
+    for floor in ("lucene", float("nan"), True):
+        with pytest.raises(
+            LexgraphError, match=r"^BM25 idf_floor = .*, expected 'lucene-min', a finite number or null"
+        ):
+            BM25(idf_floor=floor)
 
 
 def random_corpus(seed, n_docs=300, vocab=40):
@@ -123,7 +186,7 @@ except ImportError:  # pragma: no cover
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("idf_floor", [0.0, None, 0.3])
+@pytest.mark.parametrize("idf_floor", ["lucene-min", 0.0, None, 0.3])
 @pytest.mark.parametrize("use_numba", SEARCH_PATHS + ["numba-touched", "numba-scan"][: 2 * (len(SEARCH_PATHS) > 1)])
 def test_exact_topk_equals_brute_force(seed, idf_floor, use_numba, monkeypatch):
     if isinstance(use_numba, str):  # force the kernel's per-query mode: only touched documents, or a full scan
@@ -289,6 +352,72 @@ def test_load_errors(tmp_path):
         load_system(tmp_path, "cpu")
 
 
+SALARIE = [  # "salarié" in every article: Robertson's idf ln(0.5 / 3.5) < 0
+    "Le salarié a droit à un congé payé.",
+    "Le contrat de travail du salarié est exécuté de bonne foi.",
+    "L'employeur verse au salarié une indemnité de licenciement.",
+]
+#: bm25.json as lexgraph wrote it before issue 41 (format version 1: no "idf", the floor 0.0 of then)
+V1_META = """{
+  "analyzer": {
+    "stem": true,
+    "stopwords": true
+  },
+  "b": 0.75,
+  "format": "lexgraph-bm25",
+  "idf_floor": 0.0,
+  "k1": 1.2,
+  "n_docs": 3,
+  "n_terms": %d,
+  "version": 1
+}
+"""
+
+
+def test_an_index_saved_before_issue_41_loads_and_scores_as_saved(tmp_path):
+    fresh = BM25(k1=1.2, b=0.75).fit_texts(SALARIE, [1, 2, 3])
+    fresh.save(tmp_path / "old")
+    (tmp_path / "old" / "bm25.json").write_text(V1_META % fresh.n_terms, encoding="utf-8")
+    old = BM25.load(tmp_path / "old")
+    assert (old.idf_variant, old.idf_floor, old.k1, old.b) == ("robertson", 0.0, 1.2, 0.75)
+    term = old.vocab["salari"]
+    assert old.idf[term] == 0.0 and math.log(0.5 / 3.5) < 0  # floored to 0, as when it was saved
+    # a rarer term scores as the formula with the floor 0 says; the common one matches nothing, and says why
+    tokens = [old.analyzer(text) for text in SALARIE]
+    want = [hand_score(["contrat", "salari"], doc, tokens, 1.2, 0.75, floor=0.0) for doc in tokens]
+    np.testing.assert_allclose(old.score_tokens([["contrat", "salari"]])[0], want, rtol=1e-6)
+    ids, scores = old.search(["salarié"], 3)
+    assert ids.tolist() == [[-1, -1, -1]] and not scores.any()
+    why = old.no_match_reason("salarié")
+    assert "in at least half of the 3 articles" in why and "idf_floor 0.0" in why
+    assert old.no_match_reason("xyzzy") is None  # no term in the index: the display's "no article matches"
+    # saved again, it keeps its floor (format 2 names its idf)
+    old.save(tmp_path / "again")
+    again = BM25.load(tmp_path / "again")
+    assert (again.idf_variant, again.idf_floor) == ("robertson", 0.0) and again.idf[term] == 0.0
+    # the default of a new index: every article holds "salarié", all three are found
+    ids, scores = fresh.search(["salarié"], 3)
+    assert sorted(ids[0].tolist()) == [1, 2, 3] and np.all(scores > 0)
+
+
+def test_bm25_json_with_bad_idf_settings_is_one_line(tmp_path):
+    import json
+
+    BM25().fit([["a"], ["b"]], [1, 2]).save(tmp_path / "i")
+    meta_path = tmp_path / "i" / "bm25.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    assert (meta["version"], meta["idf"], meta["idf_floor"]) == (2, "robertson", "lucene-min")
+    for key, value, expected in (
+        ("idf", "okapi", "idf = 'okapi', expected one of 'robertson', 'lucene'"),
+        ("idf_floor", "lucene", "idf_floor = 'lucene', expected 'lucene-min', a finite number or null"),
+        ("version", 3, "unsupported index format 'lexgraph-bm25' v3, expected 'lexgraph-bm25' v1 or v2"),
+    ):
+        meta_path.write_text(json.dumps({**meta, key: value}), encoding="utf-8")
+        with pytest.raises(LexgraphError) as info:
+            BM25.load(tmp_path / "i")
+        assert str(info.value).startswith(f"{meta_path}: {expected}") and "\n" not in str(info.value)
+
+
 def test_load_system_and_text_search(tmp_path):
     texts = [
         "Le propriétaire d'un fonds peut le clore.",
@@ -368,7 +497,7 @@ def assert_topk_as_bm25s(docs, ids, queries, k=100, k1=1.5, b=0.75) -> int:
     swapped have the same bm25s score to 1e-6. Returns the number of queries with such a swap.
     """
     bm25s = pytest.importorskip("bm25s")
-    ours = BM25(k1=k1, b=b).fit(docs, ids)
+    ours = BM25(k1=k1, b=b, idf_floor=0.0).fit(docs, ids)  # bm25s robertson's floor
     assert (ours._kernel() is not None) == (len(SEARCH_PATHS) > 1)  # lexgraph's numba kernel when numba imports
     got_ids, got_scores = ours.search_tokens(queries, k)
     order = np.argsort(ids, kind="stable")  # bm25s numbers documents in the order given

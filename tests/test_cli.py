@@ -91,7 +91,8 @@ def test_unknown_system_and_missing_models(ws, tmp_path_factory, capsys):
 
 
 def test_one_question_prints_reference_path_and_snippet(ws, capsys):
-    # article 2 matches "bail"; article 1 only "paie", whose idf is 0 (in 2 of the 3 articles): score 0, not shown
+    # article 2 matches "bail"; article 1 only "paie", in 2 of the 3 articles: Robertson's idf ln(1.5/2.5) < 0,
+    # floored to ln(1 + 0.5/3.5) = ln(8/7) > 0 (issue 41), so article 1 is found too, last
     assert (
         main(
             [
@@ -109,7 +110,7 @@ def test_one_question_prints_reference_path_and_snippet(ws, capsys):
     )
     out = capsys.readouterr().out
     assert "  1. Art. 3   (score " in out and "Code A › Livre 1" in out and "Le locataire **paie** le **loyer**" in out
-    assert out.index("  1. Art. 3") < out.index("  2. Art. ") and "  3. " not in out
+    assert out.index("  1. Art. 3") < out.index("  2. Art. 2") < out.index("  3. Art. 1") and "  4. " not in out
 
 
 def test_interactive_mode_reads_until_empty_line(ws, capsys, monkeypatch):
@@ -300,3 +301,92 @@ def test_run_keeps_its_depth(ws):
     assert (ws / "r.trec").read_text(encoding="utf-8") == (
         "a Q0 3 1 0.542532 bm25\na Q0 1 2 0.000000 bm25\na Q0 2 3 0.000000 bm25\n"
     )
+
+
+# ---------------------------------------------------------------------------
+# issue 41: a term in every article of one's own corpus still finds them
+# ---------------------------------------------------------------------------
+
+SALARIE = [  # a toy corpus of one's own: "salarié" in all three articles
+    "Le salarié a droit à un congé payé de deux jours et demi par mois de travail effectif.",
+    "Le contrat de travail du salarié est exécuté de bonne foi par les parties.",
+    "L'employeur verse au salarié une indemnité de licenciement calculée sur son ancienneté.",
+]
+
+
+def _index_salarie(tmp_path, **bm25):
+    """A BM25-only workspace (params.yaml, the three-article table, ``models/bm25`` built with
+    ``bm25``'s settings) and ``lexgraph index --systems bm25`` of :data:`SALARIE` with it."""
+    import shutil
+
+    from conftest import ROOT
+
+    ws = tmp_path / "ws"
+    (ws / "data" / "clean").mkdir(parents=True)
+    shutil.copy(ROOT / "params.yaml", ws / "params.yaml")
+    pl.DataFrame(
+        {"id": list(ARTICLES), "article": list(ARTICLES.values()), "reference": [f"Art. {i}" for i in ARTICLES]}
+    ).write_parquet(ws / "data" / "clean" / "articles.parquet")
+    BM25(k1=1.2, b=0.75, **bm25).fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(ws / "models" / "bm25")
+    corpus = tmp_path / "travail.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"ct-{i}", "text": text, "path": ["Code du travail"]}, ensure_ascii=False) + "\n"
+            for i, text in enumerate(SALARIE)
+        ),
+        encoding="utf-8",
+    )
+    index = tmp_path / "index"
+    args = ["index", "--workspace", str(ws), "--corpus", str(corpus), "--out", str(index), "--systems", "bm25"]
+    assert main([*args, "--device", "cpu"]) == 0
+    return ws, index
+
+
+def test_a_term_in_every_article_of_ones_own_corpus_finds_them_all(tmp_path, capsys):
+    """`lexgraph search --index` finds the three articles for "salarié", scored by the formula: idf
+    max(ln((N - df + 0.5) / (df + 0.5)), ln(1 + 0.5 / (N + 0.5))) = ln(1 + 0.5 / 3.5) at N = df = 3."""
+    import math
+
+    from lexgraph.text.analyzer import FrenchAnalyzer
+
+    ws, index = _index_salarie(tmp_path)
+    capsys.readouterr()
+    assert main(["search", "--workspace", str(ws), "--index", str(index), "salarié"]) == 0
+    out = capsys.readouterr().out
+    assert "no results" not in out and all(f"id ct-{i})" in out for i in range(3)) and "  3. " in out
+    assert main(["search", "--workspace", str(ws), "--index", str(index), "--json", "salarié"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    lengths = [len(FrenchAnalyzer()(text)) for text in SALARIE]
+    avgdl, idf = sum(lengths) / 3, math.log(1 + 0.5 / 3.5)
+    by_hand = {f"ct-{i}": idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * dl / avgdl)) for i, dl in enumerate(lengths)}
+    assert {h["id"]: h["score"] for h in hits} == pytest.approx(by_hand, abs=1e-6)
+
+
+def test_with_the_floor_0_of_before_issue_41_no_results_say_why(tmp_path, capsys, caplog):
+    """A workspace BM25 with idf_floor 0.0 (the default before issue 41): the index warns, and a
+    question of only common terms gets no results with the true reason, never "no article matches"."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        ws, index = _index_salarie(tmp_path, idf_floor=0.0)
+    assert "get idf 0 under the workspace BM25's idf_floor 0.0" in caplog.text
+    capsys.readouterr()
+    assert main(["search", "--workspace", str(ws), "--index", str(index), "salarié"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no results: the question's terms that the articles hold are each in at least half of the 3" in out
+    assert "idf_floor 0.0" in out and "no article matches" not in out
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        json.dumps({"id": "s", "question": "salarié"}) + "\n" + json.dumps({"id": "z", "question": "xyzzy"}) + "\n",
+        encoding="utf-8",
+    )
+    caplog.clear()
+    search = ["search", "--workspace", str(ws), "--index", str(index), "--questions", str(questions)]
+    with caplog.at_level(logging.WARNING):
+        assert main([*search, "--run", str(tmp_path / "r.trec")]) == 0
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "no results" in r.getMessage()
+    ]
+    assert len(warnings) == 2
+    assert "(ids: s): the question's terms that the articles hold" in warnings[0]
+    assert "(ids: z): no article matches any term of the question" in warnings[1]

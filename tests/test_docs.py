@@ -145,7 +145,8 @@ def test_samples_are_regenerated_from_a_real_run(tmp_path):
     assert "Art. 2 " not in text_block  # only articles that match a term of the question
     record = json.loads(json_block)  # indented over lines, still one JSON object
     assert record["question"] == "Qui paie le loyer ?" and record["system"] == "bm25"
-    assert [hit["id"] for hit in record["hits"]] == [3] and len(json_block.splitlines()) > 3
+    # article 1 holds "paie" only, in 2 of the 3 articles: its idf is floored to ln(1 + 0.5 / 3.5) > 0 (issue 41)
+    assert [hit["id"] for hit in record["hits"]] == [3, 1] and len(json_block.splitlines()) > 3
     assert gen_samples.render(fresh, tmp_path) == fresh
     with pytest.raises(ValueError, match="--system bm25"):
         gen_samples.render('```\n$ lexgraph search --system dsr "mur"\n```\n', tmp_path)
@@ -310,3 +311,39 @@ def test_the_reload_memory_table_is_benchmarks_serve_reload_json():
     assert all(len(run["rows"]) == 11 for run in saved["runs"].values())  # the start and ten reloads
     table = serve_reload.table(saved)
     assert _block_after("serve.md", "## Memory and start-up", table.splitlines()[0]) == table
+
+
+def test_the_bm25_idf_section_quotes_benchmarks_bm25_idf_json():
+    """docs/scale.md's idf section (issue 41): its table is what benchmarks/bm25_idf.py prints from
+    benchmarks/bm25_idf.json, and every number its text quotes is that file's."""
+    bm25_idf = load_benchmark("bm25_idf")
+    saved = json.loads((ROOT / "benchmarks" / "bm25_idf.json").read_text(encoding="utf-8"))
+    heading = "#### BM25's idf on every corpus (`benchmarks/bm25_idf.py`)"
+    table = bm25_idf.table(saved)
+    assert _block_after("scale.md", heading, table.splitlines()[0]) == table
+    text = (ROOT / "docs" / "scale.md").read_text(encoding="utf-8")
+    section = " ".join(text[text.index(heading) : text.index("\n## ", text.index(heading))].split())
+    same, robertson, lucene = saved["unchanged"], saved["variants"]["robertson"], saved["variants"]["lucene"]
+    versus = saved["lucene_vs_robertson"]
+    quoted = [
+        f"Of its {same['articles']:,} articles, the most common term is in {same['max_df']:,}",
+        f"(N/2 is {same['articles'] // 2:,}; no term is in more than half)",
+        f"the smallest Robertson idf is {same['min_robertson_idf']:.6f} and `ε({same['articles']})` is "
+        f"{same['lucene_min']:.6f}",
+        "at `mine_negatives`' pair (k1 {}, b {})".format(*same["negatives_k1_b"]),
+        f"the mined negatives of the {same['negatives_questions']} train and dev questions are byte-identical",
+        f"(recall@100 {robertson['tuned']:.4f})",
+        f"(mAP {versus['map']['diff']:+.4f}, raw p {versus['map']['p_value']:.2g}, "
+        f"{versus['map']['p_holm']:.2g} after Holm)",
+        f"test is a paired randomisation test ({versus['resamples']:,} sign flips",
+        f"at depth {saved['depth']}",
+    ]
+    for phrase in quoted:
+        assert phrase in section, phrase
+    # what the text says of them holds in the file
+    top = [f"{split}_top{saved['depth']}" for split in ("dev", "test")]
+    assert all(same[key] for key in ("idf", "weights_tuned", "weights_negatives", "negatives", *top))
+    assert same["terms_df_over_half"] == 0 and same["max_df"] * 2 < same["articles"]
+    assert same["min_robertson_idf"] > same["lucene_min"]
+    assert robertson["tuned"] == lucene["tuned"] and not any(versus[m]["significant"] for m in bm25_idf.METRICS)
+    assert lucene["dev"]["map"] > robertson["dev"]["map"] and lucene["dev"]["ndcg@10"] > robertson["dev"]["ndcg@10"]

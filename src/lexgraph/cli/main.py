@@ -11,7 +11,8 @@
     directory, an output of ``dvc.yaml``, ``dvc.lock`` or a ``*.dvc`` file:
     :mod:`lexgraph.core.tracked`). A symbolic link is written through, the link kept, and a
     rewritten run keeps its mode (:mod:`lexgraph.core.io`). A question that no article matches (BM25: none of its terms
-    is in the corpus) gets no ranking, with a warning naming its id.
+    is in the corpus, or, in an index with an ``idf_floor`` of 0, each of them is in half of its articles or more)
+    gets no ranking, with a warning naming its id and why.
 ``lexgraph search --system bm25 --questions FILE.jsonl --json [--top 10]``
     batch mode to stdout: one JSON object per question (with ``--run`` too: both).
 ``lexgraph search --system bm25 "Qui paie la réparation du mur mitoyen ?" [--json]``
@@ -77,8 +78,18 @@ from lexgraph.core.inputs import require_directory, shown_path, text_problem
 log = logging.getLogger("lexgraph")
 
 
-def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None) -> None:
-    """Write one question's results to stdout: text for a person, or one JSON line (``--json``)."""
+def _no_match_reason(retriever, question: str) -> str:
+    """Why ``retriever`` has no results for ``question``: BM25 says when the articles hold its terms
+    but all have idf 0 (:meth:`lexgraph.search.bm25.BM25.no_match_reason`); else no term of it matches."""
+    from lexgraph.search.bm25 import BM25
+    from lexgraph.text.display import NO_MATCH
+
+    return (retriever.no_match_reason(question) if isinstance(retriever, BM25) else None) or NO_MATCH
+
+
+def _show_results(display, question: str, ids, scores, args, qid: str | None = None, out=None, retriever=None) -> None:
+    """Write one question's results to stdout: text for a person, or one JSON line (``--json``); a
+    question without results says why (:func:`_no_match_reason`)."""
     from lexgraph.text.display import render_json, render_text, use_ansi
 
     out = out or sys.stdout
@@ -86,7 +97,8 @@ def _show_results(display, question: str, ids, scores, args, qid: str | None = N
     if args.json:
         out.write(render_json(question, hits, qid=qid, system=args.system) + "\n")
     else:
-        out.write(render_text(question, hits, style="ansi" if use_ansi(out) else "plain"))
+        why = _no_match_reason(retriever, question) if not hits else ""
+        out.write(render_text(question, hits, style="ansi" if use_ansi(out) else "plain", why=why))
     out.flush()
 
 
@@ -137,6 +149,7 @@ def _show_many(retriever, display, questions, qids, top, scores, args, source: s
             scores[i, : args.top][keep],
             args,
             qid=qids[i] if qids is not None else None,
+            retriever=retriever,
         )
     if short and qids is None:
         log.info(
@@ -153,6 +166,24 @@ def _show_many(retriever, display, questions, qids, top, scores, args, source: s
             source,
             ", ".join(str(q) for q, _ in short[:10]),
             ", …" if len(short) > 10 else "",
+        )
+
+
+def _warn_unmatched(retriever, questions, qids, matched, args) -> None:
+    """A warning per reason (:func:`_no_match_reason`) naming the questions of ``--questions`` without results."""
+    by_reason: dict[str, list[str]] = {}
+    for qid, question, ok in zip(qids, questions, matched):
+        if not ok:
+            by_reason.setdefault(_no_match_reason(retriever, question), []).append(qid)
+    for reason, unmatched in by_reason.items():
+        log.warning(
+            "no results for %d question(s) of %s (ids: %s%s): %s%s",
+            len(unmatched),
+            args.questions,
+            ", ".join(unmatched[:10]),
+            ", …" if len(unmatched) > 10 else "",
+            reason,
+            "; the run has nothing for them" if args.run else "",
         )
 
 
@@ -244,16 +275,7 @@ def cmd_search(args) -> int:
     if args.questions:
         top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
         matched = real_results(retriever, top, scores).any(axis=1)  # (n,)
-        if not matched.all():
-            unmatched = [qid for qid, ok in zip(ids, matched) if not ok]
-            log.warning(
-                "no article matches any term of %d question(s) of %s (ids: %s%s)%s",
-                len(unmatched),
-                args.questions,
-                ", ".join(unmatched[:10]),
-                ", …" if len(unmatched) > 10 else "",
-                "; the run has nothing for them" if args.run else "",
-            )
+        _warn_unmatched(retriever, questions, ids, matched, args)
         if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
             write_trec(
                 args.run,

@@ -3,7 +3,7 @@
 Scoring, for a query ``q`` (a list of terms) and a document ``d``::
 
     score(q, d) = sum_{t in q} idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * dl(d) / avgdl))
-    idf(t)      = ln((N - df(t) + 0.5) / (df(t) + 0.5))
+    idf(t)      = max(ln((N - df(t) + 0.5) / (df(t) + 0.5)), eps(N)),   eps(N) = ln(1 + 0.5 / (N + 0.5))
 
 with ``N`` the number of documents, ``df(t)`` the number of documents containing
 ``t``, ``dl(d)`` the number of terms of ``d`` and ``avgdl`` their mean.
@@ -13,13 +13,19 @@ Policies:
 * **Repeated query terms** count once per occurrence: the sum runs over the query's
   tokens, so a term written twice in the query contributes twice (as in
   ``rank_bm25.BM25Okapi`` and ``bm25s``).
-* **Negative idf.** ``idf`` is negative for terms in more than half of the documents
-  (``df > N/2``). With ``idf_floor=x`` (default ``0.0``) every negative idf is
-  replaced by ``x``, so a very common term never lowers a score; ``0.0`` is what
-  ``bm25s`` does for ``method="robertson"``; ``rank_bm25`` uses
-  ``x = 0.25 * mean(idf)`` over the vocabulary. ``idf_floor=None`` keeps negative
-  idfs as they are (documents containing very common query terms are pushed down).
-  Idfs that are already ``>= 0`` are never changed.
+* **The idf** (:mod:`lexgraph.search.bm25_kernels`, which has the rules in full). ``idf="robertson"``
+  (default) is Robertson's ``ln((N - df + 0.5) / (df + 0.5))``, negative for a term in more than
+  half of the documents (``df > N/2``); ``idf="lucene"`` is Lucene's
+  ``ln(1 + (N - df + 0.5) / (df + 0.5))``, always > 0. ``idf_floor="lucene-min"`` (default)
+  raises every idf to at least ``eps(N)``, Lucene's idf of a term in every document: a very
+  common term never lowers a score and still ranks the articles that hold it (on a 3-article
+  corpus where every article says "salarié", a question "salarié" finds all three), and wherever
+  Robertson's idf is ``>= eps(N)`` (every term in fewer than half of the documents) it is
+  unchanged. ``idf_floor=x`` replaces every negative idf by ``x``: ``0.0``, the default before
+  issue 41 and bm25s's ``method="robertson"``, gives a term in half of the documents or more
+  idf 0 (it adds nothing); ``rank_bm25`` uses ``x = 0.25 * mean(idf)``. ``idf_floor=None`` keeps
+  negative idfs (documents containing very common query terms are pushed down). Both are saved
+  with the index (``bm25.json``), and an index keeps its own when it is loaded.
 * Query terms absent from the index contribute nothing.
 
 Implementation: the raw counts ``tf`` are kept as a CSR matrix ``(n_terms, n_docs)``
@@ -34,7 +40,7 @@ negative, a compiled kernel (:mod:`lexgraph.search.bm25_numba`) does the same pe
 query with one float32 accumulator, in the same order and precision: identical results,
 no Python per query (a whole batch in one call; the top-k kept in a buffer of candidate
 keys with a rising floor, see that module). Query terms whose idf is 0 (floored) are left
-out of the product: they add 0 to every score. Documents are stored in increasing
+out of the product: they add 0 to every score (only with a floor of 0 or none). Documents are stored in increasing
 article-id order and ties, at the cut-off too, are broken by the lower article id, so
 results are deterministic. With the kernel, a top-100 query takes ~0.02 ms on one CPU core
 on a 22k-article French corpus and ~0.05 ms on the 90k articles of every French code
@@ -47,12 +53,9 @@ exact scores differ by less than that may be ordered as a tie.
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import math
 import numbers
-import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
@@ -62,7 +65,6 @@ import scipy.sparse as sp
 
 from lexgraph.core import layout
 from lexgraph.core.errors import LexgraphError
-from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.progress import progress_bar
 
 try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip its counting pass
@@ -70,23 +72,31 @@ try:  # scipy's compiled CSR x CSR kernel (what ``a @ b`` calls), used to skip i
 except ImportError:  # pragma: no cover - other scipy layouts: fall back to the public operator
     _csr_matmat = None
 
-from lexgraph.search.bm25_kernels import bm25_weights, kernel_scan, robertson_idf, sparse_topk
+from lexgraph.search.bm25_files import ARRAYS, FORMAT, FORMAT_VERSION, META, RESTORE, VOCAB, read_index
+from lexgraph.search.bm25_files import write_npz as _write_npz
+from lexgraph.search.bm25_kernels import (
+    DEFAULT_IDF,
+    DEFAULT_IDF_FLOOR,
+    bm25_weights,
+    idf_problem,
+    idf_values,
+    kernel_scan,
+    sparse_topk,
+)
 
 log = logging.getLogger(__name__)
 
-FORMAT = "lexgraph-bm25"
-FORMAT_VERSION = 1
-_ARRAYS = "index.npz"
-_META = "bm25.json"
-_VOCAB = "vocab.json"
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: byte-identical saves
+#: the constructor's settings, saved under these keys in ``bm25.json`` and read back by :meth:`BM25.load`
+SETTINGS = ("k1", "b", "idf", "idf_floor", "analyzer")
 
 
 class BM25:
     """Okapi BM25 retriever; see the module docstring for the exact formula and policies.
 
     ``analyzer`` holds the :class:`lexgraph.text.analyzer.FrenchAnalyzer` options used by
-    :meth:`search` and :meth:`fit_texts` (and saved with the index).
+    :meth:`search` and :meth:`fit_texts` (and saved with the index); ``idf`` is the idf formula
+    (one of :data:`~lexgraph.search.bm25_kernels.IDF_VARIANTS`) and ``idf_floor`` its floor
+    (``"lucene-min"``, a number or ``None``), kept as :attr:`idf_variant` and :attr:`idf_floor`.
     """
 
     name = "bm25"
@@ -95,12 +105,13 @@ class BM25:
         self,
         k1: float = 1.2,
         b: float = 0.75,
-        idf_floor: float | None = 0.0,
+        idf_floor: float | str | None = DEFAULT_IDF_FLOOR,
         analyzer: Mapping[str, bool] | None = None,
+        idf: str = DEFAULT_IDF,
     ) -> None:
         self._check_params(k1, b)
         self.k1, self.b = float(k1), float(b)
-        self.idf_floor = None if idf_floor is None else float(idf_floor)
+        self.idf_variant, self.idf_floor = _idf_settings(idf, idf_floor)
         self.analyzer_config = dict(analyzer or {"stem": True, "stopwords": True})
         self._analyzer = None
         self.doc_ids = np.empty(0, dtype=np.int64)
@@ -129,6 +140,18 @@ class BM25:
             raise LexgraphError(f"BM25 k1 = {k1!r}, expected a finite number >= 0")
         if not ok_b:
             raise LexgraphError(f"BM25 b = {b!r}, expected a number in [0, 1]")
+
+    def settings(self) -> dict:
+        """The constructor's arguments (:data:`SETTINGS`) that give this index's scoring: what
+        :meth:`save` writes to ``bm25.json``, and ``BM25(**index.settings())`` an index of another
+        corpus scored the same way."""
+        return {
+            "k1": self.k1,
+            "b": self.b,
+            "idf": self.idf_variant,
+            "idf_floor": self.idf_floor,
+            "analyzer": dict(self.analyzer_config),
+        }
 
     @property
     def article_ids(self) -> np.ndarray:
@@ -212,7 +235,7 @@ class BM25:
         self._tf = tf
         self.doc_len = lengths.astype(np.int64, copy=False)
         self.doc_freq = np.diff(tf.indptr).astype(np.int64)
-        self.idf = robertson_idf(self.doc_freq, self.n_docs, self.idf_floor)
+        self.idf = idf_values(self.doc_freq, self.n_docs, self.idf_variant, self.idf_floor)
         self._compute_weights()
 
     def _compute_weights(self) -> None:
@@ -228,11 +251,11 @@ class BM25:
         self._compute_weights()
         return self
 
-    def set_idf_floor(self, idf_floor: float | None) -> BM25:
-        """Change the negative-idf policy (see the module docstring) and recompute weights."""
+    def set_idf_floor(self, idf_floor: float | str | None) -> BM25:
+        """Change the idf floor (see the module docstring) and recompute weights."""
         self._require_fitted()
-        self.idf_floor = None if idf_floor is None else float(idf_floor)
-        self.idf = robertson_idf(self.doc_freq, self.n_docs, self.idf_floor)
+        self.idf_variant, self.idf_floor = _idf_settings(self.idf_variant, idf_floor)
+        self.idf = idf_values(self.doc_freq, self.n_docs, self.idf_variant, self.idf_floor)
         self._compute_weights()
         return self
 
@@ -370,14 +393,30 @@ class BM25:
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Analyse ``questions`` with the index's analyzer and return the top-``k`` (see :meth:`search_tokens`).
 
-        A question that no article matches (none of its terms is in the index, or only
-        terms whose idf is floored to 0, so every article scores 0) gets no results: its
-        row is padding, ids ``-1`` and scores 0, rather than the first articles by id.
+        A question that no article matches (none of its terms is in the index or, with a floor
+        of 0, only terms whose idf is 0, so every article scores 0) gets no results: its row is
+        padding, ids ``-1`` and scores 0, rather than the first articles by id
+        (:meth:`no_match_reason` says which).
         """
         ids, scores = self.search_tokens(self.analyzer.analyze_many(list(questions), desc="analyze questions"), k)
         unmatched = ~np.any(scores != 0, axis=1)  # (n,) every score 0: nothing matched
         ids[unmatched] = -1
         return ids, scores
+
+    def no_match_reason(self, question: str) -> str | None:
+        """Why ``question`` gets no results from :meth:`search` when its terms are in the index (None
+        when none is: :data:`lexgraph.text.display.NO_MATCH` says so): every one has idf 0, being in
+        at least half of the articles (``df >= N/2``, where Robertson's
+        ``ln((N - df + 0.5) / (df + 0.5)) <= 0``) under an ``idf_floor`` of 0 (or ``None`` at exactly
+        half). The default ``"lucene-min"`` never gives 0. The phrase names no term of the question."""
+        known = [t for t in dict.fromkeys(self.analyzer(question)) if t in self.vocab]
+        if not known or not all(self._zero_idf[self.vocab[t]] for t in known):
+            return None
+        return (
+            f"the question's terms that the articles hold are each in at least half of the {self.n_docs} "
+            f"articles, so their idf is 0 under this index's idf_floor {self.idf_floor!r} (the default "
+            f"{DEFAULT_IDF_FLOOR!r} keeps every idf positive)"
+        )
 
     # ------------------------------------------------------------------ persistence
 
@@ -399,17 +438,14 @@ class BM25:
         meta = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
-            "k1": self.k1,
-            "b": self.b,
-            "idf_floor": self.idf_floor,
-            "analyzer": self.analyzer_config,
+            **self.settings(),
             "n_docs": self.n_docs,
             "n_terms": self.n_terms,
         }
         with atomic_path(directory, directory=True) as tmp:
-            _write_npz(tmp / _ARRAYS, arrays)
-            write_json(meta, tmp / _META, sort_keys=True, ensure_ascii=True)
-            write_json(self.terms, tmp / _VOCAB, indent=None)  # one line, characters as they are
+            _write_npz(tmp / ARRAYS, arrays)
+            write_json(meta, tmp / META, sort_keys=True, ensure_ascii=True)
+            write_json(self.terms, tmp / VOCAB, indent=None)  # one line, characters as they are
         log.info("saved BM25 index (%d documents, %d terms) to %s", self.n_docs, self.n_terms, directory)
 
     @classmethod
@@ -417,72 +453,27 @@ class BM25:
         """Load an index written by :meth:`save`; a missing, truncated or inconsistent file
         raises a :class:`LexgraphError` naming it."""
         directory = Path(directory)
-        for name in (_ARRAYS, _META, _VOCAB):
-            if not (directory / name).is_file():
-                raise LexgraphError(f"{directory}: not a BM25 index (missing {name}); run `dvc repro bm25` first")
-        restore = "rerun `dvc repro bm25` (or `dvc checkout`) to restore it"
-        try:
-            meta = json_object((directory / _META).read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
-            raise LexgraphError(
-                f"{directory / _META}: truncated or corrupt index metadata ({exc}); {restore}"
-            ) from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-            got = meta if not isinstance(meta, dict) else f"{meta.get('format')!r} v{meta.get('version')!r}"
-            raise LexgraphError(
-                f"{directory / _META}: unsupported index format {got}, expected {FORMAT!r} v{FORMAT_VERSION}"
-            )
-        try:
-            terms = json_object((directory / _VOCAB).read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
-            raise LexgraphError(f"{directory / _VOCAB}: truncated or corrupt vocabulary ({exc}); {restore}") from None
-        needed = {"doc_ids", "doc_len", "tf_indptr", "tf_indices", "tf_data"}
-        try:
-            with np.load(directory / _ARRAYS, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in z.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise LexgraphError(
-                f"{directory / _ARRAYS}: truncated or corrupt index arrays ({exc}); {restore}"
-            ) from None
-        if needed - set(arrays):
-            raise LexgraphError(f"{directory / _ARRAYS}: missing arrays {sorted(needed - set(arrays))}; {restore}")
-        try:
-            n_docs, n_terms = int(meta["n_docs"]), int(meta["n_terms"])
-            if len(terms) != n_terms or arrays["doc_ids"].size != n_docs:
-                raise ValueError("the files disagree on the number of terms or documents")
-            try:  # k1 and b in the domain bm25.k1 / bm25.b have in params.yaml
-                self = cls(k1=meta["k1"], b=meta["b"], idf_floor=meta["idf_floor"], analyzer=meta["analyzer"])
-            except LexgraphError as exc:
-                raise LexgraphError(f"{directory / _META}: {str(exc).removeprefix('BM25 ')}; {restore}") from None
-            tf = sp.csr_matrix((arrays["tf_data"], arrays["tf_indices"], arrays["tf_indptr"]), shape=(n_terms, n_docs))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LexgraphError(f"{directory}: inconsistent BM25 index ({exc}); {restore}") from None
-        _check_doc_ids(arrays["doc_ids"], arrays["doc_len"], directory / _ARRAYS, restore)
+        settings, terms, arrays = read_index(directory, SETTINGS)
+        try:  # k1 and b in the domain bm25.k1 / bm25.b have in params.yaml; idf and its floor as the constructor's
+            self = cls(**settings)
+        except LexgraphError as exc:
+            raise LexgraphError(f"{directory / META}: {str(exc).removeprefix('BM25 ')}; {RESTORE}") from None
+        except (TypeError, ValueError) as exc:
+            raise LexgraphError(f"{directory}: inconsistent BM25 index ({exc}); {RESTORE}") from None
         self.doc_ids, self.terms = arrays["doc_ids"], terms
         self.vocab = {t: i for i, t in enumerate(terms)}
-        self._set_tf(tf, arrays["doc_len"])
+        self._set_tf(arrays["tf"], arrays["doc_len"])
         self.source = str(directory)
         return self
 
 
-def _check_doc_ids(doc_ids: np.ndarray, doc_len: np.ndarray, path: Path, restore: str) -> None:
-    """Ids as :meth:`BM25.fit` stores them: strictly ascending integers (distinct; column ``j`` is
-    ``doc_ids[j]``), one length each. Rotated or permuted ids would score one article, name another."""
-    bad = np.flatnonzero(np.diff(doc_ids) <= 0) + 1 if doc_ids.dtype.kind in "iu" and doc_ids.ndim == 1 else [0]
-    if len(bad) or doc_len.shape != doc_ids.shape:
-        where = f"out of order at position {bad[0]} of {doc_ids.size}" if len(bad) else "not one per 'doc_len'"
-        raise LexgraphError(f"{path}: 'doc_ids' {where}, expected strictly ascending article ids; {restore}")
-
-
-def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """``np.savez`` with fixed member timestamps, so equal arrays give equal bytes."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
-        for name in sorted(arrays):
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arrays[name]), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, buf.getvalue())
+def _idf_settings(idf, idf_floor) -> tuple[str, float | str | None]:
+    """``(idf, idf_floor)`` checked (:func:`lexgraph.search.bm25_kernels.idf_problem`), a numeric
+    floor as a float; a bad one is one line naming the key."""
+    problem = idf_problem(idf, idf_floor)
+    if problem:
+        raise LexgraphError(f"BM25 {problem}")
+    return idf, idf_floor if idf_floor is None or isinstance(idf_floor, str) else float(idf_floor)
 
 
 def load_system(workspace: Path, device: str = "cpu", *, corpus: Path | None = None) -> BM25:

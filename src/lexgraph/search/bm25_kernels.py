@@ -1,11 +1,33 @@
-"""BM25's scoring kernels: Robertson's idf, the per-posting BM25 weights, and the exact
-top-k of a score matrix, dense or sparse (with the numba kernel of
+"""BM25's scoring kernels: the idf (Robertson's or Lucene's, with its floor), the per-posting
+BM25 weights, and the exact top-k of a score matrix, dense or sparse (with the numba kernel of
 :mod:`lexgraph.search.bm25_numba` when it imports); :class:`lexgraph.search.bm25.BM25`
-builds on them."""
+builds on them.
+
+The idf of a term in ``df`` of ``N`` documents (:func:`idf_values`):
+
+* ``robertson``: ``ln((N - df + 0.5) / (df + 0.5))``, negative when ``df > N/2``, 0 at ``df = N/2``;
+* ``lucene``: ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's ``BM25Similarity``), always > 0,
+  decreasing in ``df`` down to ``eps(N) = ln(1 + 0.5 / (N + 0.5))`` at ``df = N``.
+
+The floor (``idf_floor``) then applies to either:
+
+* ``"lucene-min"`` (:data:`DEFAULT_IDF_FLOOR`): ``idf = max(idf, eps(N))``, with ``eps(N)`` the
+  smallest idf Lucene's formula ever gives. Parameter-free, never negative, never 0, monotone in
+  ``df``; equal to the formula's value wherever that is ``>= eps(N)`` (Robertson's, for integer
+  ``df``: every ``df < N/2``, since its positive values are all ``>= ln(1 + 2/N) > eps(N)``;
+  Lucene's: always). A term in every document still ranks the documents that hold it.
+* a number ``x``: every negative idf replaced by ``x`` (idfs ``>= 0`` kept): ``0.0`` is bm25s's
+  ``method="robertson"`` and lexgraph's default before issue 41 (a term in half of the documents
+  or more adds nothing, so a question of only such terms matches no article); rank_bm25's
+  ``BM25Okapi`` is ``x = 0.25 * mean(idf)``.
+* ``None``: the idf as the formula gives it (negative ones push documents down).
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 
 import numpy as np
 
@@ -14,13 +36,53 @@ log = logging.getLogger(__name__)
 WEIGHT_SLICE = 1 << 16  # postings weighted at a time by bm25_weights (bounds its float64 temporaries)
 
 
-def robertson_idf(df: np.ndarray, n_docs: int, idf_floor: float | None = 0.0) -> np.ndarray:
-    """``ln((N - df + 0.5) / (df + 0.5))`` per term; negative values replaced by ``idf_floor``."""
+ROBERTSON, LUCENE = "robertson", "lucene"
+#: the idf formulas (``BM25(idf=...)``); see the module docstring
+IDF_VARIANTS = (ROBERTSON, LUCENE)
+LUCENE_MIN = "lucene-min"
+#: the idf variant and floor of a new index (saved in its ``bm25.json``; an index saved before
+#: issue 41 keeps its own: Robertson's with the number it holds)
+DEFAULT_IDF = ROBERTSON
+DEFAULT_IDF_FLOOR = LUCENE_MIN
+
+
+def lucene_min(n_docs: int) -> float:
+    """``eps(N) = ln(1 + 0.5 / (N + 0.5))``: Lucene's idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` of a
+    term in all ``N`` documents, the smallest it ever gives (the ``"lucene-min"`` floor)."""
+    return float(np.log1p(0.5 / (n_docs + 0.5)))
+
+
+def idf_problem(idf, idf_floor) -> str | None:
+    """What is wrong with an ``idf`` / ``idf_floor`` pair, in one phrase naming the key; None when fine."""
+    if not (isinstance(idf, str) and idf in IDF_VARIANTS):
+        return f"idf = {idf!r}, expected one of {', '.join(map(repr, IDF_VARIANTS))}"
+    if idf_floor is None or (isinstance(idf_floor, str) and idf_floor == LUCENE_MIN):
+        return None
+    if isinstance(idf_floor, numbers.Real) and not isinstance(idf_floor, (bool, np.bool_)) and math.isfinite(idf_floor):
+        return None
+    return f"idf_floor = {idf_floor!r}, expected {LUCENE_MIN!r}, a finite number or null (None)"
+
+
+def idf_values(
+    df: np.ndarray, n_docs: int, idf: str = DEFAULT_IDF, idf_floor: float | str | None = DEFAULT_IDF_FLOOR
+) -> np.ndarray:
+    """The float64 idf of every term (document frequencies ``df`` among ``n_docs``): Robertson's
+    ``ln((N - df + 0.5) / (df + 0.5))`` or Lucene's ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (``idf``),
+    then ``idf_floor``: ``"lucene-min"`` ``max(idf, ln(1 + 0.5 / (N + 0.5)))``, a number ``x`` every
+    negative idf replaced by ``x``, ``None`` none (the module docstring)."""
     df = np.asarray(df, dtype=np.float64)
-    idf = np.log((n_docs - df + 0.5) / (df + 0.5))
+    ratio = (n_docs - df + 0.5) / (df + 0.5)
+    values = np.log(ratio) if idf == ROBERTSON else np.log1p(ratio)
+    if idf_floor == LUCENE_MIN:
+        return np.maximum(values, lucene_min(n_docs))
     if idf_floor is not None:
-        idf = np.where(idf < 0.0, float(idf_floor), idf)
-    return idf
+        return np.where(values < 0.0, float(idf_floor), values)
+    return values
+
+
+def robertson_idf(df: np.ndarray, n_docs: int, idf_floor: float | str | None = DEFAULT_IDF_FLOOR) -> np.ndarray:
+    """Robertson's ``ln((N - df + 0.5) / (df + 0.5))`` per term, floored by ``idf_floor`` (:func:`idf_values`)."""
+    return idf_values(df, n_docs, ROBERTSON, idf_floor)
 
 
 def bm25_weights(tf, doc_len: np.ndarray, idf: np.ndarray, k1: float, b: float) -> tuple[np.ndarray, bool]:

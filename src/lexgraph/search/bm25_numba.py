@@ -1,9 +1,9 @@
 """Optional numba kernel for :meth:`lexgraph.search.bm25.BM25.search_tokens`.
 
 Same result, bit for bit, as the scipy path (``q @ weights`` then
-:func:`lexgraph.search.bm25_kernels.sparse_topk`) when every weight is ``>= 0`` (the
-default ``idf_floor=0.0``). All the queries of a batch go through one call, one after the
-other on one thread, with buffers allocated once per call.
+:func:`lexgraph.search.bm25_kernels.sparse_topk`) when every weight is ``>= 0`` (any
+``idf_floor >= 0``: the default ``"lucene-min"``, or ``0.0``). All the queries of a batch go
+through one call, one after the other on one thread, with buffers allocated once per call.
 
 Scoring. Each query's scores are accumulated in one float32 array, term by term in the
 query matrix's column order and posting by posting, each posting adding ``count * weight``:

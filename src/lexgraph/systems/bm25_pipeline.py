@@ -18,6 +18,7 @@ from lexgraph.core.provenance import output
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics.ir import METRICS, evaluate_run
 from lexgraph.search.bm25 import BM25
+from lexgraph.search.bm25_kernels import DEFAULT_IDF
 from lexgraph.text.analyzer import FrenchAnalyzer
 
 log = logging.getLogger(__name__)
@@ -64,19 +65,23 @@ class Bm25Config:
                 raise bad_value("bm25", key, value, expectation(Bm25Config, key))
 
 
-def build_index(articles: pl.DataFrame, k1: float, b: float) -> BM25:
-    return BM25(k1=k1, b=b).fit_texts(articles["article"].to_list(), articles["id"].to_list())
+def build_index(articles: pl.DataFrame, k1: float, b: float, idf: str = DEFAULT_IDF) -> BM25:
+    """BM25 of ``articles`` at ``k1``/``b`` with the idf formula ``idf`` (its default floor)."""
+    return BM25(k1=k1, b=b, idf=idf).fit_texts(articles["article"].to_list(), articles["id"].to_list())
 
 
-def tune_grid(articles: pl.DataFrame, questions: pl.DataFrame, config: Bm25TuneConfig) -> tuple[list[dict], dict]:
-    """Grid search over ``bm25_tune.k1`` x ``bm25_tune.b``; return (grid rows, best row)."""
+def tune_grid(
+    articles: pl.DataFrame, questions: pl.DataFrame, config: Bm25TuneConfig, idf: str = DEFAULT_IDF
+) -> tuple[list[dict], dict]:
+    """Grid search over ``bm25_tune.k1`` x ``bm25_tune.b`` (BM25 with the idf formula ``idf``);
+    return (grid rows, best row)."""
     metric, split = config.metric, config.split
     qids, texts, qrels = split_questions(questions, split)
     if not qids:
         raise bad_value("bm25_tune", "split", split, "a split that has questions (this one has none)")
     analyzer = FrenchAnalyzer()
     tokens = {qid: analyzer(text) for qid, text in zip(qids, texts)}
-    index = build_index(articles, 1.2, 0.75)
+    index = build_index(articles, 1.2, 0.75, idf)
     depth = max(int(metric.split("@")[1]) if "@" in metric else 500, 10)
     grid = tune(
         index,

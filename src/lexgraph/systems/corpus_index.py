@@ -168,14 +168,23 @@ def clean_corpus(corpus: Path, workspace: Path) -> tuple[pl.DataFrame, pl.DataFr
 
 
 def write_bm25(articles: pl.DataFrame, workspace: Path, out: Path) -> None:
-    """BM25 of the corpus with the workspace index's k1, b, idf floor and analyzer."""
+    """BM25 of the corpus with the workspace index's settings (k1, b, idf, floor, analyzer); warns of idf-0 terms."""
     from lexgraph.search.bm25 import BM25
+    from lexgraph.search.bm25_kernels import DEFAULT_IDF_FLOOR
 
     own = BM25.load(layout.BM25.under(workspace))
-    bm25 = BM25(k1=own.k1, b=own.b, idf_floor=own.idf_floor, analyzer=own.analyzer_config)
-    bm25.fit_texts(articles["article"].to_list(), articles["id"].to_list())
+    bm25 = BM25(**own.settings()).fit_texts(articles["article"].to_list(), articles["id"].to_list())
     bm25.save(out)
-    log.info("index: bm25 (k1=%.2f, b=%.2f) over %d articles", own.k1, own.b, articles.height)
+    log.info("index: bm25 (k1=%.2f, b=%.2f, idf %s) over %d articles", own.k1, own.b, own.idf_variant, articles.height)
+    if zero := int((bm25.idf == 0.0).sum()):
+        log.warning(
+            "index: %d term(s) of the corpus are each in at least half of its articles and get idf 0 under the "
+            "workspace BM25's idf_floor %r: a question of only such terms gets no results; rebuild the "
+            "workspace's BM25 (`dvc repro bm25`) for the default floor %r, then index again",
+            zero,
+            own.idf_floor,
+            DEFAULT_IDF_FLOOR,
+        )
 
 
 def _cache_settings(path: Path) -> dict[str, str]:

@@ -237,6 +237,11 @@ def mark(snippet: str, highlights: Sequence[Sequence[int]], style: str = "plain"
     return "".join(out)
 
 
+#: why a question gets no results when nothing more precise is known (a dense system: a blank
+#: question; BM25: none of its terms is in the corpus)
+NO_MATCH = "no article matches any term of the question"
+
+
 def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
     """``(n, k)`` bool: which entries of a system's results ``ids``/``scores`` (both ``(n, k)``)
     are results. An id of ``-1`` is padding (a row of them: nothing matches the question);
@@ -310,13 +315,23 @@ def use_ansi(stream: IO[str]) -> bool:
         return False
 
 
-def render_text(question: str, hits: Sequence[Hit], style: str = "plain", line_width: int = 92) -> str:
+def render_text(
+    question: str, hits: Sequence[Hit], style: str = "plain", line_width: int = 92, why: str = NO_MATCH
+) -> str:
     """The human output of one question: a block per hit (rank, article number, the rest of
     the reference, score and id; the heading path; the marked snippet), every text from the
-    corpus or the question made :func:`visible`."""
+    corpus or the question made :func:`visible`; no hits: ``no results: <why>`` (the system's
+    reason, e.g. :meth:`lexgraph.search.bm25.BM25.no_match_reason`)."""
     lines = ["", visible(question)]
     if not hits:
-        lines += ["", "     no results: no article matches any term of the question"]
+        lines += [""] + textwrap.wrap(
+            visible(f"no results: {why}"),
+            line_width,
+            initial_indent="     ",
+            subsequent_indent="       ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
     for hit in hits:
         rest = _reference_rest(hit.reference, hit.article)
         title = visible(f"{hit.article} · {rest}" if rest else hit.article)
@@ -354,6 +369,7 @@ __all__ = [
     "Display",
     "Hit",
     "MODAL_FORMS",
+    "NO_MATCH",
     "TermMatcher",
     "UNMARKED",
     "article_number",
