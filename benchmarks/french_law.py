@@ -563,7 +563,7 @@ class SizeRun:
 
         saved = load_system(self.args.workspace)
         with self.steps.measure("fit", "bm25", self.size):
-            index = BM25(k1=saved.k1, b=saved.b, idf_floor=saved.idf_floor, analyzer=saved.analyzer_config)
+            index = BM25(**saved.settings())  # the saved index's scoring: k1, b, idf, floor, analyzer
             index.fit_texts(self.sample.texts + texts[: self.m], np.concatenate([self.sample.ids, self.dis_ids]))
         with self.steps.measure("search", "bm25", self.size):
             self.keep("bm25", index.search(self.sample.questions, min(self.args.k, self.size))[0])
