@@ -24,7 +24,7 @@ def split_data(workspace: Path, split: str) -> tuple[dict[str, str], dict[str, s
 def st_metrics(export: Path, workspace: Path, split: str = "test") -> dict[str, float]:
     """lexgraph's names -> the evaluator's scores of ``SentenceTransformer(export)`` on ``split``."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.evaluation import InformationRetrievalEvaluator
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
     model = SentenceTransformer(str(export), trust_remote_code=True, device="cpu")
     queries, corpus, relevant = split_data(workspace, split)

@@ -347,3 +347,18 @@ def test_the_bm25_idf_section_quotes_benchmarks_bm25_idf_json():
     assert same["min_robertson_idf"] > same["lucene_min"]
     assert robertson["tuned"] == lucene["tuned"] and not any(versus[m]["significant"] for m in bm25_idf.METRICS)
     assert lucene["dev"]["map"] > robertson["dev"]["map"] and lucene["dev"]["ndcg@10"] > robertson["dev"]["ndcg@10"]
+
+
+def test_the_export_clients_table_is_the_benchmarks_own():
+    """docs/cli.md's table of the export and MTEB clients is ``benchmarks/export_clients.py``'s
+    rendering of its committed JSON, and each client's scores are within 0.001 of lexgraph's."""
+    export_clients = load_benchmark("export_clients")
+    result = json.loads((ROOT / "benchmarks" / "export_clients.json").read_text(encoding="utf-8"))
+    assert export_clients.table(result) in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for row in result["systems"].values():
+        for client in ("sentence_transformers", "mteb"):
+            assert row[client]["metrics"] == pytest.approx(row["lexgraph"], abs=1e-3)
+        assert (
+            row["exports_byte_identical"]
+            and row["sentence_transformers"]["min_cosine_with_lexgraphs_vectors"] >= 0.9999
+        )
