@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -91,7 +92,8 @@ class InfoNCELoss(nn.Module):
                     f"other_positives has shape {tuple(other_positives.shape)}, expected {tuple(logits.shape)}"
                 )
             mask = other_positives.to(device=logits.device, dtype=torch.bool).clone()  # (B, B + N)
-            mask[torch.arange(batch), torch.arange(batch)] = False
+            diagonal = torch.arange(batch, device=logits.device)  # (B,): no host index, no copy
+            mask[diagonal, diagonal] = False
             logits = logits.masked_fill(mask, float("-inf"))  # (B, B + N)
         targets = torch.arange(batch, device=logits.device)  # (B,)
         return F.cross_entropy(logits, targets)
@@ -105,10 +107,11 @@ class InfoNCELoss(nn.Module):
         ``gold[i]`` is the set of article ids relevant to query ``i``; ``column_ids`` the
         article id of every column of the score matrix (positives then negatives).
         """
-        mask = torch.zeros(len(gold), len(column_ids), dtype=torch.bool)  # (B, B + N)
+        rows = np.zeros((len(gold), len(column_ids)), dtype=bool)  # (B, B + N): numpy, no operator dispatched
         for i, relevant in enumerate(gold):
             relevant = set(relevant)
             for j, article_id in enumerate(column_ids):
                 if j != i and int(article_id) in relevant:
-                    mask[i, j] = True
+                    rows[i, j] = True
+        mask = torch.from_numpy(rows)  # (B, B + N)
         return mask.to(device) if device is not None else mask

@@ -34,6 +34,7 @@ from lexgraph.models.family import read_base_info
 from lexgraph.models.packing import (
     BUCKET_RATIO,
     MIN_BUCKET,
+    ChunkBatch,
     chunk_token_ids,
     collate_chunks,
     length_buckets,
@@ -250,20 +251,39 @@ class HierarchicalArticleEncoder(TextEncoder):
         tokens, _ = scatter_chunks(attention_mask.sum(dim=-1), chunk_counts.to(vectors.device))  # (batch, chunks)
         return chunks, chunk_mask, tokens
 
+    def planned_chunk_vectors(self, batch: ChunkBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`chunk_vectors` of a host-planned batch (:func:`~lexgraph.models.packing.plan_chunks`):
+        one backbone call per planned ``(rows, width)`` input, the rows then gathered into their
+        slots by the plan's index, with no value read back from the device."""
+        parts = [self._pool(ids, mask) for ids, mask in zip(batch.input_ids, batch.attention_mask)]  # (rows, dim)
+        flat = torch.cat([*parts, parts[0].new_zeros(1, parts[0].size(1))])  # (rows + 1, dim): + the empty slot
+        chunks = flat.index_select(0, batch.gather).view(*batch.chunk_mask.shape, -1)  # (batch, max_chunks, dim)
+        return chunks, batch.chunk_mask, batch.tokens
+
+    def forward_planned(self, batch: ChunkBatch) -> torch.Tensor:
+        """Article embeddings ``(batch, dim)`` of a host-planned batch (the training step's path)."""
+        if self.freeze_backbone:
+            with torch.no_grad():
+                chunks, chunk_mask, tokens = self.planned_chunk_vectors(batch)
+        else:
+            chunks, chunk_mask, tokens = self.planned_chunk_vectors(batch)
+        return self.aggregate(chunks, chunk_mask, tokens, check=False)  # the plan has a chunk per article
+
     def aggregate(
-        self, chunks: torch.Tensor, chunk_mask: torch.Tensor, tokens: torch.Tensor | None = None
+        self, chunks: torch.Tensor, chunk_mask: torch.Tensor, tokens: torch.Tensor | None = None, check: bool = True
     ) -> torch.Tensor:
         """Chunk vectors ``(batch, chunks, dim)``, mask ``(batch, chunks)`` and token counts
         ``(batch, chunks)`` (``token_mean`` only) -> article embeddings ``(batch, dim)``.
 
         Padded chunks are masked in the chunk Transformer and left out of the pooling, so
-        appending empty chunks does not change an article's embedding.
+        appending empty chunks does not change an article's embedding. ``check``: refuse an
+        article without a chunk (a value read back from the device: off where the host knows).
         """
         n_chunks = chunks.size(1)
         if n_chunks > self.max_chunks:
             raise ValueError(f"{n_chunks} chunks per article, the encoder supports at most {self.max_chunks}")
         chunk_mask = chunk_mask.bool()
-        if not bool(chunk_mask.any(dim=1).all()):
+        if check and not bool(chunk_mask.any(dim=1).all()):
             raise ValueError("every article needs at least one non-empty chunk")
         positions = torch.arange(n_chunks, device=chunks.device)  # (chunks,)
         hidden = chunks + self.chunk_positions(positions).unsqueeze(0).to(chunks.dtype)  # (batch, chunks, dim)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -81,6 +82,8 @@ from lexgraph.models.packing import shortest_input
 log = logging.getLogger(__name__)
 
 QUERY_CONFIG = "query_encoder.json"
+# transformers 5 takes a 4D mask as it is (masking_utils._preprocess_mask_arguments)
+_PREPARED_MASKS = int(version("transformers").split(".")[0]) >= 5
 _SAVED_KEYS = {  # query_encoder.json: the settings from_pretrained reads back
     "prefix": (lambda v: isinstance(v, str), "a string"),
     "max_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
@@ -125,8 +128,19 @@ class TextEncoder(nn.Module):
         """One vector per sequence, ``(n, seq)`` -> ``(n, dim)``: [CLS] or masked mean."""
         if self.backbone is None:
             raise LexgraphError("this article encoder was loaded without its chunk encoder (chunk-level module only)")
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (n, seq, dim)
+        mask = self.backbone_mask(attention_mask) if self.training else attention_mask
+        hidden = self.backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state  # (n, seq, dim)
         return self.pool_states(hidden, attention_mask)
+
+    def backbone_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The mask a training step gives the backbone: with transformers 5 and SDPA attention,
+        the boolean ``(n, 1, 1, seq)`` mask Hugging Face would build from ``attention_mask``
+        ``(n, seq)``, which it takes as it is; given the 2D one, it first reads back from the
+        device whether any token is padding (one synchronisation per call, issue 43). Otherwise
+        (eager attention, transformers 4) the 2D mask itself."""
+        if _PREPARED_MASKS and getattr(self.backbone_config, "_attn_implementation", None) == "sdpa":
+            return attention_mask[:, None, None, :].bool()  # (n, 1, 1, seq)
+        return attention_mask
 
     def pool_states(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The last hidden states ``(n, seq, dim)`` pooled to ``(n, dim)``: [CLS] or masked mean."""

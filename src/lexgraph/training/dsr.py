@@ -54,7 +54,7 @@ from lexgraph.core.provenance import output, stage_inputs
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.metrics.ir import rounded, rounded_all
 from lexgraph.models.dsr import DSR
-from lexgraph.models.packing import pack_chunks
+from lexgraph.models.packing import host_to_device, plan_chunks, trimmed_length
 from lexgraph.training.dsr_config import EVAL_CUTOFF, QABISAR_SECTION, SECTION, DSRConfig, QabisarDSRSettings, build_dsr
 from lexgraph.training.dsr_data import Pair, TrainingData, load_training_data, sample_negatives
 from lexgraph.training.engine import (
@@ -111,6 +111,14 @@ class DSRTrainResult(TrainResult):
     n_pairs: int  # pairs seen per epoch
 
 
+def default_layout(device: torch.device) -> str:
+    """The article side's layout of the training step on ``device`` (docs/scale.md): length
+    buckets (``packed``) on a CPU, where they compute less and each call costs little; one call
+    over the real chunks (``padded``) on a GPU, where the step is launch-bound (issue 43: on an
+    H100, ``real`` 208 pairs/s against 111 for buckets at batch 24)."""
+    return "padded" if torch.device(device).type == "cuda" else "packed"
+
+
 class DSRTask:
     """:class:`~lexgraph.training.engine.TrainingTask` of the DSR: seeded global batches
     of pairs, one BM25 hard negative per pair, InfoNCE; dev recall@200 selection."""
@@ -123,6 +131,8 @@ class DSRTask:
             {} if self.frozen else dict(zip(data.article_ids, model.article_encoder.chunk(data.article_texts)))
         )
         self.pad_id = model.article_encoder.tokenizer.pad_token_id
+        self.layout = default_layout(self.device)  # the article side's layout (lexgraph.models.packing.LAYOUTS)
+        self.stable_queries = self.device.type == "cuda"  # questions padded to few lengths (docs/scale.md)
         n_synthetic = len(data.synthetic_pairs)
         if config.synthetic_per_epoch is not None:
             n_synthetic = min(n_synthetic, config.synthetic_per_epoch)
@@ -156,22 +166,40 @@ class DSRTask:
         for step in range(self.steps_per_epoch):
             yield [pairs[i] for i in order[step * config.batch_size : (step + 1) * config.batch_size]]
 
+    def query_inputs(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """The questions' ``input_ids``/``attention_mask`` ``(B, seq)`` on the host; with
+        ``stable_queries`` padded to a multiple of 32 tokens (at most the query length), so that
+        the query backbone sees few shapes."""
+        inputs = self.model.query_encoder.tokenize(texts)  # (B, seq) each
+        if not self.stable_queries:
+            return inputs
+        seq = inputs["input_ids"].size(1)
+        width = max(seq, trimmed_length(seq, self.model.query_encoder.max_length, 32))
+        pad = self.model.query_encoder.tokenizer.pad_token_id
+        return {
+            "input_ids": torch.nn.functional.pad(inputs["input_ids"], (0, width - seq), value=pad),
+            "attention_mask": torch.nn.functional.pad(inputs["attention_mask"], (0, width - seq), value=0),
+        }
+
     def step(self, batch: list[Pair]) -> torch.Tensor:
+        """The loss of ``batch``; every input is laid out on the host (the article side by
+        :func:`~lexgraph.models.packing.plan_chunks` in ``self.layout``) and sent to the device
+        without waiting, so the step reads nothing back from it."""
         model, data, device = self.model, self.data, self.device
         negatives = sample_negatives(batch, data.article_ids, self.rng)
         columns = [p.positive for p in batch] + negatives
-        queries = {k: v.to(device) for k, v in model.query_encoder.tokenize([p.query for p in batch]).items()}
-        mask = InfoNCELoss.shared_positive_mask([p.gold for p in batch], columns, device=device)  # (B, 2B)
+        queries = host_to_device(self.query_inputs([p.query for p in batch]), device)
+        mask = host_to_device(InfoNCELoss.shared_positive_mask([p.gold for p in batch], columns), device)  # (B, 2B)
+        encoder = model.article_encoder
         with self.runtime.autocast():
             q = model.encode_query(**queries)  # (B, dim)
-            if self.frozen:
+            if self.frozen:  # a chunk table holds at least one chunk per text: nothing to check on the device
                 cached = data.chunks.padded(data.chunks.rows(columns))  # (2B, c, dim), (2B, c), (2B, c)
-                a = model.article_encoder.aggregate(*(t.to(device) for t in cached))  # (2B, dim)
+                a = encoder.aggregate(*host_to_device(cached, device), check=False)  # (2B, dim)
             else:
-                articles = {
-                    k: v.to(device) for k, v in pack_chunks([self.chunks[a] for a in columns], self.pad_id).items()
-                }
-                a = model.encode_article(**articles)  # (2B, dim)
+                docs = [self.chunks[a] for a in columns]
+                plan = plan_chunks(docs, self.pad_id, encoder.max_chunk_length, encoder.max_chunks, self.layout)
+                a = encoder.forward_planned(host_to_device(plan, device))  # (2B, dim)
         return model.criterion(q, a[: len(batch)], a[len(batch) :], other_positives=mask)
 
     def evaluate(self) -> dict[str, float]:
@@ -182,6 +210,34 @@ class DSRTask:
             f"train_dsr: the loss became {value} at epoch {epoch}, step {step}; "
             f"lower '{SECTION}.lr' (now {self.config.lr}) or raise '{SECTION}.temperature'"
         )
+
+
+def dsr_optimization(task: DSRTask, select: bool = True):
+    """``train_dsr``'s optimizer (AdamW: the chunk-level module at ``chunk_lr``), its schedule
+    and :class:`~lexgraph.training.engine.FitConfig` for ``task``."""
+    model, config = task.model, task.config
+    total = task.steps_per_epoch * config.epochs
+    chunk_level = {id(p) for n, p in model.article_encoder.named_parameters() if not n.startswith("backbone.")}
+    params = list(model.parameters())
+    optimizer = build_optimizer(
+        [
+            ParamGroup([p for p in params if id(p) not in chunk_level], config.lr, config.weight_decay),
+            ParamGroup([p for p in params if id(p) in chunk_level], config.chunk_lr or config.lr, config.weight_decay),
+        ],
+        [model],
+        eps=1e-7,
+    )
+    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * total), total)
+    fit_config = FitConfig(
+        name="train_dsr",
+        epochs=config.epochs,
+        steps_per_epoch=task.steps_per_epoch,
+        max_grad_norm=config.max_grad_norm,
+        accumulation_steps=config.accumulation_steps,
+        selection_metric=f"recall@{EVAL_CUTOFF}" if select else None,
+        select_epoch_zero=select,
+    )
+    return optimizer, scheduler, fit_config
 
 
 def train_dsr(
@@ -211,27 +267,7 @@ def train_dsr(
         task.n_synthetic,
         len(data.synthetic_pairs),
     )
-    total = task.steps_per_epoch * config.epochs
-    chunk_level = {id(p) for n, p in model.article_encoder.named_parameters() if not n.startswith("backbone.")}
-    params = list(model.parameters())
-    optimizer = build_optimizer(
-        [
-            ParamGroup([p for p in params if id(p) not in chunk_level], config.lr, config.weight_decay),
-            ParamGroup([p for p in params if id(p) in chunk_level], config.chunk_lr or config.lr, config.weight_decay),
-        ],
-        [model],
-        eps=1e-7,
-    )
-    scheduler = build_scheduler(optimizer, "linear", int(config.warmup_ratio * total), total)
-    fit_config = FitConfig(
-        name="train_dsr",
-        epochs=config.epochs,
-        steps_per_epoch=task.steps_per_epoch,
-        max_grad_norm=config.max_grad_norm,
-        accumulation_steps=config.accumulation_steps,
-        selection_metric=f"recall@{EVAL_CUTOFF}" if select else None,
-        select_epoch_zero=select,
-    )
+    optimizer, scheduler, fit_config = dsr_optimization(task, select)
     result = fit(task, optimizer, scheduler, fit_config, runtime, resume.next_fit() if resume else None)
     seconds = time.perf_counter() - start
     log.info("trained in %.1f s", seconds)
