@@ -11,8 +11,14 @@ Stages (random-weight stand-ins of the paper's models; nothing is downloaded):
 * ``doc2query``: sampled generation (``MT5ForConditionalGeneration.generate``, top-k/top-p,
   ``queries.per_article`` returns, full ``queries.max_length``-token outputs forced with
   ``min_length``), ``queries.batch_size`` articles per call: queries/s.
-* ``train_dsr``: DSR training steps (two backbones: query and article encoder, the chunk
-  Transformer, InfoNCE over ``dsr.batch_size`` pairs = 2 x batch articles, AdamW): pairs/s.
+* ``train_dsr``: ``train_dsr``'s own training step (``lexgraph.training.dsr.DSRTask`` and
+  ``dsr_optimization``, driven by the engine's loop, ``lexgraph.training.engine.training_loop``:
+  its AdamW, schedule, clipping, precision, accumulation and loss read-back) on synthetic pairs
+  of ``dsr.batch_size`` questions with one negative each (2 x batch articles), a fresh batch
+  every step: pairs/s, and per step the dispatched operators and host synchronisations
+  (``lexgraph.core.step_probe.StepProbe``, one probed step per mode; on CUDA also the count of
+  ``torch.cuda.set_sync_debug_mode``), the article backbone's calls and the distinct input
+  shapes both backbones saw over the timed steps.
 * ``embed``: article encoding without gradients, ``embed.batch_size``: articles/s.
 
 ``train_dsr`` and ``embed`` run in three article-side modes, on articles whose chunk
@@ -21,15 +27,20 @@ counts and chunk lengths are drawn from the real distribution (``--articles``, c
 
 * ``slots``: every article padded to ``max_document_length / max_chunk_length`` chunk slots
   of ``max_chunk_length`` tokens, every slot through the backbone (a fixed padded layout);
-* ``real``: only the real chunks, padded to the longest chunk (the code before packing);
-* ``packed``: the real chunks in length buckets trimmed to their longest chunk
-  (:func:`lexgraph.models.encoders.length_buckets`; the code now).
+* ``real``: only the real chunks, padded to the longest chunk (``train_dsr``'s ``padded``
+  layout: a GPU's default);
+* ``packed``: the real chunks in width groups, multiples of 32 tokens
+  (:func:`lexgraph.models.packing.width_buckets`; a CPU's default). ``train_dsr``'s layouts are
+  planned on the host (:func:`lexgraph.models.packing.plan_chunks`); ``embed``'s ``real`` and
+  ``slots`` are this script's own, its ``packed`` the real ``encode()``.
 
 Defaults: camembert-base-sized encoders (hidden 768, 12 layers, 12 heads, 3072, 514
 positions, 32,005 tokens) and mT5-base-sized doc2query (d_model 768, 12+12 layers, d_ff
 2048, 250,112 tokens); ``--small``: multilingual-e5-small-sized encoders (384, 12 layers,
 1536, 250,037 tokens) and mT5-small (512, 8+8 layers, d_ff 1024). Batch sizes come from
-``--profile`` (``profiles/paper.yaml``) unless given.
+``--profile`` (``profiles/paper.yaml``) unless given; ``--small`` takes smaller ones that fit a
+24 GB machine (``SMALL_BATCHES``: ``train_dsr`` 4 pairs). ``--sdpa`` picks the attention
+backends of ``train_dsr`` (as ``LEXGRAPH_SDPA`` does for the stages).
 
 FLOPs: a matmul weight of ``N`` parameters costs ``2 N`` per token forward and ``6 N``
 per token for a training step (forward + backward); ``N`` counts every ``nn.Linear`` and
@@ -73,6 +84,8 @@ DOC2QUERY = {
 PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0)]  # dense bf16
 STAGES = ("pretrain", "doc2query", "train_dsr", "embed")
 MODES = ("slots", "real", "packed")
+LAYOUT_OF_MODE = {"slots": "slots", "real": "padded", "packed": "packed"}  # lexgraph.models.packing.LAYOUTS
+SMALL_BATCHES = {"dsr_batch": 4, "pretrain_batch": 8, "d2q_batch": 8, "embed_batch": 32}  # --small: fits 24 GB
 GPU_COMMAND = "python benchmarks/throughput.py --device cuda --steps 20 --json throughput-gpu.json"
 
 
@@ -163,17 +176,23 @@ def tiny_tokenizer(directory: Path):
     return BertTokenizer(str(directory / "vocab.txt"))
 
 
+def csv_column(path: Path, column: str) -> list[str]:
+    """One column of a CSV file, empty cells as "" (the csv module: the GPU image has no polars)."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as f:
+        return [row.get(column) or "" for row in csv.DictReader(f)]
+
+
 def length_distribution(articles: Path, tokenizer_dir: Path | None, chunk_length: int, document_length: int):
     """Per article: its chunks' token counts at ``chunk_length`` (specials included), its
     token count (for doc2query inputs); per question: its token count."""
-    import polars as pl
-
     from lexgraph.models.packing import chunk_token_ids
 
-    texts = pl.read_csv(articles)["article"].fill_null("").to_list()
+    texts = csv_column(articles, "article")
     questions = []
     for path in sorted(articles.parent.glob("questions_*.csv")):
-        questions += pl.read_csv(path)["question"].fill_null("").to_list()
+        questions += csv_column(path, "question")
     if tokenizer_dir is not None and (tokenizer_dir / "tokenizer_config.json").is_file():
         from transformers import AutoTokenizer
 
@@ -203,17 +222,19 @@ def length_distribution(articles: Path, tokenizer_dir: Path | None, chunk_length
 
 def padding_table(chunks, batch_articles: int, max_chunks: int, chunk_length: int, rng) -> dict[str, float]:
     """Backbone tokens computed per mode, over 200 random batches of ``batch_articles`` articles,
-    relative to the useful (real) tokens: the device-independent ceiling of packing's gain."""
-    from lexgraph.models.packing import length_buckets, trimmed_length
+    relative to the useful (real) tokens: the device-independent ceiling of packing's gain. Each
+    mode counts the calls ``train_dsr``'s layout plans (:func:`lexgraph.models.packing.plan_chunks`:
+    widths in multiples of 32, stable row counts, dummy rows included)."""
+    from lexgraph.models.packing import plan_chunks
 
     totals = dict.fromkeys(("useful", *MODES), 0.0)
     for _ in range(200):
         batch = [chunks[i] for i in rng.integers(0, len(chunks), batch_articles)]
-        lengths = [n for doc in batch for n in doc]
-        totals["useful"] += sum(lengths)
-        totals["slots"] += batch_articles * max_chunks * chunk_length
-        totals["real"] += len(lengths) * max(lengths)
-        totals["packed"] += sum(len(b) * trimmed_length(lengths[b[0]], chunk_length) for b in length_buckets(lengths))
+        docs = [[[0] * n for n in doc] for doc in batch]
+        totals["useful"] += sum(n for doc in batch for n in doc)
+        for mode in MODES:
+            plan = plan_chunks(docs, 0, chunk_length, max_chunks, LAYOUT_OF_MODE[mode])
+            totals[mode] += sum(rows * width for rows, width in plan.shapes)
     return {mode: totals[mode] / totals["useful"] for mode in MODES}
 
 
@@ -390,27 +411,94 @@ def article_embeddings(enc, docs, mode: str, device, pad_id: int, grad: bool):
     return enc.aggregate(vectors * real.unsqueeze(-1), real, (full_mask.sum(-1) * real))
 
 
-def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
-    model = build_dsr(shape, tokenizer, device, args.chunk_length, args.document_length).train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-5)
+def dsr_pairs(args, shape, dist, n_batches: int):
+    """``n_batches`` batches of ``args.dsr_batch`` synthetic pairs with the real length
+    distribution: the pairs, and the chunks (token ids) of every article id."""
+    from lexgraph.training.dsr_data import Pair
+
     rng = np.random.default_rng(1)
-    pad, cls_id, sep_id = tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id
-    batch = args.dsr_batch
-    draws = [[dist["chunks"][i] for i in rng.integers(0, len(dist["chunks"]), 2 * batch)] for _ in range(4)]
-    docs = [synthetic_docs(d, shape["vocab"], rng, cls_id, sep_id) for d in draws]
-    qlens = [[min(int(n), args.query_length) for n in rng.choice(dist["question_tokens"], batch)] for _ in range(4)]
-    queries = []
-    for lens in qlens:
-        ids = torch.full((batch, max(lens)), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for b, n in enumerate(lens):
-            ids[b, :n], mask[b, :n] = torch.tensor([cls_id, *random_ids(n - 2, shape["vocab"], rng), sep_id]), 1
-        queries.append((ids.to(device), mask.to(device)))
+    batch, chunks, batches = args.dsr_batch, {}, []
+    for k in range(n_batches):
+        draw = [dist["chunks"][i] for i in rng.integers(0, len(dist["chunks"]), 2 * batch)]
+        lengths = [min(int(n), args.query_length) for n in rng.choice(dist["question_tokens"], batch)]
+        for j, doc in enumerate(synthetic_docs(draw, shape["vocab"], rng, 2, 3)):
+            chunks[2 * batch * k + j] = doc
+        batches.append(
+            [
+                Pair(
+                    " ".join(["x"] * (n - 2)),
+                    ("train", k),
+                    frozenset({2 * batch * k + i}),
+                    2 * batch * k + i,
+                    (2 * batch * k + batch + i,),
+                )
+                for i, n in enumerate(lengths)
+            ]
+        )
+    return batches, chunks
+
+
+def dsr_loop(args, shape, device, tokenizer, batches, chunks):
+    """``train_dsr``'s own task, optimizer, schedule and engine loop (``lexgraph.training``)
+    around the stand-in model, on the synthetic pairs."""
+    from dataclasses import replace
+
+    from lexgraph.core.config import read_params
+    from lexgraph.training.dsr import DSRTask, dsr_optimization
+    from lexgraph.training.dsr_config import DSRConfig
+    from lexgraph.training.dsr_data import TrainingData
+    from lexgraph.training.engine import Runtime, training_loop
+
+    profile = read_params(args.profile)["dsr"]
+    config = replace(DSRConfig.from_params(profile), batch_size=args.dsr_batch, chunk_encoder="finetune")
+    model = build_dsr(shape, tokenizer, device, args.chunk_length, args.document_length)
+    ids = sorted(chunks)
+    data = TrainingData([p for b in batches for p in b], ids, [""] * len(ids))
+    task = DSRTask(model, data, config, Runtime(device), seed=0)
+    task.chunks = chunks  # the synthetic chunks, not the empty texts'
+    task.rng = np.random.default_rng(0)
+    optimizer, scheduler, fit_config = dsr_optimization(task, select=False)
+    return task, training_loop(task, optimizer, scheduler, fit_config, task.runtime)
+
+
+def count_step(step, loop, device) -> dict:
+    """Operators and synchronisations of one ``step()`` (:class:`~lexgraph.core.step_probe.StepProbe`;
+    on CUDA also ``torch.cuda.set_sync_debug_mode``, which sees pageable copies too)."""
+    import warnings
+
+    from lexgraph.core.step_probe import StepProbe, optimizer_host_scalars
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with StepProbe(optimizer_host_scalars(loop.optimizer), device) as probe:
+                step()
+        finally:
+            if device.type == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+    cuda_syncs = sum("synchroniz" in str(w.message) for w in caught) if device.type == "cuda" else None
+    return {"ops": probe.ops, "syncs": probe.syncs, "sync_causes": dict(probe.sync_causes), "cuda_syncs": cuda_syncs}
+
+
+def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
+    batches, chunks = dsr_pairs(args, shape, dist, args.warmup + args.steps + 1)
+    task, loop = dsr_loop(args, shape, device, tokenizer, batches, chunks)
+    model, batch = task.model, args.dsr_batch
+    shapes = {mode: {"article": [], "query": []} for mode in args.modes}
+    current = {"mode": args.modes[0]}
+    for side, encoder in (("article", model.article_encoder), ("query", model.query_encoder)):
+        encoder.backbone.register_forward_pre_hook(
+            lambda _m, _a, kw, side=side: shapes[current["mode"]][side].append(tuple(kw["input_ids"].shape)),
+            with_kwargs=True,
+        )
     n_q, n_a = matmul_params(model.query_encoder.backbone), matmul_params(model.article_encoder.backbone)
     n_chunk = matmul_params(model.article_encoder) - n_a
     useful = []
-    for lens, draw in zip(qlens, draws):
-        chunk_lengths = [n for doc in draw for n in doc]
+    for pairs in batches:
+        lens = [len(p.query.split()) + 2 for p in pairs]
+        chunk_lengths = [len(c) for p in pairs for a in (p.positive, p.negatives[0]) for c in chunks[a]]
         useful.append(
             6.0 * (n_q * sum(lens) + n_a * sum(chunk_lengths) + n_chunk * len(chunk_lengths))
             + 3 * attention_flops(lens + chunk_lengths, shape["layers"], shape["hidden"])
@@ -421,31 +509,54 @@ def bench_train_dsr(args, shape, device, peak, dist, tokenizer) -> list[dict]:
         turn = iter(range(10**9))
 
         def step():
-            i = next(turn) % 4
-            with autocast(device):
-                q = model.encode_query(*queries[i])  # (B, dim)
-                a = article_embeddings(model.article_encoder, docs[i], mode, device, pad, grad=True)  # (2B, dim)
-            loss = model.criterion(q, a[:batch], a[batch:])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            current["mode"] = mode
+            task.layout = LAYOUT_OF_MODE[mode]
+            with sdpa_context(args.sdpa):
+                loop.step(batches[next(turn) % len(batches)])
 
         return step
 
-    seconds = timed_interleaved({mode: make_step(mode) for mode in args.modes}, device, args.warmup, args.steps)
-    chunks = np.mean([sum(len(doc) for doc in d) for d in draws])
+    steps = {mode: make_step(mode) for mode in args.modes}
+    for _ in range(max(1, args.warmup)):  # AdamW's state exists after a step: its step counters are host scalars
+        for step in steps.values():
+            step()
+    counts = {mode: count_step(steps[mode], loop, device) for mode in args.modes}
+    for mode in args.modes:
+        shapes[mode] = {"article": [], "query": []}
+    seconds = timed_interleaved(steps, device, 0, args.steps)
+    chunks_per_step = np.mean([sum(len(chunks[a]) for p in b for a in (p.positive, p.negatives[0])) for b in batches])
     return [
         row(
             "train_dsr",
             mode,
             seconds[mode],
-            {"pairs/s": batch / seconds[mode], "chunks/s": chunks / seconds[mode]},
+            {"pairs/s": batch / seconds[mode], "chunks/s": chunks_per_step / seconds[mode]},
             flops,
             peak,
-            f"batch {batch} pairs, {2 * batch} articles, {chunks:.0f} real chunks",
+            f"batch {batch} pairs, {2 * batch} articles, {chunks_per_step:.0f} real chunks; the engine's step",
+            {
+                **counts[mode],
+                "article_shapes": len(set(shapes[mode]["article"])),  # distinct, over the timed steps
+                "query_shapes": len(set(shapes[mode]["query"])),
+                "article_calls_per_step": len(shapes[mode]["article"]) / args.steps,
+            },
         )
         for mode in args.modes
     ]
+
+
+def sdpa_context(value: str):
+    """``--sdpa``: the attention backends of the timed steps (``default``: torch's choice)."""
+    import contextlib
+
+    from lexgraph.training.engine import sdpa_backends
+
+    backends = sdpa_backends(value)
+    if backends is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(backends)
 
 
 def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
@@ -493,9 +604,10 @@ def bench_embed(args, shape, device, peak, dist, tokenizer) -> list[dict]:
     ]
 
 
-def row(stage, mode, seconds, rates, flops, peak, note) -> dict:
+def row(stage, mode, seconds, rates, flops, peak, note, extra=None) -> dict:
     achieved = flops / seconds
     return {
+        **(extra or {}),
         "stage": stage,
         "mode": mode,
         "seconds_per_step": seconds,
@@ -552,6 +664,9 @@ def parse_args(argv=None):
         "embed-articles",
     ):
         parser.add_argument(f"--{key}", type=positive_int, help="overrides the profile's value")
+    parser.add_argument(
+        "--sdpa", default="default", help="attention backends of train_dsr: default | flash,efficient,cudnn,math"
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     try:  # lexgraph's own reader: a repeated key, bad bytes or an unknown section is one line
@@ -570,6 +685,8 @@ def parse_args(argv=None):
         "embed_batch": profile["embed"]["batch_size"],
         "embed_articles": 4 * profile["embed"]["batch_size"],
     }
+    if args.small:
+        defaults.update(SMALL_BATCHES)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -636,9 +753,17 @@ def main(argv=None) -> int:
             for r in rows[-len(args.modes) if stage in ("train_dsr", "embed") else -1 :]:
                 rates = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k.endswith("/s"))
                 util = f"{r['utilisation']:.1%} of peak" if r["utilisation"] is not None else "no peak known"
+                counted = (
+                    f"; per step {r['ops']} operators, {r['syncs']} host syncs {r['sync_causes'] or ''}"
+                    + (f" ({r['cuda_syncs']} by CUDA's sync debug mode)" if r["cuda_syncs"] is not None else "")
+                    + f", {r['article_calls_per_step']:.1f} article backbone calls; distinct shapes over "
+                    f"{args.steps} steps: article {r['article_shapes']}, query {r['query_shapes']}"
+                    if "ops" in r
+                    else ""
+                )
                 print(
                     f"{r['stage']:<10} {r['mode']:<8} {r['seconds_per_step']:8.3f} s/step  {rates}; "
-                    f"{r['achieved_tflops'] * 1e3:.1f} useful GFLOP/s ({util}); {r['note']}"
+                    f"{r['achieved_tflops'] * 1e3:.1f} useful GFLOP/s ({util}); {r['note']}{counted}"
                 )
     for stage in ("train_dsr", "embed"):
         by_mode = {r["mode"]: r["seconds_per_step"] for r in rows if r["stage"] == stage}

@@ -29,9 +29,15 @@ def test_padding_table_on_a_known_distribution():
         chunks, batch_articles=24, max_chunks=8, chunk_length=128, rng=np.random.default_rng(0)
     )
     assert ratios["slots"] == pytest.approx(8 * 128 / 144)
-    assert ratios["real"] == pytest.approx(2 * 128 / 144)
-    # 48 chunks: 24 of 128 form a bucket, the 24 short ones (< 0.75 x 128) another, trimmed to 16
-    assert ratios["packed"] == pytest.approx(1.0)
+    assert ratios["real"] == pytest.approx(2 * 128 / 144)  # 48 rows (a stable count) x 128
+    # 48 chunks: the 24 of 128 form one call, the 24 of 16 another at 32 (the width multiple)
+    assert ratios["packed"] == pytest.approx((24 * 128 + 24 * 32) / (24 * 144))
+
+
+def test_small_defaults_fit_a_24_gb_machine():
+    args = throughput.parse_args(["--small", "--stages", "train_dsr"])
+    assert (args.dsr_batch, args.embed_batch) == (4, 32)
+    assert throughput.parse_args(["--small", "--dsr-batch", "6"]).dsr_batch == 6
 
 
 def test_batch_sizes_default_to_the_paper_profile():
