@@ -456,6 +456,8 @@ def dsr_loop(args, shape, device, tokenizer, batches, chunks):
     data = TrainingData([p for b in batches for p in b], ids, [""] * len(ids))
     task = DSRTask(model, data, config, Runtime(device), seed=0)
     task.chunks = chunks  # the synthetic chunks, not the empty texts'
+    if args.stable_queries != "auto":  # the other device's setting, measured here
+        task.stable_queries = args.stable_queries == "on"
     task.rng = np.random.default_rng(0)
     optimizer, scheduler, fit_config = dsr_optimization(task, select=False)
     return task, training_loop(task, optimizer, scheduler, fit_config, task.runtime)
@@ -667,6 +669,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--sdpa", default="default", help="attention backends of train_dsr: default | flash,efficient,cudnn,math"
     )
+    parser.add_argument(
+        "--stable-queries",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="pad train_dsr's questions to multiples of 32 tokens: auto (as train_dsr: on CUDA only), on, off",
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     try:  # lexgraph's own reader: a repeated key, bad bytes or an unknown section is one line
@@ -705,6 +713,7 @@ def main(argv=None) -> int:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     args = parse_args(argv)
     from lexgraph.core.config import resolve_device
+    from lexgraph.core.machine import describe
 
     device = resolve_device(args.device)
     size = "small" if args.small else "base"
@@ -784,6 +793,9 @@ def main(argv=None) -> int:
                     "doc2query": DOC2QUERY[size],
                     "padding": ratios,
                     "results": rows,
+                    "stable_queries": args.stable_queries,
+                    "command": "python benchmarks/throughput.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                    "machine": describe(torch.get_num_threads()),
                 },
                 indent=2,
             )
