@@ -362,3 +362,24 @@ def test_the_export_clients_table_is_the_benchmarks_own():
             row["exports_byte_identical"]
             and row["sentence_transformers"]["min_cosine_with_lexgraphs_vectors"] >= 0.9999
         )
+
+
+def test_the_training_step_figures_are_the_benchmarks_own():
+    """docs/scale.md's table of the engine's DSR step (issue 43) and its stable-shapes sentence
+    quote ``benchmarks/throughput_cpu.json`` and ``benchmarks/throughput_cpu_stable.json``."""
+    text = (ROOT / "docs" / "scale.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")}
+    result = json.loads((ROOT / "benchmarks" / "throughput_cpu.json").read_text(encoding="utf-8"))
+    for run in result["results"]:
+        row = next(line for name, line in rows.items() if name.startswith(f"`{run['mode']}`"))
+        cells = [c.strip() for c in row.split("|")[2:-1]]
+        assert cells[0] == f"{run['pairs/s']:.2f}" and cells[2] == f"{run['ops']:,}", row
+        assert cells[3] == str(run["syncs"]) and cells[4] == str(run["article_shapes"]), row
+    stable = json.loads((ROOT / "benchmarks" / "throughput_cpu_stable.json").read_text(encoding="utf-8"))
+    packed = next(r for r in stable["results"] if r["mode"] == "packed")
+    assert stable["stable_queries"] == "on" and packed["article_shapes"] + packed["query_shapes"] <= 8
+    assert (
+        f"it saw {packed['query_shapes']}: both backbones together saw "
+        f"{packed['article_shapes'] + packed['query_shapes']} distinct shapes in 20 steps (`packed`, "
+        f"{packed['pairs/s']:.2f} pairs/s, {packed['syncs']} host sync per step)"
+    ) in " ".join(text.split())
