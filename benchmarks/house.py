@@ -1,0 +1,135 @@
+"""The house's figures (issue 42): how much of src/ refuses input, where each system's name is
+written, how long the hand-kept files are, which functions run past 80 lines.
+
+Read from the code's own syntax trees (``ast``), so anyone can rerun it and compare a later tree
+with an earlier one::
+
+    python benchmarks/house.py --json benchmarks/house_before.json
+
+Definitions (issue 42, "Why"):
+
+- *code lines*: lines of src/ that hold code, docstrings, comments and blank lines excluded;
+- *guard lines*: the lines of every ``raise`` statement, and the ``if`` tests (their header
+  lines) whose whole body is one ``raise``;
+- *name files*: for each system of the registry, the files of src/ in which its name stands as a
+  string literal (``"hgraph_qa"``);
+- *functions over 80 lines*: ``def`` statements whose lines, decorators excluded, exceed 80.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import logging
+import tokenize
+from pathlib import Path
+
+log = logging.getLogger("house")
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "lexgraph"
+LONG = 80
+
+
+def code_lines(source: str, tree: ast.Module) -> set[int]:
+    """Lines holding a token of code: not comments, blank lines or docstrings."""
+    docstrings: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    lines: set[int] = set()
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in skip:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return lines - docstrings
+
+
+def guard_lines(tree: ast.Module) -> set[int]:
+    """Lines of every raise, and the headers of ifs whose whole body is one raise."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise):
+            lines.update(range(node.lineno, node.end_lineno + 1))
+        elif isinstance(node, ast.If) and len(node.body) == 1 and isinstance(node.body[0], ast.Raise):
+            lines.update(range(node.lineno, node.body[0].lineno))
+    return lines
+
+
+def long_functions(tree: ast.Module, path: str) -> list[dict]:
+    return [
+        {"function": f"{path}:{node.name}", "lines": node.end_lineno - node.lineno + 1}
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > LONG
+    ]
+
+
+def string_literals(tree: ast.Module) -> set[str]:
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def measure(src: Path, systems: list[str]) -> dict:
+    code = guard = 0
+    per_folder: dict[str, list[int]] = {}
+    names = {s: [] for s in systems}
+    long: list[dict] = []
+    files = sorted(src.rglob("*.py"))
+    for file in files:
+        source = file.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        rel = file.relative_to(src).as_posix()
+        c, g = code_lines(source, tree), guard_lines(tree)
+        code, guard = code + len(c), guard + len(g & c)
+        folder = per_folder.setdefault(rel.split("/")[0] if "/" in rel else ".", [0, 0])
+        folder[0], folder[1] = folder[0] + len(c), folder[1] + len(g & c)
+        literals = string_literals(tree)
+        for system in systems:
+            if system in literals:
+                names[system].append(rel)
+        long += long_functions(tree, rel)
+    return {
+        "files": len(files),
+        "code_lines": code,
+        "guard_lines": guard,
+        "guard_share": round(guard / code, 4),
+        "guard_share_by_folder": {k: round(v[1] / v[0], 4) for k, v in sorted(per_folder.items()) if v[0]},
+        "name_files": {s: len(f) for s, f in names.items()},
+        "name_files_where": names,
+        "functions_over_80_lines": sorted(long, key=lambda f: -f["lines"]),
+    }
+
+
+def dvc_yaml_figures(path: Path) -> dict:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    source_deps = sum(1 for line in lines if line.strip().startswith("- src/"))
+    return {"dvc_yaml_lines": len(lines), "dvc_yaml_source_dep_lines": source_deps}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the figures here as well")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from lexgraph.core.config import SYSTEM_NAMES
+
+    figures = measure(SRC, list(SYSTEM_NAMES)) | dvc_yaml_figures(ROOT / "dvc.yaml")
+    summary = {k: v for k, v in figures.items() if k not in ("name_files_where", "functions_over_80_lines")}
+    log.info(json.dumps(summary, indent=1))
+    log.info("functions over %d lines: %d", LONG, len(figures["functions_over_80_lines"]))
+    if args.json:
+        from lexgraph.core.io import write_json
+
+        write_json(figures, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""benchmarks/house.py: guard lines, code lines and name files counted by hand on small sources."""
+
+from __future__ import annotations
+
+import ast
+
+from conftest import load_benchmark
+
+house = load_benchmark("house")
+
+SOURCE = '''"""A module docstring,
+two lines long."""
+
+
+def check(x):
+    """A docstring."""
+    # a comment
+    if x < 0:
+        raise ValueError(
+            "negative"
+        )
+    if x > 9:
+        x = 9
+        raise ValueError("big")
+    return {"system": "dsr", "other": x}
+'''
+
+
+def test_code_lines_leave_out_docstrings_comments_and_blanks():
+    tree = ast.parse(SOURCE)
+    # lines 5 (def), 8-11 (if + raise over 3 lines), 12-14 (if, assignment, raise), 15 (return)
+    assert house.code_lines(SOURCE, tree) == {5, 8, 9, 10, 11, 12, 13, 14, 15}
+
+
+def test_guard_lines_are_raises_and_the_ifs_whose_whole_body_is_one_raise():
+    tree = ast.parse(SOURCE)
+    # the first if's header (8) and its raise (9-11); of the second if, only its raise (14)
+    assert house.guard_lines(tree) == {8, 9, 10, 11, 14}
+
+
+def test_name_files_count_string_literals_not_substrings(tmp_path):
+    (tmp_path / "a.py").write_text(SOURCE, encoding="utf-8")
+    (tmp_path / "b.py").write_text('X = "dsr_qabisar"  # dsr\n', encoding="utf-8")
+    figures = house.measure(tmp_path, ["dsr", "zeroshot"])
+    assert figures["name_files_where"] == {"dsr": ["a.py"], "zeroshot": []}
+    assert figures["code_lines"] == 10 and figures["guard_lines"] == 5
