@@ -18,7 +18,7 @@ gen_results = load_benchmark("gen_results", folder="docs")
 gen_samples = load_benchmark("gen_samples", folder="docs")
 
 SETUP = "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && dvc repro"
-TESTS = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/python -m pytest -q"
+TESTS = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/python -m pytest -q -n auto"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
