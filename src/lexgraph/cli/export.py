@@ -34,9 +34,10 @@ def add_export(sub) -> None:
     p = sub.add_parser(
         "export",
         help="write a dense system as a folder that sentence-transformers loads",
-        description="Write the query encoder of a dense system, its article vectors with their ids "
-        "(article_vectors.safetensors) and a model card (README.md: metrics, exact params) to OUT, a folder "
-        "that sentence_transformers.SentenceTransformer(OUT) loads, ready to upload to the Hugging Face hub.",
+        description="Write a dense system to OUT: its query encoder, its article encoder (lexgraph_st.py), its "
+        "article vectors with their ids (article_vectors.safetensors) and a model card (README.md: metrics, exact "
+        "params), a folder that sentence_transformers.SentenceTransformer(OUT, trust_remote_code=True) loads, "
+        "ready to upload to the Hugging Face hub.",
     )
     p.add_argument("out", metavar="OUT", help="the folder to write (new, or an earlier export, which is replaced)")
     p.add_argument("--system", required=True, metavar="SYSTEM", help=f"the dense system, one of: {', '.join(DENSE)}")
