@@ -676,13 +676,13 @@ def serve_setting(text: str) -> tuple[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.systems.registry import names
 
     parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--table", type=Path, metavar="JSON", help="print the tables of an earlier --out and exit")
     parser.add_argument("--workspace", type=Path, default=ROOT, help="a reproduced lexgraph workspace, read only")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "serve.json", help="JSON results file")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEM_NAMES, metavar="SYSTEM")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=names(), metavar="SYSTEM")
     parser.add_argument("--clients", nargs="+", type=positive_int, default=[1, 8, 32], help="concurrency levels")
     parser.add_argument("--seconds", type=positive_int, default=10, help="measured seconds per level")
     parser.add_argument("--warmup", type=non_negative_int, default=2, help="uncounted seconds before each level")

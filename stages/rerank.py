@@ -21,8 +21,11 @@ def main(args, base, config):
     """Train one re-ranker (``config``: both re-rankers' settings, checked up front)."""
     from lexgraph.core.config import resolve_device
     from lexgraph.systems.registry import load_retriever
+    from lexgraph.systems.rerank import check_first_stage
     from lexgraph.training.rerank_stage import run_rerank
 
+    for variant_settings in config.values():
+        check_first_stage(variant_settings)
     settings, device, paths = config[args.variant], resolve_device(base.device), paths_from(RerankPaths, args)
     run_rerank(
         paths, settings, device, base.seed, lambda: load_retriever(settings.first_stage, paths.workspace, str(device))

@@ -257,3 +257,12 @@ def dense_model(tiny_model_dir, tmp_path_factory):
     torch.manual_seed(0)
     save_embeddings(root / "data" / "embed" / "articles.safetensors", list(ARTICLES), torch.randn(3, 16))
     return root
+
+
+def replace_loader(monkeypatch, name: str, load) -> None:
+    """Make system ``name`` of the registry load with ``load`` for the test (its declaration otherwise kept)."""
+    from dataclasses import replace
+
+    from lexgraph.systems.registry import declared, systems
+
+    monkeypatch.setitem(systems(), name, replace(declared(name), load=load))

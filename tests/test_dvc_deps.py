@@ -2,6 +2,10 @@
 imports (transitively, function-level imports included), so that DVC reruns a stage
 exactly when code it runs has changed.
 
+Those lists are written by this module, not by hand: after changing an import, run
+``python tests/test_dvc_deps.py --write`` (it rewrites each stage's ``src/`` lines of dvc.yaml to
+the closure, and nothing else); the test fails until they agree.
+
 Left out on purpose: package ``__init__`` files, and modules that only shape messages
 and logs (``errors``, ``progress``), which never change an output.
 """
@@ -74,19 +78,67 @@ def stages() -> dict[str, dict]:
     return out
 
 
+def script_of(stage: dict) -> str:
+    return re.search(r"(?:python|\$\{base\.launcher\}) (stages/\w+\.py)", stage["cmd"]).group(1)
+
+
+def written(text: str) -> str:
+    """``text`` (dvc.yaml) with each stage's run of ``- src/`` dep lines replaced by its script's closure."""
+    specs, lines = stages(), text.splitlines(keepends=True)
+    out, stage, i = [], None, 0
+    while i < len(lines):
+        heading = re.match(r"^  (\w+):\s*$", lines[i])
+        stage = heading.group(1) if heading else stage
+        if stage in specs and re.match(r"^\s+- src/", lines[i]):
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            while i < len(lines) and re.match(r"^\s+- src/", lines[i]):
+                i += 1
+            out += [f"{indent}- {dep}\n" for dep in sorted(closure(ROOT / script_of(specs[stage])) - EXEMPT)]
+            continue
+        out.append(lines[i])
+        i += 1
+    return "".join(out)
+
+
+def test_writing_the_deps_changes_nothing_else():
+    """The writer only replaces ``src/`` dep lines: the result parses to the same stages but for them."""
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    before, after = yaml.safe_load(text)["stages"], yaml.safe_load(written(text))["stages"]
+    strip = lambda spec: {  # noqa: E731
+        name: {**s.get("do", s), "deps": [d for d in s.get("do", s).get("deps", []) if not d.startswith("src/")]}
+        for name, s in spec.items()
+    }
+    assert strip(before) == strip(after)
+    assert written(text) == text, (
+        "dvc.yaml's src/ deps are not as written (sorted); run `python tests/test_dvc_deps.py --write`"
+    )
+
+
 @pytest.mark.parametrize("name", sorted(stages()))
 def test_deps_list_every_imported_module(name):
     stage = stages()[name]
-    script = re.search(r"(?:python|\$\{base\.launcher\}) (stages/\w+\.py)", stage["cmd"]).group(1)
+    script = script_of(stage)
     deps = set(stage.get("deps", []))
     assert script in deps, f"{name}: its script {script} is not in deps"
     needed = closure(ROOT / script) - EXEMPT
     missing = sorted(needed - deps)
-    assert not missing, f"dvc.yaml stage '{name}' imports {missing} but does not list them in deps"
+    fix = "run `python tests/test_dvc_deps.py --write`"
+    assert not missing, f"dvc.yaml stage '{name}' imports {missing} but does not list them in deps; {fix}"
     stale = sorted(d for d in deps if d.startswith("src/") and d not in needed)
-    assert not stale, f"dvc.yaml stage '{name}' lists {stale} in deps but does not import them"
+    assert not stale, f"dvc.yaml stage '{name}' lists {stale} in deps but does not import them; {fix}"
 
 
 def test_closure_follows_lazy_imports(tmp_path):
     assert "src/lexgraph/systems/gnn.py" in closure(ROOT / "stages" / "evaluate.py")  # via the registry's imports
     assert "src/lexgraph/models/family.py" in closure(ROOT / "stages" / "train_dsr.py")  # via encoders
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit(
+            "usage: python tests/test_dvc_deps.py --write  (rewrites dvc.yaml's src/ deps to each stage's imports)"
+        )
+    path = ROOT / "dvc.yaml"
+    path.write_text(written(path.read_text(encoding="utf-8")), encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import replace_loader
 from lexgraph.core.errors import DataError
 from lexgraph.evaluation.evaluate import results_markdown, results_table, round_metrics
 from lexgraph.evaluation.trec import read_trec, write_trec
@@ -177,14 +178,13 @@ def test_evaluate_systems_shares_a_query_encoder_between_systems(tmp_path, tiny_
     from lexgraph.evaluation.evaluate import evaluate_systems
     from lexgraph.models.encoders import QueryEncoder
     from lexgraph.systems.dense import DenseRetriever, load_query_encoder
-    from lexgraph.systems.registry import SYSTEMS
 
     directory = tmp_path / "query_encoder"
     QueryEncoder.from_pretrained(tiny_model_dir, token_pooling="mean").save_pretrained(directory)
     ids, emb = np.arange(1, 9), torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
     for name, scale in (("dsr", 1.0), ("gdsr", -1.0)):
-        monkeypatch.setitem(
-            SYSTEMS,
+        replace_loader(
+            monkeypatch,
             name,
             lambda ws, device, s=scale, n=name: DenseRetriever(load_query_encoder(directory), ids, emb * s, name=n),
         )

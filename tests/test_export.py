@@ -235,7 +235,7 @@ def test_bad_input_is_one_line(export_ws, tmp_path, capsys):
     ws = ["--workspace", str(export_ws)]
     assert "unknown system 'dpr'" in _one_line(capsys, ["export", "--system", "dpr", *ws, out])
     err = _one_line(capsys, ["export", "--system", "bm25", *ws, out])
-    assert "bm25 is a sparse BM25 index, not a dense encoder" in err
+    assert "bm25 is sparse (BM25 over the analysed article texts" in err and "not a dense encoder" in err
     bare = tmp_path / "bare"
     write_articles(bare, {1: "le bail"})
     err = _one_line(capsys, ["export", "--system", "hprior", "--workspace", str(bare), out])

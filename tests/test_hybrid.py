@@ -12,16 +12,16 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import ROOT, section
+from conftest import ROOT, replace_loader, section
 from helpers_config import sample_config
 from helpers_dvc import run_stage_in_process
 from lexgraph.core.errors import ConfigError, DataError, LexgraphError
 from lexgraph.core.io import json_text
 from lexgraph.metrics.ir import DEEPEST
 from lexgraph.search.fusion import Fusion, fuse
-from lexgraph.systems.hybrid import DENSE_SYSTEMS, HybridConfig, HybridRetriever, grid
+from lexgraph.systems.hybrid import HybridConfig, HybridRetriever, dense_systems, grid
 from lexgraph.systems.hybrid_tune import tune
-from lexgraph.systems.registry import SYSTEMS, load_retriever
+from lexgraph.systems.registry import load_retriever
 
 # ---------------------------------------------------------------------------
 # Parameters
@@ -190,7 +190,7 @@ def test_selection_picks_the_best_dense_system_and_the_best_fusion_on_dev():
     sparse, dense = systems()
     report = tune(questions_table(QUESTIONS), sparse, dense, CONFIG)
     refs = report["references"]
-    assert report["dense"] == "gdsr" == max(DENSE_SYSTEMS, key=lambda n: refs[n]["recall@10"])
+    assert report["dense"] == "gdsr" == max(dense_systems(), key=lambda n: refs[n]["recall@10"])
     assert [row["label"] for row in report["grid"]] == [f.label for f in grid(CONFIG)]
     best = max(report["grid"], key=lambda row: row["score"])
     assert report["fusion"] == Fusion.from_dict(best).as_dict() and report["score"] == best["score"]
@@ -343,7 +343,7 @@ def workspace(tmp_path, monkeypatch):
     ]
     questions_table(rows).write_parquet(tmp_path / "data/clean/questions.parquet")
     BM25(k1=1.2, b=0.75).fit_texts(texts, CORPUS.tolist()).save(tmp_path / "models/bm25")
-    monkeypatch.setitem(SYSTEMS, "dsr", load_table_dsr)
+    replace_loader(monkeypatch, "dsr", load_table_dsr)
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params["hybrid"]["dense"] = "dsr"  # the one dense system this workspace fakes
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
@@ -417,7 +417,7 @@ def test_a_single_system_choice_loads_and_searches_as_that_system(workspace, mon
     def no_dense(*args, **kwargs):
         raise AssertionError("the dense system is loaded although the hybrid is BM25 alone")
 
-    monkeypatch.setitem(SYSTEMS, "dsr", no_dense)
+    replace_loader(monkeypatch, "dsr", no_dense)
     hybrid = load_retriever("hybrid", workspace, "cpu")
     texts = ["mur bail one", "loyer two", "rien"]
     got = hybrid.search(texts, 50)

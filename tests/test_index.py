@@ -231,7 +231,8 @@ def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_
     once), the others (and one trained before the key existed) to G-DSR's DSR's (data/embed)."""
     from lexgraph.core import layout
     from lexgraph.encoding.embed import load_embeddings, save_embeddings
-    from lexgraph.systems import corpus_index, inductive
+    from lexgraph.systems import corpus_index, gnn, inductive
+    from lexgraph.systems.registry import declared
 
     ws, root = tmp_path / "ws", tmp_path / "idx"
     recorded = {"gdsr": "models/dsr", "qabisar": "models/dsr_qabisar", "hgraph": None}
@@ -239,8 +240,8 @@ def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_
         layout.GNN[system].under(ws).mkdir(parents=True)
         saved = {"similarity": "cosine", **({"first_stage": first} if first else {})}
         layout.GNN[system].under(ws, "gnn.json").write_text(json.dumps(saved), encoding="utf-8")
-    assert corpus_index.first_stage("qabisar", ws) == layout.DSR_QABISAR
-    assert corpus_index.first_stage("hgraph", ws) == corpus_index.first_stage("hprior", ws) == layout.DSR
+    assert gnn.first_stage("qabisar", ws) == layout.DSR_QABISAR
+    assert gnn.first_stage("hgraph", ws) == layout.DSR
     ids = np.array([4, 9])
     written = []
 
@@ -255,9 +256,11 @@ def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_
     monkeypatch.setattr(corpus_index, "write_embed", fake_embed)
     monkeypatch.setattr(inductive, "corpus_graph", lambda *a: Graph())
     monkeypatch.setattr(inductive, "graph_vectors", lambda system, ws, g, embeddings, device: embeddings["articles"][1])
-    layout.EMBED.under(root).mkdir(parents=True)
-    fake_embed(None, None, None, ws, layout.EMBED.under(root), "cpu")  # index_corpus writes data/embed first
-    corpus_index.write_graph(list(recorded), None, None, None, ws, root, "cpu")
+    job = corpus_index.IndexJob(None, None, ws, root, root / ".partial", "cpu", 1)
+    job._chunks = (None,)  # a fine-tuned chunk encoder: no chunk vectors to write
+    job.embed(layout.DSR)  # dsr's side, written before the graph systems' (the registry's order)
+    for system in recorded:
+        declared(system).index(job)
     assert written == [layout.DSR, layout.DSR_QABISAR]  # data/embed_qabisar written once, for qabisar
     for system, dsr in (("gdsr", layout.DSR), ("qabisar", layout.DSR_QABISAR), ("hgraph", layout.DSR)):
         _, vectors = load_embeddings(layout.GNN[system].under(root, "article_embeddings.safetensors"))

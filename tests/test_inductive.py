@@ -17,6 +17,7 @@ from lexgraph.core.errors import DataError
 from lexgraph.graph.build import EdgeType, GraphConfig, save_graph
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT
 from lexgraph.systems import inductive
+from lexgraph.systems.hprior import hprior_vectors
 from lexgraph.training import gnn_io
 from lexgraph.training.gnn import train_graph_encoder
 from lexgraph.training.gnn_data import prepare_training_set
@@ -122,7 +123,7 @@ def test_hprior_on_a_new_corpus_is_the_hand_computation(workspace):
     g = inductive.corpus_graph(NEW_ARTICLES, NEW_HEADINGS, root)
     ids, vectors = NEW_EMBEDDINGS["articles"]
     order = [3, 0, 1, 2]  # rows given in another order than the graph's
-    got = inductive.hprior_vectors(root, g, ids[order], vectors[order])
+    got = hprior_vectors(root, g, ids[order], vectors[order])
     u = F.normalize(vectors, dim=-1)  # rows 500..503
     # scope 1: the heading one level above each article's deepest one: title 71 for 500-502, code 70
     # for 503 (it hangs under 71 itself); both subtrees hold the four articles: the same mean

@@ -818,10 +818,12 @@ def test_a_key_the_variant_would_not_read_is_refused_not_ignored():
         _config("mvcl", own={"interpolation": [0.5]})
     with pytest.raises(ConfigError, match=r"missing key 'rerank\.xrerank\.plm_lr'"):
         _config("xrerank", own={"plm": "finetune"})
+    from lexgraph.systems.rerank import check_first_stage  # the rerank stage's check: names are the registry's
+
     with pytest.raises(
         ConfigError, match=r"'rerank\.first_stage' = 'xrerank', expected a retrieval system other than a re-ranker"
     ):
-        _config("mvcl", {"first_stage": "xrerank"})
+        check_first_stage(_config("mvcl", {"first_stage": "xrerank"}))
 
 
 @pytest.mark.parametrize(

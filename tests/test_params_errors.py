@@ -803,7 +803,6 @@ def _builders() -> dict:
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
     from lexgraph.training.negatives import NegativesConfig
     from lexgraph.training.pretrain_model import PretrainConfig
-    from lexgraph.training.rerank_config import RerankConfig
 
     return {
         "base": lambda p: section_config(Base, p, "base"),
@@ -823,9 +822,20 @@ def _builders() -> dict:
         "embed": EmbedConfig.from_params,
         "hprior": HpriorConfig.from_params,
         "hybrid": HybridConfig.from_params,
-        "rerank": RerankConfig.per_variant,
+        "rerank": _rerank_stage_settings,
         "serve": ServeConfig.from_params,
     }
+
+
+def _rerank_stage_settings(raw):
+    """What the rerank stage reads: each re-ranker's settings, and its first stage checked against the registry."""
+    from lexgraph.systems.rerank import check_first_stage
+    from lexgraph.training.rerank_config import RerankConfig
+
+    settings = RerankConfig.per_variant(raw)
+    for config in settings.values():
+        check_first_stage(config)
+    return settings
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)

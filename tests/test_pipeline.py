@@ -77,6 +77,7 @@ def test_the_hierarchy_systems_applied_to_the_workspace_corpus_give_its_saved_ve
     from lexgraph.core.io import read_parquet
     from lexgraph.encoding.embed import load_embeddings
     from lexgraph.systems import inductive
+    from lexgraph.systems.hprior import hprior_vectors
 
     dest, _ = workspace
     clean = dest / "data" / "clean"
@@ -92,7 +93,7 @@ def test_the_hierarchy_systems_applied_to_the_workspace_corpus_give_its_saved_ve
     for system, directory in saved.items():
         ids, want = load_embeddings(directory / "article_embeddings.safetensors")
         if system == "hprior":
-            got = inductive.hprior_vectors(dest, graph, *embeddings["articles"])
+            got = hprior_vectors(dest, graph, *embeddings["articles"])
         else:
             got = inductive.graph_vectors(system, dest, graph, embeddings)
         assert (ids == graph.article_ids.numpy()).all() and torch.equal(got, want), system
@@ -109,9 +110,9 @@ def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspac
     import torch
 
     from lexgraph.cli.main import main
-    from lexgraph.core.config import SYSTEM_NAMES
     from lexgraph.core.io import read_parquet
     from lexgraph.encoding.embed import load_embeddings, select_rows
+    from lexgraph.systems.registry import names
 
     dest, _ = workspace
     articles = read_parquet(dest / "data" / "clean" / "articles.parquet").head(60)
@@ -130,7 +131,7 @@ def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspac
     )
     assert np.array_equal(ids, np.arange(60)) and torch.allclose(mine, own, atol=1e-4)
     paths = {r["id"]: r["path"] for r in records}
-    for system in SYSTEM_NAMES:
+    for system in names():
         argv = ["search", "--workspace", str(dest), "--index", str(out), "--system", system, "--json", "--top", "3"]
         status = main([*argv, "Qui peut porter atteinte à la vie privée d'autrui ?"])
         if system == "mvcl":

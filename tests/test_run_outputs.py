@@ -27,7 +27,7 @@ from helpers_cli import ARTICLES, write_articles
 from lexgraph.core.config import Base, section_config
 from lexgraph.core.errors import ConfigError
 from lexgraph.search.bm25 import BM25
-from lexgraph.systems.registry import SYSTEMS
+from lexgraph.systems.registry import names
 
 NOT_EVALUATED = {"evaluated": False, "reason": "not in evaluate.systems"}  # evaluate's placeholder
 STALE = {"dev": {"recall@100": 0.5, "map": 0.25}, "test": {"recall@100": 0.5, "map": 0.25}}
@@ -50,7 +50,7 @@ def ws(tmp_path) -> Path:
         schema_overrides={"article_ids": pl.List(pl.Int64)},
     ).write_parquet(root / "data" / "clean" / "questions.parquet")
     (root / "metrics").mkdir()
-    for system in SYSTEMS:
+    for system in names():
         (root / "metrics" / f"{system}.json").write_text(json.dumps(STALE), encoding="utf-8")
         (root / "data" / "runs" / system).mkdir(parents=True)
         (root / "data" / "runs" / system / "test.trec").write_text("1 Q0 1 1 1.0 stale\n", encoding="utf-8")
@@ -100,7 +100,7 @@ def _one_error(proc: subprocess.CompletedProcess, stage: str) -> str:
 def test_dvc_yaml_declares_a_metrics_file_for_every_system_evaluate_owns():
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]["evaluate"]
     declared = {next(iter(entry)) for entry in stage["metrics"]}
-    assert {f"metrics/{system}.json" for system in SYSTEMS} <= declared
+    assert {f"metrics/{system}.json" for system in names()} <= declared
 
 
 def test_a_run_of_fewer_systems_leaves_no_metrics_of_an_earlier_run_and_regress_names_them(ws, tmp_path, capsys):
@@ -111,7 +111,7 @@ def test_a_run_of_fewer_systems_leaves_no_metrics_of_an_earlier_run_and_regress_
     assert sorted(p.name for p in (ws / "data" / "runs").iterdir()) == ["bm25", "dev.qrels", "test.qrels"]
     bm25 = json.loads((ws / "metrics" / "bm25.json").read_text(encoding="utf-8"))
     assert set(bm25) == {"dev", "test"} and bm25 != STALE
-    for system in (s for s in SYSTEMS if s != "bm25"):
+    for system in (s for s in names() if s != "bm25"):
         assert json.loads((ws / "metrics" / f"{system}.json").read_text(encoding="utf-8")) == NOT_EVALUATED, system
 
     expected = tmp_path / "expected.yaml"

@@ -279,10 +279,10 @@ def _missed_rows(page: str) -> list[str]:
 
 
 def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(workspace, running):
-    from lexgraph.core.config import SYSTEM_NAMES
     from lexgraph.evaluation.trec import read_trec
+    from lexgraph.systems.registry import names
 
-    systems = [s for s in SYSTEM_NAMES if s in SERVED]  # the registry's order: every system with a run
+    systems = [s for s in names() if s in SERVED]  # the registry's order: every system with a run
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
     page = httpx.get(f"{running.url}/inspect", params={"split": "test", "k": 5}).text
     assert _columns(page) == ["id", "question", "gold", *systems]
@@ -351,10 +351,10 @@ def test_the_inspector_has_a_mean_row_and_sorts_by_any_column(workspace, running
     the runs by hand) and sorting by any column on the server (``sort``, ``order``; ties in id order)."""
     import re
 
-    from lexgraph.core.config import SYSTEM_NAMES
     from lexgraph.evaluation.trec import read_trec
+    from lexgraph.systems.registry import names
 
-    systems = [s for s in SYSTEM_NAMES if s in SERVED]
+    systems = [s for s in names() if s in SERVED]
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
     recall = {
         (s, qid): sum(g in runs[s][qid][:3] for g in gold) / len(gold)
@@ -392,10 +392,10 @@ def test_the_question_page_compares_the_served_default_with_the_strongest_other(
     """Issue 41, item 5c: by default the inspector compared bm25 with zeroshot (the registry's first
     two). Now A is the served default (serve.systems' first) and B the other system with the highest
     mean recall@k on the split (computed here from the runs), and the page says so."""
-    from lexgraph.core.config import SYSTEM_NAMES
     from lexgraph.evaluation.trec import read_trec
+    from lexgraph.systems.registry import names
 
-    systems = [s for s in SYSTEM_NAMES if s in SERVED]
+    systems = [s for s in names() if s in SERVED]
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
     k = 2
 

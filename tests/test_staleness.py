@@ -19,7 +19,7 @@ from lexgraph.core.provenance import RECORD, digest_path, output, recording
 from lexgraph.core.stage import run_stage
 from lexgraph.search.bm25 import BM25
 from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25Paths, run_bm25
-from lexgraph.systems.registry import READS, SYSTEMS
+from lexgraph.systems.registry import declared, systems
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -138,7 +138,7 @@ def test_a_graph_system_is_refused_after_its_query_encoder_or_corpus_moved_on(tm
     _stage("train_dsr", "models/dsr", b"dsr 1", articles="data/clean/articles.parquet")
     _stage("embed", "data/embed", b"vectors 1", dsr="models/dsr", articles="data/clean/articles.parquet")
     _stage("train_gnn", "models/gnn_hgraph_qa", b"gnn 1", embed="data/embed", dsr="models/dsr")
-    used = [a.under(".") for a in READS["hgraph_qa"]]
+    used = [a.under(".") for a in declared("hgraph_qa").reads]
     staleness.check_built_from(used, ".")  # all current
 
     _stage("train_dsr", "models/dsr", b"dsr 2", articles="data/clean/articles.parquet")  # retrained alone
@@ -160,8 +160,14 @@ def test_a_graph_system_is_refused_after_its_query_encoder_or_corpus_moved_on(tm
     )
 
 
-def test_every_system_names_the_artefacts_it_reads():
-    assert set(READS) == set(SYSTEMS)
+def test_every_system_names_the_artefacts_it_reads_and_the_stage_that_builds_them():
+    """Each declaration's ``reads`` are artefacts of the layout, and its ``stage`` writes one of them."""
+    from lexgraph.core import layout
+
+    known = {a.path for a in layout.ARTIFACTS.values()}
+    for name, spec in systems().items():
+        assert spec.reads and all(a.path in known for a in spec.reads), name
+        assert spec.stage in {a.stage for a in spec.reads}, name
 
 
 def test_a_stage_that_loads_systems_records_them(bm25_ws):

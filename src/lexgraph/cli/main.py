@@ -22,6 +22,9 @@
 ``lexgraph search --system bm25 [--json]``
     interactive: asks for questions until an empty line or end of input (``--json``: one
     JSON line per question, the prompt on stderr and only on a terminal).
+``lexgraph systems``
+    lists the retrieval systems of the registry (:mod:`lexgraph.systems.registry`): name, kind,
+    the stage that builds it, what it is.
 ``lexgraph regress [--expected regression/sample.yaml]``
     checks that metrics/<system>.json reproduce the expected scores within tolerance, and ends
     with the line "N of M checks pass" (one check per system, split and metric).
@@ -71,7 +74,6 @@ from lexgraph.cli.streams import guard_streams, utf8_argument
 # only light modules here (no torch, transformers or polars: `lexgraph --help` answers at once);
 # a command imports the systems and tables it needs when it runs
 from lexgraph.core import layout
-from lexgraph.core.config import SYSTEM_NAMES
 from lexgraph.core.errors import LexgraphError, reported
 from lexgraph.core.inputs import require_directory, shown_path, text_problem
 
@@ -333,14 +335,37 @@ def cmd_regress(args) -> int:
     return 1 if outcome.failures else 0
 
 
+def cmd_systems(args: argparse.Namespace) -> int:
+    """Print the registry: one line per system (name, kind, building stage, summary)."""
+    from lexgraph.systems.registry import systems
+
+    rows = [(name, spec.kind, spec.stage, spec.summary) for name, spec in systems().items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
+    return 0
+
+
+def add_systems(sub) -> None:
+    """The ``systems`` subcommand (``sub``: the subparsers)."""
+    listing = sub.add_parser(
+        "systems",
+        help="list the retrieval systems: name, kind, the stage that builds it, what it is",
+        description="List the systems of the registry (lexgraph's own and those other installed packages "
+        "declare under the lexgraph.systems entry points), in the order every listing uses.",
+    )
+    listing.set_defaults(func=cmd_systems)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``lexgraph`` parser; every option has a help string, which shows its default."""
-    systems = ", ".join(SYSTEM_NAMES)  # the one registry of names (lexgraph.systems.registry maps each to its loader)
     parser = argparse.ArgumentParser(
         prog="lexgraph",
-        description=f"Statutory article retrieval on BSARD with the systems that `dvc repro` builds: {systems}.",
+        description="Statutory article retrieval on BSARD with the systems that `dvc repro` builds "
+        "(`lexgraph systems` lists them).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    add_systems(sub)
     s = sub.add_parser(
         "search",
         help="retrieve articles for questions with a trained system",
@@ -354,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--system",
         default="bm25",
         metavar="SYSTEM",
-        help=f"the retrieval system, one of: {systems} (default: %(default)s)",
+        help="the retrieval system, a name `lexgraph systems` lists (default: %(default)s)",
     )
     s.add_argument(
         "--questions", metavar="FILE.jsonl", help="JSON-lines file, one {'id', 'question'} per line (batch mode)"

@@ -38,7 +38,7 @@ from lexgraph.core.conform import check_types as check_types
 from lexgraph.core.conform import expectation as expectation
 from lexgraph.core.conform import params_error as params_error
 from lexgraph.core.conform import without_params_file as without_params_file
-from lexgraph.core.errors import ConfigError
+from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import DuplicateKeyError, load_yaml, yaml_problem
 
 log = logging.getLogger(__name__)
@@ -71,22 +71,6 @@ SECTIONS: dict[str, str] = {
 #: Sections that hold only the keys where their stage differs from another section: that stage reads
 #: both, and :func:`load_params` hands it ``{other: ..., section: ...}``.
 EXTENDS: dict[str, str] = {"dsr_qabisar": "dsr"}
-
-#: The retrieval systems, by name, that settings may refer to (``rerank.first_stage``, ...);
-#: :data:`lexgraph.systems.registry.SYSTEMS` maps each to its loader (a test keeps them equal).
-SYSTEM_NAMES: tuple[str, ...] = (
-    "bm25",
-    "zeroshot",
-    "dsr",
-    "hprior",
-    "gdsr",
-    "qabisar",
-    "hgraph",
-    "hgraph_qa",
-    "hybrid",
-    "xrerank",
-    "mvcl",
-)
 
 #: The split held out for evaluation: no tuning or training stage may read it.
 HELD_OUT_SPLIT = "test"
@@ -375,6 +359,14 @@ def _section(params: dict[str, Any], section: str, path: str | os.PathLike) -> d
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: section '{section}' = {raw!r}, expected a mapping of keys")
     return dict(raw)
+
+
+def workspace_params(section: str, workspace: Path, config_class):
+    """The typed ``section`` of the workspace's params.yaml (the settings its models were built with)."""
+    path = workspace / "params.yaml"
+    if not path.is_file():
+        raise DataError(path, "not found; expected the workspace's params.yaml (its models' settings)")
+    return config_class.from_params(load_params(section, path)[1])
 
 
 def seed_everything(seed: int) -> None:

@@ -245,7 +245,7 @@ DISABLED = {"enabled": False}
 STORES = ("articles", "questions", "element_views")
 
 
-def write_disabled(out_dir: str | os.PathLike, variant: str = "xrerank") -> None:
+def write_disabled(out_dir: str | os.PathLike, variant: str) -> None:
     """The placeholder output of a stage when ``rerank.<variant>.enabled`` is false."""
     from lexgraph.core.io import atomic_path, write_json
 

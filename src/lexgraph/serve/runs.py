@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lexgraph.core import layout
-from lexgraph.core.config import SYSTEM_NAMES
+
+
+def registered() -> tuple[str, ...]:
+    """The registry's system names, in its order (imported here: the registry loads torch)."""
+    from lexgraph.systems.registry import names
+
+    return names()
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class Runs:
         questions: dict[str, dict[str, Question]] = {}
         rankings: dict[tuple[str, str], dict[str, list[str]]] = {}
         for split in sorted(set(table["split"].to_list())):
-            systems = [s for s in SYSTEM_NAMES if (root / s / f"{split}.trec").is_file()]
+            systems = [s for s in registered() if (root / s / f"{split}.trec").is_file()]
             if not systems:
                 continue
             qids, texts, qrels = split_questions(table, split)
@@ -76,7 +82,7 @@ class Runs:
 
     def systems(self, split: str) -> list[str]:
         """The systems with a run on ``split``, in the registry's order."""
-        return [s for s in SYSTEM_NAMES if (s, split) in self.rankings]
+        return [s for s in registered() if (s, split) in self.rankings]
 
     def ranking(self, system: str, split: str) -> dict[str, list[str]]:
         """``{question key: [article key, ...]}`` of ``system``'s run on ``split``, best first."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from lexgraph.core import layout
 from lexgraph.core.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.core.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.core.io import atomic_path, read_parquet, write_json
@@ -17,8 +18,9 @@ from lexgraph.core.progress import progress
 from lexgraph.core.provenance import output
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics.ir import METRICS, evaluate_run
-from lexgraph.search.bm25 import BM25
+from lexgraph.search.bm25 import BM25, load_system
 from lexgraph.search.bm25_kernels import DEFAULT_IDF
+from lexgraph.systems.system import System
 from lexgraph.text.analyzer import FrenchAnalyzer
 
 log = logging.getLogger(__name__)
@@ -194,3 +196,40 @@ def run_bm25(paths: Bm25Paths, config: Bm25Config) -> None:
     index = build_index(read_parquet(paths.articles, ["id", "article"]), k1, b)
     with atomic_path(paths.out, directory=True) as tmp:
         index.save(tmp)
+
+
+def index_side(job) -> None:
+    """``lexgraph index``: BM25 of the corpus with the workspace index's settings (k1, b, idf, floor,
+    analyzer); warns of the terms whose idf is 0."""
+    from lexgraph.search.bm25_kernels import DEFAULT_IDF_FLOOR
+
+    own = BM25.load(layout.BM25.under(job.workspace))
+    bm25 = BM25(**own.settings()).fit_texts(job.articles["article"].to_list(), job.articles["id"].to_list())
+    bm25.save(layout.BM25.under(job.root))
+    log.info(
+        "index: bm25 (k1=%.2f, b=%.2f, idf %s) over %d articles", own.k1, own.b, own.idf_variant, job.articles.height
+    )
+    if zero := int((bm25.idf == 0.0).sum()):
+        log.warning(
+            "index: %d term(s) of the corpus are each in at least half of its articles and get idf 0 under the "
+            "workspace BM25's idf_floor %r: a question of only such terms gets no results; rebuild the "
+            "workspace's BM25 (`dvc repro bm25`) for the default floor %r, then index again",
+            zero,
+            own.idf_floor,
+            DEFAULT_IDF_FLOOR,
+        )
+
+
+SYSTEMS = (
+    System(
+        name="bm25",
+        kind="sparse",
+        summary="BM25 over the analysed article texts (k1 and b chosen on dev by bm25_tune)",
+        load=load_system,
+        reads=(layout.BM25,),
+        stage=layout.BM25.stage,
+        index_models=(layout.BM25.path.as_posix(),),  # k1, b and the analyzer
+        index_side=(layout.BM25.path.as_posix(),),
+        index=index_side,
+    ),
+)

@@ -41,6 +41,7 @@ import numpy as np
 import polars as pl
 
 from lexgraph.core import layout
+from lexgraph.core.config import workspace_params
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.systems.index_record import (
     FORMAT,
@@ -62,82 +63,52 @@ _BLOCKS = re.compile(rf"{re.escape(PARTIAL)}(/[0-9a-f]{{32}}(/({_BLOCK}|\.{_BLOC
 #: the largest magnitude a value of an index's vectors may have: far beyond what an encoder gives, far
 #: below float32's overflow when a row is squared and summed (a vector scaled by 1e30 vanishes then)
 ABSURD = 1e6
-#: systems built on others: their own side of the index is their components'
-COMPOSED = ("hybrid", "xrerank", "mvcl")
-GRAPH_SYSTEMS = ("hprior", *layout.GNN)
-DENSE_ON_DSR = ("dsr", *GRAPH_SYSTEMS)
-
-
-def workspace_params(section: str, workspace: Path, config_class):
-    """The typed ``section`` of the workspace's params.yaml (the settings its models were built with)."""
-    from lexgraph.core.config import load_params
-
-    path = workspace / "params.yaml"
-    if not path.is_file():
-        raise DataError(path, "not found; expected the workspace's params.yaml (its models' settings)")
-    return config_class.from_params(load_params(section, path)[1])
 
 
 # --- which systems -------------------------------------------------------------------------------
 
 
 def available_systems(workspace: Path) -> list[str]:
-    """The systems the workspace has built (their artefacts present, a re-ranker not switched off)."""
-    from lexgraph.core.config import SYSTEM_NAMES
-    from lexgraph.systems.registry import READS
-    from lexgraph.systems.rerank import is_switched_off
+    """The systems the workspace has built (their artefacts present, not switched off)."""
+    from lexgraph.systems.registry import systems
 
     have = []
-    for system in SYSTEM_NAMES:
-        if system in layout.RERANKERS and is_switched_off(workspace, system):
-            log.info("index: %s is switched off in the workspace (a placeholder); not indexed", system)
-        elif all(artifact.under(workspace).exists() for artifact in READS[system]):
-            have.append(system)
+    for name, spec in systems().items():
+        if why := spec.off_in(workspace):
+            log.info("index: %s is switched off in the workspace (%s); not indexed", name, why)
+        elif all(artifact.under(workspace).exists() for artifact in spec.reads):
+            have.append(name)
     return have
-
-
-def components(system: str, workspace: Path) -> list[str]:
-    """The systems ``system`` searches through (hybrid: BM25 and its dense system; a re-ranker: its
-    first stage), from the workspace's settings."""
-    from lexgraph.systems.hybrid import SETTINGS, read_settings
-    from lexgraph.systems.rerank import first_stage_of
-
-    if system == "hybrid":
-        settings = read_settings(layout.HYBRID.under(workspace, SETTINGS))
-        return [settings["sparse"], settings["dense"]]
-    if system in layout.RERANKERS:
-        first = first_stage_of(workspace, system)
-        return [first] if first else []
-    return []
 
 
 def closure(systems: list[str], workspace: Path) -> set[str]:
     """``systems`` and every system they search through, transitively (a re-ranker over the hybrid)."""
+    from lexgraph.systems.registry import declared
+
     todo, closed = list(systems), set()
     while todo:
         system = todo.pop()
         if system not in closed:
             closed.add(system)
-            todo.extend(components(system, workspace))
+            todo.extend(declared(system).uses(workspace))
     return closed
 
 
 def resolve_systems(asked: list[str] | None, workspace: Path) -> list[str]:
     """The systems to index (default: every one the workspace has built), with the systems they
     search through, in the registry's order."""
-    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.systems.registry import declared, names
 
     have = available_systems(workspace)
     for system in asked or ():
-        if system not in SYSTEM_NAMES:
-            raise LexgraphError(f"--systems: unknown system '{system}'; expected some of {', '.join(SYSTEM_NAMES)}")
+        declared(system, label="--systems")
         if system not in have:
             raise LexgraphError(
                 f"--systems {system}: the workspace {workspace} has no {system} built (run `dvc repro` there); "
                 f"it has {', '.join(have) or 'none'}"
             )
     closed = closure(list(asked or have), workspace)
-    return [s for s in SYSTEM_NAMES if s in closed]
+    return [s for s in names() if s in closed]
 
 
 # --- the corpus side, step by step ----------------------------------------------------------------
@@ -167,26 +138,6 @@ def clean_corpus(corpus: Path, workspace: Path) -> tuple[pl.DataFrame, pl.DataFr
     return articles, headings, keys
 
 
-def write_bm25(articles: pl.DataFrame, workspace: Path, out: Path) -> None:
-    """BM25 of the corpus with the workspace index's settings (k1, b, idf, floor, analyzer); warns of idf-0 terms."""
-    from lexgraph.search.bm25 import BM25
-    from lexgraph.search.bm25_kernels import DEFAULT_IDF_FLOOR
-
-    own = BM25.load(layout.BM25.under(workspace))
-    bm25 = BM25(**own.settings()).fit_texts(articles["article"].to_list(), articles["id"].to_list())
-    bm25.save(out)
-    log.info("index: bm25 (k1=%.2f, b=%.2f, idf %s) over %d articles", own.k1, own.b, own.idf_variant, articles.height)
-    if zero := int((bm25.idf == 0.0).sum()):
-        log.warning(
-            "index: %d term(s) of the corpus are each in at least half of its articles and get idf 0 under the "
-            "workspace BM25's idf_floor %r: a question of only such terms gets no results; rebuild the "
-            "workspace's BM25 (`dvc repro bm25`) for the default floor %r, then index again",
-            zero,
-            own.idf_floor,
-            DEFAULT_IDF_FLOOR,
-        )
-
-
 def _cache_settings(path: Path) -> dict[str, str]:
     """The chunk settings and ``vectors`` flag of a chunk cache file (its metadata only)."""
     from safetensors import SafetensorError, safe_open
@@ -211,7 +162,7 @@ def write_chunks(articles, headings, workspace: Path, out: Path, partial: Path, 
     from lexgraph.encoding.chunk_blocks import block_fingerprint, encode_in_blocks
     from lexgraph.encoding.chunks import check_settings, save_chunk_table
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
-    from lexgraph.training.dsr_config import DSRConfig
+    from lexgraph.training.dsr_config import SECTION, DSRConfig
 
     cache = layout.CHUNKS.under(workspace, "articles.safetensors")
     settings = _cache_settings(cache)
@@ -227,7 +178,7 @@ def write_chunks(articles, headings, workspace: Path, out: Path, partial: Path, 
         num_layers=0,
     ).to(device)
     check_settings(type("Cached", (), {"settings": settings})(), encoder, cache)
-    batch_size = workspace_params("dsr", workspace, DSRConfig).eval_batch_size
+    batch_size = workspace_params(SECTION, workspace, DSRConfig).eval_batch_size
     sources = {
         "articles": (articles["id"], articles["article"]),
         "headings": (headings["heading_id"], headings["text"]),
@@ -239,14 +190,6 @@ def write_chunks(articles, headings, workspace: Path, out: Path, partial: Path, 
         table = encode_in_blocks(encoder, name, ids, texts, batch_size=batch_size, block=block, folder=folder)
         save_chunk_table(table, out / f"{name}.safetensors")
     return True
-
-
-def write_zeroshot(clean: Path, chunks: Path, workspace: Path, out: Path, device) -> None:
-    """The zeroshot system's article vectors (reusing the chunk vectors when chunked alike)."""
-    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
-
-    config = workspace_params("zeroshot", workspace, ZeroshotConfig)
-    run_zeroshot(layout.PRETRAIN.under(workspace), clean / "articles.parquet", out, config, device, chunks)
 
 
 def write_embed(
@@ -284,76 +227,72 @@ def write_embed(
     log.info("index: DSR vectors of %d articles and %d headings", articles.height, headings.height)
 
 
-def first_stage(system: str, workspace: Path) -> layout.Artifact:
-    """The DSR whose vectors ``system``'s graph encoder was trained on: QABISAR's own first stage
-    where its ``gnn.json`` names it (``first_stage``), else G-DSR's DSR (hprior's too)."""
-    from lexgraph.core.inputs import read_json_object
+class IndexJob:
+    """One ``lexgraph index`` run as each system's side of it sees it (:attr:`System.index
+    <lexgraph.systems.system.System.index>`): the cleaned corpus (``articles``, ``headings``), the
+    ``workspace`` whose models encode it, the index being written (``root``) and the work several
+    sides share, each done once, on first need: the chunk vectors (:meth:`chunks`), each DSR's
+    vectors of the corpus (:meth:`embed`, :meth:`embeddings`) and the corpus's statute graph (:meth:`graph`)."""
 
-    if system not in layout.GNN:
-        return layout.DSR
-    path = layout.GNN[system].under(workspace, "gnn.json")
-    saved = read_json_object(
-        path,
-        what="the graph encoder settings train_gnn writes",
-        optional={"first_stage": (lambda v: isinstance(v, str), "a workspace path")},
-        fix=layout.restore_hint(path),
-    )
-    return layout.DSR_QABISAR if saved.get("first_stage") == layout.DSR_QABISAR.path.as_posix() else layout.DSR
+    def __init__(self, articles, headings, workspace: Path, root: Path, partial: Path, device, block: int) -> None:
+        self.articles, self.headings, self.workspace, self.root = articles, headings, workspace, root
+        self.partial, self.device, self.block = partial, device, block
+        self._chunks: tuple[Path | None] | None = None
+        self._embeddings: dict[layout.Artifact, dict] = {}
+        self._graph = None
 
+    @property
+    def clean(self) -> Path:
+        """The index's clean tables (``data/clean``: articles, headings, keys)."""
+        return layout.CLEAN.under(self.root)
 
-def write_graph(systems: list[str], articles, headings, chunks: Path | None, workspace: Path, root: Path, device):
-    """hprior's and the graph encoders' article vectors, applied inductively over the corpus's own
-    statute graph (no question nodes: :mod:`lexgraph.systems.inductive`), each on the vectors of its
-    own first stage: ``data/embed`` under ``root`` (written before), or ``data/embed_qabisar``,
-    written here for a graph encoder trained on QABISAR's own first stage (:func:`first_stage`)."""
-    from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS, load_embeddings, save_embeddings
-    from lexgraph.systems.inductive import corpus_graph, graph_vectors, hprior_vectors
+    def chunks(self) -> Path | None:
+        """The corpus's chunk vectors (``data/chunks``), as the workspace's ``encode_chunks`` made its
+        own; None when its chunk encoder is fine-tuned (the texts are then encoded whole)."""
+        if self._chunks is None:
+            out = layout.CHUNKS.under(self.root)
+            out.mkdir(parents=True)
+            built = write_chunks(
+                self.articles, self.headings, self.workspace, out, self.partial, self.device, self.block
+            )
+            self._chunks = (out if built else None,)
+        return self._chunks[0]
 
-    graph = corpus_graph(articles, headings, workspace)
-    vectors_of = {layout.DSR: layout.EMBED.under(root), layout.DSR_QABISAR: layout.EMBED_QABISAR.under(root)}
-    loaded: dict[layout.Artifact, dict] = {}
-    for i, system in enumerate(systems, 1):
-        dsr = first_stage(system, workspace)
-        if dsr not in loaded:
-            if not vectors_of[dsr].is_dir():
-                vectors_of[dsr].mkdir(parents=True)
-                write_embed(articles, headings, chunks, workspace, vectors_of[dsr], device, dsr=dsr)
-            loaded[dsr] = {n: load_embeddings(vectors_of[dsr] / f"{n}.safetensors") for n in ("articles", "headings")}
-        embeddings = loaded[dsr]
-        if system == "hprior":
-            vectors = hprior_vectors(workspace, graph, *embeddings["articles"])  # (A, dim)
-            out = layout.HPRIOR.under(root, ARTICLE_EMBEDDINGS)
-        else:
-            vectors = graph_vectors(system, workspace, graph, embeddings, device)  # (A, dim)
-            out = layout.GNN[system].under(root, ARTICLE_EMBEDDINGS)
+    def embed(self, dsr: layout.Artifact = layout.DSR) -> Path:
+        """The folder of the corpus's vectors by DSR ``dsr`` (``data/embed``, or ``data/embed_qabisar``
+        for QABISAR's own first stage), written on first need."""
+        out = {layout.DSR: layout.EMBED, layout.DSR_QABISAR: layout.EMBED_QABISAR}[dsr].under(self.root)
+        if not out.is_dir():
+            chunks = self.chunks()
+            out.mkdir(parents=True)
+            write_embed(self.articles, self.headings, chunks, self.workspace, out, self.device, dsr=dsr)
+        return out
+
+    def embeddings(self, dsr: layout.Artifact = layout.DSR) -> dict:
+        """``{"articles"|"headings": (ids, vectors)}`` of :meth:`embed`'s folder, loaded once."""
+        from lexgraph.encoding.embed import load_embeddings
+
+        if dsr not in self._embeddings:
+            out = self.embed(dsr)
+            self._embeddings[dsr] = {n: load_embeddings(out / f"{n}.safetensors") for n in ("articles", "headings")}
+        return self._embeddings[dsr]
+
+    def graph(self):
+        """The corpus's own statute graph (no question nodes: :func:`lexgraph.systems.inductive.corpus_graph`)."""
+        from lexgraph.systems.inductive import corpus_graph
+
+        if self._graph is None:
+            self._graph = corpus_graph(self.articles, self.headings, self.workspace)
+        return self._graph
+
+    def save_graph_vectors(self, system: str, artifact: layout.Artifact, vectors) -> None:
+        """``system``'s article vectors over :meth:`graph` -> ``<artifact>/article_embeddings.safetensors``."""
+        from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS, save_embeddings
+
+        out = artifact.under(self.root, ARTICLE_EMBEDDINGS)
         out.parent.mkdir(parents=True, exist_ok=True)
-        save_embeddings(out, graph.article_ids.numpy(), vectors)
-        log.info(
-            "index: %s over the corpus's graph (%d articles; %d of %d)",
-            system,
-            graph.article_ids.numel(),
-            i,
-            len(systems),
-        )
-
-
-def write_rerank(articles, workspace: Path, systems: list[str], out: Path, device) -> None:
-    """The article token states of the re-rankers on the frozen base encoder (``data/rerank``, what
-    their loader reads when the length is theirs; a fine-tuned PLM encodes the articles as it loads)."""
-    from lexgraph.encoding.rerank_features import FrozenTokenEncoder
-    from lexgraph.systems.rerank import article_states
-    from lexgraph.training.rerank_config import RerankConfig
-    from lexgraph.training.rerank_io import load_model
-
-    configs = [RerankConfig(**load_model(layout.RERANKERS[s].under(workspace), device)[1]["config"]) for s in systems]
-    frozen = [config for config in configs if config.plm == "frozen"]
-    if not frozen:
-        return
-    encoder = FrozenTokenEncoder(layout.PRETRAIN.under(workspace), device)
-    store = article_states(encoder, articles, frozen[0])
-    out.mkdir(parents=True)
-    store.save(out / "articles.safetensors", {"max_article_length": str(frozen[0].max_article_length)})
-    log.info("index: re-ranker token states of %d articles", articles.height)
+        save_embeddings(out, self.graph().article_ids.numpy(), vectors)
+        log.info("index: %s over the corpus's graph (%d articles)", system, self.graph().article_ids.numel())
 
 
 # --- the whole index ------------------------------------------------------------------------------
@@ -392,9 +331,9 @@ def check_workspace_current(systems: list[str], workspace: Path) -> None:
     built on) were built from inputs it no longer holds: what ``lexgraph search --index`` would refuse
     after the whole index was written (:func:`lexgraph.core.staleness.check_built_from`)."""
     from lexgraph.core.staleness import check_built_from
-    from lexgraph.systems.registry import READS
+    from lexgraph.systems.registry import declared
 
-    check_built_from([artifact.under(workspace) for system in systems for artifact in READS[system]], workspace)
+    check_built_from([artifact.under(workspace) for s in systems for artifact in declared(s).reads], workspace)
 
 
 def check_vectors(root: Path, shown: Path) -> None:
@@ -450,6 +389,7 @@ def index_corpus(
     from lexgraph.core.io import atomic_path, write_json
     from lexgraph.core.provenance import digest_path
     from lexgraph.data.readers import file_problem
+    from lexgraph.systems.registry import declared
 
     corpus, out, workspace, device = Path(corpus), Path(out), Path(workspace), torch.device(device)
     problem = file_problem(corpus)  # a directory, a pipe, /dev/null: said as what it is, before anything else
@@ -460,37 +400,18 @@ def index_corpus(
     log.info("index: %s -> %s with %s's %s", corpus, out, workspace, ", ".join(todo))
     check_workspace_current(todo, workspace)  # what `search --index` checks, before any encoding
     articles, headings, keys = clean_corpus(corpus, workspace)
-    dense = [s for s in todo if s not in COMPOSED and s != "bm25"]
     with atomic_path(out, directory=True) as tmp:
         clean = layout.CLEAN.under(tmp)
         clean.mkdir(parents=True)
         for name, table in (("articles", articles), ("headings", headings), ("keys", keys)):
             table.write_parquet(clean / f"{name}.parquet", statistics=False)
-        if "bm25" in todo:
-            write_bm25(articles, workspace, layout.BM25.under(tmp))
-        chunks = None
-        block = block or max(articles.height, 1)
-        if dense:
-            layout.CHUNKS.under(tmp).mkdir(parents=True)
-            built = write_chunks(articles, headings, workspace, layout.CHUNKS.under(tmp), out / PARTIAL, device, block)
-            chunks = layout.CHUNKS.under(tmp) if built else None
-        if "zeroshot" in todo:
-            write_zeroshot(
-                clean,
-                chunks,
-                workspace,
-                layout.ZEROSHOT.under(tmp),
-                device,
-            )
-        if any(s in DENSE_ON_DSR for s in todo):
-            layout.EMBED.under(tmp).mkdir(parents=True)
-            write_embed(articles, headings, chunks, workspace, layout.EMBED.under(tmp), device)
-        graph = [s for s in todo if s in GRAPH_SYSTEMS]
-        if graph:
-            write_graph(graph, articles, headings, chunks, workspace, Path(tmp), device)
-        rerankers = [s for s in todo if s in layout.RERANKERS]
-        if rerankers:
-            write_rerank(articles, workspace, rerankers, layout.RERANK_FEATURES.under(tmp), device)
+        job = IndexJob(
+            articles, headings, workspace, Path(tmp), out / PARTIAL, device, block or max(articles.height, 1)
+        )
+        for system in todo:
+            spec = declared(system)
+            if spec.index is not None:  # a system built on others: their sides are its own
+                spec.index(job)
         check_vectors(Path(tmp), out)
         counts = {"articles": articles.height, "headings": headings.height}
         models = {s: model_digests(s, workspace) for s in todo}

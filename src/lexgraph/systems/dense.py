@@ -35,6 +35,7 @@ import torch
 
 from lexgraph.core import layout
 from lexgraph.core.errors import LexgraphError
+from lexgraph.systems.system import System
 
 log = logging.getLogger(__name__)
 
@@ -268,3 +269,34 @@ def load_dsr(workspace: Path, device: str = "auto", index=None, *, corpus: Path 
         dsr_cosine(layout.DSR.under(workspace)),
         embeddings_what="the DSR article embeddings",
     )
+
+
+#: the params sections DSR's article vectors are built from (and those of every system built on them)
+DSR_SECTIONS = ("pretrain", "dsr", "embed")
+
+
+def export_articles(workspace: Path, device: str):
+    """The export's article side: DSR's hierarchical article encoder (``models/dsr/article_encoder``)."""
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+
+    directory = layout.DSR.under(workspace, "article_encoder")
+    return HierarchicalArticleEncoder.from_pretrained(directory, root=workspace).to(device).eval()
+
+
+SYSTEMS = (
+    System(
+        name="dsr",
+        kind="dense",
+        summary="DSR (G-DSR's dense statute retriever): a query encoder and a hierarchical article encoder",
+        load=load_dsr,
+        reads=(layout.DSR, layout.EMBED),
+        stage=layout.EMBED.stage,
+        sections=DSR_SECTIONS,
+        article_side="DSR's hierarchical article encoder (models/dsr/article_encoder): chunks of the article "
+        "encoded, contextualised by a small Transformer and pooled (the `embed` stage)",
+        article_encoder=export_articles,
+        index_models=(layout.DSR.path.as_posix(),),
+        index_side=(layout.EMBED.path.as_posix(),),
+        index=lambda job: job.embed(layout.DSR),
+    ),
+)

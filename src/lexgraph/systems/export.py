@@ -6,11 +6,11 @@
 * both sides of the system as one sentence-transformers model (:mod:`lexgraph.models.st_folder`):
   ``encode_query`` runs the query encoder (a full copy of its backbone and tokenizer, its pooling and
   prefix: the ``query`` prompt, used by default), ``encode_document`` the system's article text
-  encoder (:func:`article_side`: DSR's hierarchical encoder, zeroshot's windowed mean), whose code
+  encoder (its declaration's ``article_encoder``: DSR's hierarchical encoder, zeroshot's windowed mean), whose code
   travels in the folder (``lexgraph_st.py``, :mod:`lexgraph.models.st_article`: the reason for
   ``trust_remote_code``), so a client that encodes articles itself gets lexgraph's vectors. A
-  system whose article vectors need the statute graph (:data:`GRAPH_SIDE`) has an article side that
-  refuses in one line instead of giving another encoder's vectors;
+  system whose article vectors need the statute graph (its declaration has no ``article_encoder``) has
+  an article side that refuses in one line instead of giving another encoder's vectors;
 * :data:`VECTORS` (safetensors, bytes in sorted order): ``ids`` int64 ``(n,)``, the article ids as
   lexgraph writes them, ascending, and ``vectors`` float32 ``(n, dim)``, the system's own article
   vectors (L2-normalised for a cosine system, so that ``query @ vectors.T`` is lexgraph's score);
@@ -27,7 +27,7 @@
 
 Two exports of one workspace are equal byte for byte. The folder is written atomically
 (:func:`lexgraph.core.io.atomic_path`); nothing is uploaded (it is ready for ``hf upload``). BM25,
-the hybrid and the re-rankers have no dense query encoder and are refused (:data:`NOT_DENSE`).
+the hybrid and the re-rankers have no dense query encoder and are refused (:func:`check_system`).
 :mod:`lexgraph.systems.mteb_adapter` gives the same two sides to MTEB 2.
 """
 
@@ -55,51 +55,21 @@ FORMAT = "lexgraph-export"
 VERSION = 1
 CARD = "README.md"
 
-#: the dense systems (a query encoder + fixed article vectors) and the params.yaml sections their
-#: artefacts are built from (``gnn``: its shared keys and the variant's own mapping)
-DENSE: dict[str, tuple[str, ...]] = {
-    "zeroshot": ("pretrain", "zeroshot"),
-    "dsr": ("pretrain", "dsr", "embed"),
-    "hprior": ("pretrain", "dsr", "embed", "hprior"),
-    **{variant: ("pretrain", "dsr", "embed", "graph", "gnn") for variant in layout.GNN},
-    "qabisar": ("pretrain", "dsr", "dsr_qabisar", "embed", "graph", "gnn"),  # its own first stage (or dsr's)
-}
 
-#: the systems that export refuses, and why
-NOT_DENSE: dict[str, str] = {
-    "bm25": "a sparse BM25 index",
-    "hybrid": "BM25 fused with a dense system (export that dense system)",
-    "xrerank": "a re-ranker over a first stage's candidates",
-    "mvcl": "a re-ranker over a first stage's candidates",
-}
+def check_system(system: str):
+    """The declaration of ``system``; one that cannot be exported (not dense, or unknown) is refused in
+    one sentence."""
+    from lexgraph.systems.registry import names, systems
 
-#: the systems whose article vectors come from a pass over the statute graph: their export's
-#: ``encode_document`` refuses (:class:`lexgraph.models.st_article.GraphArticleSide`)
-GRAPH_SIDE = ("hprior", *layout.GNN, "qabisar")
-
-#: where each system's article vectors come from (the model card says it)
-ARTICLE_SIDE: dict[str, str] = {
-    "zeroshot": "the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
-    "of tokens, weighted by their token counts (E5's own recipe)",
-    "dsr": "DSR's hierarchical article encoder (models/dsr/article_encoder): chunks of the article "
-    "encoded, contextualised by a small Transformer and pooled (the `embed` stage)",
-    "hprior": "DSR's article vectors propagated through the statute hierarchy (the `hprior` stage's "
-    "weight and scope, chosen on dev)",
-    "gdsr": "G-DSR's legislative graph encoder: one full-graph pass over articles and headings on top of DSR",
-    "qabisar": "QABISAR's graph encoder: one full-graph pass over articles, headings and train questions",
-    "hgraph": "lexgraph's statute-graph encoder: one full-graph pass over the hierarchy on top of DSR",
-    "hgraph_qa": "lexgraph's graph encoder with train questions: one full-graph pass on top of DSR",
-}
-
-
-def check_system(system: str) -> None:
-    """Refuse a system that cannot be exported, in one sentence."""
-    if system in NOT_DENSE:
+    spec = systems().get(system)
+    if spec is None:
+        raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(names('dense'))}")
+    if not spec.dense:
         raise LexgraphError(
-            f"--system {system} is {NOT_DENSE[system]}, not a dense encoder; expected one of {', '.join(DENSE)}"
+            f"--system {system} is {spec.kind} ({spec.summary}), not a dense encoder; "
+            f"expected one of {', '.join(names('dense'))}"
         )
-    if system not in DENSE:
-        raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(DENSE)}")
+    return spec
 
 
 def check_out(out: str | os.PathLike, workspace: str | os.PathLike) -> Path:
@@ -131,8 +101,10 @@ def _sections(workspace: Path, system: str) -> dict[str, Any]:
     if not path.is_file():
         return {}
     params = read_params(path)
-    picked = {name: params[name] for name in DENSE[system] if name in params}
-    if isinstance(picked.get("gnn"), dict):
+    from lexgraph.systems.registry import declared
+
+    picked = {name: params[name] for name in declared(system).sections if name in params}
+    if isinstance(picked.get("gnn"), dict):  # the shared keys and this variant's own mapping
         picked["gnn"] = {k: v for k, v in picked["gnn"].items() if k not in layout.GNN or k == system}
     return picked
 
@@ -153,21 +125,11 @@ def _metrics(workspace: Path, system: str) -> dict[str, dict[str, float]]:
 
 
 def article_side(system: str, workspace: Path, device: str):
-    """The text encoder of ``system``'s articles, as its stage encoded them: DSR's hierarchical
-    encoder (``models/dsr/article_encoder``) or zeroshot's windowed mean of the base checkpoint;
-    ``None`` for a system whose article vectors need the statute graph (:data:`GRAPH_SIDE`)."""
-    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
-
-    if system in GRAPH_SIDE:
-        return None
-    if system == "zeroshot":
-        from lexgraph.systems.corpus_index import workspace_params
-        from lexgraph.systems.zeroshot import ZeroshotConfig, article_encoder
-
-        config = workspace_params("zeroshot", workspace, ZeroshotConfig)
-        return article_encoder(layout.PRETRAIN.under(workspace), config).to(device).eval()
-    directory = layout.DSR.under(workspace, "article_encoder")
-    return HierarchicalArticleEncoder.from_pretrained(directory, root=workspace).to(device).eval()
+    """The text encoder of ``system``'s articles, as its stage encoded them (its declaration's
+    ``article_encoder``: DSR's hierarchical encoder, zeroshot's windowed mean); ``None`` for a system
+    whose article vectors need the statute graph."""
+    spec = check_system(system)
+    return spec.article_encoder(Path(workspace), device) if spec.article_encoder is not None else None
 
 
 def article_vectors(retriever) -> tuple[np.ndarray, np.ndarray]:
@@ -191,7 +153,7 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     from lexgraph.systems.index_record import own_files
     from lexgraph.systems.registry import load_retriever
 
-    check_system(system)
+    spec = check_system(system)
     workspace = Path(workspace)
     out = check_out(out, workspace)
     retriever = load_retriever(system, workspace, device)
@@ -223,7 +185,8 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
         save_tensors(tensors, tmp / VECTORS, metadata={"system": system, "similarity": similarity})
         if keys is not None:
             write_json([keys.articles[i] for i in ids.tolist()], tmp / KEYS)
-        write_text(model_card(manifest, _metrics(workspace, system), _sections(workspace, system)), tmp / CARD)
+        card = model_card(manifest, spec, _metrics(workspace, system), _sections(workspace, system))
+        write_text(card, tmp / CARD)
         write_json({**manifest, **own_files(tmp, MANIFEST)}, tmp / MANIFEST, ensure_ascii=True)  # the last file
     log.info(
         "exported %s (%d article vectors of dim %d, %s) to %s", system, ids.size, vectors.shape[1], similarity, out
@@ -231,13 +194,12 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
     return out
 
 
-def _usage(system: str) -> list[str]:
+def _usage(spec) -> list[str]:
     """The model card's "Search in five lines" section."""
     own = (
-        "Articles of your own: `model.encode_document(texts)` gives the vectors lexgraph gives "
-        f"({ARTICLE_SIDE[system]})."
-        if system not in GRAPH_SIDE
-        else f"Articles of your own: `{system}`'s article vectors come from the statute graph, not from "
+        f"Articles of your own: `model.encode_document(texts)` gives the vectors lexgraph gives ({spec.article_side})."
+        if not spec.graph_side
+        else f"Articles of your own: `{spec.name}`'s article vectors come from the statute graph, not from "
         "texts, so `model.encode_document` refuses; `lexgraph index` builds them for a corpus of yours."
     )
     return [
@@ -257,8 +219,9 @@ def _usage(system: str) -> list[str]:
     ]
 
 
-def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], sections: dict[str, Any]) -> str:
-    """The export's README.md: front matter for the hub, then metrics, params and usage."""
+def model_card(manifest: dict[str, Any], spec, metrics: dict[str, dict[str, float]], sections: dict[str, Any]) -> str:
+    """The export's README.md (``spec``: the system's declaration): front matter for the hub, then
+    metrics, params and usage."""
     import yaml
 
     system = manifest["system"]
@@ -298,7 +261,7 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
                 if prefix
                 else "."
             ),
-            f"- Article side: {ARTICLE_SIDE[system]}; `{VECTORS}` holds them (`ids` int64, lexgraph's article ids, "
+            f"- Article side: {spec.article_side}; `{VECTORS}` holds them (`ids` int64, lexgraph's article ids, "
             f"and `vectors` float32{', L2-normalised' if manifest['similarity'] == 'cosine' else ''}), "
             f"from `{manifest['article_vectors_from']}`."
             + (
@@ -307,7 +270,7 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, dict[str, float]], s
                 else ""
             ),
             "",
-            *_usage(system),
+            *_usage(spec),
             "## Metrics (lexgraph's `evaluate` stage)",
             "",
             *table,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lexgraph.core import layout
 from lexgraph.core.config import bad_value, expectation, refuse_held_out, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
@@ -28,6 +29,8 @@ from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.metrics.ir import METRICS, dense_run_metrics, rounded_all
+from lexgraph.systems.dense import DSR_SECTIONS
+from lexgraph.systems.system import System
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +199,6 @@ def save(result: HpriorResult, out_dir: str | Path) -> None:
 def load_hprior(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None):
     """The ``hprior`` system: DSR query encoder + the propagated article vectors (those of
     ``corpus``, an index of another corpus, when given)."""
-    from lexgraph.core import layout
     from lexgraph.systems.dense import load_dense
 
     workspace = Path(workspace)
@@ -244,3 +246,41 @@ def run_hprior(paths: HpriorPaths, config: HpriorConfig) -> None:
     result = tune(graph, embeddings, questions, config, inputs)
     save(result, paths.out)
     write_json(tune_metrics(result.report), paths.metrics)
+
+
+def hprior_vectors(workspace: str | Path, graph, ids: np.ndarray, vectors: torch.Tensor) -> torch.Tensor:
+    """``(A, dim)`` hprior vectors of the graph's articles (in its order): the DSR vectors
+    ``(ids, vectors)`` propagated with the weight and scope of the workspace's ``hprior`` (for a
+    corpus of one's own, :mod:`lexgraph.systems.inductive`'s graph of it)."""
+    from lexgraph.encoding.embed import select_rows
+    from lexgraph.graph.hierarchy import hierarchy_prior, read_hprior
+
+    report = read_hprior(layout.HPRIOR.under(workspace))
+    ordered = graph.article_ids.numpy()
+    u = select_rows(np.asarray(ids, dtype=np.int64), vectors, ordered, "the DSR article vectors", "article").float()
+    # a shallower corpus: scope_headings stops at each article's top heading
+    return hierarchy_prior(graph, u, float(report["weight"]), int(report["scope"]))
+
+
+def index_side(job) -> None:
+    """``lexgraph index``: DSR's vectors of the corpus propagated through the corpus's own hierarchy."""
+    vectors = hprior_vectors(job.workspace, job.graph(), *job.embeddings(layout.DSR)["articles"])  # (A, dim)
+    job.save_graph_vectors(SECTION, layout.HPRIOR, vectors)
+
+
+SYSTEMS = (
+    System(
+        name="hprior",
+        kind="dense",
+        summary="lexgraph's hierarchy prior: DSR's article vectors propagated through the statute hierarchy",
+        load=load_hprior,
+        reads=(layout.HPRIOR, layout.DSR),
+        stage=layout.HPRIOR.stage,
+        sections=(*DSR_SECTIONS, SECTION),
+        article_side="DSR's article vectors propagated through the statute hierarchy (the `hprior` stage's "
+        "weight and scope, chosen on dev)",
+        index_models=(layout.DSR.path.as_posix(), layout.HPRIOR.path.as_posix() + "/" + SETTINGS),
+        index_side=(layout.HPRIOR.path.as_posix(),),
+        index=index_side,
+    ),
+)

@@ -32,17 +32,23 @@ from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.data.schema import SPLITS
 from lexgraph.metrics.ir import DEEPEST, METRICS
 from lexgraph.search.fusion import ALONE, NORMS, Fusion, fuse
+from lexgraph.systems.system import System
 
 log = logging.getLogger(__name__)
 
 SECTION = "hybrid"
 SPARSE = "bm25"
-#: The dense systems ``hybrid.dense`` may name (``best``: the best of them on dev).
-DENSE_SYSTEMS: tuple[str, ...] = ("zeroshot", "dsr", "hprior", "gdsr", "qabisar", "hgraph", "hgraph_qa")
 
 SETTINGS = "hybrid.json"
 FORMAT = "lexgraph-hybrid"
 FORMAT_VERSION = 1
+
+
+def dense_systems() -> tuple[str, ...]:
+    """The systems ``hybrid.dense`` may name (``best``: the best of them on dev), in the registry's order."""
+    from lexgraph.systems.registry import names
+
+    return names("dense")
 
 
 # ---------------------------------------------------------------------------
@@ -56,7 +62,7 @@ class HybridConfig:
 
     split: str = field(metadata={"expected": "dev (or train)"})
     metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
-    dense: str = field(metadata={"expected": f"one of {', '.join(DENSE_SYSTEMS)} or best"})
+    dense: str = field(metadata={"expected": "a dense system (lexgraph systems lists them) or best"})
     depth: int = field(metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
     rrf_k: list[int] = field(metadata={"expected": "a list of distinct integers >= 0"})
     norms: list[str] = field(metadata={"expected": f"a list of distinct normalisations among {', '.join(NORMS)}"})
@@ -77,8 +83,8 @@ class HybridConfig:
             raise bad("split")
         if self.metric not in METRICS:
             raise bad("metric")
-        if self.dense not in (*DENSE_SYSTEMS, "best"):
-            raise bad("dense")
+        if self.dense not in (*dense_systems(), "best"):
+            raise bad_value(SECTION, "dense", self.dense, f"one of {', '.join(dense_systems())} or best")
         if not depth_ok(self.depth):
             raise bad("depth")
         if any(k < 0 for k in self.rrf_k) or len(set(self.rrf_k)) < len(self.rrf_k):
@@ -182,7 +188,7 @@ def read_settings(path: str | Path) -> dict[str, Any]:
         raise DataError(path, f"not a hybrid settings file (expected format {FORMAT!r} v{FORMAT_VERSION}); {restore}")
     try:
         Fusion.from_dict(settings["fusion"])
-        if settings["dense"] not in DENSE_SYSTEMS or settings["sparse"] != SPARSE:
+        if settings["dense"] not in dense_systems() or settings["sparse"] != SPARSE:
             raise ValueError(f"systems {settings['sparse']!r} + {settings['dense']!r}")
         if "depth" not in settings:
             raise KeyError("depth")
@@ -212,3 +218,23 @@ def load_hybrid(
             "dev said fusion loses",
         )
     return HybridRetriever(sparse, dense, fusion, settings["depth"], source=path)
+
+
+def components(workspace: Path) -> list[str]:
+    """The systems the workspace's hybrid fuses (``models/hybrid/hybrid.json``)."""
+    settings = read_settings(layout.HYBRID.under(workspace, SETTINGS))
+    return [settings["sparse"], settings["dense"]]
+
+
+SYSTEMS = (
+    System(
+        name="hybrid",
+        kind="composed",
+        summary="BM25 fused with a dense system (the fusion, its weight and the dense system chosen on dev)",
+        load=load_hybrid,
+        reads=(layout.HYBRID,),
+        stage=layout.HYBRID.stage,
+        index_models=(layout.HYBRID.path.as_posix() + "/" + SETTINGS,),  # its systems are checked as themselves
+        components=components,
+    ),
+)

@@ -11,7 +11,7 @@ increasing ``k``, then min-max, then z-scores, by increasing ``w``, then, with
 it beats every fusion on dev, and ``hybrid.json`` then says so (``uses`` names the one
 system whose ranking ``hybrid`` returns; ``label`` is ``<system> alone``). The dense system
 is ``hybrid.dense``, or with ``best`` the dense system with the best ``hybrid.metric``
-on that split (ties: the order of :data:`DENSE_SYSTEMS`). The grid is searched here,
+on that split (ties: the order of :func:`lexgraph.systems.hybrid.dense_systems`). The grid is searched here,
 not with ``ranx.optimize_fusion``: that one takes ``k`` and weights only as
 ``range``-like steps, keeps the *last* of tied candidates, scores with ranx's own
 metrics on ranx's tie order, and drops weight pairs whose float sum is not exactly 1.
@@ -32,14 +32,14 @@ from lexgraph.core.provenance import output, workspace
 from lexgraph.data.schema import split_questions
 from lexgraph.metrics.ir import DEEPEST, evaluate_run, rounded_all
 from lexgraph.search.fusion import Fusion, Prepared
-from lexgraph.systems.hybrid import DENSE_SYSTEMS, FORMAT, FORMAT_VERSION, SECTION, SPARSE, HybridConfig, grid
+from lexgraph.systems.hybrid import FORMAT, FORMAT_VERSION, SECTION, SPARSE, HybridConfig, dense_systems, grid
 
 log = logging.getLogger(__name__)
 
 
 def dense_systems_needed(config: HybridConfig) -> tuple[str, ...]:
     """The dense systems the stage must load: ``hybrid.dense``, or all of them for ``best``."""
-    return DENSE_SYSTEMS if config.dense == "best" else (config.dense,)
+    return dense_systems() if config.dense == "best" else (config.dense,)
 
 
 def _score(ids: np.ndarray, qids: Sequence[int], qrels: Mapping[int, Sequence[int]]) -> dict[str, float]:
@@ -74,7 +74,7 @@ def tune(questions, sparse, dense: Mapping[str, Any], config: HybridConfig) -> d
         log.info("hybrid: %s alone on %s: %s %.4f", name, config.split, config.metric, values[config.metric])
 
     if config.dense == "best":
-        # ties: the order of DENSE_SYSTEMS (max keeps the first maximum)
+        # ties: the registry's order of the dense systems (max keeps the first maximum)
         chosen = max(dense_tops, key=lambda name: references[name][config.metric])
         log.info("hybrid: best dense system on %s: %s", config.split, chosen)
     else:

@@ -5,14 +5,14 @@ An index directory has the workspace's layout for the corpus side only (``data/c
 ``models/bm25``, ``data/embed``, ...: :mod:`lexgraph.systems.corpus_index`); the systems that
 search it take everything else (query encoders, graph settings, fusion, re-ranker weights) from
 the workspace. ``index.json`` records, per system, the digest of each workspace artefact its
-vectors were made with (:data:`MODELS`, :func:`lexgraph.core.provenance.identity`), so that
+vectors were made with (each system's declared ``index_models``, :func:`lexgraph.core.provenance.identity`), so that
 :func:`check_index` refuses, in one line naming ``index.json`` and the artefact, to search an
 index with models that changed after it was built (their vectors would not match the questions').
 
 It also lists the index's own files with their SHA-256 and its folders (:func:`own_files`, format
 v2): :func:`read_index` checks the tables every system reads (``data/clean``) and refuses a file
 under ``data/`` or ``models/`` that the record does not list, :func:`check_index` the files of the
-system it is asked for (:data:`SIDE`), so that a key deleted, swapped or duplicated in
+system it is asked for (its declared ``index_side``), so that a key deleted, swapped or duplicated in
 ``keys.parquet`` or a vector changed after indexing is one line naming the file and `lexgraph
 index` to rebuild, never served. A v1 index (no list) is refused the same way.
 
@@ -56,35 +56,16 @@ def _elsewhere(directory: Path) -> str:
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
-#: system -> the workspace artefacts (files or directories) its side of an index is made with
-MODELS: dict[str, tuple[str, ...]] = {
-    "bm25": (layout.BM25.path.as_posix(),),  # k1, b and the analyzer
-    "zeroshot": (layout.PRETRAIN.path.as_posix(), layout.ZEROSHOT.path.as_posix() + "/zeroshot.json"),
-    "dsr": (layout.DSR.path.as_posix(),),
-    "hprior": (layout.DSR.path.as_posix(), layout.HPRIOR.path.as_posix() + "/hprior.json"),
-    **{v: (layout.DSR.path.as_posix(), a.path.as_posix()) for v, a in layout.GNN.items()},
-    "hybrid": (layout.HYBRID.path.as_posix() + "/hybrid.json",),  # its systems are checked as themselves
-    **{v: (layout.PRETRAIN.path.as_posix(), a.path.as_posix()) for v, a in layout.RERANKERS.items()},
-}
-
 #: the index's tables every system reads (articles, headings, the user's keys)
 SHARED: tuple[str, ...] = (layout.CLEAN.path.as_posix(),)
-#: system -> the folders of an index it reads itself when searched (a hybrid or a re-ranker reads
-#: its first stages' through them, checked as themselves)
-SIDE: dict[str, tuple[str, ...]] = {
-    "bm25": (layout.BM25.path.as_posix(),),
-    "zeroshot": (layout.ZEROSHOT.path.as_posix(),),
-    "dsr": (layout.EMBED.path.as_posix(),),
-    "hprior": (layout.HPRIOR.path.as_posix(),),
-    **{v: (a.path.as_posix(),) for v, a in layout.GNN.items()},
-    "hybrid": (),
-    **{v: (layout.RERANK_FEATURES.path.as_posix(),) for v in layout.RERANKERS},
-}
 
 
 def model_digests(system: str, workspace: str | Path) -> dict[str, str]:
-    """``{artefact: digest}`` of the workspace artefacts ``system`` is indexed with."""
-    return {path: identity(Path(workspace, path)) for path in MODELS[system]}
+    """``{artefact: digest}`` of the workspace artefacts ``system`` is indexed with (its declaration's
+    :attr:`~lexgraph.systems.system.System.index_models`)."""
+    from lexgraph.systems.registry import declared
+
+    return {path: identity(Path(workspace, path)) for path in declared(system).index_models}
 
 
 # --- a folder's own files --------------------------------------------------------------------------
@@ -316,20 +297,20 @@ def check_index(directory: str | Path, system: str, workspace: str | Path) -> No
     """Refuse (one line naming ``index.json`` or the damaged file) to search ``system`` over the
     index ``directory`` when the index lacks it, its files (:data:`SIDE`) changed since they were
     written, or it was built by other models than ``workspace`` holds now."""
-    from lexgraph.systems.rerank import is_switched_off
+    from lexgraph.systems.registry import declared
 
+    spec = declared(system)
     record = read_index(directory)
     path = Path(directory) / INDEX_FILE
     built = record["systems"]
     if system not in built or not isinstance(built[system], dict):
-        if system in layout.RERANKERS and is_switched_off(Path(workspace), system):
-            why = f"{system} is switched off in the workspace (params.yaml 'rerank.{system}.enabled': false)"
-            raise LexgraphError(f"{path}: no {system} in this index: {why}")
+        if why := spec.off_in(Path(workspace)):
+            raise LexgraphError(f"{path}: no {system} in this index: {system} is switched off in the workspace ({why})")
         raise LexgraphError(
             f"{path}: no {system} in this index (it holds {', '.join(built) or 'no system'}); "
             f"run `lexgraph index` with --systems {system}"
         )
-    _verify(Path(directory), record["files"], SIDE.get(system, ()))
+    _verify(Path(directory), record["files"], spec.index_side)
     for artefact, digest in sorted(built[system].items()):
         current = identity(Path(workspace, artefact))
         if current != digest:

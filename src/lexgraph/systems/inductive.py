@@ -8,7 +8,7 @@ encoders give the workspace's own corpus, with no retraining:
   ``build_graph`` recorded in ``data/graph/graph.pt`` (directed or not, consecutive edges); a
   corpus of one's own has no train questions, so no question nodes, unless ``questions`` are
   given (the benchmark: the workspace's train questions, whose gold articles are in it);
-* :func:`hprior_vectors` propagates the DSR article vectors through that hierarchy with the
+* :func:`lexgraph.systems.hprior.hprior_vectors` propagates the DSR article vectors through that hierarchy with the
   weight and scope the workspace's ``hprior`` stage chose on dev (``models/hprior/hprior.json``);
 * :func:`graph_vectors` runs the trained graph encoder of ``models/gnn_<variant>/`` once over the
   whole graph, as ``train_gnn`` computes the embeddings it saves
@@ -110,17 +110,6 @@ def _ordered(graph, ids: np.ndarray, vectors: torch.Tensor, what: str, path: Any
     from lexgraph.encoding.embed import select_rows
 
     return select_rows(np.asarray(ids, dtype=np.int64), vectors, graph.article_ids.numpy(), path, what).float()
-
-
-def hprior_vectors(workspace: str | Path, graph, ids: np.ndarray, vectors: torch.Tensor) -> torch.Tensor:
-    """``(A, dim)`` hprior vectors of the graph's articles (in its order): the DSR vectors
-    ``(ids, vectors)`` propagated with the weight and scope of the workspace's ``hprior``."""
-    from lexgraph.graph.hierarchy import hierarchy_prior, read_hprior
-
-    report = read_hprior(layout.HPRIOR.under(workspace))
-    u = _ordered(graph, ids, vectors, "article", "the DSR article vectors")
-    # a shallower corpus: scope_headings stops at each article's top heading
-    return hierarchy_prior(graph, u, float(report["weight"]), int(report["scope"]))
 
 
 def _apply_graph(graph, saved: SavedGraphModel):

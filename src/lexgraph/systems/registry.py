@@ -1,21 +1,25 @@
 """The registry of retrieval systems and the one way to load them.
 
-Systems are loaded from the artefacts that ``dvc repro`` wrote in a workspace, by name,
-so the ``evaluate`` stage and ``lexgraph search`` share exactly the same code path;
-loading checks that they were built on the workspace's ``data/clean/articles.parquet``, and
-first that the inputs their artefacts record are still the workspace's (:mod:`lexgraph.core.staleness`).
-The registry names its loaders directly (no import strings), so the import contracts
-(``lint-imports``) and the stages' DVC dependencies see every module it can run (importing
-it imports torch, through the dense systems; faiss is imported when an index is built).
-Its names are :data:`lexgraph.core.config.SYSTEM_NAMES`, which settings are checked against.
+Each system is declared once, next to its code (:class:`lexgraph.systems.system.System`, a module's
+``SYSTEMS``): lexgraph's own in :data:`BUILTIN`'s modules, another package's under the
+``lexgraph.systems`` entry-point group (docs/systems.md). :func:`systems` collects them, and every
+question about systems (which are dense, what an index of them holds, what export writes) is a
+query on it. Systems are loaded from the artefacts that ``dvc repro`` wrote in a workspace, by name,
+so the ``evaluate`` stage and ``lexgraph search`` share exactly the same code path; loading checks
+that they were built on the workspace's ``data/clean/articles.parquet``, and first that the inputs
+their artefacts record are still the workspace's (:mod:`lexgraph.core.staleness`). The registry
+imports lexgraph's system modules directly (no import strings), so the import contracts
+(``lint-imports``) and the stages' DVC dependencies see every module it can run (importing it
+imports torch, through the dense systems; faiss is imported when an index is built).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+import logging
+from functools import cache
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -23,53 +27,75 @@ from lexgraph.core import layout
 from lexgraph.core.errors import LexgraphError
 from lexgraph.core.provenance import reads
 from lexgraph.core.staleness import check_built_from
-from lexgraph.search.bm25 import load_system as load_bm25
-from lexgraph.systems.dense import load_dsr
-from lexgraph.systems.gnn import load_gdsr, load_hgraph, load_hgraph_qa, load_qabisar
-from lexgraph.systems.hprior import load_hprior
-from lexgraph.systems.hybrid import load_hybrid
+from lexgraph.systems import bm25_pipeline, dense, gnn, hprior, hybrid, rerank, zeroshot
 from lexgraph.systems.index_record import check_index
-from lexgraph.systems.rerank import load_mvcl, load_xrerank
-from lexgraph.systems.zeroshot import load_system as load_zeroshot
+from lexgraph.systems.system import Retriever, System
 
-# system name -> loader: (workspace: Path, device: str) and, for dense systems, the keyword
-# ``index`` (an IndexConfig: how the article embeddings are searched, ``evaluate.index``); the
-# systems built on others (hybrid, the re-rankers) take ``load``, given load_retriever itself, so that
-# their modules need not import this registry back
-SYSTEMS: dict[str, Callable[..., Retriever]] = {
-    "bm25": load_bm25,
-    "zeroshot": load_zeroshot,
-    "dsr": load_dsr,
-    "hprior": load_hprior,
-    "gdsr": load_gdsr,
-    "qabisar": load_qabisar,
-    "hgraph": load_hgraph,
-    "hgraph_qa": load_hgraph_qa,
-    "hybrid": load_hybrid,
-    "xrerank": load_xrerank,
-    "mvcl": load_mvcl,
-}
+log = logging.getLogger(__name__)
 
-#: system name -> the artefacts it reads itself (those it is built on are followed through their
-#: provenance records, lexgraph.core.staleness; hybrid and the re-rankers load their first stages
-#: through load_retriever, which checks those too)
-READS: dict[str, tuple[layout.Artifact, ...]] = {
-    "bm25": (layout.BM25,),
-    "zeroshot": (layout.ZEROSHOT,),
-    "dsr": (layout.DSR, layout.EMBED),
-    "hprior": (layout.HPRIOR, layout.DSR),
-    **{variant: (artifact, layout.DSR) for variant, artifact in layout.GNN.items()},
-    "hybrid": (layout.HYBRID,),
-    **{variant: (artifact,) for variant, artifact in layout.RERANKERS.items()},
-}
+#: lexgraph's own systems, in the order every listing shows them
+BUILTIN: tuple[System, ...] = (
+    *bm25_pipeline.SYSTEMS,
+    *zeroshot.SYSTEMS,
+    *dense.SYSTEMS,
+    *hprior.SYSTEMS,
+    *gnn.SYSTEMS,
+    *hybrid.SYSTEMS,
+    *rerank.SYSTEMS,
+)
+#: the entry-point group under which another package declares its systems: each entry is a
+#: :class:`System` or a sequence of them (``[project.entry-points."lexgraph.systems"]``)
+GROUP = "lexgraph.systems"
 
 
-class Retriever(Protocol):
-    name: str
-    article_ids: np.ndarray
-    source: str
+def _plugins() -> list[tuple[str, tuple[System, ...]]]:
+    """``(origin, systems)`` of each ``lexgraph.systems`` entry point, by its name; one that does not
+    import, or holds no System, is refused in one line naming it."""
+    found = []
+    for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        origin = f"entry point '{entry.name} = {entry.value}' (group {GROUP})"
+        try:
+            value = entry.load()
+        except (ImportError, AttributeError) as exc:
+            raise LexgraphError(f"{origin} does not load ({exc}); expected an importable System") from None
+        declared = (value,) if isinstance(value, System) else tuple(value) if isinstance(value, list | tuple) else ()
+        if not declared or not all(isinstance(s, System) for s in declared):
+            raise LexgraphError(f"{origin} is a {type(value).__name__}; expected a System or a list of them")
+        found.append((origin, declared))
+    return found
 
-    def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+@cache
+def systems() -> dict[str, System]:
+    """Every system, by name: :data:`BUILTIN`, then those of the ``lexgraph.systems`` entry points
+    (a name declared twice is refused in one line naming both places)."""
+    found: dict[str, System] = {}
+    where: dict[str, str] = {}
+    for origin, declared in [("lexgraph", BUILTIN), *_plugins()]:
+        for spec in declared:
+            if spec.name in found:
+                raise LexgraphError(
+                    f"system '{spec.name}' is declared twice: by {where[spec.name]} and by {origin}; "
+                    "expected one declaration per name"
+                )
+            found[spec.name], where[spec.name] = spec, origin
+    return found
+
+
+def names(kind: str | None = None) -> tuple[str, ...]:
+    """The systems' names (of ``kind`` only, when given), in the registry's order."""
+    return tuple(name for name, system in systems().items() if kind is None or system.kind == kind)
+
+
+def declared(name: str, kind: str | None = None, label: str = "") -> System:
+    """The declaration of ``name``; an unknown name (or, given ``kind``, one of another kind) is
+    refused in one line listing those of the kind, after ``label`` (the option or key that gave it)."""
+    found = systems().get(name)
+    if found is None or (kind is not None and found.kind != kind):
+        what = f"{found.kind}, not {kind}" if found is not None else "unknown"
+        prefix = f"{label}: " if label else ""
+        raise LexgraphError(f"{prefix}{what} system '{name}'; expected one of {', '.join(names(kind))}")
+    return found
 
 
 def load_retriever(
@@ -79,16 +105,15 @@ def load_retriever(
     :class:`lexgraph.search.index.IndexConfig`, default: its defaults) goes to loaders
     that take it (the dense systems). ``corpus``: an index of another corpus (``lexgraph index``),
     searched with the workspace's models, after :func:`lexgraph.systems.index_record.check_index`."""
-    if system not in SYSTEMS:
-        raise LexgraphError(f"unknown system '{system}'; expected one of {', '.join(SYSTEMS)}")
-    loader = SYSTEMS[system]
+    spec = declared(system)
+    loader = spec.load
     parameters = inspect.signature(loader).parameters
     options = {
         **({"index": index} if "index" in parameters else {}),
         **({"load": load_retriever} if "load" in parameters else {}),
         **({"corpus": Path(corpus)} if corpus is not None else {}),
     }
-    used = [artifact.under(workspace) for artifact in READS[system]]
+    used = [artifact.under(workspace) for artifact in spec.reads]
     check_built_from(used, workspace)  # before any loading
     if corpus is not None:
         check_index(corpus, system, workspace)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from lexgraph.core import layout
+from lexgraph.systems.system import System
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ def load_mvcl(
 def first_stage_of(workspace: Path, variant: str) -> str | None:
     """The first stage named in ``models/<variant>/mvcl.json`` (None when absent)."""
     from lexgraph.core.inputs import read_json_object
-    from lexgraph.training.rerank_config import SETTINGS, SETTINGS_WHAT, first_stages
+    from lexgraph.training.rerank_config import SETTINGS, SETTINGS_WHAT
 
     path = layout.RERANKERS[variant].under(workspace, SETTINGS)
     if not path.exists():  # absent, or switched off (rerank.<variant>.enabled: false)
@@ -140,6 +141,85 @@ def first_stage_of(workspace: Path, variant: str) -> str | None:
     )["first_stage"]
 
 
+def first_stages() -> tuple[str, ...]:
+    """The systems a re-ranker may re-rank: every system of the registry but the re-rankers."""
+    from lexgraph.systems.registry import systems
+
+    return tuple(name for name, spec in systems().items() if spec.kind != "reranker")
+
+
+def check_first_stage(config) -> None:
+    """Refuse a ``rerank.first_stage`` (``config``: a RerankConfig) that names no system a re-ranker
+    can re-rank, in one line naming the key (the ``rerank`` stage's check, where the name is read)."""
+    from lexgraph.core.config import bad_value
+
+    if config.first_stage not in first_stages():
+        expected = "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"
+        raise bad_value("rerank", config.key("first_stage"), config.first_stage, expected)
+
+
 def is_switched_off(workspace: Path, variant: str) -> bool:
     """True when the ``rerank@<variant>`` stage ran switched off (a placeholder in models/<variant>)."""
     return layout.RERANKERS[variant].under(workspace, "disabled.json").is_file()
+
+
+def index_side(variant: str):
+    """``lexgraph index`` for ``variant``: the corpus's article token states on the frozen base
+    encoder (``data/rerank``, what its loader reads when the length is its own; written once, by the
+    first frozen re-ranker); a fine-tuned PLM encodes the articles as it loads."""
+
+    def write(job) -> None:
+        from lexgraph.encoding.rerank_features import FrozenTokenEncoder
+        from lexgraph.training.rerank_config import RerankConfig
+        from lexgraph.training.rerank_io import load_model
+
+        config = RerankConfig(**load_model(layout.RERANKERS[variant].under(job.workspace), job.device)[1]["config"])
+        out = layout.RERANK_FEATURES.under(job.root)
+        if config.plm != "frozen" or out.exists():
+            return
+        encoder = FrozenTokenEncoder(layout.PRETRAIN.under(job.workspace), job.device)
+        store = article_states(encoder, job.articles, config)
+        out.mkdir(parents=True)
+        store.save(out / "articles.safetensors", {"max_article_length": str(config.max_article_length)})
+        log.info("index: re-ranker token states of %d articles", job.articles.height)
+
+    return write
+
+
+def _switched_off(variant: str):
+    def why(workspace: Path) -> str:
+        off = is_switched_off(workspace, variant)
+        return f"params.yaml 'rerank.{variant}.enabled': false; a placeholder" if off else ""
+
+    return why
+
+
+def _first_stage(variant: str):
+    def components(workspace: Path) -> list[str]:
+        first = first_stage_of(workspace, variant)
+        return [first] if first else []
+
+    return components
+
+
+_VARIANTS = {
+    "xrerank": ("lexgraph's re-ranker: MVCL's interaction network over the frozen PLM's cached states", load_xrerank),
+    "mvcl": ("MVCL as published: an interaction re-ranker over a fine-tuned PLM", load_mvcl),
+}
+
+SYSTEMS = tuple(
+    System(
+        name=variant,
+        kind="reranker",
+        summary=summary,
+        load=load,
+        reads=(layout.RERANKERS[variant],),
+        stage=layout.RERANKERS[variant].stage,
+        index_models=(layout.PRETRAIN.path.as_posix(), layout.RERANKERS[variant].path.as_posix()),
+        index_side=(layout.RERANK_FEATURES.path.as_posix(),),
+        index=index_side(variant),
+        components=_first_stage(variant),
+        switched_off=_switched_off(variant),
+    )
+    for variant, (summary, load) in _VARIANTS.items()
+)

@@ -36,6 +36,7 @@ from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.provenance import output
+from lexgraph.systems.system import System
 
 log = logging.getLogger(__name__)
 
@@ -208,3 +209,42 @@ class ZeroshotPaths:
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     chunks: Path = field(metadata={"help": "encode_chunks cache, reused when chunked alike"})
     out: Path = output("output directory")
+
+
+def export_articles(workspace: Path, device: str):
+    """The export's article side: the base checkpoint's windowed mean, with the workspace's settings."""
+    from lexgraph.core.config import workspace_params
+
+    config = workspace_params(SECTION, workspace, ZeroshotConfig)
+    return article_encoder(layout.PRETRAIN.under(workspace), config).to(device).eval()
+
+
+def index_side(job) -> None:
+    """``lexgraph index``: the corpus's article vectors (reusing its chunk vectors when chunked alike)."""
+    from lexgraph.core.config import workspace_params
+
+    config = workspace_params(SECTION, job.workspace, ZeroshotConfig)
+    chunks = job.chunks()
+    pretrained = layout.PRETRAIN.under(job.workspace)
+    run_zeroshot(
+        pretrained, job.clean / "articles.parquet", layout.ZEROSHOT.under(job.root), config, job.device, chunks
+    )
+
+
+SYSTEMS = (
+    System(
+        name="zeroshot",
+        kind="dense",
+        summary="the base checkpoint as it is, no training: the mean of each article's windows (E5's recipe)",
+        load=load_system,
+        reads=(layout.ZEROSHOT,),
+        stage=layout.ZEROSHOT.stage,
+        sections=("pretrain", SECTION),
+        article_side="the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
+        "of tokens, weighted by their token counts (E5's own recipe)",
+        article_encoder=export_articles,
+        index_models=(layout.PRETRAIN.path.as_posix(), layout.ZEROSHOT.path.as_posix() + "/" + SETTINGS),
+        index_side=(layout.ZEROSHOT.path.as_posix(),),
+        index=index_side,
+    ),
+)

@@ -26,6 +26,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lexgraph.core import layout
 from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import ConfigError
 from lexgraph.graph.build import BIPARTITE_TYPES, NUM_EDGE_TYPES, STRUCTURE_TYPES
@@ -33,7 +34,7 @@ from lexgraph.models.gnn import GraphEncoderConfig
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("gdsr", "qabisar", "hgraph", "hgraph_qa")
+VARIANTS = tuple(layout.GNN)  # the foreach items of train_gnn (core.layout)
 QUESTION_VARIANTS = ("qabisar", "hgraph_qa")  # their graph holds the train questions
 
 #: read by every variant, with the same meaning (``dropout``: between layers)

@@ -57,7 +57,8 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from lexgraph.core.config import SYSTEM_NAMES, bad_value, expectation, params_error, refuse_held_out, section_config
+from lexgraph.core import layout
+from lexgraph.core.config import bad_value, expectation, params_error, refuse_held_out, section_config
 from lexgraph.encoding.rerank_features import TRUNCATIONS
 from lexgraph.metrics.ir import METRICS
 from lexgraph.models.rerank import ALIGNMENTS, POOLINGS, RANKINGS
@@ -65,8 +66,8 @@ from lexgraph.text.elements import PATTERNS
 
 log = logging.getLogger(__name__)
 
-#: The re-rankers, in SYSTEM_NAMES order: each is a foreach item of the ``rerank`` stage.
-VARIANTS = ("xrerank", "mvcl")
+#: The re-rankers, in the registry's order: each is a foreach item of the ``rerank`` stage (core.layout).
+VARIANTS = tuple(layout.RERANKERS)
 PLM_MODES = ("frozen", "finetune")
 #: the classifier's pairwise accuracy on dev triples (MVCL §IV-C), a selection metric beside the IR ones
 ACCURACY = "accuracy"
@@ -131,11 +132,6 @@ ENCODE_KEYS = (
     "del_token",
     "split",
 )
-
-
-def first_stages() -> tuple[str, ...]:
-    """The systems a re-ranker may re-rank: every system but the re-rankers."""
-    return tuple(s for s in SYSTEM_NAMES if s not in VARIANTS)
 
 
 def _own(name: str, expected: str, **more: Any) -> dict[str, Any]:
@@ -220,7 +216,8 @@ class RerankConfig:
     )
     # -- shared
     first_stage: str = field(
-        metadata={"expected": "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"}
+        # a name of the registry, checked where it is read (lexgraph.systems.rerank.check_first_stage)
+        metadata={"expected": "a retrieval system other than a re-ranker"}
     )
     k: int = field(metadata={"expected": "an integer >= 2 (articles re-ranked per question)"})
     encode_batch_size: int = field(metadata={"expected": "a positive integer"})
@@ -275,8 +272,6 @@ class RerankConfig:
         if self.variant not in VARIANTS:
             raise params_error(f"unknown re-ranker {self.variant!r}, expected one of {', '.join(VARIANTS)}")
         refuse_held_out(SECTION, "split", self.split, expectation(RerankConfig, "split"))
-        if self.first_stage not in first_stages():
-            raise bad("first_stage")
         if self.k < 2:
             raise bad("k")
         for name in ("max_query_length", "max_article_length"):
