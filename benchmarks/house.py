@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the figures here as well")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from lexgraph.core.config import SYSTEM_NAMES
+    from lexgraph.systems.registry import names
 
-    figures = measure(SRC, list(SYSTEM_NAMES)) | dvc_yaml_figures(ROOT / "dvc.yaml")
+    figures = measure(SRC, list(names())) | dvc_yaml_figures(ROOT / "dvc.yaml")
     summary = {k: v for k, v in figures.items() if k not in ("name_files_where", "functions_over_80_lines")}
     log.info(json.dumps(summary, indent=1))
     log.info("functions over %d lines: %d", LONG, len(figures["functions_over_80_lines"]))

@@ -44,3 +44,17 @@ def test_name_files_count_string_literals_not_substrings(tmp_path):
     figures = house.measure(tmp_path, ["dsr", "zeroshot"])
     assert figures["name_files_where"] == {"dsr": ["a.py"], "zeroshot": []}
     assert figures["code_lines"] == 10 and figures["guard_lines"] == 5
+
+
+def test_the_systems_page_gives_the_committed_name_counts():
+    """docs/systems.md's before/after table is read from benchmarks/house_before.json and house_after.json."""
+    import json
+    import re
+
+    from conftest import ROOT
+
+    before = json.loads((ROOT / "benchmarks" / "house_before.json").read_text(encoding="utf-8"))["name_files"]
+    after = json.loads((ROOT / "benchmarks" / "house_after.json").read_text(encoding="utf-8"))["name_files"]
+    page = (ROOT / "docs" / "systems.md").read_text(encoding="utf-8")
+    rows = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(r"^\| `(\w+)` \| (\d+) \| (\d+) \|$", page, re.M)}
+    assert rows == {name: (before[name], after[name]) for name in before}
