@@ -19,4 +19,4 @@ def main(args, base, config):
 if __name__ == "__main__":
     from lexgraph.core.stage import run_stage
 
-    sys.exit(run_stage("clean", main, configure, config=CleanConfig.from_params))
+    sys.exit(run_stage("clean", main, configure, config=CleanConfig.from_params, uses_torch=False))

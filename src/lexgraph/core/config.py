@@ -369,20 +369,19 @@ def workspace_params(section: str, workspace: Path, config_class):
     return config_class.from_params(load_params(section, path)[1])
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices). Kernel determinism is
+def seed_everything(seed: int, with_torch: bool = True) -> None:
+    """Seed python, numpy and (``with_torch``) torch on all devices. Kernel determinism is
     :func:`set_deterministic`'s (``base.deterministic``)."""
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     import numpy as np
 
     np.random.seed(seed)
-    try:
+    if with_torch:
         import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        return
-    torch.manual_seed(seed)
-    torch.cuda.manual_seed_all(seed)
+
+        torch.manual_seed(seed)
+        torch.cuda.manual_seed_all(seed)
 
 
 def set_deterministic(enabled: bool) -> None:

@@ -111,10 +111,13 @@ def run_stage(
     name: str | None = None,
     *,
     config: Callable[[dict], Any],
+    uses_torch: bool = True,
 ) -> int:
     """Run a stage driver; ``name`` (default: ``section``) labels its log and error lines;
     ``config`` (the section's ``XConfig.from_params``) builds the typed config up front, and
-    ``main(args, base, config)`` receives it."""
+    ``main(args, base, config)`` receives it. ``uses_torch=False``: a stage that never runs torch
+    (fetch, clean, BM25) neither imports nor seeds it (importing torch takes 2 to 4 s here, longer
+    than such a stage's refusal of a bad input; ``tests/test_stage_startup.py`` checks it stays out)."""
     name = name or section
     parser = argparse.ArgumentParser(description=(main.__doc__ or "").strip() or None)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
@@ -127,8 +130,9 @@ def run_stage(
         settings = config(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
         log_stage_start()  # under `dvc repro`: "stage train_dsr (10 of 22)", where the run stands
-        set_deterministic(base.deterministic)
-        seed_everything(base.seed)
+        if uses_torch:
+            set_deterministic(base.deterministic)
+        seed_everything(base.seed, with_torch=uses_torch)
         start = time.perf_counter()
         with _recording(name, args, base, settings):
             main(args, base, settings)
