@@ -591,6 +591,7 @@ class SizeRun:
         from lexgraph.core.io import read_parquet
         from lexgraph.encoding.embed import load_embeddings
         from lexgraph.systems import inductive
+        from lexgraph.systems.hprior import hprior_vectors
 
         systems = [s for s in ("hprior", *GRAPH_SYSTEMS) if s in loaded]
         if not systems:
@@ -612,7 +613,7 @@ class SizeRun:
         for system in systems:
             with self.steps.measure("propagate" if system == "hprior" else "graph pass", system, self.size):
                 if system == "hprior":
-                    vectors = inductive.hprior_vectors(workspace, graph, *dsr)
+                    vectors = hprior_vectors(workspace, graph, *dsr)
                 else:
                     vectors = inductive.graph_vectors(system, workspace, graph, embeddings)
             self.dense(system, loaded[system], graph.article_ids.numpy(), vectors)

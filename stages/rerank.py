@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.rerank_config import VARIANTS, RerankConfig
+from lexgraph.training.rerank_config import VARIANTS
 from lexgraph.training.rerank_stage import RerankPaths
 
 
@@ -21,11 +21,8 @@ def main(args, base, config):
     """Train one re-ranker (``config``: both re-rankers' settings, checked up front)."""
     from lexgraph.core.config import resolve_device
     from lexgraph.systems.registry import load_retriever
-    from lexgraph.systems.rerank import check_first_stage
     from lexgraph.training.rerank_stage import run_rerank
 
-    for variant_settings in config.values():
-        check_first_stage(variant_settings)
     settings, device, paths = config[args.variant], resolve_device(base.device), paths_from(RerankPaths, args)
     run_rerank(
         paths, settings, device, base.seed, lambda: load_retriever(settings.first_stage, paths.workspace, str(device))
@@ -34,5 +31,6 @@ def main(args, base, config):
 
 if __name__ == "__main__":
     from lexgraph.core.stage import run_stage
+    from lexgraph.systems.rerank import stage_settings
 
-    sys.exit(run_stage("rerank", main, configure, config=RerankConfig.per_variant))
+    sys.exit(run_stage("rerank", main, configure, config=stage_settings))

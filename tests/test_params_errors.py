@@ -798,6 +798,7 @@ def _builders() -> dict:
     from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25TuneConfig
     from lexgraph.systems.hprior import HpriorConfig
     from lexgraph.systems.hybrid import HybridConfig
+    from lexgraph.systems.rerank import stage_settings
     from lexgraph.systems.zeroshot import ZeroshotConfig
     from lexgraph.training.dsr_config import DSRConfig, QabisarDSRConfig
     from lexgraph.training.gnn_config import VARIANTS, GNNSettings
@@ -822,20 +823,9 @@ def _builders() -> dict:
         "embed": EmbedConfig.from_params,
         "hprior": HpriorConfig.from_params,
         "hybrid": HybridConfig.from_params,
-        "rerank": _rerank_stage_settings,
+        "rerank": stage_settings,  # the rerank stage's: each first stage checked against the registry
         "serve": ServeConfig.from_params,
     }
-
-
-def _rerank_stage_settings(raw):
-    """What the rerank stage reads: each re-ranker's settings, and its first stage checked against the registry."""
-    from lexgraph.systems.rerank import check_first_stage
-    from lexgraph.training.rerank_config import RerankConfig
-
-    settings = RerankConfig.per_variant(raw)
-    for config in settings.values():
-        check_first_stage(config)
-    return settings
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)

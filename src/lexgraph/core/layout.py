@@ -56,6 +56,8 @@ GNN = {
     variant: Artifact(f"models/gnn_{variant}", f"train_gnn@{variant}")
     for variant in ("gdsr", "qabisar", "hgraph", "hgraph_qa")
 }
+#: the variants whose graph holds the train questions (their query encoders are their own, distilled)
+QUESTION_VARIANTS = ("qabisar", "hgraph_qa")
 HYBRID = Artifact("models/hybrid", "hybrid")
 RERANK_FEATURES = Artifact("data/rerank", "encode_rerank")
 RERANKERS = {variant: Artifact(f"models/{variant}", f"rerank@{variant}") for variant in ("xrerank", "mvcl")}

@@ -20,12 +20,10 @@ from pathlib import Path
 
 from lexgraph.core import layout
 from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
-from lexgraph.systems.dense import DSR_SECTIONS, DenseRetriever, load_dense
+from lexgraph.systems.dense import DenseRetriever, load_dense
 from lexgraph.systems.system import System
-from lexgraph.training.gnn_config import QUESTION_VARIANTS  # their graph holds train questions: own query encoders
 
 log = logging.getLogger(__name__)
-
 
 
 def _cosine(model_dir: Path) -> bool:
@@ -52,7 +50,9 @@ def load_graph_system(
     artifact = layout.GNN[variant]
     model_dir = artifact.under(workspace)
     query_dir = (
-        model_dir / "query_encoder" if variant in QUESTION_VARIANTS else layout.DSR.under(workspace, "query_encoder")
+        model_dir / "query_encoder"
+        if variant in layout.QUESTION_VARIANTS
+        else layout.DSR.under(workspace, "query_encoder")
     )
     return load_dense(
         variant,

@@ -295,7 +295,7 @@ def read_index(directory: str | Path) -> dict[str, Any]:
 
 def check_index(directory: str | Path, system: str, workspace: str | Path) -> None:
     """Refuse (one line naming ``index.json`` or the damaged file) to search ``system`` over the
-    index ``directory`` when the index lacks it, its files (:data:`SIDE`) changed since they were
+    index ``directory`` when the index lacks it, its files (its declared ``index_side``) changed since they were
     written, or it was built by other models than ``workspace`` holds now."""
     from lexgraph.systems.registry import declared
 

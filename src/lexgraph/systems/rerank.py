@@ -158,6 +158,17 @@ def check_first_stage(config) -> None:
         raise bad_value("rerank", config.key("first_stage"), config.first_stage, expected)
 
 
+def stage_settings(raw: dict) -> dict:
+    """The rerank stage's settings: each re-ranker's (:meth:`RerankConfig.per_variant`), each first
+    stage checked against the registry (:func:`check_first_stage`), before seeding and any work."""
+    from lexgraph.training.rerank_config import RerankConfig
+
+    settings = RerankConfig.per_variant(raw)
+    for config in settings.values():
+        check_first_stage(config)
+    return settings
+
+
 def is_switched_off(workspace: Path, variant: str) -> bool:
     """True when the ``rerank@<variant>`` stage ran switched off (a placeholder in models/<variant>)."""
     return layout.RERANKERS[variant].under(workspace, "disabled.json").is_file()

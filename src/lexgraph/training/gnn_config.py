@@ -35,7 +35,7 @@ from lexgraph.models.gnn import GraphEncoderConfig
 log = logging.getLogger(__name__)
 
 VARIANTS = tuple(layout.GNN)  # the foreach items of train_gnn (core.layout)
-QUESTION_VARIANTS = ("qabisar", "hgraph_qa")  # their graph holds the train questions
+QUESTION_VARIANTS = layout.QUESTION_VARIANTS  # their graph holds the train questions
 
 #: read by every variant, with the same meaning (``dropout``: between layers)
 SHARED_KEYS = (
