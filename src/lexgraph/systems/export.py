@@ -92,20 +92,18 @@ def check_out(out: str | os.PathLike, workspace: str | os.PathLike) -> Path:
     return path
 
 
-def _sections(workspace: Path, system: str) -> dict[str, Any]:
-    """The params.yaml sections ``system`` is built from, as written (``gnn``: the shared keys and
-    the variant's mapping only); empty when the workspace has no params.yaml."""
+def _sections(workspace: Path, spec) -> dict[str, Any]:
+    """The params.yaml sections the system ``spec`` declares it is built from, as written (``gnn``:
+    the shared keys and the variant's mapping only); empty when the workspace has no params.yaml."""
     from lexgraph.core.config import read_params
 
     path = workspace / "params.yaml"
     if not path.is_file():
         return {}
     params = read_params(path)
-    from lexgraph.systems.registry import declared
-
-    picked = {name: params[name] for name in declared(system).sections if name in params}
+    picked = {name: params[name] for name in spec.sections if name in params}
     if isinstance(picked.get("gnn"), dict):  # the shared keys and this variant's own mapping
-        picked["gnn"] = {k: v for k, v in picked["gnn"].items() if k not in layout.GNN or k == system}
+        picked["gnn"] = {k: v for k, v in picked["gnn"].items() if k not in layout.GNN or k == spec.name}
     return picked
 
 
@@ -185,7 +183,7 @@ def export_system(system: str, workspace: str | os.PathLike, out: str | os.PathL
         save_tensors(tensors, tmp / VECTORS, metadata={"system": system, "similarity": similarity})
         if keys is not None:
             write_json([keys.articles[i] for i in ids.tolist()], tmp / KEYS)
-        card = model_card(manifest, spec, _metrics(workspace, system), _sections(workspace, system))
+        card = model_card(manifest, spec, _metrics(workspace, system), _sections(workspace, spec))
         write_text(card, tmp / CARD)
         write_json({**manifest, **own_files(tmp, MANIFEST)}, tmp / MANIFEST, ensure_ascii=True)  # the last file
     log.info(

@@ -16,7 +16,6 @@ imports torch, through the dense systems; faiss is imported when an index is bui
 from __future__ import annotations
 
 import inspect
-import logging
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -30,8 +29,6 @@ from lexgraph.core.staleness import check_built_from
 from lexgraph.systems import bm25_pipeline, dense, gnn, hprior, hybrid, rerank, zeroshot
 from lexgraph.systems.index_record import check_index
 from lexgraph.systems.system import Retriever, System
-
-log = logging.getLogger(__name__)
 
 #: lexgraph's own systems, in the order every listing shows them
 BUILTIN: tuple[System, ...] = (
@@ -58,10 +55,10 @@ def _plugins() -> list[tuple[str, tuple[System, ...]]]:
             value = entry.load()
         except (ImportError, AttributeError) as exc:
             raise LexgraphError(f"{origin} does not load ({exc}); expected an importable System") from None
-        declared = (value,) if isinstance(value, System) else tuple(value) if isinstance(value, list | tuple) else ()
-        if not declared or not all(isinstance(s, System) for s in declared):
+        given = (value,) if isinstance(value, System) else tuple(value) if isinstance(value, list | tuple) else ()
+        if not given or not all(isinstance(s, System) for s in given):
             raise LexgraphError(f"{origin} is a {type(value).__name__}; expected a System or a list of them")
-        found.append((origin, declared))
+        found.append((origin, given))
     return found
 
 
@@ -71,8 +68,8 @@ def systems() -> dict[str, System]:
     (a name declared twice is refused in one line naming both places)."""
     found: dict[str, System] = {}
     where: dict[str, str] = {}
-    for origin, declared in [("lexgraph", BUILTIN), *_plugins()]:
-        for spec in declared:
+    for origin, given in [("lexgraph", BUILTIN), *_plugins()]:
+        for spec in given:
             if spec.name in found:
                 raise LexgraphError(
                     f"system '{spec.name}' is declared twice: by {where[spec.name]} and by {origin}; "
@@ -87,14 +84,13 @@ def names(kind: str | None = None) -> tuple[str, ...]:
     return tuple(name for name, system in systems().items() if kind is None or system.kind == kind)
 
 
-def declared(name: str, kind: str | None = None, label: str = "") -> System:
-    """The declaration of ``name``; an unknown name (or, given ``kind``, one of another kind) is
-    refused in one line listing those of the kind, after ``label`` (the option or key that gave it)."""
+def declared(name: str, label: str = "") -> System:
+    """The declaration of ``name``; an unknown name is refused in one line listing the known ones,
+    after ``label`` (the option or key that gave it)."""
     found = systems().get(name)
-    if found is None or (kind is not None and found.kind != kind):
-        what = f"{found.kind}, not {kind}" if found is not None else "unknown"
+    if found is None:
         prefix = f"{label}: " if label else ""
-        raise LexgraphError(f"{prefix}{what} system '{name}'; expected one of {', '.join(names(kind))}")
+        raise LexgraphError(f"{prefix}unknown system '{name}'; expected one of {', '.join(systems())}")
     return found
 
 
