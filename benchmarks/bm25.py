@@ -90,10 +90,10 @@ import numpy as np
 from lexgraph.core.arguments import OneLineParser, non_negative_int, positive_int
 from lexgraph.core.inputs import json_lines, json_object
 from lexgraph.data.schema import parse_article_ids
+from lexgraph.methods.dsr.negatives import mine_from_index
 from lexgraph.search.bm25 import BM25
 from lexgraph.search.bm25_kernels import robertson_idf
 from lexgraph.text.analyzer import FrenchAnalyzer
-from lexgraph.training.negatives import mine_from_index
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "sample"

@@ -12,7 +12,7 @@ The two idf formulas of :mod:`lexgraph.search.bm25_kernels`, each with the defau
 * ``lucene``: ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's ``BM25Similarity``).
 
 For each, k1 x b is tuned over params.yaml's ``bm25_tune`` grid on its split and metric exactly as the
-``bm25_tune`` stage does (:func:`lexgraph.systems.bm25_pipeline.tune_grid`: ties go to the first pair in
+``bm25_tune`` stage does (:func:`lexgraph.methods.bm25.system.tune_grid`: ties go to the first pair in
 grid order), the index is built at the best pair as the ``bm25`` stage builds it, and the dev and test
 questions are searched to ``evaluate.k`` as the ``evaluate`` stage does (:meth:`BM25.search`) and
 scored by :func:`lexgraph.metrics.ir.evaluate_run`: recall@100, map, ndcg@10. Lucene against Robertson
@@ -44,13 +44,13 @@ from lexgraph.core.io import read_parquet, write_json
 from lexgraph.core.machine import describe
 from lexgraph.data.schema import split_questions
 from lexgraph.evaluation.evaluate import EvaluateConfig
+from lexgraph.methods.bm25.system import Bm25TuneConfig, build_index, tune_grid
+from lexgraph.methods.dsr.negatives import NegativesConfig, mine_from_index
 from lexgraph.metrics.ir import evaluate_run
 from lexgraph.metrics.significance import compare_systems
 from lexgraph.search.bm25 import BM25
 from lexgraph.search.bm25_kernels import DEFAULT_IDF_FLOOR, IDF_VARIANTS, ROBERTSON, idf_values, lucene_min
-from lexgraph.systems.bm25_pipeline import Bm25TuneConfig, build_index, tune_grid
 from lexgraph.text.analyzer import FrenchAnalyzer
-from lexgraph.training.negatives import NegativesConfig, mine_from_index
 
 log = logging.getLogger("bm25_idf")
 

@@ -25,7 +25,7 @@ models encode the distractors, with no retraining.
 * ``hprior`` and the graph encoders (gdsr, qabisar, hgraph, hgraph_qa): over each size's statute
   graph (the sample's headings, then the distractors' code and ``path`` built as ``clean`` builds a
   corpus's, :func:`read_statute`), the train questions as nodes as in the workspace's graph,
-  applied with :mod:`lexgraph.systems.inductive`; the title features encode the distractors'
+  applied with :mod:`lexgraph.methods.gnn.inductive`; the title features encode the distractors'
   headings once.
 * ``hybrid`` and ``xrerank``: the workspace's own loaders over this size's systems
   (:meth:`SizeRun.loader`); the re-ranker encodes the token states of the distractors that reach
@@ -512,7 +512,7 @@ def load_systems(
     one loaded encoder and its encoding of the questions (as in ``evaluate``). Only the systems
     ``later`` keep their encoder (the others' are freed: at 91k articles each is memory the graph
     passes need)."""
-    from lexgraph.systems.dense import shared_query_encoders
+    from lexgraph.methods.dense import shared_query_encoders
     from lexgraph.systems.registry import load_retriever
 
     out = {}
@@ -533,8 +533,8 @@ def loaded_later(workspace: Path, systems: Sequence[str]) -> set[str]:
     """The systems that ``hybrid`` and ``xrerank`` load (through :meth:`SizeRun.loader`) at each
     size: the hybrid's two, the re-ranker's first stage."""
     from lexgraph.core import layout
-    from lexgraph.systems.hybrid import SETTINGS, read_settings
-    from lexgraph.systems.rerank import first_stage_of
+    from lexgraph.methods.hybrid.system import SETTINGS, read_settings
+    from lexgraph.methods.rerank.system import first_stage_of
 
     later = set()
     if "hybrid" in systems:
@@ -571,7 +571,7 @@ class SizeRun:
 
     def dense(self, system: str, loaded: Loaded, ids: np.ndarray, vectors) -> None:
         """``system`` over article ``ids`` with ``vectors`` (its own query encoder and similarity)."""
-        from lexgraph.systems.dense import DenseRetriever
+        from lexgraph.methods.dense import DenseRetriever
 
         with self.steps.measure("index + search", system, self.size):
             retriever = DenseRetriever(
@@ -590,8 +590,8 @@ class SizeRun:
         from lexgraph.core import layout
         from lexgraph.core.io import read_parquet
         from lexgraph.encoding.embed import load_embeddings
-        from lexgraph.systems import inductive
-        from lexgraph.systems.hprior import hprior_vectors
+        from lexgraph.methods.gnn import inductive
+        from lexgraph.methods.hprior.system import hprior_vectors
 
         systems = [s for s in ("hprior", *GRAPH_SYSTEMS) if s in loaded]
         if not systems:
@@ -619,7 +619,7 @@ class SizeRun:
             self.dense(system, loaded[system], graph.article_ids.numpy(), vectors)
 
     def hybrid(self, workspace: Path) -> None:
-        from lexgraph.systems.hybrid import load_hybrid
+        from lexgraph.methods.hybrid.system import load_hybrid
 
         with self.steps.measure("fuse + search", "hybrid", self.size):
             retriever = load_hybrid(workspace, "cpu", load=self.loader)
@@ -629,8 +629,8 @@ class SizeRun:
     def xrerank(self, workspace: Path) -> None:
         """The re-ranker over its first stage of this size; the distractors among the first stage's
         top-k get their frozen token states now (the sample's come from ``data/rerank``)."""
-        from lexgraph.encoding.rerank_features import TokenStore
-        from lexgraph.systems.rerank import load_xrerank
+        from lexgraph.methods.rerank.features import TokenStore
+        from lexgraph.methods.rerank.system import load_xrerank
 
         with self.steps.measure("encode candidates + re-rank", "xrerank", self.size) as row:
             retriever = load_xrerank(workspace, "cpu", load=self.loader)
@@ -665,8 +665,8 @@ def needed(workspace: Path, systems: Sequence[str]) -> list[str]:
     """``systems`` and those they are built on (the re-ranker's first stage, the hybrid's two
     systems, the DSR vectors under hprior and the graph encoders), in :data:`SYSTEMS` order."""
     from lexgraph.core import layout
-    from lexgraph.systems.hybrid import SETTINGS, read_settings
-    from lexgraph.systems.rerank import first_stage_of
+    from lexgraph.methods.hybrid.system import SETTINGS, read_settings
+    from lexgraph.methods.rerank.system import first_stage_of
 
     want = set(systems)
     if "xrerank" in want:

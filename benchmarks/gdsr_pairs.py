@@ -7,7 +7,7 @@ Why: on the sample, ``gdsr`` (the LGE of Louis et al., EACL 2023, as published: 
 initialised GATv2 stack, ``gnn.gdsr`` in params.yaml) ranks below DSR, the very embeddings it
 reads. A trained model below its own input is a defect to explain, not a result. The
 published recipe starts from PyG's random initialisation (maastrichtlawtech/gdsr,
-``src/models/gnn.py``), so the encoder must learn the whole query-article alignment from the
+``src/methods/gnn/model.py``), so the encoder must learn the whole query-article alignment from the
 training pairs that DSR's embeddings already carry. If that is the cause, dev recall rises
 with the number of pairs and has not levelled off at the sample's 607; a code defect would
 not care how many pairs there are.
@@ -78,8 +78,8 @@ def with_synthetic(questions, negatives, embeddings, synthetic, synthetic_vector
 
 
 def run(label: str, questions, negatives, tables, graph, settings, seed: int) -> dict:
-    from lexgraph.training.gnn import train_graph_encoder
-    from lexgraph.training.gnn_data import prepare_training_set
+    from lexgraph.methods.gnn.data import prepare_training_set
+    from lexgraph.methods.gnn.train import train_graph_encoder
 
     ts = prepare_training_set(graph, questions, negatives, tables, settings)
     seed_everything(seed)  # as the stage: the encoder's random start is drawn from the seeded global RNG
@@ -126,8 +126,8 @@ def measure(args) -> int:
 
     from lexgraph.encoding.embed import load_embeddings
     from lexgraph.graph.build import load_graph
+    from lexgraph.methods.gnn.config import GNNSettings
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.training.gnn_config import GNNSettings
 
     base, gnn = load_params("gnn", args.params)
     seed = base.seed

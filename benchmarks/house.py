@@ -13,7 +13,9 @@ Definitions (issue 42, "Why"):
   lines) whose whole body is one ``raise``;
 - *name files*: for each system of the registry, the files of src/ in which its name stands as a
   string literal (``"hgraph_qa"``);
-- *functions over 80 lines*: ``def`` statements whose lines, decorators excluded, exceed 80.
+- *functions over 80 lines*: ``def`` statements whose lines, decorators excluded, exceed 80;
+- *method files*: for each folder of ``methods/`` (one per method), its modules (``__init__``
+  aside) and their code lines.
 """
 
 from __future__ import annotations
@@ -107,6 +109,16 @@ def measure(src: Path, systems: list[str]) -> dict:
     }
 
 
+def method_files(src: Path) -> dict[str, dict]:
+    """For each method's folder of ``src/methods``, its modules (``__init__`` aside) and code lines."""
+    out = {}
+    for folder in sorted(p for p in (src / "methods").iterdir() if (p / "__init__.py").is_file()):
+        modules = sorted(f for f in folder.glob("*.py") if f.name != "__init__.py")
+        lines = sum(len(code_lines(s, ast.parse(s))) for s in (f.read_text(encoding="utf-8") for f in modules))
+        out[folder.name] = {"modules": [f.name for f in modules], "code_lines": lines}
+    return out
+
+
 def dvc_yaml_figures(path: Path) -> dict:
     lines = path.read_text(encoding="utf-8").splitlines()
     source_deps = sum(1 for line in lines if line.strip().startswith("- src/"))
@@ -118,10 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the figures here as well")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     figures = measure(SRC, list(names())) | dvc_yaml_figures(ROOT / "dvc.yaml")
-    summary = {k: v for k, v in figures.items() if k not in ("name_files_where", "functions_over_80_lines")}
+    if (SRC / "methods").is_dir():
+        figures["methods"] = method_files(SRC)
+    hidden = ("name_files_where", "functions_over_80_lines", "methods")
+    summary = {k: v for k, v in figures.items() if k not in hidden}
     log.info(json.dumps(summary, indent=1))
     log.info("functions over %d lines: %d", LONG, len(figures["functions_over_80_lines"]))
     if args.json:

@@ -54,9 +54,9 @@ def parse_run(text: str) -> tuple[float, int]:
 
 
 def train_subset(lists, fraction: float, seed: int):
-    """``lists`` (a :class:`~lexgraph.training.rerank.Lists`) cut to a seeded ``fraction`` of its
+    """``lists`` (a :class:`~lexgraph.methods.rerank.train.Lists`) cut to a seeded ``fraction`` of its
     questions (rounded, at least one), in their original order."""
-    from lexgraph.training.rerank import Lists
+    from lexgraph.methods.rerank.train import Lists
 
     size = max(1, int(round(fraction * len(lists.qids))))
     keep = np.sort(np.random.default_rng(seed).choice(len(lists.qids), size=size, replace=False))
@@ -94,8 +94,8 @@ def chance_map(trainer, seed: int, draws: int = 20) -> float:
 
 
 def run(config, stores, lists, device, seed: int, fraction: float) -> dict:
-    from lexgraph.training import rerank
-    from lexgraph.training.rerank_io import build_model
+    from lexgraph.methods.rerank import train as rerank
+    from lexgraph.methods.rerank.io import build_model
 
     torch.manual_seed(seed)  # train() draws the same initial weights: keep a copy of them
     start = {k: v.detach().clone() for k, v in build_model(stores[0].dim, config).state_dict().items()}
@@ -161,11 +161,11 @@ def measure(args) -> int:
 
     from lexgraph.core.config import resolve_device
     from lexgraph.core.io import read_parquet, write_json
-    from lexgraph.encoding.rerank_features import frozen_stores
+    from lexgraph.methods.rerank.config import RerankConfig
+    from lexgraph.methods.rerank.features import frozen_stores
+    from lexgraph.methods.rerank.train import RerankTrainer, first_stage_lists
     from lexgraph.metrics.ir import DEEPEST
     from lexgraph.systems.registry import load_retriever
-    from lexgraph.training.rerank import RerankTrainer, first_stage_lists
-    from lexgraph.training.rerank_config import RerankConfig
 
     base, section = load_params("rerank", args.params)
     device, ws = resolve_device(base.device), args.workspace

@@ -676,7 +676,7 @@ def serve_setting(text: str) -> tuple[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--table", type=Path, metavar="JSON", help="print the tables of an earlier --out and exit")

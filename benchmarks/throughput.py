@@ -11,7 +11,7 @@ Stages (random-weight stand-ins of the paper's models; nothing is downloaded):
 * ``doc2query``: sampled generation (``MT5ForConditionalGeneration.generate``, top-k/top-p,
   ``queries.per_article`` returns, full ``queries.max_length``-token outputs forced with
   ``min_length``), ``queries.batch_size`` articles per call: queries/s.
-* ``train_dsr``: ``train_dsr``'s own training step (``lexgraph.training.dsr.DSRTask`` and
+* ``train_dsr``: ``train_dsr``'s own training step (``lexgraph.methods.dsr.train.DSRTask`` and
   ``dsr_optimization``, driven by the engine's loop, ``lexgraph.training.engine.training_loop``:
   its AdamW, schedule, clipping, precision, accumulation and loss read-back) on synthetic pairs
   of ``dsr.batch_size`` questions with one negative each (2 x batch articles), a fresh batch
@@ -414,7 +414,7 @@ def article_embeddings(enc, docs, mode: str, device, pad_id: int, grad: bool):
 def dsr_pairs(args, shape, dist, n_batches: int):
     """``n_batches`` batches of ``args.dsr_batch`` synthetic pairs with the real length
     distribution: the pairs, and the chunks (token ids) of every article id."""
-    from lexgraph.training.dsr_data import Pair
+    from lexgraph.methods.dsr.data import Pair
 
     rng = np.random.default_rng(1)
     batch, chunks, batches = args.dsr_batch, {}, []
@@ -444,9 +444,9 @@ def dsr_loop(args, shape, device, tokenizer, batches, chunks):
     from dataclasses import replace
 
     from lexgraph.core.config import read_params
-    from lexgraph.training.dsr import DSRTask, dsr_optimization
-    from lexgraph.training.dsr_config import DSRConfig
-    from lexgraph.training.dsr_data import TrainingData
+    from lexgraph.methods.dsr.config import DSRConfig
+    from lexgraph.methods.dsr.data import TrainingData
+    from lexgraph.methods.dsr.train import DSRTask, dsr_optimization
     from lexgraph.training.engine import Runtime, training_loop
 
     profile = read_params(args.profile)["dsr"]

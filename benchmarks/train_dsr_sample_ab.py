@@ -12,9 +12,9 @@ import torch
 
 from lexgraph.core.config import read_params, seed_everything
 from lexgraph.encoding.chunks import load_chunk_table
-from lexgraph.training.dsr import DSRTask
-from lexgraph.training.dsr_config import DSRConfig, build_dsr
-from lexgraph.training.dsr_data import load_training_data
+from lexgraph.methods.dsr.config import DSRConfig, build_dsr
+from lexgraph.methods.dsr.data import load_training_data
+from lexgraph.methods.dsr.train import DSRTask
 from lexgraph.training.engine import FitConfig, ParamGroup, Runtime, _FitLoop, build_optimizer, build_scheduler
 
 W = str(__import__("pathlib").Path(__file__).resolve().parents[1]) + "/"

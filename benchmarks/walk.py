@@ -55,10 +55,11 @@ DEPTH = 500
 BASELINES = ("dsr", "hprior")  # a start the default run does not hold is tested against these
 
 
-def CPU():  # noqa: N802 - the device the stages get from run_stage (a torch.device, never a string)
-    import torch
+def on_cpu(seed: int):
+    """The context the stages get from run_stage, on the CPU."""
+    from lexgraph.core.stage import StageContext
 
-    return torch.device("cpu")
+    return StageContext(seed=seed, device="cpu")
 
 
 @dataclass(frozen=True)
@@ -229,9 +230,9 @@ class Workspace:
     def train_gnn(self, variant: str, mapping: dict, first_stage: bool = False) -> None:
         """``train_gnn@<variant>`` with ``gnn.<variant>`` = ``mapping`` (from the scratch workspace's own
         QABISAR first stage with ``first_stage``), into the scratch workspace."""
-        from lexgraph.training.gnn_config import GNNSettings
-        from lexgraph.training.gnn_io import TrainGnnPaths
-        from lexgraph.training.gnn_stage import run_train_gnn
+        from lexgraph.methods.gnn.config import GNNSettings
+        from lexgraph.methods.gnn.io import TrainGnnPaths
+        from lexgraph.methods.gnn.stage import run_train_gnn
 
         layout, root, scratch = self.layout, self.root, self.scratch
         settings = GNNSettings.from_params({**self.sections["gnn"], variant: mapping}, variant)
@@ -253,13 +254,13 @@ class Workspace:
             plot=scratch / f"train_gnn_{variant}_curve.csv",
         )
         self.seeded()
-        run_train_gnn(paths, settings, CPU(), self.base.seed)
+        run_train_gnn(paths, settings, on_cpu(self.base.seed))
 
     def train_first_stage(self) -> None:
         """QABISAR's own first stage (``train_dsr_qabisar`` switched on) and its ``embed_qabisar``."""
         from lexgraph.encoding.embed import EmbedConfig, EmbedPaths, run_embed
-        from lexgraph.training.dsr import TrainDsrPaths, run_train_dsr_qabisar
-        from lexgraph.training.dsr_config import QabisarDSRSettings
+        from lexgraph.methods.dsr.config import QabisarDSRSettings
+        from lexgraph.methods.dsr.train import TrainDsrPaths, run_train_dsr_qabisar
 
         layout, root, scratch = self.layout, self.root, self.scratch
         enabled = {**self.sections["dsr_qabisar"], "enabled": True}
@@ -281,8 +282,7 @@ class Workspace:
                 scratch / "train_dsr_qabisar_curve.csv",
             ),
             settings,
-            CPU(),
-            self.base.seed,
+            on_cpu(self.base.seed),
         )
         embed = EmbedConfig.from_params(self.sections["embed"])
         self.seeded()
@@ -297,14 +297,14 @@ class Workspace:
                 layout.EMBED_QABISAR.under(scratch),
             ),
             embed,
-            CPU(),
+            on_cpu(self.base.seed),
         )
 
     def train_rerank(self, variant: str, mapping: dict) -> None:
         """``rerank@<variant>`` with ``rerank.<variant>`` = ``mapping``, into the scratch workspace."""
+        from lexgraph.methods.rerank.config import RerankConfig
+        from lexgraph.methods.rerank.stage import RerankPaths, run_rerank
         from lexgraph.systems.registry import load_retriever
-        from lexgraph.training.rerank_config import RerankConfig
-        from lexgraph.training.rerank_stage import RerankPaths, run_rerank
 
         layout, root, scratch = self.layout, self.root, self.scratch
         config = RerankConfig.from_params({**self.sections["rerank"], variant: mapping}, variant)
@@ -321,7 +321,7 @@ class Workspace:
             scratch / f"rerank_{variant}_curve.csv",
         )
         self.seeded()
-        run_rerank(paths, config, CPU(), self.base.seed, lambda: load_retriever(config.first_stage, scratch, "cpu"))
+        run_rerank(paths, config, on_cpu(self.base.seed), lambda: load_retriever(config.first_stage, scratch, "cpu"))
 
     def runs(self, system: str) -> dict[str, dict[int, list[int]]]:
         """Dev and test runs (top 500) of the scratch workspace's ``system``, as evaluate searches."""

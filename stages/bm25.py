@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25Paths, run_bm25
+from lexgraph.core.stage import Stage, run_stage
+from lexgraph.methods.bm25.system import Bm25Config, Bm25Paths, run_bm25
 
-
-def configure(parser):
-    add_paths(parser, Bm25Paths)
-
-
-def main(args, base, config):
-    run_bm25(paths_from(Bm25Paths, args), config)
-
+STAGE = Stage("bm25", "bm25", Bm25Paths, Bm25Config.from_params, run_bm25, uses_torch=False)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("bm25", main, configure, config=Bm25Config.from_params, uses_torch=False))
+    sys.exit(run_stage(STAGE))

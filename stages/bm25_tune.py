@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.systems.bm25_pipeline import Bm25TuneConfig, Bm25TunePaths, run_bm25_tune
+from lexgraph.core.stage import Stage, run_stage
+from lexgraph.methods.bm25.system import Bm25TuneConfig, Bm25TunePaths, run_bm25_tune
 
-
-def configure(parser):
-    add_paths(parser, Bm25TunePaths)
-
-
-def main(args, base, config):
-    run_bm25_tune(paths_from(Bm25TunePaths, args), config)
-
+STAGE = Stage("bm25_tune", "bm25_tune", Bm25TunePaths, Bm25TuneConfig.from_params, run_bm25_tune, uses_torch=False)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("bm25_tune", main, configure, config=Bm25TuneConfig.from_params, uses_torch=False))
+    sys.exit(run_stage(STAGE))

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.core.stage import Stage, run_stage
 from lexgraph.data.clean import CleanConfig, CleanPaths, run_clean
 
-
-def configure(parser):
-    add_paths(parser, CleanPaths)
-
-
-def main(args, base, config):
-    run_clean(paths_from(CleanPaths, args), config)
-
+STAGE = Stage("clean", "clean", CleanPaths, CleanConfig.from_params, run_clean, uses_torch=False)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("clean", main, configure, config=CleanConfig.from_params, uses_torch=False))
+    sys.exit(run_stage(STAGE))

@@ -9,22 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.config import resolve_device
-from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.core.stage import Stage, run_stage
 from lexgraph.encoding.chunks import EncodeChunksPaths, run_encode_chunks
-from lexgraph.training.dsr_config import DSRConfig
+from lexgraph.methods.dsr.config import DSRConfig
 
-
-def configure(parser):
-    add_paths(parser, EncodeChunksPaths)
-
-
-def main(args, base, config):
-    paths = paths_from(EncodeChunksPaths, args)
-    run_encode_chunks(config, paths.pretrained, paths.articles, paths.headings, paths.out, resolve_device(base.device))
-
+STAGE = Stage("encode_chunks", "dsr", EncodeChunksPaths, DSRConfig.from_params, run_encode_chunks)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("dsr", main, configure, name="encode_chunks", config=DSRConfig.from_params))
+    sys.exit(run_stage(STAGE))

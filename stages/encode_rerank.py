@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.config import resolve_device
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.encoding.rerank_features import EncodeRerankPaths, run_encode_rerank
-from lexgraph.training.rerank_config import RerankConfig
+from lexgraph.core.stage import Stage, StageContext, run_stage
+from lexgraph.methods.rerank.config import RerankConfig
+from lexgraph.methods.rerank.features import EncodeRerankPaths, run_encode_rerank
 
 
-def configure(parser):
-    add_paths(parser, EncodeRerankPaths)
+def run(paths: EncodeRerankPaths, settings: dict, context: StageContext) -> None:
+    """The frozen base encoder's token states for the xrerank re-ranker (``settings``: each
+    re-ranker's, checked up front)."""
+    run_encode_rerank(paths, settings["xrerank"], context)
 
 
-def main(args, base, config):
-    run_encode_rerank(paths_from(EncodeRerankPaths, args), config["xrerank"], resolve_device(base.device), base.seed)
-
+STAGE = Stage("encode_rerank", "rerank", EncodeRerankPaths, RerankConfig.per_variant, run)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("rerank", main, configure, name="encode_rerank", config=RerankConfig.per_variant))
+    sys.exit(run_stage(STAGE))

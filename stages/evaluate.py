@@ -7,20 +7,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.config import resolve_device
-from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.core.stage import Stage, run_stage
 from lexgraph.evaluation.evaluate import EvaluateConfig, EvaluatePaths, run_evaluate
 
-
-def configure(parser):
-    add_paths(parser, EvaluatePaths)
-
-
-def main(args, base, config):
-    run_evaluate(paths_from(EvaluatePaths, args), config, str(resolve_device(base.device)), base.seed)
-
+STAGE = Stage("evaluate", "evaluate", EvaluatePaths, EvaluateConfig.from_params, run_evaluate)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("evaluate", main, configure, config=EvaluateConfig.from_params))
+    sys.exit(run_stage(STAGE))

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
+from lexgraph.core.stage import Stage, run_stage
 from lexgraph.data.fetch import FetchConfig, FetchPaths, run_fetch
 
-
-def configure(parser):
-    add_paths(parser, FetchPaths)
-
-
-def main(args, base, config):
-    run_fetch(paths_from(FetchPaths, args), config, base.seed)
-
+STAGE = Stage("fetch", "fetch", FetchPaths, FetchConfig.from_params, run_fetch, uses_torch=False)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("fetch", main, configure, config=FetchConfig.from_params, uses_torch=False))
+    sys.exit(run_stage(STAGE))

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.systems.hprior import HpriorConfig, HpriorPaths, run_hprior
+from lexgraph.core.stage import Stage, run_stage
+from lexgraph.methods.hprior.system import HpriorConfig, HpriorPaths, run_hprior
 
-
-def configure(parser):
-    add_paths(parser, HpriorPaths)
-
-
-def main(args, base, config):
-    run_hprior(paths_from(HpriorPaths, args), config)
-
+STAGE = Stage("hprior", "hprior", HpriorPaths, HpriorConfig.from_params, run_hprior)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("hprior", main, configure, config=HpriorConfig.from_params))
+    sys.exit(run_stage(STAGE))

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.config import resolve_device
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.systems.hybrid import HybridConfig
-from lexgraph.systems.hybrid_tune import HybridPaths, run_hybrid
+from lexgraph.core.stage import Stage, StageContext, run_stage
+from lexgraph.methods.hybrid.system import HybridConfig
+from lexgraph.methods.hybrid.tune import HybridPaths
 
 
-def configure(parser):
-    add_paths(parser, HybridPaths)
+def run(paths: HybridPaths, settings: HybridConfig, context: StageContext) -> None:
+    """Choose on dev the dense system and the fusion the ``hybrid`` system fuses BM25 with."""
+    from lexgraph.methods.hybrid.tune import run_hybrid
+    from lexgraph.systems.registry import load_retriever
+
+    run_hybrid(paths, settings, context, load_retriever)
 
 
-def main(args, base, config):
-    run_hybrid(paths_from(HybridPaths, args), config, str(resolve_device(base.device)))
-
+STAGE = Stage("hybrid", "hybrid", HybridPaths, HybridConfig.from_params, run)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("hybrid", main, configure, config=HybridConfig.from_params))
+    sys.exit(run_stage(STAGE))

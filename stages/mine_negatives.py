@@ -11,19 +11,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.negatives import NegativesConfig, NegativesPaths, run_mine_negatives
+from lexgraph.core.stage import Stage, run_stage
+from lexgraph.methods.dsr.negatives import NegativesConfig, NegativesPaths, run_mine_negatives
 
-
-def configure(parser):
-    add_paths(parser, NegativesPaths)
-
-
-def main(args, base, config):
-    run_mine_negatives(paths_from(NegativesPaths, args), config)
-
+STAGE = Stage("mine_negatives", "negatives", NegativesPaths, NegativesConfig.from_params, run_mine_negatives)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("negatives", main, configure, name="mine_negatives", config=NegativesConfig.from_params))
+    sys.exit(run_stage(STAGE))

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.pretrain_model import PretrainConfig, PretrainPaths
+from lexgraph.core.stage import Stage, StageContext, run_stage
+from lexgraph.methods.pretrain.model import PretrainConfig, PretrainPaths
 
 
-def configure(parser):
-    add_paths(parser, PretrainPaths)
-
-
-def main(args, base, config):
+def run(paths: PretrainPaths, settings: PretrainConfig, context: StageContext) -> None:
     """Domain-adaptive MLM pre-training on the cleaned articles."""
-    from lexgraph.training.pretrain import run
+    from lexgraph.methods.pretrain.train import run_pretrain
 
-    paths = paths_from(PretrainPaths, args)
-    run(paths.articles, paths.out, paths.metrics, config, seed=base.seed, device=base.device, plot=paths.plot)
+    run_pretrain(paths, settings, context)
 
+
+STAGE = Stage("pretrain", "pretrain", PretrainPaths, PretrainConfig.from_params, run)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("pretrain", main, configure, config=PretrainConfig.from_params))
+    sys.exit(run_stage(STAGE))

@@ -7,30 +7,22 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.rerank_config import VARIANTS
-from lexgraph.training.rerank_stage import RerankPaths
+from lexgraph.core.stage import Stage, StageContext, run_stage
+from lexgraph.methods.rerank.config import VARIANTS, RerankConfig
+from lexgraph.methods.rerank.stage import RerankPaths
+from lexgraph.methods.rerank.system import stage_settings
 
 
-def configure(parser):
-    parser.add_argument("--variant", required=True, choices=VARIANTS)
-    add_paths(parser, RerankPaths)
-
-
-def main(args, base, config):
-    """Train one re-ranker (``config``: both re-rankers' settings, checked up front)."""
-    from lexgraph.core.config import resolve_device
+def run(paths: RerankPaths, settings: RerankConfig, context: StageContext) -> None:
+    """Train one re-ranker (each re-ranker's settings, and its first stage, checked up front)."""
+    from lexgraph.methods.rerank.stage import run_rerank
     from lexgraph.systems.registry import load_retriever
-    from lexgraph.training.rerank_stage import run_rerank
 
-    settings, device, paths = config[args.variant], resolve_device(base.device), paths_from(RerankPaths, args)
-    run_rerank(
-        paths, settings, device, base.seed, lambda: load_retriever(settings.first_stage, paths.workspace, str(device))
-    )
+    device = str(context.torch_device())
+    run_rerank(paths, settings, context, lambda: load_retriever(settings.first_stage, paths.workspace, device))
 
+
+STAGE = Stage("rerank", "rerank", RerankPaths, stage_settings, run, variants=VARIANTS)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-    from lexgraph.systems.rerank import stage_settings
-
-    sys.exit(run_stage("rerank", main, configure, config=stage_settings))
+    sys.exit(run_stage(STAGE))

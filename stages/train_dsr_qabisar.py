@@ -7,23 +7,13 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.config import resolve_device
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.dsr import TrainDsrPaths, run_train_dsr_qabisar
-from lexgraph.training.dsr_config import QabisarDSRSettings
+from lexgraph.core.stage import Stage, run_stage
+from lexgraph.methods.dsr.config import QabisarDSRSettings
+from lexgraph.methods.dsr.train import TrainDsrPaths, run_train_dsr_qabisar
 
-
-def configure(parser):
-    add_paths(parser, TrainDsrPaths)
-
-
-def main(args, base, config):
-    run_train_dsr_qabisar(paths_from(TrainDsrPaths, args), config, resolve_device(base.device), base.seed)
-
+STAGE = Stage(
+    "train_dsr_qabisar", "dsr_qabisar", TrainDsrPaths, QabisarDSRSettings.from_sections, run_train_dsr_qabisar
+)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(
-        run_stage("dsr_qabisar", main, configure, name="train_dsr_qabisar", config=QabisarDSRSettings.from_sections)
-    )
+    sys.exit(run_stage(STAGE))

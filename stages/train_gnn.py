@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.training.gnn_config import VARIANTS, GNNSettings
-from lexgraph.training.gnn_io import TrainGnnPaths
+from lexgraph.core.stage import Stage, StageContext, run_stage
+from lexgraph.methods.gnn.config import VARIANTS, GNNSettings
+from lexgraph.methods.gnn.io import TrainGnnPaths
 
 
-def configure(parser):
-    parser.add_argument("--variant", required=True, choices=VARIANTS)
-    add_paths(parser, TrainGnnPaths)
+def run(paths: TrainGnnPaths, settings: GNNSettings, context: StageContext) -> None:
+    """Train the graph encoder of one variant (every variant's settings checked up front)."""
+    from lexgraph.methods.gnn.stage import run_train_gnn
+
+    run_train_gnn(paths, settings, context)
 
 
-def main(args, base, config):
-    """Train the graph encoder of one variant (``config``: both variants' settings, checked up front)."""
-    from lexgraph.core.config import resolve_device
-    from lexgraph.training.gnn_stage import run_train_gnn
-
-    run_train_gnn(paths_from(TrainGnnPaths, args), config[args.variant], resolve_device(base.device), base.seed)
-
+STAGE = Stage("train_gnn", "gnn", TrainGnnPaths, GNNSettings.per_variant, run, variants=VARIANTS)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("gnn", main, configure, name="train_gnn", config=GNNSettings.per_variant))
+    sys.exit(run_stage(STAGE))

@@ -5,21 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from lexgraph.core.config import resolve_device
-from lexgraph.core.stage import add_paths, paths_from
-from lexgraph.systems.zeroshot import ZeroshotConfig, ZeroshotPaths, run_zeroshot
+from lexgraph.core.stage import Stage, run_stage
+from lexgraph.methods.zeroshot.system import ZeroshotConfig, ZeroshotPaths, run_zeroshot
 
-
-def configure(parser):
-    add_paths(parser, ZeroshotPaths)
-
-
-def main(args, base, config):
-    paths = paths_from(ZeroshotPaths, args)
-    run_zeroshot(paths.pretrained, paths.articles, paths.out, config, resolve_device(base.device), paths.chunks)
-
+STAGE = Stage("zeroshot", "zeroshot", ZeroshotPaths, ZeroshotConfig.from_params, run_zeroshot)
 
 if __name__ == "__main__":
-    from lexgraph.core.stage import run_stage
-
-    sys.exit(run_stage("zeroshot", main, configure, config=ZeroshotConfig.from_params))
+    sys.exit(run_stage(STAGE))

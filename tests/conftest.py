@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import string
@@ -149,8 +150,8 @@ def tiny_query_encoder_dir(tmp_path_factory):
     from transformers import BertConfig, BertModel
 
     from helpers_graph import ARTICLES, DIM, QUESTIONS
+    from lexgraph.methods.pretrain.model import train_wordpiece_tokenizer
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.training.pretrain_model import train_wordpiece_tokenizer
 
     texts = QUESTIONS["question"].to_list() + ARTICLES["article"].to_list()
     tokenizer = train_wordpiece_tokenizer(texts * 5, vocab_size=120)
@@ -263,6 +264,11 @@ def replace_loader(monkeypatch, name: str, load) -> None:
     """Make system ``name`` of the registry load with ``load`` for the test (its declaration otherwise kept)."""
     from dataclasses import replace
 
-    from lexgraph.systems.registry import declared, systems
+    from lexgraph.methods.catalog import declared, systems
 
     monkeypatch.setitem(systems(), name, replace(declared(name), load=load))
+
+
+@dataclasses.dataclass(frozen=True)
+class NoPaths:
+    """The paths of a test stage that reads and writes no file (``lexgraph.core.stage.Stage``)."""

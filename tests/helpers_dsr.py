@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 
 from helpers_config import sample_config
+from lexgraph.methods.dsr.config import DSRConfig
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
-from lexgraph.training.dsr_config import DSRConfig
 
 CORPUS = {
     1: "le contrat de bail " * 8,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import polars as pl
 
 from helpers_config import sample_config
-from lexgraph.training.dsr_config import DSRConfig
-from lexgraph.training.dsr_data import TrainingData, build_pairs
+from lexgraph.methods.dsr.config import DSRConfig
+from lexgraph.methods.dsr.data import TrainingData, build_pairs
 
 CORPUS = {
     1: "le contrat de bail " * 6,  # several chunks

@@ -8,7 +8,7 @@ import torch
 
 from helpers_config import sample_config
 from lexgraph.graph.build import EdgeType, GraphConfig, build_graph
-from lexgraph.training.gnn_config import GNNSettings
+from lexgraph.methods.gnn.config import GNNSettings
 
 # Code A: Livre 1 (no "part") -> Chapitre 1 / Chapitre 2; article 13 hangs directly
 # under Livre 1 (its chapter level is missing). Code B: articles directly under the

@@ -35,11 +35,11 @@ def build_tiny_workspace(root: Path, tiny_model_dir: Path) -> Path:
     from lexgraph.core.config import load_params
     from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table, save_chunk_table
     from lexgraph.encoding.embed import save_embeddings
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig, zeroshot_embeddings
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
     from lexgraph.models.dsr import DSR
     from lexgraph.models.encoders import QueryEncoder
     from lexgraph.search.bm25 import BM25
-    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
 
     shutil.copy(ROOT / "params.yaml", root / "params.yaml")
     pretrain = root / "models" / "pretrain"
@@ -61,5 +61,7 @@ def build_tiny_workspace(root: Path, tiny_model_dir: Path) -> Path:
     )
     BM25(k1=0.9, b=0.4).fit_texts(list(articles.values()), ids.tolist()).save(root / "models" / "bm25")
     config = ZeroshotConfig.from_params(load_params("zeroshot", root / "params.yaml")[1])
-    run_zeroshot(pretrain, root / "data" / "clean" / "articles.parquet", root / "data" / "zeroshot", config, "cpu")
+    zeroshot_embeddings(
+        pretrain, root / "data" / "clean" / "articles.parquet", root / "data" / "zeroshot", config, "cpu"
+    )
     return root

@@ -99,8 +99,8 @@ def _hybrid(ws: Path, depth=1000, fusion=None) -> str:
 def _mvcl(ws: Path, key: str, value, in_config: bool = False, variant: str = "xrerank") -> str:
     """A saved re-ranker (xrerank: fused with its first stage; mvcl: the re-ranked list alone),
     ``key`` of ``mvcl.json`` (or of its ``config``) then edited."""
-    from lexgraph.training.rerank_config import RerankConfig
-    from lexgraph.training.rerank_io import build_model, save_model
+    from lexgraph.methods.rerank.config import RerankConfig
+    from lexgraph.methods.rerank.io import build_model, save_model
 
     config = sample_config(RerankConfig, "rerank", variant, first_stage="bm25")
     alpha = config.interpolation[0] if config.fusion else None
@@ -395,7 +395,7 @@ def test_token_states_with_nan_are_refused_naming_the_file(tmp_path):
     xrerank` and the rerank stage; a workspace for the search itself needs a PLM, so the reader is
     tested here)."""
     from lexgraph.core.errors import DataError
-    from lexgraph.encoding.rerank_features import TokenStore
+    from lexgraph.methods.rerank.features import TokenStore
 
     states = [torch.randn(n, 4, dtype=torch.float16) for n in (2, 3, 1)]
     states[1][2, 0], states[2][0, 3] = float("nan"), float("-inf")

@@ -168,7 +168,7 @@ def _loaders():
     from transformers import AutoTokenizer
 
     from lexgraph.core.hub import from_pretrained
-    from lexgraph.encoding.rerank_features import FrozenTokenEncoder
+    from lexgraph.methods.rerank.features import FrozenTokenEncoder
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
     from lexgraph.models.backbone import load_backbone
     from lexgraph.models.encoders import QueryEncoder
@@ -222,9 +222,9 @@ def test_saved_model_settings_are_checked(how, tmp_path, monkeypatch):
     """dsr.json (DSR.load), gnn.json (load_graph_encoder), mvcl.json (load_model)."""
     import torch
 
+    from lexgraph.methods.gnn.io import load_graph_encoder
+    from lexgraph.methods.rerank.io import load_model
     from lexgraph.models.dsr import DSR
-    from lexgraph.training.gnn_io import load_graph_encoder
-    from lexgraph.training.rerank_io import load_model
 
     cases = [
         ("models/dsr", "dsr.json", DSR.load, "train_dsr"),
@@ -267,7 +267,6 @@ def test_zeroshot_stage_on_a_tokenizer_loop_keeps_its_output(tiny_model_dir, tmp
 
     from lexgraph.core.io import write_parquet
     from lexgraph.core.stage import run_stage
-    from lexgraph.systems.zeroshot import ZeroshotConfig
 
     pretrained = tmp_path / "models" / "pretrain"
     shutil.copytree(tiny_model_dir, pretrained)
@@ -293,7 +292,7 @@ def test_zeroshot_stage_on_a_tokenizer_loop_keeps_its_output(tiny_model_dir, tmp
         "--out",
         str(out),
     ]
-    assert run_stage("zeroshot", driver.main, driver.configure, argv, config=ZeroshotConfig.from_params) == 2
+    assert run_stage(driver.STAGE, argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("lexgraph zeroshot: error: ")]

@@ -14,10 +14,10 @@ import pytest
 
 from conftest import ROOT, load_benchmark
 from lexgraph.core.errors import LexgraphError
+from lexgraph.methods.bm25.system import tune
 from lexgraph.search import bm25 as bm25_module
 from lexgraph.search.bm25 import BM25, load_system
 from lexgraph.search.bm25_kernels import exact_topk, sparse_topk
-from lexgraph.systems.bm25_pipeline import tune
 
 # three documents, ids deliberately not in order
 DOCS = [["c", "c", "d", "e"], ["a", "b", "a"], ["b", "c"]]

@@ -766,8 +766,8 @@ def test_bm25_question_without_known_terms_gets_no_results(ws, capsys, caplog):
 
 
 def test_retrievers_return_padding_for_questions_without_a_match(ws):
+    from lexgraph.methods.dense import DenseRetriever
     from lexgraph.search.bm25 import load_system
-    from lexgraph.systems.dense import DenseRetriever
 
     ids, scores = load_system(ws).search(["xyzzy", "loyer"], 3)
     assert ids[0].tolist() == [-1, -1, -1] and scores[0].tolist() == [0, 0, 0]
@@ -786,7 +786,7 @@ def test_retrievers_return_padding_for_questions_without_a_match(ws):
 
 def test_dense_search_rejects_non_positive_k():
     from lexgraph.core.errors import LexgraphError
-    from lexgraph.systems.dense import DenseRetriever
+    from lexgraph.methods.dense import DenseRetriever
 
     dense = DenseRetriever(None, [5, 6], torch.eye(2, 4), name="dsr")
     with pytest.raises(LexgraphError, match="dsr.search: k = 0, expected a positive integer"):

@@ -88,14 +88,14 @@ def test_every_option_has_a_help_string_showing_its_default():
 
 
 def test_lexgraph_systems_lists_every_system_of_the_registry(capsys):
-    """The systems come from the one registry (:func:`lexgraph.systems.registry.systems`, built from each
+    """The systems come from the one registry (:func:`lexgraph.methods.catalog.systems`, built from each
     system's own declaration): ``lexgraph systems`` prints one line per system, in its order, with its
     kind and building stage; ``--system``'s help points there (the top-level description once named
     five of eleven)."""
     import re
 
     from lexgraph.cli.main import main
-    from lexgraph.systems.registry import systems
+    from lexgraph.methods.catalog import systems
 
     assert main(["systems"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -24,7 +24,7 @@ PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"
 def ws(tmp_path):
     """A workspace of the toy articles and their BM25 index, recorded as the bm25 stage records it."""
     from lexgraph.core.provenance import recording
-    from lexgraph.systems.bm25_pipeline import Bm25Paths
+    from lexgraph.methods.bm25.system import Bm25Paths
 
     write_articles(tmp_path, ARTICLES)
     out = tmp_path / "models" / "bm25"

@@ -14,8 +14,11 @@ from conftest import ROOT, section, write_params
 from helpers_corpus import corpus_records, question_records, write_jsonl
 from helpers_dvc import run_stage_in_process
 from lexgraph.core.errors import DataError
+from lexgraph.core.stage import StageContext
 from lexgraph.data.clean import CleanConfig, CleanPaths, run_clean
 from lexgraph.data.fetch import FetchConfig, FetchPaths, run_fetch
+
+ON_CPU = StageContext(seed=1, device="cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -41,9 +44,13 @@ def corpus_files(workspace):
 
 
 def fetch_and_clean(corpus: Path, questions: Path, out: Path) -> None:
-    run_fetch(FetchPaths(out=out / "raw"), corpus_config(corpus, questions), seed=1)
+    run_fetch(FetchPaths(out=out / "raw"), corpus_config(corpus, questions), ON_CPU)
     clean = CleanConfig.from_params(section("clean"))
-    run_clean(CleanPaths(raw=out / "raw", out=out / "clean", metrics=out / "data.json"), clean)
+    run_clean(
+        CleanPaths(raw=out / "raw", out=out / "clean", metrics=out / "data.json"),
+        clean,
+        ON_CPU,
+    )
 
 
 def test_a_three_level_corpus_with_string_ids_reaches_data_clean(corpus_files, tmp_path):
@@ -84,7 +91,7 @@ def error_of(tmp_path, articles, questions=None) -> str:
     corpus = write_jsonl(tmp_path / "data/corpus/corpus.jsonl", articles)
     q = write_jsonl(tmp_path / "data/corpus/questions.jsonl", questions or question_records(corpus_records()))
     with pytest.raises(DataError) as err:
-        run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(corpus, q), seed=1)
+        run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(corpus, q), ON_CPU)
     message = str(err.value)
     assert "\n" not in message and not (tmp_path / "raw").exists()
     return message
@@ -161,7 +168,7 @@ def test_a_lone_surrogate_in_a_text_is_one_line_naming_the_file_the_record_and_t
     for path, records in ((cf, articles), (qf, questions)):  # JSON's escape: the file itself is ASCII
         path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="ascii")
     with pytest.raises(DataError) as err:
-        run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(cf, qf), seed=1)
+        run_fetch(FetchPaths(out=tmp_path / "raw"), corpus_config(cf, qf), ON_CPU)
     error = str(err.value)
     assert "\n" not in error and not (tmp_path / "raw").exists()
     assert error.startswith(f"{where}, row 3, column '{field}': ") and "'\\udc80'" in error, error
@@ -289,9 +296,13 @@ def test_clean_always_writes_keys_and_the_samples_has_no_rows(tmp_path):
     from lexgraph.data.keys import keys_of
 
     sample = FetchConfig.from_params(section("fetch", sample_dir=str(ROOT / "data" / "sample")))
-    run_fetch(FetchPaths(out=tmp_path / "raw"), sample, seed=1)
+    run_fetch(FetchPaths(out=tmp_path / "raw"), sample, ON_CPU)
     clean = CleanConfig.from_params(section("clean"))
-    run_clean(CleanPaths(raw=tmp_path / "raw", out=tmp_path / "clean", metrics=tmp_path / "data.json"), clean)
+    run_clean(
+        CleanPaths(raw=tmp_path / "raw", out=tmp_path / "clean", metrics=tmp_path / "data.json"),
+        clean,
+        ON_CPU,
+    )
     keys = pl.read_parquet(tmp_path / "clean" / "keys.parquet")
     assert keys.height == 0 and keys.schema == {"kind": pl.Utf8, "id": pl.Int64, "key": pl.Utf8}
     assert not (tmp_path / "raw" / "keys.parquet").exists() and keys_of(tmp_path / "clean" / "keys.parquet") is None

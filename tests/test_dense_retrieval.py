@@ -8,7 +8,7 @@ import torch
 
 from lexgraph.core.errors import LexgraphError
 from lexgraph.encoding.embed import save_embeddings
-from lexgraph.systems.dense import DenseRetriever
+from lexgraph.methods.dense import DenseRetriever
 from lexgraph.systems.registry import load_retriever
 
 
@@ -81,7 +81,7 @@ def test_load_dsr_needs_the_embed_stage(tmp_path):
 def test_missing_inputs_of_the_dense_loaders_are_named_in_order(tmp_path):
     """``load_dsr`` is ``load_dense`` with DSR's wording and its query encoder checked first;
     the other systems (``load_dense``) check their article embeddings first."""
-    from lexgraph.systems.dense import load_dense
+    from lexgraph.methods.dense import load_dense
 
     query_dir, emb_path = tmp_path / "models/dsr/query_encoder", tmp_path / "data/embed/articles.safetensors"
     with pytest.raises(LexgraphError) as dsr:
@@ -126,8 +126,8 @@ def test_shared_query_encoders_load_once_and_encode_each_question_list_once(quer
     """dsr, hprior and gdsr read one query encoder: within shared_query_encoders it is
     loaded once and a list of questions is encoded once, with the numbers (ids and score
     bits) that separate encoders give; outside the block nothing is shared."""
+    from lexgraph.methods.dense import load_query_encoder, shared_query_encoders
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.systems.dense import load_query_encoder, shared_query_encoders
 
     ids, emb = np.arange(10, 16), torch.randn(6, 16, generator=torch.Generator().manual_seed(0))
     questions = ["le bail", "la loi du contrat de mariage", "divorce", "enfant"]
@@ -163,7 +163,7 @@ def test_shared_query_encoders_load_once_and_encode_each_question_list_once(quer
 def test_only_shared_encoders_are_memoised(query_encoder_dir):
     """An encoder not loaded through load_query_encoder in the block (a stand-in, zeroshot's
     base model) encodes every time."""
-    from lexgraph.systems.dense import shared_query_encoders
+    from lexgraph.methods.dense import shared_query_encoders
 
     class Counting(FixedEncoder):
         calls = 0

@@ -40,13 +40,14 @@ logging.basicConfig(level=logging.INFO)
 torch.set_num_threads(1)
 from pathlib import Path
 from lexgraph.encoding.embed import EmbedConfig, EmbedPaths, run_embed
-from lexgraph.data.queries import QueriesConfig, run
+from lexgraph.core.stage import StageContext
+from lexgraph.data.queries import QueriesConfig, write_queries
 dsr, data, out, mt5 = sys.argv[1:5]
 run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"),
                      Path(data, "headings.parquet"), Path(data, "questions.parquet"),
                      Path(data, "synthetic.parquet"), Path(out, "embed")),
-          EmbedConfig(batch_size=2), torch.device("cpu"))
-run(data + "/articles.parquet", out + "/synthetic.parquet",
+          EmbedConfig(batch_size=2), StageContext(seed=0, device="cpu"))
+write_queries(data + "/articles.parquet", out + "/synthetic.parquet",
     QueriesConfig(generator="doc2query", model=mt5, per_article=2, top_k=7, top_p=0.9, max_length=9,
                   max_input_length=12, batch_size=1, first_id=1000000, min_words=8, max_words=24,
                   mixed_precision=True), seed=3, device="cpu")

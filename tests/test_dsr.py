@@ -18,13 +18,13 @@ from helpers_dsr import CORPUS, _config, _fresh_dsr
 from lexgraph.core.errors import ConfigError
 from lexgraph.encoding.embed import embed_all, load_embeddings
 from lexgraph.losses import InfoNCELoss
+from lexgraph.methods.dsr.config import DSRConfig
+from lexgraph.methods.dsr.data import TrainingData, build_pairs
+from lexgraph.methods.dsr.train import train_dsr
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids, collate_chunks
-from lexgraph.training.dsr import train_dsr
-from lexgraph.training.dsr_config import DSRConfig
-from lexgraph.training.dsr_data import TrainingData, build_pairs
 
 
 def _article_encoder(path, **kw) -> HierarchicalArticleEncoder:
@@ -342,8 +342,8 @@ def test_a_dot_product_dsr_trains_on_the_infonce_of_dot_over_tau(tiny_model_dir)
     (raw dot products, a shared gold article left out of the other query's denominator)."""
     import copy
 
-    from lexgraph.training.dsr import DSRTask
-    from lexgraph.training.dsr_data import sample_negatives
+    from lexgraph.methods.dsr.data import sample_negatives
+    from lexgraph.methods.dsr.train import DSRTask
     from lexgraph.training.engine import Runtime
 
     tau = 0.5
@@ -372,7 +372,7 @@ def test_a_dot_product_dsr_trains_on_the_infonce_of_dot_over_tau(tiny_model_dir)
 def test_evaluate_dsr_ranks_by_the_dsrs_own_score(tiny_model_dir, monkeypatch):
     """Dev selection ranks as the DSR scores: three articles whose cosine and dot-product orders
     differ; the gold one is first by the dot product (AP 1) and last by cosine (AP 1/3)."""
-    from lexgraph.training.dsr import evaluate_dsr
+    from lexgraph.methods.dsr.train import evaluate_dsr
 
     articles = torch.tensor([[10.0, 10.0], [1.0, 0.1], [0.9, 0.05]])  # dot with q: 10, 1, 0.9
     assert [round(_cos([1.0, 0.0], a), 3) for a in articles.tolist()] == [0.707, 0.995, 0.998]
@@ -408,7 +408,7 @@ def test_qabisars_first_stage_is_the_dsr_recipe_with_its_own_keys():
     lack of augmentation); everything else is the dsr section's, in both profiles."""
     from helpers_config import ROOT
     from lexgraph.core.config import EXTENDS, load_params, read_params
-    from lexgraph.training.dsr_config import QabisarDSRConfig, QabisarDSRSettings
+    from lexgraph.methods.dsr.config import QabisarDSRConfig, QabisarDSRSettings
 
     assert EXTENDS == {"dsr_qabisar": "dsr"}
     for profile, enabled in (("params.yaml", False), ("profiles/paper.yaml", True)):

@@ -1,5 +1,5 @@
 """DSR refit on train + dev once the epoch is chosen on dev (G-DSR appendix B):
-``lexgraph.training.dsr.train_and_refit`` and the ``train_dsr`` stage's metrics.
+``lexgraph.methods.dsr.train.train_and_refit`` and the ``train_dsr`` stage's metrics.
 
 The dev selection is forced by replacing ``evaluate_dsr`` with fixed scores per epoch;
 every optimizer run is recorded by wrapping the engine's ``fit``. Tiny local BERT, CPU.
@@ -16,16 +16,17 @@ import polars as pl
 import pytest
 import torch
 
-import lexgraph.training.dsr as dsr
+import lexgraph.methods.dsr.train as dsr
 from helpers_config import sample_section
 from helpers_dsr import CORPUS, _fresh_dsr  # the same six toy articles, the same fresh DSR
 from helpers_dsr import _config as helpers_config  # the same toy settings
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.io import write_parquet
+from lexgraph.core.stage import StageContext
+from lexgraph.methods.dsr.config import DSRConfig
+from lexgraph.methods.dsr.data import TrainingData, load_training_data, split_pairs
+from lexgraph.methods.dsr.train import train_and_refit, train_dsr
 from lexgraph.models.dsr import DSR
-from lexgraph.training.dsr import train_and_refit, train_dsr
-from lexgraph.training.dsr_config import DSRConfig
-from lexgraph.training.dsr_data import TrainingData, load_training_data, split_pairs
 
 QUESTIONS = pl.DataFrame(
     {
@@ -153,7 +154,7 @@ def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_d
 ):
     """``dsr.selection: fixed`` (G-DSR Table 5 / appendix B): the selection run keeps its last
     epoch whatever dev says, and the refit trains all ``epochs`` on train + dev."""
-    caplog.set_level("INFO", logger="lexgraph.training.dsr")
+    caplog.set_level("INFO", logger="lexgraph.methods.dsr.train")
     data, config = _data(), _config(epochs=2, refit=True, selection="fixed")
     _force_dev(monkeypatch, [0.1, 0.05])  # dev would prefer epoch 1 (and scores no epoch 0): fixed keeps epoch 2
     model = _fresh_dsr(tiny_model_dir, config)
@@ -169,7 +170,7 @@ def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_d
 
 
 def test_refit_logs_every_run_and_every_skip_with_its_reason(tiny_model_dir, runs, monkeypatch, caplog):
-    caplog.set_level("INFO", logger="lexgraph.training.dsr")
+    caplog.set_level("INFO", logger="lexgraph.methods.dsr.train")
     for refit, scores, expected in (
         (False, [0.1, 0.3, 0.2], "refit: skipped, 'dsr.refit' is false"),
         (True, [0.9, 0.1, 0.2], "refit: skipped, the untrained model won on dev"),
@@ -259,7 +260,7 @@ def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, mo
             metrics=out / "m.json",
             plot=out / "c.csv",
         )
-        dsr.run_train_dsr(paths, _config(epochs=2, refit=refit), torch.device("cpu"), seed=3)
+        dsr.run_train_dsr(paths, _config(epochs=2, refit=refit), StageContext(seed=3, device="cpu"))
         summaries[name] = json.loads((out / "m.json").read_text())
         assert (out / "c.csv").read_text().count("\n") == 4  # the selection run's curve: epochs 0, 1, 2
     assert not {"refit", "dev_metrics_of", "dev_held_out"} & set(summaries["off"])

@@ -129,7 +129,9 @@ def test_deps_list_every_imported_module(name):
 
 
 def test_closure_follows_lazy_imports(tmp_path):
-    assert "src/lexgraph/systems/gnn.py" in closure(ROOT / "stages" / "evaluate.py")  # via the registry's imports
+    assert "src/lexgraph/methods/gnn/system.py" in closure(
+        ROOT / "stages" / "evaluate.py"
+    )  # via the registry's imports
     assert "src/lexgraph/models/family.py" in closure(ROOT / "stages" / "train_dsr.py")  # via encoders
 
 

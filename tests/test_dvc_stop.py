@@ -15,33 +15,37 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, NoPaths
 from helpers_dvc import sh
 
 STAGE = """
 import os, sys, time
 from pathlib import Path
 
+from dataclasses import dataclass
+
 from lexgraph.core.io import write_json
-from lexgraph.core.stage import run_stage
+from lexgraph.core.provenance import output
+from lexgraph.core.stage import Stage, run_stage
 
 
-def configure(parser):
-    parser.add_argument("--out", type=Path, required=True)
+@dataclass(frozen=True)
+class Paths:
+    out: Path = output("the stage's output")
 
 
-def main(args, base, config):
+def main(paths, settings, context):
     Path("started").write_text(str(os.getpid()))
     end = time.monotonic() + float(os.environ.get("LEXGRAPH_TEST_SECONDS", "20"))
     while time.monotonic() < end:  # the stage's work
         time.sleep(0.05)
-    write_json({"run": "new"}, args.out)
+    write_json({"run": "new"}, paths.out)
 
 
 if __name__ == "__main__":
     while os.environ.get("LEXGRAPH_TEST_WAIT") and not Path("go").exists():
         time.sleep(0.05)
-    code = run_stage("bm25", main, configure, name="work", config=dict)
+    code = run_stage(Stage("work", "bm25", Paths, dict, main))
     Path("exit_status").write_text(str(code))
     sys.exit(code)
 """
@@ -193,11 +197,11 @@ def test_no_atomic_rename_once_a_stop_is_requested(tmp_path, monkeypatch):
 def test_a_second_sigterm_while_stopping_is_ignored(tmp_path):
     """SIGTERM to DVC's process group reaches the stage, then its watcher sends one more: the
     stage's cleanup is not interrupted a second time (which could end in a traceback)."""
-    from lexgraph.core.stage import run_stage
+    from lexgraph.core.stage import Stage, run_stage
 
     done = tmp_path / "cleanup-done"
 
-    def main(args, base, config):
+    def main(paths, settings, context):
         try:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
@@ -207,6 +211,6 @@ def test_a_second_sigterm_while_stopping_is_ignored(tmp_path):
             done.touch()
 
     argv = ["--params", str(ROOT / "params.yaml")]
-    assert run_stage("bm25", main, lambda parser: None, argv, name="work", config=dict) == 130
+    assert run_stage(Stage("work", "bm25", NoPaths, dict, main), argv) == 130
     assert done.is_file()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

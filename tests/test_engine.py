@@ -25,7 +25,6 @@ from lexgraph.training.engine import (
     no_decay_parameters,
     shard,
 )
-from lexgraph.training.pretrain_model import PretrainConfig
 
 
 def test_no_decay_rule_is_biases_and_layernorm_weights_of_a_bert():
@@ -253,6 +252,6 @@ def test_a_training_stage_runs_on_cpu_under_either_setting(tmp_path, restore_det
         "--plot",
         str(tmp_path / "pretrain_curve.csv"),
     ]
-    assert run_stage("pretrain", driver.main, driver.configure, argv, config=PretrainConfig.from_params) == 0
+    assert run_stage(driver.STAGE, argv) == 0
     assert torch.are_deterministic_algorithms_enabled() == deterministic
     assert math.isfinite(json.loads(metrics.read_text())["eval_loss"])

@@ -176,8 +176,8 @@ def test_evaluate_systems_shares_a_query_encoder_between_systems(tmp_path, tiny_
     import torch
 
     from lexgraph.evaluation.evaluate import evaluate_systems
+    from lexgraph.methods.dense import DenseRetriever, load_query_encoder
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.systems.dense import DenseRetriever, load_query_encoder
 
     directory = tmp_path / "query_encoder"
     QueryEncoder.from_pretrained(tiny_model_dir, token_pooling="mean").save_pretrained(directory)

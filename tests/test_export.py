@@ -82,7 +82,7 @@ def export_ws(tiny_model_dir, tmp_path_factory):
     """A workspace with a tiny ``dsr`` (cosine), the base checkpoint's ``zeroshot`` (its stage run) and a
     tiny ``gdsr`` (the DSR query encoder, dot product), article ids not 0..n-1, test questions,
     metrics and params."""
-    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig, zeroshot_embeddings
 
     root = tmp_path_factory.mktemp("export_ws")
     articles = _articles()
@@ -92,7 +92,7 @@ def export_ws(tiny_model_dir, tmp_path_factory):
     shutil.copytree(tiny_model_dir, root / "models" / "pretrain")
     _write_dsr(root, articles)
     config = ZeroshotConfig.from_params(yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))["zeroshot"])
-    run_zeroshot(
+    zeroshot_embeddings(
         root / "models" / "pretrain",
         root / "data" / "clean" / "articles.parquet",
         root / "data" / "zeroshot",

@@ -16,17 +16,17 @@ from lexgraph.encoding.chunks import (
     embed_from_chunks,
     encode_chunk_table,
     load_chunk_table,
-    run_encode_chunks,
     save_chunk_table,
+    write_chunk_cache,
 )
+from lexgraph.methods.dsr.config import build_dsr
+from lexgraph.methods.dsr.train import train_dsr
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import set_trainable_layers
 from lexgraph.models.base import write_base_info
 from lexgraph.models.dsr import DSR
 from lexgraph.models.encoders import QueryEncoder
 from lexgraph.models.packing import chunk_token_ids
-from lexgraph.training.dsr import train_dsr
-from lexgraph.training.dsr_config import build_dsr
 
 SETTINGS = dict(
     max_chunk_length=12, max_document_length=48, pooling="token_mean", num_layers=1, num_heads=2, token_pooling="mean"
@@ -166,7 +166,7 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
 
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0, 1], "text": ["Livre I", "Du mariage"]}), tmp_path / "h.parquet")
-    counts = run_encode_chunks(
+    counts = write_chunk_cache(
         frozen_config(), tiny_model_dir, tmp_path / "a.parquet", tmp_path / "h.parquet", tmp_path / "chunks", "cpu"
     )
     assert counts["articles"]["texts"] == 6 and counts["headings"] == {"texts": 2, "chunks": 2}
@@ -175,7 +175,7 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
     with pytest.raises(DataError, match="other settings"):
         check_settings(table, _encoder(tiny_model_dir, max_chunk_length=16), "x")
     # finetune: chunking only, no vectors
-    run_encode_chunks(
+    write_chunk_cache(
         frozen_config(chunk_encoder="finetune"),
         tiny_model_dir,
         tmp_path / "a.parquet",
@@ -189,8 +189,8 @@ def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):
 def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     from lexgraph.core.io import write_parquet
     from lexgraph.encoding.embed import load_embeddings
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig, zeroshot_embeddings
     from lexgraph.systems.registry import load_retriever
-    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
 
     ws = tmp_path / "ws"
     import shutil
@@ -199,7 +199,7 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     write_base_info(ws / "models" / "pretrain", {"query_prefix": "article: ", "passage_prefix": "loi: "})
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     params = {"token_pooling": "mean", "max_length": 12, "max_document_length": 96, "batch_size": 4}
-    run_zeroshot(
+    zeroshot_embeddings(
         ws / "models" / "pretrain",
         tmp_path / "a.parquet",
         ws / "data" / "zeroshot",
@@ -220,7 +220,7 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
     expected = (torch.stack(means) * lengths[:, None]).sum(0) / lengths.sum()
     torch.testing.assert_close(emb[0], expected, atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="zeroshot.max_length"):
-        run_zeroshot(
+        zeroshot_embeddings(
             ws / "models" / "pretrain",
             tmp_path / "a.parquet",
             tmp_path / "z",
@@ -228,7 +228,7 @@ def test_zeroshot_system_end_to_end(tiny_model_dir, tmp_path):
             "cpu",
         )
     with pytest.raises(ConfigError, match="unknown key"):
-        run_zeroshot(
+        zeroshot_embeddings(
             ws / "models" / "pretrain",
             tmp_path / "a.parquet",
             tmp_path / "z",
@@ -246,16 +246,18 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
 
     from lexgraph.core.io import write_parquet
     from lexgraph.encoding.embed import load_embeddings
-    from lexgraph.systems.zeroshot import ZeroshotConfig, run_zeroshot
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig, zeroshot_embeddings
 
     write_parquet(pl.DataFrame({"id": list(CORPUS), "article": list(CORPUS.values())}), tmp_path / "a.parquet")
     write_parquet(pl.DataFrame({"heading_id": [0], "text": ["Livre I"]}), tmp_path / "h.parquet")
     params = {"token_pooling": "mean", "max_length": 12, "max_document_length": 48, "batch_size": 4}
-    run_zeroshot(tiny_model_dir, tmp_path / "a.parquet", tmp_path / "plain", ZeroshotConfig.from_params(params), "cpu")
+    zeroshot_embeddings(
+        tiny_model_dir, tmp_path / "a.parquet", tmp_path / "plain", ZeroshotConfig.from_params(params), "cpu"
+    )
     _, plain = load_embeddings(tmp_path / "plain" / "articles.safetensors")
     for chunk_length, reused in ((12, True), (16, False)):
         cache = tmp_path / f"chunks{chunk_length}"
-        run_encode_chunks(
+        write_chunk_cache(
             frozen_config(max_chunk_length=chunk_length),
             tiny_model_dir,
             tmp_path / "a.parquet",
@@ -264,8 +266,8 @@ def test_zeroshot_reuses_a_cache_with_the_same_windows_only(tiny_model_dir, tmp_
             "cpu",
         )
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="lexgraph.systems.zeroshot"):
-            run_zeroshot(
+        with caplog.at_level(logging.INFO, logger="lexgraph.methods.zeroshot.system"):
+            zeroshot_embeddings(
                 tiny_model_dir,
                 tmp_path / "a.parquet",
                 tmp_path / "z",

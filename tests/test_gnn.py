@@ -1,5 +1,5 @@
-"""Graph encoders, distillation, subgraph sampling and GNN training (lexgraph.models.gnn,
-lexgraph.losses, lexgraph.training.gnn*, lexgraph.systems.gnn)."""
+"""Graph encoders, distillation, subgraph sampling and GNN training (lexgraph.methods.gnn.model,
+lexgraph.losses, lexgraph.methods.gnn.train*, lexgraph.methods.gnn.system)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from helpers_graph import (
 from lexgraph.core.errors import ConfigError
 from lexgraph.graph.build import EdgeType
 from lexgraph.losses import DistillationLoss, InfoNCELoss, QabisarLoss
-from lexgraph.models.gnn import MODELS, GraphEncoder, GraphEncoderConfig
-from lexgraph.training import gnn as training
-from lexgraph.training import gnn_io
-from lexgraph.training.gnn import train_graph_encoder
-from lexgraph.training.gnn_data import batch_subgraph, prepare_training_set
+from lexgraph.methods.gnn import io as gnn_io
+from lexgraph.methods.gnn import train as training
+from lexgraph.methods.gnn.data import batch_subgraph, prepare_training_set
+from lexgraph.methods.gnn.model import MODELS, GraphEncoder, GraphEncoderConfig
+from lexgraph.methods.gnn.train import train_graph_encoder
 
 TRAIN, DEV, TEST_AND_SYNTHETIC = {1, 2, 6}, {3}, {4, 5}
 
@@ -404,8 +404,8 @@ def test_hgraph_training_is_deterministic_and_saves(tmp_path, monkeypatch):
 
 def test_hgraph_qa_training_and_retrieval(tmp_path, monkeypatch, tiny_query_encoder_dir):
     from lexgraph.encoding.embed import save_embeddings
+    from lexgraph.methods.gnn.system import load_hgraph, load_hgraph_qa
     from lexgraph.models.encoders import QueryEncoder
-    from lexgraph.systems.gnn import load_hgraph, load_hgraph_qa
 
     cuts = []
     original = training.batch_subgraph

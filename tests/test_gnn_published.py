@@ -24,11 +24,12 @@ from helpers_graph import AQ, BASE_PARAMS, GRAPH, NEGATIVES, QA, QUESTIONS, SYNT
 from helpers_graph import DIM as TOY_DIM
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.graph.build import NUM_EDGE_TYPES, STRUCTURE_TYPES, EdgeType
-from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
-from lexgraph.training import gnn as training
-from lexgraph.training import gnn_io, gnn_stage
-from lexgraph.training.gnn_config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
-from lexgraph.training.gnn_data import prepare_training_set
+from lexgraph.methods.gnn import io as gnn_io
+from lexgraph.methods.gnn import stage as gnn_stage
+from lexgraph.methods.gnn import train as training
+from lexgraph.methods.gnn.config import ARCH_KEYS, QUESTION_VARIANTS, SHARED_KEYS, VARIANTS, GNNSettings
+from lexgraph.methods.gnn.data import prepare_training_set
+from lexgraph.methods.gnn.model import GraphEncoder, GraphEncoderConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -83,7 +84,7 @@ def test_gdsr_lge_is_eq_7_by_hand(profile):
     α_ij = softmax_j(att(h_i, h_j)), "a 3-layer GATv2 network". GATv2's attention (Brody et al.):
     att(h_i, h_j) = a^T LeakyReLU(W_r h_i + W_l h_j), the message W_l h_j; the public code's
     PyG layers add each node to its own neighbourhood and a bias, and put σ = ReLU between the
-    layers only (maastrichtlawtech/gdsr src/models/gnn.py). Computed node by node, no PyG."""
+    layers only (maastrichtlawtech/gdsr src/methods/gnn/model.py). Computed node by node, no PyG."""
     settings = published("gdsr", profile, hidden=12)
     assert settings.encoder.layers == GDSR_LAYERS and settings.encoder.heads == GDSR_HEADS
     assert not settings.encoder.residual and settings.encoder.init == "random"
@@ -292,7 +293,7 @@ def test_qabisar_falls_back_to_gdsrs_first_stage_when_its_own_is_switched_off(tm
     """dsr_qabisar.enabled: false leaves placeholders in models/dsr_qabisar and data/embed_qabisar:
     train_gnn@qabisar then starts from models/dsr and data/embed, saying so in one line; a trained
     first stage is used as it is; one placeholder beside a trained output is refused."""
-    caplog.set_level(logging.INFO, logger="lexgraph.training.gnn")
+    caplog.set_level(logging.INFO, logger="lexgraph.methods.gnn.train")
     paths = _stage_dirs(tmp_path / "off", dsr=True, embed=True)
     assert gnn_stage.first_stage(paths, "qabisar") == (paths.fallback_dsr, paths.fallback_embed)
     (line,) = [r.getMessage() for r in caplog.records if "placeholder" in r.getMessage()]
@@ -317,7 +318,7 @@ def test_gnn_json_names_the_first_stage_it_started_from(tmp_path):
 
 
 def test_refit_decisions_are_logged(caplog):
-    caplog.set_level(logging.INFO, logger="lexgraph.training.gnn")
+    caplog.set_level(logging.INFO, logger="lexgraph.methods.gnn.train")
     gdsr = published("gdsr", "params.yaml")
     assert gnn_stage.refit_epochs(gdsr, 20) == 0 and "gnn.gdsr.refit is false" in caplog.text
     caplog.clear()

@@ -186,7 +186,7 @@ def test_stage_writes_deterministic_outputs(tmp_path, monkeypatch):
         argv += ["--out", str(tmp_path / run), "--metrics", str(tmp_path / f"{run}.json")]
         from lexgraph.core.stage import run_stage
 
-        assert run_stage("graph", stage.main, stage.configure, argv, config=GraphConfig.from_params) == 0
+        assert run_stage(stage.STAGE, argv) == 0
         outs.append([(tmp_path / run / f).read_bytes() for f in ("graph.pt", "nodes.parquet")])
     assert outs[0] == outs[1]
     loaded = load_graph(tmp_path / "a")

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from lexgraph.data.sample import build_sample, heading_value, map_levels
 from lexgraph.graph.build import EdgeType, GraphConfig, build_graph
 from lexgraph.graph.hierarchy import best_weight, hierarchy_prior, subtree_means
-from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
-from lexgraph.training.gnn_data import batch_subgraph
+from lexgraph.methods.gnn.data import batch_subgraph
+from lexgraph.methods.gnn.model import GraphEncoder, GraphEncoderConfig
 
 # ---------------------------------------------------------------------------
 # The sample builder
@@ -309,7 +309,7 @@ def test_the_paper_profiles_lge_has_the_papers_size(variant):
     import yaml
 
     from conftest import ROOT
-    from lexgraph.training.gnn_config import GNNSettings
+    from lexgraph.methods.gnn.config import GNNSettings
 
     params = yaml.safe_load((ROOT / "profiles" / "paper.yaml").read_text(encoding="utf-8"))["gnn"]
     count = GNNSettings.from_params(params, variant).encoder.with_input(768, prior_weight=1.0).parameter_count()

@@ -46,6 +46,15 @@ def test_name_files_count_string_literals_not_substrings(tmp_path):
     assert figures["code_lines"] == 10 and figures["guard_lines"] == 5
 
 
+def test_method_files_list_each_method_folders_modules(tmp_path):
+    (tmp_path / "methods" / "gnn").mkdir(parents=True)
+    (tmp_path / "methods" / "gnn" / "__init__.py").write_text('"""The GNN."""\n', encoding="utf-8")
+    (tmp_path / "methods" / "gnn" / "model.py").write_text(SOURCE, encoding="utf-8")
+    (tmp_path / "methods" / "gnn" / "train.py").write_text("x = 1\n", encoding="utf-8")
+    (tmp_path / "methods" / "notes").mkdir()  # no package: not a method
+    assert house.method_files(tmp_path) == {"gnn": {"modules": ["model.py", "train.py"], "code_lines": 10}}
+
+
 def test_the_systems_page_gives_the_committed_name_counts():
     """docs/systems.md's before/after table is read from benchmarks/house_before.json and house_after.json."""
     import json

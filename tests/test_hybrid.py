@@ -1,4 +1,4 @@
-"""The hybrid system (lexgraph.systems.hybrid): fusion math against hand computations and
+"""The hybrid system (lexgraph.methods.hybrid.system): fusion math against hand computations and
 an independent reference, agreement with ranx, dev-only selection, config errors, the
 retriever's shapes and order, and the stage's outputs on a tiny workspace."""
 
@@ -17,10 +17,10 @@ from helpers_config import sample_config
 from helpers_dvc import run_stage_in_process
 from lexgraph.core.errors import ConfigError, DataError, LexgraphError
 from lexgraph.core.io import json_text
+from lexgraph.methods.hybrid.system import HybridConfig, HybridRetriever, dense_systems, grid
+from lexgraph.methods.hybrid.tune import tune
 from lexgraph.metrics.ir import DEEPEST
 from lexgraph.search.fusion import Fusion, fuse
-from lexgraph.systems.hybrid import HybridConfig, HybridRetriever, dense_systems, grid
-from lexgraph.systems.hybrid_tune import tune
 from lexgraph.systems.registry import load_retriever
 
 # ---------------------------------------------------------------------------

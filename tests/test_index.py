@@ -56,10 +56,10 @@ def _top(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
 
 def test_index_searches_as_brute_force_over_the_new_corpus(tiny_ws, indexed):
     from lexgraph.data.clean import clean_text
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig, article_encoder, load_system
     from lexgraph.models.dsr import DSR
     from lexgraph.search.bm25 import BM25
     from lexgraph.systems.registry import load_retriever
-    from lexgraph.systems.zeroshot import ZeroshotConfig, article_encoder, load_system
 
     out, records = indexed
     texts = [clean_text(r["text"])[0] for r in records]
@@ -231,8 +231,10 @@ def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_
     once), the others (and one trained before the key existed) to G-DSR's DSR's (data/embed)."""
     from lexgraph.core import layout
     from lexgraph.encoding.embed import load_embeddings, save_embeddings
-    from lexgraph.systems import corpus_index, gnn, inductive
-    from lexgraph.systems.registry import declared
+    from lexgraph.methods.catalog import declared
+    from lexgraph.methods.gnn import inductive
+    from lexgraph.methods.gnn import system as gnn
+    from lexgraph.systems import corpus_index
 
     ws, root = tmp_path / "ws", tmp_path / "idx"
     recorded = {"gdsr": "models/dsr", "qabisar": "models/dsr_qabisar", "hgraph": None}

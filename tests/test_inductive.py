@@ -1,5 +1,5 @@
 """A workspace's trained hprior and graph encoders applied to a corpus they were not trained on
-(lexgraph.systems.inductive, issue 26): on the training corpus they give the saved vectors; on a
+(lexgraph.methods.gnn.inductive, issue 26): on the training corpus they give the saved vectors; on a
 new corpus, what a hand-built graph and a hand computation give."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from helpers_graph import ARTICLES, HEADINGS, NEGATIVES, QUESTIONS, embeddings, 
 from lexgraph.core.errors import DataError
 from lexgraph.graph.build import EdgeType, GraphConfig, save_graph
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT
-from lexgraph.systems import inductive
-from lexgraph.systems.hprior import hprior_vectors
-from lexgraph.training import gnn_io
-from lexgraph.training.gnn import train_graph_encoder
-from lexgraph.training.gnn_data import prepare_training_set
+from lexgraph.methods.gnn import inductive
+from lexgraph.methods.gnn import io as gnn_io
+from lexgraph.methods.gnn.data import prepare_training_set
+from lexgraph.methods.gnn.train import train_graph_encoder
+from lexgraph.methods.hprior.system import hprior_vectors
 
 # A new corpus: code X -> title X1 -> chapters X1a, X1b; articles 500-503 (ids unseen in training)
 NEW_HEADINGS = pl.DataFrame(

@@ -5,6 +5,7 @@ use) names exactly the outputs dvc.yaml declares."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import re
 import shlex
@@ -15,6 +16,7 @@ import yaml
 
 from conftest import ROOT
 from lexgraph.core import layout
+from lexgraph.core.stage import Stage, parser_of
 
 
 def expanded_stages() -> dict[str, dict]:
@@ -61,13 +63,16 @@ def test_every_directory_output_of_dvc_yaml_is_in_the_layout():
                 assert path in named, f"{name} writes {path}, which lexgraph.core.layout does not name"
 
 
-def stage_parser(script: Path) -> argparse.ArgumentParser:
+def driver(script: Path):
+    """The module of the stage driver ``script`` (``stages/<name>.py``), imported, not run."""
     spec = importlib.util.spec_from_file_location(f"_stage_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    parser = argparse.ArgumentParser()
-    module.configure(parser)
-    return parser
+    return module
+
+
+def stage_parser(script: Path) -> argparse.ArgumentParser:
+    return parser_of(driver(script).STAGE)
 
 
 @pytest.mark.parametrize("name", sorted(expanded_stages()))
@@ -76,7 +81,7 @@ def test_stage_paths_come_from_dvc_yaml_only(name):
     argv = shlex.split(stage["cmd"].replace("${base.launcher}", "python"))
     script = ROOT / next(a for a in argv if a.startswith("stages/"))
     parser = stage_parser(script)
-    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    options = [a for a in parser._actions if a.option_strings and a.dest not in ("help", "params")]
     for action in options:
         assert action.required and action.default is None, f"{script.name}: {action.option_strings[0]} has a default"
         assert action.option_strings[0] in argv, f"dvc.yaml's {name} does not pass {action.option_strings[0]}"
@@ -122,27 +127,34 @@ def test_producer_names_the_stage_that_writes_a_path():
 
 
 def test_every_stage_driver_has_one_shape():
-    """A driver is configure(parser) -> add_paths(parser, <its paths dataclass>) (plus --variant
-    for a foreach stage), main(args, base, config) -> one library entry point fed by paths_from,
-    and run_stage: every path of every stage comes from its paths dataclass."""
+    """A driver declares its stage, ``STAGE = Stage(<its name>, <its section>, <its paths dataclass>,
+    <its settings>, <its entry>)``, and ends with ``run_stage(STAGE)``; the entry, the library's or a
+    ``run`` wrapper the driver defines (its only function), takes ``(paths, settings, context)``:
+    every path of every stage comes from its paths dataclass."""
     import ast
+    import inspect
 
-    for script in sorted((ROOT / "stages").glob("*.py")):
-        if script.name == "__init__.py":
-            continue
+    scripts = [s for s in sorted((ROOT / "stages").glob("*.py")) if s.name != "__init__.py"]
+    assert len(scripts) == len(expanded_stages_by_script()), "a driver dvc.yaml does not run, or the reverse"
+    for script in scripts:
         tree = ast.parse(script.read_text(encoding="utf-8"))
-        funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-        assert set(funcs) == {"configure", "main"}, f"{script.name}: functions {sorted(funcs)}"
-        calls = [ast.unparse(n.func) for n in ast.walk(funcs["configure"]) if isinstance(n, ast.Call)]
-        assert calls.count("add_paths") == 1, f"{script.name}: configure does not call add_paths once"
-        by_hand = [
-            n.args[0].value
-            for n in ast.walk(funcs["configure"])
-            if isinstance(n, ast.Call) and ast.unparse(n.func) == "parser.add_argument"
-        ]
-        assert by_hand in ([], ["--variant"]), f"{script.name}: options outside the paths dataclass: {by_hand}"
-        assert "paths_from" in ast.unparse(funcs["main"]), f"{script.name}: main does not read paths_from"
-        assert "run_stage(" in ast.unparse(tree.body[-1]), f"{script.name}: does not end with run_stage"
+        funcs = [f.name for f in tree.body if isinstance(f, ast.FunctionDef)]
+        assert funcs in ([], ["run"]), f"{script.name}: functions {funcs}"
+        assert ast.unparse(tree.body[-1].body[-1]) == "sys.exit(run_stage(STAGE))", f"{script.name}: its last line"
+        stage = driver(script).STAGE
+        assert isinstance(stage, Stage) and stage.name == script.stem, f"{script.name}: STAGE {stage!r}"
+        assert dataclasses.is_dataclass(stage.paths), f"{script.name}: its paths are not a dataclass"
+        assert list(inspect.signature(stage.run).parameters) == ["paths", "settings", "context"] or list(
+            inspect.signature(stage.run).parameters
+        ) == ["paths", "config", "context"], f"{script.name}: entry {inspect.signature(stage.run)}"
+
+
+def expanded_stages_by_script() -> set[str]:
+    """The driver scripts dvc.yaml's stages run."""
+    return {
+        next(a for a in shlex.split(s["cmd"].replace("${base.launcher}", "python")) if a.startswith("stages/"))
+        for s in expanded_stages().values()
+    }
 
 
 def test_every_section_is_read_by_section_config():

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATv2Conv
 
 from helpers_dsr import _config, _fresh_dsr
-from lexgraph.models.gnn import GraphEncoder, GraphEncoderConfig
-from lexgraph.training.dsr import evaluate_dsr, train_dsr
-from lexgraph.training.dsr_data import Pair, TrainingData
+from lexgraph.methods.dsr.data import Pair, TrainingData
+from lexgraph.methods.dsr.train import evaluate_dsr, train_dsr
+from lexgraph.methods.gnn.model import GraphEncoder, GraphEncoderConfig
 
 WORDS = ["bail", "mariage", "enfant", "divorce", "contrat", "loi"]  # whole words of the tiny vocabulary
 

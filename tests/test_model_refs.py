@@ -12,9 +12,9 @@ import torch
 
 from helpers_graph import NEGATIVES, QUESTIONS, embeddings, graph, settings
 from lexgraph.core.errors import DataError, LexgraphError
-from lexgraph.training import gnn_io
-from lexgraph.training.gnn import train_graph_encoder
-from lexgraph.training.gnn_data import prepare_training_set
+from lexgraph.methods.gnn import io as gnn_io
+from lexgraph.methods.gnn.data import prepare_training_set
+from lexgraph.methods.gnn.train import train_graph_encoder
 
 SOURCE = "models/dsr/query_encoder"  # as train_gnn is given it: relative to the workspace
 QUESTIONS_ASKED = ["Qui paie le mur ?", "bail", "mur mitoyen et voisin"]
@@ -44,7 +44,7 @@ def workspace(tmp_path, tiny_query_encoder_dir, monkeypatch):
 
 
 def test_untrained_query_encoder_is_referenced_and_searches_as_a_copy(workspace, tmp_path):
-    from lexgraph.systems.gnn import load_hgraph_qa
+    from lexgraph.methods.gnn.system import load_hgraph_qa
 
     result, ts, s = _trained(workspace, kd=NO_KD)
     assert not s.trains_query_encoder and result.encoder is not None
@@ -88,7 +88,7 @@ def test_distilled_encoder_kept_untrained_is_referenced(workspace):
 def test_missing_or_damaged_reference_is_one_line(workspace):
     import shutil
 
-    from lexgraph.systems.gnn import load_hgraph_qa
+    from lexgraph.methods.gnn.system import load_hgraph_qa
 
     result, ts, s = _trained(workspace, kd=NO_KD)
     gnn_io.save_trained(result, ts, s, workspace / "models/gnn_hgraph_qa", query_source=SOURCE)

@@ -15,13 +15,13 @@ import torch
 from torch import nn
 
 from helpers_config import sample_config
-from lexgraph.encoding.rerank_features import TokenStore
 from lexgraph.losses.CaseViewLoss import CaseViewLoss
 from lexgraph.losses.ElementViewLoss import ElementViewLoss
 from lexgraph.losses.PairwiseTripleLoss import PairwiseTripleLoss
-from lexgraph.models.rerank import InteractionModel, fuse_list
-from lexgraph.training.rerank import Lists, train
-from lexgraph.training.rerank_config import RerankConfig
+from lexgraph.methods.rerank.config import RerankConfig
+from lexgraph.methods.rerank.features import TokenStore
+from lexgraph.methods.rerank.model import InteractionModel, fuse_list
+from lexgraph.methods.rerank.train import Lists, train
 
 # ---------------------------------------------------------------------------
 # Losses vs hand computations
@@ -336,7 +336,7 @@ def test_projected_alignment_is_a_scaled_dot_product():
 def test_case_view_negatives_leave_out_the_questions_gold_articles():
     """In a batch, an article of another triple that is gold for the question is no negative:
     question 100 has golds 0 and 1 and appears twice; question 101 has gold 2."""
-    from lexgraph.training.rerank import RerankTrainer
+    from lexgraph.methods.rerank.train import RerankTrainer
 
     articles, queries, views, _, dev = _toy()
     train = Lists([100, 101], {100: [0, 1], 101: [2]}, np.array([[0, 1, 5, 6], [2, 0, 7, 8]]), np.ones((2, 4)))
@@ -390,7 +390,7 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     """A models/mvcl trained with another network shape (here: before the alignment features)
     gets one line naming the weights file and the command that rebuilds them."""
     from lexgraph.core.errors import DataError
-    from lexgraph.training.rerank_io import build_model, load_model, save_model
+    from lexgraph.methods.rerank.io import build_model, load_model, save_model
 
     old = sample_config(
         RerankConfig, "rerank", "xrerank", hidden=4, alignment="projected", match_features=False, warm_start=False
@@ -406,9 +406,9 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
 
 def test_switched_off_rerank_leaves_a_placeholder_that_loading_names(tmp_path):
     from lexgraph.core.errors import LexgraphError
-    from lexgraph.encoding.rerank_features import write_disabled
-    from lexgraph.systems.rerank import first_stage_of, is_switched_off
-    from lexgraph.training.rerank_io import load_model
+    from lexgraph.methods.rerank.features import write_disabled
+    from lexgraph.methods.rerank.io import load_model
+    from lexgraph.methods.rerank.system import first_stage_of, is_switched_off
 
     assert not is_switched_off(tmp_path, "mvcl")
     write_disabled(tmp_path / "models/mvcl", "mvcl")
@@ -461,7 +461,7 @@ def test_a_killed_rerank_training_resumes_to_the_same_model_and_report(one_threa
     weights, so the resumed run's report (history, kept epoch and alpha) is the uninterrupted one's."""
     import logging
 
-    from lexgraph.training.rerank import RerankTrainer
+    from lexgraph.methods.rerank.train import RerankTrainer
     from lexgraph.training.resume import resumable
 
     config, cpu = _fused_config(), torch.device("cpu")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import load_benchmark
-from lexgraph.training.rerank import Lists
+from lexgraph.methods.rerank.train import Lists
 
 probe = load_benchmark("mvcl_lr")
 

@@ -24,10 +24,11 @@ import torch
 import yaml
 
 from lexgraph.core.config import ConfigError
-from lexgraph.encoding.rerank_features import TokenStore
-from lexgraph.models.rerank import Eq6Pooling, InteractionModel, fuse_list, rerank_games, rerank_scores
-from lexgraph.training.rerank_config import ENCODE_KEYS, VARIANTS, RerankConfig
-from lexgraph.training.rerank_io import build_model
+from lexgraph.core.stage import StageContext
+from lexgraph.methods.rerank.config import ENCODE_KEYS, VARIANTS, RerankConfig
+from lexgraph.methods.rerank.features import TokenStore
+from lexgraph.methods.rerank.io import build_model
+from lexgraph.methods.rerank.model import Eq6Pooling, InteractionModel, fuse_list, rerank_games, rerank_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,7 +153,7 @@ def test_truncation_left_keeps_a_long_texts_last_tokens_and_right_its_first(tiny
     import polars as pl
     from transformers import AutoTokenizer
 
-    from lexgraph.encoding.rerank_features import token_inputs, tokenize
+    from lexgraph.methods.rerank.features import token_inputs, tokenize
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     text = "a b c d e f g h i j"  # ten tokens
@@ -188,7 +189,7 @@ def _stores(dim=8, n_articles=12, n_questions=20):
 
 
 def _lists(qids, width, n_articles=12, gold_first=True):
-    from lexgraph.training.rerank import Lists
+    from lexgraph.methods.rerank.train import Lists
 
     rows = np.array([[(q - 100 + j) % n_articles for j in range(width)] for q in qids])
     if not gold_first:
@@ -210,7 +211,7 @@ def test_the_epoch_is_chosen_by_the_pairwise_dev_accuracy_for_mvcl_and_by_map_fo
     epoch 1 ranks both golds first (mAP 1) but gets the dev triples right in one order only
     (accuracy 1/2); epoch 2 ranks one gold second (mAP 3/4) and gets 3 of the 4 ordered
     triples right (accuracy 3/4); epoch 3 is worse on both. mvcl keeps epoch 2, xrerank (map) epoch 1."""
-    from lexgraph.training import rerank
+    from lexgraph.methods.rerank import train as rerank
 
     games = {  # epoch -> per dev question (gold at 0): (margin[gold, other], margin[other, gold])
         1: [(-1.0, -2.0), (-1.0, -2.0)],  # gold scores above the other; (B, C) wrong, (C, B) right
@@ -260,7 +261,8 @@ def test_fractional_epochs_run_round_epochs_times_steps_with_a_tenth_warming_up(
     learning rate scheduler with the first 350 steps (10%) for warmup": 5.5 epochs of N steps are
     round(5.5 N) optimizer steps, the first int(0.1 x that) warming up, the last epoch partial and
     followed by a dev selection as every whole one."""
-    from lexgraph.training import engine, rerank
+    from lexgraph.methods.rerank import train as rerank
+    from lexgraph.training import engine
 
     scheduled, per_epoch = [], {}
     build = engine.build_scheduler
@@ -291,7 +293,7 @@ def test_xrerank_is_the_network_and_the_training_of_before(one_thread):
     map, epochs 5, ranking: margin) reproduce the code path of before: the values below were
     computed with it (same seed, same inputs) before MVCL's equations and Appendix B's ranking
     were added."""
-    from lexgraph.training.rerank import train
+    from lexgraph.methods.rerank.train import train
 
     torch.manual_seed(0)
     model = build_model(6, _config("xrerank", {"hidden": 4})).eval()
@@ -398,7 +400,7 @@ def test_mvcl_ranks_by_the_sum_of_a_candidates_probabilities_in_all_pairs(monkey
     three other candidates, by hand from the chosen logits. The margin rule (lexgraph's mean
     logit margin) ranks candidate 0 first on its one lopsided win; the probabilities, which
     saturate, rank candidate 1 (it wins every game) first."""
-    from lexgraph.models import rerank as models_rerank
+    from lexgraph.methods.rerank import model as models_rerank
 
     def p(b, c):
         l0, l1 = GAMES[b, c]
@@ -468,7 +470,7 @@ class _First:
 
 
 def test_mvcl_search_without_fusion_orders_by_the_network(one_thread):
-    from lexgraph.systems.rerank import MvclRetriever
+    from lexgraph.methods.rerank.system import MvclRetriever
 
     torch.manual_seed(0)
     model = InteractionModel(4, 4, 0.0).eval()
@@ -528,8 +530,8 @@ def _token_lists(n_articles=12, n_questions=16):
 def test_a_finetuned_plm_gets_gradients_from_the_training_step(one_thread):
     """plm: finetune: token ids go into the PLM inside the step, so the losses' gradients reach it
     (today's frozen path takes cached states and has no PLM to train)."""
-    from lexgraph.training.rerank import Lists, train
-    from lexgraph.training.rerank_plm import PLMTokens
+    from lexgraph.methods.rerank.plm import PLMTokens
+    from lexgraph.methods.rerank.train import Lists, train
 
     plm = _tiny_xlmr()
     before = {k: v.clone() for k, v in plm.state_dict().items()}
@@ -569,14 +571,14 @@ def test_a_finetuned_plm_gets_gradients_from_the_training_step(one_thread):
 
 
 def _lists6(qids):
-    from lexgraph.training.rerank import Lists
+    from lexgraph.methods.rerank.train import Lists
 
     ids = np.array([[(q - 100 + j) % 12 for j in range(6)] for q in qids])
     return Lists(list(qids), {q: [(q - 100) % 12] for q in qids}, ids, np.tile(np.linspace(1, 0, 6), (len(qids), 1)))
 
 
 def _token_inputs():
-    from lexgraph.encoding.rerank_features import TokenInputs
+    from lexgraph.methods.rerank.features import TokenInputs
 
     arts, qs = _token_lists()
     views = [a[:5] + [3] * 4 + a[-1:] for a in arts]  # the element views: other token sequences
@@ -593,8 +595,8 @@ def test_plm_layers_trains_the_top_blocks_over_states_cached_once_per_text(one_t
     trained PLM's forward."""
     import contextlib
 
-    from lexgraph.training.rerank import train
-    from lexgraph.training.rerank_plm import CACHE_DTYPE, PLMTokens, plm_stores
+    from lexgraph.methods.rerank.plm import CACHE_DTYPE, PLMTokens, plm_stores
+    from lexgraph.methods.rerank.train import train
 
     plm = _tiny_xlmr(layers=3)
     before = {k: v.clone() for k, v in plm.state_dict().items()}
@@ -651,7 +653,7 @@ def test_plm_layers_trains_the_top_blocks_over_states_cached_once_per_text(one_t
 def test_plm_layers_beyond_the_plms_blocks_names_the_key(tiny_model_dir):
     import polars as pl
 
-    from lexgraph.training.rerank_stage import _plm_inputs
+    from lexgraph.methods.rerank.stage import _plm_inputs
 
     articles = pl.DataFrame({"id": [1], "article": ["la loi du bail."]})
     questions = pl.DataFrame({"id": [7], "question": ["le bail ?"], "article_ids": [[1]], "split": ["train"]})
@@ -696,10 +698,11 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(
     import polars as pl
 
     from lexgraph.core.io import write_parquet
+    from lexgraph.methods.rerank import stage as rerank_stage
+    from lexgraph.methods.rerank import train as rerank
+    from lexgraph.methods.rerank.stage import RerankPaths, run_rerank
+    from lexgraph.methods.rerank.system import load_mvcl
     from lexgraph.models.backbone import load_backbone
-    from lexgraph.systems.rerank import load_mvcl
-    from lexgraph.training import rerank, rerank_stage
-    from lexgraph.training.rerank_stage import RerankPaths, run_rerank
 
     model_dir = Path(request.getfixturevalue(model_dir))
     words = ["loi", "contrat", "bail", "mariage", "enfant", "divorce"]
@@ -755,7 +758,7 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(
         return model, report
 
     monkeypatch.setattr(rerank_stage, "train", keep)
-    run_rerank(paths, config, torch.device("cpu"), 13, First)
+    run_rerank(paths, config, StageContext(seed=13, device="cpu"), First)
     report = json.loads(paths.metrics.read_text())
     assert report["plm_grad_norm_first_step"] > 0 and report["steps"] == 2
     curve = paths.plot.read_text().splitlines()  # the training curve: one row per epoch of the report's history
@@ -818,7 +821,7 @@ def test_a_key_the_variant_would_not_read_is_refused_not_ignored():
         _config("mvcl", own={"interpolation": [0.5]})
     with pytest.raises(ConfigError, match=r"missing key 'rerank\.xrerank\.plm_lr'"):
         _config("xrerank", own={"plm": "finetune"})
-    from lexgraph.systems.rerank import check_first_stage  # the rerank stage's check: names are the registry's
+    from lexgraph.methods.rerank.system import check_first_stage  # the rerank stage's check: names are the registry's
 
     with pytest.raises(
         ConfigError, match=r"'rerank\.first_stage' = 'xrerank', expected a retrieval system other than a re-ranker"

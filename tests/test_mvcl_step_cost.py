@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import yaml
 
-from lexgraph.encoding.rerank_features import TokenStore
-from lexgraph.training.rerank_config import RerankConfig
-from lexgraph.training.rerank_plm import PLMTokens, length_chunks
+from lexgraph.methods.rerank.config import RerankConfig
+from lexgraph.methods.rerank.features import TokenStore
+from lexgraph.methods.rerank.plm import PLMTokens, length_chunks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_a_batch_is_encoded_in_length_chunks_with_the_states_of_each_text_alone(
 def test_rows_of_a_batch_equal_a_store_batch_of_those_keys():
     """The element view's texts are B's rows: for a cached store (xrerank) exactly, bit for bit,
     what a second ``store.batch`` gave."""
-    from lexgraph.training.rerank import rows_of
+    from lexgraph.methods.rerank.train import rows_of
 
     g = torch.Generator().manual_seed(0)
     lengths = {3: 5, 7: 9, 8: 2, 9: 4}
@@ -100,14 +100,14 @@ def test_rows_of_a_batch_equal_a_store_batch_of_those_keys():
 
 
 def _lists(qids):
-    from lexgraph.training.rerank import Lists
+    from lexgraph.methods.rerank.train import Lists
 
     ids = np.array([[(q - 100 + j) % 12 for j in range(6)] for q in qids])
     return Lists(list(qids), {q: [(q - 100) % 12] for q in qids}, ids, np.tile(np.linspace(1, 0, 6), (len(qids), 1)))
 
 
 def test_a_step_encodes_each_gold_article_once_and_the_report_scores_dev_once_per_epoch(one_thread, monkeypatch):
-    from lexgraph.training import rerank
+    from lexgraph.methods.rerank import train as rerank
 
     plm = _tiny_xlmr()
     g = np.random.default_rng(0)

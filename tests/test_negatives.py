@@ -13,9 +13,9 @@ import yaml
 
 from conftest import write_params
 from lexgraph.core.stage import run_stage
+from lexgraph.methods.dsr.negatives import NegativesConfig, mine_from_index, mine_negatives
 from lexgraph.search.bm25 import BM25
 from lexgraph.text.analyzer import FrenchAnalyzer
-from lexgraph.training.negatives import NegativesConfig, mine_from_index, mine_negatives
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +163,7 @@ def run_stage_once(tmp_path):
         "--out",
         str(out),
     ]
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    assert run_stage(driver.STAGE, argv) == 0
     return driver, argv, out
 
 
@@ -188,10 +188,10 @@ def test_stage_writes_expected_parquet(tmp_path):
     assert df.filter(pl.col("question_id") == 1)["negative_ids"].list.len().to_list() == [3, 3]
     first = out.read_bytes()
     # deterministic; an absent synthetic file is skipped with a warning
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    assert run_stage(driver.STAGE, argv) == 0
     assert out.read_bytes() == first
     argv[argv.index("--synthetic") + 1] = str(tmp_path / "absent.parquet")
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 0
+    assert run_stage(driver.STAGE, argv) == 0
     assert pl.read_parquet(out)["split"].to_list() == ["train"] * 4
 
 
@@ -213,7 +213,7 @@ def test_stage_fails_cleanly_without_article_ids(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage(driver.STAGE, argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "article_ids" in err and str(paths["questions"]) in err
@@ -243,7 +243,7 @@ def test_stage_rejects_string_article_ids(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage(driver.STAGE, argv) == 2
     err = capsys.readouterr().err.strip()
     assert "column 'article_ids'" in err and len(err.splitlines()) == 1
     assert not out.exists()
@@ -270,7 +270,7 @@ def test_stage_rejects_bad_params(tmp_path, capsys, bad):
         "--out",
         str(out),
     ]
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage(driver.STAGE, argv) == 2
     assert f"negatives.{key}" in capsys.readouterr().err
     assert not out.exists()
 
@@ -295,7 +295,7 @@ def test_stage_rejects_duplicate_question_ids(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage(driver.STAGE, argv) == 2
     err = capsys.readouterr().err.strip()
     assert "more than once" in err and "synthetic.parquet" in err
     assert not out.exists()
@@ -317,10 +317,10 @@ def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkey
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", full_disk)
-    assert run_stage("negatives", driver.main, driver.configure, argv, config=NegativesConfig.from_params) == 2
+    assert run_stage(driver.STAGE, argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("lexgraph negatives: error: ")]
+    lines = [line for line in err.splitlines() if line.startswith("lexgraph mine_negatives: error: ")]
     assert len(lines) == 1, err
     assert f"{out}: not written, no space left on device; free space and rerun" in lines[0]
     assert out.read_bytes() == previous
@@ -329,11 +329,11 @@ def test_stage_on_a_full_disk_keeps_the_previous_output(tmp_path, capsys, monkey
 
 def test_dev_questions_are_mined_with_split_dev_when_listed(tmp_path):
     """negatives.splits with dev (both profiles): the refits train on dev with BM25 negatives."""
-    from lexgraph.training.negatives import run
+    from lexgraph.methods.dsr.negatives import mine
 
     paths = write_fixtures(tmp_path)
     config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
-    df = run(config, paths["articles"], paths["questions"], paths["synthetic"])
+    df = mine(config, paths["articles"], paths["questions"], paths["synthetic"])
     assert list(zip(df["question_id"], df["split"])) == [
         (1, "train"),
         (2, "train"),
@@ -350,7 +350,7 @@ def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
     """data/raw/negatives.parquet (fetch.negatives) is read: a fetched question with a hub list
     keeps it (gold and unknown articles dropped, the first k), a carved dev question keeps its
     train list, the others and every generated question are mined as without hub lists."""
-    from lexgraph.training.negatives import run
+    from lexgraph.methods.dsr.negatives import mine
 
     paths = write_fixtures(tmp_path)
     hub = pl.DataFrame(
@@ -363,11 +363,11 @@ def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
     )
     hub.write_parquet(paths["hub"])
     config = NegativesConfig.from_params({**NEGATIVES, "splits": ["train", "dev", "synthetic"]})
-    df = run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
+    df = mine(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
     got = {(q, s): n for q, s, n in df.iter_rows()}
     assert got[(1, "train")] == [110, 104, 105]  # 103 is gold, 999 not an article, then k = 3
     assert got[(3, "dev")] == [101]  # 107 is gold
-    mined = run(config, paths["articles"], paths["questions"], paths["synthetic"], None)
+    mined = mine(config, paths["articles"], paths["questions"], paths["synthetic"], None)
     alone = {(q, s): n for q, s, n in mined.iter_rows()}
     for key in ((2, "train"), (4, "train"), (5, "train"), (1, "synthetic")):  # generated question 1: mined
         assert got[key] == alone[key]
@@ -375,7 +375,7 @@ def test_the_hub_lists_are_used_where_fetched_and_the_rest_is_mined(tmp_path):
     # an empty hub file (nothing fetched) changes nothing
     empty = tmp_path / "empty.parquet"
     hub.clear().write_parquet(empty)
-    assert run(config, paths["articles"], paths["questions"], paths["synthetic"], empty).equals(mined)
+    assert mine(config, paths["articles"], paths["questions"], paths["synthetic"], empty).equals(mined)
 
 
 def test_fetched_synthetic_questions_in_both_inputs_count_once_and_take_the_hub_lists(tmp_path):
@@ -384,7 +384,7 @@ def test_fetched_synthetic_questions_in_both_inputs_count_once_and_take_the_hub_
     hub's synthetic list (fetch renumbered the list's question id with the question); the
     generated question is mined; a copy that differs from clean's row is refused."""
     from lexgraph.core.errors import DataError
-    from lexgraph.training.negatives import run
+    from lexgraph.methods.dsr.negatives import mine
 
     paths = write_fixtures(tmp_path)
     questions = pl.read_parquet(paths["questions"])
@@ -410,7 +410,7 @@ def test_fetched_synthetic_questions_in_both_inputs_count_once_and_take_the_hub_
         schema={"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)},
     ).write_parquet(paths["hub"])
     config = NegativesConfig.from_params(NEGATIVES)
-    df = run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
+    df = mine(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
     assert list(zip(df["question_id"], df["split"])) == [(1, "train"), (2, "train"), (4, "train"), (5, "train")] + [
         (20, "synthetic"),
         (1, "synthetic"),
@@ -422,4 +422,4 @@ def test_fetched_synthetic_questions_in_both_inputs_count_once_and_take_the_hub_
     altered = fetched.with_columns(pl.lit("une autre question").alias("question")).select(generated.columns)
     pl.concat([altered, generated]).write_parquet(paths["synthetic"])
     with pytest.raises(DataError, match="question id 20 occurs more than once in split 'synthetic'"):
-        run(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])
+        mine(config, paths["articles"], paths["questions"], paths["synthetic"], paths["hub"])

@@ -794,16 +794,16 @@ def _builders() -> dict:
     from lexgraph.encoding.embed import EmbedConfig
     from lexgraph.evaluation.evaluate import EvaluateConfig
     from lexgraph.graph.build import GraphConfig
+    from lexgraph.methods.bm25.system import Bm25Config, Bm25TuneConfig
+    from lexgraph.methods.dsr.config import DSRConfig, QabisarDSRConfig
+    from lexgraph.methods.dsr.negatives import NegativesConfig
+    from lexgraph.methods.gnn.config import VARIANTS, GNNSettings
+    from lexgraph.methods.hprior.system import HpriorConfig
+    from lexgraph.methods.hybrid.system import HybridConfig
+    from lexgraph.methods.pretrain.model import PretrainConfig
+    from lexgraph.methods.rerank.system import stage_settings
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig
     from lexgraph.serve.settings import ServeConfig
-    from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25TuneConfig
-    from lexgraph.systems.hprior import HpriorConfig
-    from lexgraph.systems.hybrid import HybridConfig
-    from lexgraph.systems.rerank import stage_settings
-    from lexgraph.systems.zeroshot import ZeroshotConfig
-    from lexgraph.training.dsr_config import DSRConfig, QabisarDSRConfig
-    from lexgraph.training.gnn_config import VARIANTS, GNNSettings
-    from lexgraph.training.negatives import NegativesConfig
-    from lexgraph.training.pretrain_model import PretrainConfig
 
     return {
         "base": lambda p: section_config(Base, p, "base"),
@@ -962,7 +962,7 @@ def test_typed_config_errors(sample_params, section, edits, fragment):
 
 
 def test_type_checks_accept_yaml_strings_for_floats_and_refuse_bools_for_ints():
-    from lexgraph.training.negatives import NegativesConfig
+    from lexgraph.methods.dsr.negatives import NegativesConfig
 
     negatives = read_params(PROFILES[0])["negatives"]
     assert NegativesConfig.from_params({**negatives, "k1": "1.2e0", "b": 1}).k1 == 1.2
@@ -1039,15 +1039,15 @@ def _config_classes() -> dict:
     from lexgraph.encoding.embed import EmbedConfig
     from lexgraph.evaluation.evaluate import EvaluateConfig
     from lexgraph.graph.build import GraphConfig
+    from lexgraph.methods.bm25.system import Bm25Config, Bm25TuneConfig
+    from lexgraph.methods.dsr.config import DSRConfig, QabisarDSRConfig
+    from lexgraph.methods.dsr.negatives import NegativesConfig
+    from lexgraph.methods.hprior.system import HpriorConfig
+    from lexgraph.methods.hybrid.system import HybridConfig
+    from lexgraph.methods.pretrain.model import PretrainConfig
+    from lexgraph.methods.rerank.config import RerankConfig
+    from lexgraph.methods.zeroshot.system import ZeroshotConfig
     from lexgraph.search.index import IndexConfig
-    from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25TuneConfig
-    from lexgraph.systems.hprior import HpriorConfig
-    from lexgraph.systems.hybrid import HybridConfig
-    from lexgraph.systems.zeroshot import ZeroshotConfig
-    from lexgraph.training.dsr_config import DSRConfig, QabisarDSRConfig
-    from lexgraph.training.negatives import NegativesConfig
-    from lexgraph.training.pretrain_model import PretrainConfig
-    from lexgraph.training.rerank_config import RerankConfig
 
     return {
         "base": Base,
@@ -1099,7 +1099,7 @@ def test_no_setting_has_a_default_in_code(section):
     a section config's field has no default (a default would be a second copy of the value,
     free to disagree). gnn's encoder (GraphEncoderConfig) is checked with it: what remains
     there is not a key of params.yaml."""
-    from lexgraph.training.gnn_config import KD_KEYS, SHARED_KEYS, GNNSettings
+    from lexgraph.methods.gnn.config import KD_KEYS, SHARED_KEYS, GNNSettings
 
     classes = {**_config_classes(), "gnn": GNNSettings}
     cls = classes[section]
@@ -1172,25 +1172,25 @@ def _dsr(path):
 
 
 def _gnn(path):
-    from lexgraph.training.gnn_io import load_graph_encoder
+    from lexgraph.methods.gnn.io import load_graph_encoder
 
     return load_graph_encoder(path.parent)
 
 
 def _cosine(path):
-    from lexgraph.systems.gnn import _cosine
+    from lexgraph.methods.gnn.system import _cosine
 
     return _cosine(path.parent)
 
 
 def _first_stage(path):
-    from lexgraph.systems.rerank import first_stage_of
+    from lexgraph.methods.rerank.system import first_stage_of
 
     return first_stage_of(path.parents[2], "mvcl")  # <workspace>/models/mvcl/mvcl.json
 
 
 def _mvcl(path):
-    from lexgraph.training.rerank_io import load_model
+    from lexgraph.methods.rerank.io import load_model
 
     return load_model(path.parent, "cpu")
 
@@ -1420,7 +1420,7 @@ DSR_MODEL_CASES = [
 def test_a_dsr_setting_that_does_not_fit_the_model_names_its_key(tiny_model_dir, changes, message):
     """Checked where the model is built (the width and the tokenizer are the model's): one line
     naming the params.yaml key, the value and what is expected."""
-    from lexgraph.training.dsr_config import DSRConfig, build_dsr
+    from lexgraph.methods.dsr.config import DSRConfig, build_dsr
 
     values = {
         **sample_section("dsr"),

@@ -69,15 +69,15 @@ def test_metrics_reproduce_expected_scores(workspace):
 
 
 def test_the_hierarchy_systems_applied_to_the_workspace_corpus_give_its_saved_vectors(workspace):
-    """lexgraph.systems.inductive (what `lexgraph index` and benchmarks/french_law.py apply to a
+    """lexgraph.methods.gnn.inductive (what `lexgraph index` and benchmarks/french_law.py apply to a
     new corpus) on the workspace's own articles, headings and train questions: hprior's and every
     graph encoder's saved article vectors, bit for bit."""
     import torch
 
     from lexgraph.core.io import read_parquet
     from lexgraph.encoding.embed import load_embeddings
-    from lexgraph.systems import inductive
-    from lexgraph.systems.hprior import hprior_vectors
+    from lexgraph.methods.gnn import inductive
+    from lexgraph.methods.hprior.system import hprior_vectors
 
     dest, _ = workspace
     clean = dest / "data" / "clean"
@@ -112,7 +112,7 @@ def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspac
     from lexgraph.cli.main import main
     from lexgraph.core.io import read_parquet
     from lexgraph.encoding.embed import load_embeddings, select_rows
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     dest, _ = workspace
     articles = read_parquet(dest / "data" / "clean" / "articles.parquet").head(60)

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from conftest import ROOT, write_params
+from conftest import ROOT, NoPaths, write_params
 from lexgraph.core.progress import pipeline_order
-from lexgraph.core.stage import run_stage
+from lexgraph.core.stage import Stage, run_stage
 
 # file order is not run order: `embed` comes first in the file but needs `train`'s model, and
 # `score@b` needs `score@a`'s output (a dict-valued foreach is named by its keys)
@@ -116,9 +116,8 @@ def test_a_pipeline_it_cannot_read_gives_no_order(tmp_path, text):
 def _run(tmp_path, caplog) -> list[str]:
     params = write_params(tmp_path / "params.yaml")
     with caplog.at_level(logging.INFO, logger="lexgraph"):
-        code = run_stage(
-            "bm25", lambda args, base, config: None, lambda parser: None, ["--params", str(params)], config=dict
-        )
+        stage = Stage("bm25", "bm25", NoPaths, dict, lambda paths, settings, context: None)
+        code = run_stage(stage, ["--params", str(params)])
     assert code == 0
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("stage ")]
 

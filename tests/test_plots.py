@@ -13,6 +13,7 @@ import yaml
 from conftest import ROOT
 from helpers_graph import NEGATIVES, QUESTIONS, embeddings, graph, settings
 from lexgraph.cli.main import main
+from lexgraph.core.stage import StageContext
 from lexgraph.training.curves import curve_csv, step_records
 
 CURVE = "epoch,loss\n0,nan\n1,2.5\n2,1.25\n"
@@ -112,13 +113,13 @@ def test_step_records_put_the_eval_loss_before_and_after():
 
 @pytest.mark.parametrize("select", [True, False])
 def test_gnn_curve_has_a_row_per_epoch_with_loss_and_dev(select, one_thread):
-    """train_gnn's curve columns (lexgraph.training.gnn_io.CURVE) over a tiny run's history: with dev
+    """train_gnn's curve columns (lexgraph.methods.gnn.io.CURVE) over a tiny run's history: with dev
     selection epoch 0 (untrained: no loss) and a dev recall per epoch; without, the loss alone."""
     import torch
 
-    from lexgraph.training.gnn import train_graph_encoder
-    from lexgraph.training.gnn_data import prepare_training_set
-    from lexgraph.training.gnn_io import CURVE
+    from lexgraph.methods.gnn.data import prepare_training_set
+    from lexgraph.methods.gnn.io import CURVE
+    from lexgraph.methods.gnn.train import train_graph_encoder
 
     s = settings("hgraph")
     ts = prepare_training_set(graph(), QUESTIONS, NEGATIVES, embeddings(), s)
@@ -134,10 +135,9 @@ def test_gnn_curve_has_a_row_per_epoch_with_loss_and_dev(select, one_thread):
 
 def test_a_switched_off_reranker_writes_the_curve_header_alone(tmp_path):
     """rerank@mvcl is off in params.yaml: its declared curve is still written (the header alone)."""
-    import torch
 
-    from lexgraph.training.rerank_config import RerankConfig
-    from lexgraph.training.rerank_stage import RerankPaths, run_rerank
+    from lexgraph.methods.rerank.config import RerankConfig
+    from lexgraph.methods.rerank.stage import RerankPaths, run_rerank
 
     config = RerankConfig.from_params(yaml.safe_load((ROOT / "params.yaml").read_text())["rerank"], "mvcl")
     assert not config.enabled
@@ -148,7 +148,7 @@ def test_a_switched_off_reranker_writes_the_curve_header_alone(tmp_path):
         metrics=tmp_path / "m.json",
         plot=tmp_path / "curve.csv",
     )
-    run_rerank(paths, config, torch.device("cpu"), 1, None)
-    from lexgraph.training.rerank_report import curve_columns
+    run_rerank(paths, config, StageContext(seed=1, device="cpu"), None)
+    from lexgraph.methods.rerank.report import curve_columns
 
     assert paths.plot.read_text() == ",".join(curve_columns(config)) + "\n" and config.metric == "accuracy"

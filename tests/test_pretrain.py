@@ -13,8 +13,9 @@ import torch
 
 from conftest import section, write_params
 from lexgraph.core.errors import ConfigError, HubUnreachableError
-from lexgraph.training import pretrain as mlm
-from lexgraph.training import pretrain_model as pt
+from lexgraph.core.stage import StageContext
+from lexgraph.methods.pretrain import model as pt
+from lexgraph.methods.pretrain import train as mlm
 
 WORDS = (
     "le juge la loi contrat bail propriétaire locataire héritier succession mariage époux enfant "
@@ -61,15 +62,9 @@ def articles_file(tmp_path):
 
 def run_tiny(articles_file, out_dir, params=None, seed=13):
     metrics_path = out_dir.parent / f"{out_dir.name}.json"
-    metrics = mlm.run(
-        articles_file,
-        out_dir,
-        metrics_path,
-        pt.PretrainConfig.from_params(dict(TINY, **(params or {}))),
-        seed=seed,
-        device="cpu",
-        plot=out_dir.parent / f"{out_dir.name}_curve.csv",
-    )
+    paths = pt.PretrainPaths(articles_file, out_dir, metrics_path, out_dir.parent / f"{out_dir.name}_curve.csv")
+    config = pt.PretrainConfig.from_params(dict(TINY, **(params or {})))
+    metrics = mlm.run_pretrain(paths, config, StageContext(seed=seed, device="cpu"))
     return metrics, json.loads(metrics_path.read_text())
 
 
@@ -196,7 +191,7 @@ def test_continue_mode_from_a_local_checkpoint_through_the_driver(articles_file,
     curve = tmp_path / "metrics" / "pretrain_curve.csv"
     argv = ["--params", str(params), "--articles", str(articles_file), "--out", str(out), "--metrics", str(metrics)]
     argv += ["--plot", str(curve)]
-    assert run_stage("pretrain", driver.main, driver.configure, argv, config=pt.PretrainConfig.from_params) == 0
+    assert run_stage(driver.STAGE, argv) == 0
     written = json.loads(metrics.read_text())
     assert written["mode"] == "continue" and math.isfinite(written["eval_loss"])
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()

@@ -190,7 +190,7 @@ setup_logging({level!r})
 logging.getLogger("torch._subclasses.fake_tensor").info("FakeTensor cache stats:")
 logging.getLogger("torch._dynamo.utils").info("foreign info")
 logging.getLogger("uvicorn.error").info("Started server process")
-logging.getLogger("lexgraph.training.gnn").info("lexgraph info")
+logging.getLogger("lexgraph.methods.gnn.train").info("lexgraph info")
 logging.getLogger("lexgraph").debug("lexgraph debug")
 logging.getLogger("torch._dynamo.utils").warning("foreign warning")
 """

@@ -15,6 +15,7 @@ import pytest
 from helpers_cli import write_articles
 from helpers_config import sample_config
 from lexgraph.core.errors import DataError
+from lexgraph.core.stage import StageContext
 from lexgraph.evaluation.evaluate import EvaluateConfig, EvaluatePaths, run_evaluate
 from lexgraph.evaluation.trec import read_trec, trec_id, write_qrels, write_trec
 from lexgraph.metrics.ir import evaluate_run, rounded
@@ -100,7 +101,7 @@ def test_pytrec_eval_scores_evaluates_runs_with_its_qrels_to_our_numbers(tmp_pat
         metrics_dir=ws / "metrics",
         workspace=ws,
     )
-    run_evaluate(paths, config, "cpu", seed=0)
+    run_evaluate(paths, config, StageContext(seed=0, device="cpu"))
 
     assert sorted(p.name for p in paths.runs.iterdir()) == ["bm25", "dev.qrels", "test.qrels"]
     reported = json.loads((paths.metrics_dir / "bm25.json").read_text(encoding="utf-8"))
@@ -116,5 +117,5 @@ def test_pytrec_eval_scores_evaluates_runs_with_its_qrels_to_our_numbers(tmp_pat
     # evaluate reads the user's ids from its --keys file (a dvc.yaml dep): without it, one line naming it
     paths.keys.unlink()
     with pytest.raises(DataError) as err:
-        run_evaluate(paths, config, "cpu", seed=0)
+        run_evaluate(paths, config, StageContext(seed=0, device="cpu"))
     assert str(err.value) == f"{paths.keys}: file not found; rerun `dvc repro clean` (or `dvc checkout`) to restore it"

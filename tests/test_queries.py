@@ -70,7 +70,7 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
     questions = tmp_path / "questions.parquet"
     clean_questions([]).write_parquet(questions)
     argv = ["--params", str(params), "--articles", str(articles), "--questions", str(questions), "--out", str(out)]
-    assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 0
+    assert run_stage(_driver(), argv) == 0
     df = pl.read_parquet(out)
     assert dict(df.schema) == SCHEMA
     assert df["id"].to_list() == list(range(500, 500 + df.height))
@@ -79,7 +79,7 @@ def test_crop_stage_output_schema_and_ids(tmp_path):
     assert all(len(ids) == 1 for ids in df["article_ids"])
     assert df.select(pl.col("article_ids").list.first(), "question").is_duplicated().sum() == 0
     first = out.read_bytes()
-    assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 0
+    assert run_stage(_driver(), argv) == 0
     assert out.read_bytes() == first  # byte-identical rerun
 
 
@@ -128,7 +128,7 @@ def run_driver(tmp_path, articles, questions: pl.DataFrame, queries: dict) -> pl
     write_params(params, base={"seed": 3}, queries=queries)
     out = tmp_path / "synthetic.parquet"
     argv = ["--params", str(params), "--articles", str(paths["articles"]), "--questions", str(paths["questions"])]
-    assert run_stage("queries", *_driver(), [*argv, "--out", str(out)], config=q.QueriesConfig.from_params) == 0
+    assert run_stage(_driver(), [*argv, "--out", str(out)]) == 0
     return pl.read_parquet(out)
 
 
@@ -160,7 +160,7 @@ def test_without_fetched_synthetic_questions_the_output_is_unchanged(tmp_path):
     assert df.equals(q.generate(ARTICLES, cfg, seed=3))
     assert {ids[0] for ids in df["article_ids"]} == {10, 11, 12, 14}
     with_file = tmp_path / "synthetic.parquet"
-    q.run(tmp_path / "articles.parquet", tmp_path / "again.parquet", cfg, seed=3)  # no questions file at all
+    q.write_queries(tmp_path / "articles.parquet", tmp_path / "again.parquet", cfg, seed=3)  # no questions file at all
     assert (tmp_path / "again.parquet").read_bytes() == with_file.read_bytes()
 
 
@@ -237,9 +237,9 @@ def test_doc2query_hub_unreachable_is_one_sentence(monkeypatch, tmp_path, capsys
     questions = tmp_path / "questions.parquet"
     clean_questions([]).write_parquet(questions)
     argv = ["--params", str(params), "--articles", str(articles), "--questions", str(questions), "--out", str(out)]
-    assert run_stage("queries", *_driver(), argv, config=q.QueriesConfig.from_params) == 2
+    assert run_stage(_driver(), argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("lexgraph queries: error: could not load")
+    assert len(err) == 1 and err[0].startswith("lexgraph generate_queries: error: could not load")
     assert not out.exists()
 
 
@@ -247,7 +247,7 @@ def test_doc2query_hub_unreachable_is_one_sentence(monkeypatch, tmp_path, capsys
 
 
 def _driver():
-    """``(main, configure)`` of stages/generate_queries.py."""
+    """The stage stages/generate_queries.py declares."""
     import importlib.util
     from pathlib import Path
 
@@ -255,4 +255,4 @@ def _driver():
     spec = importlib.util.spec_from_file_location("stage_generate_queries", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main, module.configure
+    return module.STAGE

@@ -507,8 +507,8 @@ def test_a_frozen_dsr_resumes_from_a_checkpoint_without_its_frozen_weights(
     uninterrupted one, bit for bit."""
     from helpers_frozen_dsr import CORPUS, frozen_config, frozen_data
     from lexgraph.encoding.chunks import encode_chunk_table
-    from lexgraph.training import dsr
-    from lexgraph.training.dsr_config import build_dsr
+    from lexgraph.methods.dsr import train as dsr
+    from lexgraph.methods.dsr.config import build_dsr
 
     config = frozen_config(epochs=3)
     cpu = torch.device("cpu")

@@ -26,8 +26,8 @@ from conftest import ROOT, sample_params
 from helpers_cli import ARTICLES, write_articles
 from lexgraph.core.config import Base, section_config
 from lexgraph.core.errors import ConfigError
+from lexgraph.methods.catalog import names
 from lexgraph.search.bm25 import BM25
-from lexgraph.systems.registry import names
 
 NOT_EVALUATED = {"evaluated": False, "reason": "not in evaluate.systems"}  # evaluate's placeholder
 STALE = {"dev": {"recall@100": 0.5, "map": 0.25}, "test": {"recall@100": 0.5, "map": 0.25}}
@@ -208,7 +208,7 @@ def test_a_baseline_switched_off_is_refused_before_any_output(ws, tmp_path):
 )
 def test_a_fusion_setting_its_partner_leaves_unused_is_refused_naming_both_keys(edits, named):
     """A weighted sum needs a normalisation and a weight: RRF alone would run, the other key ignored."""
-    from lexgraph.systems.hybrid import HybridConfig
+    from lexgraph.methods.hybrid.system import HybridConfig
 
     with pytest.raises(ConfigError) as info:
         HybridConfig.from_params({**sample_params()["hybrid"], **edits})
@@ -230,7 +230,7 @@ def test_an_integral_float_is_read_as_the_integer_and_a_fraction_is_refused():
         section_config(Base, {**base, "seed": 13.5}, "base")
     with pytest.raises(ConfigError, match=r"^params\.yaml: 'base\.seed' = inf, expected an integer$"):
         section_config(Base, {**base, "seed": float("inf")}, "base")
-    from lexgraph.training.negatives import NegativesConfig
+    from lexgraph.methods.dsr.negatives import NegativesConfig
 
     negatives = copy.deepcopy(sample_params()["negatives"])
     config = NegativesConfig.from_params({**negatives, "k": 10.0, "depth": 5e2})

@@ -280,7 +280,7 @@ def _missed_rows(page: str) -> list[str]:
 
 def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(workspace, running):
     from lexgraph.evaluation.trec import read_trec
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     systems = [s for s in names() if s in SERVED]  # the registry's order: every system with a run
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
@@ -352,7 +352,7 @@ def test_the_inspector_has_a_mean_row_and_sorts_by_any_column(workspace, running
     import re
 
     from lexgraph.evaluation.trec import read_trec
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     systems = [s for s in names() if s in SERVED]
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
@@ -393,7 +393,7 @@ def test_the_question_page_compares_the_served_default_with_the_strongest_other(
     two). Now A is the served default (serve.systems' first) and B the other system with the highest
     mean recall@k on the split (computed here from the runs), and the page says so."""
     from lexgraph.evaluation.trec import read_trec
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     systems = [s for s in names() if s in SERVED]
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}

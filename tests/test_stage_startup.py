@@ -60,11 +60,12 @@ def test_fetch_clean_and_bm25_run_without_importing_torch(tmp_path, bsard_dir):
 def test_a_stage_that_runs_torch_still_seeds_it(tmp_path):
     """The default: ``run_stage`` seeds torch before ``main`` (what every training stage relies on)."""
     script = (
-        "import sys, torch\n"
-        "from lexgraph.core.stage import run_stage\n"
-        "def main(args, base, config):\n"
+        "import dataclasses, sys, torch\n"
+        "from lexgraph.core.stage import Stage, run_stage\n"
+        "NoPaths = dataclasses.make_dataclass('NoPaths', [])\n"
+        "def main(paths, settings, context):\n"
         "    print(torch.rand(1).item(), torch.are_deterministic_algorithms_enabled())\n"
-        "sys.exit(run_stage('base', main, lambda parser: None, config=lambda raw: None))\n"
+        "sys.exit(run_stage(Stage('base', 'base', NoPaths, lambda raw: None, main)))\n"
     )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"base": sample_params()["base"]}), encoding="utf-8")
     runs = [

@@ -16,10 +16,10 @@ from lexgraph.core import staleness
 from lexgraph.core.errors import LexgraphError
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import RECORD, digest_path, output, recording
-from lexgraph.core.stage import run_stage
+from lexgraph.core.stage import StageContext, run_stage
+from lexgraph.methods.bm25.system import Bm25Config, Bm25Paths, run_bm25
+from lexgraph.methods.catalog import declared, systems
 from lexgraph.search.bm25 import BM25
-from lexgraph.systems.bm25_pipeline import Bm25Config, Bm25Paths, run_bm25
-from lexgraph.systems.registry import declared, systems
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -32,7 +32,7 @@ def _bm25_stage(ws: Path) -> int:
     write_params(ws / "params.yaml", bm25={"k1": 1.2, "b": 0.75})
     argv = ["--params", "params.yaml", "--articles", "data/clean/articles.parquet"]
     argv += ["--tuned", "metrics/bm25_tune.json", "--out", "models/bm25"]
-    return run_stage("bm25", driver.main, driver.configure, argv, config=Bm25Config.from_params)
+    return run_stage(driver.STAGE, argv)
 
 
 @pytest.fixture
@@ -53,7 +53,11 @@ def test_a_stage_records_its_inputs_inside_its_output(bm25_ws, tmp_path_factory)
     }
     # the index's own files are the bytes the writer alone writes: the record is a new file beside them
     direct = tmp_path_factory.mktemp("direct")
-    run_bm25(Bm25Paths(bm25_ws / "data/clean/articles.parquet", direct / "none.json", direct / "bm25"), _config())
+    run_bm25(
+        Bm25Paths(bm25_ws / "data/clean/articles.parquet", direct / "none.json", direct / "bm25"),
+        _config(),
+        StageContext(seed=0, device="cpu"),
+    )
     written = _snapshot(bm25_ws / "models/bm25")
     assert written.pop(RECORD) and written == _snapshot(direct / "bm25")
     assert record["output"] == digest_path(direct / "bm25")  # the digest of its own files
@@ -182,7 +186,7 @@ def test_a_stage_that_loads_systems_records_them(bm25_ws):
     write_params(bm25_ws / "params.yaml", bm25={"k1": 2.0, "b": 0.75})
     driver = load_benchmark("bm25", "stages")
     argv = ["--articles", "data/clean/articles.parquet", "--tuned", "metrics/bm25_tune.json", "--out", "models/bm25"]
-    assert run_stage("bm25", driver.main, driver.configure, argv, config=Bm25Config.from_params) == 0  # k1 2.0
+    assert run_stage(driver.STAGE, argv) == 0  # k1 2.0
     with pytest.raises(LexgraphError, match=r"^models/hybrid was built from another models/bm25 than"):
         staleness.check_built_from([Path("models/hybrid")], ".")
 

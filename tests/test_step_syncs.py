@@ -14,10 +14,10 @@ import torch
 
 from helpers_dsr import CORPUS, _config, _fresh_dsr
 from lexgraph.core.step_probe import StepProbe, optimizer_host_scalars
+from lexgraph.methods.dsr.data import Pair, TrainingData
+from lexgraph.methods.dsr.train import DSRTask, dsr_optimization
 from lexgraph.models import packing
 from lexgraph.models.packing import LAYOUTS, collate_chunks
-from lexgraph.training.dsr import DSRTask, dsr_optimization
-from lexgraph.training.dsr_data import Pair, TrainingData
 from lexgraph.training.engine import Runtime, training_loop
 
 QUESTIONS = ["le bail du contrat", "mariage enfant", "la loi du divorce et du bail", "les articles"]
@@ -98,7 +98,7 @@ def test_every_layout_gives_the_padded_reference_loss_and_gradients(tiny_model_d
     assert layout != "packed" or len(widths) > 1  # the test exercises several backbone calls
 
     def reference(batch):  # the padded (batch, chunks, len) path: real chunks selected by the mask
-        from lexgraph.training.dsr_data import sample_negatives
+        from lexgraph.methods.dsr.data import sample_negatives
 
         columns = [p.positive for p in batch] + sample_negatives(batch, task.data.article_ids, task.rng)
         q = model.encode_query(**model.query_encoder.tokenize([p.query for p in batch]))

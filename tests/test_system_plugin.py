@@ -26,7 +26,7 @@ def registered(tmp_path_factory):
     """A distribution on sys.path whose entry point ``centred = toy_system:SYSTEMS`` declares the system."""
     import sys
 
-    from lexgraph.systems import registry
+    from lexgraph.methods import catalog
 
     site = tmp_path_factory.mktemp("site")
     info = site / "toy_lexgraph_system-0.1.dist-info"
@@ -34,10 +34,10 @@ def registered(tmp_path_factory):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-lexgraph-system\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[lexgraph.systems]\ncentred = toy_system:SYSTEMS\n")
     sys.path.insert(0, str(site))
-    registry.systems.cache_clear()
+    catalog.systems.cache_clear()
     yield
     sys.path.remove(str(site))
-    registry.systems.cache_clear()
+    catalog.systems.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lexgraph.core.layout import DSR, EMBED, Artifact
-from lexgraph.systems.system import System
+from lexgraph.methods.system import System
 
 NAME = "centred"
 ARTIFACT = Artifact("models/centred", "centred")
@@ -30,7 +30,7 @@ def build(workspace: Path) -> None:
 
 
 def load(workspace: Path, device: str = "cpu", index=None, *, corpus: Path | None = None):
-    from lexgraph.systems.dense import load_dense
+    from lexgraph.methods.dense import load_dense
 
     vectors = ARTIFACT.under(corpus or workspace, VECTORS)
     return load_dense(NAME, DSR.under(workspace, "query_encoder"), vectors, NAME, device, index, workspace=workspace)

@@ -337,7 +337,7 @@ def cmd_regress(args) -> int:
 
 def cmd_systems(args: argparse.Namespace) -> int:
     """Print the registry: one line per system (name, kind, building stage, summary)."""
-    from lexgraph.systems.registry import systems
+    from lexgraph.methods.catalog import systems
 
     rows = [(name, spec.kind, spec.stage, spec.summary) for name, spec in systems().items()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]

@@ -1,25 +1,25 @@
 """Shared plumbing for the thin stage drivers in ``stages/``.
 
-A driver is (every stage alike; :func:`add_paths` declares the stage's paths dataclass)::
+A driver declares its stage (every stage alike) and hands it to :func:`run_stage`::
 
-    def configure(parser):
-        add_paths(parser, Bm25Paths)
-
-    def main(args, base, config):  # config: the Bm25Config that run_stage built
-        run_bm25(paths_from(Bm25Paths, args), config)
+    STAGE = Stage("bm25", section="bm25", paths=Bm25Paths, settings=Bm25Config.from_params, run=run_bm25)
 
     if __name__ == "__main__":
-        from lexgraph.core.stage import run_stage
+        sys.exit(run_stage(STAGE))
 
-        sys.exit(run_stage("bm25", main, configure, config=Bm25Config.from_params))
+Every stage's entry has one signature, ``run(paths, settings, context)``: its paths dataclass (one
+required ``--<field>`` option per field, :func:`add_paths`), its typed settings and a
+:class:`StageContext` (seed, device, variant). A stage run once per variant (``train_gnn``,
+``rerank``) declares its ``variants`` (the ``--variant`` option) and its settings callable returns
+each variant's settings, all checked up front; ``run`` receives the variant's.
 
 ``run_stage`` parses the command line (``--params`` and the options ``configure`` adds),
 loads ``params.yaml`` (unknown top-level sections and a bad ``base`` are errors), builds
-the section's typed config with ``config`` so that a bad value fails before seeding (which
+the section's typed settings with ``stage.settings`` so that a bad value fails before seeding (which
 imports torch) and before any work, then configures logging, logs the stage's place in
 the run under ``dvc repro`` (``stage train_dsr (10 of 22)``, :func:`lexgraph.core.progress.log_stage_start`),
-sets determinism, seeds everything and calls ``main(args, base, config)`` with that typed
-config, not the raw section. A :class:`LexgraphError` becomes one line on stderr and exit
+sets determinism, seeds everything and calls ``stage.run(paths, settings, context)`` with
+those typed settings, not the raw section. A :class:`LexgraphError` becomes one line on stderr and exit
 status 2 (outputs are written atomically, so nothing is left half-written or overwritten);
 an interrupt, one line and status 130.
 
@@ -45,10 +45,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lexgraph.core.config import Base, load_params, seed_everything, set_deterministic
+from lexgraph.core.config import load_params, seed_everything, set_deterministic
 from lexgraph.core.errors import Stopped, check_stop, reported, request_stop, stop_reason
 from lexgraph.core.progress import log_stage_start
 from lexgraph.core.provenance import recording
@@ -58,6 +59,46 @@ log = logging.getLogger("lexgraph")
 P = TypeVar("P")
 
 
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage's entry receives beside its paths and settings."""
+
+    #: ``base.seed`` (everything is seeded with it before the entry runs)
+    seed: int
+    #: ``base.device`` as written (``auto``, ``cpu``, ``cuda``): :meth:`torch_device` resolves it
+    device: str
+    #: the ``--variant`` of a stage run once per variant (``train_gnn``, ``rerank``), else None
+    variant: str | None = None
+
+    def torch_device(self):
+        """The torch device ``device`` names (``auto``: CUDA when present)."""
+        from lexgraph.core.config import resolve_device
+
+        return resolve_device(self.device)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of ``dvc.yaml`` as its driver (``stages/<name>.py``) declares it."""
+
+    #: the stage's name in ``dvc.yaml`` (its log and error lines' label)
+    name: str
+    #: the params.yaml section its settings are read from
+    section: str
+    #: its paths dataclass: one required ``--<field>`` option per field (dvc.yaml writes them all)
+    paths: type
+    #: the raw section -> the typed settings (a bad value fails here, before seeding and any work);
+    #: for a stage with ``variants``, a mapping of each variant to its settings
+    settings: Callable[[dict], Any]
+    #: the entry: ``run(paths, settings, context)``
+    run: Callable[[Any, Any, StageContext], Any]
+    #: the ``--variant`` choices of a stage run once per variant (empty: none)
+    variants: tuple[str, ...] = ()
+    #: False for a stage that never runs torch (fetch, clean, BM25): it neither imports nor seeds it
+    #: (importing torch takes 2 to 4 s here, longer than such a stage's refusal of a bad input)
+    uses_torch: bool = True
+
+
 def add_paths(parser: argparse.ArgumentParser, paths: type) -> None:
     """One required ``--<field>`` option per field of the dataclass ``paths`` (a stage's paths
     object), with the field's ``metadata["help"]``: dvc.yaml writes them all."""
@@ -65,7 +106,6 @@ def add_paths(parser: argparse.ArgumentParser, paths: type) -> None:
         parser.add_argument(
             f"--{f.name.replace('_', '-')}", dest=f.name, type=Path, required=True, help=f.metadata.get("help")
         )
-    parser.set_defaults(**{_PATHS: paths})  # run_stage records what the stage's outputs are built from
 
 
 def paths_from(paths: type[P], args: argparse.Namespace) -> P:
@@ -103,55 +143,44 @@ def setup_logging(level: str = "INFO") -> None:
     quiet_third_party_bars()
 
 
-def run_stage(
-    section: str,
-    main: Callable[[argparse.Namespace, Base, Any], None],
-    configure: Callable[[argparse.ArgumentParser], None],
-    argv: list[str] | None = None,
-    name: str | None = None,
-    *,
-    config: Callable[[dict], Any],
-    uses_torch: bool = True,
-) -> int:
-    """Run a stage driver; ``name`` (default: ``section``) labels its log and error lines;
-    ``config`` (the section's ``XConfig.from_params``) builds the typed config up front, and
-    ``main(args, base, config)`` receives it. ``uses_torch=False``: a stage that never runs torch
-    (fetch, clean, BM25) neither imports nor seeds it (importing torch takes 2 to 4 s here, longer
-    than such a stage's refusal of a bad input; ``tests/test_stage_startup.py`` checks it stays out)."""
-    name = name or section
-    parser = argparse.ArgumentParser(description=(main.__doc__ or "").strip() or None)
+def parser_of(stage: Stage) -> argparse.ArgumentParser:
+    """The command line of ``stage``: ``--params``, ``--variant`` when it has variants, and one
+    required option per field of its paths (:func:`add_paths`)."""
+    parser = argparse.ArgumentParser(description=(stage.run.__doc__ or "").strip() or None)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
-    configure(parser)
-    args = parser.parse_args(argv)
+    if stage.variants:
+        parser.add_argument("--variant", required=True, choices=stage.variants)
+    add_paths(parser, stage.paths)
+    return parser
+
+
+def run_stage(stage: Stage, argv: list[str] | None = None) -> int:
+    """Run ``stage`` from the command line ``argv`` (default: ``sys.argv``): its exit status
+    (0; 2 after a one-line error; 130 after an interrupt). The parser's description is the entry's
+    docstring; ``tests/test_stage_startup.py`` checks that a stage with ``uses_torch=False`` never
+    imports torch."""
+    args = parser_of(stage).parse_args(argv)
+    paths = paths_from(stage.paths, args)
+    variant = getattr(args, "variant", None)
 
     def run() -> None:
         watch_parent()  # under `dvc repro`: stop when DVC is gone (already gone: Stopped here)
-        base, params = load_params(section, args.params)
-        settings = config(params)  # a bad value fails here, before seeding (torch) and any work
+        base, params = load_params(stage.section, args.params)
+        settings = stage.settings(params)  # a bad value fails here, before seeding (torch) and any work
         setup_logging(base.log_level)
         log_stage_start()  # under `dvc repro`: "stage train_dsr (10 of 22)", where the run stands
-        if uses_torch:
+        if stage.uses_torch:
             set_deterministic(base.deterministic)
-        seed_everything(base.seed, with_torch=uses_torch)
+        seed_everything(base.seed, with_torch=stage.uses_torch)
         start = time.perf_counter()
-        with _recording(name, args, base, settings):
-            main(args, base, settings)
-        log.info("stage %s done in %.1f s", name, time.perf_counter() - start)
+        context = StageContext(seed=base.seed, device=base.device, variant=variant)
+        # its directory outputs record its settings and inputs (lexgraph.core.provenance.recording)
+        with recording(stage.name, {"config": settings, "seed": base.seed}, paths):
+            stage.run(paths, settings[variant] if stage.variants else settings, context)
+        log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
 
     with _terminate_interrupts():
-        return reported(name, run)
-
-
-_PATHS = "_lexgraph_paths"  # the argparse default holding the stage's paths dataclass (add_paths)
-
-
-def _recording(name: str, args: argparse.Namespace, base: Base, settings: Any):
-    """Within the stage, its directory outputs record its settings and inputs
-    (:func:`lexgraph.core.provenance.recording`); a driver without :func:`add_paths` records none."""
-    paths = getattr(args, _PATHS, None)
-    if paths is None:
-        return contextlib.nullcontext()
-    return recording(name, {"config": settings, "seed": base.seed}, paths_from(paths, args))
+        return reported(stage.name, run)
 
 
 #: how often the watcher thread looks at the processes up to DVC (seconds)

@@ -38,6 +38,7 @@ from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.keys import KEYS_FILE, IdKeys, keys_of, keys_table, name_of
 from lexgraph.data.schema import (
@@ -445,7 +446,7 @@ class CleanPaths:
     metrics: Path = output("metrics JSON")
 
 
-def run_clean(paths: CleanPaths, config: CleanConfig) -> None:
+def run_clean(paths: CleanPaths, config: CleanConfig, context: StageContext) -> None:
     """The ``clean`` stage: ``paths.raw`` -> the clean articles, headings and questions in
     ``paths.out`` (atomically) and the counts in ``paths.metrics``."""
     articles_path, questions_path = paths.raw / "articles.parquet", paths.raw / "questions.parquet"

@@ -62,6 +62,7 @@ from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import require_directory
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     question_key,
@@ -285,10 +286,10 @@ class FetchPaths:
     out: Path = output("output directory", record=False)
 
 
-def run_fetch(paths: FetchPaths, config: FetchConfig, seed: int) -> None:
+def run_fetch(paths: FetchPaths, config: FetchConfig, context: StageContext) -> None:
     """The ``fetch`` stage: the corpus, the questions and the hub negatives -> ``paths.out``
     (Parquet), written atomically."""
-    articles, questions, negatives, keys = fetch_with_keys(config, seed)
+    articles, questions, negatives, keys = fetch_with_keys(config, context.seed)
     with atomic_path(paths.out, directory=True) as tmp:
         articles.write_parquet(tmp / "articles.parquet", statistics=False)
         questions.write_parquet(tmp / "questions.parquet", statistics=False)

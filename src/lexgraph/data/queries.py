@@ -47,6 +47,7 @@ from typing import Any
 from lexgraph.core.config import params_error, section_config
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -375,7 +376,7 @@ def with_fetched(
     return pl.concat([fetched, generated], how="vertical")
 
 
-def run(
+def write_queries(
     articles: str | os.PathLike,
     out: str | os.PathLike,
     cfg: QueriesConfig,
@@ -384,8 +385,8 @@ def run(
     device: str = "auto",
     questions: str | os.PathLike | None = None,
 ):
-    """The ``generate_queries`` stage: clean articles (and the clean ``questions``, whose fetched
-    synthetic rows are kept; None: nothing fetched) -> synthetic questions Parquet."""
+    """Clean articles (and the clean ``questions``, whose fetched synthetic rows are kept; None:
+    nothing fetched) -> synthetic questions Parquet: :func:`run_generate_queries`'s work."""
     from lexgraph.core.config import resolve_device
     from lexgraph.core.distributed import is_main, session
     from lexgraph.core.io import write_parquet
@@ -403,10 +404,17 @@ def run(
 
 @dataclass(frozen=True)
 class QueriesPaths:
-    """The ``generate_queries`` stage's inputs and output (``dvc.yaml`` names them); :func:`run`."""
+    """The ``generate_queries`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_generate_queries`."""
 
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     questions: Path = field(
         metadata={"help": "clean questions (Parquet): their fetched synthetic rows are kept, not regenerated"}
     )
     out: Path = output("output synthetic questions (Parquet)")
+
+
+def run_generate_queries(paths: QueriesPaths, config: QueriesConfig, context: StageContext):
+    """The ``generate_queries`` stage: synthetic queries per article (random crops, doc2query or none)."""
+    return write_queries(
+        paths.articles, paths.out, config, seed=context.seed, device=context.device, questions=paths.questions
+    )

@@ -36,6 +36,7 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
 from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def check_settings(table: ChunkTable, encoder, path: str | os.PathLike) -> None:
         raise DataError(path, f"chunk cache made with other settings (cache, expected): {diff}; run `dvc repro`")
 
 
-def run_encode_chunks(
+def write_chunk_cache(
     config,
     pretrained: str | os.PathLike,
     articles_path: str | os.PathLike,
@@ -176,7 +177,7 @@ def run_encode_chunks(
     out: str | os.PathLike,
     device,
 ) -> dict[str, Any]:
-    """The ``encode_chunks`` stage: chunk (and, frozen, encode) articles and headings."""
+    """Chunk (and, frozen, encode) articles and headings into the cache ``out``: :func:`run_encode_chunks`'s work."""
     from lexgraph.core.io import atomic_path, read_parquet
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 
@@ -245,3 +246,11 @@ class EncodeChunksPaths:
     articles: Path = field(metadata={"help": "clean articles (Parquet)"})
     headings: Path = field(metadata={"help": "clean headings (Parquet)"})
     out: Path = output("output directory (the chunk cache)")
+
+
+def run_encode_chunks(paths: EncodeChunksPaths, config, context: StageContext) -> dict[str, Any]:
+    """The ``encode_chunks`` stage (``config``: the ``dsr`` section's settings): chunk (and, frozen,
+    encode) articles and headings."""
+    return write_chunk_cache(
+        config, paths.pretrained, paths.articles, paths.headings, paths.out, context.torch_device()
+    )

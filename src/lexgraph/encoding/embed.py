@@ -37,6 +37,7 @@ from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, load_tensors, read_parquet, save_tensors
 from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -222,9 +223,10 @@ class EmbedPaths:
     out: Path = output("output directory (articles/headings/questions/synthetic.safetensors)")
 
 
-def run_embed(paths: EmbedPaths, config: EmbedConfig, device) -> dict[str, int]:
+def run_embed(paths: EmbedPaths, config: EmbedConfig, context: StageContext) -> dict[str, int]:
     """The ``embed`` stage: load the DSR, encode, write ``paths.out`` atomically (a placeholder
     on a switched-off DSR stage's placeholder)."""
+    device = context.torch_device()
     from lexgraph.models.dsr import DSR, is_disabled, write_disabled
 
     batch_size, dsr_dir, out = config.batch_size, paths.dsr, paths.out

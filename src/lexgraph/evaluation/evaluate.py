@@ -18,15 +18,16 @@ import numpy as np
 from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
+from lexgraph.core.stage import StageContext
 from lexgraph.data.keys import keys_of
 from lexgraph.data.schema import (
     SPLITS,
     split_questions,
 )
 from lexgraph.evaluation.trec import read_trec, write_qrels, write_trec
+from lexgraph.methods.catalog import BUILTIN, names
 from lexgraph.metrics.ir import DEEPEST, METRICS, rounded
 from lexgraph.search.index import IndexConfig
-from lexgraph.systems.registry import BUILTIN, names
 
 log = logging.getLogger(__name__)
 
@@ -228,12 +229,12 @@ def evaluate_systems(
     ``lexgraph search`` loads them; dense systems search through ``index``
     (:class:`lexgraph.search.index.IndexConfig`, ``evaluate.index``). Systems with the
     same query encoder share it and each split's questions are encoded once per encoder
-    (:func:`lexgraph.systems.dense.shared_query_encoders`). ``keys``
+    (:func:`lexgraph.methods.dense.shared_query_encoders`). ``keys``
     (:class:`lexgraph.data.keys.IdKeys`, ``fetch.source: corpus``): the runs name questions and
     articles by the user's ids.
     """
+    from lexgraph.methods.dense import shared_query_encoders
     from lexgraph.metrics.ir import evaluate_run
-    from lexgraph.systems.dense import shared_query_encoders
     from lexgraph.systems.registry import load_retriever
 
     results: dict[str, dict[str, dict[str, float]]] = {}
@@ -306,17 +307,18 @@ class EvaluatePaths:
     workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
 
 
-def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, device: str, seed: int) -> None:
+def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, context: StageContext) -> None:
     """The ``evaluate`` stage: every system on every split -> TREC runs and each split's qrels,
     metrics/<system>.json, results.md, the paired significance tests on
     ``config.significance_split`` -> significance.json, per-question results ->
     per_query/<split>.csv and the test recall@k curve."""
+    device, seed = str(context.torch_device()), context.seed
     import polars as pl
 
     from lexgraph.core.io import read_parquet, write_json, write_text
     from lexgraph.core.layout import RERANKERS
     from lexgraph.evaluation.per_query import write_per_query_reports
-    from lexgraph.systems.rerank import first_stage_of, is_switched_off
+    from lexgraph.methods.rerank.system import first_stage_of, is_switched_off
 
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
     keys = keys_of(paths.keys)  # fetch.source corpus: the user's ids (None: BSARD's layout)

@@ -51,6 +51,7 @@ import numpy as np
 from lexgraph.core.config import section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +406,7 @@ class GraphPaths:
     metrics: Path = output("metrics JSON")
 
 
-def run_build_graph(paths: GraphPaths, config: GraphConfig) -> None:
+def run_build_graph(paths: GraphPaths, config: GraphConfig, context: StageContext) -> None:
     """The ``build_graph`` stage: the graph -> ``paths.out``, its counts -> ``paths.metrics``."""
     from lexgraph.core.io import read_parquet, write_json
 

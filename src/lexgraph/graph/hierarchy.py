@@ -15,7 +15,7 @@ direction of ``v'_a`` matters.
 
 The same means are the heading features of the graph encoders
 (``gnn.heading_features: articles``): a GNN whose heading -> article messages start as
-``weight * I`` (:mod:`lexgraph.models.gnn`, ``gnn.init: prior``) then computes exactly
+``weight * I`` (:mod:`lexgraph.methods.gnn.model`, ``gnn.init: prior``) then computes exactly
 ``v'_a`` before any training (``scope`` 0), so training starts from the prior.
 
 Node order follows :mod:`lexgraph.graph.build`: articles ``0..A-1``, then headings; only the

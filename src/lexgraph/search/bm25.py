@@ -477,7 +477,7 @@ def _idf_settings(idf, idf_floor) -> tuple[str, float | str | None]:
 
 
 def load_system(workspace: Path, device: str = "cpu", *, corpus: Path | None = None) -> BM25:
-    """The ``bm25`` system's loader (its declaration: :mod:`lexgraph.systems.bm25_pipeline`; ``device`` is unused);
+    """The ``bm25`` system's loader (its declaration: :mod:`lexgraph.methods.bm25.system`; ``device`` is unused);
     ``corpus``: an index of another corpus (``lexgraph index``) whose ``models/bm25`` is searched."""
     directory = layout.BM25.under(corpus or workspace)
     if not directory.is_dir():

@@ -23,7 +23,7 @@ from lexgraph.core import layout
 
 def registered() -> tuple[str, ...]:
     """The registry's system names, in its order (imported here: the registry loads torch)."""
-    from lexgraph.systems.registry import names
+    from lexgraph.methods.catalog import names
 
     return names()
 

@@ -8,6 +8,6 @@ of ``-1`` means no article matches the question at all: BM25 when no term of the
 question occurs in the corpus). A system also exposes ``article_ids`` (the ids it
 ranks) and ``source`` (the artefact they come from).
 
-This package file imports nothing, so a module of one system (``lexgraph.systems.dense``)
+This package file imports nothing, so a module of one system (``lexgraph.methods.dense``)
 does not pull in every other.
 """

@@ -11,11 +11,11 @@ is logged), and writes ``DIR`` with the workspace's layout for the corpus side o
 * ``data/chunks/{articles,headings}.safetensors``: chunk vectors by the workspace's base encoder
   with its chunk cache's settings, encoded in resumable blocks (:mod:`lexgraph.encoding.chunk_blocks`,
   under ``DIR/.partial/``);
-* ``data/zeroshot/``: the ``zeroshot`` system's article vectors (:func:`lexgraph.systems.zeroshot.run_zeroshot`);
+* ``data/zeroshot/``: the ``zeroshot`` system's article vectors (:func:`lexgraph.methods.zeroshot.system.run_zeroshot`);
 * ``data/embed/{articles,headings}.safetensors``: the DSR article encoder over those chunks (and
   ``data/embed_qabisar/`` with QABISAR's own first stage, for a ``qabisar`` trained on it);
 * ``models/hprior`` and ``models/gnn_<variant>/article_embeddings.safetensors``: the graph systems
-  applied inductively over the corpus's own hierarchy (:mod:`lexgraph.systems.inductive`, when present);
+  applied inductively over the corpus's own hierarchy (:mod:`lexgraph.methods.gnn.inductive`, when present);
 * ``data/rerank/articles.safetensors``: the frozen re-ranker's article token states;
 * ``index.json`` (:mod:`lexgraph.systems.index_record`): the corpus file's digest, the systems built,
   the digests of the workspace models each used, and the index's own files with their SHA-256
@@ -70,7 +70,7 @@ ABSURD = 1e6
 
 def available_systems(workspace: Path) -> list[str]:
     """The systems the workspace has built (their artefacts present, not switched off)."""
-    from lexgraph.systems.registry import systems
+    from lexgraph.methods.catalog import systems
 
     have = []
     for name, spec in systems().items():
@@ -83,7 +83,7 @@ def available_systems(workspace: Path) -> list[str]:
 
 def closure(systems: list[str], workspace: Path) -> set[str]:
     """``systems`` and every system they search through, transitively (a re-ranker over the hybrid)."""
-    from lexgraph.systems.registry import declared
+    from lexgraph.methods.catalog import declared
 
     todo, closed = list(systems), set()
     while todo:
@@ -97,7 +97,7 @@ def closure(systems: list[str], workspace: Path) -> set[str]:
 def resolve_systems(asked: list[str] | None, workspace: Path) -> list[str]:
     """The systems to index (default: every one the workspace has built), with the systems they
     search through, in the registry's order."""
-    from lexgraph.systems.registry import declared, names
+    from lexgraph.methods.catalog import declared, names
 
     have = available_systems(workspace)
     for system in asked or ():
@@ -161,8 +161,8 @@ def write_chunks(articles, headings, workspace: Path, out: Path, partial: Path, 
     from lexgraph.core.provenance import identity
     from lexgraph.encoding.chunk_blocks import block_fingerprint, encode_in_blocks
     from lexgraph.encoding.chunks import check_settings, save_chunk_table
+    from lexgraph.methods.dsr.config import SECTION, DSRConfig
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
-    from lexgraph.training.dsr_config import SECTION, DSRConfig
 
     cache = layout.CHUNKS.under(workspace, "articles.safetensors")
     settings = _cache_settings(cache)
@@ -229,7 +229,7 @@ def write_embed(
 
 class IndexJob:
     """One ``lexgraph index`` run as each system's side of it sees it (:attr:`System.index
-    <lexgraph.systems.system.System.index>`): the cleaned corpus (``articles``, ``headings``), the
+    <lexgraph.methods.system.System.index>`): the cleaned corpus (``articles``, ``headings``), the
     ``workspace`` whose models encode it, the index being written (``root``) and the work several
     sides share, each done once, on first need: the chunk vectors (:meth:`chunks`), each DSR's
     vectors of the corpus (:meth:`embed`, :meth:`embeddings`) and the corpus's statute graph (:meth:`graph`)."""
@@ -278,8 +278,8 @@ class IndexJob:
         return self._embeddings[dsr]
 
     def graph(self):
-        """The corpus's own statute graph (no question nodes: :func:`lexgraph.systems.inductive.corpus_graph`)."""
-        from lexgraph.systems.inductive import corpus_graph
+        """The corpus's own statute graph (no question nodes: :func:`lexgraph.methods.gnn.inductive.corpus_graph`)."""
+        from lexgraph.methods.gnn.inductive import corpus_graph
 
         if self._graph is None:
             self._graph = corpus_graph(self.articles, self.headings, self.workspace)
@@ -331,7 +331,7 @@ def check_workspace_current(systems: list[str], workspace: Path) -> None:
     built on) were built from inputs it no longer holds: what ``lexgraph search --index`` would refuse
     after the whole index was written (:func:`lexgraph.core.staleness.check_built_from`)."""
     from lexgraph.core.staleness import check_built_from
-    from lexgraph.systems.registry import declared
+    from lexgraph.methods.catalog import declared
 
     check_built_from([artifact.under(workspace) for s in systems for artifact in declared(s).reads], workspace)
 
@@ -389,7 +389,7 @@ def index_corpus(
     from lexgraph.core.io import atomic_path, write_json
     from lexgraph.core.provenance import digest_path
     from lexgraph.data.readers import file_problem
-    from lexgraph.systems.registry import declared
+    from lexgraph.methods.catalog import declared
 
     corpus, out, workspace, device = Path(corpus), Path(out), Path(workspace), torch.device(device)
     problem = file_problem(corpus)  # a directory, a pipe, /dev/null: said as what it is, before anything else

@@ -59,7 +59,7 @@ CARD = "README.md"
 def check_system(system: str):
     """The declaration of ``system``; one that cannot be exported (not dense, or unknown) is refused in
     one sentence."""
-    from lexgraph.systems.registry import names, systems
+    from lexgraph.methods.catalog import names, systems
 
     spec = systems().get(system)
     if spec is None:

@@ -62,8 +62,8 @@ SHARED: tuple[str, ...] = (layout.CLEAN.path.as_posix(),)
 
 def model_digests(system: str, workspace: str | Path) -> dict[str, str]:
     """``{artefact: digest}`` of the workspace artefacts ``system`` is indexed with (its declaration's
-    :attr:`~lexgraph.systems.system.System.index_models`)."""
-    from lexgraph.systems.registry import declared
+    :attr:`~lexgraph.methods.system.System.index_models`)."""
+    from lexgraph.methods.catalog import declared
 
     return {path: identity(Path(workspace, path)) for path in declared(system).index_models}
 
@@ -297,7 +297,7 @@ def check_index(directory: str | Path, system: str, workspace: str | Path) -> No
     """Refuse (one line naming ``index.json`` or the damaged file) to search ``system`` over the
     index ``directory`` when the index lacks it, its files (its declared ``index_side``) changed since they were
     written, or it was built by other models than ``workspace`` holds now."""
-    from lexgraph.systems.registry import declared
+    from lexgraph.methods.catalog import declared
 
     spec = declared(system)
     record = read_index(directory)

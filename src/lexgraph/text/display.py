@@ -248,7 +248,7 @@ def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
     with ``drop_zero`` (a term-matching system: BM25) an entry scoring exactly 0 is padding
     too: the article matches no term of the question and only fills the ``k`` asked for, in
     article-id order. The one rule for it: the hybrid fusion fuses only these
-    (``lexgraph.systems.hybrid``), and ``lexgraph search`` shows only these."""
+    (``lexgraph.methods.hybrid.system``), and ``lexgraph search`` shows only these."""
     ids = np.asarray(ids)
     keep = ids >= 0  # (n, k)
     if drop_zero:

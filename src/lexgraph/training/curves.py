@@ -1,7 +1,7 @@
 """Training curves for ``dvc plots``: a trainer's per-epoch (or per-step) history as CSV.
 
 Every trained stage writes one (``metrics/<stage>_curve.csv``, declared under ``plots:`` in
-``dvc.yaml``): ``train_dsr`` through :func:`lexgraph.training.dsr.curve_csv`, ``pretrain``,
+``dvc.yaml``): ``train_dsr`` through :func:`lexgraph.methods.dsr.train.curve_csv`, ``pretrain``,
 ``train_gnn@<variant>`` and ``rerank@<variant>`` through :func:`write_curve`. The file is
 written from the history the engine already keeps (:class:`lexgraph.training.engine.FitResult`),
 after training: it reads no random number and changes no other output."""

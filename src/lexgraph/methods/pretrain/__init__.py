@@ -1,0 +1,1 @@
+"""Domain-adaptive MLM pre-training of the base checkpoint (the ``pretrain`` stage)."""

@@ -1,0 +1,85 @@
+"""The ``rerank`` stage (one re-ranker: ``--variant mvcl | xrerank``): its paths, its inputs
+(the frozen PLM's cached states, or token ids for a fine-tuned PLM), the first stage's lists,
+training (:mod:`lexgraph.methods.rerank.train`) and its outputs."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lexgraph.core.provenance import output, stage_inputs, workspace
+from lexgraph.core.stage import StageContext
+from lexgraph.methods.rerank.config import RerankConfig
+from lexgraph.methods.rerank.report import curve_columns
+from lexgraph.methods.rerank.train import first_stage_lists, train
+from lexgraph.training.resume import resumable
+
+log = logging.getLogger("lexgraph.methods.rerank.train")
+
+
+@dataclass(frozen=True)
+class RerankPaths:
+    """The rerank stage's paths (dvc.yaml writes them all)."""
+
+    questions: Path = field(metadata={"help": "the clean questions table"})
+    articles: Path = field(metadata={"help": "the clean articles table"})
+    features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
+    pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
+    workspace: Path = workspace("where the first-stage system's artefacts are")
+    out: Path = output("the re-ranker's directory")
+    metrics: Path = output("the training report (JSON)")
+    plot: Path = output("training curve: per-epoch loss and dev metric (CSV)")
+
+
+def run_rerank(paths: RerankPaths, config: RerankConfig, context: StageContext, load_first) -> None:
+    """The rerank stage for one re-ranker: its inputs (cached or encoded frozen states, or
+    token ids for a fine-tuned PLM), the first stage's lists (``load_first()``: the first
+    stage's retriever, loaded by the caller's registry), training, and the outputs."""
+    device, seed = context.torch_device(), context.seed
+    from lexgraph.core.io import read_parquet, write_json
+    from lexgraph.methods.rerank.features import DISABLED, frozen_stores, write_disabled
+    from lexgraph.methods.rerank.io import save_model
+    from lexgraph.metrics.ir import DEEPEST
+    from lexgraph.training.curves import write_curve
+
+    columns = curve_columns(config)
+    if not config.enabled:
+        write_disabled(paths.out, config.variant)
+        write_json(dict(DISABLED), paths.metrics)
+        write_curve([], columns, paths.plot)
+        return
+    questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
+    articles = read_parquet(paths.articles, ["id", "article"])
+    first = load_first()
+    train_lists = first_stage_lists(first, questions, "train", config.k)
+    dev_lists = first_stage_lists(first, questions, config.split, max(config.k, DEEPEST))
+    plm = tokenizer = None
+    if config.plm == "finetune":
+        stores, plm, tokenizer = _plm_inputs(articles, questions, config, paths.pretrain, device, seed)
+    else:
+        stores = frozen_stores(articles, questions, config, paths.features, paths.pretrain, device, seed)
+    settings = {"config": config, "seed": seed, "first_stage": [train_lists, dev_lists]}
+    with resumable(paths.out, settings, stage_inputs(paths)) as resume:
+        model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm, resume=resume)
+        save_model(model, config, report, paths.out, plm=plm, tokenizer=tokenizer, base_dir=paths.pretrain)
+        write_json(report, paths.metrics)
+        write_curve(report["history"], columns, paths.plot)
+
+
+def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
+    """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` for a fine-tuned PLM (with
+    ``plm_layers``, its top blocks only, the states below them cached: :func:`plm_stores`)."""
+    from lexgraph.core.conform import settings_of
+    from lexgraph.methods.rerank.config import SECTION
+    from lexgraph.methods.rerank.features import token_inputs
+    from lexgraph.methods.rerank.plm import load_plm, plm_stores
+
+    plm, tokenizer, query_prefix, passage_prefix = load_plm(pretrain, device)
+    inputs = token_inputs(articles, questions, config, tokenizer, query_prefix, passage_prefix, seed, config.truncation)
+    log.info("%s: fine-tuning the PLM %s; element indicator: %s", config.variant, pretrain, inputs.stats)
+    with settings_of(SECTION, {"plm_layers": config.key("plm_layers")}):  # more than the PLM's blocks
+        stores = plm_stores(inputs, plm, tokenizer.pad_token_id, config.plm_layers, config.encode_batch_size, device)
+    return stores, plm, tokenizer

@@ -1,0 +1,256 @@
+"""The ``zeroshot`` system: the base encoder used as it is.
+
+Neither G-DSR nor QABISAR reports a modern zero-shot dense baseline; lexgraph does. The
+base checkpoint of the ``pretrain`` stage encodes questions and articles with its model
+family's conventions: E5 puts ``query: `` / ``passage: `` before the text (the prefixes
+travel in ``lexgraph_base.json``) and mean-pools every token, special tokens included;
+an article longer than the model's positions is cut into non-overlapping windows whose
+mean vectors are averaged, weighted by their token counts (what E5's reference
+implementations do). That is a :class:`~lexgraph.models.article_encoder.HierarchicalArticleEncoder`
+with windows of ``max_length`` tokens, no chunk-level layers and ``token_mean`` pooling,
+so the window vectors are computed with the same cache code as ``encode_chunks``.
+
+When the ``encode_chunks`` cache holds vectors chunked exactly like these windows (same
+window, document length, pooling and prefix: the sample, where the DSR's chunks are E5's
+512-token windows), the stage aggregates them instead of encoding the corpus a second
+time; otherwise it encodes the windows itself.
+
+The stage writes ``articles.safetensors`` (``ids``, ``embeddings``) and ``zeroshot.json``
+(the query-side settings and the base checkpoint it used).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lexgraph.core import layout
+from lexgraph.core.config import params_error, section_config
+from lexgraph.core.conform import settings_of
+from lexgraph.core.errors import DataError
+from lexgraph.core.inputs import DuplicateKeyError, json_object
+from lexgraph.core.provenance import output
+from lexgraph.core.stage import StageContext
+from lexgraph.methods.system import System
+
+log = logging.getLogger(__name__)
+
+SECTION = "zeroshot"
+ARTICLES = "articles.safetensors"
+SETTINGS = "zeroshot.json"
+POOLINGS = ("cls", "mean")
+
+
+@dataclass(frozen=True)
+class ZeroshotConfig:
+    """The ``zeroshot`` section of params.yaml."""
+
+    token_pooling: str = field(metadata={"expected": "cls or mean"})  # the model family's pooling
+    max_length: int = field(metadata={"expected": "an integer >= 1"})  # tokens per window (and per question)
+    max_document_length: int  # tokens per article over all windows (longer: truncated)
+    batch_size: int  # windows per encoder call
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:
+        return section_config(cls, params, SECTION)
+
+    def validate(self) -> None:
+        if self.token_pooling not in POOLINGS:
+            raise params_error(f"'{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
+        for key in ("max_length", "max_document_length", "batch_size"):  # integers: section_config checked
+            if getattr(self, key) < 1:
+                raise params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected a positive integer")
+        if self.max_document_length < self.max_length:
+            raise params_error(f"'{SECTION}.max_document_length' must be >= '{SECTION}.max_length'")
+
+
+def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
+    """The base model as a windowed mean-pooling article encoder."""
+    from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+    from lexgraph.models.backbone import _max_positions, load_backbone
+
+    backbone, _ = load_backbone(pretrained)
+    window = min(config.max_length, _max_positions(backbone.config) or config.max_length)
+    with settings_of(SECTION, {"max_chunk_length": "max_length", "max_document_length": "max_document_length"}):
+        return HierarchicalArticleEncoder.from_pretrained(
+            pretrained,
+            max_chunk_length=window,
+            max_document_length=max(config.max_document_length, window),
+            pooling="token_mean",
+            num_layers=0,
+            token_pooling=config.token_pooling,
+        )
+
+
+def query_encoder(pretrained: str | os.PathLike, token_pooling: str, max_length: int):
+    from lexgraph.models.encoders import QueryEncoder
+
+    return QueryEncoder.from_pretrained(
+        pretrained, max_length=max_length, token_pooling=token_pooling, trainable_layers=0
+    )
+
+
+def reusable_cache(chunks_dir: str | os.PathLike | None, encoder, ids: np.ndarray):
+    """``(table, rows)`` of an ``encode_chunks`` cache chunked exactly as ``encoder``
+    would and covering ``ids``, else ``(None, None)``."""
+    from lexgraph.encoding.chunks import SETTINGS as CHUNK_SETTINGS
+    from lexgraph.encoding.chunks import load_chunk_table
+
+    path = Path(chunks_dir) / "articles.safetensors" if chunks_dir is not None else None
+    if path is None or not path.is_file():
+        return None, None
+    table = load_chunk_table(path)
+    wanted = {key: str(getattr(encoder, key)) for key in CHUNK_SETTINGS}
+    if table.vectors is None or table.settings != wanted:
+        log.info("zeroshot: %s is chunked otherwise (%s); encoding the windows", path, table.settings)
+        return None, None
+    try:
+        rows = table.rows(ids)
+    except KeyError:
+        return None, None
+    log.info("zeroshot: reusing the chunk vectors of %s (same windows)", path)
+    return table, rows
+
+
+def zeroshot_embeddings(
+    pretrained: str | os.PathLike,
+    articles_path: str | os.PathLike,
+    out: str | os.PathLike,
+    config: ZeroshotConfig,
+    device,
+    chunks: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Embed every article with the base model (reusing the ``chunks`` cache when it holds these
+    very windows): :func:`run_zeroshot`'s work."""
+    from lexgraph.core.io import atomic_path, read_parquet, write_json
+    from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table
+    from lexgraph.encoding.embed import save_embeddings
+
+    if not Path(pretrained).is_dir():
+        raise DataError(pretrained, "base model directory not found (run `dvc repro pretrain`)")
+    articles = read_parquet(articles_path, ["id", "article"])
+    ids = articles["id"].to_numpy().astype(np.int64)
+    if len(np.unique(ids)) != len(ids):
+        raise DataError(articles_path, "ids are not unique", column="id")
+    texts = ["" if t is None else str(t) for t in articles["article"].to_list()]
+    encoder = article_encoder(pretrained, config).to(device)
+    table, rows = reusable_cache(chunks, encoder, ids)
+    if table is None:
+        table = encode_chunk_table(encoder, ids, texts, config.batch_size, desc="zeroshot: encode articles")
+        rows = np.arange(len(ids))
+    embeddings = embed_from_chunks(encoder, table, rows)  # (n, dim)
+    settings = {
+        "base": str(pretrained),
+        "token_pooling": config.token_pooling,
+        "query_max_length": config.max_length,
+        "window": encoder.max_chunk_length,
+        "prefix": encoder.prefix,
+        "dim": encoder.dim,
+    }
+    with atomic_path(out, directory=True) as tmp:
+        save_embeddings(Path(tmp) / ARTICLES, ids, embeddings, {"normalized": "false", "similarity": "cosine"})
+        write_json(settings, Path(tmp) / SETTINGS, sort_keys=True, ensure_ascii=True)
+    windows = int(sum(table.offsets[r + 1] - table.offsets[r] for r in rows))
+    log.info("zeroshot: %d articles in %d windows of <= %d tokens", len(ids), windows, encoder.max_chunk_length)
+    return {"articles": len(ids), "windows": windows, **asdict(config)}
+
+
+def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None):
+    """The ``zeroshot`` system: the base checkpoint as query encoder (its family's prefix
+    and pooling) + the ``zeroshot`` stage's windowed article embeddings (those of ``corpus``, an
+    index of another corpus, when given)."""
+    from lexgraph.core.config import resolve_device
+    from lexgraph.core.conform import saved_value
+    from lexgraph.encoding.embed import check_article_order, load_embeddings
+    from lexgraph.methods.dense import DenseRetriever, require_built
+
+    workspace = Path(workspace)
+    settings_path = require_built(layout.ZEROSHOT.under(workspace, SETTINGS), "the zeroshot settings", "zeroshot")
+    emb_path = require_built(
+        layout.ZEROSHOT.under(corpus or workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot"
+    )
+    try:
+        settings = json_object(settings_path.read_bytes().decode("utf-8"))
+        base = Path(settings["base"])
+        token_pooling, max_length = settings["token_pooling"], settings["query_max_length"]
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, KeyError, TypeError) as exc:
+        raise DataError(
+            settings_path,
+            f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
+            "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it",
+        ) from None
+    fix = "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it"
+    token_pooling = saved_value(
+        ZeroshotConfig, "token_pooling", token_pooling, settings_path, fix, ok=POOLINGS.__contains__
+    )
+    max_length = saved_value(
+        ZeroshotConfig, "max_length", max_length, settings_path, fix, key="query_max_length", ok=lambda v: v >= 1
+    )
+    base = base if base.is_absolute() else workspace / base
+    require_built(base, "the base checkpoint", "pretrain")
+    ids, embeddings = load_embeddings(emb_path)
+    check_article_order(emb_path, ids)
+    encoder = query_encoder(base, token_pooling, max_length)
+    return DenseRetriever(
+        encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index
+    )
+
+
+@dataclass(frozen=True)
+class ZeroshotPaths:
+    """The ``zeroshot`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_zeroshot`."""
+
+    pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
+    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
+    chunks: Path = field(metadata={"help": "encode_chunks cache, reused when chunked alike"})
+    out: Path = output("output directory")
+
+
+def run_zeroshot(paths: ZeroshotPaths, config: ZeroshotConfig, context: StageContext) -> None:
+    """The ``zeroshot`` stage: embed every article with the base model as it is."""
+    zeroshot_embeddings(paths.pretrained, paths.articles, paths.out, config, context.torch_device(), paths.chunks)
+
+
+def export_articles(workspace: Path, device: str):
+    """The export's article side: the base checkpoint's windowed mean, with the workspace's settings."""
+    from lexgraph.core.config import workspace_params
+
+    config = workspace_params(SECTION, workspace, ZeroshotConfig)
+    return article_encoder(layout.PRETRAIN.under(workspace), config).to(device).eval()
+
+
+def index_side(job) -> None:
+    """``lexgraph index``: the corpus's article vectors (reusing its chunk vectors when chunked alike)."""
+    from lexgraph.core.config import workspace_params
+
+    config = workspace_params(SECTION, job.workspace, ZeroshotConfig)
+    chunks = job.chunks()
+    pretrained = layout.PRETRAIN.under(job.workspace)
+    zeroshot_embeddings(
+        pretrained, job.clean / "articles.parquet", layout.ZEROSHOT.under(job.root), config, job.device, chunks
+    )
+
+
+SYSTEMS = (
+    System(
+        name="zeroshot",
+        kind="dense",
+        summary="the base checkpoint as it is, no training: the mean of each article's windows (E5's recipe)",
+        load=load_system,
+        reads=(layout.ZEROSHOT,),
+        stage=layout.ZEROSHOT.stage,
+        sections=("pretrain", SECTION),
+        article_side="the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
+        "of tokens, weighted by their token counts (E5's own recipe)",
+        article_encoder=export_articles,
+        index_models=(layout.PRETRAIN.path.as_posix(), layout.ZEROSHOT.path.as_posix() + "/" + SETTINGS),
+        index_side=(layout.ZEROSHOT.path.as_posix(),),
+        index=index_side,
+    ),
+)
