@@ -67,3 +67,31 @@ def test_the_systems_page_gives_the_committed_name_counts():
     page = (ROOT / "docs" / "systems.md").read_text(encoding="utf-8")
     rows = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(r"^\| `(\w+)` \| (\d+) \| (\d+) \|$", page, re.M)}
     assert rows == {name: (before[name], after[name]) for name in before}
+
+
+def test_the_architecture_page_gives_the_committed_method_folders():
+    """docs/architecture.md's table of each method's modules, before (benchmarks/method_moves.json:
+    the folders its modules came from) and after (benchmarks/house_after.json: its folder now)."""
+    import json
+    import re
+
+    from conftest import ROOT
+
+    moves = json.loads((ROOT / "benchmarks" / "method_moves.json").read_text(encoding="utf-8"))
+    after = json.loads((ROOT / "benchmarks" / "house_after.json").read_text(encoding="utf-8"))["methods"]
+    came_from: dict[str, set[str]] = {}
+    for old, new in [*moves["moves"].items(), *moves["split"].items()]:
+        parts = new.split(".")
+        if len(parts) == 4 and parts[1] == "methods":
+            came_from.setdefault(parts[2], set()).add(old)
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\w+) \| (\d+) in (\d+) \(([a-z, ]+)\) \| (\d+) in 1 \(`methods/(\w+)/`\) \|$", page, re.M)
+    assert {r[0] for r in rows} == set(after) == set(came_from)
+    for method, n_before, n_folders, folders, n_after, folder in rows:
+        old_folders = sorted({m.split(".")[1] for m in came_from[method]})
+        assert (int(n_before), int(n_folders), folders.split(", ")) == (
+            len(came_from[method]),
+            len(old_folders),
+            old_folders,
+        )
+        assert (int(n_after), folder) == (len(after[method]["modules"]), method)
