@@ -7,7 +7,7 @@ Why: on the sample, ``gdsr`` (the LGE of Louis et al., EACL 2023, as published: 
 initialised GATv2 stack, ``gnn.gdsr`` in params.yaml) ranks below DSR, the very embeddings it
 reads. A trained model below its own input is a defect to explain, not a result. The
 published recipe starts from PyG's random initialisation (maastrichtlawtech/gdsr,
-``src/methods/gnn/model.py``), so the encoder must learn the whole query-article alignment from the
+``src/models/gnn.py``), so the encoder must learn the whole query-article alignment from the
 training pairs that DSR's embeddings already carry. If that is the cause, dev recall rises
 with the number of pairs and has not levelled off at the sample's 607; a code defect would
 not care how many pairs there are.

@@ -3,7 +3,7 @@
     python benchmarks/gdsr_seeds.py [--workspace .] [--seeds 0 1 2 3 4 5] [--json benchmarks/gdsr_seeds.json]
 
 Why: G-DSR's LGE starts from a random initialisation (G-DSR Table 5; maastrichtlawtech/gdsr
-``src/methods/gnn/model.py``) and trains about 70 updates on the sample, so its top ranks depend on the
+``src/models/gnn.py``) and trains about 70 updates on the sample, so its top ranks depend on the
 start, and on anything that nudges the training early: another CPU's float rounding of DSR's
 vectors (the last bits of ``data/embed``) moved its test recall@10 by 4 points between two
 machines while DSR's own metrics stayed identical. ``regression/sample.yaml`` must allow that

@@ -11,10 +11,10 @@ from lexgraph.methods.rerank.config import RerankConfig
 from lexgraph.methods.rerank.features import EncodeRerankPaths, run_encode_rerank
 
 
-def run(paths: EncodeRerankPaths, settings: dict, context: StageContext) -> None:
-    """The frozen base encoder's token states for the xrerank re-ranker (``settings``: each
+def run(paths: EncodeRerankPaths, config: dict, context: StageContext) -> None:
+    """The frozen base encoder's token states for the xrerank re-ranker (``config``: each
     re-ranker's, checked up front)."""
-    run_encode_rerank(paths, settings["xrerank"], context)
+    run_encode_rerank(paths, config["xrerank"], context)
 
 
 STAGE = Stage("encode_rerank", "rerank", EncodeRerankPaths, RerankConfig.per_variant, run)

@@ -10,12 +10,12 @@ from lexgraph.methods.hybrid.system import HybridConfig
 from lexgraph.methods.hybrid.tune import HybridPaths
 
 
-def run(paths: HybridPaths, settings: HybridConfig, context: StageContext) -> None:
+def run(paths: HybridPaths, config: HybridConfig, context: StageContext) -> None:
     """Choose on dev the dense system and the fusion the ``hybrid`` system fuses BM25 with."""
     from lexgraph.methods.hybrid.tune import run_hybrid
     from lexgraph.systems.registry import load_retriever
 
-    run_hybrid(paths, settings, context, load_retriever)
+    run_hybrid(paths, config, context, load_retriever)
 
 
 STAGE = Stage("hybrid", "hybrid", HybridPaths, HybridConfig.from_params, run)

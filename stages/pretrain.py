@@ -8,11 +8,11 @@ from lexgraph.core.stage import Stage, StageContext, run_stage
 from lexgraph.methods.pretrain.model import PretrainConfig, PretrainPaths
 
 
-def run(paths: PretrainPaths, settings: PretrainConfig, context: StageContext) -> None:
+def run(paths: PretrainPaths, config: PretrainConfig, context: StageContext) -> None:
     """Domain-adaptive MLM pre-training on the cleaned articles."""
     from lexgraph.methods.pretrain.train import run_pretrain
 
-    run_pretrain(paths, settings, context)
+    run_pretrain(paths, config, context)
 
 
 STAGE = Stage("pretrain", "pretrain", PretrainPaths, PretrainConfig.from_params, run)

@@ -13,13 +13,13 @@ from lexgraph.methods.rerank.stage import RerankPaths
 from lexgraph.methods.rerank.system import stage_settings
 
 
-def run(paths: RerankPaths, settings: RerankConfig, context: StageContext) -> None:
+def run(paths: RerankPaths, config: RerankConfig, context: StageContext) -> None:
     """Train one re-ranker (each re-ranker's settings, and its first stage, checked up front)."""
     from lexgraph.methods.rerank.stage import run_rerank
     from lexgraph.systems.registry import load_retriever
 
     device = str(context.torch_device())
-    run_rerank(paths, settings, context, lambda: load_retriever(settings.first_stage, paths.workspace, device))
+    run_rerank(paths, config, context, lambda: load_retriever(config.first_stage, paths.workspace, device))
 
 
 STAGE = Stage("rerank", "rerank", RerankPaths, stage_settings, run, variants=VARIANTS)

@@ -10,11 +10,11 @@ from lexgraph.methods.gnn.config import VARIANTS, GNNSettings
 from lexgraph.methods.gnn.io import TrainGnnPaths
 
 
-def run(paths: TrainGnnPaths, settings: GNNSettings, context: StageContext) -> None:
+def run(paths: TrainGnnPaths, config: GNNSettings, context: StageContext) -> None:
     """Train the graph encoder of one variant (every variant's settings checked up front)."""
     from lexgraph.methods.gnn.stage import run_train_gnn
 
-    run_train_gnn(paths, settings, context)
+    run_train_gnn(paths, config, context)
 
 
 STAGE = Stage("train_gnn", "gnn", TrainGnnPaths, GNNSettings.per_variant, run, variants=VARIANTS)

@@ -459,3 +459,30 @@ def test_switched_off_first_stage_and_its_embed_write_placeholders_in_seconds(tm
     assert time.monotonic() - start < 30
     with pytest.raises(ConfigError, match=r"dsr_qabisar: a switched-off stage's placeholder .*train_dsr_qabisar"):
         DSR.load(out)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_switched_off_first_stage_still_refuses_a_device_the_machine_lacks(tmp_path, capsys):
+    """``base.device: cuda`` without CUDA is refused in one line naming the key, also when
+    ``train_dsr_qabisar`` would only write its placeholder (as every torch stage refuses it), and
+    nothing is written."""
+    import yaml
+
+    from conftest import ROOT
+    from helpers_dvc import run_stage_in_process
+    from lexgraph.core.config import read_params
+
+    params = read_params(ROOT / "params.yaml")
+    params["base"]["device"] = "cuda"
+    assert params["dsr_qabisar"]["enabled"] is False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    absent = tmp_path / "absent"
+    inputs = ["articles", "questions", "synthetic", "negatives", "pretrained", "chunks"]
+    argv = ["--params", str(tmp_path / "params.yaml"), *(a for name in inputs for a in (f"--{name}", absent / name))]
+    out = tmp_path / "models" / "dsr_qabisar"
+    argv += ["--out", out, "--metrics", tmp_path / "m.json", "--plot", tmp_path / "c.csv"]
+    assert run_stage_in_process(ROOT / "stages" / "train_dsr_qabisar.py", *argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("lexgraph train_dsr_qabisar: error: ")
+    assert "'base.device' = 'cuda' but no CUDA device is available" in err[0]
+    assert not out.exists() and not (tmp_path / "m.json").exists()

@@ -84,7 +84,7 @@ def test_gdsr_lge_is_eq_7_by_hand(profile):
     α_ij = softmax_j(att(h_i, h_j)), "a 3-layer GATv2 network". GATv2's attention (Brody et al.):
     att(h_i, h_j) = a^T LeakyReLU(W_r h_i + W_l h_j), the message W_l h_j; the public code's
     PyG layers add each node to its own neighbourhood and a bias, and put σ = ReLU between the
-    layers only (maastrichtlawtech/gdsr src/methods/gnn/model.py). Computed node by node, no PyG."""
+    layers only (maastrichtlawtech/gdsr src/models/gnn.py). Computed node by node, no PyG."""
     settings = published("gdsr", profile, hidden=12)
     assert settings.encoder.layers == GDSR_LAYERS and settings.encoder.heads == GDSR_HEADS
     assert not settings.encoder.residual and settings.encoder.init == "random"

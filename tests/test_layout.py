@@ -129,7 +129,7 @@ def test_producer_names_the_stage_that_writes_a_path():
 def test_every_stage_driver_has_one_shape():
     """A driver declares its stage, ``STAGE = Stage(<its name>, <its section>, <its paths dataclass>,
     <its settings>, <its entry>)``, and ends with ``run_stage(STAGE)``; the entry, the library's or a
-    ``run`` wrapper the driver defines (its only function), takes ``(paths, settings, context)``:
+    ``run`` wrapper the driver defines (its only function), takes ``(paths, config, context)``:
     every path of every stage comes from its paths dataclass."""
     import ast
     import inspect
@@ -144,9 +144,8 @@ def test_every_stage_driver_has_one_shape():
         stage = driver(script).STAGE
         assert isinstance(stage, Stage) and stage.name == script.stem, f"{script.name}: STAGE {stage!r}"
         assert dataclasses.is_dataclass(stage.paths), f"{script.name}: its paths are not a dataclass"
-        assert list(inspect.signature(stage.run).parameters) == ["paths", "settings", "context"] or list(
-            inspect.signature(stage.run).parameters
-        ) == ["paths", "config", "context"], f"{script.name}: entry {inspect.signature(stage.run)}"
+        signature = inspect.signature(stage.run)
+        assert list(signature.parameters) == ["paths", "config", "context"], f"{script.name}: entry {signature}"
 
 
 def expanded_stages_by_script() -> set[str]:

@@ -7,18 +7,18 @@ A driver declares its stage (every stage alike) and hands it to :func:`run_stage
     if __name__ == "__main__":
         sys.exit(run_stage(STAGE))
 
-Every stage's entry has one signature, ``run(paths, settings, context)``: its paths dataclass (one
+Every stage's entry has one signature, ``run(paths, config, context)``: its paths dataclass (one
 required ``--<field>`` option per field, :func:`add_paths`), its typed settings and a
 :class:`StageContext` (seed, device, variant). A stage run once per variant (``train_gnn``,
 ``rerank``) declares its ``variants`` (the ``--variant`` option) and its settings callable returns
 each variant's settings, all checked up front; ``run`` receives the variant's.
 
-``run_stage`` parses the command line (``--params`` and the options ``configure`` adds),
+``run_stage`` parses the command line (``--params``, ``--variant`` and one option per paths field: :func:`parser_of`),
 loads ``params.yaml`` (unknown top-level sections and a bad ``base`` are errors), builds
 the section's typed settings with ``stage.settings`` so that a bad value fails before seeding (which
 imports torch) and before any work, then configures logging, logs the stage's place in
 the run under ``dvc repro`` (``stage train_dsr (10 of 22)``, :func:`lexgraph.core.progress.log_stage_start`),
-sets determinism, seeds everything and calls ``stage.run(paths, settings, context)`` with
+sets determinism, seeds everything and calls ``stage.run(paths, config, context)`` with
 those typed settings, not the raw section. A :class:`LexgraphError` becomes one line on stderr and exit
 status 2 (outputs are written atomically, so nothing is left half-written or overwritten);
 an interrupt, one line and status 130.
@@ -90,7 +90,7 @@ class Stage:
     #: the raw section -> the typed settings (a bad value fails here, before seeding and any work);
     #: for a stage with ``variants``, a mapping of each variant to its settings
     settings: Callable[[dict], Any]
-    #: the entry: ``run(paths, settings, context)``
+    #: the entry: ``run(paths, config, context)``
     run: Callable[[Any, Any, StageContext], Any]
     #: the ``--variant`` choices of a stage run once per variant (empty: none)
     variants: tuple[str, ...] = ()
@@ -114,7 +114,8 @@ def paths_from(paths: type[P], args: argparse.Namespace) -> P:
 
 
 #: the loggers that log at the level asked for (``base.log_level``, the CLI's INFO): lexgraph's own
-#: (a stage driver's ``lexgraph.<stage>`` included); every other library logs at WARNING or above, so
+#: (a stage driver's ``lexgraph.<stage>`` included: train_dsr's summary line); every other library
+#: logs at WARNING or above, so
 #: torch's ``FakeTensor cache stats`` at exit, uvicorn's start-up lines and the like stay out of the logs
 OWN_LOGGERS: tuple[str, ...] = ("lexgraph",)
 #: libraries whose warnings are noise for a stage (retries, lock files, hub downloads): ERROR only
@@ -146,7 +147,8 @@ def setup_logging(level: str = "INFO") -> None:
 def parser_of(stage: Stage) -> argparse.ArgumentParser:
     """The command line of ``stage``: ``--params``, ``--variant`` when it has variants, and one
     required option per field of its paths (:func:`add_paths`)."""
-    parser = argparse.ArgumentParser(description=(stage.run.__doc__ or "").strip() or None)
+    own = not stage.run.__module__.startswith("lexgraph.")  # a driver's run wrapper: its docstring is its help
+    parser = argparse.ArgumentParser(description=(stage.run.__doc__ or "").strip() if own else None)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     if stage.variants:
         parser.add_argument("--variant", required=True, choices=stage.variants)
@@ -156,9 +158,9 @@ def parser_of(stage: Stage) -> argparse.ArgumentParser:
 
 def run_stage(stage: Stage, argv: list[str] | None = None) -> int:
     """Run ``stage`` from the command line ``argv`` (default: ``sys.argv``): its exit status
-    (0; 2 after a one-line error; 130 after an interrupt). The parser's description is the entry's
-    docstring; ``tests/test_stage_startup.py`` checks that a stage with ``uses_torch=False`` never
-    imports torch."""
+    (0; 2 after a one-line error; 130 after an interrupt). The parser's description is the docstring
+    of a driver's own ``run`` wrapper; ``tests/test_stage_startup.py`` checks that a stage with
+    ``uses_torch=False`` never imports torch."""
     args = parser_of(stage).parse_args(argv)
     paths = paths_from(stage.paths, args)
     variant = getattr(args, "variant", None)
@@ -176,7 +178,7 @@ def run_stage(stage: Stage, argv: list[str] | None = None) -> int:
         context = StageContext(seed=base.seed, device=base.device, variant=variant)
         # its directory outputs record its settings and inputs (lexgraph.core.provenance.recording)
         with recording(stage.name, {"config": settings, "seed": base.seed}, paths):
-            stage.run(paths, settings[variant] if stage.variants else settings, context)
+            stage.run(paths, settings[variant] if stage.variants else settings, context)  # (paths, config, context)
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
 
     with _terminate_interrupts():

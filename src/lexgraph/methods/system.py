@@ -1,7 +1,7 @@
 """What a retrieval system is to lexgraph: one :class:`System` declaration, written once next to
 the system's code, from which every command finds it.
 
-A system's module declares ``SYSTEMS = (System(...), ...)``; :mod:`lexgraph.systems.registry`
+A system's module declares ``SYSTEMS = (System(...), ...)``; :mod:`lexgraph.methods.catalog`
 collects lexgraph's own and those other packages declare under the ``lexgraph.systems`` entry-point
 group (docs/systems.md: adding a system). ``lexgraph search`` and the ``evaluate`` stage load it
 (:attr:`System.load`, after checking :attr:`System.reads`), ``lexgraph export`` writes it when it is

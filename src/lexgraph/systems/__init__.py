@@ -1,5 +1,6 @@
-"""Retrieval systems behind one interface (:mod:`lexgraph.systems.registry`: the registry
-and :func:`~lexgraph.systems.registry.load_retriever`).
+"""What spans the retrieval systems: loading one by name
+(:func:`~lexgraph.systems.registry.load_retriever`, over the catalogue of
+:mod:`lexgraph.methods.catalog`), export, the index of a corpus of one's own, the MTEB adapter.
 
 A system is anything with ``search(questions, k) -> (ids, scores)`` over the cleaned
 corpus; ``ids`` is an int64 array ``(n_questions, k)`` of article ids, best first, and
@@ -8,6 +9,6 @@ of ``-1`` means no article matches the question at all: BM25 when no term of the
 question occurs in the corpus). A system also exposes ``article_ids`` (the ids it
 ranks) and ``source`` (the artefact they come from).
 
-This package file imports nothing, so a module of one system (``lexgraph.methods.dense``)
+This package file imports nothing, so importing one of its modules (``lexgraph.systems.export``)
 does not pull in every other.
 """

@@ -11,7 +11,8 @@ is logged), and writes ``DIR`` with the workspace's layout for the corpus side o
 * ``data/chunks/{articles,headings}.safetensors``: chunk vectors by the workspace's base encoder
   with its chunk cache's settings, encoded in resumable blocks (:mod:`lexgraph.encoding.chunk_blocks`,
   under ``DIR/.partial/``);
-* ``data/zeroshot/``: the ``zeroshot`` system's article vectors (:func:`lexgraph.methods.zeroshot.system.run_zeroshot`);
+* ``data/zeroshot/``: the ``zeroshot`` system's article vectors
+  (:func:`lexgraph.methods.zeroshot.system.zeroshot_embeddings`);
 * ``data/embed/{articles,headings}.safetensors``: the DSR article encoder over those chunks (and
   ``data/embed_qabisar/`` with QABISAR's own first stage, for a ``qabisar`` trained on it);
 * ``models/hprior`` and ``models/gnn_<variant>/article_embeddings.safetensors``: the graph systems

@@ -227,8 +227,9 @@ def without_clean_rows(synthetic: pl.DataFrame, clean: pl.DataFrame) -> pl.DataF
 
 
 def mine(config: NegativesConfig, articles_path, questions_path, synthetic_path=None, hub_path=None) -> pl.DataFrame:
-    """The ``mine_negatives`` stage: read inputs, take the hub's lists (``hub_path``, the fetched
-    ``data/raw/negatives.parquet``) where there are some, mine the others with ``config``."""
+    """The negatives of :func:`run_mine_negatives`: read the inputs, take the hub's lists
+    (``hub_path``, the fetched ``data/raw/negatives.parquet``) where there are some, mine the
+    others with ``config``."""
     from pathlib import Path
 
     from lexgraph.core.io import read_parquet
@@ -257,11 +258,11 @@ def mine(config: NegativesConfig, articles_path, questions_path, synthetic_path=
     if questions.height == 0:
         log.warning("no question has a split in %s: writing an empty negatives file", splits)
 
-    def mine(subset: pl.DataFrame) -> pl.DataFrame:
+    def mine_subset(subset: pl.DataFrame) -> pl.DataFrame:
         return mine_negatives(articles, subset, k1=k1, b=b, depth=depth, k=k)
 
     hub = hub_lists(hub_path, set(articles["id"].to_list())) if hub_path is not None else {}
-    return with_hub_lists(questions, hub, mine, k, frames[0].height) if hub else mine(questions)
+    return with_hub_lists(questions, hub, mine_subset, k, frames[0].height) if hub else mine_subset(questions)
 
 
 @dataclass(frozen=True)

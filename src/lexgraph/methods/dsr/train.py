@@ -404,16 +404,17 @@ def _train_and_write(paths, config, data, model, device, seed, runtime, resume) 
         write_json(summary, paths.metrics)
         write_text(curve_csv(result.history), paths.plot)
     runtime.wait()
-    log.info("best epoch %s, dev recall@200 %s", summary["best_epoch"], summary["dev_recall@200"])
     return summary
 
 
-def run_train_dsr_qabisar(paths: TrainDsrPaths, settings: QabisarDSRSettings, context: StageContext) -> dict[str, Any]:
+def run_train_dsr_qabisar(paths: TrainDsrPaths, config: QabisarDSRSettings, context: StageContext) -> dict[str, Any]:
     """The ``train_dsr_qabisar`` stage: :func:`run_train_dsr` with QABISAR's recipe, or, with
     ``dsr_qabisar.enabled: false``, a placeholder model directory, ``{"enabled": false}`` metrics and
-    the curve's header alone (in seconds; ``train_gnn@qabisar`` then starts from G-DSR's DSR)."""
-    if settings.enabled:
-        return run_train_dsr(paths, settings.recipe, context)
+    the curve's header alone (in seconds; ``train_gnn@qabisar`` then starts from G-DSR's DSR).
+    ``base.device`` is checked either way."""
+    context.torch_device()  # a device the machine lacks is refused even when the stage writes placeholders
+    if config.enabled:
+        return run_train_dsr(paths, config.recipe, context)
     from lexgraph.models.dsr import write_disabled
 
     key = f"{QABISAR_SECTION}.enabled"

@@ -35,7 +35,7 @@ own type (index ``num_edge_types``) with their own embedding, so each node atten
 with its neighbours in one softmax (QABISAR's alpha_ii); without, PyG adds them.
 **Activation** between layers (``activation``): ELU (lexgraph's: its slope at 0 is 1, so a
 zero-initialised branch is not stuck at ReLU's zero gradient) or ReLU (G-DSR's public code,
-maastrichtlawtech/gdsr ``src/methods/gnn/model.py``, ReLU then dropout between GATv2 layers).
+maastrichtlawtech/gdsr ``src/models/gnn.py``, ReLU then dropout between GATv2 layers).
 **Widths** (``projections``): ``linear`` maps the input to ``hidden`` and back around the
 stack; ``convolutions`` lets the first convolution widen and the last narrow (the public
 code's ``c_in -> c_hidden -> ... -> c_out`` stack, no extra maps). ``attention_dropout``
@@ -273,7 +273,7 @@ def make_conv(config: GraphEncoderConfig, in_dim: int | None = None, out_dim: in
 
 def layer_widths(config: GraphEncoderConfig) -> list[tuple[int, int]]:
     """``(in, out)`` of each layer: the hidden width throughout (``projections: linear``), or,
-    with ``projections: convolutions`` (G-DSR's public code, ``src/methods/gnn/model.py``), the
+    with ``projections: convolutions`` (G-DSR's public code, ``src/models/gnn.py``), the
     first layer from the input width and the last back to it."""
     dim, in_dim = config.hidden_dim, config.in_dim
     if config.projections == "linear":

@@ -82,7 +82,7 @@ def first_stage(paths: TrainGnnPaths, variant: str) -> tuple[Path, Path]:
     return paths.fallback_dsr, paths.fallback_embed
 
 
-def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, context: StageContext) -> dict[str, Any]:
+def run_train_gnn(paths: TrainGnnPaths, config: GNNSettings, context: StageContext) -> dict[str, Any]:
     """Read the stage inputs, train, write ``paths.out`` (atomic dir) and ``paths.metrics``.
 
     ``paths.hprior``: the ``hprior`` stage's directory; with ``init: prior`` the encoder starts
@@ -92,24 +92,24 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, context: StageCon
     from lexgraph.encoding.embed import load_embeddings
     from lexgraph.graph.build import load_graph
 
-    variant = settings.variant
+    variant = config.variant
     questions, negatives = paths.questions, paths.negatives
     dsr, embed = first_stage(paths, variant)
-    names = ("articles", "headings", "questions") + (("synthetic",) if settings.synthetic else ())
+    names = ("articles", "headings", "questions") + (("synthetic",) if config.synthetic else ())
     files = {f"{name}_embeddings": embed / f"{name}.safetensors" for name in names}
     files.update(questions=questions, negatives=negatives, graph=paths.graph / "graph.pt", synthetic=paths.synthetic)
     # hprior's report first: a damaged one stops the stage before the graph and embeddings load
-    prior_weight = best_weight(read_hprior(paths.hprior)) if settings.encoder.init == "prior" else 0.0
+    prior_weight = best_weight(read_hprior(paths.hprior)) if config.encoder.init == "prior" else 0.0
     full_graph = load_graph(paths.graph)
     question_table = read_parquet(questions, ["id", "question", "article_ids", "split"])
     negative_table = None
-    if settings.hard_negatives:
+    if config.hard_negatives:
         negative_table = read_parquet(negatives, ["question_id", "split", "negative_ids"])
     tables = {name: load_embeddings(files[f"{name}_embeddings"]) for name in names}
     synthetic = None
-    if settings.synthetic:  # G-DSR's augmented set: train + synthetic queries
+    if config.synthetic:  # G-DSR's augmented set: train + synthetic queries
         synthetic = read_parquet(paths.synthetic, ["id", "question", "article_ids", "split"])
-    ts = prepare_training_set(full_graph, question_table, negative_table, tables, settings, files, synthetic=synthetic)
+    ts = prepare_training_set(full_graph, question_table, negative_table, tables, config, files, synthetic=synthetic)
     log.info(
         "%s: %d nodes, %d edges, %d train pairs (%d of them synthetic), %d dev questions, device %s",
         variant,
@@ -120,8 +120,8 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, context: StageCon
         len(ts.dev_ids),
         device,
     )
-    encoder = load_query_encoder(dsr, ts.x.size(1)) if settings.uses_questions else None
-    if settings.encoder.init == "prior":
+    encoder = load_query_encoder(dsr, ts.x.size(1)) if config.uses_questions else None
+    if config.encoder.init == "prior":
         log.info(
             "%s starts as the hierarchy prior with weight %g (hprior's best deepest-heading weight on dev)",
             variant,
@@ -134,13 +134,13 @@ def run_train_gnn(paths: TrainGnnPaths, settings: GNNSettings, context: StageCon
         question_table,
         negative_table,
         tables,
-        settings,
+        config,
         files,
         ("train", "dev"),
         synthetic=synthetic,
     )
-    with resumable(paths.out, {"settings": settings, "seed": seed}, stage_inputs(paths), runtime) as resume:
-        return _train_and_write(paths, dsr, settings, seed, ts, encoder, prior_weight, runtime, resume, refit_set)
+    with resumable(paths.out, {"config": config, "seed": seed}, stage_inputs(paths), runtime) as resume:
+        return _train_and_write(paths, dsr, config, seed, ts, encoder, prior_weight, runtime, resume, refit_set)
 
 
 def _train_and_write(paths, dsr, settings, seed, ts, encoder, prior_weight, runtime, resume, refit_set):

@@ -131,7 +131,7 @@ class HybridRetriever:
 
     Args:
         sparse: the BM25 retriever (None when the choice is the dense system alone).
-        dense: the dense retriever (any :class:`lexgraph.systems.registry.Retriever`; None when the
+        dense: the dense retriever (any :class:`lexgraph.methods.system.Retriever`; None when the
             choice is BM25 alone).
         fusion: the fusion method (chosen on dev by the ``hybrid`` stage).
         depth: articles each system contributes per question (a positive integer: checked

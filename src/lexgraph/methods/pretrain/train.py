@@ -385,7 +385,7 @@ def pretrain(
     return metrics, curve
 
 
-def run_pretrain(paths: PretrainPaths, cfg: PretrainConfig, context: StageContext) -> dict[str, Any]:
+def run_pretrain(paths: PretrainPaths, config: PretrainConfig, context: StageContext) -> dict[str, Any]:
     """The ``pretrain`` stage: articles file -> checkpoint directory + metrics JSON + training
     curve ``paths.plot`` (``step,loss,eval_loss``; the header alone with ``mode: none``)."""
     articles, out, metrics_path, plot = paths.articles, paths.out, paths.metrics, paths.plot
@@ -401,9 +401,9 @@ def run_pretrain(paths: PretrainPaths, cfg: PretrainConfig, context: StageContex
     from lexgraph.training.resume import resumable
 
     device = resolve_device(device)
-    runtime = Runtime(device, "auto" if cfg.mixed_precision else "no")
-    with resumable(out, {"config": cfg, "seed": seed}, {"articles": articles}, runtime) as resume:
-        metrics, curve = pretrain(texts, cfg, out, seed=seed, device=device, runtime=runtime, resume=resume)
+    runtime = Runtime(device, "auto" if config.mixed_precision else "no")
+    with resumable(out, {"config": config, "seed": seed}, {"articles": articles}, runtime) as resume:
+        metrics, curve = pretrain(texts, config, out, seed=seed, device=device, runtime=runtime, resume=resume)
         if runtime.is_main:  # several processes: the main one writes
             write_json(metrics, metrics_path)
             write_curve(curve, ("step", "loss", "eval_loss"), plot)
