@@ -28,7 +28,7 @@ N_EXAMPLES = 40  # 5 global batches of 8 per epoch
 
 
 class Regression:
-    """MSE of a small MLP (with LayerNorm and biases) on a fixed random data set."""
+    """MSE of a small MLP (with LayerNorm, biases and one weight it never uses) on a fixed random data set."""
 
     def __init__(self, runtime: Runtime, batch: int, seed: int = 0, die_at: int | None = None) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -36,6 +36,9 @@ class Regression:
         self.y = torch.randn(N_EXAMPLES, 1, generator=g)  # (n, 1)
         torch.manual_seed(seed)
         self.model = nn.Sequential(nn.Linear(6, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 1))
+        # a trained weight the loss never reaches (an unused pooler, say): no process gives it a
+        # gradient, so AdamW must leave it on 2 processes as on 1 (weight decay included)
+        self.model.register_parameter("unused", nn.Parameter(torch.ones(3, 2)))
         self.batch, self.seed, self.runtime, self.die_at = batch, seed, runtime, die_at
         self.noise = torch.Generator().manual_seed(seed + 1 + 7919 * runtime.rank)  # per process, runs on
 

@@ -243,18 +243,26 @@ class TrainResult:
 
 
 def _sync_gradients(params: list[nn.Parameter], runtime: Runtime) -> None:
-    """Sum every parameter's gradient over the processes (one flattened all-reduce)."""
+    """Sum every parameter's gradient over the processes (one flattened all-reduce). A parameter
+    that no process gave a gradient keeps none, as on one process, so that AdamW leaves it (weight
+    decay included) on any number of processes; one that some processes did not reach counts as
+    zero there. Which is which travels in the same all-reduce (one flag per parameter), read on
+    the host once per step."""
     if runtime.world_size == 1:
         return
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (n_params,)
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    reached = torch.tensor([p.grad is not None for p in params], dtype=grads[0].dtype, device=grads[0].device)
+    flat = torch.cat([*(g.reshape(-1) for g in grads), reached])  # (n_params + n_tensors,)
     runtime.all_reduce_sum(flat)
     offset = 0
-    for p in params:
+    for p, any_process in zip(params, flat[-len(params) :].tolist()):
         n = p.numel()
-        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        if not any_process:
+            p.grad = None
+        elif p.grad is None:
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+        else:
+            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
         offset += n
 
 
