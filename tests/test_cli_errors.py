@@ -938,13 +938,20 @@ def test_json_into_a_closed_pipe_stops_quietly(ws):
     assert snapshot(ws) == before
 
 
-def test_process_level_search_outside_a_workspace(tmp_path):
+@pytest.fixture(scope="module")
+def outside_a_workspace(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`lexgraph search x` run once from an empty directory that is no workspace: the two tests
+    below check the same process (each run took ~5 s, most of it importing torch)."""
+    elsewhere = tmp_path_factory.mktemp("outside") / "elsewhere"
+    elsewhere.mkdir()
+    return elsewhere, _cli("search", "x", cwd=elsewhere)
+
+
+def test_process_level_search_outside_a_workspace(outside_a_workspace):
     """From a directory that is not a lexgraph workspace (no dvc.yaml, params.yaml or data/clean/),
     `lexgraph search` says so in one line, naming the directory and --workspace, instead of
     "no BM25 index; run `dvc repro bm25` first" (issue 25)."""
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    proc = _cli("search", "x", cwd=elsewhere)
+    elsewhere, proc = outside_a_workspace
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -1040,10 +1047,8 @@ def test_a_directory_option_given_a_file_or_nothing_is_one_line(ws, capsys, argv
     assert snapshot(ws) == before
 
 
-def test_process_level_search_outside_a_workspace_names_what_is_missing_and_dvc_repro(tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    proc = _cli("search", "x", cwd=elsewhere)
+def test_process_level_search_outside_a_workspace_names_what_is_missing_and_dvc_repro(outside_a_workspace):
+    elsewhere, proc = outside_a_workspace
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.splitlines() == [
         f"lexgraph search: error: --workspace '.' ({str(elsewhere.resolve())!r}) is not a lexgraph workspace: "

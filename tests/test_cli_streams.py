@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ROOT
 from helpers_cli import ARTICLES, write_articles
+from helpers_scripts import run_script
 from lexgraph.search.bm25 import BM25
 
 PREVIOUS_RUN = "old Q0 1 1 1.000000 bm25\n"
@@ -52,6 +53,19 @@ def _search(ws: Path, *args: str, env: dict | None = None, **streams) -> subproc
     )
 
 
+def _search_here(ws: Path, capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
+    """``lexgraph search --workspace WS ARGS`` from ``ws`` in this process (``main``'s status and
+    stderr), for a refusal that is about its wording and status, not about the process: a fresh
+    interpreter spends ~4 s importing torch before it (``python -X importtime -m lexgraph.cli``)."""
+    from lexgraph.cli.main import main
+
+    monkeypatch.chdir(ws)
+    capsys.readouterr()
+    status = main(["search", "--workspace", str(ws), *args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["lexgraph", "search", *args], status, out, err)
+
+
 def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> None:
     err = proc.stderr.decode("utf-8", "replace") if isinstance(proc.stderr, bytes) else proc.stderr
     assert proc.returncode == 2, err
@@ -71,16 +85,22 @@ def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> None:
     ],
     ids=["name-256", "path-max", "dir-name"],
 )
-def test_path_the_file_system_refuses(ws, run):
+def test_path_the_file_system_refuses(request, ws, run, capsys, monkeypatch):
+    """In this process; the first case also as a real process (its exit status and stderr)."""
     before = snapshot(ws)
-    proc = _search(ws, "--questions", "q.jsonl", "--run", run)
+    if request.node.callspec.id == "name-256":
+        proc = _search(ws, "--questions", "q.jsonl", "--run", run)
+    else:
+        proc = _search_here(ws, capsys, monkeypatch, "--questions", "q.jsonl", "--run", run)
     _one_line(proc, "File name too long", "expected a path the file system accepts")
     assert snapshot(ws) == before
 
 
-def test_too_long_questions_path(ws):
+def test_too_long_questions_path(ws, capsys, monkeypatch):
     before = snapshot(ws)
-    _one_line(_search(ws, "--questions", "q" * 300 + ".jsonl", "--json"), "File name too long")
+    _one_line(
+        _search_here(ws, capsys, monkeypatch, "--questions", "q" * 300 + ".jsonl", "--json"), "File name too long"
+    )
     assert snapshot(ws) == before
 
 
@@ -142,22 +162,17 @@ def test_stdout_on_a_full_disk(ws, flags):
     assert snapshot(ws) == before
 
 
-def test_a_stage_given_a_path_the_file_system_refuses_says_so_in_one_line(tmp_path):
+def test_a_stage_given_a_path_the_file_system_refuses_says_so_in_one_line(tmp_path, capsys):
     """The same rule for the stages (lexgraph.core.errors.reported): an OSError naming a path
-    (here ENAMETOOLONG on clean's --raw) is one line, status 2, no traceback, nothing written."""
+    (here ENAMETOOLONG on clean's --raw) is one line, status 2, no traceback, nothing written.
+    The driver runs in this process (tests/helpers_scripts.py: as ``__main__``, from tmp_path)."""
     raw = tmp_path / ("a" * 300)
     out = tmp_path / "clean"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "stages" / "clean.py"), "--params", str(ROOT / "params.yaml")]
-        + ["--raw", str(raw), "--out", str(out), "--metrics", str(tmp_path / "m.json")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        timeout=120,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("lexgraph clean:")]
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    argv = ["--params", ROOT / "params.yaml", "--raw", raw, "--out", out, "--metrics", tmp_path / "m.json"]
+    returncode = run_script(ROOT / "stages" / "clean.py", *argv, cwd=tmp_path)
+    stderr = capsys.readouterr().err
+    lines = [line for line in stderr.splitlines() if line.startswith("lexgraph clean:")]
+    assert returncode == 2 and "Traceback" not in stderr, stderr
     assert len(lines) == 1 and "File name too long; expected a path the file system accepts" in lines[0]
     assert f"({len(str(raw)) + 17} characters)" in lines[0] and not out.exists() and not (tmp_path / "m.json").exists()
 

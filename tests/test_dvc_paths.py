@@ -16,8 +16,8 @@ from pathlib import PurePosixPath
 import pytest
 
 from conftest import ROOT
+from helpers_stages import driver, expanded_stages, outs_of
 from lexgraph.core import layout
-from test_layout import driver, expanded_stages, outs_of
 
 #: deps a stage reads through an artefact its command gives, not on the command itself (why)
 THROUGH = {

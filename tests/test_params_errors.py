@@ -27,6 +27,8 @@ from lexgraph.core.config import SECTIONS, Base, read_params, resolve_device, se
 from lexgraph.core.errors import ConfigError, DataError
 
 PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "paper.yaml"]
+
+
 SENTINEL = b"sentinel: must survive a failed stage\n"
 
 # stage script -> (the stage name its error line starts with, argv with {in}/{out} placeholders; outputs under {out})

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +23,7 @@ import yaml
 
 from conftest import ROOT, sample_params
 from helpers_cli import ARTICLES, write_articles
+from helpers_scripts import run_script
 from lexgraph.core.config import Base, section_config
 from lexgraph.core.errors import ConfigError
 from lexgraph.methods.catalog import names
@@ -67,17 +67,17 @@ def _params(path: Path, **edits) -> Path:
     return path
 
 
-def _evaluate(ws: Path, params: Path) -> subprocess.CompletedProcess:
+def _evaluate(ws: Path, params: Path, capsys) -> subprocess.CompletedProcess:
+    """``python stages/evaluate.py --params PARAMS ...`` on ``ws``, run in this process
+    (tests/helpers_scripts.py: the driver as ``__main__``, from ROOT): its exit status and
+    stderr. A fresh interpreter spent 5 to 9 s importing torch and the systems first."""
     argv = ["--questions", ws / "data/clean/questions.parquet", "--keys", ws / "data/clean/keys.parquet"]
     argv += ["--runs", ws / "data/runs"]
     argv += ["--metrics-dir", ws / "metrics", "--workspace", ws]
-    return subprocess.run(
-        [sys.executable, str(ROOT / "stages" / "evaluate.py"), "--params", str(params), *map(str, argv)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+    capsys.readouterr()
+    status = run_script(ROOT / "stages" / "evaluate.py", "--params", params, *argv, cwd=ROOT)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["evaluate.py"], status, out, err)
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -106,7 +106,8 @@ def test_dvc_yaml_declares_a_metrics_file_for_every_system_evaluate_owns():
 def test_a_run_of_fewer_systems_leaves_no_metrics_of_an_earlier_run_and_regress_names_them(ws, tmp_path, capsys):
     from lexgraph.cli.main import main
 
-    proc = _evaluate(ws, _params(tmp_path / "params.yaml", **{"evaluate.systems": ["bm25"], "evaluate.baselines": []}))
+    params = _params(tmp_path / "params.yaml", **{"evaluate.systems": ["bm25"], "evaluate.baselines": []})
+    proc = _evaluate(ws, params, capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (ws / "data" / "runs").iterdir()) == ["bm25", "dev.qrels", "test.qrels"]
     bm25 = json.loads((ws / "metrics" / "bm25.json").read_text(encoding="utf-8"))
@@ -176,10 +177,10 @@ def test_regress_says_once_that_a_split_has_no_metrics_of_this_run(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def test_a_baseline_that_is_not_evaluated_is_refused_naming_both_keys(ws, tmp_path):
+def test_a_baseline_that_is_not_evaluated_is_refused_naming_both_keys(ws, tmp_path, capsys):
     params = _params(tmp_path / "params.yaml", **{"evaluate.systems": ["bm25"], "evaluate.baselines": ["bm25", "dsr"]})
     before = _snapshot(ws) | {"params": params.read_bytes()}
-    line = _one_error(_evaluate(ws, params), "evaluate")
+    line = _one_error(_evaluate(ws, params, capsys), "evaluate")
     assert (
         "params.yaml: 'evaluate.baselines' = ['bm25', 'dsr'] names dsr, which 'evaluate.systems' = ['bm25'] "
         "does not evaluate; expected baselines among 'evaluate.systems'"
@@ -187,14 +188,14 @@ def test_a_baseline_that_is_not_evaluated_is_refused_naming_both_keys(ws, tmp_pa
     assert _snapshot(ws) | {"params": params.read_bytes()} == before
 
 
-def test_a_baseline_switched_off_is_refused_before_any_output(ws, tmp_path):
+def test_a_baseline_switched_off_is_refused_before_any_output(ws, tmp_path, capsys):
     (ws / "models" / "xrerank").mkdir()
     (ws / "models" / "xrerank" / "disabled.json").write_text('{"enabled": false}\n', encoding="utf-8")
     params = _params(
         tmp_path / "params.yaml", **{"evaluate.systems": ["bm25", "xrerank"], "evaluate.baselines": ["bm25", "xrerank"]}
     )
     before = _snapshot(ws) | {"params": params.read_bytes()}
-    line = _one_error(_evaluate(ws, params), "evaluate")
+    line = _one_error(_evaluate(ws, params, capsys), "evaluate")
     assert "'evaluate.baselines' = ['bm25', 'xrerank'] names xrerank, which 'rerank.xrerank.enabled: false'" in line
     assert _snapshot(ws) | {"params": params.read_bytes()} == before
 
@@ -249,7 +250,7 @@ def test_what_dvc_holds_equal_to_true_or_false_is_read_as_it_and_other_numbers_a
             section_config(Base, {**base, "deterministic": value}, "base")
 
 
-def test_a_seed_written_as_13_0_runs_the_stage_as_13(ws, tmp_path):
+def test_a_seed_written_as_13_0_runs_the_stage_as_13(ws, tmp_path, capsys):
     """``dvc exp run -S base.seed=13.0`` writes 13.0 and DVC sees no change from 13: the stages
     must read the same value, not refuse the file DVC left."""
     edits = {"evaluate.systems": ["bm25"], "evaluate.baselines": ["bm25"]}
@@ -258,7 +259,7 @@ def test_a_seed_written_as_13_0_runs_the_stage_as_13(ws, tmp_path):
         params = _params(tmp_path / f"params_{seed}.yaml", **edits)
         text = params.read_text(encoding="utf-8").replace("seed: 13\n", f"seed: {seed}\n")
         params.write_text(text, encoding="utf-8")
-        proc = _evaluate(ws, params)
+        proc = _evaluate(ws, params, capsys)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outputs[seed] = _snapshot(ws)
     assert outputs[13] == outputs[13.0]

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from helpers_serve import QUESTIONS, SERVED, RunningServer, served_workspace, set_serve
+from helpers_serve import QUESTIONS, SERVED, RunningServer, loopback, served_workspace, set_serve
 from lexgraph.cli.main import main
 
 TEXTS = [q for q, _ in QUESTIONS.values()] + ["contrat de bail, loyer", "enfant mariage loi"]
@@ -45,7 +45,7 @@ def _cli_hits(workspace, system, question, k, capsys):
 @pytest.mark.parametrize("system", SERVED)
 def test_get_search_answers_as_lexgraph_search_does(workspace, running, capsys, system):
     for question in TEXTS:
-        response = httpx.get(f"{running.url}/search", params={"q": question, "system": system, "k": 5})
+        response = loopback.get(f"{running.url}/search", params={"q": question, "system": system, "k": 5})
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["system"] == system and body["question"] == question and body["generation"] == 0
@@ -57,23 +57,25 @@ def test_get_search_answers_as_lexgraph_search_does(workspace, running, capsys, 
 
 
 def test_post_search_answers_each_question_as_get_does(running):
-    response = httpx.post(f"{running.url}/search", json={"questions": TEXTS, "system": "bm25", "k": 4})
+    response = loopback.post(f"{running.url}/search", json={"questions": TEXTS, "system": "bm25", "k": 4})
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert [r["question"] for r in results] == TEXTS
     for question, result in zip(TEXTS, results):
-        single = httpx.get(f"{running.url}/search", params={"q": question, "system": "bm25", "k": 4}).json()
+        single = loopback.get(f"{running.url}/search", params={"q": question, "system": "bm25", "k": 4}).json()
         assert result["hits"] == single["hits"]
 
 
 def test_concurrent_dense_questions_are_searched_in_fewer_calls_with_the_same_hits(running):
-    alone = {q: httpx.get(f"{running.url}/search", params={"q": q, "system": "dsr", "k": 5}).json() for q in TEXTS}
+    alone = {q: loopback.get(f"{running.url}/search", params={"q": q, "system": "dsr", "k": 5}).json() for q in TEXTS}
     batcher = running.server.catalog.batchers["dsr"]
     before = batcher.calls
     questions = TEXTS * 4  # 20 requests at once; the batcher waits up to serve.max_wait_ms = 50 for company
     with ThreadPoolExecutor(len(questions)) as pool:
         answers = list(
-            pool.map(lambda q: httpx.get(f"{running.url}/search", params={"q": q, "system": "dsr", "k": 5}), questions)
+            pool.map(
+                lambda q: loopback.get(f"{running.url}/search", params={"q": q, "system": "dsr", "k": 5}), questions
+            )
         )
     assert all(a.status_code == 200 for a in answers)
     assert batcher.calls - before < len(questions) / 2  # batched: far fewer encoder calls than requests
@@ -88,15 +90,15 @@ def test_articles_systems_and_health(workspace, running):
 
     articles = pl.read_parquet(workspace / "data" / "clean" / "articles.parquet").sort("id")
     row = articles.row(3, named=True)
-    body = httpx.get(f"{running.url}/articles/{row['id']}").json()
+    body = loopback.get(f"{running.url}/articles/{row['id']}").json()
     assert body["text"] == row["article"] and body["path"] == row["path"] and body["reference"] == row["reference"]
     same = [str(r["id"]) for r in articles.iter_rows(named=True) if r["path"] == row["path"]]
     assert body["siblings"] == same and body["key"] == str(row["id"])
-    systems = httpx.get(f"{running.url}/systems").json()
+    systems = loopback.get(f"{running.url}/systems").json()
     assert [s["name"] for s in systems["systems"]] == SERVED
     assert all(s["models"] for s in systems["systems"])  # the digests of the models each system loaded
-    assert httpx.get(f"{running.url}/health").json() == {"status": "ok", "generation": 0, "systems": SERVED}
-    assert httpx.get(f"{running.url}/openapi.json").json()["paths"].keys() >= {"/search", "/articles/{article_id}"}
+    assert loopback.get(f"{running.url}/health").json() == {"status": "ok", "generation": 0, "systems": SERVED}
+    assert loopback.get(f"{running.url}/openapi.json").json()["paths"].keys() >= {"/search", "/articles/{article_id}"}
 
 
 def _raw(port: int, data: bytes, pause_after: bool = False, timeout: float = 5) -> bytes:
@@ -120,11 +122,11 @@ def _hostile(url: str, port: int) -> list[tuple[str, object]]:
     search = f"{url}/search"
 
     def get(path, **params):
-        return lambda: _response(httpx.get(f"{url}{path}", params=params, timeout=10))
+        return lambda: _response(loopback.get(f"{url}{path}", params=params, timeout=10))
 
     def post(content=None, headers=None, **kw):
         headers = headers or {"content-type": "application/json"}
-        return lambda: _response(httpx.post(search, content=content, headers=headers, timeout=10, **kw))
+        return lambda: _response(loopback.post(search, content=content, headers=headers, timeout=10, **kw))
 
     def raw(data: bytes):
         def send():
@@ -156,7 +158,7 @@ def _hostile(url: str, port: int) -> list[tuple[str, object]]:
         ("a request head of 100 KB", raw(b"GET /health HTTP/1.1\r\n" + H + b"X-Big: " + b"a" * 100000 + b"\r\n\r\n")),
         ("not HTTP", raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n")),
         ("no q", get("/search", system="bm25")),
-        ("a wrong method", lambda: _response(httpx.delete(search, timeout=10))),
+        ("a wrong method", lambda: _response(loopback.delete(search, timeout=10))),
         ("an unknown path", get("/../../etc/passwd")),
         ("an unknown path under the API", get("/admin/shell")),
     ]
@@ -172,11 +174,11 @@ def _hostile(url: str, port: int) -> list[tuple[str, object]]:
         for system in SERVED:
             cases.append((f"q={q[:8]!r} ({system})", get("/search", q=q, system=system)))
     for article in ("..%2F..%2Fparams.yaml", "%2e%2e", "C:%5CWindows", "999999", "-1", "%00", "a" * 5000, "1 OR 1=1"):
-        cases.append((f"article {article[:20]!r}", lambda a=article: _response(httpx.get(f"{url}/articles/{a}"))))
+        cases.append((f"article {article[:20]!r}", lambda a=article: _response(loopback.get(f"{url}/articles/{a}"))))
     for raw in ("/search?q=%FF", "/search?q=%ED%A0%80", "/articles/%C3"):  # not UTF-8 once decoded
-        cases.append((f"raw {raw}", lambda r=raw: _response(httpx.get(f"{url}{r}"))))
+        cases.append((f"raw {raw}", lambda r=raw: _response(loopback.get(f"{url}{r}"))))
     for path in ("/inspect?split=train", "/inspect/test/999?a=bm25", "/inspect/test/101?a=nope", "/article/..%2Fx"):
-        cases.append((f"page {path}", lambda p=path: _response(httpx.get(f"{url}{p}"), page=True)))
+        cases.append((f"page {path}", lambda p=path: _response(loopback.get(f"{url}{p}"), page=True)))
     return cases
 
 
@@ -206,19 +208,19 @@ def test_a_hundred_hostile_requests_get_a_4xx_and_one_line_of_json(running, capl
             assert 400 <= status < 500, (label, status, body[:200])
             assert b"\n" not in body.strip() and b"Traceback" not in body, (label, body[:200])
             assert isinstance(json.loads(body).get("error", ""), str), (label, body[:200])
-        ok = httpx.get(f"{running.url}/search", params={"q": "bail", "system": "bm25"})
+        ok = loopback.get(f"{running.url}/search", params={"q": "bail", "system": "bm25"})
         assert ok.status_code == 200  # served while the slow clients hold their connections
         for future in pending:
             status, body, seconds = future.result()
             assert status == 408 and "error" in json.loads(body) and seconds < 5, (status, body, seconds)
     assert "Traceback" not in caplog.text
-    assert httpx.get(f"{running.url}/health").status_code == 200
+    assert loopback.get(f"{running.url}/health").status_code == 200
 
 
 def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_old_models(workspace, caplog):
     with RunningServer(workspace) as running:
         question = {"q": "le bail du contrat", "system": "bm25", "k": 5}
-        old = httpx.get(f"{running.url}/search", params=question).json()["hits"]
+        old = loopback.get(f"{running.url}/search", params=question).json()["hits"]
         saved = workspace / "bm25.saved"
         shutil.copytree(workspace / "models" / "bm25", saved)
         stop, answers = threading.Event(), []
@@ -233,7 +235,7 @@ def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_o
             t.start()
         time.sleep(0.5)
         _refit(workspace)  # as a new `dvc repro` with other BM25 settings would
-        reload = httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
+        reload = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
         time.sleep(0.5)
         stop.set()
         for t in threads:
@@ -242,7 +244,7 @@ def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_o
         assert answers and all(a.status_code == 200 for a in answers), {a.status_code for a in answers}
         generations = {a.json()["generation"] for a in answers}
         assert generations == {0, 1}  # requests were answered before and after the swap, none dropped
-        new = httpx.get(f"{running.url}/search", params=question).json()["hits"]
+        new = loopback.get(f"{running.url}/search", params=question).json()["hits"]
         assert [h["score"] for h in new] != [h["score"] for h in old]  # the new BM25 answers
 
         for path in (workspace / "models" / "bm25").iterdir():  # a damaged artefact
@@ -250,11 +252,11 @@ def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_o
                 path.write_bytes(b"\x00garbage")
         caplog.clear()
         with caplog.at_level(logging.ERROR, logger="lexgraph.serve"):
-            refused = httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
+            refused = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
         assert refused.status_code == 503 and "\n" not in refused.text and "error" in refused.json()
         lines = [r.getMessage() for r in caplog.records if r.name == "lexgraph.serve"]
         assert len(lines) == 1 and "reload refused" in lines[0] and "\n" not in lines[0], lines
-        after = httpx.get(f"{running.url}/search", params=question).json()
+        after = loopback.get(f"{running.url}/search", params=question).json()
         assert after["generation"] == 1 and after["hits"] == new  # the models of generation 1 serve on
     shutil.rmtree(workspace / "models" / "bm25")
     shutil.move(saved, workspace / "models" / "bm25")
@@ -284,7 +286,7 @@ def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(wo
 
     systems = [s for s in names() if s in SERVED]  # the registry's order: every system with a run
     runs = {s: read_trec(workspace / "data" / "runs" / s / "test.trec") for s in systems}
-    page = httpx.get(f"{running.url}/inspect", params={"split": "test", "k": 5}).text
+    page = loopback.get(f"{running.url}/inspect", params={"split": "test", "k": 5}).text
     assert _columns(page) == ["id", "question", "gold", *systems]
     for qid, (_, gold) in QUESTIONS.items():
         row = page.split(f'<tr data-id="{qid}">')[1].split("</tr>")[0]
@@ -292,7 +294,7 @@ def test_the_inspector_shows_each_systems_recall_and_the_missed_gold_articles(wo
         want = [sum(g in runs[s][qid][:5] for g in gold) / len(gold) for s in systems]
         assert [float(c) for c in cells] == pytest.approx(want, abs=0.005), (qid, cells, want)
     qid, (_, gold) = 103, QUESTIONS[103]
-    page = httpx.get(f"{running.url}/inspect/test/{qid}", params={"a": "bm25", "b": "dsr", "k": 2}).text
+    page = loopback.get(f"{running.url}/inspect/test/{qid}", params={"a": "bm25", "b": "dsr", "k": 2}).text
     missed = [g for g in gold if g not in runs["bm25"][qid][:2] or g not in runs["dsr"][qid][:2]]
     assert _missed_rows(page) == [str(g) for g in missed] and missed
     for g in missed:
@@ -316,7 +318,7 @@ def _crawl(url: str, starts: list[str], limit: int = 400) -> dict[str, int]:
         path = todo.pop(0)
         if path in status:
             continue
-        response = httpx.get(url + path)
+        response = loopback.get(url + path)
         status[path] = response.status_code
         if path.startswith(("/docs", "/static")) or "text/html" not in response.headers.get("content-type", ""):
             continue
@@ -361,7 +363,7 @@ def test_the_inspector_has_a_mean_row_and_sorts_by_any_column(workspace, running
         for s in systems
         for qid, (_, gold) in QUESTIONS.items()
     }
-    page = httpx.get(f"{running.url}/inspect", params={"split": "test", "k": 3}).text
+    page = loopback.get(f"{running.url}/inspect", params={"split": "test", "k": 3}).text
     mean = page.split('id="mean">')[1].split("</tr>")[0]
     gold_mean = sum(len(g) for _, g in QUESTIONS.values()) / len(QUESTIONS)
     want = [gold_mean, *(sum(recall[s, q] for q in QUESTIONS) / len(QUESTIONS) for s in systems)]
@@ -369,7 +371,7 @@ def test_the_inspector_has_a_mean_row_and_sorts_by_any_column(workspace, running
     for column in ("id", "question", "gold", *systems):
         for order in ("asc", "desc"):
             params = {"split": "test", "k": 3, "sort": column, "order": order}
-            page = httpx.get(f"{running.url}/inspect", params=params).text
+            page = loopback.get(f"{running.url}/inspect", params=params).text
             shown = [int(q) for q in re.findall(r'<tr data-id="([^"]+)">', page)]
             value = {
                 "id": lambda q: q,
@@ -384,7 +386,7 @@ def test_the_inspector_has_a_mean_row_and_sorts_by_any_column(workspace, running
             again = "desc" if order == "asc" else "asc"
             assert link and link.group(1) == f"{order}ending" and f"order={again}" in link.group(2), head
     for bad in ({"sort": "nothing"}, {"order": "up"}):
-        answer = httpx.get(f"{running.url}/inspect", params={"split": "test", **bad})
+        answer = loopback.get(f"{running.url}/inspect", params={"split": "test", **bad})
         assert answer.status_code == 400 and 'id="error"' in answer.text
 
 
@@ -406,15 +408,19 @@ def test_the_question_page_compares_the_served_default_with_the_strongest_other(
 
     served = SERVED[0]
     strongest = max((s for s in systems if s != served), key=mean)  # the first of equals, in registry order
-    page = httpx.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "k": k}).text
+    page = loopback.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "k": k}).text
     shown = [c.split('"')[0] for c in page.split('data-system="')[1:]]
     assert shown == [served, strongest], (shown, {s: mean(s) for s in systems})
     pair = page.split('id="pair">')[1].split("</p>")[0]
     assert f"A is {served} (the served default" in pair and f"B is {strongest}, of the other systems" in pair
     assert f"{served} {mean(served):.2f}, {strongest} {mean(strongest):.2f}" in pair
-    chosen = httpx.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "a": "bm25", "b": "dsr"})
+    chosen = loopback.get(
+        f"{running.url}/inspect/question", params={"split": "test", "id": 101, "a": "bm25", "b": "dsr"}
+    )
     assert 'id="pair"' not in chosen.text  # both given: nothing chosen by default
-    only_b = httpx.get(f"{running.url}/inspect/question", params={"split": "test", "id": 101, "b": served, "k": k}).text
+    only_b = loopback.get(
+        f"{running.url}/inspect/question", params={"split": "test", "id": 101, "b": served, "k": k}
+    ).text
     other = max((s for s in systems if s != served), key=mean)
     assert [c.split('"')[0] for c in only_b.split('data-system="')[1:]] == [other, served]
 
@@ -437,13 +443,13 @@ def test_an_index_of_ones_own_statutes_is_served_with_the_users_ids(workspace, t
         url = running.url
         by_id = {r["id"]: r for r in records}
         for system in ("bm25", "dsr"):
-            hits = httpx.get(f"{url}/search", params={"q": "le bail", "system": system, "k": 3}).json()["hits"]
+            hits = loopback.get(f"{url}/search", params={"q": "le bail", "system": system, "k": 3}).json()["hits"]
             capsys.readouterr()
             cli = ["search", "--workspace", str(ws), "--index", str(index), "--system", system, "--json", "--top", "3"]
             assert main([*cli, "le bail"]) == 0
             assert [h["id"] for h in hits] == [h["id"] for h in json.loads(capsys.readouterr().out)["hits"]]
             assert all(h["id"] in by_id and h["path"] == by_id[h["id"]]["path"] for h in hits), hits
-        article = httpx.get(f"{url}/articles/art-4").json()
+        article = loopback.get(f"{url}/articles/art-4").json()
         assert article["key"] == "art-4" and article["path"] == ["Code Z", "Livre 0"]
         assert article["siblings"] == [r["id"] for r in records if r["path"] == ["Code Z", "Livre 0"]]
         # no dead link (issue 41, item 5b): an index has no questions, so no page links the inspector,
@@ -452,7 +458,7 @@ def test_an_index_of_ones_own_statutes_is_served_with_the_users_ids(workspace, t
         assert not any(p.startswith("/inspect") for p in status), status
         assert any(p.startswith("/article") for p in status) and "/docs" in status
         assert {p: s for p, s in status.items() if s != 200} == {"/no-such-page": 404}  # the page asked for only
-        inspect = httpx.get(f"{url}/inspect")
+        inspect = loopback.get(f"{url}/inspect")
         assert inspect.status_code == 404 and "this server searches the index idx" in inspect.text
 
 
@@ -536,7 +542,7 @@ def test_the_command_serves_reloads_on_sighup_and_stops_on_sigterm(workspace):
 
     def generation() -> int | None:
         try:
-            return httpx.get(f"{url}/health", timeout=2).json()["generation"]
+            return loopback.get(f"{url}/health", timeout=2).json()["generation"]
         except httpx.HTTPError:
             return None
 
@@ -549,7 +555,7 @@ def test_the_command_serves_reloads_on_sighup_and_stops_on_sigterm(workspace):
         while generation() != 1:
             assert time.monotonic() < deadline, "SIGHUP did not reload"
             time.sleep(0.2)
-        assert httpx.get(f"{url}/search", params={"q": "bail"}).json()["generation"] == 1
+        assert loopback.get(f"{url}/search", params={"q": "bail"}).json()["generation"] == 1
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
@@ -562,8 +568,8 @@ def test_the_command_serves_reloads_on_sighup_and_stops_on_sigterm(workspace):
 def test_the_api_docs_page_loads_nothing_from_elsewhere(running):
     import re
 
-    page = httpx.get(f"{running.url}/docs").text
+    page = loopback.get(f"{running.url}/docs").text
     sources = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)""", page) + re.findall(r"url:\s*'([^']+)'", page)
     assert sources and all(s.startswith("/") or s.startswith("data:") for s in sources), sources
     for asset in ("/static/swagger/swagger-ui-bundle.js", "/static/swagger/swagger-ui.css", "/openapi.json"):
-        assert asset in sources and httpx.get(f"{running.url}{asset}").status_code == 200
+        assert asset in sources and loopback.get(f"{running.url}{asset}").status_code == 200

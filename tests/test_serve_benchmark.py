@@ -5,9 +5,7 @@ refusals of bad arguments and of a damaged saved result. No server is started an
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, load_benchmark
+from helpers_scripts import run_script
 
 bench = load_benchmark("serve")
 
@@ -209,15 +208,14 @@ def test_markdown_tables_of_a_result():
     ]
 
 
-def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "serve.py"), *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _bench(capsys, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python benchmarks/serve.py ARGS`` run in this process (tests/helpers_scripts.py: its
+    ``__main__`` block, a traceback fails the test): its exit status, stdout and stderr. A fresh
+    interpreter spent ~5 s importing the catalogue of systems (torch) before the refusal."""
+    capsys.readouterr()
+    status = run_script(ROOT / "benchmarks" / "serve.py", *args, cwd=cwd)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["serve.py", *args], status, out, err)
 
 
 def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
@@ -241,20 +239,20 @@ def _one_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
         (["--all-systems", "--serve-set", "max_batch=8"], "the workspace's own settings are served"),
     ],
 )
-def test_bad_arguments_are_one_line(tmp_path, args, expected):
-    _one_line(_bench(*args, cwd=tmp_path), expected)
+def test_bad_arguments_are_one_line(tmp_path, capsys, args, expected):
+    _one_line(_bench(capsys, *args, cwd=tmp_path), expected)
     assert not any(tmp_path.iterdir())
 
 
-def test_out_under_a_file_is_refused_before_any_work(tmp_path):
+def test_out_under_a_file_is_refused_before_any_work(tmp_path, capsys):
     (tmp_path / "results").write_text("earlier\n", encoding="utf-8")
-    proc = _bench("--out", str(tmp_path / "results" / "serve.json"), cwd=tmp_path)
+    proc = _bench(capsys, "--out", str(tmp_path / "results" / "serve.json"), cwd=tmp_path)
     _one_line(proc, "results/serve.json", "is not a directory")
     assert (tmp_path / "results").read_text(encoding="utf-8") == "earlier\n"
 
 
-def test_a_directory_that_is_no_workspace_is_one_line(tmp_path):
-    proc = _bench("--workspace", str(tmp_path), "--out", str(tmp_path / "serve.json"), cwd=tmp_path)
+def test_a_directory_that_is_no_workspace_is_one_line(tmp_path, capsys):
+    proc = _bench(capsys, "--workspace", str(tmp_path), "--out", str(tmp_path / "serve.json"), cwd=tmp_path)
     _one_line(proc, "params.yaml")
     assert not (tmp_path / "serve.json").exists()
 
@@ -264,10 +262,10 @@ def test_a_directory_that_is_no_workspace_is_one_line(tmp_path):
     [("{bad", "not valid JSON"), ('{"results": {}}', "key 'serve' is missing")],
     ids=["corrupt", "foreign"],
 )
-def test_table_of_a_damaged_or_foreign_file(tmp_path, text, expected):
+def test_table_of_a_damaged_or_foreign_file(tmp_path, capsys, text, expected):
     saved = tmp_path / "serve.json"
     saved.write_text(text, encoding="utf-8")
-    proc = _bench("--table", str(saved), cwd=tmp_path)
+    proc = _bench(capsys, "--table", str(saved), cwd=tmp_path)
     _one_line(proc, str(saved), expected, "expected the JSON that benchmarks/serve.py --out writes")
     assert proc.stdout == "" and saved.read_text(encoding="utf-8") == text
 

@@ -25,7 +25,7 @@ import httpx
 import polars as pl
 import pytest
 
-from helpers_serve import QUESTIONS, SERVED, RunningServer, served_workspace
+from helpers_serve import QUESTIONS, SERVED, RunningServer, loopback, served_workspace
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +79,14 @@ def test_admin_reload_needs_the_token_and_a_request_of_the_servers_own(running, 
     ]
     with caplog.at_level(logging.INFO, logger="lexgraph.serve"):
         for label, headers, body, status in cases:
-            response = httpx.post(url, headers=headers, content=body, timeout=30)
+            response = loopback.post(url, headers=headers, content=body, timeout=30)
             assert response.status_code == status, (label, response.status_code, response.text)
             _one_line_json(response)
-        in_url = httpx.post(f"{url}?token={token}", headers=admin, timeout=30)  # a token never travels in a URL
+        in_url = loopback.post(f"{url}?token={token}", headers=admin, timeout=30)  # a token never travels in a URL
         assert in_url.status_code == 400 and "header" in _one_line_json(in_url)
     assert (running.server.reloads, running.server.catalog.generation) == before  # none of them reloaded
     assert "Traceback" not in caplog.text and token not in caplog.text
-    ok = httpx.post(url, headers={**admin, "origin": running.url}, timeout=120)  # the server's own page may
+    ok = loopback.post(url, headers={**admin, "origin": running.url}, timeout=120)  # the server's own page may
     assert ok.status_code == 200 and ok.json()["generation"] == before[1] + 1, ok.text
 
 
@@ -113,7 +113,8 @@ def test_reloads_run_one_at_a_time_and_at_most_one_waits(running):
         with ThreadPoolExecutor(10) as pool:
             answers = list(
                 pool.map(
-                    lambda _: httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120), range(10)
+                    lambda _: loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120),
+                    range(10),
                 )
             )
     finally:
@@ -155,16 +156,16 @@ def test_a_request_for_another_host_is_refused_421_with_one_log_line(running, ca
     port = running.port
     with caplog.at_level(logging.INFO, logger="lexgraph.serve"):
         for path in ("/health", "/", "/search?q=bail", "/inspect", "/docs", "/articles/1"):
-            response = httpx.get(f"{running.url}{path}", headers={"host": f"rebind.evil.example:{port}"})
+            response = loopback.get(f"{running.url}{path}", headers={"host": f"rebind.evil.example:{port}"})
             assert response.status_code == 421, (path, response.status_code)
             assert "rebind.evil.example" in _one_line_json(response)
         for host in ("", "127.0.0.1:8000@evil", "localhost:port", "[::1", "a b"):
-            response = httpx.get(f"{running.url}/health", headers={"host": host})
+            response = loopback.get(f"{running.url}/health", headers={"host": host})
             assert response.status_code in (400, 421), (host, response.status_code)
     lines = [r.getMessage() for r in caplog.records if r.name == "lexgraph.serve"]
     assert len(lines) == 1 and "rebind.evil.example" in lines[0], lines  # one line, not one per request
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST.", "127.0.0.1"):
-        assert httpx.get(f"{running.url}/health", headers={"host": host}).status_code == 200, host
+        assert loopback.get(f"{running.url}/health", headers={"host": host}).status_code == 200, host
 
 
 def test_allowed_hosts_are_the_setting_and_the_bound_address():
@@ -180,10 +181,10 @@ def test_allowed_hosts_are_the_setting_and_the_bound_address():
 def test_redirects_are_relative_and_never_name_the_host(running):
     port = running.port
     for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
-        response = httpx.get(f"{running.url}/search/?q=bail", headers={"host": host}, follow_redirects=False)
+        response = loopback.get(f"{running.url}/search/?q=bail", headers={"host": host}, follow_redirects=False)
         assert response.status_code in (307, 308), response.status_code
         assert response.headers["location"] == "/search?q=bail", response.headers["location"]
-    response = httpx.get(f"{running.url}//evil.example/health/", follow_redirects=False)
+    response = loopback.get(f"{running.url}//evil.example/health/", follow_redirects=False)
     location = response.headers.get("location", "/")
     assert location.startswith("/") and not location.startswith("//"), location
 
@@ -203,21 +204,21 @@ def _raw(port: int, data: bytes, timeout: float = 10) -> tuple[int, dict[str, st
 def test_every_response_carries_the_security_headers(running):
     url, port = running.url, running.port
     responses = {
-        "JSON": httpx.get(f"{url}/health"),
-        "the search page": httpx.get(f"{url}/", params={"q": "bail"}),
-        "an article page": httpx.get(f"{url}/article", params={"id": "3"}),
-        "the inspector": httpx.get(f"{url}/inspect"),
-        "a 404 page": httpx.get(f"{url}/article", params={"id": "nope"}),
-        "a 404": httpx.get(f"{url}/nope"),
-        "a 405": httpx.delete(f"{url}/search"),
-        "a 413": httpx.post(f"{url}/search", content=b"x" * 100_000, headers={"content-type": "application/json"}),
-        "a 415": httpx.post(f"{url}/search", content=b"{}", headers={"content-type": "text/plain"}),
-        "a 421": httpx.get(f"{url}/health", headers={"host": "evil.example"}),
-        "a 401": httpx.post(f"{url}/admin/reload"),
-        "a redirect": httpx.get(f"{url}/search/?q=bail"),
-        "/docs": httpx.get(f"{url}/docs"),
-        "/openapi.json": httpx.get(f"{url}/openapi.json"),
-        "Swagger UI's script": httpx.get(f"{url}/static/swagger/swagger-ui-bundle.js"),
+        "JSON": loopback.get(f"{url}/health"),
+        "the search page": loopback.get(f"{url}/", params={"q": "bail"}),
+        "an article page": loopback.get(f"{url}/article", params={"id": "3"}),
+        "the inspector": loopback.get(f"{url}/inspect"),
+        "a 404 page": loopback.get(f"{url}/article", params={"id": "nope"}),
+        "a 404": loopback.get(f"{url}/nope"),
+        "a 405": loopback.delete(f"{url}/search"),
+        "a 413": loopback.post(f"{url}/search", content=b"x" * 100_000, headers={"content-type": "application/json"}),
+        "a 415": loopback.post(f"{url}/search", content=b"{}", headers={"content-type": "text/plain"}),
+        "a 421": loopback.get(f"{url}/health", headers={"host": "evil.example"}),
+        "a 401": loopback.post(f"{url}/admin/reload"),
+        "a redirect": loopback.get(f"{url}/search/?q=bail"),
+        "/docs": loopback.get(f"{url}/docs"),
+        "/openapi.json": loopback.get(f"{url}/openapi.json"),
+        "Swagger UI's script": loopback.get(f"{url}/static/swagger/swagger-ui-bundle.js"),
     }
     raw = {
         "a 408 (a head that never ends)": _raw(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"),
@@ -243,10 +244,10 @@ def test_the_pages_policy_allows_their_own_style_and_the_docs_their_own_script(r
     def digest(text: str) -> str:
         return f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'"
 
-    page = httpx.get(f"{running.url}/")
+    page = loopback.get(f"{running.url}/")
     (style,) = re.findall(r"<style>(.*?)</style>", page.text, flags=re.S)
     assert digest(style) in page.headers["content-security-policy"] and "<script" not in page.text
-    docs = httpx.get(f"{running.url}/docs")
+    docs = loopback.get(f"{running.url}/docs")
     inline = re.findall(r"<script>(.*?)</script>", docs.text, flags=re.S)
     assert inline and all(digest(s) in docs.headers["content-security-policy"] for s in inline)
 
@@ -269,7 +270,7 @@ def test_a_client_that_does_not_read_its_answers_is_dropped_within_the_write_tim
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
-    one = httpx.post(f"{running.url}/search", content=body, headers={"content-type": "application/json"})
+    one = loopback.post(f"{running.url}/search", content=body, headers={"content-type": "application/json"})
     assert one.status_code == 200 and len(one.content) * 8 > 2_000_000  # more than the socket buffers hold
     sockets = []
     with caplog.at_level(logging.INFO, logger="lexgraph.serve"):
@@ -285,7 +286,7 @@ def test_a_client_that_does_not_read_its_answers_is_dropped_within_the_write_tim
             while _connections_of(running, ports) < 3 and time.monotonic() < deadline:
                 time.sleep(0.05)
             start = time.monotonic()
-            lone = httpx.get(f"{running.url}/search", params={"q": "bail", "system": "bm25"}, timeout=10)
+            lone = loopback.get(f"{running.url}/search", params={"q": "bail", "system": "bm25"}, timeout=10)
             assert lone.status_code == 200 and time.monotonic() - start < 2
             deadline = time.monotonic() + 20
             while _connections_of(running, ports) and time.monotonic() < deadline:
@@ -428,48 +429,48 @@ def test_every_article_id_is_reachable_from_the_page_and_the_api(keyed):
     root, names = keyed
     with RunningServer(root) as running:
         url = running.url
-        page = httpx.get(f"{url}/", params={"q": "bail contrat", "system": "dsr", "k": 30})
+        page = loopback.get(f"{url}/", params={"q": "bail contrat", "system": "dsr", "k": 30})
         assert page.status_code == 200
         hit = r'<li class="hit" data-id="([^"]*)">\s*<div class="ref">.*?<a href="([^"]+)"'
         hits = re.findall(hit, page.text, re.S)
         assert {html.unescape(i) for i, _ in hits} == set(names.values())  # dsr ranks every article
         hits = [(html.unescape(i), html.unescape(h)) for i, h in hits]
-        reached = {key: httpx.get(f"{url}{href}") for key, href in hits}
+        reached = {key: loopback.get(f"{url}{href}") for key, href in hits}
         shown = {k: r.status_code == 200 and f'data-id="{html.escape(k)}"' in r.text for k, r in reached.items()}
         assert all(shown.values()), [(k, h, reached[k].status_code) for k, h in hits if not shown[k]]
         for key, href in hits:
             parts = urlsplit(href)
             assert parts.path == "/article" and parse_qs(parts.query) == {"id": [key]}, (key, href)
             for sibling in _links(reached[key].text, 'id="siblings"'):
-                assert httpx.get(f"{url}{sibling}").status_code == 200, (key, sibling)
+                assert loopback.get(f"{url}{sibling}").status_code == 200, (key, sibling)
         for key in names.values():
-            body = httpx.get(f"{url}/articles", params={"id": key}).json()
+            body = loopback.get(f"{url}/articles", params={"id": key}).json()
             assert body["key"] == key and key in body["siblings"], key
             if key not in (".", ".."):  # a dot segment is resolved away by every client before it is sent
-                assert httpx.get(f"{url}/articles/{quote(key, safe='')}").json()["key"] == key, key
-                assert httpx.get(f"{url}/article/{quote(key, safe='')}").status_code == 200, key
-        assert httpx.get(f"{url}/articles/a/b").json()["key"] == "a/b"  # an earlier URL, unencoded
+                assert loopback.get(f"{url}/articles/{quote(key, safe='')}").json()["key"] == key, key
+                assert loopback.get(f"{url}/article/{quote(key, safe='')}").status_code == 200, key
+        assert loopback.get(f"{url}/articles/a/b").json()["key"] == "a/b"  # an earlier URL, unencoded
         for missing in ("", "a/", "/a/b"):
-            assert httpx.get(f"{url}/articles", params={"id": missing}).status_code == 404, missing
+            assert loopback.get(f"{url}/articles", params={"id": missing}).status_code == 404, missing
 
 
 def test_every_question_id_is_reachable_in_the_inspector(keyed):
     root, names = keyed
     with RunningServer(root) as running:
         url = running.url
-        listing = httpx.get(f"{url}/inspect", params={"split": "test"})
+        listing = loopback.get(f"{url}/inspect", params={"split": "test"})
         assert listing.status_code == 200
         links = _links(listing.text, "<tbody>")
         assert len(links) == len(QUESTIONS)
         for (qid, (text, gold)), href in zip(QUESTIONS.items(), links):
-            page = httpx.get(f"{url}{href}{'&' if '?' in href else '?'}a=bm25&b=dsr&k=2")
+            page = loopback.get(f"{url}{href}{'&' if '?' in href else '?'}a=bm25&b=dsr&k=2")
             assert page.status_code == 200 and html.escape(text) in page.text, (href, page.status_code)
             assert parse_qs(urlsplit(href).query)["id"] == [QUESTION_KEYS[qid]], href
             for missed in re.findall(r'<tr data-id="([^"]*)">', page.text.split('id="missed"')[-1]):
                 assert html.unescape(missed) in {names[g] for g in gold}
             for link in _links(page.text, '<div class="columns">'):
-                assert httpx.get(f"{url}{link}").status_code == 200, link
-        old = httpx.get(f"{url}/inspect/test/q/1")  # the earlier path, with a / in the id
+                assert loopback.get(f"{url}{link}").status_code == 200, link
+        old = loopback.get(f"{url}/inspect/test/q/1")  # the earlier path, with a / in the id
         assert old.status_code == 200 and html.escape(QUESTIONS[101][0]) in old.text
 
 
@@ -485,21 +486,21 @@ def test_a_damaged_run_refuses_the_reload_and_a_rewritten_one_is_not_shown_under
     with RunningServer(root) as running:
         page = f"{running.url}/inspect/question"
         params = {"split": "test", "id": "101", "a": "bm25", "b": "dsr", "k": 5}
-        before = httpx.get(page, params=params).text
+        before = loopback.get(page, params=params).text
         good = run.read_text()
         first = good.splitlines()[0].split()
         run.write_text(f"{first[0]} Q0 {first[2]} 1 0.5\n" + good)  # five fields: a damaged run
         with caplog.at_level(logging.INFO, logger="lexgraph.serve"):
-            refused = httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
+            refused = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
         assert refused.status_code == 503 and "test.trec" in _one_line_json(refused)
         lines = [r.getMessage() for r in caplog.records if r.name == "lexgraph.serve"]
         lines = [line for line in lines if not line.startswith("loaded ")]  # the load's progress, one per system
         assert len(lines) == 1 and "reload refused" in lines[0] and "test.trec" in lines[0], lines
-        shown = httpx.get(page, params=params)
+        shown = loopback.get(page, params=params)
         assert shown.status_code == 200 and shown.text == before  # the old generation's runs, as loaded
         reversed_run = [line.split() for line in good.splitlines()]
         run.write_text("".join(f"{q} Q0 {d} {100 - int(r)} {s} {t}\n" for q, _, d, r, s, t in reversed_run))
-        assert httpx.get(page, params=params).text == before  # read at load, not under the request
+        assert loopback.get(page, params=params).text == before  # read at load, not under the request
     assert "Traceback" not in caplog.text
 
 
@@ -519,7 +520,7 @@ def test_a_stop_during_a_reload_abandons_it_in_one_log_line(workspace, caplog):
         answer = {}
 
         def reload():
-            answer["response"] = httpx.post(f"{running.url}/admin/reload", headers=running.admin, timeout=60)
+            answer["response"] = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=60)
 
         with caplog.at_level(logging.INFO):
             thread = threading.Thread(target=reload)
@@ -563,7 +564,7 @@ def _wait_health(url: str, process, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while True:
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if loopback.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -597,7 +598,7 @@ def test_out_of_file_descriptors_is_one_log_line_per_interval_not_a_flood(worksp
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                if loopback.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -630,7 +631,7 @@ def test_sigterm_during_a_reload_is_a_clean_stop(workspace):
     def reload():
         token = (workspace / "admin-token").read_text().strip() if (workspace / "admin-token").is_file() else "none"
         headers = {"authorization": f"Bearer {token}"}
-        answer["response"] = httpx.post(f"{url}/admin/reload", headers=headers, timeout=60)
+        answer["response"] = loopback.post(f"{url}/admin/reload", headers=headers, timeout=60)
 
     try:
         _wait_health(url, process)

@@ -25,7 +25,6 @@ import logging
 import os
 import random
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from lexgraph.core.conform import DEFAULT_PARAMS as DEFAULT_PARAMS
 from lexgraph.core.conform import bad_value as bad_value
 from lexgraph.core.conform import check_types as check_types
 from lexgraph.core.conform import expectation as expectation
+from lexgraph.core.conform import hints
 from lexgraph.core.conform import params_error as params_error
 from lexgraph.core.conform import without_params_file as without_params_file
 from lexgraph.core.errors import ConfigError, DataError
@@ -116,7 +116,7 @@ def section_config(cls, params: dict[str, Any] | None, section: str, variant: st
     keys = {name: ".".join(paths[0]) for name, paths, _ in layout}
     out: dict[str, Any] = {}
     for f in (f for f in dataclasses.fields(cls) if f.name in keys and "read_with" not in f.metadata):
-        if dataclasses.is_dataclass(typing.get_type_hints(cls)[f.name]):
+        if dataclasses.is_dataclass(hints(cls)[f.name]):
             out[f.name] = _nested(cls, f, values, section, variant)
         elif f.name in flat:
             out[f.name] = check_types(cls, {f.name: flat[f.name]}, section, keys)[f.name]
@@ -153,7 +153,7 @@ def _layout(cls, variant: str | None) -> list[tuple[str, list[tuple[str, ...]], 
 
 def _keys_of(cls, f) -> dict[str, str]:
     """A nested dataclass field's keys: ``metadata["keys"]``, else its fields under the field's name."""
-    sub = typing.get_type_hints(cls)[f.name]
+    sub = hints(cls)[f.name]
     if not dataclasses.is_dataclass(sub):
         return {}
     return f.metadata.get("keys") or {g.name: f"{f.name}.{g.name}" for g in dataclasses.fields(sub) if g.init}
@@ -209,14 +209,14 @@ def _expected(cls, tree: dict[str, Any], key: str, where: tuple[str, ...], varia
             return expectation(cls, f.name)
         sub = {p.format(variant=variant): name for name, p in _keys_of(cls, f).items()}
         if path in sub:
-            return expectation(typing.get_type_hints(cls)[f.name], sub[path])
+            return expectation(hints(cls)[f.name], sub[path])
     return "a value"  # pragma: no cover - every leaf of the tree is a field's key
 
 
 def _nested(cls, f, values: dict[str, Any], section: str, variant):
     """The dataclass of field ``f`` (an architecture inside a stage's settings) from its keys;
     its errors name the keys as written (``'gnn.heads'`` -> ``'gnn.hgraph.heads'``)."""
-    sub = typing.get_type_hints(cls)[f.name]
+    sub = hints(cls)[f.name]
     paths = {name: p.format(variant=variant) for name, p in _keys_of(cls, f).items()}
     own = check_types(sub, {n: _lookup(values, tuple(p.split("."))) for n, p in paths.items()}, section, paths)
     try:

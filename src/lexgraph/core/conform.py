@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -14,6 +15,15 @@ from pathlib import Path
 from typing import Any, Union
 
 from lexgraph.core.errors import ConfigError, SettingError
+
+
+@functools.cache
+def hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of the settings class ``cls`` (``typing.get_type_hints``, computed
+    once per class: a class's annotations are fixed once it is defined, and reading a section asks
+    for them once per key). Callers do not change the mapping."""
+    return typing.get_type_hints(cls)
+
 
 DEFAULT_PARAMS = Path("params.yaml")
 _NONE = type(None)
@@ -166,13 +176,13 @@ def expectation(cls, name: str) -> str:
         return f.metadata["expected"]
     if "choices" in f.metadata:
         return f"one of {', '.join(map(str, f.metadata['choices']))}"
-    return _describe(typing.get_type_hints(cls)[name])
+    return _describe(hints(cls)[name])
 
 
 def _finite(cls, name: str) -> str:
     """The expectation of a field given nan or an infinity."""
     f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    if "expected" in f.metadata or typing.get_origin(typing.get_type_hints(cls)[name]) in (list, tuple, abc.Sequence):
+    if "expected" in f.metadata or typing.get_origin(hints(cls)[name]) in (list, tuple, abc.Sequence):
         return f"{expectation(cls, name)}, finite (not nan or inf)"
     return "a finite number (not nan or inf)"
 
@@ -181,13 +191,13 @@ def check_types(cls, values: dict[str, Any], section: str, keys: dict[str, str] 
     """``values`` (field name -> value) checked against the annotations of dataclass
     ``cls`` and conformed (``'5e-5'`` -> ``5e-05``); ``keys`` maps a field to the key
     the user wrote when they differ (``{"kd_weight": "kd.weight"}``)."""
-    hints = typing.get_type_hints(cls)
+    declared = hints(cls)
     out = dict(values)
     for name, value in values.items():
-        if name not in hints:
+        if name not in declared:
             continue
         try:
-            out[name] = _conform(value, hints[name])
+            out[name] = _conform(value, declared[name])
         except _NotFinite:
             raise bad_value(section, (keys or {}).get(name, name), value, _finite(cls, name)) from None
         except _Mismatch:
@@ -210,7 +220,7 @@ def saved_value(cls, name: str, value: Any, path, fix: str, *, key: str | None =
 
     f = {f.name: f for f in dataclasses.fields(cls)}[name]
     try:
-        conformed = _conform(value, typing.get_type_hints(cls)[name])
+        conformed = _conform(value, hints(cls)[name])
         good = conformed in f.metadata.get("choices", (conformed,)) and (ok is None or ok(conformed))
     except _Mismatch:
         good = False
