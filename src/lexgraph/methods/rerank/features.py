@@ -393,18 +393,9 @@ def build_features(
     if not config.enabled:
         write_disabled(out_dir, config.variant)
         return dict(DISABLED)
-    encoder = FrozenTokenEncoder(pretrain_dir, device)
-    inputs = token_inputs(
-        articles,
-        questions,
-        config,
-        encoder.tokenizer,
-        encoder.query_prefix,
-        encoder.passage_prefix,
-        seed,
-        CACHE_TRUNCATION,
+    (arts, qs, views), inputs = _frozen_encoding(
+        articles, questions, config, pretrain_dir, device, seed, CACHE_TRUNCATION
     )
-    arts, qs, views = encode_inputs(encoder, inputs, config.encode_batch_size)
     meta = _metadata(config, pretrain_dir, seed)
     with atomic_path(out_dir, directory=True) as tmp:
         arts.save(Path(tmp) / "articles.safetensors", meta)
@@ -446,6 +437,16 @@ def cache_matches(
     return True
 
 
+def _frozen_encoding(articles, questions, config: CacheSettings, pretrain_dir, device, seed: int, truncation):
+    """The ``(articles, questions, element_views)`` stores of :func:`token_inputs` (cut with
+    ``truncation``) encoded by the frozen PLM of ``pretrain_dir``, and those inputs (their
+    ``stats``): the cache's encoding and a frozen re-ranker's own, when the cache does not match."""
+    encoder = FrozenTokenEncoder(pretrain_dir, device)
+    prefixes = (encoder.query_prefix, encoder.passage_prefix)
+    inputs = token_inputs(articles, questions, config, encoder.tokenizer, *prefixes, seed, truncation)
+    return encode_inputs(encoder, inputs, config.encode_batch_size), inputs
+
+
 def frozen_stores(
     articles,
     questions,
@@ -464,18 +465,7 @@ def frozen_stores(
         config.variant,
         features_dir,
     )
-    encoder = FrozenTokenEncoder(pretrain_dir, device)
-    inputs = token_inputs(
-        articles,
-        questions,
-        config,
-        encoder.tokenizer,
-        encoder.query_prefix,
-        encoder.passage_prefix,
-        seed,
-        config.truncation,
-    )
-    return encode_inputs(encoder, inputs, config.encode_batch_size)
+    return _frozen_encoding(articles, questions, config, pretrain_dir, device, seed, config.truncation)[0]
 
 
 @dataclass(frozen=True)
