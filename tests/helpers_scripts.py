@@ -4,6 +4,7 @@ interpreter spends importing torch, transformers and polars before the script re
 
 from __future__ import annotations
 
+import logging
 import os
 import runpy
 import sys
@@ -13,10 +14,12 @@ from pathlib import Path
 def run_script(script: str | Path, *args: str | Path, cwd: str | Path | None = None) -> int:
     """Run ``script`` with ``args`` as ``__main__`` in this process (``sys.argv`` and, when given,
     the working directory ``cwd`` set for the run, then restored, and torch's deterministic mode,
-    which a stage sets from ``base.deterministic``); its exit status as the interpreter would give
+    which a stage sets from ``base.deterministic``, and the logging tree: every logger's level,
+    handlers, propagation and disabled flag, as a script's ``basicConfig`` or its quieting of a
+    library's logger would otherwise outlive it); its exit status as the interpreter would give
     it: ``SystemExit(None)`` 0, an integer that integer, any other value written to stderr (capsys
     and capfd see it) and 1. Any other exception propagates: a traceback fails the test."""
-    old_argv, old_cwd, torch_flags = sys.argv, os.getcwd(), _torch_flags()
+    old_argv, old_cwd, torch_flags, loggers = sys.argv, os.getcwd(), _torch_flags(), _loggers()
     sys.argv = [str(script), *map(str, args)]
     try:
         if cwd is not None:
@@ -30,6 +33,7 @@ def run_script(script: str | Path, *args: str | Path, cwd: str | Path | None = N
         sys.argv = old_argv
         os.chdir(old_cwd)
         _restore_torch_flags(torch_flags)
+        _restore_loggers(loggers)
     if code is None:
         return 0
     if isinstance(code, int):
@@ -59,3 +63,22 @@ def _restore_torch_flags(flags: tuple[bool, bool, bool, bool] | None) -> None:
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
     torch.backends.cudnn.deterministic = cudnn_deterministic
     torch.backends.cudnn.benchmark = cudnn_benchmark
+
+
+_LoggerState = tuple[int, list[logging.Handler], bool, bool]
+
+
+def _loggers() -> dict[str, _LoggerState]:
+    named = {name: logging.getLogger(name) for name in list(logging.root.manager.loggerDict)}
+    named[""] = logging.root
+    return {name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for name, lg in named.items()}
+
+
+def _restore_loggers(before: dict[str, _LoggerState]) -> None:
+    """Loggers as they were; one the script created is reset to a fresh logger's state."""
+    for name in list(logging.root.manager.loggerDict) + [""]:
+        logger = logging.getLogger(name) if name else logging.root
+        level, handlers, propagate, disabled = before.get(name, (logging.NOTSET, [], True, False))
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+        logger.propagate, logger.disabled = propagate, disabled
