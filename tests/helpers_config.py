@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from lexgraph.core.config import read_params, section_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,4 +34,7 @@ def sample_section(section: str) -> dict:
 def sample_config(cls, section: str, variant: str | None = None, **changes):
     """``cls`` read from params.yaml's ``section`` (for ``variant`` in a per-variant section),
     then ``changes`` applied (not validated: a test may hand a stage a value params refuses)."""
-    return dataclasses.replace(section_config(cls, sample_section(section), section, variant), **changes)
+    config = section_config(cls, sample_section(section), section, variant)
+    if isinstance(config, BaseModel):
+        return config.model_copy(update=changes)
+    return dataclasses.replace(config, **changes)

@@ -1083,7 +1083,17 @@ def _defaulted(cls) -> dict[str, object]:
     import dataclasses
     import typing
 
+    from pydantic import BaseModel
+
     out = {}
+    if issubclass(cls, BaseModel):  # a pydantic section (lexgraph.core.settings)
+        for name, f in cls.model_fields.items():
+            if not f.is_required():
+                out[name] = f.get_default(call_default_factory=True)
+            sub = typing.get_args(f.annotation) or (f.annotation,)
+            for model in (a for a in sub if isinstance(a, type) and issubclass(a, BaseModel)):
+                out.update({f"{name}.{k}": v for k, v in _defaulted(model).items()})
+        return out
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default

@@ -25,11 +25,11 @@ import logging
 import os
 import random
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import AfterValidator, BaseModel, Field
 
 from lexgraph.core.conform import DEFAULT_PARAMS as DEFAULT_PARAMS
 from lexgraph.core.conform import bad_value as bad_value
@@ -40,6 +40,7 @@ from lexgraph.core.conform import params_error as params_error
 from lexgraph.core.conform import without_params_file as without_params_file
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import DuplicateKeyError, load_yaml, yaml_problem
+from lexgraph.core.settings import Bool, Expect, Int, Settings, Str, read_section
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,13 @@ EXTENDS: dict[str, str] = {"dsr_qabisar": "dsr"}
 #: The split held out for evaluation: no tuning or training stage may read it.
 HELD_OUT_SPLIT = "test"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_DEVICE = re.compile(r"auto|cpu|cuda(?::\d+)?")
+_DEVICE = re.compile(r"^(?:auto|cpu|cuda(?::\d+)?)$")
+
+
+def _log_level(value: str) -> str:
+    if value.upper() not in LOG_LEVELS:
+        raise ValueError("not a log level")
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -98,6 +105,8 @@ def section_config(cls, params: dict[str, Any] | None, section: str, variant: st
     plus ``metadata["extra"](variant, values)``. A per-variant section (``gnn``, ``rerank``:
     shared keys at the top, one mapping per name of ``cls.VARIANTS``) is read for ``variant``.
     """
+    if isinstance(cls, type) and issubclass(cls, BaseModel):  # the pydantic settings (lexgraph.core.settings)
+        return read_section(cls, params, section)
     variants: tuple[str, ...] = getattr(cls, "VARIANTS", ()) if variant is not None else ()
     if variant is not None and variant not in variants:
         raise params_error(f"unknown '{section}' variant {variant!r}, expected one of {', '.join(variants)}")
@@ -268,30 +277,27 @@ def refuse_held_out(section: str, key: str, splits: str | list[str] | tuple[str,
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Base:
+#: the devices a setting may name
+Device = Annotated[Str, Field(pattern=_DEVICE.pattern), Expect("auto, cpu, cuda or cuda:N")]
+
+
+class Base(Settings):
     """The ``base`` section: read by every stage."""
 
-    seed: int
-    device: str = field(metadata={"expected": "auto, cpu, cuda or cuda:N"})
-    log_level: str = field(metadata={"expected": f"one of {', '.join(LOG_LEVELS)}"})
-    # bitwise-reproducible kernels (set_deterministic); costs GPU speed, nothing measurable on CPU
-    deterministic: bool
-    # the program the training stages' dvc.yaml commands start with: `python`, or a
-    # multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)
-    launcher: str = field(
-        metadata={"expected": "a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"}
+    seed: Annotated[Int, Field(ge=0, le=2**32 - 1)]
+    device: Device
+    log_level: Annotated[Str, AfterValidator(_log_level), Expect(f"one of {', '.join(LOG_LEVELS)}")]
+    deterministic: Bool = Field(
+        description="bitwise-reproducible kernels (set_deterministic); costs GPU speed, nothing measurable on CPU"
     )
-
-    def validate(self) -> None:
-        if not 0 <= self.seed < 2**32:
-            raise bad_value("base", "seed", self.seed, f"an integer in [0, {2**32 - 1}]")
-        if not _DEVICE.fullmatch(self.device):
-            raise bad_value("base", "device", self.device, expectation(Base, "device"))
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise bad_value("base", "log_level", self.log_level, expectation(Base, "log_level"))
-        if not self.launcher.strip():
-            raise bad_value("base", "launcher", self.launcher, expectation(Base, "launcher"))
+    launcher: Annotated[
+        Str,
+        Field(pattern=r"\S"),
+        Expect("a command such as python or 'accelerate launch --multi_gpu --num_processes 2'"),
+    ] = Field(
+        description="the program the training stages' dvc.yaml commands start with: `python`, or a "
+        "multi-process launcher such as `accelerate launch --multi_gpu --num_processes 4` (README)"
+    )
 
 
 def read_params(path: str | os.PathLike = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -348,7 +354,7 @@ def load_params(section: str, path: str | os.PathLike = DEFAULT_PARAMS) -> tuple
     raw = _section(params, section, path)
     if section in EXTENDS:
         raw = {EXTENDS[section]: _section(params, EXTENDS[section], path), section: raw}
-    return section_config(Base, params.get("base"), "base"), raw
+    return read_section(Base, params.get("base"), "base"), raw
 
 
 def _section(params: dict[str, Any], section: str, path: str | os.PathLike) -> dict[str, Any]:

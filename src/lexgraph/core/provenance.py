@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 ABSENT = "absent"
 _BLOCK = 1 << 20
 
@@ -77,6 +79,8 @@ def digest_path(path: str | os.PathLike) -> str:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return {name: _plain(getattr(value, name)) for name in type(value).model_fields}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):

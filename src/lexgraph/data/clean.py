@@ -30,14 +30,15 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import polars as pl
+from pydantic import Field
 
-from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Bool, Int, Settings, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.keys import KEYS_FILE, IdKeys, keys_of, keys_table, name_of
@@ -54,21 +55,16 @@ log = logging.getLogger(__name__)
 SECTION = "clean"
 
 
-@dataclass(frozen=True)
-class CleanConfig:
+class CleanConfig(Settings):
     """The ``clean`` section of params.yaml."""
 
-    min_words: int = field(metadata={"expected": "an integer >= 0"})  # shorter articles are dropped
-    drop_repealed: bool  # drop articles whose whole text is a repeal notice
-    allow_test_changes: bool  # may cleaning drop test questions or their gold articles?
+    min_words: Annotated[Int, Field(ge=0, description="shorter articles are dropped")]
+    drop_repealed: Bool = Field(description="drop articles whose whole text is a repeal notice")
+    allow_test_changes: Bool = Field(description="may cleaning drop test questions or their gold articles?")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> CleanConfig:
-        return section_config(cls, params, SECTION)
-
-    def validate(self) -> None:
-        if self.min_words < 0:
-            raise bad_value(SECTION, "min_words", self.min_words, expectation(CleanConfig, "min_words"))
+        return read_section(cls, params, SECTION)
 
 
 _JUSTEL_NOTE = re.compile(r"<\s*(?:L|W|AR|A|DCE|DRW|ORD|DCFR|DWG|ARR|AGW|AGCF|DECR)[ .][^<>]{0,400}?>")
