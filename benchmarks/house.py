@@ -109,6 +109,56 @@ def measure(src: Path, systems: list[str]) -> dict:
     }
 
 
+#: the settings framework's own modules (conform.py before issue 42's part 4, settings.py after)
+CONFIG_MODULES = ("core/config.py", "core/conform.py", "core/settings.py")
+#: methods that check settings: the dataclasses' validate/__post_init__, pydantic's validators
+CHECKS = {"validate", "__post_init__"}
+
+
+def _settings_classes(trees: dict[str, ast.Module]) -> list[tuple[str, ast.ClassDef]]:
+    """Every settings class: one with a ``from_params`` or ``validate`` (the dataclasses before), or a
+    subclass of ``Settings`` or of another settings class (pydantic, after)."""
+    classes = [(rel, node) for rel, tree in trees.items() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    found: set[str] = {"Settings"}
+    while True:
+        more = {n.name for _, n in classes if any(getattr(b, "id", None) in found for b in n.bases)} - found
+        if not more:
+            break
+        found |= more
+    own = {"from_params", "validate"}
+    return [
+        (rel, n)
+        for rel, n in classes
+        if n.name in found - {"Settings"} or any(isinstance(f, ast.FunctionDef) and f.name in own for f in n.body)
+    ]
+
+
+def config_figures(src: Path) -> dict:
+    """Code lines of the settings framework and of every settings class, and of their checks
+    (``validate``/``__post_init__`` methods, pydantic validators: functions decorated ``*_validator``)."""
+    sources = {f.relative_to(src).as_posix(): f.read_text(encoding="utf-8") for f in sorted(src.rglob("*.py"))}
+    trees = {rel: ast.parse(text) for rel, text in sources.items()}
+    code = {rel: code_lines(sources[rel], trees[rel]) for rel in sources}
+    framework = sum(len(code[rel]) for rel in CONFIG_MODULES if rel in code)
+    classes = _settings_classes(trees)
+    lines, checks = 0, 0
+    for rel, node in classes:
+        if rel in CONFIG_MODULES:
+            continue  # counted with the framework
+        lines += len(code[rel] & set(range(node.lineno, node.end_lineno + 1)))
+        for f in (f for f in node.body if isinstance(f, ast.FunctionDef)):
+            decorated = any("validator" in ast.unparse(d) for d in f.decorator_list)
+            if f.name in CHECKS or decorated:
+                checks += len(code[rel] & set(range(f.lineno, f.end_lineno + 1)))
+    return {
+        "config_framework_lines": framework,
+        "config_classes": len(classes),
+        "config_class_lines": lines,
+        "config_check_lines": checks,
+        "config_lines": framework + lines,
+    }
+
+
 def method_files(src: Path) -> dict[str, dict]:
     """For each method's folder of ``src/methods``, its modules (``__init__`` aside) and code lines."""
     out = {}
@@ -132,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from lexgraph.methods.catalog import names
 
-    figures = measure(SRC, list(names())) | dvc_yaml_figures(ROOT / "dvc.yaml")
+    figures = measure(SRC, list(names())) | dvc_yaml_figures(ROOT / "dvc.yaml") | config_figures(SRC)
     if (SRC / "methods").is_dir():
         figures["methods"] = method_files(SRC)
     hidden = ("name_files_where", "functions_over_80_lines", "methods")

@@ -29,7 +29,6 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -171,12 +170,13 @@ def measure(args) -> int:
     device, ws = resolve_device(base.device), args.workspace
     frozen = RerankConfig.per_variant(section)["xrerank"]  # whose cache encode_rerank wrote
     published = RerankConfig.per_variant(section)["mvcl"]
-    head = replace(
-        published,
-        plm="frozen",
-        plm_lr=None,
-        max_query_length=frozen.max_query_length,
-        max_article_length=frozen.max_article_length,
+    head = published.model_copy(
+        update={
+            "plm": "frozen",
+            "plm_lr": None,
+            "max_query_length": frozen.max_query_length,
+            "max_article_length": frozen.max_article_length,
+        }
     )
     questions = read_parquet(layout.CLEAN.under(ws, "questions.parquet"), ["id", "question", "article_ids", "split"])
     articles = read_parquet(layout.CLEAN.under(ws, "articles.parquet"), ["id", "article"])
@@ -201,7 +201,7 @@ def measure(args) -> int:
     )
     rows = [
         run(
-            replace(head, lr=lr, epochs=epochs),
+            head.model_copy(update={"lr": lr, "epochs": epochs}),
             stores,
             (train_subset(lists[0], f, base.seed), lists[1]),
             device,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from lexgraph.core.config import read_params, section_config
+from lexgraph.core.config import read_params
+from lexgraph.core.settings import read_section
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,11 @@ def sample_section(section: str) -> dict:
 def sample_config(cls, section: str, variant: str | None = None, **changes):
     """``cls`` read from params.yaml's ``section`` (for ``variant`` in a per-variant section),
     then ``changes`` applied (not validated: a test may hand a stage a value params refuses)."""
-    config = section_config(cls, sample_section(section), section, variant)
+    raw = sample_section(section)
+    if hasattr(cls, "from_params"):
+        config = cls.from_params(raw, variant) if variant is not None else cls.from_params(raw)
+    else:
+        config = read_section(cls, raw, section)
     if isinstance(config, BaseModel):
         return config.model_copy(update=changes)
     return dataclasses.replace(config, **changes)

@@ -302,8 +302,12 @@ def test_config_validation():
         DSRConfig.from_params({**params, "pooling": "sum"})
     with pytest.raises(ConfigError, match="unknown keys"):
         DSRConfig.from_params({**params, "epoch": 3})
-    with pytest.raises(ConfigError, match="max_document_length"):
+    with pytest.raises(ConfigError) as info:
         DSRConfig.from_params({**params, "max_document_length": 64})
+    assert str(info.value) == (
+        f"params.yaml: 'dsr.max_document_length' = 64, expected an integer >= 'dsr.max_chunk_length' "
+        f"({params['max_chunk_length']})"
+    )
 
 
 @pytest.mark.parametrize("token_pooling", ["cls", "mean"])
@@ -420,8 +424,8 @@ def test_qabisars_first_stage_is_the_dsr_recipe_with_its_own_keys():
         settings = QabisarDSRSettings.from_sections(sections)
         assert settings.enabled is enabled and settings.recipe.similarity == "dot" and not settings.recipe.synthetic
         gdsr = DSRConfig.from_params(params["dsr"])
-        assert {k: v for k, v in vars(settings.recipe).items() if k not in ("similarity", "synthetic")} == {
-            k: v for k, v in vars(gdsr).items() if k not in ("similarity", "synthetic")
+        assert {k: v for k, v in settings.recipe.model_dump().items() if k not in ("similarity", "synthetic")} == {
+            k: v for k, v in gdsr.model_dump().items() if k not in ("similarity", "synthetic")
         }
     own = read_params(ROOT / "params.yaml")["dsr_qabisar"]
     with pytest.raises(ConfigError, match=r"'dsr_qabisar\.similarity' = 'euclid', expected one of cosine, dot"):

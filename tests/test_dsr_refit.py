@@ -135,7 +135,7 @@ def test_refit_trains_the_chosen_epochs_on_train_and_dev(tiny_model_dir, runs, m
     # the same as a fresh model, same start and seed, trained E epochs on train + dev
     reference = _fresh_dsr(tiny_model_dir, config)
     both = replace(data, pairs=data.pairs + data.dev_pairs, dev_pairs=[], dev_questions=[], dev_qrels={}, dev_ids=[])
-    train_dsr(reference, both, replace(config, epochs=2), torch.device("cpu"), seed=7, select=False)
+    train_dsr(reference, both, config.model_copy(update={"epochs": 2}), torch.device("cpu"), seed=7, select=False)
     assert _same(_state(model), _state(reference))
 
 
@@ -165,8 +165,8 @@ def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_d
     n = len(data.pairs) + len(data.dev_pairs)
     assert second.config.epochs == 2 and second.steps == 2 * math.ceil(n / BATCH) and refit.best_epoch == 2
     assert "for 2 epochs ('dsr.selection' is fixed: the full schedule)" in caplog.text
-    with pytest.raises(ConfigError, match="dsr.selection"):
-        _config(selection="best").validate()
+    with pytest.raises(ConfigError, match=r"^params\.yaml: 'dsr\.selection' = 'best', expected one of dev, fixed$"):
+        DSRConfig.from_params({**sample_section("dsr"), "selection": "best"})
 
 
 def test_refit_logs_every_run_and_every_skip_with_its_reason(tiny_model_dir, runs, monkeypatch, caplog):

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 
+from helpers_config import sample_section
 from helpers_frozen_dsr import CORPUS, frozen_config, frozen_data
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.encoding.chunks import (
@@ -19,7 +20,7 @@ from lexgraph.encoding.chunks import (
     save_chunk_table,
     write_chunk_cache,
 )
-from lexgraph.methods.dsr.config import build_dsr
+from lexgraph.methods.dsr.config import DSRConfig, build_dsr
 from lexgraph.methods.dsr.train import train_dsr
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.backbone import set_trainable_layers
@@ -155,9 +156,15 @@ def test_frozen_training_keeps_epoch_zero_and_saves_the_backbone_by_reference(ti
     assert full.query_encoder.trainable_layers == 1
 
 
-def test_frozen_requires_pretrain_init(tiny_model_dir):
-    with pytest.raises(ConfigError, match="article_init"):
-        build_dsr(frozen_config(article_init="base"), tiny_model_dir)
+def test_frozen_requires_pretrain_init():
+    """A frozen chunk encoder caches models/pretrain's chunk vectors: refused where the section is read."""
+    values = {**sample_section("dsr"), "chunk_encoder": "frozen", "article_init": "base"}
+    with pytest.raises(ConfigError) as info:
+        DSRConfig.from_params(values)
+    assert str(info.value) == (
+        "params.yaml: 'dsr.article_init' = 'base', expected pretrain with 'dsr.chunk_encoder' = frozen "
+        "(the cached chunk vectors are models/pretrain's)"
+    )
 
 
 def test_encode_chunks_stage_and_settings_check(tiny_model_dir, tmp_path):

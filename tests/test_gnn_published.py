@@ -409,7 +409,7 @@ def test_settings_per_variant_and_errors():
         settings("hgraph", warmup_ratio=1.0)
     with pytest.raises(ConfigError, match="'gnn.gdsr.warmup_ratio' = 0.1, expected 0 with .*constant"):
         settings("gdsr", schedule="constant")
-    with pytest.raises(ConfigError, match="'gnn.hgraph.hidden' = 12 is not divisible by 'gnn.hgraph.heads' = 5"):
+    with pytest.raises(ConfigError, match="'gnn.hgraph.heads' = 5, expected a divisor of 12 \\(heads are concatenated"):
         settings("hgraph", hidden=12, heads=5)
     # hgraph: one convolution per layer over the statute edges; hgraph_qa: a second one for question-article
     # edges; qabisar (edge_attention: joint): one over every edge type

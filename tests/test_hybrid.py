@@ -33,7 +33,7 @@ from lexgraph.systems.registry import load_retriever
     [
         (
             {"split": "test"},
-            "'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)",
+            "'hybrid.split' = 'test', expected dev (or train); the 'test' split is held out for evaluation",
         ),
         ({"split": "dve"}, "'hybrid.split' = 'dve', expected dev (or train)"),
         ({"metric": "recall@1000"}, "'hybrid.metric' = 'recall@1000', expected one of recall@10"),
@@ -50,7 +50,11 @@ from lexgraph.systems.registry import load_retriever
             "'hybrid.norms' = ['minmax'], expected a list of distinct normalisations among min-max, zmuv",
         ),
         ({"weights": [0.5, 1.2]}, "'hybrid.weights' = [0.5, 1.2], expected a list of distinct numbers in [0, 1]"),
-        ({"rrf_k": [], "weights": []}, "leave no fusion to try; expected a non-empty 'hybrid.rrf_k'"),
+        (
+            {"rrf_k": [], "weights": []},
+            "'hybrid.rrf_k' = [], expected a non-empty list, or non-empty 'hybrid.norms' and 'hybrid.weights' (no "
+            "fusion is left to try)",
+        ),
         ({"wieghts": [0.5]}, "unknown keys 'hybrid.wieghts' (did you mean 'hybrid.weights'?)"),
     ],
     ids=lambda v: "-".join(v) if isinstance(v, dict) else None,
@@ -279,7 +283,7 @@ def test_selection_refuses_the_test_split_and_an_empty_split():
 
 
 def _unchecked(**values) -> HybridConfig:
-    """A config that skipped validate(): tune() itself must still refuse the test split."""
+    """A config that skipped HybridConfig's checks (model_copy): tune() itself must still refuse the test split."""
     config = sample_config(HybridConfig, "hybrid")
     for key, value in values.items():
         object.__setattr__(config, key, value)
@@ -445,5 +449,7 @@ def test_the_depth_is_checked_where_the_settings_file_is_read(workspace, depth):
     settings = {"format": "lexgraph-hybrid", "version": 1, "sparse": "bm25", "dense": "dsr", "depth": depth}
     settings["fusion"] = {"method": "rrf", "k": 60}
     path.write_text(json.dumps(settings), encoding="utf-8")
-    with pytest.raises(DataError, match=r"hybrid\.json: key 'depth' = .*, expected an integer >= 500 .*dvc repro"):
+    with pytest.raises(
+        DataError, match=r"hybrid\.json: key 'depth' = .*, expected an integer >= 500; rerun `dvc repro hybrid`"
+    ):
         load_retriever("hybrid", workspace, "cpu")

@@ -393,7 +393,14 @@ def test_weights_that_do_not_fit_the_settings_name_the_file(tmp_path):
     from lexgraph.methods.rerank.io import build_model, load_model, save_model
 
     old = sample_config(
-        RerankConfig, "rerank", "xrerank", hidden=4, alignment="projected", match_features=False, warm_start=False
+        RerankConfig,
+        "rerank",
+        "xrerank",
+        hidden=4,
+        alignment="projected",
+        align_temperature=None,  # what the stage saves without the cosine alignment
+        match_features=False,
+        warm_start=False,
     )
     save_model(build_model(6, old), old, {"alpha": 0.5, "epoch": 1}, tmp_path / "models/mvcl")
     assert load_model(tmp_path / "models/mvcl", torch.device("cpu"))[0].match_dim == 16

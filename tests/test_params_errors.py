@@ -23,8 +23,9 @@ import yaml
 
 from conftest import ROOT
 from helpers_config import sample_config, sample_section
-from lexgraph.core.config import SECTIONS, Base, read_params, resolve_device, section_config
+from lexgraph.core.config import SECTIONS, Base, read_params, resolve_device
 from lexgraph.core.errors import ConfigError, DataError
+from lexgraph.core.settings import read_section
 
 PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "paper.yaml"]
 
@@ -337,19 +338,19 @@ CASES = [
         "queries.per_article",
         "generate_queries",
         {"queries.per_article": 2.5},
-        ["'queries.per_article' = 2.5, expected an integer"],
+        ["'queries.per_article' = 2.5, expected a positive integer"],
     ),
     (
         "pretrain.learning_rate",
         "pretrain",
         {"pretrain.learning_rate": "fast"},
-        ["'pretrain.learning_rate' = 'fast', expected a number"],
+        ["'pretrain.learning_rate' = 'fast', expected a positive number"],
     ),
     (
         "zeroshot.batch_size",
         "zeroshot",
         {"zeroshot.batch_size": True},
-        ["'zeroshot.batch_size' = True, expected an integer"],
+        ["'zeroshot.batch_size' = True, expected a positive integer"],
     ),
     ("dsr.lr", "train_dsr", {"dsr.lr": "fast"}, ["'dsr.lr' = 'fast', expected a positive number"]),
     # QABISAR's first stage reads both sections: a bad value in either stops it, named as written
@@ -370,7 +371,7 @@ CASES = [
         "hybrid.split-test",
         "hybrid",
         {"hybrid.split": "test"},
-        ["'hybrid.split' = 'test', but the 'test' split is held out for evaluation; expected dev (or train)"],
+        ["'hybrid.split' = 'test', expected dev (or train); the 'test' split is held out for evaluation"],
     ),
     # numbers that type-check but mean nothing (issue 18): refused by the config layer, naming the key
     (
@@ -384,7 +385,7 @@ CASES = [
         "pretrain.weight_decay-nan",
         "pretrain",
         {"pretrain.weight_decay": float("nan")},
-        ["'pretrain.weight_decay' = nan, expected a finite number (not nan or inf)"],
+        ["'pretrain.weight_decay' = nan, expected a number >= 0, finite (not nan or inf)"],
     ),
     (
         "pretrain.weight_decay-negative",
@@ -414,13 +415,13 @@ CASES = [
         "gnn.temperature-inf",
         "train_gnn",
         {"gnn.hgraph.temperature": float("inf")},
-        ["'gnn.hgraph.temperature' = inf, expected a finite number (not nan or inf)"],
+        ["'gnn.hgraph.temperature' = inf, expected a positive number, finite (not nan or inf)"],
     ),
     (
         "gnn.weight_decay-nan",
         "train_gnn",
         {"gnn.weight_decay": float("nan")},
-        ["'gnn.weight_decay' = nan, expected a finite number (not nan or inf)"],
+        ["'gnn.weight_decay' = nan, expected a number >= 0, finite (not nan or inf)"],
     ),
     (
         "gnn.layers-100",
@@ -808,13 +809,13 @@ def _builders() -> dict:
     from lexgraph.serve.settings import ServeConfig
 
     return {
-        "base": lambda p: section_config(Base, p, "base"),
+        "base": lambda p: read_section(Base, p, "base"),
         "fetch": FetchConfig.from_params,
         "clean": CleanConfig.from_params,
         "bm25_tune": Bm25TuneConfig.from_params,
         "bm25": Bm25Config.from_params,
         "evaluate": EvaluateConfig.from_params,
-        "zeroshot": lambda p: section_config(ZeroshotConfig, p, "zeroshot"),
+        "zeroshot": ZeroshotConfig.from_params,
         "graph": GraphConfig.from_params,
         "negatives": NegativesConfig.from_params,
         "gnn": lambda p: [GNNSettings.from_params(p, variant) for variant in VARIANTS],
@@ -865,7 +866,7 @@ CONFIG_CASES = [
     (
         "negatives",
         {"splits": ["trian"]},
-        "'negatives.splits' = ['trian'], expected split names among train, dev, synthetic",
+        "'negatives.splits' = ['trian'], expected a non-empty list of split names among train, dev, synthetic",
     ),
     ("dsr", {"epochs": DELETE}, "missing key 'dsr.epochs', expected a positive integer"),
     (
@@ -876,24 +877,28 @@ CONFIG_CASES = [
     ("gnn", {"layers": 1.5}, "'gnn.layers' = 1.5, expected an integer"),
     ("gnn", {"layers": 9}, "'gnn.layers' = 9, expected an integer in [1, 8]"),
     ("gnn", {"hgraph.layers": 2}, "unknown keys 'gnn.hgraph.layers' (a shared key: set it once under 'gnn')"),
-    ("gnn", {"gdsr.lr": "inf"}, "'gnn.gdsr.lr' = 'inf', expected a finite number (not nan or inf)"),
-    ("gnn", {"gdsr.schedule": "cosine"}, "'gnn.gdsr.schedule' = 'cosine', expected constant or linear"),
-    ("gnn", {"qabisar.selection": "best"}, "'gnn.qabisar.selection' = 'best', expected dev or fixed"),
+    ("gnn", {"gdsr.lr": "inf"}, "'gnn.gdsr.lr' = 'inf', expected a positive number, finite (not nan or inf)"),
+    ("gnn", {"gdsr.schedule": "cosine"}, "'gnn.gdsr.schedule' = 'cosine', expected one of constant, linear"),
+    ("gnn", {"qabisar.selection": "best"}, "'gnn.qabisar.selection' = 'best', expected one of dev, fixed"),
     ("gnn", {"epochs_lge": 10}, "unknown keys 'gnn.epochs_lge'"),
     ("pretrain", {"max_grad_norm": -1.0}, "'pretrain.max_grad_norm' = -1.0, expected a number >= 0 (0: no clipping)"),
     ("pretrain", {"max_eval_blocks": -1}, "'pretrain.max_eval_blocks' = -1, expected a positive integer"),
-    ("pretrain", {"learning_rate": float("inf")}, "'pretrain.learning_rate' = inf, expected a finite number"),
-    # a type is checked once, by section_config; validate() checks ranges only
+    (
+        "pretrain",
+        {"learning_rate": float("inf")},
+        "'pretrain.learning_rate' = inf, expected a positive number, finite (not nan or inf)",
+    ),
+    # a type and its range are checked once, where the section is read
     ("pretrain", {"max_length": 8.5}, "'pretrain.max_length' = 8.5, expected an integer"),
     ("pretrain", {"max_length": 600}, "'pretrain.max_length' = 600, expected an integer in [8, 512]"),
     ("pretrain", {"adam_epsilon": 0}, "'pretrain.adam_epsilon' = 0.0, expected a positive number"),
-    ("pretrain", {"warmup_ratio": True}, "'pretrain.warmup_ratio' = True, expected a number"),
+    ("pretrain", {"warmup_ratio": True}, "'pretrain.warmup_ratio' = True, expected a share of max_steps in [0, 1)"),
     ("queries", {"first_id": "0"}, "'queries.first_id' = '0', expected an integer"),
-    ("queries", {"first_id": -1}, "'queries.first_id' = -1, expected a non-negative integer"),
+    ("queries", {"first_id": -1}, "'queries.first_id' = -1, expected an integer >= 0"),
     ("queries", {"top_p": 0}, "'queries.top_p' = 0.0, expected a number in (0, 1]"),
-    ("zeroshot", {"max_length": "512"}, "'zeroshot.max_length' = '512', expected an integer"),
+    ("zeroshot", {"max_length": "512"}, "'zeroshot.max_length' = '512', expected a positive integer"),
     ("zeroshot", {"batch_size": 0}, "'zeroshot.batch_size' = 0, expected a positive integer"),
-    ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a number > 0 (case-view temperature), finite"),
+    ("rerank", {"t1": float("nan")}, "'rerank.t1' = nan, expected a positive number, finite (not nan or inf)"),
     (
         "rerank",
         {"xrerank.weight_decay": "inf"},
@@ -903,7 +908,7 @@ CONFIG_CASES = [
     ("gnn", {"hgraph_qa.kd.weight": "half"}, "'gnn.hgraph_qa.kd.weight' = 'half', expected a number"),
     ("gnn", {"hgraph.init": DELETE}, "missing key 'gnn.hgraph.init', expected one of random, identity, prior"),
     ("gnn", {"hgraph.init": "zeros"}, "'gnn.hgraph.init' = 'zeros', expected one of random, identity, prior"),
-    ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or an integer"),
+    ("gnn", {"qabisar.edge_dim": "16"}, "'gnn.qabisar.edge_dim' = '16', expected null or a positive integer"),
     ("embed", {"batch_size": 0}, "'embed.batch_size' = 0, expected a positive integer"),
     ("dsr", {"similarity": "l2"}, "'dsr.similarity' = 'l2', expected one of cosine, dot"),
     ("dsr_qabisar", {"enabled": "yes"}, "'dsr_qabisar.enabled' = 'yes', expected true or false"),
@@ -926,7 +931,12 @@ CONFIG_CASES = [
         {"first_stage": "mvcl"},
         "'rerank.first_stage' = 'mvcl', expected a retrieval system other than a re-ranker",
     ),
-    ("rerank", {"split": "test"}, "'rerank.split' = 'test', but the 'test' split is held out"),
+    (
+        "rerank",
+        {"split": "test"},
+        "'rerank.split' = 'test', expected dev or train (the split that chooses the epoch, and alpha with fusion); "
+        "the 'test' split is held out for evaluation",
+    ),
     ("rerank", {"k": 1}, "'rerank.k' = 1, expected an integer >= 2"),
     ("rerank", {"hidden": 127}, "'rerank.hidden' = 127, expected an even positive integer"),
     (
@@ -934,11 +944,15 @@ CONFIG_CASES = [
         {"xrerank.alignment": "dot"},
         "'rerank.xrerank.alignment' = 'dot', expected scaled_dot (h_a . h_b / sqrt(d)",
     ),
-    ("rerank", {"xrerank.align_temperature": 0}, "'rerank.xrerank.align_temperature' = 0.0, expected a number > 0"),
+    (
+        "rerank",
+        {"xrerank.align_temperature": 0},
+        "'rerank.xrerank.align_temperature' = 0.0, expected a positive number",
+    ),
     ("rerank", {"mvcl.align_temperature": 0.05}, "'rerank.mvcl.align_temperature' is read only with alignment: cosine"),
     ("rerank", {"mvcl.plm": "thawed"}, "'rerank.mvcl.plm' = 'thawed', expected frozen (cached states) or finetune"),
     ("rerank", {"lambda_case": -0.1}, "'rerank.lambda_case' = -0.1, expected a number >= 0"),
-    ("rerank", {"t1": 0}, "'rerank.t1' = 0.0, expected a number > 0"),
+    ("rerank", {"t1": 0}, "'rerank.t1' = 0.0, expected a positive number"),
     ("rerank", {"element_patterns": ["deontic"]}, "'rerank.element_patterns' = ['deontic'], expected a non-empty list"),
     (
         "rerank",
@@ -1047,7 +1061,7 @@ def _config_classes() -> dict:
     from lexgraph.methods.hprior.system import HpriorConfig
     from lexgraph.methods.hybrid.system import HybridConfig
     from lexgraph.methods.pretrain.model import PretrainConfig
-    from lexgraph.methods.rerank.config import RerankConfig
+    from lexgraph.methods.rerank.config import RerankSection
     from lexgraph.methods.zeroshot.system import ZeroshotConfig
     from lexgraph.search.index import IndexConfig
 
@@ -1069,7 +1083,7 @@ def _config_classes() -> dict:
         "embed": EmbedConfig,
         "hprior": HpriorConfig,
         "hybrid": HybridConfig,
-        "rerank": RerankConfig,
+        "rerank": RerankSection,
     }
 
 

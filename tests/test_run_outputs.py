@@ -24,8 +24,9 @@ import yaml
 from conftest import ROOT, sample_params
 from helpers_cli import ARTICLES, write_articles
 from helpers_scripts import run_script
-from lexgraph.core.config import Base, section_config
+from lexgraph.core.config import Base
 from lexgraph.core.errors import ConfigError
+from lexgraph.core.settings import read_section
 from lexgraph.methods.catalog import names
 from lexgraph.search.bm25 import BM25
 
@@ -182,8 +183,8 @@ def test_a_baseline_that_is_not_evaluated_is_refused_naming_both_keys(ws, tmp_pa
     before = _snapshot(ws) | {"params": params.read_bytes()}
     line = _one_error(_evaluate(ws, params, capsys), "evaluate")
     assert (
-        "params.yaml: 'evaluate.baselines' = ['bm25', 'dsr'] names dsr, which 'evaluate.systems' = ['bm25'] "
-        "does not evaluate; expected baselines among 'evaluate.systems'"
+        "params.yaml: 'evaluate.baselines' = ['bm25', 'dsr'], expected baselines among 'evaluate.systems' = "
+        "['bm25'] (not evaluated: dsr; add them there, or remove them from the baselines)"
     ) in line, line
     assert _snapshot(ws) | {"params": params.read_bytes()} == before
 
@@ -203,8 +204,14 @@ def test_a_baseline_switched_off_is_refused_before_any_output(ws, tmp_path, caps
 @pytest.mark.parametrize(
     "edits, named",
     [
-        ({"norms": [], "weights": [0.5]}, "'hybrid.norms' = [] and 'hybrid.weights' = [0.5]"),
-        ({"norms": ["zmuv"], "weights": []}, "'hybrid.norms' = ['zmuv'] and 'hybrid.weights' = []"),
+        (
+            {"norms": [], "weights": [0.5]},
+            "'hybrid.norms' = [], expected a non-empty list to go with 'hybrid.weights' = [0.5]",
+        ),
+        (
+            {"norms": ["zmuv"], "weights": []},
+            "'hybrid.weights' = [], expected a non-empty list to go with 'hybrid.norms' = ['zmuv']",
+        ),
     ],
 )
 def test_a_fusion_setting_its_partner_leaves_unused_is_refused_naming_both_keys(edits, named):
@@ -214,8 +221,8 @@ def test_a_fusion_setting_its_partner_leaves_unused_is_refused_naming_both_keys(
     with pytest.raises(ConfigError) as info:
         HybridConfig.from_params({**sample_params()["hybrid"], **edits})
     message = str(info.value)
-    assert message.startswith(f"params.yaml: {named}: a weighted sum needs") and "\n" not in message, message
-    assert "expected both non-empty, or both empty (RRF only)" in message
+    assert message.startswith(f"params.yaml: {named} (a weighted sum needs a normalisation and a weight)"), message
+    assert message.endswith(", or both empty (RRF only)") and "\n" not in message, message
 
 
 # ---------------------------------------------------------------------------
@@ -225,12 +232,16 @@ def test_a_fusion_setting_its_partner_leaves_unused_is_refused_naming_both_keys(
 
 def test_an_integral_float_is_read_as_the_integer_and_a_fraction_is_refused():
     base = sample_params()["base"]
-    seed = section_config(Base, {**base, "seed": 13.0}, "base").seed
+    seed = read_section(Base, {**base, "seed": 13.0}, "base").seed
     assert seed == 13 and type(seed) is int
-    with pytest.raises(ConfigError, match=r"^params\.yaml: 'base\.seed' = 13\.5, expected an integer$"):
-        section_config(Base, {**base, "seed": 13.5}, "base")
-    with pytest.raises(ConfigError, match=r"^params\.yaml: 'base\.seed' = inf, expected an integer$"):
-        section_config(Base, {**base, "seed": float("inf")}, "base")
+    with pytest.raises(
+        ConfigError, match=r"^params\.yaml: 'base\.seed' = 13\.5, expected an integer in \[0, 4294967295\]$"
+    ):
+        read_section(Base, {**base, "seed": 13.5}, "base")
+    with pytest.raises(
+        ConfigError, match=r"^params\.yaml: 'base\.seed' = inf, expected an integer in \[0, 4294967295\]$"
+    ):
+        read_section(Base, {**base, "seed": float("inf")}, "base")
     from lexgraph.methods.dsr.negatives import NegativesConfig
 
     negatives = copy.deepcopy(sample_params()["negatives"])
@@ -241,13 +252,13 @@ def test_an_integral_float_is_read_as_the_integer_and_a_fraction_is_refused():
 def test_what_dvc_holds_equal_to_true_or_false_is_read_as_it_and_other_numbers_are_refused():
     base = sample_params()["base"]
     for value, want in ((1, True), (0, False), (1.0, True), (0.0, False)):
-        got = section_config(Base, {**base, "deterministic": value}, "base").deterministic
+        got = read_section(Base, {**base, "deterministic": value}, "base").deterministic
         assert got is want, (value, got)
     for value in (2, 0.5, -1):
         with pytest.raises(
             ConfigError, match=rf"^params\.yaml: 'base\.deterministic' = {value}, expected true or false$"
         ):
-            section_config(Base, {**base, "deterministic": value}, "base")
+            read_section(Base, {**base, "deterministic": value}, "base")
 
 
 def test_a_seed_written_as_13_0_runs_the_stage_as_13(ws, tmp_path, capsys):

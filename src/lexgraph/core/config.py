@@ -5,21 +5,15 @@
 refuses any other top-level section. A stage reads exactly one section plus ``base``;
 DVC tracks the same keys through the stage's ``params:`` list in ``dvc.yaml``.
 
-Every section is read into a frozen dataclass by :func:`section_config`, the one reader
-(no section has a parser of its own), which refuses unknown keys, requires every key,
-checks each value against its field's annotation (``int``, ``float``, ``bool``, ``str``,
-``list[...]``, ``X | None``; :mod:`lexgraph.core.conform`; a field's
-``metadata["expected"]`` words the expectation for the user), reads ``5e-5`` strings as
-numbers and runs the dataclass's ``validate()``. Field metadata places a key in a nested
-mapping or in a variant's own mapping (``gnn.<variant>``, ``rerank.<variant>``). Every
-error is a :class:`ConfigError` whose one sentence names ``params.yaml``, the dotted key
-and what was expected. A value lives in params.yaml (and the profiles) only: section
-configs have no defaults.
+Every section is a pydantic model (:mod:`lexgraph.core.settings`), read by its config's
+``from_params`` through :func:`~lexgraph.core.settings.read_section`: unknown keys refused, every
+key required, each value checked once against its type and constraints, and every error one
+:class:`ConfigError` sentence naming ``params.yaml``, the dotted key and what was expected. A
+value lives in params.yaml (and the profiles) only: section configs have no defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 import os
@@ -29,18 +23,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, Field
 
-from lexgraph.core.conform import DEFAULT_PARAMS as DEFAULT_PARAMS
-from lexgraph.core.conform import bad_value as bad_value
-from lexgraph.core.conform import check_types as check_types
-from lexgraph.core.conform import expectation as expectation
-from lexgraph.core.conform import hints
-from lexgraph.core.conform import params_error as params_error
-from lexgraph.core.conform import without_params_file as without_params_file
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import DuplicateKeyError, load_yaml, yaml_problem
+from lexgraph.core.settings import PARAMS_FILE as DEFAULT_PARAMS
 from lexgraph.core.settings import Bool, Expect, Int, Settings, Str, read_section
+from lexgraph.core.settings import bad_value as bad_value
+from lexgraph.core.settings import params_error as params_error
+from lexgraph.core.settings import without_params_file as without_params_file
 
 log = logging.getLogger(__name__)
 
@@ -88,177 +79,6 @@ def _log_level(value: str) -> str:
 # ---------------------------------------------------------------------------
 # The frame: typed section configs
 # ---------------------------------------------------------------------------
-
-
-def section_config(cls, params: dict[str, Any] | None, section: str, variant: str | None = None):
-    """Build dataclass ``cls`` from a params section: the one reader of every section.
-
-    Unknown keys are errors (with the closest key); every key is required (a missing one is an
-    error naming it: no silent default); every value is checked against its field's annotation
-    (:func:`check_types`) and its ``metadata["choices"]``, then ``cls.validate()`` runs.
-
-    A field's ``metadata`` may place its key elsewhere in the section: ``key`` is its dotted
-    path (``"{variant}.kd.weight"``: nested mappings, the variant's own mapping); ``variants``
-    the variants that read it and ``read_with`` the ``(field, value)`` under which it is read
-    (elsewhere it must be absent, and the field is ``metadata["unread"]``). A field whose type
-    is a dataclass is built from the keys of ``metadata["keys"]`` (its field -> dotted path)
-    plus ``metadata["extra"](variant, values)``. A per-variant section (``gnn``, ``rerank``:
-    shared keys at the top, one mapping per name of ``cls.VARIANTS``) is read for ``variant``.
-    """
-    if isinstance(cls, type) and issubclass(cls, BaseModel):  # the pydantic settings (lexgraph.core.settings)
-        return read_section(cls, params, section)
-    variants: tuple[str, ...] = getattr(cls, "VARIANTS", ()) if variant is not None else ()
-    if variant is not None and variant not in variants:
-        raise params_error(f"unknown '{section}' variant {variant!r}, expected one of {', '.join(variants)}")
-    layout = _layout(cls, variant)
-    tree: dict[str, Any] = {}
-    for path, required in ((p, r) for _, paths, r in layout for p in paths):
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = required
-    for name in variants:
-        tree.setdefault(name, {})
-    values = _read_level(cls, params, tree, section, (), variant)
-    found = {name: _lookup(values, paths[0]) for name, paths, _ in layout}
-    flat = {name: value for name, value in found.items() if value is not _ABSENT}  # a conditional key may be absent
-    keys = {name: ".".join(paths[0]) for name, paths, _ in layout}
-    out: dict[str, Any] = {}
-    for f in (f for f in dataclasses.fields(cls) if f.name in keys and "read_with" not in f.metadata):
-        if dataclasses.is_dataclass(hints(cls)[f.name]):
-            out[f.name] = _nested(cls, f, values, section, variant)
-        elif f.name in flat:
-            out[f.name] = check_types(cls, {f.name: flat[f.name]}, section, keys)[f.name]
-            if out[f.name] not in f.metadata.get("choices", (out[f.name],)):
-                raise bad_value(section, keys[f.name], out[f.name], expectation(cls, f.name))
-    for f in dataclasses.fields(cls):
-        if "read_with" in f.metadata and (variant is None or variant in f.metadata.get("variants", (variant,))):
-            out[f.name] = _conditional(cls, f, out, flat, section, keys[f.name])
-        elif f.init and f.name not in out and "unread" in f.metadata:
-            out[f.name] = f.metadata["unread"]
-    cfg = cls(**out, **({"variant": variant} if variant is not None else {}))
-    if hasattr(cfg, "validate"):
-        cfg.validate()
-    return cfg
-
-
-_ABSENT = object()
-
-
-def _layout(cls, variant: str | None) -> list[tuple[str, list[tuple[str, ...]], bool]]:
-    """``(field, [its key paths], required)`` for each field ``variant`` reads (a nested
-    dataclass field has one path per key of its own)."""
-    rows = []
-    for f in dataclasses.fields(cls):
-        if not f.init or (f.name == "variant" and variant is not None):
-            continue
-        if variant is not None and variant not in f.metadata.get("variants", (variant,)):
-            continue
-        spec = _keys_of(cls, f) or {f.name: f.metadata.get("key", f.name)}
-        paths = [tuple(p.format(variant=variant).split(".")) for p in spec.values()]
-        rows.append((f.name, paths, "read_with" not in f.metadata))
-    return rows
-
-
-def _keys_of(cls, f) -> dict[str, str]:
-    """A nested dataclass field's keys: ``metadata["keys"]``, else its fields under the field's name."""
-    sub = hints(cls)[f.name]
-    if not dataclasses.is_dataclass(sub):
-        return {}
-    return f.metadata.get("keys") or {g.name: f"{f.name}.{g.name}" for g in dataclasses.fields(sub) if g.init}
-
-
-def _lookup(values: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for part in path:
-        if not isinstance(values, dict) or part not in values:
-            return _ABSENT
-        values = values[part]
-    return values
-
-
-def _read_level(cls, params: Any, tree: dict[str, Any], section: str, where: tuple[str, ...], variant) -> Any:
-    """``params`` at ``where`` checked against ``tree`` (key -> True: required, False: read under a
-    condition, a dict: a nested mapping): the first unknown, then the first missing key."""
-    dotted = ".".join((section, *where))
-    if params is None and not where:
-        params = {}
-    if not isinstance(params, dict):
-        expected = f"a mapping with the keys {', '.join(tree)}" if where else "a mapping of keys"
-        raise ConfigError(f"params.yaml: '{dotted}' = {params!r}, expected {expected}")
-    unknown = sorted(set(params) - set(tree), key=str)
-    if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), list(tree), n=1)
-        shared = set(unknown) & {path[0] for _, paths, _ in _layout(cls, variant) for path in paths if len(path) == 1}
-        hint = f" (a shared key: set it once under '{section}')" if where and shared else ""
-        hint = hint or (f" (did you mean '{dotted}.{close[0]}'?)" if close else "")
-        raise ConfigError(
-            f"params.yaml: unknown keys {', '.join(repr(f'{dotted}.{k}') for k in unknown)}{hint}; "
-            f"expected keys of '{dotted}': {', '.join(sorted(tree))}"
-        )
-    for key, sub in tree.items():
-        if key not in params and sub is not False:
-            raise params_error(f"missing key '{dotted}.{key}', expected {_expected(cls, tree, key, where, variant)}")
-    others = [k for k in tree if not where and variant is not None and k in cls.VARIANTS and k != variant]
-    return {  # the other variants' mappings are read when their own settings are
-        k: _read_level(cls, v, tree[k], section, (*where, k), variant) if isinstance(tree[k], dict) else v
-        for k, v in params.items()
-        if k not in others
-    }
-
-
-def _expected(cls, tree: dict[str, Any], key: str, where: tuple[str, ...], variant) -> str:
-    """What missing ``key`` (at ``where``) expects: its field's expectation, or a mapping's keys."""
-    if not where and key in getattr(cls, "VARIANTS", ()):
-        return f"a mapping of the {key} settings"
-    if isinstance(tree[key], dict):
-        return f"a mapping with the keys {', '.join(tree[key])}"
-    path = ".".join((*where, key))
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("key", f.name).format(variant=variant) == path:
-            return expectation(cls, f.name)
-        sub = {p.format(variant=variant): name for name, p in _keys_of(cls, f).items()}
-        if path in sub:
-            return expectation(hints(cls)[f.name], sub[path])
-    return "a value"  # pragma: no cover - every leaf of the tree is a field's key
-
-
-def _nested(cls, f, values: dict[str, Any], section: str, variant):
-    """The dataclass of field ``f`` (an architecture inside a stage's settings) from its keys;
-    its errors name the keys as written (``'gnn.heads'`` -> ``'gnn.hgraph.heads'``)."""
-    sub = hints(cls)[f.name]
-    paths = {name: p.format(variant=variant) for name, p in _keys_of(cls, f).items()}
-    own = check_types(sub, {n: _lookup(values, tuple(p.split("."))) for n, p in paths.items()}, section, paths)
-    try:
-        built = sub(**own, **f.metadata.get("extra", lambda v, x: {})(variant, values))
-        if hasattr(built, "validate"):
-            built.validate()
-        return built
-    except ConfigError as exc:
-        message = str(exc)
-        for name, path in paths.items():
-            message = message.replace(f"'{section}.{name}'", f"'{section}.{path}'")
-        raise ConfigError(message) from None
-
-
-def _conditional(cls, f, out: dict[str, Any], flat: dict[str, Any], section: str, key: str) -> Any:
-    """A key read only when ``metadata["read_with"]`` holds: required then, refused otherwise."""
-    depends, value = f.metadata["read_with"]
-
-    def yaml_word(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-
-    read = out[depends] == value
-    if read and f.name not in flat:
-        raise params_error(
-            f"missing key '{section}.{key}', expected {expectation(cls, f.name)} (read with {depends}: "
-            f"{yaml_word(value)})"
-        )
-    if not read and f.name in flat:
-        raise params_error(
-            f"'{section}.{key}' is read only with {depends}: {yaml_word(value)}; expected no {f.name} with "
-            f"{depends}: {yaml_word(out[depends])} (remove it)"
-        )
-    return check_types(cls, {f.name: flat[f.name]}, section, {f.name: key})[f.name] if read else f.metadata["unread"]
 
 
 def refuse_held_out(section: str, key: str, splits: str | list[str] | tuple[str, ...], expected: str) -> None:

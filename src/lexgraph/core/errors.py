@@ -37,7 +37,7 @@ class SettingError(ConfigError):
     """A setting that does not fit the model it configures (chunk heads that do not divide its
     width, a length below what its tokenizer needs), found where the model is built: ``setting``
     names the constructor argument, so that the code that built the model from params.yaml
-    names the key (:func:`lexgraph.core.conform.settings_of`)."""
+    names the key (:func:`lexgraph.core.settings.settings_of`)."""
 
     def __init__(self, setting: str, value, expected: str):
         super().__init__(f"{setting} = {value!r}, expected {expected}")

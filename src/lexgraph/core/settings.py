@@ -136,8 +136,9 @@ def describe(model: type[BaseModel], values: Any, section: str, exc: ValidationE
     error = errors[0]
     loc = _keys_of(error["loc"], model)
     if error["type"] == "extra_forbidden":
-        unknown = [k[-1] for k in (_keys_of(e["loc"], model) for e in errors) if k[:-1] == loc[:-1]]
-        return _unknown(_model_at(model, loc[:-1]), (section, *loc[:-1]), unknown[: len(unknown)], model)
+        extras = (_keys_of(e["loc"], model) for e in errors if e["type"] == "extra_forbidden")
+        unknown = [k[-1] for k in extras if k[:-1] == loc[:-1]]
+        return _unknown(_model_at(model, loc[:-1]), (section, *loc[:-1]), unknown)
     if error["type"] == "missing":
         return f"missing key '{_dotted(section, loc)}', expected {_expected_at(model, loc)}"
     problem = (error.get("ctx") or {}).get("error")
@@ -226,18 +227,14 @@ def _nested(annotation: Any) -> Any:
     return None
 
 
-def _unknown(model: type[BaseModel], where: tuple, unknown: list, root: type[BaseModel]) -> str:
+def _unknown(model: type[BaseModel], where: tuple, unknown: list) -> str:
     dotted = ".".join(map(str, where))
     names = sorted(model.model_fields)
     close = difflib.get_close_matches(str(unknown[0]), names, n=1)
-    hint = getattr(model, "unknown_hint", lambda keys, top: None)(unknown, _model_keys(root))
+    hint = getattr(model, "unknown_hint", lambda keys: None)(unknown)  # a model may say more
     hint = hint or (f" (did you mean '{dotted}.{close[0]}'?)" if close else "")
     listed = ", ".join(repr(f"{dotted}.{k}") for k in sorted(unknown, key=str))
     return f"unknown keys {listed}{hint}; expected keys of '{dotted}': {', '.join(names)}"
-
-
-def _model_keys(model: type[BaseModel]) -> set[str]:
-    return set(model.model_fields)
 
 
 def _expected_at(model: type[BaseModel], loc: tuple) -> str:

@@ -50,18 +50,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import polars as pl
+from pydantic import Field, model_validator
 
 from lexgraph.core import layout
-from lexgraph.core.config import bad_value, expectation, params_error, section_config
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import require_directory
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Bool, Expect, Float, Invalid, Settings, Str, params_error, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
@@ -91,54 +92,63 @@ from lexgraph.data.schema import (
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("sample", "hub", "local", "corpus")
+#: where fetch reads the corpus and questions (module docstring)
+SourceName = Literal["sample", "hub", "local", "corpus"]
+
+#: the file keys a source needs (null elsewhere), and what each must name
+_NEEDED = {
+    "local": {"local_dir": "a directory holding the hub's files, since 'fetch.source' is local"},
+    "corpus": {
+        key: "a JSON-lines, CSV or Parquet file, since 'fetch.source' is corpus"
+        for key in ("corpus_file", "questions_file")
+    },
+}
+_UNDER_CORPUS = (
+    f"a file under {layout.CORPUS}/, fetch's dvc.yaml dependency (DVC would not see edits to a file elsewhere, "
+    "and fetch would not rerun)"
+)
 
 
-@dataclass(frozen=True)
-class FetchConfig:
+class FetchConfig(Settings):
     """The ``fetch`` section of params.yaml."""
 
-    source: str = field(metadata={"expected": f"one of {', '.join(SOURCES)}"})
-    sample_dir: str
-    hub_repo: str
-    revision: str | None  # a branch, tag or commit of the hub dataset
-    local_dir: str | None = field(metadata={"expected": "null or a directory (for source local)"})
-    #: source corpus: a JSON-lines, CSV or Parquet corpus (:mod:`lexgraph.data.corpus`) and its questions
-    corpus_file: str | None = field(metadata={"expected": "null or a corpus file (for source corpus)"})
-    questions_file: str | None = field(metadata={"expected": "null or a questions file (for source corpus)"})
-    dev_fraction: float = field(metadata={"expected": "a number in (0, 1)"})
-    synthetic: bool
-    #: fetch the hub's BM25 negatives (train, and synthetic with ``synthetic``): mine_negatives then
-    #: uses them wherever a question has a list; false: not fetched, every list mined here
-    negatives: bool
+    source: SourceName = Field(description="where the corpus and questions come from")
+    sample_dir: Str = Field(description="the embedded sample (BSARD's file layout), for source sample")
+    hub_repo: Str = Field(description="the hub dataset, for source hub")
+    revision: Str | None = Field(description="a branch, tag or commit of the hub dataset")
+    local_dir: Annotated[Str | None, Expect("null or a directory (for source local)")] = Field(
+        description="a directory holding the hub's files, for source local"
+    )
+    corpus_file: Annotated[Str | None, Expect("null or a corpus file (for source corpus)")] = Field(
+        description="source corpus: a JSON-lines, CSV or Parquet corpus (lexgraph.data.corpus) under data/corpus/"
+    )
+    questions_file: Annotated[Str | None, Expect("null or a questions file (for source corpus)")] = Field(
+        description="source corpus: its questions, under data/corpus/"
+    )
+    dev_fraction: Annotated[Float, Field(gt=0, lt=1, description="train's share carved into dev (no dev file)")]
+    synthetic: Bool = Field(description="also fetch the hub's synthetic questions")
+    negatives: Bool = Field(
+        description="fetch the hub's BM25 negatives (train, and synthetic with `synthetic`): mine_negatives then "
+        "uses them wherever a question has a list; false: not fetched, every list mined here"
+    )
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> FetchConfig:
-        return section_config(cls, params, "fetch")
+        return read_section(cls, params, "fetch")
 
-    def validate(self) -> None:
-        if self.source not in SOURCES:
-            raise bad_value("fetch", "source", self.source, expectation(FetchConfig, "source"))
-        if not 0 < self.dev_fraction < 1:
-            raise bad_value("fetch", "dev_fraction", self.dev_fraction, expectation(FetchConfig, "dev_fraction"))
-        if self.source == "local" and not self.local_dir:
-            raise bad_value(
-                "fetch",
-                "local_dir",
-                self.local_dir,
-                "a directory holding the hub's files, since 'fetch.source' is local",
-            )
-        for key in ("corpus_file", "questions_file"):
-            if self.source == "corpus" and not getattr(self, key):
-                raise bad_value("fetch", key, None, "a JSON-lines, CSV or Parquet file, since 'fetch.source' is corpus")
-            if self.source == "corpus" and not inside(getattr(self, key), layout.CORPUS):
-                raise bad_value(
-                    "fetch",
-                    key,
-                    getattr(self, key),
-                    f"a file under {layout.CORPUS}/, fetch's dvc.yaml dependency (DVC would not see edits to a file "
-                    "elsewhere, and fetch would not rerun)",
-                )
+    @model_validator(mode="after")
+    def _source_files(self) -> FetchConfig:
+        """The files the source reads are named; a corpus's lie under data/corpus/, fetch's dvc.yaml
+        dependency (whether a directory exists is checked when fetch reads it)."""
+        for key, needed in _NEEDED.get(self.source, {}).items():
+            value = getattr(self, key)
+            if not value:
+                expected = needed
+            else:
+                expected = None if key == "local_dir" or inside(value, layout.CORPUS) else _UNDER_CORPUS
+            if expected:
+                raise Invalid(key, value, expected)
+        return self
 
 
 def inside(path: str, folder) -> bool:
@@ -152,11 +162,9 @@ def inside(path: str, folder) -> bool:
 
 
 def fetch_directory(root: Path, synthetic: bool, negatives: bool = True):
-    """Read the hub's file layout from a directory (sources ``sample`` and ``local``): the
-    articles, each split's questions with their :class:`Source`, and (``negatives``) the
-    BM25 negatives."""
-    if not root.is_dir():
-        raise DataError(root, "directory not found; expected the BSARD files (articles.csv, questions_train.csv, …)")
+    """Read the hub's file layout from directory ``root`` (sources ``sample`` and ``local``; the
+    caller checked that it is one): the articles, each split's questions with their
+    :class:`Source`, and (``negatives``) the BM25 negatives."""
     corpus = next((root / f for f in CORPUS_FILES if (root / f).is_file()), None)
     if corpus is None:
         raise DataError(root, f"no corpus file; expected one of {list(CORPUS_FILES)}")
@@ -198,8 +206,6 @@ def carve_dev(train: pl.DataFrame, test: pl.DataFrame, fraction: float, seed: in
     the same split (the lowest hash of the group decides); a question whose text also appears
     in ``test`` is never put in dev (fetch then refuses it as train → test leakage).
     """
-    if not 0 < fraction < 1:
-        raise params_error(f"'fetch.dev_fraction' = {fraction!r}, expected a number in (0, 1)")
     test_keys = set(question_key(q) for q in test["question"].to_list())
     texts = train["question"].to_list()
     keys = [question_key(q) for q in texts]

@@ -42,58 +42,52 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from lexgraph.core.config import params_error, section_config
-from lexgraph.core.errors import ConfigError, DataError
+from pydantic import Field, model_validator
+
+from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Bool, Float, Int, Invalid, Settings, Str, params_error, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
 log = logging.getLogger(__name__)
 
 SECTION = "queries"
-GENERATORS = ("none", "crop", "doc2query")
+#: the generators (module docstring)
+Generator = Literal["none", "crop", "doc2query"]
+#: a count of at least one
+Positive = Annotated[Int, Field(gt=0)]
 
 
-@dataclass(frozen=True)
-class QueriesConfig:
+class QueriesConfig(Settings):
     """The ``queries`` section of ``params.yaml``."""
 
-    generator: str  # none | crop | doc2query
-    per_article: int
-    first_id: int  # ids of synthetic queries start here (no clash with real questions)
-    # crop
-    min_words: int
-    max_words: int
-    # doc2query
-    model: str
-    top_k: int
-    top_p: float
-    max_length: int  # generated tokens
-    max_input_length: int  # article tokens fed to the model
-    batch_size: int  # articles per generate() call
-    mixed_precision: bool  # bf16 autocast on CUDA (mT5 is unstable in fp16)
+    generator: Generator = Field(description="crop (random word spans), doc2query (mT5) or none (ablation)")
+    per_article: Positive = Field(description="queries drawn per article (before dropping empty/duplicate ones)")
+    first_id: Annotated[Int, Field(ge=0)] = Field(
+        description="ids of synthetic queries start here (no clash with real questions)"
+    )
+    min_words: Positive = Field(description="crop: span length uniform in [min_words, max_words]")
+    max_words: Positive = Field(description="crop: the longest span, >= min_words")
+    model: Str = Field(description="doc2query: the model")
+    top_k: Positive = Field(description="doc2query sampling")
+    top_p: Annotated[Float, Field(gt=0, le=1)] = Field(description="doc2query nucleus sampling")
+    max_length: Positive = Field(description="doc2query: generated tokens")
+    max_input_length: Positive = Field(description="doc2query: article tokens fed to the model")
+    batch_size: Positive = Field(description="doc2query: articles per generate() call")
+    mixed_precision: Bool = Field(description="doc2query: bf16 autocast on CUDA (mT5 is unstable in fp16)")
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> QueriesConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
-    def validate(self) -> None:
-        def bad(key: str, expected: str) -> ConfigError:
-            return params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
-
-        if self.generator not in GENERATORS:
-            raise bad("generator", f"one of {', '.join(GENERATORS)}")
-        for key in ("per_article", "min_words", "max_words", "top_k", "max_length", "max_input_length", "batch_size"):
-            if getattr(self, key) < 1:  # integers: section_config checked the types
-                raise bad(key, "a positive integer")
-        if self.first_id < 0:
-            raise bad("first_id", "a non-negative integer")
+    @model_validator(mode="after")
+    def _span(self) -> QueriesConfig:
         if self.max_words < self.min_words:
-            raise bad("max_words", f"an integer >= min_words ({self.min_words})")
-        if not 0.0 < self.top_p <= 1.0:
-            raise bad("top_p", "a number in (0, 1]")
+            raise Invalid("max_words", self.max_words, f"an integer >= min_words ({self.min_words})")
+        return self
 
 
 # ---------------------------------------------------------------------------

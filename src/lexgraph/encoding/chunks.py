@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import settings_of
 from lexgraph.core.stage import StageContext
 
 log = logging.getLogger(__name__)

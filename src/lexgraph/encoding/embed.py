@@ -28,15 +28,16 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from lexgraph.core.config import bad_value, expectation, section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, load_tensors, read_parquet, save_tensors
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Int, Settings, read_section
 from lexgraph.core.stage import StageContext
 
 log = logging.getLogger(__name__)
@@ -46,19 +47,14 @@ FILES = ("articles", "headings", "questions", "synthetic")
 ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
 
-@dataclass(frozen=True)
-class EmbedConfig:
+class EmbedConfig(Settings):
     """The ``embed`` section of params.yaml."""
 
-    batch_size: int = field(metadata={"expected": "a positive integer"})  # texts per encoder call
+    batch_size: Annotated[Int, Field(gt=0, description="texts per encoder call")]
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> EmbedConfig:
-        return section_config(cls, params, "embed")
-
-    def validate(self) -> None:
-        if self.batch_size < 1:
-            raise bad_value("embed", "batch_size", self.batch_size, expectation(EmbedConfig, "batch_size"))
+        return read_section(cls, params, "embed")
 
 
 def save_embeddings(

@@ -11,13 +11,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
-from lexgraph.core.config import bad_value, expectation, params_error, section_config
+from lexgraph.core.config import params_error
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
+from lexgraph.core.settings import Expect, Int, Invalid, Settings, Str, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.keys import keys_of
 from lexgraph.data.schema import (
@@ -27,71 +29,72 @@ from lexgraph.data.schema import (
 from lexgraph.evaluation.trec import read_trec, write_qrels, write_trec
 from lexgraph.methods.catalog import BUILTIN, names
 from lexgraph.metrics.ir import DEEPEST, METRICS, rounded
-from lexgraph.search.index import IndexConfig
+from lexgraph.search.index import IndexKeys
 
 log = logging.getLogger(__name__)
 
 SECTION = "evaluate"
 #: the splits ``evaluate`` may score: the human questions (synthetic ones are generated training data)
 EVALUATED_SPLITS: tuple[str, ...] = tuple(s for s in SPLITS if s != "synthetic")
+#: what ``evaluate.splits`` holds
+SPLIT_NAMES = (
+    f"a non-empty list of distinct split names among {', '.join(EVALUATED_SPLITS)} "
+    "(synthetic questions are generated training data, not evaluated)"
+)
+SYSTEMS = "a non-empty list of distinct systems"
 
 
-@dataclass(frozen=True)
-class EvaluateConfig:
+class EvaluateConfig(Settings):
     """The ``evaluate`` section of params.yaml."""
 
-    splits: list[str] = field(
-        metadata={
-            "expected": f"a non-empty list of distinct split names among {', '.join(EVALUATED_SPLITS)} "
-            "(synthetic questions are generated training data, not evaluated)"
-        }
+    splits: Annotated[list[Literal[EVALUATED_SPLITS]], Field(min_length=1), Expect(SPLIT_NAMES)]
+    k: Annotated[Int, Field(ge=DEEPEST, description=f"articles per question (recall@{DEEPEST} reads that deep)")]
+    systems: Annotated[list[Str], Field(min_length=1), Expect(SYSTEMS)] = Field(
+        description="names of the registry (``lexgraph systems`` lists them)"
     )
-    k: int = field(metadata={"expected": f"an integer >= {DEEPEST} (recall@{DEEPEST} reads that deep)"})
-    #: names of the registry (``lexgraph systems`` lists them), checked in validate
-    systems: list[str] = field(metadata={"expected": "a non-empty list of distinct systems"})
-    significance_split: str = field(metadata={"expected": "one of the splits in 'evaluate.splits'"})
-    baselines: list[str] = field(metadata={"expected": "a list of systems"})
-    significance_metrics: list[str] = field(
-        metadata={"expected": f"a non-empty list of metrics among {', '.join(METRICS)}"}
+    significance_split: Str = Field(description="one of the splits: the paired tests and their confidence intervals")
+    baselines: Annotated[list[Str], Expect("a list of systems")] = Field(
+        description="every system is compared with these (each one of 'evaluate.systems')"
     )
-    #: how dense systems search their article embeddings (``evaluate.index``, a mapping)
-    index: IndexConfig = field(metadata={"expected": "a mapping of index settings (lexgraph.search.index.IndexConfig)"})
+    significance_metrics: Annotated[
+        list[Literal[METRICS]], Field(min_length=1), Expect(f"a non-empty list of metrics among {', '.join(METRICS)}")
+    ]
+    index: IndexKeys = Field(description="how dense systems search their article embeddings (a mapping)")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
-    def validate(self) -> None:
-        systems = names()
-
-        def bad(key: str) -> Exception:
-            among = f" among {', '.join(systems)}" if key in ("systems", "baselines") else ""
-            return bad_value(SECTION, key, getattr(self, key), expectation(EvaluateConfig, key) + among)
-
-        splits = self.splits
-        if not splits or any(s not in EVALUATED_SPLITS for s in splits) or len(set(splits)) < len(splits):
-            raise bad("splits")
-        if self.k < DEEPEST:
-            raise bad("k")
-        if (
-            not self.systems
-            or any(s not in systems for s in self.systems)
-            or len(set(self.systems)) < len(self.systems)
-        ):
-            raise bad("systems")
-        if self.significance_split not in self.splits:
-            raise bad("significance_split")
-        if any(b not in systems for b in self.baselines):
-            raise bad("baselines")
-        unscored = [b for b in self.baselines if b not in self.systems]
-        if unscored:  # a baseline that is not evaluated would silently give no significance test
-            raise params_error(
-                f"'evaluate.baselines' = {self.baselines!r} names {', '.join(unscored)}, which "
-                f"'evaluate.systems' = {self.systems!r} does not evaluate; expected baselines among "
-                "'evaluate.systems' (add them there, or remove them from the baselines)"
-            )
-        if not self.significance_metrics or any(m not in METRICS for m in self.significance_metrics):
-            raise bad("significance_metrics")
+    @model_validator(mode="after")
+    def _rules(self) -> EvaluateConfig:
+        known = names()
+        among = f" among {', '.join(known)}"
+        unscored = ", ".join(b for b in self.baselines if b not in self.systems)
+        rules = (
+            ("splits", len(set(self.splits)) < len(self.splits), SPLIT_NAMES),
+            (
+                "systems",
+                len(set(self.systems)) < len(self.systems) or any(s not in known for s in self.systems),
+                SYSTEMS + among,
+            ),
+            (
+                "significance_split",
+                self.significance_split not in self.splits,
+                "one of the splits in 'evaluate.splits'",
+            ),
+            ("baselines", any(b not in known for b in self.baselines), "a list of systems" + among),
+            # a baseline that is not evaluated would silently give no significance test
+            (
+                "baselines",
+                unscored,
+                f"baselines among 'evaluate.systems' = {self.systems!r} (not evaluated: {unscored}; add them there, "
+                "or remove them from the baselines)",
+            ),
+        )
+        for key, broken, expected in rules:
+            if broken:
+                raise Invalid(key, getattr(self, key), expected)
+        return self
 
 
 #: Columns of the results table: (header, metric key), laid out like Table 2 of the

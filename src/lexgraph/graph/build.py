@@ -42,15 +42,16 @@ from __future__ import annotations
 import enum
 import io
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-from lexgraph.core.config import section_config
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Bool, Settings, read_section
 from lexgraph.core.stage import StageContext
 
 log = logging.getLogger(__name__)
@@ -89,17 +90,16 @@ BIPARTITE_TYPES = (EdgeType.QUESTION_ARTICLE, EdgeType.ARTICLE_QUESTION)
 STRUCTURE_TYPES = tuple(t for t in EdgeType if t not in BIPARTITE_TYPES)
 
 
-@dataclass(frozen=True)
-class GraphConfig:
+class GraphConfig(Settings):
     """The ``graph`` section of params.yaml."""
 
-    directed: bool  # true: statute edges point down (G-DSR's DAG); false: reverse types too
-    consecutive: bool  # article -> next article under the same heading
-    questions: bool  # train questions as nodes, linked to their gold articles
+    directed: Bool = Field(description="true: statute edges point down (G-DSR's DAG); false: reverse types too")
+    consecutive: Bool = Field(description="article -> next article under the same heading")
+    questions: Bool = Field(description="train questions as nodes, linked to their gold articles")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> GraphConfig:
-        return section_config(cls, params, "graph")
+        return read_section(cls, params, "graph")
 
 
 # ---------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def graph_bytes(data, config: GraphConfig | None = None) -> bytes:
     payload = {"format": GRAPH_FORMAT, "num_nodes": int(data.num_nodes)}
     payload.update({key: getattr(data, key).contiguous() for key in _TENSORS})
     if config is not None:
-        payload["config"] = asdict(config)
+        payload["config"] = config.model_dump()
     buffer = io.BytesIO()  # a file name would end up inside the zip archive
     torch.save(payload, buffer)
     return buffer.getvalue()

@@ -32,18 +32,19 @@ Contract:
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import AfterValidator, Field, create_model
+from pydantic_core import PydanticUndefined
 
-from lexgraph.core.config import bad_value, expectation, section_config
+from lexgraph.core.settings import Int, Settings
 
 log = logging.getLogger(__name__)
 
-SECTION = "evaluate.index"
 TYPES = ("auto", "flat", "ivf", "hnsw")
 ANN_TYPES = ("ivf", "hnsw")
 #: extra neighbours fetched beyond k so that ties at the cut-off are broken by lower id
@@ -52,43 +53,24 @@ TIE_MARGIN = 8
 TRAIN_PER_LIST = 40
 
 
-@dataclass(frozen=True)
-class IndexConfig:
-    """``evaluate.index`` in params.yaml: how dense systems search their article embeddings."""
+class IndexConfig(Settings):
+    """``evaluate.index`` in params.yaml: how dense systems search their article embeddings. The
+    one section config with defaults (params.yaml's values): ``lexgraph search`` in a workspace
+    without params.yaml searches with ``IndexConfig()``; ``evaluate`` reads the keys as
+    :data:`IndexKeys`, each required."""
 
-    type: str = field(default="auto", metadata={"expected": f"one of {', '.join(TYPES)}"})
-    exact_below: int = field(
-        default=200_000, metadata={"expected": "an integer >= 0 (auto: flat below this many articles)"}
+    type: Literal[TYPES] = Field(
+        "auto",
+        description="flat: exact (IndexFlatIP); ivf (IndexIVFFlat), hnsw (IndexHNSWFlat): approximate; auto: flat "
+        "below exact_below articles, ann from there on",
     )
-    ann: str = field(default="ivf", metadata={"expected": f"one of {', '.join(ANN_TYPES)} (what auto uses at scale)"})
-    nlist: int = field(default=0, metadata={"expected": "an integer >= 0 (IVF lists; 0 = 4 * sqrt(n))"})
-    nprobe: int = field(default=128, metadata={"expected": "an integer >= 1 (IVF lists visited per query)"})
-    hnsw_m: int = field(default=32, metadata={"expected": "an integer >= 2 (HNSW links per node)"})
-    ef_construction: int = field(default=80, metadata={"expected": "an integer >= 1 (HNSW build beam)"})
-    ef_search: int = field(default=256, metadata={"expected": "an integer >= 1 (HNSW query beam; raised to k)"})
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> IndexConfig:
-        return section_config(cls, params, SECTION)
-
-    def validate(self) -> None:
-        def bad(key: str) -> Exception:
-            return bad_value(SECTION, key, getattr(self, key), expectation(IndexConfig, key))
-
-        if self.type not in TYPES:
-            raise bad("type")
-        if self.ann not in ANN_TYPES:
-            raise bad("ann")
-        for key, low in (
-            ("exact_below", 0),
-            ("nlist", 0),
-            ("nprobe", 1),
-            ("hnsw_m", 2),
-            ("ef_construction", 1),
-            ("ef_search", 1),
-        ):
-            if getattr(self, key) < low:
-                raise bad(key)
+    exact_below: Annotated[Int, Field(ge=0)] = Field(200_000, description="auto: flat below this many articles")
+    ann: Literal[ANN_TYPES] = Field("ivf", description="what auto uses at scale")
+    nlist: Annotated[Int, Field(ge=0)] = Field(0, description="IVF lists; 0 = 4 * sqrt(n)")
+    nprobe: Annotated[Int, Field(ge=1)] = Field(128, description="IVF lists visited per query")
+    hnsw_m: Annotated[Int, Field(ge=2)] = Field(32, description="HNSW links per node")
+    ef_construction: Annotated[Int, Field(ge=1)] = Field(80, description="HNSW build beam")
+    ef_search: Annotated[Int, Field(ge=1)] = Field(256, description="HNSW query beam; raised to k")
 
     def resolve(self, n: int) -> str:
         """The index type used for a corpus of ``n`` articles (``auto`` resolved)."""
@@ -99,6 +81,21 @@ class IndexConfig:
     def lists(self, n: int) -> int:
         """IVF lists for ``n`` vectors: ``nlist``, or ``4 * sqrt(n)``; never more than ``n``."""
         return max(1, min(n, self.nlist or int(round(4 * math.sqrt(n)))))
+
+
+def _every_key_required(model: type[Settings]) -> type[Settings]:
+    """``model``'s fields, each required (no default): a mapping read from params.yaml sets every key."""
+    fields = {}
+    for name, f in model.model_fields.items():
+        required = copy.copy(f)
+        required.default = PydanticUndefined
+        fields[name] = (f.annotation, required)
+    return create_model(f"{model.__name__}Keys", __base__=Settings, __doc__=model.__doc__, **fields)
+
+
+#: ``evaluate.index`` as params.yaml gives it: :class:`IndexConfig`'s keys, every one required (no
+#: silent default), read as an :class:`IndexConfig`
+IndexKeys = Annotated[_every_key_required(IndexConfig), AfterValidator(lambda keys: IndexConfig(**dict(keys)))]
 
 
 def normalise(x: np.ndarray) -> np.ndarray:

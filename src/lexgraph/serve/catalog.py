@@ -128,15 +128,9 @@ def load_catalog(
     ``lexgraph index``, when given) with the corpus, the runs and the admin token; raises what the
     loaders raise (one :class:`lexgraph.core.errors.LexgraphError` line for a missing or stale
     artefact), or :class:`LoadStopped` between two systems once ``stopping()``."""
-    from lexgraph.core.config import bad_value
-    from lexgraph.methods.catalog import names
     from lexgraph.methods.dense import shared_query_encoders
     from lexgraph.serve.security import admin_token, token_path
     from lexgraph.systems.index_record import model_digests
-
-    if unknown := [s for s in config.systems if s not in names()]:  # the names are the registry's
-        expected = f"a non-empty list of systems, each one of {', '.join(names())} ({unknown[0]!r} is none)"
-        raise bad_value("serve", "systems", config.systems, expected)
 
     def check() -> None:
         if stopping():

@@ -3,69 +3,74 @@ requests to (where it listens is the command's ``--host`` and ``--port``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from lexgraph.core.config import bad_value, expectation, section_config
+from pydantic import Field, model_validator
+
+from lexgraph.core.settings import Expect, Float, Int, Invalid, Settings, Str, read_section
+
+#: a positive integer
+Positive = Annotated[Int, Field(gt=0)]
+#: a timeout
+Seconds = Annotated[Float, Field(gt=0), Expect("a positive number of seconds")]
+SYSTEMS = "a non-empty list of systems (lexgraph systems lists them), each once"
+PAGE_K = "a positive integer, at most max_k"
+HOSTS = "a list of host names or addresses without scheme, port or path (such as localhost)"
 
 
-@dataclass(frozen=True)
-class ServeConfig:
+class ServeConfig(Settings):
     """The ``serve`` section of params.yaml."""
 
-    systems: list[str] = field(metadata={"expected": "a non-empty list of systems (lexgraph systems lists them)"})
-    max_batch: int = field(metadata={"expected": "a positive integer"})  # questions per system call when batching
-    max_wait_ms: float = field(metadata={"expected": "a number of milliseconds in [0, 1000]"})
-    max_k: int = field(metadata={"expected": "a positive integer"})  # the largest k a request may ask for
-    page_k: int = field(metadata={"expected": "a positive integer, at most max_k"})  # hits shown on the web page
-    max_question_chars: int = field(metadata={"expected": "a positive integer"})
-    max_batch_questions: int = field(metadata={"expected": "a positive integer"})  # questions of one POST /search
-    max_body_bytes: int = field(metadata={"expected": "a positive integer"})
-    max_head_bytes: int = field(metadata={"expected": "a positive integer"})  # request line and headers
-    header_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
-    body_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
-    #: a client that reads nothing of its answer for this long is disconnected (lexgraph.serve.limits)
-    write_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
-    #: a keep-alive connection with no new request for this long is closed
-    idle_timeout_s: float = field(metadata={"expected": "a positive number of seconds"})
-    #: the names a request's Host header may give (the address of --host is always allowed)
-    allowed_hosts: list[str] = field(
-        metadata={"expected": "a list of host names or addresses without scheme, port or path (such as localhost)"}
+    systems: Annotated[list[Str], Field(min_length=1), Expect(SYSTEMS)] = Field(
+        description="what the server loads, each once, in this order; the first is the default"
     )
-    #: the file holding the token POST /admin/reload needs (generated at first start, mode 0600);
-    #: ``~`` is the user's home, a relative path starts at the workspace
-    admin_token_file: str = field(metadata={"expected": "a file path (created with mode 0600 if absent)"})
+    max_batch: Positive = Field(description="questions per system call when batching")
+    max_wait_ms: Annotated[Float, Field(ge=0, le=1000), Expect("a number of milliseconds in [0, 1000]")] = Field(
+        description="how long the first queued question waits for others to join its batch"
+    )
+    max_k: Positive = Field(description="the largest k a request may ask for")
+    page_k: Annotated[Int, Field(gt=0), Expect(PAGE_K)] = Field(description="hits shown on the web page")
+    max_question_chars: Positive = Field(description="the longest question a request may ask")
+    max_batch_questions: Positive = Field(description="questions of one POST /search")
+    max_body_bytes: Positive = Field(description="the largest request body")
+    max_head_bytes: Positive = Field(description="request line and headers")
+    header_timeout_s: Seconds = Field(description="a connection's request head must arrive within this")
+    body_timeout_s: Seconds = Field(description="... and its body within this")
+    write_timeout_s: Seconds = Field(
+        description="a client that reads nothing of its answer for this long is disconnected (lexgraph.serve.limits)"
+    )
+    idle_timeout_s: Seconds = Field(description="a keep-alive connection with no new request for this long is closed")
+    allowed_hosts: Annotated[list[Str], Expect(HOSTS)] = Field(
+        description="the names a request's Host header may give (the address of --host is always allowed)"
+    )
+    admin_token_file: Annotated[Str, Field(pattern=r"\S"), Expect("a file path (created with mode 0600 if absent)")] = (
+        Field(
+            description="the file holding the token POST /admin/reload needs (generated at first start, mode 0600); "
+            "``~`` is the user's home, a relative path starts at the workspace"
+        )
+    )
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> ServeConfig:
-        return section_config(cls, params, "serve")
+        return read_section(cls, params, "serve")
 
-    def validate(self) -> None:
-        if not self.systems or len(set(self.systems)) < len(self.systems):
-            raise bad_value("serve", "systems", self.systems, expectation(ServeConfig, "systems") + ", each once")
-        positive = (
-            "max_batch",
-            "max_k",
-            "page_k",
-            "max_question_chars",
-            "max_batch_questions",
-            "max_body_bytes",
-            "max_head_bytes",
+    @model_validator(mode="after")
+    def _rules(self) -> ServeConfig:
+        from lexgraph.methods.catalog import names  # the names are the registry's
+
+        known = names()
+        unknown = next((s for s in self.systems if s not in known), None)
+        rules = (
+            ("systems", len(set(self.systems)) < len(self.systems), SYSTEMS),
+            ("systems", unknown, f"a non-empty list of systems, each one of {', '.join(known)} ({unknown!r} is none)"),
+            ("page_k", self.page_k > self.max_k, PAGE_K),
+            ("allowed_hosts", any(host_name(h) is None for h in self.allowed_hosts), HOSTS),
         )
-        timeouts = ("header_timeout_s", "body_timeout_s", "write_timeout_s", "idle_timeout_s")
-        for key in (*positive, *timeouts):
-            if getattr(self, key) <= 0:
-                raise bad_value("serve", key, getattr(self, key), expectation(ServeConfig, key))
-        if not 0 <= self.max_wait_ms <= 1000:
-            raise bad_value("serve", "max_wait_ms", self.max_wait_ms, expectation(ServeConfig, "max_wait_ms"))
-        if self.page_k > self.max_k:
-            raise bad_value("serve", "page_k", self.page_k, expectation(ServeConfig, "page_k"))
-        if any(host_name(h) is None for h in self.allowed_hosts):
-            raise bad_value("serve", "allowed_hosts", self.allowed_hosts, expectation(ServeConfig, "allowed_hosts"))
-        if not self.admin_token_file.strip():
-            expected = expectation(ServeConfig, "admin_token_file")
-            raise bad_value("serve", "admin_token_file", self.admin_token_file, expected)
+        for key, broken, expected in rules:
+            if broken:
+                raise Invalid(key, getattr(self, key), expected)
+        return self
 
 
 def read_config(workspace: Path) -> ServeConfig:

@@ -6,18 +6,20 @@ import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import polars as pl
+from pydantic import Field, field_validator
 
 from lexgraph.core import layout
-from lexgraph.core.config import bad_value, expectation, refuse_held_out, section_config
+from lexgraph.core.config import refuse_held_out
 from lexgraph.core.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.progress import progress
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Expect, Float, Settings, bad_value, read_section
 from lexgraph.core.stage import StageContext
-from lexgraph.data.schema import split_questions
+from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.methods.system import System
 from lexgraph.metrics.ir import METRICS, evaluate_run
 from lexgraph.search.bm25 import BM25, load_system
@@ -27,45 +29,38 @@ from lexgraph.text.analyzer import FrenchAnalyzer
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Bm25TuneConfig:
+#: a split name (``test`` refused by the section's validator: it is held out for evaluation)
+Split = Annotated[Literal[SPLITS], Expect("dev (or train)")]
+
+
+class Bm25TuneConfig(Settings):
     """The ``bm25_tune`` section of params.yaml: the k1 x b grid, searched on one split."""
 
-    split: str = field(metadata={"expected": "dev (or train)"})
-    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
-    k1: list[float] = field(metadata={"expected": "a non-empty list of numbers >= 0"})
-    b: list[float] = field(metadata={"expected": "a non-empty list of numbers in [0, 1]"})
+    split: Split
+    metric: Literal[METRICS]
+    k1: Annotated[list[Annotated[Float, Field(ge=0)]], Field(min_length=1)]
+    b: Annotated[list[Annotated[Float, Field(ge=0, le=1)]], Field(min_length=1)]
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
-        return section_config(cls, params, "bm25_tune")
+        return read_section(cls, params, "bm25_tune")
 
-    def validate(self) -> None:
-        refuse_held_out("bm25_tune", "split", self.split, expectation(Bm25TuneConfig, "split"))
-        if self.metric not in METRICS:
-            raise bad_value("bm25_tune", "metric", self.metric, expectation(Bm25TuneConfig, "metric"))
-        if not self.k1 or any(v < 0 for v in self.k1):
-            raise bad_value("bm25_tune", "k1", self.k1, expectation(Bm25TuneConfig, "k1"))
-        if not self.b or any(not 0 <= v <= 1 for v in self.b):
-            raise bad_value("bm25_tune", "b", self.b, expectation(Bm25TuneConfig, "b"))
+    @field_validator("split")
+    @classmethod
+    def _not_held_out(cls, split: str) -> str:
+        refuse_held_out("bm25_tune", "split", split, "dev (or train)")  # its ConfigError passes through pydantic
+        return split
 
 
-@dataclass(frozen=True)
-class Bm25Config:
+class Bm25Config(Settings):
     """The ``bm25`` section of params.yaml: the index's k1 and b, or ``tuned`` (bm25_tune's best)."""
 
-    k1: float | str = field(metadata={"expected": "a number >= 0 or 'tuned'"})
-    b: float | str = field(metadata={"expected": "a number in [0, 1] or 'tuned'"})
+    k1: Annotated[Annotated[Float, Field(ge=0)] | Literal["tuned"], Expect("a number >= 0 or 'tuned'")]
+    b: Annotated[Annotated[Float, Field(ge=0, le=1)] | Literal["tuned"], Expect("a number in [0, 1] or 'tuned'")]
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> Bm25Config:
-        return section_config(cls, params, "bm25")
-
-    def validate(self) -> None:
-        for key, low, high in (("k1", 0.0, float("inf")), ("b", 0.0, 1.0)):
-            value = getattr(self, key)
-            if (isinstance(value, str) and value != "tuned") or (isinstance(value, float) and not low <= value <= high):
-                raise bad_value("bm25", key, value, expectation(Bm25Config, key))
+        return read_section(cls, params, "bm25")
 
 
 def build_index(articles: pl.DataFrame, k1: float, b: float, idf: str = DEFAULT_IDF) -> BM25:

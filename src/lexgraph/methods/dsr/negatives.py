@@ -28,15 +28,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import polars as pl
+from pydantic import Field, field_validator
 
-from lexgraph.core.config import HELD_OUT_SPLIT, bad_value, expectation, refuse_held_out, section_config
+from lexgraph.core.config import HELD_OUT_SPLIT, refuse_held_out
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.progress import progress_bar
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Expect, Float, Int, Settings, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.schema import SPLITS
 from lexgraph.search.bm25 import BM25
@@ -50,40 +52,32 @@ SCHEMA = {"question_id": pl.Int64, "split": pl.String, "negative_ids": pl.List(p
 SECTION = "negatives"
 
 
-@dataclass(frozen=True)
-class NegativesConfig:
+#: the splits negatives may be mined for (``test`` refused by the section's validator: it is held out)
+TRAINING_SPLITS = ", ".join(s for s in SPLITS if s != HELD_OUT_SPLIT)
+
+
+class NegativesConfig(Settings):
     """The ``negatives`` section of params.yaml (read by ``mine_negatives``)."""
 
-    k1: float = field(metadata={"expected": "a number >= 0"})  # BM25 of its own (G-DSR: 1.0, 0.6)
-    b: float = field(metadata={"expected": "a number in [0, 1]"})
-    depth: int = field(metadata={"expected": "a positive integer"})  # negatives from BM25's top-depth
-    k: int = field(metadata={"expected": "a positive integer"})  # negatives kept per question
-    splits: list[str] = field(metadata={"expected": "a non-empty list of split names (train, dev, synthetic)"})
+    k1: Annotated[Float, Field(ge=0, description="BM25 of its own (G-DSR: 1.0, 0.6)")]
+    b: Annotated[Float, Field(ge=0, le=1)]
+    depth: Annotated[Int, Field(gt=0, description="negatives from BM25's top-depth")]
+    k: Annotated[Int, Field(gt=0, description="negatives kept per question")]
+    splits: Annotated[
+        list[Literal[SPLITS]],
+        Field(min_length=1),
+        Expect(f"a non-empty list of split names among {TRAINING_SPLITS}"),
+    ]
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> NegativesConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
-    def validate(self) -> None:
-        def bad(key: str) -> LexgraphError:
-            return bad_value(SECTION, key, getattr(self, key), expectation(NegativesConfig, key))
-
-        if self.k1 < 0:
-            raise bad("k1")
-        if not 0 <= self.b <= 1:
-            raise bad("b")
-        for key in ("depth", "k"):
-            if getattr(self, key) < 1:
-                raise bad(key)
-        if not self.splits:
-            raise bad("splits")
-        allowed = ", ".join(s for s in SPLITS if s != HELD_OUT_SPLIT)
-        refuse_held_out(SECTION, "splits", self.splits, f"training splits only ({allowed})")
-        unknown = [s for s in self.splits if s not in SPLITS]
-        if unknown:
-            raise bad_value(
-                SECTION, "splits", self.splits, f"split names among {allowed} (unknown: {', '.join(unknown)})"
-            )
+    @field_validator("splits")
+    @classmethod
+    def _not_held_out(cls, splits: list[str]) -> list[str]:
+        refuse_held_out(SECTION, "splits", splits, f"training splits only ({TRAINING_SPLITS})")  # a ConfigError
+        return splits
 
 
 def mine_from_index(
@@ -101,8 +95,6 @@ def mine_from_index(
     articles and keeping the first ``k``; only ``min(depth, k + |gold|)`` articles are
     actually retrieved for a batch, which gives the same lists faster.
     """
-    if k < 1 or depth < 1:
-        raise LexgraphError(f"negatives: k = {k} and depth = {depth} must be positive")
     if len(question_tokens) != len(gold):
         raise LexgraphError(f"negatives: {len(question_tokens)} questions but {len(gold)} gold lists")
     out: list[np.ndarray] = []

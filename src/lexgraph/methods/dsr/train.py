@@ -39,7 +39,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -318,7 +318,9 @@ def train_and_refit(
         epochs,
         "chosen on dev" if select else f"'{SECTION}.selection' is fixed: the full schedule",
     )
-    refit = train_dsr(model, both, replace(config, epochs=epochs), device, seed, runtime, select=False, resume=resume)
+    refit = train_dsr(
+        model, both, config.model_copy(update={"epochs": epochs}), device, seed, runtime, select=False, resume=resume
+    )
     return selection, refit
 
 
@@ -353,7 +355,7 @@ class TrainDsrPaths:
 def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, context: StageContext) -> dict[str, Any]:
     """The ``train_dsr`` stage: read inputs, train, write model/metrics/curve atomically."""
     device, seed = context.torch_device(), context.seed
-    log.info("train_dsr config: %s", asdict(config))
+    log.info("train_dsr config: %s", config.model_dump())
     pretrained = paths.pretrained
     if not Path(pretrained).is_dir():
         raise DataError(pretrained, "pretrained model directory not found (run `dvc repro pretrain`)")

@@ -22,15 +22,34 @@ when a key it reads changes (:meth:`GNNSettings.dvc_params` lists them for dvc.y
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
 
 from lexgraph.core import layout
-from lexgraph.core.config import params_error, section_config
-from lexgraph.core.errors import ConfigError
+from lexgraph.core.settings import (
+    Bool,
+    Expect,
+    Float,
+    Int,
+    Invalid,
+    Settings,
+    bad_value,
+    params_error,
+    read_section,
+)
 from lexgraph.graph.build import BIPARTITE_TYPES, NUM_EDGE_TYPES, STRUCTURE_TYPES
-from lexgraph.methods.gnn.model import GraphEncoderConfig
+from lexgraph.methods.gnn.model import (
+    ACTIVATIONS,
+    INITS,
+    LAYERS,
+    MAX_LAYERS,
+    MODELS,
+    PROJECTIONS,
+    GraphEncoderConfig,
+    architecture_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,24 +81,6 @@ ARCH_KEYS = (
     "init",
     "activation",
 )
-#: every variant's own mapping
-GRAPH_KEYS = (
-    *ARCH_KEYS,
-    "heading_features",
-    "normalize_features",
-    "synthetic",
-    "batch_size",
-    "lr",
-    "schedule",
-    "warmup_ratio",
-    "epochs",
-    "selection",
-    "similarity",
-    "temperature",
-    "refit",
-)
-#: the question variants' mapping adds
-QUESTION_KEYS = ("edge_attention", "encoder_lr", "encoder_layers", "kd", "leak_cut", "bipartite", "structure")
 KD_KEYS = {
     "kd_weight": "weight",
     "kd_mode": "mode",
@@ -88,89 +89,188 @@ KD_KEYS = {
 }
 
 HEADING_FEATURES = ("articles", "title")
-SIMILARITIES = ("cosine", "dot")
-SCHEDULES = ("constant", "linear")
-SELECTIONS = ("dev", "fixed")  # dev: the epoch with the best dev R@200 (epoch 0 included) | fixed: the last
-EDGE_ATTENTION = ("joint", "per_group")
 SELECTION_METRIC = "recall@200"  # the dev metric that chooses the epoch (G-DSR)
+#: what a graph variant, which reads no question key, holds for them (not settings: nothing reads them)
+GRAPH_VARIANT_VALUES: dict[str, Any] = {
+    "encoder_lr": 0.0,
+    "encoder_layers": None,
+    "kd_weight": 0.0,
+    "kd_mode": "score",
+    "kd_temperature": 1.0,
+    "kd_student_contrastive": False,
+    "leak_cut": False,
+    "bipartite": False,
+    "structure": True,
+    "edge_attention": "per_group",
+}
+
+Positive = Annotated[Float, Field(gt=0)]
+NonNegative = Annotated[Float, Field(ge=0)]
+Rate = Annotated[Float, Field(ge=0, lt=1)]
+Count = Annotated[Int, Field(gt=0)]
+Width = Annotated[Int, Field(gt=0)] | None
+_LAYERS_WORDS = (
+    f"an integer in [1, {MAX_LAYERS}] (one hop per layer: an article's farthest heading is {MAX_LAYERS} hops up "
+    f"the hierarchy's {MAX_LAYERS} levels, so a deeper stack adds parameters, not information)"
+)
 
 
-def _own(key: str) -> str:
-    """Where a key of the variant's own mapping lives: ``gnn.<variant>.<key>``."""
-    return "{variant}." + key
+class Distillation(Settings):
+    """``gnn.<question variant>.kd``: distilling the graph's scores into the query encoder."""
+
+    weight: Annotated[Float, Field(ge=0, le=1, description="the KD term's share of the loss")]
+    mode: Literal["score", "feature"]
+    temperature: Positive
+    student_contrastive: Bool
 
 
-def _question(key: str, unread: Any) -> dict[str, Any]:
-    """A question variant's key (``gnn.<variant>.<key>``); the value a graph variant, which reads
-    no such key, holds (not a setting: nothing reads it)."""
-    return {"key": _own(key), "variants": QUESTION_VARIANTS, "unread": unread}
+class GraphKeys(Settings):
+    """A variant's own mapping ``gnn.<variant>`` (every variant's keys)."""
+
+    layer: Literal[LAYERS] = Field(description="stack (G-DSR) | qabisar (QABISAR §2.2)")
+    hidden: Width = Field(description="the hidden width (null: the input's)")
+    heads: Count
+    concat_heads: Bool = Field(description="heads concatenated (hidden / heads each) or averaged (hidden each)")
+    attention_dropout: Rate | None = Field(description="on the attention coefficients (null: gnn.dropout)")
+    residual: Bool
+    self_loops: Bool | None = Field(description="null: without a residual only; with edge_dim, their own edge type")
+    projections: Literal[PROJECTIONS] = Field(description="linear: maps around the stack | convolutions: in the convs")
+    edge_dim: Width = Field(description="the edge-type vectors' width (null: no edge-type features)")
+    init: Literal[INITS]
+    activation: Literal[tuple(ACTIVATIONS)] = Field(description="between layers (relu: G-DSR's public code)")
+    heading_features: Literal[HEADING_FEATURES] = Field(
+        description="articles (mean of the articles under the heading) | title (its DSR encoding)"
+    )
+    normalize_features: Bool = Field(description="L2-normalise the node features (lexgraph's)")
+    synthetic: Bool = Field(description="train on the synthetic queries of generate_queries too (G-DSR's)")
+    batch_size: Count = Field(description="(question, gold article) pairs per step")
+    lr: Positive
+    schedule: Literal["constant", "linear"] = Field(description="constant | linear (warm-up then linear decay)")
+    warmup_ratio: Rate
+    epochs: Count
+    selection: Literal["dev", "fixed"] = Field(description="dev: the epoch with the best dev R@200 | fixed: the last")
+    similarity: Literal["cosine", "dot"]
+    temperature: Positive
+    refit: Bool = Field(description="retrain on train+dev (G-DSR appendix B)")
+
+    @classmethod
+    def unknown_hint(cls, keys: list[str]) -> str | None:
+        return " (a shared key: set it once under 'gnn')" if set(map(str, keys)) & set(SHARED_KEYS) else None
+
+    @model_validator(mode="after")
+    def _warmup_needs_a_schedule(self) -> GraphKeys:
+        if self.schedule == "constant" and self.warmup_ratio:
+            raise Invalid("warmup_ratio", self.warmup_ratio, "0 with schedule: constant (no warm-up)")
+        return self
 
 
-def _edge_groups(variant: str, values: dict[str, Any]) -> dict[str, Any]:
-    """The architecture's edge groups for ``variant``: one group of statute edges (graph variants),
-    or the statute and question-article edges attended jointly (one convolution over all edge
-    types) or per group (a convolution per group, summed); the width comes with the data."""
-    if variant not in QUESTION_VARIANTS:
-        groups: tuple[tuple[int, ...], ...] = (tuple(int(t) for t in STRUCTURE_TYPES),)
-    elif values[variant].get("edge_attention") == "joint":
-        groups = (tuple(range(NUM_EDGE_TYPES)),)
-    else:
-        groups = (tuple(int(t) for t in STRUCTURE_TYPES), tuple(int(t) for t in BIPARTITE_TYPES))
-    return {"in_dim": None, "edge_groups": groups}
+class QuestionKeys(GraphKeys):
+    """A question variant's own mapping (its graph holds the train questions)."""
+
+    synthetic: Annotated[Literal[False], Expect("false: a question variant's graph holds the train questions only")]
+    refit: Annotated[Literal[False], Expect("false: a question variant's graph holds train questions only")]
+    edge_attention: Literal["joint", "per_group"]
+    encoder_lr: Positive
+    encoder_layers: Annotated[Int, Field(ge=1)] | None = Field(
+        description="the query encoder's top N blocks train in the distillation (null: those the DSR trained)"
+    )
+    kd: Distillation
+    leak_cut: Bool = Field(description="a positive never hears its own question's message (lexgraph's label-leak cut)")
+    bipartite: Bool
+    structure: Bool
+
+
+class GnnSection(Settings):
+    """The ``gnn`` section: the shared keys, then one mapping per variant."""
+
+    model: Literal[MODELS]
+    layers: Annotated[Int, Field(ge=1, le=MAX_LAYERS), Expect(_LAYERS_WORDS)]
+    dropout: Rate = Field(description="between layers")
+    hard_negatives: Annotated[Int, Field(ge=0)]
+    adam_epsilon: Positive
+    weight_decay: NonNegative
+    max_grad_norm: Positive
+    accumulation_steps: Count = Field(description="micro-batches per batch and process (lexgraph.training.engine)")
+    gdsr: GraphKeys
+    qabisar: QuestionKeys
+    hgraph: GraphKeys
+    hgraph_qa: QuestionKeys
+
+    @model_validator(mode="after")
+    def _architectures(self) -> GnnSection:
+        for variant in VARIANTS:
+            problem = architecture_problem(self.encoder(variant))
+            if problem is not None:
+                key, value, expected = problem
+                raise Invalid(key if key in SHARED_KEYS else f"{variant}.{key}", value, expected)
+        return self
+
+    def encoder(self, variant: str) -> GraphEncoderConfig:
+        """``variant``'s architecture (its width comes with the data: ``with_input``)."""
+        own = getattr(self, variant)
+        if variant not in QUESTION_VARIANTS:
+            groups: tuple[tuple[int, ...], ...] = (tuple(int(t) for t in STRUCTURE_TYPES),)
+        elif own.edge_attention == "joint":
+            groups = (tuple(range(NUM_EDGE_TYPES)),)
+        else:
+            groups = (tuple(int(t) for t in STRUCTURE_TYPES), tuple(int(t) for t in BIPARTITE_TYPES))
+        arch = {k: getattr(own, k) for k in ARCH_KEYS}
+        return GraphEncoderConfig(
+            in_dim=None, model=self.model, layers=self.layers, dropout=self.dropout, edge_groups=groups, **arch
+        )
+
+    def resolve(self, variant: str) -> GNNSettings:
+        """The settings ``train_gnn@<variant>`` trains with: the shared keys and its own mapping, flat."""
+        own = getattr(self, variant)
+        shared = {k: getattr(self, k) for k in SHARED_KEYS if k not in ("model", "layers", "dropout")}
+        values = {k: getattr(own, k) for k in GraphKeys.model_fields if k not in ARCH_KEYS}
+        if variant in QUESTION_VARIANTS:
+            values.update({k: getattr(own, k) for k in QuestionKeys.model_fields if k not in GraphKeys.model_fields})
+            kd = values.pop("kd")
+            values.update({f"kd_{k}": getattr(kd, k) for k in Distillation.model_fields})
+        else:
+            values.update(GRAPH_VARIANT_VALUES)
+        return GNNSettings(variant=variant, encoder=self.encoder(variant), **shared, **values)
 
 
 @dataclass(frozen=True)
 class GNNSettings:
-    """The ``gnn`` section of params.yaml, resolved for one variant (read by
-    :func:`lexgraph.core.config.section_config`: each field's metadata says where its key lives)."""
-
-    VARIANTS = VARIANTS  # the per-variant mappings (not a field: no annotation)
+    """The ``gnn`` section resolved for one variant (:meth:`GnnSection.resolve`; checked there)."""
 
     variant: str
-    # gnn.model, gnn.layers, gnn.dropout and gnn.<variant>'s ARCH_KEYS
-    encoder: GraphEncoderConfig = field(
-        metadata={
-            "keys": {"model": "model", "layers": "layers", "dropout": "dropout", **{k: _own(k) for k in ARCH_KEYS}},
-            "extra": _edge_groups,
-        }
-    )
-    # articles (mean of the articles under the heading) | title (its DSR encoding)
-    heading_features: str = field(metadata={"key": _own("heading_features")})
-    # L2-normalise the node features (lexgraph's) | the embed stage's vectors as they are
-    normalize_features: bool = field(metadata={"key": _own("normalize_features")})
-    # train on the train questions and the synthetic queries of generate_queries (G-DSR's augmented set)
-    synthetic: bool = field(metadata={"key": _own("synthetic")})
+    encoder: GraphEncoderConfig  # gnn.model, gnn.layers, gnn.dropout and gnn.<variant>'s ARCH_KEYS
+    heading_features: str
+    normalize_features: bool
+    synthetic: bool
     hard_negatives: int
-    batch_size: int = field(metadata={"key": _own("batch_size")})  # (question, gold article) pairs per step
-    lr: float = field(metadata={"key": _own("lr")})
+    batch_size: int
+    lr: float
     adam_epsilon: float
-    schedule: str = field(metadata={"key": _own("schedule")})  # constant | linear (warm-up then linear decay)
-    warmup_ratio: float = field(metadata={"key": _own("warmup_ratio")})
+    schedule: str
+    warmup_ratio: float
     weight_decay: float
     max_grad_norm: float
-    accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
-    epochs: int = field(metadata={"key": _own("epochs")})
-    selection: str = field(metadata={"key": _own("selection")})  # dev | fixed
-    similarity: str = field(metadata={"key": _own("similarity")})  # cosine | dot (QABISAR's)
-    temperature: float = field(metadata={"key": _own("temperature")})
-    refit: bool = field(metadata={"key": _own("refit")})  # retrain on train+dev (G-DSR appendix B)
-    encoder_lr: float = field(metadata=_question("encoder_lr", 0.0))
-    # the query encoder's top N blocks train in the distillation (None: those the DSR trained)
-    encoder_layers: int | None = field(metadata=_question("encoder_layers", None))
-    kd_weight: float = field(metadata=_question("kd.weight", 0.0))
-    kd_mode: str = field(metadata=_question("kd.mode", "score"))
-    kd_temperature: float = field(metadata=_question("kd.temperature", 1.0))
-    kd_student_contrastive: bool = field(metadata=_question("kd.student_contrastive", False))
-    # a positive never hears its own question's message in training (lexgraph's label-leak cut)
-    leak_cut: bool = field(metadata=_question("leak_cut", False))
-    bipartite: bool = field(metadata=_question("bipartite", False))
-    structure: bool = field(metadata=_question("structure", True))
-    edge_attention: str = field(metadata=_question("edge_attention", "per_group"))
+    accumulation_steps: int
+    epochs: int
+    selection: str
+    similarity: str
+    temperature: float
+    refit: bool
+    encoder_lr: float
+    encoder_layers: int | None
+    kd_weight: float
+    kd_mode: str
+    kd_temperature: float
+    kd_student_contrastive: bool
+    leak_cut: bool
+    bipartite: bool
+    structure: bool
+    edge_attention: str
 
     @staticmethod
     def keys(variant: str) -> tuple[str, ...]:
         """The keys of ``gnn.<variant>``."""
-        return GRAPH_KEYS + (QUESTION_KEYS if variant in QUESTION_VARIANTS else ())
+        return tuple((QuestionKeys if variant in QUESTION_VARIANTS else GraphKeys).model_fields)
 
     @staticmethod
     def dvc_params(variant: str) -> list[str]:
@@ -181,58 +281,16 @@ class GNNSettings:
     @classmethod
     def from_params(cls, params: dict[str, Any], variant: str) -> GNNSettings:
         """Read ``params`` (the ``gnn`` section) for ``variant``."""
-        return section_config(cls, params, "gnn", variant)
+        if variant not in VARIANTS:
+            raise params_error(f"unknown 'gnn' variant {variant!r}, expected one of {', '.join(VARIANTS)}")
+        return read_section(GnnSection, params, "gnn").resolve(variant)
 
     @classmethod
     def per_variant(cls, params: dict[str, Any]) -> dict[str, GNNSettings]:
         """``{variant: settings}`` of the ``gnn`` section for every variant (what the
         ``train_gnn`` stage checks before any work, whichever variant it runs)."""
-        return {variant: cls.from_params(params, variant) for variant in VARIANTS}
-
-    def validate(self) -> None:
-        v = self.variant
-
-        def bad(key: str, value: Any, expected: str) -> ConfigError:
-            shared = key in SHARED_KEYS
-            return params_error(f"'gnn.{key if shared else f'{v}.{key}'}' = {value!r}, expected {expected}")
-
-        for key, low in (("hard_negatives", 0), ("batch_size", 1), ("epochs", 1), ("accumulation_steps", 1)):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise bad(key, value, f"an integer >= {low}")
-        positive = ["lr", "temperature", "max_grad_norm", "adam_epsilon"]
-        positive += ["encoder_lr", "kd_temperature"] if v in QUESTION_VARIANTS else []
-        for key in positive:
-            value = getattr(self, key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-                raise bad(key.replace("kd_", "kd."), value, "a positive number")
-        if not isinstance(self.weight_decay, (int, float)) or not 0 <= self.weight_decay < math.inf:
-            raise bad("weight_decay", self.weight_decay, "a number >= 0")
-        if not isinstance(self.warmup_ratio, (int, float)) or not 0.0 <= self.warmup_ratio < 1.0:
-            raise bad("warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
-        if self.schedule == "constant" and self.warmup_ratio:
-            raise bad("warmup_ratio", self.warmup_ratio, f"0 with 'gnn.{v}.schedule: constant' (no warm-up)")
-        for key, choices in (
-            ("heading_features", HEADING_FEATURES),
-            ("similarity", SIMILARITIES),
-            ("schedule", SCHEDULES),
-            ("selection", SELECTIONS),
-            ("kd_mode", ("score", "feature")),
-            ("edge_attention", EDGE_ATTENTION),
-        ):
-            if getattr(self, key) not in choices:
-                raise bad(key.replace("kd_", "kd."), getattr(self, key), " or ".join(choices))
-        if not isinstance(self.kd_weight, (int, float)) or not 0.0 <= self.kd_weight <= 1.0:
-            raise bad("kd.weight", self.kd_weight, "a number in [0, 1]")
-        if self.encoder_layers is not None and self.encoder_layers < 1:  # the type: conform, from the annotation
-            raise bad("encoder_layers", self.encoder_layers, "null or an integer >= 1")
-        if self.synthetic and v in QUESTION_VARIANTS:
-            raise bad("synthetic", self.synthetic, "false: a question variant's graph holds the train questions only")
-        for key in ("bipartite", "structure", "refit", "kd_student_contrastive", "normalize_features"):
-            if not isinstance(getattr(self, key), bool):
-                raise bad(key.replace("kd_", "kd."), getattr(self, key), "true or false")
-        if self.refit and v in QUESTION_VARIANTS:
-            raise bad("refit", self.refit, "false: a question variant's graph holds train questions only")
+        section = read_section(GnnSection, params, "gnn")
+        return {variant: section.resolve(variant) for variant in VARIANTS}
 
     def to_dict(self) -> dict[str, Any]:
         """The settings, flat, for the model's ``gnn.json`` (the architecture keys inline)."""
@@ -240,10 +298,7 @@ class GNNSettings:
         encoder = values.pop("encoder")
         arch = {k: encoder[k] for k in ("model", "layers", "dropout", *ARCH_KEYS)}
         if self.variant not in QUESTION_VARIANTS:
-            for key in (
-                *KD_KEYS,
-                *("encoder_lr", "encoder_layers", "leak_cut", "bipartite", "structure", "edge_attention"),
-            ):
+            for key in GRAPH_VARIANT_VALUES:
                 values.pop(key)
         return {"variant": values.pop("variant"), **arch, **values}
 
@@ -255,3 +310,15 @@ class GNNSettings:
     @property
     def trains_query_encoder(self) -> bool:
         return self.uses_questions and self.kd_weight > 0
+
+
+def encoder_for(settings: GNNSettings, width: int, prior_weight: float = 0.0) -> GraphEncoderConfig:
+    """``settings``' architecture for ``width``-dimensional node features (the embed stage's), whose
+    width the rules of :func:`~lexgraph.methods.gnn.model.architecture_problem` are checked on."""
+    encoder = settings.encoder.with_input(width, prior_weight)
+    problem = architecture_problem(encoder)
+    if problem is not None:
+        key, value, expected = problem
+        where = key if key in SHARED_KEYS else f"{settings.variant}.{key}"
+        raise bad_value("gnn", where, value, f"{expected} (the node features are {width}-dimensional)")
+    return encoder

@@ -25,7 +25,7 @@ reproduce the vectors the pipeline saved (``tests/test_pipeline.py``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ class SavedGraphModel:
 
     @classmethod
     def read(cls, model_dir: str | Path) -> SavedGraphModel:
-        from lexgraph.methods.gnn.config import QUESTION_VARIANTS, GNNSettings
+        from lexgraph.methods.gnn.config import GRAPH_VARIANT_VALUES, QUESTION_VARIANTS
 
         path = Path(model_dir) / "gnn.json"
         config = read_json_object(
@@ -68,8 +68,7 @@ class SavedGraphModel:
         )
         settings = {key: config["settings"][key] for key in _APPLY_KEYS}
         # a graph variant saves no question keys: the values GNNSettings gives it
-        unread = {f.name: f.metadata["unread"] for f in fields(GNNSettings) if "unread" in f.metadata}
-        questions = {key: config["settings"].get(key, unread[key]) for key in _QUESTION_KEYS}
+        questions = {key: config["settings"].get(key, GRAPH_VARIANT_VALUES[key]) for key in _QUESTION_KEYS}
         return cls(**settings, **questions, uses_questions=settings["variant"] in QUESTION_VARIANTS)
 
 

@@ -51,7 +51,7 @@ ConfigError rather than silently ignored.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -59,7 +59,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GraphConv, SAGEConv
 
-from lexgraph.core.config import params_error
 from lexgraph.data.schema import HIERARCHY_LEVELS
 from lexgraph.graph.build import NUM_EDGE_TYPES
 from lexgraph.methods.gnn.qabisar_conv import QabisarConv
@@ -90,7 +89,7 @@ class GraphEncoderConfig:
     """Architecture of a :class:`GraphEncoder` (saved as JSON next to its weights)."""
 
     in_dim: int | None  # None: not known yet (the embeddings give it: :meth:`with_input`)
-    model: str = field(metadata={"choices": MODELS})
+    model: str
     layers: int
     hidden: int | None  # None: the input dimension
     heads: int
@@ -98,112 +97,18 @@ class GraphEncoderConfig:
     dropout: float
     residual: bool
     edge_dim: int | None  # None: no edge-type features
-    init: str = field(metadata={"choices": INITS})  # random | identity | prior
+    init: str  # random | identity | prior
     attention_dropout: float | None  # on the attention coefficients (None: ``dropout``, lexgraph's)
     self_loops: bool | None  # None: without a residual only (lexgraph's); with edge_dim, own edge type
-    projections: str = field(
-        metadata={"choices": PROJECTIONS}
-    )  # linear: W_in/W_out around the stack | convolutions: the first and last convs
-    activation: str = field(
-        metadata={"choices": tuple(ACTIVATIONS)}
-    )  # between layers: elu | relu (G-DSR's public code)
-    layer: str = field(default="stack", metadata={"choices": LAYERS})  # stack (G-DSR) | qabisar (QABISAR §2.2)
+    projections: str  # linear: W_in/W_out around the stack | convolutions: the first and last convs
+    activation: str  # between layers: elu | relu (G-DSR's public code)
+    layer: str = "stack"  # stack (G-DSR) | qabisar (QABISAR §2.2)
     prior_weight: float = 0.0  # init=prior: the statute messages' starting weight
     edge_groups: tuple[tuple[int, ...], ...] = (tuple(range(NUM_EDGE_TYPES)),)  # a convolution per group
     num_edge_types: int = NUM_EDGE_TYPES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "edge_groups", tuple(tuple(int(t) for t in g) for g in self.edge_groups))
-        if self.model not in MODELS:
-            raise params_error(f"'gnn.model' = {self.model!r}, expected one of {', '.join(MODELS)}")
-        if not isinstance(self.layers, int) or isinstance(self.layers, bool) or not 1 <= self.layers <= MAX_LAYERS:
-            raise params_error(
-                f"'gnn.layers' = {self.layers!r}, expected an integer in [1, {MAX_LAYERS}] (one hop per "
-                f"layer: an article's farthest heading is {MAX_LAYERS} hops up the hierarchy's "
-                f"{MAX_LAYERS} levels, so a deeper stack adds parameters, not information)"
-            )
-        if self.hidden is not None and (not isinstance(self.hidden, int) or self.hidden < 1):
-            raise params_error(f"'gnn.hidden' = {self.hidden!r}, expected a positive integer or null")
-        if not isinstance(self.heads, int) or self.heads < 1:
-            raise params_error(f"'gnn.heads' = {self.heads!r}, expected an integer >= 1")
-        if self.in_dim is not None and (not isinstance(self.in_dim, int) or self.in_dim < 1):
-            raise ValueError(f"in_dim must be a positive integer, got {self.in_dim!r}")
-        known = self.in_dim is not None or self.hidden is not None  # the width is known
-        if known and self.model in ATTENTION_MODELS and self.concat_heads and self.hidden_dim % self.heads:
-            raise params_error(
-                f"'gnn.hidden' = {self.hidden_dim} is not divisible by 'gnn.heads' = {self.heads}"
-                " (attention heads are concatenated: 'gnn.concat_heads' is true)"
-            )
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise params_error(f"'gnn.dropout' = {self.dropout!r}, expected a number in [0, 1)")
-        if self.edge_dim is not None:
-            if not isinstance(self.edge_dim, int) or self.edge_dim < 1:
-                raise params_error(f"'gnn.edge_dim' = {self.edge_dim!r}, expected a positive integer or null")
-            if self.model not in ATTENTION_MODELS:
-                raise params_error(
-                    f"'gnn.edge_dim' = {self.edge_dim} needs an attention model (gatv2 or gat); "
-                    f"'{self.model}' cannot use edge features: set gnn.edge_dim to null"
-                )
-        if self.init not in INITS:
-            raise params_error(f"'gnn.init' = {self.init!r}, expected one of {', '.join(INITS)}")
-        if self.init != "random" and not (self.residual and (self.in_dim is None or self.hidden_dim == self.in_dim)):
-            raise params_error(
-                f"'gnn.init' = {self.init!r} needs 'gnn.residual: true' and 'gnn.hidden' equal to the "
-                f"embedding size ({self.in_dim}) or null"
-            )
-        if self.init == "prior" and self.model not in ATTENTION_MODELS:
-            raise params_error(f"'gnn.init' = 'prior' needs an attention model (gatv2 or gat), not '{self.model}'")
-        self._check_plain_stack()
-        self._check_qabisar_layer()
-        if not self.edge_groups or any(not g for g in self.edge_groups):
-            raise ValueError(f"edge_groups must be non-empty groups of edge types, got {self.edge_groups}")
-
-    def _check_plain_stack(self) -> None:
-        """The keys G-DSR's plain stack adds: attention dropout, self-loops, projections, activation."""
-        if self.attention_dropout is not None and not 0.0 <= float(self.attention_dropout) < 1.0:
-            raise params_error(f"'gnn.attention_dropout' = {self.attention_dropout!r}, expected a number in [0, 1)")
-        if self.self_loops is not None and not isinstance(self.self_loops, bool):
-            raise params_error(f"'gnn.self_loops' = {self.self_loops!r}, expected true or false")
-        if self.projections not in PROJECTIONS:
-            raise params_error(f"'gnn.projections' = {self.projections!r}, expected one of {', '.join(PROJECTIONS)}")
-        if self.activation not in ACTIVATIONS:
-            raise params_error(f"'gnn.activation' = {self.activation!r}, expected one of {', '.join(ACTIVATIONS)}")
-        if self.projections == "convolutions" and self.residual and self.hidden is not None:
-            raise params_error(
-                "'gnn.projections' = 'convolutions' changes the width inside the stack, which a "
-                "residual cannot add across: set 'gnn.residual: false' or 'gnn.projections: linear'"
-            )
-
-    def _check_qabisar_layer(self) -> None:
-        """QABISAR's layer (§2.2) is one GATv2-style attention over every edge type with its own
-        self term and edge-type vectors, heads concatenated to the node width, σ after every
-        layer, no residual: the keys that would add what the equation does not have are refused."""
-        if self.layer not in LAYERS:
-            raise params_error(f"'gnn.layer' = {self.layer!r}, expected one of {', '.join(LAYERS)}")
-        if self.layer != "qabisar":
-            return
-        wanted = {
-            "model": ("gatv2", "gatv2 (QABISAR's attention is GATv2's, cited in §2.2)"),
-            "residual": (False, "false (the layer's self term is alpha_ii W_s x_i, not a skip)"),
-            "init": ("random", "random"),
-            "hidden": (None, "null (the heads are concatenated back to the node width)"),
-            "projections": ("linear", "linear (no maps around the stack)"),
-            "concat_heads": (True, "true (the heads are concatenated: ||_k)"),
-            "self_loops": (True, "true (the self term alpha_ii is part of the layer)"),
-        }
-        for key, (value, expected) in wanted.items():
-            if getattr(self, key) != value:
-                found = getattr(self, key)
-                raise params_error(f"'gnn.{key}' = {found!r} with 'gnn.layer: qabisar', expected {expected}")
-        if self.edge_dim is None:
-            raise params_error("'gnn.edge_dim' = None with 'gnn.layer: qabisar', expected the edge types' width")
-        if self.attention_dropout:
-            raise params_error(
-                f"'gnn.attention_dropout' = {self.attention_dropout!r} with 'gnn.layer: qabisar', expected 0 "
-                "(the layer's equation has no attention dropout)"
-            )
-        if len(self.edge_groups) != 1:
-            raise params_error("'gnn.layer: qabisar' attends every edge type jointly: set 'gnn.edge_attention: joint'")
 
     @property
     def adds_self_loops(self) -> bool:
@@ -239,6 +144,53 @@ class GraphEncoderConfig:
         return asdict(self)
 
 
+#: what QABISAR's layer (§2.2) fixes: one GATv2-style attention over every edge type with its own
+#: self term and edge-type vectors, heads concatenated to the node width, σ after every layer, no
+#: residual; the keys that would add what the equation does not have are refused
+_QABISAR_LAYER = {
+    "model": ("gatv2", "gatv2 (QABISAR's attention is GATv2's, cited in §2.2)"),
+    "residual": (False, "false (the layer's self term is alpha_ii W_s x_i, not a skip)"),
+    "init": ("random", "random"),
+    "hidden": (None, "null (the heads are concatenated back to the node width)"),
+    "projections": ("linear", "linear (no maps around the stack)"),
+    "concat_heads": (True, "true (the heads are concatenated: ||_k)"),
+    "self_loops": (True, "true (the self term alpha_ii is part of the layer)"),
+}
+
+
+def architecture_problem(config: GraphEncoderConfig) -> tuple[str, Any, str] | None:
+    """The first rule of the keys together that ``config`` breaks, as ``(key, value, expected)``
+    (the settings word it for params.yaml), or None. The width is checked where it is known
+    (``hidden``, or the input's once :meth:`GraphEncoderConfig.with_input` gives it)."""
+    attention = config.model in ATTENTION_MODELS
+    if config.layer == "qabisar":
+        for key, (value, expected) in _QABISAR_LAYER.items():
+            if getattr(config, key) != value:
+                return key, getattr(config, key), f"{expected} with layer: qabisar"
+        if config.edge_dim is None:
+            return "edge_dim", None, "the edge types' width with layer: qabisar"
+        if config.attention_dropout:
+            return "attention_dropout", config.attention_dropout, "0 with layer: qabisar (its equation has none)"
+        if len(config.edge_groups) != 1:
+            return "edge_attention", "per_group", "joint with layer: qabisar (it attends every edge type jointly)"
+    widths = [w for w in (config.hidden, config.in_dim) if w is not None]
+    widths = widths[:1] if config.projections == "linear" or config.in_dim is None else widths
+    if attention and config.concat_heads and any(w % config.heads for w in widths):
+        width = " and ".join(map(str, sorted(set(widths))))
+        return "heads", config.heads, f"a divisor of {width} (heads are concatenated: concat_heads is true)"
+    if config.edge_dim is not None and not attention:
+        return "edge_dim", config.edge_dim, f"null with model: {config.model} (only gatv2 and gat use edge features)"
+    if config.init != "random" and not config.residual:
+        return "init", config.init, "random without residual: true (the identity start needs the skip)"
+    if config.init != "random" and config.in_dim is not None and config.hidden not in (None, config.in_dim):
+        return "hidden", config.hidden, f"null or the embedding size ({config.in_dim}) with init: {config.init}"
+    if config.init == "prior" and not attention:
+        return "init", "prior", f"random or identity with model: {config.model} (prior needs an attention model)"
+    if config.projections == "convolutions" and config.residual and config.hidden is not None:
+        return "projections", "convolutions", "linear with residual: true (a residual cannot add across widths)"
+    return None
+
+
 def make_conv(config: GraphEncoderConfig, in_dim: int | None = None, out_dim: int | None = None) -> nn.Module:
     """One ``in_dim -> out_dim`` convolution of ``config``'s kind (both default to the hidden width)."""
     dim, heads = config.hidden_dim, config.heads
@@ -248,11 +200,6 @@ def make_conv(config: GraphEncoderConfig, in_dim: int | None = None, out_dim: in
     self_loops = config.adds_self_loops and not config.typed_self_loops  # typed ones are edges of their own
     if config.model in ATTENTION_MODELS:
         conv = GATv2Conv if config.model == "gatv2" else GATConv
-        if config.concat_heads and out_dim % heads:
-            raise params_error(
-                f"'gnn.heads' = {heads} does not divide the width {out_dim} of a layer "
-                "(heads are concatenated: 'gnn.concat_heads' is true)"
-            )
         out = out_dim // heads if config.concat_heads else out_dim
         dropout = config.dropout if config.attention_dropout is None else config.attention_dropout
         return conv(

@@ -76,7 +76,7 @@ import torch
 from lexgraph.core.errors import ConfigError, LexgraphError
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.losses.QabisarLoss import QabisarLoss
-from lexgraph.methods.gnn.config import SELECTION_METRIC, GNNSettings
+from lexgraph.methods.gnn.config import SELECTION_METRIC, GNNSettings, encoder_for
 from lexgraph.methods.gnn.data import (
     TrainingSet,
     batch_subgraph,
@@ -400,7 +400,7 @@ def train_graph_encoder(
             f"{settings.variant} with gnn.{settings.variant}.kd.weight > 0 trains the query encoder: pass one"
         )
     generator = torch.Generator().manual_seed(seed)
-    model = GraphEncoder(settings.encoder.with_input(ts.x.size(1), prior_weight)).to(device)
+    model = GraphEncoder(encoder_for(settings, ts.x.size(1), prior_weight)).to(device)
     log.info(
         "%s graph encoder: %s (%s), %d layer(s), %d head(s), %.2fM parameters",
         settings.variant,

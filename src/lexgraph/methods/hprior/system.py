@@ -14,17 +14,19 @@ embeddings against those vectors by cosine, like every dense system.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
+from pydantic import AfterValidator, Field, field_validator
 
 from lexgraph.core import layout
-from lexgraph.core.config import bad_value, expectation, refuse_held_out, section_config
+from lexgraph.core.config import refuse_held_out
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Expect, Float, Int, Settings, bad_value, expectation, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
@@ -39,38 +41,39 @@ SECTION = "hprior"
 SETTINGS = HPRIOR_SETTINGS
 
 
-@dataclass(frozen=True)
-class HpriorConfig:
+def _distinct(values: list) -> list:
+    if len(set(values)) < len(values):
+        raise ValueError("a value is repeated")
+    return values
+
+
+class HpriorConfig(Settings):
     """The ``hprior`` section of params.yaml."""
 
-    weights: list[float] = field(metadata={"expected": "a list of distinct numbers >= 0 (0 = DSR)"})
-    scopes: list[int] = field(
-        metadata={"expected": "a list of distinct integers >= 0 (levels above the deepest heading)"}
-    )
-    split: str = field(metadata={"expected": "dev (or train)"})
-    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
+    weights: Annotated[
+        list[Annotated[Float, Field(ge=0)]],
+        Field(min_length=1),
+        AfterValidator(_distinct),
+        Expect("a non-empty list of distinct numbers >= 0 (0 = DSR)"),
+    ]
+    scopes: Annotated[
+        list[Annotated[Int, Field(ge=0)]],
+        Field(min_length=1),
+        AfterValidator(_distinct),
+        Expect("a non-empty list of distinct integers >= 0 (levels above the deepest heading)"),
+    ]
+    split: Annotated[Literal[SPLITS], Expect("dev (or train)")]
+    metric: Literal[METRICS]
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> HpriorConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
-    def validate(self) -> None:
-        def bad(key: str) -> Exception:
-            return bad_value(SECTION, key, getattr(self, key), expectation(HpriorConfig, key))
-
-        refuse_held_out(SECTION, "split", self.split, expectation(HpriorConfig, "split"))
-        if self.split not in SPLITS:
-            raise bad("split")
-        if self.metric not in METRICS:
-            raise bad("metric")
-        if (
-            not self.weights
-            or any(not np.isfinite(w) or w < 0 for w in self.weights)
-            or len(set(self.weights)) < len(self.weights)
-        ):
-            raise bad("weights")
-        if not self.scopes or any(s < 0 for s in self.scopes) or len(set(self.scopes)) < len(self.scopes):
-            raise bad("scopes")
+    @field_validator("split")
+    @classmethod
+    def _not_held_out(cls, split: str) -> str:
+        refuse_held_out(SECTION, "split", split, "dev (or train)")  # its ConfigError passes through pydantic
+        return split
 
 
 def check_scopes(config: HpriorConfig, levels: int, graph_path) -> None:
@@ -82,8 +85,8 @@ def check_scopes(config: HpriorConfig, levels: int, graph_path) -> None:
             SECTION,
             "scopes",
             config.scopes,
-            f"{expectation(HpriorConfig, 'scopes')}, each in [0, {levels}] (the hierarchy of {graph_path} has "
-            f"at most {levels} level{'s' * (levels != 1)} above an article's deepest heading)",
+            f"{expectation(HpriorConfig.model_fields['scopes'])}, each in [0, {levels}] (the hierarchy of "
+            f"{graph_path} has at most {levels} level{'s' * (levels != 1)} above an article's deepest heading)",
         )
 
 
@@ -162,7 +165,7 @@ def tune(
         "weight": best["weight"],
         "chosen_on": config.split,
         "metric": config.metric,
-        "config": asdict(config),
+        "config": config.model_dump(),
         "grid": rows,
     }
     return HpriorResult(

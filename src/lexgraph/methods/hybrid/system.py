@@ -18,17 +18,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from lexgraph.core import layout
-from lexgraph.core.config import bad_value, expectation, params_error, refuse_held_out, section_config
-from lexgraph.core.conform import saved_value
+from lexgraph.core.config import HELD_OUT_SPLIT
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
+from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Settings, Str, expectation, read_section
 from lexgraph.data.schema import SPLITS
 from lexgraph.methods.system import System
 from lexgraph.metrics.ir import DEEPEST, METRICS
@@ -56,59 +56,73 @@ def dense_systems() -> tuple[str, ...]:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HybridConfig:
+#: ``hybrid.depth``'s domain, in params.yaml and read back from ``hybrid.json`` alike
+Depth = Annotated[Int, Field(ge=DEEPEST)]
+#: the splits the fusion may be chosen on: never the held-out one
+TUNING_SPLITS = tuple(s for s in SPLITS if s != HELD_OUT_SPLIT)
+SPLIT = "dev (or train)"
+RRF_K = "a list of distinct integers >= 0"
+NORM_NAMES = f"a list of distinct normalisations among {', '.join(NORMS)}"
+WEIGHTS = "a list of distinct numbers in [0, 1] (BM25's weight)"
+
+
+class HybridConfig(Settings):
     """The ``hybrid`` section of params.yaml."""
 
-    split: str = field(metadata={"expected": "dev (or train)"})
-    metric: str = field(metadata={"expected": f"one of {', '.join(METRICS)}"})
-    dense: str = field(metadata={"expected": "a dense system (lexgraph systems lists them) or best"})
-    depth: int = field(metadata={"expected": f"an integer >= {DEEPEST} (articles fused per system)"})
-    rrf_k: list[int] = field(metadata={"expected": "a list of distinct integers >= 0"})
-    norms: list[str] = field(metadata={"expected": f"a list of distinct normalisations among {', '.join(NORMS)}"})
-    weights: list[float] = field(metadata={"expected": "a list of distinct numbers in [0, 1] (BM25's weight)"})
-    #: also try BM25 alone and the dense system alone (last in the grid: a tie goes to a fusion)
-    alone: bool = field(metadata={"expected": "true or false"})
+    split: Annotated[
+        Literal[TUNING_SPLITS], Expect(f"{SPLIT}; the '{HELD_OUT_SPLIT}' split is held out for evaluation")
+    ] = Field(description="the fusion is chosen on this split only (test refused)")
+    metric: Literal[METRICS] = Field(description="the fusion is chosen by this metric (ties: the first in grid order)")
+    dense: Annotated[Str, Expect("a dense system (lexgraph systems lists them) or best")] = Field(
+        description="the dense system fused with BM25, or best: the one with the best metric on the split"
+    )
+    depth: Depth = Field(description="articles fused per system")
+    rrf_k: Annotated[list[Annotated[Int, Field(ge=0)]], Expect(RRF_K)] = Field(
+        description="reciprocal rank fusion 1/(k + rank)"
+    )
+    norms: Annotated[list[Literal[NORMS]], Expect(NORM_NAMES)] = Field(
+        description="weighted score sums w * norm(bm25) + (1 - w) * norm(dense), per question"
+    )
+    weights: Annotated[list[Annotated[Float, Field(ge=0, le=1)]], Expect(WEIGHTS)] = Field(
+        description="BM25's weight w"
+    )
+    alone: Bool = Field(
+        description="also try BM25 alone and the dense system alone (last in the grid: a tie goes to a fusion)"
+    )
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> HybridConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
-    def validate(self) -> None:
-        def bad(key: str) -> Exception:
-            return bad_value(SECTION, key, getattr(self, key), expectation(HybridConfig, key))
+    @model_validator(mode="after")
+    def _rules(self) -> HybridConfig:
+        def twice(values: list) -> bool:
+            return len(set(values)) < len(values)
 
-        refuse_held_out(SECTION, "split", self.split, expectation(HybridConfig, "split"))
-        if self.split not in SPLITS:
-            raise bad("split")
-        if self.metric not in METRICS:
-            raise bad("metric")
-        if self.dense not in (*dense_systems(), "best"):
-            raise bad_value(SECTION, "dense", self.dense, f"one of {', '.join(dense_systems())} or best")
-        if not depth_ok(self.depth):
-            raise bad("depth")
-        if any(k < 0 for k in self.rrf_k) or len(set(self.rrf_k)) < len(self.rrf_k):
-            raise bad("rrf_k")
-        if any(n not in NORMS for n in self.norms) or len(set(self.norms)) < len(self.norms):
-            raise bad("norms")
-        if any(not 0.0 <= w <= 1.0 for w in self.weights) or len(set(self.weights)) < len(self.weights):
-            raise bad("weights")
-        if not self.rrf_k and not (self.norms and self.weights):
-            raise params_error(
-                f"'{SECTION}.rrf_k' = {self.rrf_k!r} and '{SECTION}.norms' = {self.norms!r}, "
-                f"'{SECTION}.weights' = {self.weights!r} leave no fusion to try; expected a non-empty "
-                f"'{SECTION}.rrf_k', or non-empty '{SECTION}.norms' and '{SECTION}.weights'"
-            )
-        if bool(self.norms) != bool(self.weights):  # a weighted sum needs both: one alone would be ignored silently
-            raise params_error(
-                f"'{SECTION}.norms' = {self.norms!r} and '{SECTION}.weights' = {self.weights!r}: a weighted sum "
-                f"needs a normalisation and a weight; expected both non-empty, or both empty (RRF only)"
-            )
-
-
-def depth_ok(depth: int) -> bool:
-    """``hybrid.depth``'s range, in params.yaml and read back from ``hybrid.json`` alike."""
-    return depth >= DEEPEST
+        # a weighted sum needs both a normalisation and a weight: one alone would be ignored silently
+        empty, other = ("norms", "weights") if not self.norms else ("weights", "norms")
+        dense = dense_systems()
+        rules = (
+            ("dense", self.dense not in (*dense, "best"), f"one of {', '.join(dense)} or best"),
+            ("rrf_k", twice(self.rrf_k), RRF_K),
+            ("norms", twice(self.norms), NORM_NAMES),
+            ("weights", twice(self.weights), WEIGHTS),
+            (
+                "rrf_k",
+                not self.rrf_k and not (self.norms and self.weights),
+                f"a non-empty list, or non-empty '{SECTION}.norms' and '{SECTION}.weights' (no fusion is left to try)",
+            ),
+            (
+                empty,
+                bool(self.norms) != bool(self.weights),
+                f"a non-empty list to go with '{SECTION}.{other}' = {getattr(self, other)!r} (a weighted sum needs "
+                "a normalisation and a weight), or both empty (RRF only)",
+            ),
+        )
+        for key, broken, expected in rules:
+            if broken:
+                raise Invalid(key, getattr(self, key), expected)
+        return self
 
 
 def grid(config: HybridConfig) -> list[Fusion]:
@@ -194,7 +208,11 @@ def read_settings(path: str | Path) -> dict[str, Any]:
             raise KeyError("depth")
     except (KeyError, TypeError, ValueError, AttributeError, LexgraphError) as exc:
         raise DataError(path, f"inconsistent hybrid settings ({exc}); {restore}") from None
-    saved_value(HybridConfig, "depth", settings["depth"], path, restore, ok=depth_ok)
+    try:
+        settings["depth"] = TypeAdapter(Depth).validate_python(settings["depth"])
+    except ValidationError:
+        expected = expectation(HybridConfig.model_fields["depth"])
+        raise DataError(path, f"key 'depth' = {settings['depth']!r}, expected {expected}; {restore}") from None
     return settings
 
 

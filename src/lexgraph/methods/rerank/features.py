@@ -22,9 +22,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from lexgraph.core.config import autocast, params_error
+from lexgraph.core.config import autocast
 from lexgraph.core.errors import DataError
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import params_error
 from lexgraph.core.stage import StageContext
 from lexgraph.text.elements import PATTERNS, element_sentences, element_view, token_sentences
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ def save_model(
     settings = {
         "format": "lexgraph-mvcl",
         "version": 1,
-        "config": asdict(config),
+        "config": config.model_dump(),
         "input_dim": model.input_dim,
         "first_stage": config.first_stage,
         "k": config.k,
@@ -98,12 +97,17 @@ def load_model(directory: str | os.PathLike, device: torch.device):
 
 
 def check_settings(settings: dict[str, Any], path: Path, restore: str) -> RerankConfig:
-    """``mvcl.json``'s settings in the domain params.yaml allows (``config``: every ``rerank`` check),
-    and its choices among them: ``first_stage`` and ``k`` those of ``config``, ``alpha`` one of
-    ``config.interpolation`` (null without fusion): else a one-sentence DataError naming the key."""
-    from lexgraph.core.conform import saved_config
+    """``mvcl.json``'s settings in the domain params.yaml allows (``config``: read back through the
+    ``rerank`` section's models, :meth:`RerankConfig.from_saved`), and its choices among them:
+    ``first_stage`` and ``k`` those of ``config``, ``alpha`` one of ``config.interpolation`` (null
+    without fusion): else a one-sentence DataError naming the key."""
+    from lexgraph.core.errors import ConfigError
+    from lexgraph.core.settings import without_params_file
 
-    config = saved_config(RerankConfig, settings["config"], path, "config", restore)
+    try:
+        config = RerankConfig.from_saved(settings["config"])
+    except ConfigError as exc:
+        raise DataError(path, f"key 'config': {without_params_file(exc)}; {restore}") from None
     alphas = list(config.interpolation) if config.fusion else [None]
     checks = (
         ("first_stage", [config.first_stage], f"config.first_stage {config.first_stage!r}"),

@@ -72,7 +72,7 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, context: StageContext, 
 def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
     """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` for a fine-tuned PLM (with
     ``plm_layers``, its top blocks only, the states below them cached: :func:`plm_stores`)."""
-    from lexgraph.core.conform import settings_of
+    from lexgraph.core.settings import settings_of
     from lexgraph.methods.rerank.config import SECTION
     from lexgraph.methods.rerank.features import token_inputs
     from lexgraph.methods.rerank.plm import load_plm, plm_stores

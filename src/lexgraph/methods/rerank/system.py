@@ -151,7 +151,7 @@ def first_stages() -> tuple[str, ...]:
 def check_first_stage(config) -> None:
     """Refuse a ``rerank.first_stage`` (``config``: a RerankConfig) that names no system a re-ranker
     can re-rank, in one line naming the key (the ``rerank`` stage's check, where the name is read)."""
-    from lexgraph.core.config import bad_value
+    from lexgraph.core.settings import bad_value
 
     if config.first_stage not in first_stages():
         expected = "a retrieval system other than a re-ranker (" + ", ".join(first_stages()) + ")"

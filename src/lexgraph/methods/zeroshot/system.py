@@ -24,18 +24,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, ValidationError, model_validator
 
 from lexgraph.core import layout
-from lexgraph.core.config import params_error, section_config
-from lexgraph.core.conform import settings_of
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.provenance import output
+from lexgraph.core.settings import Int, Invalid, Settings, describe, read_section, settings_of
 from lexgraph.core.stage import StageContext
 from lexgraph.methods.system import System
 
@@ -47,27 +47,41 @@ SETTINGS = "zeroshot.json"
 POOLINGS = ("cls", "mean")
 
 
-@dataclass(frozen=True)
-class ZeroshotConfig:
+Pooling = Literal[POOLINGS]
+#: a number of tokens
+Length = Annotated[Int, Field(gt=0)]
+
+
+class ZeroshotConfig(Settings):
     """The ``zeroshot`` section of params.yaml."""
 
-    token_pooling: str = field(metadata={"expected": "cls or mean"})  # the model family's pooling
-    max_length: int = field(metadata={"expected": "an integer >= 1"})  # tokens per window (and per question)
-    max_document_length: int  # tokens per article over all windows (longer: truncated)
-    batch_size: int  # windows per encoder call
+    token_pooling: Pooling = Field(description="the model family's pooling")
+    max_length: Length = Field(description="tokens per window (and per question)")
+    max_document_length: Annotated[
+        Int, Field(gt=0, description="tokens per article over all windows (longer: truncated)")
+    ]
+    batch_size: Annotated[Int, Field(gt=0, description="windows per encoder call")]
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:
-        return section_config(cls, params, SECTION)
+        return read_section(cls, params, SECTION)
 
-    def validate(self) -> None:
-        if self.token_pooling not in POOLINGS:
-            raise params_error(f"'{SECTION}.token_pooling' = {self.token_pooling!r}, expected cls or mean")
-        for key in ("max_length", "max_document_length", "batch_size"):  # integers: section_config checked
-            if getattr(self, key) < 1:
-                raise params_error(f"'{SECTION}.{key}' = {getattr(self, key)!r}, expected a positive integer")
+    @model_validator(mode="after")
+    def _document_holds_a_window(self) -> ZeroshotConfig:
         if self.max_document_length < self.max_length:
-            raise params_error(f"'{SECTION}.max_document_length' must be >= '{SECTION}.max_length'")
+            raise Invalid(
+                "max_document_length",
+                self.max_document_length,
+                f"an integer >= {SECTION}.max_length ({self.max_length})",
+            )
+        return self
+
+
+class QuerySettings(Settings):
+    """The query side's settings that ``zeroshot.json`` holds (:func:`load_system` reads them back)."""
+
+    token_pooling: Pooling
+    query_max_length: Length
 
 
 def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
@@ -158,7 +172,7 @@ def zeroshot_embeddings(
         write_json(settings, Path(tmp) / SETTINGS, sort_keys=True, ensure_ascii=True)
     windows = int(sum(table.offsets[r + 1] - table.offsets[r] for r in rows))
     log.info("zeroshot: %d articles in %d windows of <= %d tokens", len(ids), windows, encoder.max_chunk_length)
-    return {"articles": len(ids), "windows": windows, **asdict(config)}
+    return {"articles": len(ids), "windows": windows, **config.model_dump()}
 
 
 def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None):
@@ -166,7 +180,6 @@ def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     and pooling) + the ``zeroshot`` stage's windowed article embeddings (those of ``corpus``, an
     index of another corpus, when given)."""
     from lexgraph.core.config import resolve_device
-    from lexgraph.core.conform import saved_value
     from lexgraph.encoding.embed import check_article_order, load_embeddings
     from lexgraph.methods.dense import DenseRetriever, require_built
 
@@ -175,28 +188,25 @@ def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     emb_path = require_built(
         layout.ZEROSHOT.under(corpus or workspace, ARTICLES), "the zeroshot article embeddings", "zeroshot"
     )
+    fix = "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it"
     try:
         settings = json_object(settings_path.read_bytes().decode("utf-8"))
         base = Path(settings["base"])
-        token_pooling, max_length = settings["token_pooling"], settings["query_max_length"]
+        saved = {key: settings[key] for key in QuerySettings.model_fields}
     except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, KeyError, TypeError) as exc:
         raise DataError(
             settings_path,
-            f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); "
-            "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it",
+            f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); {fix}",
         ) from None
-    fix = "rerun `dvc repro zeroshot` (or `dvc checkout`) to restore it"
-    token_pooling = saved_value(
-        ZeroshotConfig, "token_pooling", token_pooling, settings_path, fix, ok=POOLINGS.__contains__
-    )
-    max_length = saved_value(
-        ZeroshotConfig, "max_length", max_length, settings_path, fix, key="query_max_length", ok=lambda v: v >= 1
-    )
+    try:
+        query = QuerySettings.model_validate(saved)
+    except ValidationError as exc:
+        raise DataError(settings_path, f"key {describe(QuerySettings, saved, '', exc)}; {fix}") from None
     base = base if base.is_absolute() else workspace / base
     require_built(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
     check_article_order(emb_path, ids)
-    encoder = query_encoder(base, token_pooling, max_length)
+    encoder = query_encoder(base, query.token_pooling, query.query_max_length)
     return DenseRetriever(
         encoder, ids, embeddings, name="zeroshot", device=resolve_device(device), source=emb_path, index=index
     )
