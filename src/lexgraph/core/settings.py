@@ -146,21 +146,13 @@ def describe(model: type[BaseModel], values: Any, section: str, exc: ValidationE
         return f"'{_dotted(section, (*loc, problem.key))}' = {problem.value!r}, expected {problem.expected}"
     value, loc = _value_at(model, values, error, loc)
     expected = _expected_at(model, loc)
-    if _not_finite(value) or error["type"] == "finite_number":
-        expected = f"{expected}, finite (not nan or inf)"
+    if any(e["type"] == "finite_number" and _keys_of(e["loc"], model)[: len(loc)] == loc for e in errors):
+        expected = f"{expected}, finite (not nan or inf)"  # a number's type, not its value: nan, inf
     return f"'{_dotted(section, loc)}' = {value!r}, expected {expected}"
 
 
 def _dotted(section: str, loc: tuple) -> str:
     return ".".join(str(p) for p in (section, *loc) if p != "")
-
-
-def _not_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, list | tuple):
-        return any(_not_finite(v) for v in value)
-    return False
 
 
 def _keys_of(loc: tuple, model: type[BaseModel]) -> tuple:
