@@ -12,7 +12,18 @@ import pytest
 from pydantic import Field, model_validator
 
 from lexgraph.core.errors import ConfigError, DataError
-from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Settings, Str, read_section, saved_section
+from lexgraph.core.settings import (
+    Bool,
+    Expect,
+    Float,
+    Int,
+    Invalid,
+    Settings,
+    Str,
+    enforce,
+    read_section,
+    saved_section,
+)
 
 
 class Kd(Settings):
@@ -41,10 +52,10 @@ class Toy(Settings):
     a: Own
 
     @model_validator(mode="after")
-    def _width_divides(self) -> Toy:
-        if self.a.width % self.depth:
+    def _rules(self) -> Toy:
+        if self.a.width % self.depth:  # a nested key: raised by hand
             raise Invalid("a.width", self.a.width, f"a multiple of depth ({self.depth})")
-        return self
+        return enforce(self, (("cap", self.cap is not None and self.cap > 10 * self.depth, "at most 10 * depth"),))
 
 
 GOOD = {
@@ -121,6 +132,7 @@ def test_values_equal_to_valid_ones_are_read_as_those_as_dvc_compares_them():
         ({"a.kd.weight": -1}, "'toy.a.kd.weight' = -1.0, expected a number in [0, 1]"),
         ({"a.kd": 3}, "'toy.a.kd' = 3, expected a mapping with the keys weight, mode"),
         ({"a.width": 6, "depth": 4}, "'toy.a.width' = 6, expected a multiple of depth (4)"),  # a validator's rule
+        ({"cap": 21}, "'toy.cap' = 21, expected at most 10 * depth"),  # a rule of the validator's table
         ({"depth": DROP}, "missing key 'toy.depth', expected an integer in [1, 8]"),
         ({"a.kd.mode": DROP}, "missing key 'toy.a.kd.mode', expected one of score, feature"),
         ({"a": DROP}, "missing key 'toy.a', expected a mapping with the keys width, lr, kd"),

@@ -25,6 +25,7 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict, ValidationError
@@ -90,6 +91,16 @@ Float = Annotated[float, BeforeValidator(_number), Strict()]
 Bool = Annotated[bool, BeforeValidator(_truth), Strict()]
 #: a string (numbers refused)
 Str = Annotated[str, Strict()]
+
+
+def enforce(values: Any, rules: Iterable[tuple[str, Any, str]]) -> Any:
+    """``values`` (a model, or a mapping in a ``mode="before"`` validator) if no rule is broken;
+    else :class:`Invalid` for the first ``(key, broken, expected)`` whose ``broken`` holds: the
+    rules between keys of a section, as one table."""
+    for key, broken, expected in rules:
+        if broken:
+            raise Invalid(key, values[key] if isinstance(values, Mapping) else getattr(values, key), expected)
+    return values
 
 
 class Settings(BaseModel):

@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from lexgraph.core.config import params_error
 from lexgraph.core.io import atomic_path
 from lexgraph.core.provenance import output, workspace
-from lexgraph.core.settings import Expect, Int, Invalid, Settings, Str, read_section
+from lexgraph.core.settings import Expect, Int, Settings, Str, enforce, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.keys import keys_of
 from lexgraph.data.schema import (
@@ -91,10 +91,7 @@ class EvaluateConfig(Settings):
                 "or remove them from the baselines)",
             ),
         )
-        for key, broken, expected in rules:
-            if broken:
-                raise Invalid(key, getattr(self, key), expected)
-        return self
+        return enforce(self, rules)
 
 
 #: Columns of the results table: (header, metric key), laid out like Table 2 of the

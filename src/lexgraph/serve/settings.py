@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from lexgraph.core.settings import Expect, Float, Int, Invalid, Settings, Str, read_section
+from lexgraph.core.settings import Expect, Float, Int, Settings, Str, enforce, read_section
 
 #: a positive integer
 Positive = Annotated[Int, Field(gt=0)]
@@ -67,9 +67,7 @@ class ServeConfig(Settings):
             ("page_k", self.page_k > self.max_k, PAGE_K),
             ("allowed_hosts", any(host_name(h) is None for h in self.allowed_hosts), HOSTS),
         )
-        for key, broken, expected in rules:
-            if broken:
-                raise Invalid(key, getattr(self, key), expected)
+        enforce(self, rules)
         return self
 
 

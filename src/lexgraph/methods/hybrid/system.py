@@ -28,7 +28,7 @@ from lexgraph.core import layout
 from lexgraph.core.config import HELD_OUT_SPLIT
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
-from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Settings, Str, expectation, read_section
+from lexgraph.core.settings import Bool, Expect, Float, Int, Settings, Str, enforce, expectation, read_section
 from lexgraph.data.schema import SPLITS
 from lexgraph.methods.system import System
 from lexgraph.metrics.ir import DEEPEST, METRICS
@@ -119,10 +119,7 @@ class HybridConfig(Settings):
                 "a normalisation and a weight), or both empty (RRF only)",
             ),
         )
-        for key, broken, expected in rules:
-            if broken:
-                raise Invalid(key, getattr(self, key), expected)
-        return self
+        return enforce(self, rules)
 
 
 def grid(config: HybridConfig) -> list[Fusion]:

@@ -68,10 +68,10 @@ from lexgraph.core.settings import (
     Expect,
     Float,
     Int,
-    Invalid,
     Settings,
     Str,
     describe,
+    enforce,
     expectation,
     params_error,
     read_section,
@@ -309,9 +309,7 @@ class RerankerKeys(Settings):
                 "the fused lists' alpha)",
             ),
         )
-        for key, broken, expected in rules:
-            if broken:
-                raise Invalid(key, v[key], expected)
+        enforce(v, rules)
         return self
 
     def flat(self) -> dict[str, Any]:
