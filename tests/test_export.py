@@ -15,7 +15,8 @@ import yaml
 from conftest import ROOT, TINY_WORDS
 from helpers_cli import write_articles
 from lexgraph.cli.main import main
-from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS, save_embeddings
+from lexgraph.core.layout import ARTICLE_EMBEDDINGS
+from lexgraph.encoding.embed import save_embeddings
 
 N_ARTICLES = 40
 QUESTIONS = [

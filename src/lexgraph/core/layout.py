@@ -35,6 +35,9 @@ SAMPLE = PurePosixPath("data/sample")
 #: folder, fetch's dvc.yaml dep: editing one reruns fetch and what follows
 CORPUS = PurePosixPath("data/corpus")
 
+#: the file a graph encoder or the hierarchy prior writes its final article vectors to (in its model directory)
+ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
+
 RAW = Artifact("data/raw", "fetch")
 CLEAN = Artifact("data/clean", "clean")  # articles.parquet, headings.parquet, questions.parquet
 BM25 = Artifact("models/bm25", "bm25")

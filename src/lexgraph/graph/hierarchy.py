@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import finite_number, read_json_object
 from lexgraph.graph.build import EdgeType, NodeType
+
+if TYPE_CHECKING:  # torch loads with the prior's computation, not with its settings file's names
+    import torch
 
 #: the ``hprior`` stage's report (``models/hprior/hprior.json``)
 HPRIOR_FORMAT = "lexgraph-hprior/1"
@@ -44,6 +44,8 @@ HPRIOR_SETTINGS = "hprior.json"
 def hierarchy_links(graph) -> tuple[torch.Tensor, torch.Tensor]:
     """``(article_heading (A,), heading_parent (H,))``: each article's deepest heading and
     each heading's parent, as heading rows ``0..H-1`` (``-1``: none)."""
+    import torch
+
     n_a = int((graph.node_type == NodeType.ARTICLE).sum())
     n_h = int((graph.node_type == NodeType.HEADING).sum())
     src, dst = graph.edge_index  # (E,), (E,)
@@ -73,6 +75,9 @@ def levels_above(graph) -> int:
 def subtree_means(graph, article_vectors: torch.Tensor) -> torch.Tensor:
     """``(H, dim)``: the mean of the normalised vectors of every article under each heading
     (its subtree, all depths); a heading with no article below it gets zeros."""
+    import torch
+    import torch.nn.functional as F
+
     article_heading, heading_parent = hierarchy_links(graph)
     u = F.normalize(article_vectors.float(), dim=-1)  # (A, dim)
     sums = torch.zeros(heading_parent.numel(), u.size(1))  # (H, dim)
@@ -94,6 +99,8 @@ def subtree_means(graph, article_vectors: torch.Tensor) -> torch.Tensor:
 def scope_headings(graph, scope: int) -> torch.Tensor:
     """``(A,)`` the heading ``scope`` levels above each article's deepest heading (clamped
     at the top; ``-1`` for an article under no heading)."""
+    import torch
+
     article_heading, heading_parent = hierarchy_links(graph)
     target = article_heading.clone()
     for _ in range(scope):
@@ -106,6 +113,8 @@ def scope_headings(graph, scope: int) -> torch.Tensor:
 
 def hierarchy_prior(graph, article_vectors: torch.Tensor, weight: float, scope: int = 0) -> torch.Tensor:
     """``(A, dim)`` article vectors ``u_a + weight * m_{h_scope(a)}`` (module docstring)."""
+    import torch.nn.functional as F
+
     if scope < 0:
         raise ValueError(f"scope must be >= 0, got {scope}")
     u = F.normalize(article_vectors.float(), dim=-1)  # (A, dim)

@@ -27,11 +27,14 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from lexgraph.core.errors import LexgraphError
+
+if TYPE_CHECKING:  # torch loads with a dense system, not with the catalogue that declares it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,8 @@ class DenseRetriever:
         index=None,
         normalize: bool = True,
     ) -> None:
+        import torch
+
         ids = np.asarray(article_ids.cpu() if isinstance(article_ids, torch.Tensor) else article_ids, dtype=np.int64)
         emb = torch.as_tensor(article_embeddings, dtype=torch.float32)  # (na, dim)
         if ids.ndim != 1 or emb.ndim != 2 or emb.size(0) != ids.shape[0]:

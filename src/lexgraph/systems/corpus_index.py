@@ -288,9 +288,9 @@ class IndexJob:
 
     def save_graph_vectors(self, system: str, artifact: layout.Artifact, vectors) -> None:
         """``system``'s article vectors over :meth:`graph` -> ``<artifact>/article_embeddings.safetensors``."""
-        from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS, save_embeddings
+        from lexgraph.encoding.embed import save_embeddings
 
-        out = artifact.under(self.root, ARTICLE_EMBEDDINGS)
+        out = artifact.under(self.root, layout.ARTICLE_EMBEDDINGS)
         out.parent.mkdir(parents=True, exist_ok=True)
         save_embeddings(out, self.graph().article_ids.numpy(), vectors)
         log.info("index: %s over the corpus's graph (%d articles)", system, self.graph().article_ids.numel())

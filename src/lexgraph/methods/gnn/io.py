@@ -17,7 +17,6 @@ from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import read_json_object
 from lexgraph.core.provenance import output
-from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
 from lexgraph.methods.gnn.config import SELECTION_METRIC, GNNSettings
 from lexgraph.methods.gnn.data import TrainingSet
 from lexgraph.methods.gnn.model import GraphEncoder, GraphEncoderConfig
@@ -86,7 +85,7 @@ def save_trained(
         state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
         write_json(config, tmp / CONFIG, ensure_ascii=True)
-        save_embeddings(tmp / ARTICLE_EMBEDDINGS, ts.article_ids, result.article_embeddings)
+        save_embeddings(tmp / layout.ARTICLE_EMBEDDINGS, ts.article_ids, result.article_embeddings)
         if result.encoder is not None:
             unchanged = not settings.trains_query_encoder or result.best_epoch == 0
             result.encoder.save_pretrained(tmp / QUERY_ENCODER, source=query_source if unchanged else None)

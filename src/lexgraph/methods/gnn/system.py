@@ -19,7 +19,6 @@ import logging
 from pathlib import Path
 
 from lexgraph.core import layout
-from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
 from lexgraph.methods.dense import DenseRetriever, load_dense
 from lexgraph.methods.system import System
 
@@ -57,7 +56,7 @@ def load_graph_system(
     return load_dense(
         variant,
         query_dir,
-        artifact.under(corpus or workspace, ARTICLE_EMBEDDINGS),
+        artifact.under(corpus or workspace, layout.ARTICLE_EMBEDDINGS),
         artifact.stage,
         device,
         index,

@@ -16,10 +16,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import AfterValidator, Field, field_validator
 
 from lexgraph.core import layout
@@ -29,11 +28,13 @@ from lexgraph.core.provenance import output
 from lexgraph.core.settings import Expect, Float, Int, Settings, bad_value, expectation, read_section
 from lexgraph.core.stage import StageContext
 from lexgraph.data.schema import SPLITS, split_questions
-from lexgraph.encoding.embed import ARTICLE_EMBEDDINGS
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.methods.dsr.system import DSR_SECTIONS
 from lexgraph.methods.system import System
 from lexgraph.metrics.ir import METRICS, dense_run_metrics, rounded_all
+
+if TYPE_CHECKING:  # torch loads with the stage and the system, not with the catalogue
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ def save(result: HpriorResult, out_dir: str | Path) -> None:
 
     with atomic_path(out_dir, directory=True) as tmp:
         write_json(result.report, Path(tmp) / SETTINGS, ensure_ascii=True)
-        save_embeddings(Path(tmp) / ARTICLE_EMBEDDINGS, result.article_ids, result.article_embeddings)
+        save_embeddings(Path(tmp) / layout.ARTICLE_EMBEDDINGS, result.article_ids, result.article_embeddings)
 
 
 def load_hprior(workspace: Path, device: str = "auto", index=None, *, corpus: Path | None = None):
@@ -209,7 +210,7 @@ def load_hprior(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     return load_dense(
         "hprior",
         layout.DSR.under(workspace, "query_encoder"),
-        layout.HPRIOR.under(corpus or workspace, ARTICLE_EMBEDDINGS),
+        layout.HPRIOR.under(corpus or workspace, layout.ARTICLE_EMBEDDINGS),
         "hprior",
         device,
         index,
