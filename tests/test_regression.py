@@ -190,13 +190,13 @@ CHECKS_NOTHING = [
     (
         "tolerance-inside-a-split",
         "systems:\n  bm25:\n    test: {map: 0.1034, tolerance: 0.1}\n",
-        "key 'systems.bm25.test.tolerance' = 0.1 is a tolerance inside a split; expected metrics only here "
+        "key 'systems.bm25.test.tolerance' = 0.1, expected metrics only in a split, not a tolerance "
         "(a tolerance goes under 'tolerance' or 'systems.bm25.tolerance')",
     ),
     (
         "tolerance-table-inside-a-split",
         "systems:\n  bm25:\n    test:\n      tolerance: {abs: 0.01}\n      map: 0.1034\n",
-        "key 'systems.bm25.test.tolerance' = {\"abs\": 0.01} is a tolerance inside a split",
+        "key 'systems.bm25.test.tolerance' = {\"abs\": 0.01}, expected metrics only in a split, not a tolerance",
     ),
     (
         "tolerance-of-the-whole-range",
@@ -265,7 +265,8 @@ def test_a_metrics_json_with_a_key_twice_is_refused(tmp_path, metrics, capsys, u
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        f"lexgraph regress: error: {path}: key 'test' appears twice; expected each key once; rerun `dvc repro evaluate`"
+        f"lexgraph regress: error: {path}: key 'test' appears twice; expected each key once (the second would "
+        "silently replace the first); rerun `dvc repro evaluate`"
     ], err
     assert {p: p.read_bytes() for p in before} == before
 
@@ -280,3 +281,49 @@ def test_an_artefact_json_with_a_key_twice_is_refused(tmp_path):
     with pytest.raises(DataError) as info:
         read_json(path, what="the tuned pair", fix="rerun `dvc repro bm25_tune`")
     assert str(info.value) == (f"{path}: key 'k1' appears twice; expected the tuned pair; rerun `dvc repro bm25_tune`")
+
+
+# (id, expected file, the error after "<file>: ") of values the schema of the expected file refuses
+OUT_OF_SHAPE = [
+    (
+        "negative-tolerance",
+        "tolerance: -1\nsystems:\n  bm25: {test: {map: 0.1}}\n",
+        "key 'tolerance' = -1, expected a number or a table {default|metric: {abs: number, rel: number}}, "
+        "every number >= 0",
+    ),
+    (
+        "unknown-key-of-a-tolerance",
+        "tolerance: {map: {abs: 0.01, ab: 0.1}}\nsystems:\n  bm25: {test: {map: 0.1}}\n",
+        'key \'tolerance.map\' = {"abs": 0.01, "ab": 0.1}, expected a number or {abs: number, rel: number}, '
+        "every number >= 0",
+    ),
+    (
+        "system-tolerance-below-zero",
+        "systems:\n  bm25:\n    tolerance: {map: {rel: -0.1}}\n    test: {map: 0.1}\n",
+        "key 'systems.bm25.tolerance.map.rel' = -0.1, expected a number >= 0",
+    ),
+    ("no-system", "systems: {}\n", "key 'systems' = {}, expected at least one system: a mapping system -> split"),
+    ("split-not-a-mapping", "systems:\n  bm25: {test: [0.1]}\n", "key 'systems.bm25.test' = [0.1], expected a mapping"),
+    (
+        "metric-above-one",
+        "systems:\n  bm25: {test: {map: 1.5}}\n",
+        "key 'systems.bm25.test.map' = 1.5, expected a number in [0, 1]",
+    ),
+    (
+        "metric-true",
+        "systems:\n  bm25: {test: {map: true}}\n",
+        "key 'systems.bm25.test.map' = true, expected a number in [0, 1]",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, problem", [c[1:] for c in OUT_OF_SHAPE], ids=[c[0] for c in OUT_OF_SHAPE])
+def test_a_value_out_of_shape_is_one_sentence_naming_its_key(tmp_path, text, problem):
+    from lexgraph.core.errors import DataError
+    from lexgraph.evaluation.regression import read_expected
+
+    expected = tmp_path / "exp.yaml"
+    expected.write_text(text, encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        read_expected(expected)
+    assert str(info.value).startswith(f"{expected}: {problem}"), str(info.value)
