@@ -120,7 +120,7 @@ def test_negatives_json_ids_follow_the_id_rule(bsard_dir, record, problem):
     [
         (-1, f"id -1 {PROBLEMS['-1']}; {EXPECTED_ID}"),
         ("+7", f"id '+7' has a sign; {EXPECTED_ID}"),
-        (7.5, "7.5 is not an integer id"),
+        (7.5, f"id 7.5 is not an integer; {EXPECTED_ID}"),
     ],
     ids=["negative", "sign", "float"],
 )

@@ -32,48 +32,42 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from lexgraph.core.errors import DataError
+from lexgraph.core.hub import first_line
 from lexgraph.core.inputs import id_problem, text_problem
+from lexgraph.data.integrity import first_duplicate, refuse_repeat
 from lexgraph.data.keys import keys_table
-from lexgraph.data.readers import Source, file_problem, json_line
-from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, MIN_ARTICLES, QUESTION_COLUMNS
+from lexgraph.data.readers import Source, file_problem, json_line, validate_articles
+from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, QUESTION_COLUMNS
 
 log = logging.getLogger(__name__)
 
 #: BSARD's heading columns below ``code``, from the top, that a path fills in order
 LEVEL_COLUMNS: tuple[str, ...] = HIERARCHY_LEVELS[2:]
-ARTICLE_FIELDS: tuple[str, ...] = ("id", "text", "path")
 OPTIONAL_ARTICLE_FIELDS: tuple[str, ...] = ("number", "title", "code")
-QUESTION_FIELDS: tuple[str, ...] = ("id", "question", "article_ids", "split")
 QUESTION_SPLITS: tuple[str, ...] = ("train", "dev", "test")
 #: the list fields, which a CSV file writes as JSON arrays
 LIST_FIELDS = ("path", "article_ids")
-ONE_OBJECT = "expected one JSON object a line"
+
+
+# --------------------------------------------------------------------------- files
 
 
 def _jsonl_records(path: Path):
     opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                rec = json_line(path, line_no, line)
-                if not isinstance(rec, dict):
-                    raise DataError(path, f"line {line_no}: a JSON {type(rec).__name__}; {ONE_OBJECT}")
-                yield line_no, rec
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not valid UTF-8 ({exc.reason}); expected a UTF-8 JSON-lines file") from None
-    except (OSError, EOFError) as exc:  # a damaged or truncated .gz
-        raise DataError(path, f"not readable ({exc or type(exc).__name__}); expected a JSON-lines file") from None
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if line.strip():
+                yield line_no, json_line(path, line_no, line)
 
 
-def _table_records(path: Path, df: pl.DataFrame, first_line: int):
+def _table_records(df: pl.DataFrame, first_line: int):
     lists = [c for c in LIST_FIELDS if c in df.columns and df.schema[c] == pl.Utf8]
     for i, rec in enumerate(df.iter_rows(named=True)):
         for column in lists:  # CSV: a JSON array in the cell
@@ -84,90 +78,144 @@ def _table_records(path: Path, df: pl.DataFrame, first_line: int):
         yield i + first_line, rec
 
 
+#: the files read, by how their names end: (suffixes, what such a file must be, its (line, record) pairs)
+FORMATS = (
+    ((".jsonl", ".jsonl.gz", ".ndjson", ".json"), "a UTF-8 JSON-lines file", _jsonl_records),
+    ((".csv",), "a UTF-8 CSV file", lambda path: _table_records(pl.read_csv(path, infer_schema=False), 2)),
+    ((".parquet",), "a Parquet file", lambda path: _table_records(pl.read_parquet(path), 1)),
+)
+FORMAT_SUFFIXES = tuple(suffix for suffixes, _, _ in FORMATS for suffix in suffixes)
+
+
 def read_records(path: Path) -> tuple[list[dict[str, Any]], Source]:
     """The records of a JSON-lines (``.jsonl``, ``.jsonl.gz``), CSV or Parquet file, with the
     :class:`Source` whose lines name each record's line (the Parquet row otherwise)."""
-    problem = file_problem(path)  # a directory, a pipe, /dev/null: said as what it is
-    if problem:
+    form = next((f for f in FORMATS if path.name.lower().endswith(f[0])), None)
+    problem = file_problem(path) or (None if form else f"its name ends in none of {', '.join(FORMAT_SUFFIXES)}")
+    if problem:  # a directory, a pipe, /dev/null: said as what it is
         raise DataError(path, f"{problem}; expected a JSON-lines, CSV or Parquet file")
-    name = path.name.lower()
-    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".json")):
-        pairs = list(_jsonl_records(path))
-    elif name.endswith(".csv"):
-        try:
-            df = pl.read_csv(path, infer_schema=False)
-        except pl.exceptions.PolarsError as exc:
-            raise DataError(path, f"not a readable CSV ({str(exc).splitlines()[0]})") from None
-        pairs = list(_table_records(path, df, 2))
-    elif name.endswith(".parquet"):
-        try:
-            df = pl.read_parquet(path)
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            raise DataError(path, f"not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-        pairs = list(_table_records(path, df, 1))
-    else:
-        raise DataError(path, "unknown file type; expected .jsonl, .jsonl.gz, .csv or .parquet")
+    suffixes, expected, records_of = form
+    try:
+        pairs = list(records_of(path))
+    except (UnicodeDecodeError, OSError, EOFError, pl.exceptions.PolarsError) as exc:  # EOFError: a truncated .gz
+        raise DataError(path, f"not readable ({first_line(exc)}); expected {expected}") from None
     if not pairs:
         raise DataError(path, "no records; expected at least one")
-    lines = tuple(n for n, _ in pairs) if not name.endswith(".parquet") else None
+    lines = tuple(n for n, _ in pairs) if suffixes != (".parquet",) else None
     return [rec for _, rec in pairs], Source(path, lines)
 
 
-def _key(value: Any, source: Source, i: int, field: str, what: str) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        raise source.error(i, f"{what} {value!r} is not a string; expected a string id", column=field)
-    problem = id_problem(value)
-    if problem:
-        raise source.error(i, f"{what} {value!r} {problem}; expected an id without whitespace", column=field)
-    return value
+# --------------------------------------------------------------------------- fields
+
+#: a field's rule: (record, field, the record as messages name it) -> what is wrong with the field, or None
+Rule = Callable[[dict, str, str], str | None]
 
 
-def _unicode(value: str, field: str, source: Source, i: int, what: str) -> str:
-    """``value``, refused when it cannot be stored as UTF-8 (a lone surrogate such as ``"\\udc80"``,
-    which a JSON escape gives): one line naming the file, the record and the field."""
-    problem = text_problem(value)
-    if problem:
-        raise source.error(i, f"{what} {problem}; expected valid Unicode text", column=field)
-    return value
+def _as_key(value: Any) -> Any:
+    """A record's id as the user's key: a JSON integer is read as its decimal string."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def _text(rec: dict, field: str, source: Source, i: int, what: str) -> str:
+def _unicode(value: Any, what: str) -> str | None:
+    """A text that cannot be stored as UTF-8 (a lone surrogate such as ``"\\udc80"``, which a JSON
+    escape gives) is refused."""
+    problem = text_problem(value) if isinstance(value, str) else None
+    return f"{what} {problem}; expected valid Unicode text" if problem else None
+
+
+def _found(rec: dict, field: str) -> str:
+    value = rec.get(field)
+    return "missing" if field not in rec else f"a {type(value).__name__} ({value!r:.60})"
+
+
+def _text(rec: dict, field: str, what: str) -> str | None:
     value = rec.get(field)
     if not isinstance(value, str) or not value.strip():
         found = "missing" if field not in rec else f"{value!r}"
-        raise source.error(i, f"{what} has no {field} ({found}); expected a non-empty string", column=field)
-    return _unicode(value, field, source, i, f"the {field} of {what}")
+        return f"{what} has no {field} ({found}); expected a non-empty string"
+    return _unicode(value, f"the {field} of {what}")
 
 
-def _string_list(rec: dict, field: str, source: Source, i: int, expected: str) -> list:
-    value = rec.get(field)
-    if not isinstance(value, list):
-        found = "missing" if field not in rec else f"a {type(value).__name__} ({value!r:.60})"
-        raise source.error(i, f"{field} is {found}; expected {expected}", column=field)
-    return value
+def _path(rec: dict, field: str, what: str) -> str | None:
+    labels = rec.get(field)
+    if not isinstance(labels, list):
+        return f"path is {_found(rec, field)}; expected a list of heading labels from the top (may be empty)"
+    problems = (
+        f"path holds {label!r}; expected non-empty heading labels"
+        if not isinstance(label, str) or not label.strip()
+        else _unicode(label, f"heading {n} of the path")
+        for n, label in enumerate(labels, 1)
+    )
+    return next(filter(None, problems), None)
 
 
-def _optional(rec: dict, field: str, source: Source, i: int) -> str | None:
+def _optional(rec: dict, field: str, what: str) -> str | None:
     value = rec.get(field)
     if value is not None and not isinstance(value, (str, int)):
-        raise source.error(i, f"{field} is a {type(value).__name__}; expected a string or nothing", column=field)
-    if isinstance(value, str):
-        _unicode(value, field, source, i, f"the {field}")
-    return None if value is None or str(value).strip() == "" else str(value)
+        return f"{field} is a {type(value).__name__}; expected a string or nothing"
+    return _unicode(value, f"the {field}")
 
 
-def _article_row(rec: dict, source: Source, i: int, key: str) -> dict[str, Any]:
-    text = _text(rec, "text", source, i, f"article {key!r}")
-    labels = _string_list(rec, "path", source, i, "a list of heading labels from the top (may be empty)")
-    for n, label in enumerate(labels, 1):
-        if not isinstance(label, str) or not label.strip():
-            raise source.error(i, f"path holds {label!r}; expected non-empty heading labels", column="path")
-        _unicode(label, "path", source, i, f"heading {n} of the path")
-    number, title, code = (_optional(rec, f, source, i) for f in OPTIONAL_ARTICLE_FIELDS)
+def _cited(article_of: dict[str, int], corpus: Any) -> Rule:
+    """The rule of a question's ``article_ids``: a non-empty list of ids of ``corpus``'s articles."""
+
+    def rule(rec: dict, field: str, what: str) -> str | None:
+        cited = rec.get(field)
+        if not isinstance(cited, list):
+            return f"{field} is {_found(rec, field)}; expected a list of article ids of {corpus}"
+        if not cited:
+            return f"{what} cites no article; expected at least one"
+        unknown = [v for v in cited if not isinstance(v, (str, int)) or str(v) not in article_of]
+        return f"{what} cites article id {unknown[0]!r}, which is not in {corpus}" if unknown else None
+
+    return rule
+
+
+def _split(rec: dict, field: str, what: str) -> str | None:
+    split = rec.get(field)
+    return None if split in QUESTION_SPLITS else f"split {split!r}; expected one of {', '.join(QUESTION_SPLITS)}"
+
+
+ARTICLE_RULES: tuple[tuple[str, Rule], ...] = (
+    ("text", _text),
+    ("path", _path),
+    *((field, _optional) for field in OPTIONAL_ARTICLE_FIELDS),
+)
+
+
+def _id(key: Any, kind: str) -> str | None:
+    if not isinstance(key, str):
+        return f"{kind} id {key!r} is not a string; expected a string id"
+    problem = id_problem(key)
+    return f"{kind} id {key!r} {problem}; expected an id without whitespace" if problem else None
+
+
+def _checked(records: list[dict], source: Source, kind: str, rules: tuple[tuple[str, Rule], ...]) -> list[str]:
+    """The user's id of each record, after every record's fields passed their rules (``id`` first)
+    and no id repeats an earlier one; refused otherwise, naming the record and the field."""
+    keys = [_as_key(rec.get("id")) for rec in records]
+    for i, (rec, key) in enumerate(zip(records, keys)):
+        problems = (("id", _id(key, kind)), *((field, rule(rec, field, f"{kind} {key!r}")) for field, rule in rules))
+        field, problem = next(((f, p) for f, p in problems if p), (None, None))
+        if problem:
+            raise source.error(i, problem, column=field)
+    refuse_repeat(
+        first_duplicate(keys),
+        source,
+        lambda n, _, where: f"{kind} id {keys[n]!r} is already used by {where}; expected each id once",
+    )
+    return keys
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _article_row(rec: dict, i: int, key: str) -> dict[str, Any]:
+    labels = rec["path"]
+    values = (rec.get(field) for field in OPTIONAL_ARTICLE_FIELDS)
+    number, title, code = (None if v is None or str(v).strip() == "" else str(v) for v in values)
     row: dict[str, Any] = {c: None for c in (*ARTICLE_COLUMNS, "path")}
-    row.update(id=i, article=text, code=code, path=labels)
+    row.update(id=i, article=rec["text"], code=code, path=labels)
     n = len(LEVEL_COLUMNS)
     for column, label in zip(LEVEL_COLUMNS, labels[: n - 1]):
         row[column] = label
@@ -180,64 +228,34 @@ def _article_row(rec: dict, source: Source, i: int, key: str) -> dict[str, Any]:
 
 
 def read_corpus(path: Path) -> tuple[pl.DataFrame, Source, list[str]]:
-    """The corpus file as BSARD's raw articles table (ids 0..n-1), its :class:`Source` and the
-    user's id of each row."""
+    """The corpus file as BSARD's raw articles table (ids 0..n-1, at least ``MIN_ARTICLES``), its
+    :class:`Source` and the user's id of each row."""
     records, source = read_records(path)
-    keys: list[str] = []
-    seen: dict[str, int] = {}
-    rows = []
-    for i, rec in enumerate(records):
-        key = _unique_key(rec, source, i, seen, "article id")
-        keys.append(key)
-        rows.append(_article_row(rec, source, i, key))
-    if len(rows) < MIN_ARTICLES:
-        raise DataError(path, f"{len(rows)} article(s); expected at least {MIN_ARTICLES}")
+    keys = _checked(records, source, "article", ARTICLE_RULES)
     schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS} | {"path": pl.List(pl.Utf8)}
-    return pl.DataFrame(rows, schema=schema, orient="row"), source, keys
-
-
-def _unique_key(rec: dict, source: Source, i: int, seen: dict[str, int], what: str) -> str:
-    """Record ``i``'s ``id`` as the user's string key, refused when record ``seen[key]`` has it."""
-    key = _key(rec.get("id"), source, i, "id", what)
-    if key in seen:
-        raise source.error(
-            i, f"{what} {key!r} is already used by {source.where(seen[key])}; expected each id once", "id"
-        )
-    seen[key] = i
-    return key
+    rows = [_article_row(rec, i, key) for i, (rec, key) in enumerate(zip(records, keys))]
+    articles = pl.DataFrame(rows, schema=schema, orient="row")
+    validate_articles(articles, source)
+    return articles, source, keys
 
 
 def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tuple[dict, list[str]]:
     """The questions file as ``{split: (BSARD questions table, Source)}`` (ids 0..m-1, in file
     order) and the user's id of each question."""
     records, source = read_records(path)
+    rules = (("question", _text), ("article_ids", _cited(article_of, corpus)), ("split", _split))
+    keys = _checked(records, source, "question", rules)
     rows: dict[str, list[dict]] = {}
     lines: dict[str, list[int | None]] = {}
     file_rows: dict[str, list[int]] = {}
-    keys: list[str] = []
-    seen: dict[str, int] = {}
     for i, rec in enumerate(records):
-        key = _unique_key(rec, source, i, seen, "question id")
-        question = _text(rec, "question", source, i, f"question {key!r}")
-        cited = _string_list(rec, "article_ids", source, i, f"a list of article ids of {corpus}")
-        if not cited:
-            raise source.error(i, f"question {key!r} cites no article; expected at least one", column="article_ids")
-        ids = []
-        for value in cited:
-            if not isinstance(value, (str, int)) or str(value) not in article_of:
-                raise source.error(
-                    i, f"question {key!r} cites article id {value!r}, which is not in {corpus}", column="article_ids"
-                )
-            ids.append(article_of[str(value)])
-        split = rec.get("split")
-        if split not in QUESTION_SPLITS:
-            raise source.error(i, f"split {split!r}; expected one of {', '.join(QUESTION_SPLITS)}", column="split")
         row = {c: None for c in QUESTION_COLUMNS}
-        row.update(id=i, question=question, article_ids=",".join(map(str, ids)))
-        rows.setdefault(split, []).append(row)
-        lines.setdefault(split, []).append(source.line(i))
-        file_rows.setdefault(split, []).append(i + 1)
-        keys.append(key)
+        row.update(
+            id=i, question=rec["question"], article_ids=",".join(str(article_of[str(v)]) for v in rec["article_ids"])
+        )
+        rows.setdefault(rec["split"], []).append(row)
+        lines.setdefault(rec["split"], []).append(source.line(i))
+        file_rows.setdefault(rec["split"], []).append(i + 1)
     schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in QUESTION_COLUMNS}
     sources = {
         split: (
@@ -250,15 +268,14 @@ def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tupl
     return sources, keys
 
 
-def read_corpus_source(corpus: Path, questions: Path | None):
-    """``fetch.source: corpus``: (articles, {split: (questions, Source)}, keys)."""
+def read_corpus_source(corpus: Path, questions: Path):
+    """``fetch.source: corpus``: (articles, {split: (questions, Source)}, keys); the questions
+    hold train and test ones (the pipeline needs both)."""
     articles, source, article_keys = read_corpus(corpus)
-    if questions is None:
-        raise DataError(corpus, "no questions file ('fetch.questions_file'); the pipeline needs train and test ones")
     sources, question_keys = read_questions(questions, {k: i for i, k in enumerate(article_keys)}, source.path)
-    for split in ("train", "test"):
-        if split not in sources:
-            raise DataError(questions, f"no {split} question; expected questions with split {split!r}")
+    missing = [split for split in ("train", "test") if split not in sources]
+    if missing:
+        raise DataError(questions, f"no {missing[0]} question; expected questions with split {missing[0]!r}")
     counts = {split: df.height for split, (df, _) in sources.items()}
     log.info("corpus %s: %d articles; questions %s", corpus, articles.height, counts)
     return articles, sources, keys_table(article_keys, question_keys)

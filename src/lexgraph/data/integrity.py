@@ -1,12 +1,12 @@
 """Integrity rules for the data ``fetch`` reads and ``clean`` checks again on ``data/raw``.
 
-* CSV layout (:func:`csv_layout`, :func:`check_csv_layout`): the header names each column
+* CSV layout (:func:`csv_layout`, :func:`layout_problem`): the header names each column
   once and is comma-separated, and every row has as many fields as the header (polars would
   read a repeated ``id`` as ``id_duplicated_0``, refuse a longer row with advice about its own
   options and fill a shorter one with empty cells);
 * column names of a table read by the hub's CSV reader (:func:`duplicated_column`): pandas
   renames a repeated ``id`` to ``id.1``;
-* identifiers (:func:`integer_id`; :func:`lexgraph.core.inputs.id_problem` for id cells): ids are
+* identifiers (:func:`id_cell_problem`, :func:`integer_id`): ids are
   written into whitespace-separated TREC runs, so whitespace, control characters (NUL
   included) and lone surrogates are refused, not stripped or read past;
 * question texts across splits (:func:`question_key`, :func:`refuse_shared_texts`): a
@@ -21,7 +21,9 @@
   sets of ids alone, never by the order the splits arrive in) and then checks that no id
   is used twice; ``clean`` checks it again.
 
-Each check raises :class:`lexgraph.core.errors.DataError` naming the file the user edits.
+Each check raises :class:`lexgraph.core.errors.DataError` naming the file the user edits, at the
+row of its :class:`Source`; a value that repeats an earlier one (an id, a question text) is
+refused by one rule, :func:`refuse_repeat`, at the later row, naming the earlier.
 """
 
 from __future__ import annotations
@@ -31,9 +33,8 @@ import io
 import logging
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lexgraph.core.errors import DataError
@@ -45,10 +46,73 @@ log = logging.getLogger(__name__)
 #: question splits whose ids are unique together and whose texts must not repeat across them
 HUMAN_SPLITS = ("train", "dev", "test")
 
+#: what a header that repeats a column is told
+ONCE = "expected each column once"
 SHARED_TEXT_RULE = (
     "expected each question text in only one of the train, dev and test splits (texts compared "
     "NFKC-normalised and casefolded, punctuation and spacing ignored)"
 )
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a table's rows come from, for error messages: ``path`` is what the user edits (a
+    CSV file, or ``<repo>@<revision> (<config>/<split>)`` on the hub) and ``lines[i]`` the line
+    of the file on which data row ``i + 1`` starts (CSV files only; a quoted field may span lines)."""
+
+    path: Any
+    lines: tuple[int, ...] | None = None
+    #: the file's 1-based row of each table row, where a table holds some rows of a file (one split
+    #: of a questions file that mixes splits, ``fetch.source: corpus``); None: row ``i`` is ``i + 1``
+    rows: tuple[int, ...] | None = None
+
+    def line(self, index: int) -> int | None:
+        return self.lines[index] if self.lines is not None and 0 <= index < len(self.lines) else None
+
+    def row(self, index: int) -> int:
+        return self.rows[index] if self.rows is not None and 0 <= index < len(self.rows) else index + 1
+
+    def error(self, index: int, message: str, column: str | None = None) -> DataError:
+        """A :class:`DataError` at the 0-based row ``index``: reported as the 1-based data row
+        and, for a file, the line it starts on."""
+        line = self.line(index)
+        if line is not None:
+            message += f" (row {self.row(index)} starts on line {line})"
+        return DataError(self.path, message, row=self.row(index), column=column)
+
+    def where(self, index: int) -> str:
+        """``row 3 of data/sample/questions_dev.csv (line 4)``: another row, in a message."""
+        line = self.line(index)
+        return f"row {self.row(index)} of {self.path}" + (f" (line {line})" if line is not None else "")
+
+
+def first_duplicate(ids: Sequence) -> tuple[int, int] | None:
+    """``(index, index of its first occurrence)`` of the first repeated id, or None."""
+    seen: dict[Any, int] = {}
+    for i, value in enumerate(ids):
+        if value in seen:
+            return i, seen[value]
+        seen[value] = i
+    return None
+
+
+def refuse_repeat(
+    hit: tuple[int, int] | None,
+    places: Source | Sequence[tuple[Source, int]],
+    said: Callable[[int, int, str], str],
+    column: str = "id",
+) -> None:
+    """The one rule for a value that must not repeat (an id, a question text across splits):
+    ``hit`` is ``(n, m)``, item ``n`` repeating the earlier item ``m`` (:func:`first_duplicate`,
+    :func:`shared_text`), or None. Refused at item ``n``'s row: ``places`` is the :class:`Source`
+    whose row ``n`` item ``n`` is, or ``places[n]`` its ``(Source, 0-based row)``; the message is
+    ``said(n, m, where)``, ``where`` naming item ``m``'s row (``row 3 of questions_dev.csv (line 4)``)."""
+    if hit:
+        (source, i), (other, j) = ((places, n) if isinstance(places, Source) else places[n] for n in hit)
+        raise source.error(i, said(*hit, other.where(j)), column=column)
 
 
 # --------------------------------------------------------------------------- CSV layout
@@ -97,30 +161,29 @@ def expected_columns(required: tuple[str, ...], columns: tuple[str, ...]) -> str
     )
 
 
-def check_csv_layout(path: Path, layout: CsvLayout, required: tuple[str, ...], columns: tuple[str, ...]) -> None:
-    """Refuse a header that repeats a column or is not comma-separated, and a row whose number
-    of fields differs from the header's (blank lines are left to the id check)."""
-    seen: dict[str, int] = {}
+def layout_problems(layout: CsvLayout | None, required: tuple[str, ...], columns: tuple[str, ...]) -> Iterator[tuple]:
+    """``(message, 1-based row or None)`` for a header that repeats a column or is not
+    comma-separated, then for each row whose number of fields differs from the header's (blank
+    lines are left to the id check); none for no layout (a text Python's CSV reader cannot
+    parse: polars' reader words it)."""
+    if layout is None:
+        return
+    first: dict[str, int] = {}
     for n, name in enumerate(layout.header, 1):
-        if name in seen:
-            raise DataError(
-                path,
-                f"column {name!r} appears twice in the header (columns {seen[name]} and {n}); "
-                "expected each column once",
-            )
-        seen[name] = n
+        if first.setdefault(name, n) != n:
+            yield f"column {name!r} appears twice in the header (columns {first[name]} and {n}); {ONCE}", None
     expected = expected_columns(required, columns)
     if len(layout.header) == 1 and len(required) > 1:
-        raise DataError(
-            path, f"the header {layout.header[0]!r} is a single column, so the file is not comma-separated; {expected}"
+        yield (
+            f"the header {layout.header[0]!r} is a single column, so the file is not comma-separated; {expected}",
+            None,
         )
     for i, (line, width) in enumerate(zip(layout.starts, layout.widths)):
         if width and width != len(layout.header):
-            raise DataError(
-                path,
+            yield (
                 f"{width} fields where the header has {len(layout.header)}; {expected} (a value "
                 f"holding a comma must be quoted) (row {i + 1} starts on line {line})",
-                row=i + 1,
+                i + 1,
             )
 
 
@@ -137,26 +200,32 @@ def duplicated_column(columns: list[str]) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- ids
 
 
+def id_cell_problem(text: str) -> str | None:
+    """Why ``text`` (an id as written in a file, or a JSON integer as text) is no id, ending with
+    what was expected, or None: whitespace, control characters and lone surrogates
+    (:func:`lexgraph.core.inputs.id_problem`), then the id rule (:func:`lexgraph.data.schema.id_problem_of`:
+    no sign, leading zero, overflow or negative id)."""
+    problem = id_problem(text)
+    if problem:
+        return f"{problem}; expected an integer id"
+    problem = id_problem_of(text)
+    return None if problem is None else f"{problem}; expected {ID_EXPECTED}"
+
+
 def integer_id(value: Any) -> int:
     """An id read from JSON: an integer, or a string of digits 0-9, either within the id rule
-    (:func:`lexgraph.data.schema.id_problem_of`; :class:`ValueError` with the reason otherwise:
-    ``" 7"``, ``"7\\x00"``, ``"+7"``, ``-1``, ``2**63``, ``7.5`` and ``true`` are refused, not read
-    as 7, -1 or 1)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        problem = id_problem_of(str(value))
-        if problem:
-            raise ValueError(f"id {value} {problem}; expected {ID_EXPECTED}")
-        return value
-    if isinstance(value, str):
-        problem = id_problem(value)
-        if problem:
-            raise ValueError(f"id {value!r} {problem}")
-        problem = id_problem_of(value)
-        if problem is None:
-            return int(value)
-        if problem != "is not an integer":
-            raise ValueError(f"id {value!r} {problem}; expected {ID_EXPECTED}")
-    raise ValueError(f"{value!r} is not an integer id")
+    (:func:`id_cell_problem`; :class:`ValueError` with the reason otherwise: ``" 7"``,
+    ``"7\\x00"``, ``"+7"``, ``-1``, ``2**63``, ``7.5`` and ``true`` are refused, not read as 7, -1
+    or 1)."""
+    integral = isinstance(value, int) and not isinstance(value, bool)
+    problem = (
+        id_cell_problem(str(value))
+        if integral or isinstance(value, str)
+        else f"is not an integer; expected {ID_EXPECTED}"
+    )
+    if problem:
+        raise ValueError(f"id {value!r} {problem}")
+    return int(value)
 
 
 # --------------------------------------------------------------------------- question texts
@@ -182,32 +251,29 @@ def shared_text(questions: Iterable[tuple[str, str]]) -> tuple[int, int] | None:
 
 
 def refuse_shared_texts(
-    questions: dict[str, Any], rows: dict[int, tuple[Any, int]], names: dict[int, str] | None = None
+    questions: dict[str, Any], rows: dict[int, tuple[Source, int]], names: dict[int, str] | None = None
 ) -> None:
     """No question text in two of the train, dev and test splits (after the dev split is
     assigned, carved or not). ``questions``: split → table with ``id`` and ``question``;
-    ``rows``: question id → (the :class:`~lexgraph.data.readers.Source` it was read from, its
-    0-based row there), so the error names the file and row the user edits; ``names``: the
-    user's id of each question (``fetch.source: corpus``), named instead of lexgraph's."""
+    ``rows``: question id → (the :class:`Source` it was read from, its 0-based row there), so
+    the error names the file and row the user edits; ``names``: the user's id of each question
+    (``fetch.source: corpus``), named instead of lexgraph's."""
     items = [
         (split, qid, text)
         for split in HUMAN_SPLITS
         if split in questions
         for qid, text in questions[split].select("id", "question").iter_rows()
     ]
+
+    def said(n: int, m: int, where: str) -> str:
+        (split, qid, _), (other_split, other_qid, _) = items[n], items[m]
+        if names is not None:
+            qid, other_qid = repr(names[qid]), repr(names[other_qid])
+        same = f"question {qid} ({split}) has the same text as question {other_qid} ({other_split}, {where})"
+        return f"{same}; {SHARED_TEXT_RULE}"
+
     hit = shared_text((split, text) for split, _, text in items)
-    if hit is None:
-        return
-    (split, qid, _), (other_split, other_qid, _) = items[hit[0]], items[hit[1]]
-    (source, i), (other, j) = rows[qid], rows[other_qid]
-    if names is not None:
-        qid, other_qid = repr(names[qid]), repr(names[other_qid])
-    raise source.error(
-        i,
-        f"question {qid} ({split}) has the same text as question {other_qid} ({other_split}, "
-        f"{other.where(j)}); {SHARED_TEXT_RULE}",
-        column="question",
-    )
+    refuse_repeat(hit, [rows[qid] for _, qid, _ in items], said, column="question")
 
 
 # --------------------------------------------------------------------------- question ids
@@ -224,35 +290,24 @@ def synthetic_offset(human_ids: Iterable[int], synthetic_ids: Iterable[int]) -> 
     return max(human) + 1 - min(0, min(synthetic))
 
 
-def first_duplicate(ids: list[int]) -> tuple[int, int] | None:
-    """``(index, index of its first occurrence)`` of the first repeated id, or None."""
-    seen: dict[int, int] = {}
-    for i, value in enumerate(ids):
-        if value in seen:
-            return i, seen[value]
-        seen[value] = i
-    return None
-
-
-def renumber_synthetic(sources: dict[str, tuple[Any, Any]], negatives):
+def renumber_synthetic(sources: dict[str, tuple[Any, Source]], negatives):
     """Move the synthetic question ids past the human ones when they overlap (in ``sources``,
     in place) and the synthetic negatives' ``question_id`` with them; return the negatives.
     A synthetic id used twice is refused first (the negatives could not tell them apart).
-    ``sources[split]`` is ``(table, lexgraph.data.readers.Source)``."""
+    ``sources[split]`` is ``(table, Source)``."""
     import polars as pl
 
     if "synthetic" not in sources:
         return negatives
     df, source = sources["synthetic"]
     ids = df["id"].to_list()
-    dup = first_duplicate(ids)
-    if dup:
-        i, j = dup
-        raise source.error(
-            i,
-            f"question id {ids[i]} is already used by {source.where(j)}; expected each synthetic question id once",
-            column="id",
-        )
+    refuse_repeat(
+        first_duplicate(ids),
+        source,
+        lambda n, _, where: (
+            f"question id {ids[n]} is already used by {where}; expected each synthetic question id once"
+        ),
+    )
     human = [qid for split, (frame, _) in sources.items() if split in HUMAN_SPLITS for qid in frame["id"].to_list()]
     offset = synthetic_offset(human, ids)
     if offset:
@@ -274,14 +329,12 @@ def renumber_synthetic(sources: dict[str, tuple[Any, Any]], negatives):
 
 def refuse_shared_ids(table, source: str) -> None:
     """No question id in two rows of the fetched table (to be written at ``source``), whatever their splits."""
-    hit = first_duplicate(table["id"].to_list())
-    if hit:
-        i, j = hit
-        qid, split, other = table["id"][i], table["split"][i], table["split"][j]
-        raise DataError(
-            source,
-            f"question id {qid} ({split}) is also the id of a {other} "
-            "question; expected each question id once across every split, synthetic included",
-            row=i + 1,
-            column="id",
-        )
+    ids, splits = table["id"].to_list(), table["split"].to_list()
+    refuse_repeat(
+        first_duplicate(ids),
+        Source(source),
+        lambda n, m, where: (
+            f"question id {ids[n]} ({splits[n]}) is already used by {where} ({splits[m]}); "
+            "expected each question id once across every split, synthetic included"
+        ),
+    )

@@ -11,7 +11,6 @@ import logging
 import os
 import stat
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,43 +18,52 @@ import polars as pl
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.hub import first_line
-from lexgraph.core.inputs import DuplicateKeyError, id_problem, json_object
+from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.io import unreadable
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
-    check_csv_layout,
+    ONCE,
+    Source,
     csv_layout,
     duplicated_column,
     expected_columns,
     first_duplicate,
+    id_cell_problem,
     integer_id,
+    layout_problems,
+    refuse_repeat,
 )
-from lexgraph.data.schema import (
-    HIERARCHY_LEVELS,
-    ID_EXPECTED,
-    MIN_ARTICLES,
-    id_problem_of,
-    parse_article_ids,
-)
+from lexgraph.data.schema import HIERARCHY_LEVELS, MIN_ARTICLES, parse_article_ids
 
 log = logging.getLogger(__name__)
 
 
 NEGATIVES_SCHEMA = {"question_id": pl.Int64, "split": pl.Utf8, "article_ids": pl.List(pl.Int64)}
+ONE_OBJECT = "expected one JSON object a line"
+#: what a corpus of too few articles is told
+TOO_FEW = (
+    f"expected at least {MIN_ARTICLES} (training needs, for every question, an article it does not cite as a negative)"
+)
+#: a negatives record's keys: its question's id, then its negatives (the first of each found)
+NEGATIVES_KEYS = (("question_id", "id", "qid"), ("article_ids", "negatives", "negative_ids"))
 
 
 # --------------------------------------------------------------------------- readers
 
 
-def json_line(path: Path, line_no: int, line: str) -> Any:
-    """The JSON value on line ``line_no`` of the JSON-lines file ``path`` (a key repeated within
-    an object refused); a :class:`DataError` naming the file and line otherwise."""
+def json_line(path: Path, line_no: int, line: str) -> dict:
+    """The JSON object on line ``line_no`` of the JSON-lines file ``path`` (a key repeated within
+    it refused); a :class:`DataError` naming the file and line otherwise."""
     try:
-        return json_object(line)
+        value = json_object(line)
+        problem = None if isinstance(value, dict) else f"a JSON {type(value).__name__}; {ONE_OBJECT}"
     except json.JSONDecodeError as exc:
-        raise DataError(path, f"line {line_no}: not valid JSON ({exc.msg}); expected one JSON object a line") from None
+        problem = f"not valid JSON ({exc.msg}); {ONE_OBJECT}"
     except DuplicateKeyError as exc:
-        raise DataError(path, f"line {line_no}: {exc}") from None
+        problem = str(exc)
+    if problem:
+        raise DataError(path, f"line {line_no}: {problem}") from None
+    return value
 
 
 #: what a path that is no regular file is, in words (``stat``'s tests)
@@ -85,57 +93,29 @@ def file_problem(path: Path) -> str | None:
     return f"{reason}, not a regular file" if reason == "a directory" else reason
 
 
-@dataclass(frozen=True)
-class Source:
-    """Where a table's rows come from, for error messages: ``path`` is what the user edits (a
-    CSV file, or ``<repo>@<revision> (<config>/<split>)`` on the hub) and ``lines[i]`` the line
-    of the file on which data row ``i + 1`` starts (CSV files only; a quoted field may span lines)."""
-
-    path: Any
-    lines: tuple[int, ...] | None = None
-    #: the file's 1-based row of each table row, where a table holds some rows of a file (one split
-    #: of a questions file that mixes splits, ``fetch.source: corpus``); None: row ``i`` is ``i + 1``
-    rows: tuple[int, ...] | None = None
-
-    def line(self, index: int) -> int | None:
-        return self.lines[index] if self.lines is not None and 0 <= index < len(self.lines) else None
-
-    def row(self, index: int) -> int:
-        return self.rows[index] if self.rows is not None and 0 <= index < len(self.rows) else index + 1
-
-    def error(self, index: int, message: str, column: str | None = None) -> DataError:
-        """A :class:`DataError` at the 0-based row ``index``: reported as the 1-based data row
-        and, for a file, the line it starts on."""
-        line = self.line(index)
-        if line is not None:
-            message += f" (row {self.row(index)} starts on line {line})"
-        return DataError(self.path, message, row=self.row(index), column=column)
-
-    def where(self, index: int) -> str:
-        """``row 3 of data/sample/questions_dev.csv (line 4)``: another row, in a message."""
-        line = self.line(index)
-        return f"row {self.row(index)} of {self.path}" + (f" (line {line})" if line is not None else "")
+def _csv_text(path: Path, required: tuple[str, ...]) -> tuple[str, None] | tuple[None, str]:
+    """``(text, None)`` of the CSV file ``path``, or ``(None, why not)``: no regular file, empty, not UTF-8."""
+    problem = file_problem(path)
+    if problem:
+        return None, f"{problem}; expected a CSV file"
+    raw = path.read_bytes()
+    if not raw.strip():
+        return None, f"file is empty; expected a CSV header with columns {list(required)} and rows"
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return None, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV"
 
 
 def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> tuple[pl.DataFrame, Source]:
-    """Read a UTF-8 CSV with every value as text; check required columns and ids; add absent
-    optional columns. Returns the table and its :class:`Source` (for row-level messages)."""
-    problem = file_problem(path)
-    if problem:
-        raise DataError(path, f"{problem}; expected a CSV file")
-    raw = path.read_bytes()
-    if not raw.strip():
-        raise DataError(path, f"file is empty; expected a CSV header with columns {list(required)} and rows")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(
-            path, f"not valid UTF-8 at byte {exc.start} (line {line}); expected a UTF-8 encoded CSV"
-        ) from exc
-    layout = csv_layout(text)
-    if layout is not None:
-        check_csv_layout(path, layout, required, columns)
+    """Read a UTF-8 CSV with every value as text; check its layout, required columns and ids; add
+    absent optional columns. Returns the table and its :class:`Source` (for row-level messages)."""
+    text, problem = _csv_text(path, required)
+    layout = csv_layout(text) if text is not None else None
+    message, row = next(layout_problems(layout, required, columns), (problem, None))
+    if message:
+        raise DataError(path, message, row=row)
     try:
         df = pl.read_csv(io.StringIO(text), infer_schema=False)
     except pl.exceptions.PolarsError as exc:
@@ -144,53 +124,43 @@ def read_csv_source(path: Path, required: tuple[str, ...], columns: tuple[str, .
     return conform(df, required, columns, source), source
 
 
-def read_csv_table(path: Path, required: tuple[str, ...], columns: tuple[str, ...]) -> pl.DataFrame:
-    """:func:`read_csv_source` without the source."""
-    return read_csv_source(path, required, columns)[0]
+def _columns_problem(df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], unknown: list[str]):
+    """What is wrong with the table's columns (one repeated, a required one missing, an
+    ``unknown`` one) or rows (none), or None."""
+    repeated = duplicated_column(df.columns)
+    missing = [c for c in required if c not in df.columns]
+    if repeated:
+        return f"column {repeated[0]!r} appears twice in the header (the second read as {repeated[1]!r}); {ONCE}"
+    if missing:
+        return f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
+    if unknown:
+        return f"{unexpected_columns(unknown, required, columns)}: remove or merge the extra column(s)"
+    return "no rows; expected at least one" if df.height == 0 else None
 
 
 def conform(
     df: pl.DataFrame, required: tuple[str, ...], columns: tuple[str, ...], source: Any, extra: str = "refuse"
 ) -> pl.DataFrame:
-    """Check required columns, add missing optional ones as nulls, cast ``id`` to int64.
+    """Check the columns (:func:`_columns_problem`) and the ids (:func:`id_cell_problem`: refused,
+    never stripped), add missing optional columns as nulls, cast ``id`` to int64.
 
     ``source``: a :class:`Source`, or the path/label to name in messages. ``extra``: a column
     outside ``columns`` is refused (``"refuse"``: a file the user edits) or logged as a warning
     and left out (``"warn"``: the hub's tables, which a new revision may widen)."""
     source = source if isinstance(source, Source) else Source(source)
-    repeated = duplicated_column(df.columns)
-    if repeated:
-        raise DataError(
-            source.path,
-            f"column {repeated[0]!r} appears twice in the header (the second read as "
-            f"{repeated[1]!r}); expected each column once",
-        )
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise DataError(
-            source.path, f"missing column(s) {missing}; expected at least {list(required)}, found {df.columns}"
-        )
     unknown = [c for c in df.columns if c not in columns]
     if unknown and extra == "warn":
         log.warning("%s: %s; left out", source.path, unexpected_columns(unknown, required, columns))
-    elif unknown:
-        raise DataError(
-            source.path, f"{unexpected_columns(unknown, required, columns)}: remove or merge the extra column(s)"
-        )
-    if df.height == 0:
-        raise DataError(source.path, "no rows; expected at least one")
+    problem = _columns_problem(df, required, columns, unknown if extra != "warn" else [])
+    if problem:
+        raise DataError(source.path, problem)
     df = df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(c) for c in columns if c not in df.columns])
     df = df.select([pl.col(c).cast(pl.Utf8) if c != "id" else pl.col(c) for c in columns])
     ids = df["id"].cast(pl.Utf8)
     for row, value in enumerate(ids.to_list()):
-        if not value:
-            raise source.error(row, "the id is empty; expected an integer id", column="id")
-        problem = id_problem(value)  # whitespace and control characters are refused, not stripped
+        problem = id_cell_problem(value or "")
         if problem:
-            raise source.error(row, f"id {value!r} {problem}; expected an integer id", column="id")
-        problem = id_problem_of(value)  # the id rule: no sign, leading zero, overflow or negative id
-        if problem:
-            raise source.error(row, f"id {value!r} {problem}; expected {ID_EXPECTED}", column="id")
+            raise source.error(row, f"{f'id {value!r}' if value else 'the id'} {problem}", column="id")
     return df.with_columns(ids.cast(pl.Int64).alias("id"))
 
 
@@ -209,29 +179,38 @@ def unexpected_columns(unknown: list[str], required: tuple[str, ...], columns: t
 def validate_articles(articles: pl.DataFrame, source: Source) -> None:
     """Article ids are unique, and the corpus has at least ``MIN_ARTICLES`` articles."""
     if articles.height < MIN_ARTICLES:
-        raise DataError(
-            source.path,
-            f"{articles.height} article(s); expected at least {MIN_ARTICLES} (training needs, for every "
-            "question, an article it does not cite as a negative)",
-        )
-    dup = first_duplicate(articles["id"].to_list())
-    if dup:
-        i, j = dup
-        raise source.error(
-            i,
-            f"article id {articles['id'][i]} is already used by {source.where(j)}; expected each article id once",
-            column="id",
-        )
+        raise DataError(source.path, f"{articles.height} article(s); {TOO_FEW}")
+    ids = articles["id"].to_list()
+    refuse_repeat(
+        first_duplicate(ids),
+        source,
+        lambda n, _, where: f"article id {ids[n]} is already used by {where}; expected each article id once",
+    )
 
 
-def article_ids_of(value: Any, source: Source, index: int, corpus: Source) -> list[int]:
-    """A question's ``article_ids`` cell, parsed as clean parses it; errors name the source row."""
+def _question_problem(qid: Any, text: str | None, cited: Any, article_ids: set[int], corpus: Source):
+    """``(message, column)`` for a question row without text, or whose ``article_ids`` are not
+    integers of the corpus that leave at least one article uncited; None for a good one."""
+    if not " ".join(unicodedata.normalize("NFC", text or "").split()):
+        return f"question {qid} has no text; expected the question", "question"
     try:
-        return parse_article_ids(value)
+        ids = parse_article_ids(cited)  # as clean parses it
     except ValueError as exc:
-        raise source.error(
-            index, f"{exc}; expected a comma-separated list of integer ids of {corpus.path}", column="article_ids"
-        ) from None
+        return f"{exc}; expected a comma-separated list of integer ids of {corpus.path}", "article_ids"
+    unknown = [a for a in dict.fromkeys(ids) if a not in article_ids]
+    if unknown:
+        return (
+            f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
+            "expected ids of its 'id' column",
+            "article_ids",
+        )
+    if len(set(ids)) >= len(article_ids):
+        return (
+            f"question {qid} cites all {len(article_ids)} articles of {corpus.path}; expected a question that "
+            "leaves at least one article uncited (training needs a negative)",
+            "article_ids",
+        )
+    return None
 
 
 def validate_questions(
@@ -240,64 +219,51 @@ def validate_questions(
     corpus: Source,
     names: dict[int, str] | None = None,
 ) -> None:
-    """Question texts are not empty, ``article_ids`` are integers of the corpus that leave at
-    least one article uncited, and question ids are unique across the train, dev and test questions.
-    ``names``: the user's id of each question (``fetch.source: corpus``), named instead of lexgraph's."""
+    """Every row passes :func:`_question_problem`, and question ids are unique across the train,
+    dev and test questions. ``names``: the user's id of each question (``fetch.source: corpus``),
+    named instead of lexgraph's."""
     for df, source in questions.values():
         for i, (qid, text, cited) in enumerate(df.select("id", "question", "article_ids").iter_rows()):
-            qid = repr(names[qid]) if names is not None else qid
-            if not " ".join(unicodedata.normalize("NFC", text or "").split()):
-                raise source.error(i, f"question {qid} has no text; expected the question", column="question")
-            ids = article_ids_of(cited, source, i, corpus)
-            unknown = [a for a in dict.fromkeys(ids) if a not in article_ids]
-            if unknown:
-                raise source.error(
-                    i,
-                    f"question {qid} cites article id(s) {unknown} that are not in {corpus.path}; "
-                    f"expected ids of its 'id' column",
-                    column="article_ids",
-                )
-            if len(set(ids)) >= len(article_ids):
-                raise source.error(
-                    i,
-                    f"question {qid} cites all {len(article_ids)} articles of {corpus.path}; expected a question "
-                    "that leaves at least one article uncited (training needs a negative)",
-                    column="article_ids",
-                )
-    seen: dict[int, tuple[Source, int]] = {}
-    for split in HUMAN_SPLITS:
-        if split not in questions:
-            continue
-        df, source = questions[split]
-        for i, qid in enumerate(df["id"].to_list()):
-            if qid in seen:
-                other, j = seen[qid]
-                raise source.error(
-                    i,
-                    f"question id {qid} is already used by {other.where(j)}; expected each question id once "
-                    "across the train, dev and test questions",
-                    column="id",
-                )
-            seen[qid] = (source, i)
+            problem = _question_problem(
+                repr(names[qid]) if names is not None else qid, text, cited, article_ids, corpus
+            )
+            if problem:
+                raise source.error(i, problem[0], column=problem[1])
+    human = [
+        (qid, (questions[split][1], i))
+        for split in HUMAN_SPLITS
+        if split in questions
+        for i, qid in enumerate(questions[split][0]["id"].to_list())
+    ]
+    refuse_repeat(
+        first_duplicate([qid for qid, _ in human]),
+        [place for _, place in human],
+        lambda n, _, where: (
+            f"question id {human[n][0]} is already used by {where}; expected each question id once "
+            "across the train, dev and test questions"
+        ),
+    )
 
 
 def _negatives_from_json(obj: Any, split: str, path: Any) -> pl.DataFrame:
     """BM25 negatives, either ``{qid: [ids]}`` or a list of ``{question_id|id, article_ids|negatives}``."""
-    rows: list[tuple[int, list[int]]] = []
-    if isinstance(obj, dict):
-        items = obj.items()
-    elif isinstance(obj, list):
-        items = []
-        for i, rec in enumerate(obj, 1):
-            if not isinstance(rec, dict):
-                raise DataError(path, "expected a JSON object with keys question_id and article_ids", row=i)
-            qid = next((rec[k] for k in ("question_id", "id", "qid") if k in rec), None)
-            ids = next((rec[k] for k in ("article_ids", "negatives", "negative_ids") if k in rec), None)
-            if qid is None or ids is None:
-                raise DataError(path, "expected keys question_id and article_ids (or negatives)", row=i)
-            items.append((qid, ids))
+    if isinstance(obj, list):
+        items = [
+            tuple(next((rec[k] for k in keys if k in rec), None) for keys in NEGATIVES_KEYS)
+            if isinstance(rec, dict)
+            else (None, None)
+            for rec in obj
+        ]
+        bad = next((n for n, item in enumerate(items, 1) if None in item), None)
+        if bad:
+            raise DataError(
+                path, "expected a JSON object with keys question_id and article_ids (or negatives)", row=bad
+            )
+    elif isinstance(obj, dict):
+        items = list(obj.items())
     else:
         raise DataError(path, "expected a JSON object {question_id: [article ids]} or a list of records")
+    rows: list[tuple[int, list[int]]] = []
     for qid, ids in items:
         if isinstance(ids, str):
             ids = [x for x in ids.replace(" ", "").split(",") if x]
@@ -316,10 +282,9 @@ def read_negatives(path: Path, split: str, label: Any) -> pl.DataFrame:
     is refused (``json.loads`` would keep the last one)."""
     try:
         obj = json_object(Path(path).read_text(encoding="utf-8"))
-    except DuplicateKeyError as exc:
-        raise DataError(label, str(exc)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(label, f"not valid UTF-8 JSON ({exc})") from exc
+    except (DuplicateKeyError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        said = str(exc) if isinstance(exc, DuplicateKeyError) else f"not valid UTF-8 JSON ({exc})"
+        raise DataError(label, said) from None
     return _negatives_from_json(obj, split, label)
 
 
