@@ -409,7 +409,7 @@ def test_a_damaged_index_is_refused_before_use(tiny_ws, indexed, tmp_path, capsy
         record = json.loads((damaged / "index.json").read_text(encoding="utf-8"))
         record.update(version=1)
         (damaged / "index.json").write_text(json.dumps(record), encoding="utf-8")
-        named = f"{damaged / 'index.json'}: an index of format v1"
+        named = f"{damaged / 'index.json'}: not a record of `lexgraph index` v2: 'version' = 1, expected 2, the format"
     argv = ["search", "--workspace", str(tiny_ws), "--index", str(damaged), "--system", system, "--json"]
     assert main([*argv, QUESTIONS[0]]) == 2
     line = _error(capsys)

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Callable
-from pathlib import Path, PurePosixPath
-from typing import Any
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, json_object, shown_path
 from lexgraph.core.provenance import digest_path, identity
+from lexgraph.core.settings import Expect, Str, describe
 
 INDEX_FILE = "index.json"
 FORMAT = "lexgraph-index"
@@ -54,10 +56,37 @@ def _elsewhere(directory: Path) -> str:
     return f"remove {shown_path(directory)} and run `lexgraph index --corpus FILE --out DIR`, or index into a new DIR"
 
 
-SHA256 = re.compile(r"[0-9a-f]{64}")
-
 #: the index's tables every system reads (articles, headings, the user's keys)
 SHARED: tuple[str, ...] = (layout.CLEAN.path.as_posix(),)
+
+#: one part of a relative path: not empty, ``.`` or ``..``, no slash, backslash or NUL
+_PART = r"(?:[^/\\\x00.][^/\\\x00]*|\.[^/\\\x00.][^/\\\x00]*|\.\.[^/\\\x00]+)"
+#: a relative POSIX path inside a folder (not absolute; no ``..``, ``.``, empty part or backslash)
+RelPath = Annotated[Str, StringConstraints(pattern=rf"^{_PART}(?:/{_PART})*$")]
+Sha256 = Annotated[Str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Files = Annotated[dict[RelPath, Sha256], Expect("a mapping of the relative paths of its files to their SHA-256")]
+Folders = Annotated[frozenset[RelPath], Expect("a list of the relative paths of its folders")]
+
+
+class Listing(BaseModel):
+    """The files and folders a record lists (:func:`own_files`); its other keys are the record's own."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    files: Files
+    folders: Folders
+
+
+class IndexRecord(BaseModel):
+    """``index.json`` as searching reads it (:func:`index_record` writes it): the marker, the
+    format's version, per system the digest of each workspace artefact it was indexed with, and
+    the index's own files and folders. The corpus and the counts are the user's to read."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    format: Annotated[Literal["lexgraph-index"], Expect(f"{FORMAT!r}, the marker of `lexgraph index`")]
+    version: Annotated[Literal[2], Expect(f"{VERSION}, the format that lists the digests of the index's files")]
+    systems: Annotated[dict[Str, dict[Str, Str]], Expect("a mapping of each system to its artefacts' digests")]
+    files: Files
+    folders: Folders
 
 
 def model_digests(system: str, workspace: str | Path) -> dict[str, str]:
@@ -74,15 +103,11 @@ def model_digests(system: str, workspace: str | Path) -> dict[str, str]:
 def own_files(root: Path, record: str) -> dict[str, Any]:
     """``{"files": {path: sha256}, "folders": [path, ...]}`` of everything under ``root`` (relative
     POSIX paths, sorted) but the record file ``record`` itself: what a command lists in its record
-    before its output replaces an earlier one. A writer leaves no link (refused, an internal error)."""
+    before its output replaces an earlier one. A writer leaves no link (a reader refuses one)."""
     files: dict[str, str] = {}
     folders: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        for name in (*dirnames, *filenames):
-            path = Path(dirpath, name)
-            if path.is_symlink():  # pragma: no cover - no writer of an index or an export makes one
-                raise LexgraphError(f"{path}: a symbolic link in a written output; expected files")
         base = Path(dirpath).relative_to(root)
         folders.extend((base / name).as_posix() for name in dirnames)
         for name in sorted(filenames):
@@ -92,34 +117,20 @@ def own_files(root: Path, record: str) -> dict[str, Any]:
     return {"files": dict(sorted(files.items())), "folders": sorted(folders)}
 
 
-def _relative(value: Any) -> bool:
-    """A relative POSIX path inside a folder (no ``..``, ``.``, empty part or backslash)."""
-    if not isinstance(value, str) or not value or "\\" in value or "\0" in value:
-        return False
-    parts = value.split("/")
-    return not PurePosixPath(value).is_absolute() and all(part not in ("", ".", "..") for part in parts)
-
-
-def listed(record: Any) -> tuple[dict[str, str], set[str]] | None:
-    """``(files, folders)`` a record lists (:func:`own_files`), or None when it lists none or not
+def listed(record: Any) -> Listing | None:
+    """The files and folders a record lists (:func:`own_files`), or None when it lists none or not
     in that form."""
-    if not isinstance(record, dict):
+    try:
+        return Listing.model_validate(record)
+    except ValidationError:
         return None
-    files, folders = record.get("files"), record.get("folders")
-    if not isinstance(files, dict) or not isinstance(folders, list):
-        return None
-    if not all(_relative(k) and isinstance(v, str) and SHA256.fullmatch(v) for k, v in files.items()):
-        return None
-    if not all(_relative(f) for f in folders):
-        return None
-    return files, set(folders)
 
 
 Allowed = Callable[[str, os.DirEntry], bool]
 
 
 def first_foreign(
-    root: Path, files: set[str] | dict[str, str], folders: set[str], record: str | None, allowed: Allowed | None = None
+    root: Path, files: Collection[str], folders: Collection[str], record: str | None, allowed: Allowed | None = None
 ) -> str | None:
     """The first entry under ``root`` (relative path, in sorted order, a folder before what it
     holds) that is neither the record ``record`` (at the top), nor a regular file of ``files``, nor
@@ -175,34 +186,34 @@ def check_replaceable(
     ``out`` unless it is provably an earlier output (``what``: "an earlier index") of the command
     whose record file ``record`` carries ``"format": marker``: an empty directory, or one whose
     every entry is that record, a file or folder it lists, or ``allowed``. Nothing is deleted."""
-    if not out.is_dir():
-        return
-    refuse = f"refusing to replace the directory, nothing was deleted; expected a new directory or {what}"
-    path = out / record
-    files: dict[str, str] | set[str] = set()
-    folders: set[str] = set()
-    own: str | None = None
-    if path.exists() or path.is_symlink():
-        value = read_record(path)
-        if not isinstance(value, dict) or value.get("format") != marker:
-            raise LexgraphError(
-                f"{label} {shown_path(out)} holds {shown_path(record)}, which is not the record of {what} "
-                f'(no "format": "{marker}"); {refuse}'
-            )
-        found = listed(value)
-        if found is None:
-            raise LexgraphError(
-                f"{label} {shown_path(out)} holds {shown_path(record)}, which lists none of the files beside it "
-                f"(written by an earlier lexgraph, or edited), so they cannot be told from yours; {refuse}"
-            )
-        (files, folders), own = found, record
-    foreign = first_foreign(out, files, folders, own, allowed)
-    if foreign is not None:
-        listing = f"{record} does not list it" if own else f"no {record} there"
+    foreign = _foreign(out, record, marker, what, allowed) if out.is_dir() else None
+    if foreign:
         raise LexgraphError(
-            f"{label} {shown_path(out)} holds {shown_path(foreign)}, which is not a file of {what} ({listing}); "
-            f"{refuse}"
+            f"{label} {shown_path(out)} holds {foreign}; refusing to replace the directory, nothing was deleted; "
+            f"expected a new directory or {what}"
         )
+
+
+def _foreign(out: Path, record: str, marker: str, what: str, allowed: Allowed | None) -> str | None:
+    """The first entry of the directory ``out`` that shows it is not an earlier output
+    (:func:`check_replaceable`) and why, or None."""
+    path = out / record
+    if not (path.exists() or path.is_symlink()):
+        foreign = first_foreign(out, set(), set(), None, allowed)
+        return None if foreign is None else f"{shown_path(foreign)}, which is not a file of {what} (no {record} there)"
+    value = read_record(path)
+    if not isinstance(value, dict) or value.get("format") != marker:
+        return f'{shown_path(record)}, which is not the record of {what} (no "format": "{marker}")'
+    found = listed(value)
+    if found is None:
+        return (
+            f"{shown_path(record)}, which lists none of the files beside it (written by an earlier lexgraph, "
+            "or edited), so they cannot be told from yours"
+        )
+    foreign = first_foreign(out, found.files, found.folders, record, allowed)
+    return (
+        None if foreign is None else f"{shown_path(foreign)}, which is not a file of {what} ({record} does not list it)"
+    )
 
 
 # --- the index's record ---------------------------------------------------------------------------
@@ -227,69 +238,60 @@ def index_record(
 _VERIFIED: dict[tuple, str] = {}
 
 
+def _damage(path: Path, digest: str) -> str | None:
+    """How the listed file ``path`` differs from what the record says of it (``digest``), or None."""
+    if path.is_symlink() or not path.is_file():
+        what = "missing" if not (path.exists() or path.is_symlink()) else "not a regular file"
+        return f"{what}, though {INDEX_FILE} lists it: the index is damaged"
+    info = path.stat()
+    key = (str(path.resolve()), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+    if _VERIFIED.get(key) != digest:
+        found = digest_path(path)
+        if found != digest:
+            return (
+                f"changed since `lexgraph index` wrote it (SHA-256 {found[:12]}…, {INDEX_FILE} records "
+                f"{digest[:12]}…): damaged or edited"
+            )
+        _VERIFIED[key] = digest
+    return None
+
+
 def _verify(directory: Path, files: dict[str, str], prefixes: tuple[str, ...]) -> None:
     """Check the listed files under ``prefixes`` against their recorded SHA-256."""
     for rel, digest in files.items():
-        if not any(rel.startswith(prefix + "/") for prefix in prefixes):
-            continue
-        path = directory / rel
-        if path.is_symlink() or not path.is_file():
-            what = "missing" if not (path.exists() or path.is_symlink()) else "not a regular file"
-            raise DataError(
-                path, f"{what}, though {INDEX_FILE} lists it; the index is damaged, {_rebuild(directory)} again"
-            )
-        info = path.stat()
-        key = (str(path.resolve()), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        if _VERIFIED.get(key) != digest:
-            found = digest_path(path)
-            if found != digest:
-                raise DataError(
-                    path,
-                    f"changed since `lexgraph index` wrote it (SHA-256 {found[:12]}…, {INDEX_FILE} records "
-                    f"{digest[:12]}…): damaged or edited; {_rebuild(directory)} again",
-                )
-            _VERIFIED[key] = digest
+        if any(rel.startswith(prefix + "/") for prefix in prefixes):
+            damage = _damage(directory / rel, digest)
+            if damage:
+                raise DataError(directory / rel, f"{damage}; {_rebuild(directory)} again")
 
 
-def read_index(directory: str | Path) -> dict[str, Any]:
-    """``directory/index.json``, checked (a directory without one is not an index), with the tables
-    every system reads (:data:`SHARED`) checked against their recorded digests and no file under
-    ``data/`` or ``models/`` that the record does not list."""
+def read_index(directory: str | Path) -> IndexRecord:
+    """``directory/index.json``, read through :class:`IndexRecord` (a directory without one is not
+    an index), with the tables every system reads (:data:`SHARED`) checked against their recorded
+    digests and no file under ``data/`` or ``models/`` that the record does not list."""
     directory = Path(directory)
     path = directory / INDEX_FILE
-    elsewhere = _elsewhere(directory)
     if not path.is_file():
         raise DataError(path, f"not found; expected an index written by `lexgraph index` ({_rebuild(directory)})")
+    value = read_record(path)
     try:
-        record = json_object(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError, RecursionError) as exc:
-        raise DataError(path, f"unreadable ({type(exc).__name__}); {elsewhere}") from None
-    systems = record.get("systems") if isinstance(record, dict) else None
-    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(systems, dict):
-        raise DataError(path, f"not an index record (expected format {FORMAT!r} v{VERSION}); {elsewhere}")
-    if record.get("version") != VERSION:
-        raise DataError(
-            path,
-            f"an index of format v{record.get('version')} (this lexgraph reads v{VERSION}, which lists the "
-            f"digests of its files to check them by); rebuild it: {elsewhere}",
-        )
-    found = listed(record)
-    if found is None:
-        raise DataError(path, f"lists the index's files in no form to check them by ('files', 'folders'); {elsewhere}")
-    files, folders = found
+        record = IndexRecord.model_validate(value)
+    except ValidationError as exc:
+        why = describe(IndexRecord, value, "", exc) if isinstance(value, dict) else "it holds no JSON object"
+        raise DataError(path, f"not a record of `lexgraph index` v{VERSION}: {why}; {_elsewhere(directory)}") from None
     managed = tuple(layout.MANAGED_ROOTS)
 
     def outside(rel: str, entry: os.DirEntry) -> bool:  # search reads data/ and models/ only
         return rel.split("/")[0] not in managed
 
-    foreign = first_foreign(directory, files, folders, INDEX_FILE, outside)
+    foreign = first_foreign(directory, record.files, record.folders, INDEX_FILE, outside)
     if foreign is not None:
         raise DataError(
             directory / foreign,
             f"not a file of this index ({INDEX_FILE} does not list it; search reads what is under "
             f"{' and '.join(m + '/' for m in managed)}); move it out of {shown_path(directory)}",
         )
-    _verify(directory, files, SHARED)
+    _verify(directory, record.files, SHARED)
     return record
 
 
@@ -301,20 +303,24 @@ def check_index(directory: str | Path, system: str, workspace: str | Path) -> No
 
     spec = declared(system)
     record = read_index(directory)
-    path = Path(directory) / INDEX_FILE
-    built = record["systems"]
-    if system not in built or not isinstance(built[system], dict):
-        if why := spec.off_in(Path(workspace)):
-            raise LexgraphError(f"{path}: no {system} in this index: {system} is switched off in the workspace ({why})")
-        raise LexgraphError(
-            f"{path}: no {system} in this index (it holds {', '.join(built) or 'no system'}); "
-            f"run `lexgraph index` with --systems {system}"
+    built = record.systems.get(system)
+    problem = None
+    if built is None:
+        why = spec.off_in(Path(workspace))
+        held = ", ".join(record.systems) or "no system"
+        problem = (
+            f"no {system} in this index: {system} is switched off in the workspace ({why})"
+            if why
+            else f"no {system} in this index (it holds {held}); run `lexgraph index` with --systems {system}"
         )
-    _verify(Path(directory), record["files"], spec.index_side)
-    for artefact, digest in sorted(built[system].items()):
-        current = identity(Path(workspace, artefact))
-        if current != digest:
-            raise LexgraphError(
-                f"{path}: {system} was indexed with another {artefact} than the workspace {workspace} holds now "
+    else:
+        _verify(Path(directory), record.files, spec.index_side)
+        changed = (a for a, digest in sorted(built.items()) if identity(Path(workspace, a)) != digest)
+        artefact = next(changed, None)
+        if artefact is not None:
+            problem = (
+                f"{system} was indexed with another {artefact} than the workspace {workspace} holds now "
                 "(a different model built this index); run `lexgraph index` again with this workspace"
             )
+    if problem:
+        raise LexgraphError(f"{Path(directory) / INDEX_FILE}: {problem}")
