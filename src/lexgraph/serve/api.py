@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lexgraph.core.errors import LexgraphError
 from lexgraph.core.inputs import text_problem
@@ -28,19 +29,19 @@ router = APIRouter()
 _CONTROLS = {chr(c) for c in DISPLAY_CONTROLS} - set("\t\n\r")
 
 
-def check_question(text, config, where: str = "q") -> str:
-    """``text`` stripped, or an :class:`ApiError` naming ``where`` and what was expected."""
-    if not isinstance(text, str):
-        raise ApiError(400, f"{where}: expected a question as a JSON string, got {type(text).__name__}")
+def check_question(text: str, config, where: str = "q") -> str:
+    """``text`` (a string: a query parameter, or an item of :class:`SearchBatch`) stripped, or an
+    :class:`ApiError` naming ``where`` and what was expected."""
     problem = text_problem(text) or ("holds a control character" if not _CONTROLS.isdisjoint(text) else None)
-    if problem:
-        raise ApiError(400, f"{where}: the question {problem}; expected plain text")
-    if not text.strip():
-        raise ApiError(400, f"{where}: the question is empty; expected a question")
-    if len(text) > config.max_question_chars:
-        raise ApiError(
-            400, f"{where}: the question has {len(text)} characters; expected at most {config.max_question_chars}"
-        )
+    most = config.max_question_chars
+    refusals = [  # (whether the question is refused so, the words): the first one found is raised
+        (problem, f"the question {problem}; expected plain text"),
+        (not text.strip(), "the question is empty; expected a question"),
+        (len(text) > most, f"the question has {len(text)} characters; expected at most {most}"),
+    ]
+    words = next((words for refused, words in refusals if refused), None)
+    if words is not None:
+        raise ApiError(400, f"{where}: {words}")
     return text.strip()
 
 
@@ -88,23 +89,20 @@ async def search(
         return json_response({"question": question, "system": system, "generation": catalog.generation, "hits": hits})
 
 
+class SearchBatch(BaseModel):
+    """The body of ``POST /search``: JSON types as they are (a question is a string, ``k`` an
+    integer), no other keys; the bounds of the catalogue's settings are checked against it after."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    questions: list[str] = Field(min_length=1, description="the questions, plain text")
+    system: str | None = Field(None, description="a system of GET /systems (default: the first)")
+    k: int = Field(10, description="hits to return per question, in [1, serve.max_k]")
+
+
+_BODY = 'a JSON object {"questions": [...], "system": ..., "k": ...}'
 _BATCH_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["questions"],
-                    "properties": {
-                        "questions": {"type": "array", "items": {"type": "string"}},
-                        "system": {"type": "string"},
-                        "k": {"type": "integer", "minimum": 1},
-                    },
-                }
-            }
-        },
-    }
+    "requestBody": {"required": True, "content": {"application/json": {"schema": SearchBatch.model_json_schema()}}}
 }
 
 
@@ -115,22 +113,18 @@ async def search_batch(request: Request):
     if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
         raise ApiError(415, "expected a JSON body (Content-Type: application/json)")
     try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the body is not valid JSON ({exc})") from None
-    if not isinstance(body, dict) or not isinstance(body.get("questions"), list):
-        raise ApiError(400, 'expected a JSON object {"questions": [...], "system": ..., "k": ...}')
-    if set(body) - {"questions", "system", "k"}:
-        raise ApiError(
-            400, f"unknown keys {sorted(set(body) - {'questions', 'system', 'k'})}; expected questions, system, k"
-        )
+        batch = SearchBatch.model_validate_json(await request.body())
+    except ValidationError as exc:  # not JSON, not UTF-8, another shape: the first error, where it is
+        error = exc.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])[1:] or "the body"
+        raise ApiError(400, f"{where}: {error['msg']}; expected {_BODY}") from None
     async with request.app.state.server.catalog.use() as catalog:
         config = catalog.config
-        if not 1 <= len(body["questions"]) <= config.max_batch_questions:
-            raise ApiError(400, f"{len(body['questions'])} questions; expected 1 to {config.max_batch_questions}")
-        questions = [check_question(q, config, f"questions[{i}]") for i, q in enumerate(body["questions"])]
-        system = check_system(body.get("system", next(iter(catalog.searchers))), catalog)
-        hits = await answer(catalog, system, questions, check_k(body.get("k", 10), config))
+        if len(batch.questions) > config.max_batch_questions:
+            raise ApiError(400, f"{len(batch.questions)} questions; expected 1 to {config.max_batch_questions}")
+        questions = [check_question(q, config, f"questions[{i}]") for i, q in enumerate(batch.questions)]
+        system = check_system(next(iter(catalog.searchers)) if batch.system is None else batch.system, catalog)
+        hits = await answer(catalog, system, questions, check_k(batch.k, config))
         results = [{"question": q, "hits": h} for q, h in zip(questions, hits)]
         return json_response({"system": system, "generation": catalog.generation, "results": results})
 
@@ -184,16 +178,30 @@ def check_admin(request: Request, token: str) -> None:
     from lexgraph.serve.security import LIMITER, token_matches
 
     client = request.client.host if request.client else ""
-    if client not in ("127.0.0.1", "::1", "localhost"):
-        raise ApiError(403, "admin actions are allowed from the server's own host only")
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind in FORM_TYPES or (kind and kind != "application/json"):
-        raise ApiError(415, "an admin action takes no form and no body; expected an empty POST")
-    if request.url.query:
-        raise ApiError(400, "an admin action takes no query; the token goes in the Authorization header")
-    if not token_matches(request.headers.get("authorization"), token):
+    refusals = [  # (whether it is refused so, the status, the words): the first one found is raised
+        (
+            client not in ("127.0.0.1", "::1", "localhost"),
+            403,
+            "admin actions are allowed from the server's own host only",
+        ),
+        (
+            kind in FORM_TYPES or (kind and kind != "application/json"),
+            415,
+            "an admin action takes no form and no body; expected an empty POST",
+        ),
+        (bool(request.url.query), 400, "an admin action takes no query; the token goes in the Authorization header"),
+        (
+            not token_matches(request.headers.get("authorization"), token),
+            401,
+            "expected the admin token: Authorization: Bearer <the token of serve.admin_token_file>",
+        ),
+    ]
+    status, words = next(((status, words) for refused, status, words in refusals if refused), (None, ""))
+    if status == 401:
         LIMITER.log(logging.WARNING, "admin-token", "refused an admin request without the admin token")
-        raise ApiError(401, "expected the admin token: Authorization: Bearer <the token of serve.admin_token_file>")
+    if status is not None:
+        raise ApiError(status, words)
 
 
 @router.post("/admin/reload", tags=["server"])

@@ -237,54 +237,39 @@ def _claim(directory: Path, digest: str) -> None:
     record = read_manifest(directory)
     if record.get("digest") == digest and record.get("format") == FORMAT and directory.is_dir():
         return
-    if directory.exists() and not directory.is_dir():
-        raise DataError(directory, "is not a folder; expected this stage's resume folder (or a link to one): remove it")
-    if directory.exists():
+    if directory.is_dir():
         if record.get("digest") == digest:
             log.info("resume: the checkpoints in %s were written by an older lexgraph; starting afresh", directory)
         else:
             log.info(
                 "resume: the checkpoints in %s are of a run with other settings or inputs; starting afresh", directory
             )
-        try:
-            _empty(directory)
-        except OSError as exc:
-            raise DataError(
-                directory,
-                f"the checkpoints of another run could not be removed ({exc.strerror or exc}); remove them and rerun",
-            ) from None
-    _make(directory)
+    _make(directory, stale=directory.is_dir())
     if directory.is_symlink():
         log.info("resume: %s is a symbolic link: the checkpoints go to %s", directory, os.path.realpath(directory))
     write_manifest(directory, digest, {})
 
 
-def _make(directory: Path) -> None:
-    """Create the resume folder (through a symbolic link: its target); one :class:`DataError`
-    naming what is in the way."""
+def _make(directory: Path, stale: bool) -> None:
+    """Create the resume folder (through a symbolic link: its target), emptied first when it
+    holds the ``stale`` checkpoints of another run; one :class:`DataError` naming what is in the
+    way (a file, a broken link, a folder that cannot be written)."""
+    step = "emptied of another run's checkpoints" if stale else "made"
     try:
+        if stale:
+            _empty(directory)
+            step = "made"
         if directory.is_symlink() and not directory.exists():
-            target = Path(os.path.realpath(directory))
-            if not target.parent.is_dir():
-                raise DataError(
-                    directory,
-                    f"a symbolic link to '{os.readlink(directory)}', whose folder {target.parent} is missing; "
-                    "create it (or remove the link) and rerun",
-                )
-            target.mkdir()
+            Path(os.path.realpath(directory)).mkdir()
         else:
-            directory.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(parents=True, exist_ok=True)  # a file there: FileExistsError
     except OSError as exc:
         broken = next((p for p in (directory, *directory.parents) if p.is_symlink() and not p.exists()), None)
         if broken is not None:
             why = f"{broken} is a broken symbolic link (to '{os.readlink(broken)}'); create its target or remove it"
         else:
             why = f"{exc.strerror or exc}; expected a folder or a symbolic link to one: fix or remove it"
-        raise DataError(directory, f"the resume folder could not be made: {why}, and rerun") from None
-    if not directory.is_dir():
-        raise DataError(
-            directory, "is not a folder; expected the resume folder (or a link to one): remove it and rerun"
-        )
+        raise DataError(directory, f"the resume folder could not be {step}: {why}, and rerun") from None
 
 
 def _ours(name: str) -> bool:
@@ -313,30 +298,27 @@ def _task_state(task) -> dict[str, Any]:
 def _check(loop, point: ResumePoint, common: dict[str, Any]) -> None:
     """Raise :class:`Damaged` unless ``common`` holds the weights ``loop`` trains, finite,
     saved over this run's frozen weights (and, when its best epoch is the untrained start,
-    from this run's start)."""
-    modules, best = common.get("modules"), common.get("best")
-    if (
-        common.get("format") != FORMAT
-        or not isinstance(modules, list)
-        or not isinstance(best, dict)
-        or len(modules) != len(loop.modules)
-    ):
-        raise Damaged(point.common, "is not a checkpoint of this training")
-    for module, state in zip(loop.modules, modules):
-        if not isinstance(state, dict) or set(state) != trained_keys(module):
-            raise Damaged(point.common, f"holds other weights than {type(module).__name__} trains")
-    if common.get("frozen") != point.frozen_digest:
-        raise Damaged(
-            point.common, "was saved over other frozen weights than this run's (the model it starts from changed)"
-        )
-    if best.get("states") == "start" and best.get("start") != point.start_digest:
-        raise Damaged(
-            point.common, "keeps the untrained model as the best epoch, and this run starts from other weights"
-        )
-    states = list(modules) + (best["states"] if isinstance(best.get("states"), list) else [])
-    key = not_finite(states)
-    if key is not None:
-        raise Damaged(point.common, f"holds nan or infinite weights ('{key}')")
+    from this run's start). Its layout is this module's (:func:`save`): its bytes are those
+    recorded when it was written, in a folder of this :data:`FORMAT` (:func:`_claim`)."""
+    modules, best = common["modules"], common["best"]
+    other = [type(m).__name__ for m, state in zip(loop.modules, modules) if set(state) != trained_keys(m)]
+    key = not_finite(list(modules) + (best["states"] if isinstance(best["states"], list) else []))
+    problems = [  # (whether it has the problem, the words): the first one found is raised
+        (len(modules) != len(loop.modules), f"holds the weights of {len(modules)} modules, not {len(loop.modules)}"),
+        (bool(other), f"holds other weights than {', '.join(other)} trains"),
+        (
+            common["frozen"] != point.frozen_digest,
+            "was saved over other frozen weights than this run's (the model it starts from changed)",
+        ),
+        (
+            best["states"] == "start" and best["start"] != point.start_digest,
+            "keeps the untrained model as the best epoch, and this run starts from other weights",
+        ),
+        (key is not None, f"holds nan or infinite weights ('{key}')"),
+    ]
+    reason = next((words for found, words in problems if found), None)
+    if reason is not None:
+        raise Damaged(point.common, reason)
 
 
 def _agree(runtime, ok: bool) -> bool:
