@@ -149,7 +149,8 @@ def config_figures(src: Path) -> dict:
         for f in (f for f in node.body if isinstance(f, ast.FunctionDef)):
             decorated = any("validator" in ast.unparse(d) for d in f.decorator_list)
             if f.name in CHECKS or decorated:
-                checks += len(code[rel] & set(range(f.lineno, f.end_lineno + 1)))
+                start = min([f.lineno, *(d.lineno for d in f.decorator_list)])
+                checks += len(code[rel] & set(range(start, f.end_lineno + 1)))
     return {
         "config_framework_lines": framework,
         "config_classes": len(classes),

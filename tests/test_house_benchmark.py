@@ -95,3 +95,54 @@ def test_the_architecture_page_gives_the_committed_method_folders():
             old_folders,
         )
         assert (int(n_after), folder) == (len(after[method]["modules"]), method)
+
+
+def test_the_architecture_page_gives_the_committed_guard_and_settings_figures():
+    """docs/architecture.md's before/after table of the guard share and the settings' code lines is
+    read from benchmarks/house_before.json and house_after.json."""
+    import json
+
+    from conftest import ROOT
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    before, after = (
+        json.loads((ROOT / "benchmarks" / f"house_{when}.json").read_text(encoding="utf-8"))
+        for when in ("before", "after")
+    )
+
+    def share(d):
+        return f"{d['guard_lines']:,} of {d['code_lines']:,} ({100 * d['guard_lines'] / d['code_lines']:.2f} %)"
+
+    assert f"| {share(before)} | {share(after)} |" in page
+    for key in ("config_framework_lines", "config_classes", "config_class_lines", "config_check_lines"):
+        assert f"| {before[key]:,} | {after[key]:,} |" in page, key
+
+
+def test_config_figures_count_settings_classes_and_their_checks(tmp_path):
+    """A settings class is one with from_params/validate or a Settings subclass (transitively); its
+    checks are validate/__post_init__ and the functions decorated as validators."""
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "settings.py").write_text("class Settings:\n    pass\n", encoding="utf-8")
+    (tmp_path / "a.py").write_text(
+        "class Old:\n"
+        "    x: int\n"
+        "    def validate(self):\n"
+        "        assert self.x\n"
+        "class New(Settings):\n"
+        "    y: int\n"
+        "class Newer(New):\n"
+        "    @model_validator(mode='after')\n"
+        "    def _rule(self):\n"
+        "        return self\n"
+        "class Other:\n"
+        "    z: int\n",
+        encoding="utf-8",
+    )
+    figures = house.config_figures(tmp_path)
+    assert figures == {
+        "config_framework_lines": 2,
+        "config_classes": 3,
+        "config_class_lines": 10,
+        "config_check_lines": 5,
+        "config_lines": 12,
+    }
