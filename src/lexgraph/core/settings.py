@@ -123,14 +123,17 @@ def read_section(model: type[M], values: Any, section: str, where: str = PARAMS_
         raise ConfigError(f"{where}: {describe(model, values, section, exc)}") from None
 
 
-def saved_section(model: type[M], values: Any, path, key: str, fix: str) -> M:
-    """Settings saved in an artefact (``gnn.json``'s, ``mvcl.json``'s) read back through the same
-    model as params.yaml: a value out of its domain is a :class:`DataError` naming the file and
-    ``key``, then ``fix``."""
+def saved_section(model: type[M], values: Any, path, key: str | None, fix: str) -> M:
+    """Settings saved in an artefact read back through the same model as params.yaml: a value out
+    of its domain is a :class:`DataError` naming the file and ``key`` (None: the settings are the
+    file's top level, as in ``zeroshot.json``, and the sentence names the value's own key), then ``fix``."""
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        raise DataError(path, f"key '{key}': {describe(model, values, key, exc)}; {fix}") from None
+        where = (
+            f"key '{key}': {describe(model, values, key, exc)}" if key else f"key {describe(model, values, '', exc)}"
+        )
+        raise DataError(path, f"{where}; {fix}") from None
 
 
 # ---------------------------------------------------------------------------

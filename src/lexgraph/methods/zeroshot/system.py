@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.provenance import output
-from lexgraph.core.settings import Int, Invalid, Settings, describe, read_section, settings_of
+from lexgraph.core.settings import Int, Invalid, Settings, read_section, saved_section, settings_of
 from lexgraph.core.stage import StageContext
 from lexgraph.methods.system import System
 
@@ -198,10 +198,7 @@ def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
             settings_path,
             f"truncated or corrupt zeroshot settings ({type(exc).__name__}: {exc}); {fix}",
         ) from None
-    try:
-        query = QuerySettings.model_validate(saved)
-    except ValidationError as exc:
-        raise DataError(settings_path, f"key {describe(QuerySettings, saved, '', exc)}; {fix}") from None
+    query = saved_section(QuerySettings, saved, settings_path, None, fix)
     base = base if base.is_absolute() else workspace / base
     require_built(base, "the base checkpoint", "pretrain")
     ids, embeddings = load_embeddings(emb_path)
