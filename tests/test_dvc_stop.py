@@ -23,15 +23,16 @@ import os, sys, time
 from pathlib import Path
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from lexgraph.core.io import write_json
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Output
 from lexgraph.core.stage import Stage, run_stage
 
 
 @dataclass(frozen=True)
 class Paths:
-    out: Path = output("the stage's output")
+    out: Annotated[Path, Output("the stage's output")]
 
 
 def main(paths, settings, context):
@@ -46,7 +47,8 @@ if __name__ == "__main__":
     while os.environ.get("LEXGRAPH_TEST_WAIT") and not Path("go").exists():
         time.sleep(0.05)
     code = run_stage(Stage("work", "bm25", Paths, dict, main))
-    Path("exit_status").write_text(str(code))
+    Path("exit_status.part").write_text(str(code))
+    os.replace("exit_status.part", "exit_status")  # whole: the test polls for the file
     sys.exit(code)
 """
 
