@@ -9,7 +9,6 @@ by ``tests/test_layout.py``, the ``src/`` deps to the imports by ``tests/test_dv
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from pathlib import PurePosixPath
 
@@ -18,6 +17,7 @@ import pytest
 from conftest import ROOT
 from helpers_stages import driver, expanded_stages, outs_of
 from lexgraph.core import layout
+from lexgraph.core.provenance import Output, Workspace, path_roles
 
 #: deps a stage reads through an artefact its command gives, not on the command itself (why)
 THROUGH = {
@@ -33,13 +33,13 @@ def command_paths(stage: dict) -> tuple[str, dict[str, str], dict[str, str], boo
     script = next(a for a in argv if a.startswith("stages/"))
     given = {argv[i][2:].replace("-", "_"): argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     inputs, outputs, whole = {}, {}, False
-    for field in dataclasses.fields(driver(ROOT / script).STAGE.paths):
-        if field.metadata.get("workspace"):
+    for name, role in path_roles(driver(ROOT / script).STAGE.paths).items():
+        if isinstance(role, Workspace):
             whole = True
-        elif field.metadata.get("output"):
-            outputs[field.name] = given[field.name]
+        elif isinstance(role, Output):
+            outputs[name] = given[name]
         else:
-            inputs[field.name] = given[field.name]
+            inputs[name] = given[name]
     return script, inputs, outputs, whole
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
@@ -15,7 +16,7 @@ from lexgraph.cli.main import main as cli
 from lexgraph.core import staleness
 from lexgraph.core.errors import LexgraphError
 from lexgraph.core.io import atomic_path
-from lexgraph.core.provenance import RECORD, digest_path, output, recording
+from lexgraph.core.provenance import RECORD, Input, Output, digest_path, recording
 from lexgraph.core.stage import StageContext, run_stage
 from lexgraph.methods.bm25.system import Bm25Config, Bm25Paths, run_bm25
 from lexgraph.methods.catalog import declared, systems
@@ -127,8 +128,8 @@ def _stage(name: str, out: str, content: bytes, **inputs: str) -> None:
     """Write the directory ``out`` as a stage reading ``inputs`` would, recording them."""
     import dataclasses
 
-    fields = [(k, Path, dataclasses.field(metadata={"help": k})) for k in inputs]
-    paths_type = dataclasses.make_dataclass("P", [*fields, ("out", Path, output("out"))])
+    fields = [(k, Annotated[Path, Input(k)]) for k in inputs]
+    paths_type = dataclasses.make_dataclass("P", [*fields, ("out", Annotated[Path, Output("out")])])
     with recording(name, {"seed": 1}, paths_type(**{k: Path(v) for k, v in inputs.items()}, out=Path(out))):
         with atomic_path(out, directory=True) as tmp:
             (tmp / "weights.bin").write_bytes(content)
@@ -194,9 +195,10 @@ def test_a_stage_that_loads_systems_records_them(bm25_ws):
 def _stage_loading(name: str, out: str, load) -> None:
     import dataclasses
 
-    from lexgraph.core.provenance import workspace
+    from lexgraph.core.provenance import Workspace
 
-    paths_type = dataclasses.make_dataclass("P", [("workspace", Path, workspace("ws")), ("out", Path, output("o"))])
+    fields = [("workspace", Annotated[Path, Workspace("ws")]), ("out", Annotated[Path, Output("o")])]
+    paths_type = dataclasses.make_dataclass("P", fields)
     with recording(name, {"seed": 1}, paths_type(workspace=Path("."), out=Path(out))):
         load()
         with atomic_path(out, directory=True) as tmp:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from lexgraph.core.provenance import Input, Output, Role, Workspace
+
 
 @dataclass(frozen=True)
 class Artifact:
@@ -87,6 +89,22 @@ ARTIFACTS: dict[str, Artifact] = {
     "rerank_features": RERANK_FEATURES,
     **RERANKERS,
     "runs": RUNS,
+}
+
+#: the paths many stages name, by their ``--option``: each one's role and help written once
+#: (:func:`lexgraph.core.stage.stage_paths` takes their names; a path that means more has its own mark)
+PATHS: dict[str, Role] = {
+    "articles": Input("clean articles (Parquet)"),
+    "headings": Input("clean headings (Parquet)"),
+    "questions": Input("clean questions (Parquet)"),
+    "synthetic": Input("synthetic queries of generate_queries (Parquet)"),
+    "negatives": Input("BM25 negatives (Parquet)"),
+    "chunks": Input("encode_chunks cache (read with a frozen chunk encoder)"),
+    "pretrained": Input("the base checkpoint (pretrain stage)"),
+    "graph": Input("build_graph output directory"),
+    "embed": Input("embed output directory (the DSR vectors)"),
+    "workspace": Workspace("where the systems' artefacts are (models/, data/)"),
+    "metrics": Output("metrics JSON"),
 }
 
 #: the workspace directories `dvc repro` manages (nothing else may write under them)

@@ -2,7 +2,7 @@
 
 A stage's *fingerprint* is the SHA-256 of its settings (the typed config and the ``base``
 values that change results, as canonical JSON) and of the content of every input its paths
-object names (:func:`stage_inputs`: every field not declared with :func:`output`). Two runs
+object names (:func:`stage_inputs`: every field marked :class:`Input`). Two runs
 with the same fingerprint compute the same thing; a changed setting or input changes it.
 
 Uses: a training stage's resume checkpoint (:mod:`lexgraph.training.resume`) resumes only a
@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
+import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,26 +33,54 @@ ABSENT = "absent"
 _BLOCK = 1 << 20
 
 
-def output(help: str, *, record: bool = True) -> Any:  # noqa: A002 - the argparse word
-    """A paths-dataclass field that the stage writes (``field(metadata=...)``): not an input.
-    A directory output records what it was built from (:data:`RECORD`, :func:`recording`) unless
-    ``record=False`` (the fetched and cleaned data, whose layout is the data set's, and the runs)."""
-    return dataclasses.field(metadata={"help": help, "output": True, "record": record})
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """The mark of a stage's input path, in its paths dataclass's type:
+    ``articles: Annotated[Path, Input("clean articles (Parquet)")]``. Digested into the stage's
+    fingerprint; ``help`` is its ``--option``'s help."""
+
+    help: str  # noqa: A003 - the argparse word
 
 
-def workspace(help: str) -> Any:  # noqa: A002 - the argparse word
-    """A paths-dataclass field naming a whole workspace (the stage reads some of its artefacts):
-    not digested as one input; the stage fingerprints what it reads of it."""
-    return dataclasses.field(metadata={"help": help, "workspace": True})
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """The mark of a path the stage writes: not an input. A directory output records what it was
+    built from (:data:`RECORD`, :func:`recording`) unless ``record=False`` (the fetched and cleaned
+    data, whose layout is the data set's, and the runs)."""
+
+    help: str  # noqa: A003 - the argparse word
+    record: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """The mark of a path naming a whole workspace (the stage reads some of its artefacts): not
+    digested as one input; the stage fingerprints what it reads of it."""
+
+    help: str  # noqa: A003 - the argparse word
+
+
+Role = Input | Output | Workspace
+
+
+@functools.cache
+def path_roles(paths: type) -> dict[str, Role]:
+    """The mark of each field of a stage's paths dataclass, in field order. A field without one is
+    a programming error (every path is an input, an output or a workspace)."""
+    hints = typing.get_type_hints(paths, include_extras=True)
+    roles = {}
+    for f in dataclasses.fields(paths):
+        marks = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Input | Output | Workspace)]
+        if len(marks) != 1:
+            raise TypeError(f"{paths.__name__}.{f.name}: expected Annotated[Path, Input|Output|Workspace(help)]")
+        roles[f.name] = marks[0]
+    return roles
 
 
 def stage_inputs(paths: Any) -> dict[str, Path]:
-    """The input paths of a stage's paths object: its fields not declared with :func:`output`
-    or :func:`workspace`."""
+    """The input paths of a stage's paths object: its fields marked :class:`Input`."""
     return {
-        f.name: Path(getattr(paths, f.name))
-        for f in dataclasses.fields(paths)
-        if not (f.metadata.get("output") or f.metadata.get("workspace"))
+        name: Path(getattr(paths, name)) for name, role in path_roles(type(paths)).items() if isinstance(role, Input)
     }
 
 
@@ -142,14 +172,14 @@ def _resolved(path: str | os.PathLike) -> Path:
 @contextlib.contextmanager
 def recording(name: str, settings: Any, paths: Any) -> Iterator[None]:
     """Within the block (a stage's run, :func:`lexgraph.core.stage.run_stage`), every directory
-    output of ``paths`` (a stage's paths object: its :func:`output` fields, but ``record=False``) that
+    output of ``paths`` (a stage's paths object: its :class:`Output` fields, but ``record=False``) that
     :func:`lexgraph.core.io.atomic_path` writes gets :data:`RECORD`: the stage ``name``, the digest
     of ``settings`` and the digest of every input of ``paths`` (:func:`stage_inputs`)."""
     global _STAGE
     outputs = frozenset(
-        _resolved(getattr(paths, f.name))
-        for f in dataclasses.fields(paths)
-        if f.metadata.get("output") and f.metadata.get("record", True)
+        _resolved(getattr(paths, name))
+        for name, role in path_roles(type(paths)).items()
+        if isinstance(role, Output) and role.record
     )
     previous, _STAGE = _STAGE, _Stage(name, settings, stage_inputs(paths), outputs)
     try:
@@ -160,7 +190,7 @@ def recording(name: str, settings: Any, paths: Any) -> Iterator[None]:
 
 def reads(path: str | os.PathLike) -> None:
     """Within :func:`recording`, count the artefact ``path`` among the stage's inputs: a stage
-    that reads a whole workspace (:func:`workspace`: hybrid, rerank) notes each artefact it loads
+    that reads a whole workspace (:class:`Workspace`: hybrid, rerank) notes each artefact it loads
     (:func:`lexgraph.systems.registry.load_retriever` does), so that its record names them too."""
     stage = _STAGE
     if stage is not None and stage.record is None:

@@ -42,17 +42,19 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from lexgraph.core import layout
 from lexgraph.core.config import load_params, seed_everything, set_deterministic
 from lexgraph.core.errors import Stopped, check_stop, reported, request_stop, stop_reason
 from lexgraph.core.progress import log_stage_start
-from lexgraph.core.provenance import recording
+from lexgraph.core.provenance import Role, path_roles, recording
 
 log = logging.getLogger("lexgraph")
 
@@ -99,13 +101,27 @@ class Stage:
     uses_torch: bool = True
 
 
+def stage_paths(stage: str, *common: str, **marks: Role) -> type:
+    """The paths dataclass of ``stage`` (frozen, one ``Path`` field per path): ``common`` names
+    paths of :data:`lexgraph.core.layout.PATHS`, ``marks`` gives the others their role and help
+    (:class:`~lexgraph.core.provenance.Input`, ``Output`` or ``Workspace``). dvc.yaml's command
+    gives them all (:func:`add_paths`)."""
+    fields = [(name, Annotated[Path, layout.PATHS[name]]) for name in common]
+    fields += [(name, Annotated[Path, mark]) for name, mark in marks.items()]
+    title = "".join(word.title() for word in stage.split("_"))
+    doc = f"The ``{stage}`` stage's paths (``dvc.yaml``'s command names them all)."
+    module = sys._getframe(1).f_globals["__name__"]  # as dataclasses.make_dataclass does from 3.12
+    return dataclasses.make_dataclass(
+        f"{title}Paths", fields, frozen=True, namespace={"__doc__": doc, "__module__": module}
+    )
+
+
 def add_paths(parser: argparse.ArgumentParser, paths: type) -> None:
     """One required ``--<field>`` option per field of the dataclass ``paths`` (a stage's paths
-    object), with the field's ``metadata["help"]``: dvc.yaml writes them all."""
-    for f in dataclasses.fields(paths):
-        parser.add_argument(
-            f"--{f.name.replace('_', '-')}", dest=f.name, type=Path, required=True, help=f.metadata.get("help")
-        )
+    object), with the help of the field's mark (:func:`lexgraph.core.provenance.path_roles`):
+    dvc.yaml writes them all."""
+    for name, role in path_roles(paths).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True, help=role.help)
 
 
 def paths_from(paths: type[P], args: argparse.Namespace) -> P:

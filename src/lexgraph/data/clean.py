@@ -28,8 +28,6 @@ import logging
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 import polars as pl
@@ -37,9 +35,9 @@ from pydantic import Field
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Bool, Int, Settings, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.keys import KEYS_FILE, IdKeys, keys_of, keys_table, name_of
 from lexgraph.data.schema import (
@@ -433,13 +431,9 @@ def clean(
     return articles, headings, questions, stats
 
 
-@dataclass(frozen=True)
-class CleanPaths:
-    """The ``clean`` stage's input and outputs (``dvc.yaml`` names them)."""
-
-    raw: Path = field(metadata={"help": "fetch's output directory"})
-    out: Path = output("output directory", record=False)
-    metrics: Path = output("metrics JSON")
+CleanPaths = stage_paths(
+    "clean", "metrics", raw=Input("fetch's output directory"), out=Output("output directory", record=False)
+)
 
 
 def run_clean(paths: CleanPaths, config: CleanConfig, context: StageContext) -> None:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -61,9 +60,9 @@ from lexgraph.core import layout
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import require_directory
 from lexgraph.core.io import atomic_path
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Output
 from lexgraph.core.settings import Bool, Expect, Float, Invalid, Settings, Str, params_error, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     question_key,
@@ -285,11 +284,7 @@ def fetch_with_keys(config: FetchConfig, seed: int):
     return articles, table, negatives, keys
 
 
-@dataclass(frozen=True)
-class FetchPaths:
-    """The ``fetch`` stage's output (``dvc.yaml`` names it)."""
-
-    out: Path = output("output directory", record=False)
+FetchPaths = stage_paths("fetch", out=Output("output directory", record=False))
 
 
 def run_fetch(paths: FetchPaths, config: FetchConfig, context: StageContext) -> None:

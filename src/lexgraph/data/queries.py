@@ -40,16 +40,14 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Bool, Float, Int, Invalid, Settings, Str, params_error, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -396,15 +394,12 @@ def write_queries(
     return df
 
 
-@dataclass(frozen=True)
-class QueriesPaths:
-    """The ``generate_queries`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_generate_queries`."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    questions: Path = field(
-        metadata={"help": "clean questions (Parquet): their fetched synthetic rows are kept, not regenerated"}
-    )
-    out: Path = output("output synthetic questions (Parquet)")
+QueriesPaths = stage_paths(
+    "generate_queries",
+    "articles",
+    questions=Input("clean questions (Parquet): their fetched synthetic rows are kept"),
+    out=Output("output synthetic questions (Parquet)"),
+)
 
 
 def run_generate_queries(paths: QueriesPaths, config: QueriesConfig, context: StageContext):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,9 @@ import torch
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Output
 from lexgraph.core.settings import settings_of
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 
 log = logging.getLogger(__name__)
 
@@ -238,14 +238,9 @@ def embed_from_chunks(
     return out
 
 
-@dataclass(frozen=True)
-class EncodeChunksPaths:
-    """The ``encode_chunks`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_encode_chunks`."""
-
-    pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
-    out: Path = output("output directory (the chunk cache)")
+EncodeChunksPaths = stage_paths(
+    "encode_chunks", "pretrained", "articles", "headings", out=Output("output directory (the chunk cache)")
+)
 
 
 def run_encode_chunks(paths: EncodeChunksPaths, config, context: StageContext) -> dict[str, Any]:

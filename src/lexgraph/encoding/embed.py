@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,9 +35,9 @@ from pydantic import Field
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, load_tensors, read_parquet, save_tensors
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Int, Settings, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 
 log = logging.getLogger(__name__)
 
@@ -197,17 +196,16 @@ def embed_all(
     return counts
 
 
-@dataclass(frozen=True)
-class EmbedPaths:
-    """The ``embed`` stage's inputs and output (``dvc.yaml`` names them)."""
-
-    dsr: Path = field(metadata={"help": "trained DSR (train_dsr output directory)"})
-    chunks: Path = field(metadata={"help": "encode_chunks cache (read with a frozen chunk encoder)"})
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    synthetic: Path = field(metadata={"help": "synthetic queries of generate_queries (Parquet)"})
-    out: Path = output("output directory (articles/headings/questions/synthetic.safetensors)")
+EmbedPaths = stage_paths(
+    "embed",
+    "chunks",
+    "articles",
+    "headings",
+    "questions",
+    "synthetic",
+    dsr=Input("trained DSR (train_dsr output directory)"),
+    out=Output("output directory (articles/headings/questions/synthetic.safetensors)"),
+)
 
 
 def run_embed(paths: EmbedPaths, config: EmbedConfig, context: StageContext) -> dict[str, int]:

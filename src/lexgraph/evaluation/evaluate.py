@@ -8,7 +8,6 @@ import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,9 +17,9 @@ from pydantic import Field, model_validator
 
 from lexgraph.core.config import params_error
 from lexgraph.core.io import atomic_path
-from lexgraph.core.provenance import output, workspace
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Expect, Int, Settings, Str, enforce, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.keys import keys_of
 from lexgraph.data.schema import (
     SPLITS,
@@ -296,15 +295,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class EvaluatePaths:
-    """The ``evaluate`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    keys: Path = field(metadata={"help": "clean's keys.parquet: the user's ids (no rows: BSARD's integer ids)"})
-    runs: Path = output("TREC runs <runs>/<system>/<split>.trec and qrels <runs>/<split>.qrels", record=False)
-    metrics_dir: Path = output("for <system>.json, results.md, significance.json, per_query/")
-    workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
+EvaluatePaths = stage_paths(
+    "evaluate",
+    "questions",
+    "workspace",
+    keys=Input("clean's keys.parquet: the user's ids (no rows: BSARD's integer ids)"),
+    runs=Output("TREC runs <runs>/<system>/<split>.trec and qrels <runs>/<split>.qrels", record=False),
+    metrics_dir=Output("for <system>.json, results.md, significance.json, per_query/"),
+)
 
 
 def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, context: StageContext) -> None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import enum
 import io
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +49,9 @@ import numpy as np
 from pydantic import Field
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Output
 from lexgraph.core.settings import Bool, Settings, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 
 log = logging.getLogger(__name__)
 
@@ -395,15 +394,14 @@ def restrict_graph(data, *, headings: bool = True, questions: bool = True, conse
     )
 
 
-@dataclass(frozen=True)
-class GraphPaths:
-    """The ``build_graph`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    headings: Path = field(metadata={"help": "clean headings (Parquet)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    out: Path = output("output directory (graph.pt, nodes.parquet)")
-    metrics: Path = output("metrics JSON")
+GraphPaths = stage_paths(
+    "build_graph",
+    "articles",
+    "headings",
+    "questions",
+    "metrics",
+    out=Output("output directory (graph.pt, nodes.parquet)"),
+)
 
 
 def run_build_graph(paths: GraphPaths, config: GraphConfig, context: StageContext) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import polars as pl
@@ -16,9 +14,9 @@ from lexgraph.core.config import refuse_held_out
 from lexgraph.core.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.progress import progress
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Expect, Float, Settings, bad_value, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.methods.system import System
 from lexgraph.metrics.ir import METRICS, evaluate_run
@@ -156,14 +154,9 @@ def tune(
     return results
 
 
-@dataclass(frozen=True)
-class Bm25TunePaths:
-    """The ``bm25_tune`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    best: Path = output("best pair (metrics JSON)")
-    grid: Path = output("whole grid (plot data)")
+Bm25TunePaths = stage_paths(
+    "bm25_tune", "articles", "questions", best=Output("best pair (metrics JSON)"), grid=Output("whole grid (plot data)")
+)
 
 
 def run_bm25_tune(paths: Bm25TunePaths, config: Bm25TuneConfig, context: StageContext) -> None:
@@ -176,13 +169,7 @@ def run_bm25_tune(paths: Bm25TunePaths, config: Bm25TuneConfig, context: StageCo
         pl.DataFrame(grid).write_csv(tmp, float_precision=6)
 
 
-@dataclass(frozen=True)
-class Bm25Paths:
-    """The ``bm25`` stage's inputs and output (``dvc.yaml`` names them)."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    tuned: Path = field(metadata={"help": "bm25_tune's best pair"})
-    out: Path = output("index directory")
+Bm25Paths = stage_paths("bm25", "articles", tuned=Input("bm25_tune's best pair"), out=Output("index directory"))
 
 
 def run_bm25(paths: Bm25Paths, config: Bm25Config, context: StageContext) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,9 +36,9 @@ from pydantic import Field, field_validator
 from lexgraph.core.config import HELD_OUT_SPLIT, refuse_held_out
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.progress import progress_bar
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Expect, Float, Int, Settings, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS
 from lexgraph.search.bm25 import BM25
 from lexgraph.text.analyzer import FrenchAnalyzer
@@ -222,7 +221,6 @@ def mine(config: NegativesConfig, articles_path, questions_path, synthetic_path=
     """The negatives of :func:`run_mine_negatives`: read the inputs, take the hub's lists
     (``hub_path``, the fetched ``data/raw/negatives.parquet``) where there are some, mine the
     others with ``config``."""
-    from pathlib import Path
 
     from lexgraph.core.io import read_parquet
 
@@ -257,24 +255,14 @@ def mine(config: NegativesConfig, articles_path, questions_path, synthetic_path=
     return with_hub_lists(questions, hub, mine_subset, k, frames[0].height) if hub else mine_subset(questions)
 
 
-@dataclass(frozen=True)
-class NegativesPaths:
-    """The ``mine_negatives`` stage's inputs and output (``dvc.yaml`` names them)."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    synthetic: Path = field(
-        metadata={
-            "help": "synthetic questions (Parquet, questions schema); skipped with a warning when the file is absent"
-        }
-    )
-    hub_negatives: Path = field(
-        metadata={
-            "help": "the fetched hub negatives (data/raw/negatives.parquet; empty unless fetch.negatives): used where "
-            "a question has a list"
-        }
-    )
-    out: Path = output("output negatives (Parquet)")
+NegativesPaths = stage_paths(
+    "mine_negatives",
+    "articles",
+    "questions",
+    synthetic=Input("synthetic questions (Parquet, questions schema); skipped when absent"),
+    hub_negatives=Input("hub negatives (data/raw/negatives.parquet), where a question has a list"),
+    out=Output("output negatives (Parquet)"),
+)
 
 
 def run_mine_negatives(paths: NegativesPaths, config: NegativesConfig, context: StageContext) -> None:

@@ -39,7 +39,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,8 @@ from torch import nn
 from lexgraph.core.config import seed_everything
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.io import atomic_path, write_json, write_text
-from lexgraph.core.provenance import output, stage_inputs
-from lexgraph.core.stage import StageContext
+from lexgraph.core.provenance import Input, Output, stage_inputs
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.methods.dsr.config import EVAL_CUTOFF, QABISAR_SECTION, SECTION, DSRConfig, QabisarDSRSettings, build_dsr
 from lexgraph.methods.dsr.data import Pair, TrainingData, load_training_data, sample_negatives
@@ -337,19 +337,18 @@ def curve_csv(history: Sequence[dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class TrainDsrPaths:
-    """The ``train_dsr`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    synthetic: Path = field(metadata={"help": "synthetic questions (Parquet; read when dsr.synthetic is true)"})
-    negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
-    pretrained: Path = field(metadata={"help": "the base checkpoint (pretrain stage)"})
-    chunks: Path = field(metadata={"help": "encode_chunks cache (read with a frozen chunk encoder)"})
-    out: Path = output("model directory")
-    metrics: Path = output("metrics JSON")
-    plot: Path = output("per-epoch loss and dev recall@200 (CSV)")
+TrainDsrPaths = stage_paths(
+    "train_dsr",
+    "articles",
+    "questions",
+    "negatives",
+    "pretrained",
+    "chunks",
+    "metrics",
+    synthetic=Input("synthetic questions (Parquet; read when dsr.synthetic is true)"),
+    out=Output("model directory"),
+    plot=Output("per-epoch loss and dev recall@200 (CSV)"),
+)
 
 
 def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, context: StageContext) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ import torch
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import read_json_object
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
+from lexgraph.core.stage import stage_paths
 from lexgraph.methods.gnn.config import SELECTION_METRIC, GNNSettings
 from lexgraph.methods.gnn.data import TrainingSet
 from lexgraph.methods.gnn.model import GraphEncoder, GraphEncoderConfig
@@ -158,19 +159,18 @@ def load_query_encoder(dsr_dir: Path, dim: int):
 CURVE = ("epoch", "loss", f"dev_{SELECTION_METRIC}")
 
 
-@dataclass(frozen=True)
-class TrainGnnPaths:
-    """The ``train_gnn`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    graph: Path = field(metadata={"help": "build_graph output directory"})
-    embed: Path = field(metadata={"help": "embed output directory (the DSR vectors)"})
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    synthetic: Path = field(metadata={"help": "synthetic queries of generate_queries (Parquet; G-DSR's augmentation)"})
-    negatives: Path = field(metadata={"help": "BM25 negatives (Parquet)"})
-    dsr: Path = field(metadata={"help": "the first stage: a trained DSR (its query encoder starts QABISAR's)"})
-    fallback_dsr: Path = field(metadata={"help": "G-DSR's DSR: the first stage when --dsr is a placeholder"})
-    fallback_embed: Path = field(metadata={"help": "G-DSR's DSR vectors: read when --embed is a placeholder"})
-    hprior: Path = field(metadata={"help": "hprior stage output (the prior the encoder starts from)"})
-    out: Path = output("model directory")
-    metrics: Path = output("metrics JSON")
-    plot: Path = output("training curve: per-epoch loss and dev recall@200 (CSV)")
+TrainGnnPaths = stage_paths(
+    "train_gnn",
+    "graph",
+    "embed",
+    "questions",
+    "negatives",
+    "metrics",
+    synthetic=Input("synthetic queries of generate_queries (Parquet; G-DSR's augmentation)"),
+    dsr=Input("the first stage: a trained DSR (its query encoder starts QABISAR's)"),
+    fallback_dsr=Input("G-DSR's DSR: the first stage when --dsr is a placeholder"),
+    fallback_embed=Input("G-DSR's DSR vectors: read when --embed is a placeholder"),
+    hprior=Input("hprior stage output (the prior the encoder starts from)"),
+    out=Output("model directory"),
+    plot=Output("training curve: per-epoch loss and dev recall@200 (CSV)"),
+)

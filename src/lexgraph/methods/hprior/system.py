@@ -14,7 +14,7 @@ embeddings against those vectors by cosine, like every dense system.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -24,9 +24,9 @@ from pydantic import AfterValidator, Field, field_validator
 from lexgraph.core import layout
 from lexgraph.core.config import refuse_held_out
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Output
 from lexgraph.core.settings import Expect, Float, Int, Settings, bad_value, expectation, read_section
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.methods.dsr.system import DSR_SECTIONS
@@ -217,15 +217,14 @@ def load_hprior(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     )
 
 
-@dataclass(frozen=True)
-class HpriorPaths:
-    """The ``hprior`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    graph: Path = field(metadata={"help": "build_graph output directory"})
-    embed: Path = field(metadata={"help": "embed output directory (DSR vectors)"})
-    questions: Path = field(metadata={"help": "clean questions (parquet)"})
-    out: Path = output("model directory (hprior.json, article_embeddings.safetensors)")
-    metrics: Path = output("metrics JSON")
+HpriorPaths = stage_paths(
+    "hprior",
+    "graph",
+    "embed",
+    "questions",
+    "metrics",
+    out=Output("model directory (hprior.json, article_embeddings.safetensors)"),
+)
 
 
 def run_hprior(paths: HpriorPaths, config: HpriorConfig, context: StageContext) -> None:

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lexgraph.core.config import params_error, refuse_held_out
-from lexgraph.core.provenance import output, workspace
-from lexgraph.core.stage import StageContext
+from lexgraph.core.provenance import Output
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import split_questions
 from lexgraph.methods.hybrid.system import (
     FORMAT,
@@ -165,14 +164,9 @@ def tune_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class HybridPaths:
-    """The ``hybrid`` stage's inputs and outputs (``dvc.yaml`` names them)."""
-
-    questions: Path = field(metadata={"help": "clean questions (Parquet)"})
-    workspace: Path = workspace("where the systems' artefacts are (models/, data/)")
-    out: Path = output("directory of hybrid.json (the chosen fusion)")
-    metrics: Path = output("metrics JSON")
+HybridPaths = stage_paths(
+    "hybrid", "questions", "workspace", "metrics", out=Output("directory of hybrid.json (the chosen fusion)")
+)
 
 
 def run_hybrid(paths: HybridPaths, config: HybridConfig, context: StageContext, load) -> None:

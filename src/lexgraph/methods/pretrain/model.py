@@ -37,16 +37,15 @@ import logging
 import os
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from lexgraph.core.config import params_error
 from lexgraph.core.hub import from_pretrained
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Output
 from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Settings, Str, read_section
+from lexgraph.core.stage import stage_paths
 from lexgraph.models.base import SOURCES
 
 log = logging.getLogger(__name__)
@@ -318,12 +317,10 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
     return tokenizer, model
 
 
-@dataclass(frozen=True)
-class PretrainPaths:
-    """The ``pretrain`` stage's input and outputs (``dvc.yaml`` names them);
-    :func:`lexgraph.methods.pretrain.train.run_pretrain`."""
-
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    out: Path = output("output checkpoint directory (model + tokenizer)")
-    metrics: Path = output("output metrics (JSON)")
-    plot: Path = output("output training curve (CSV: step, loss, eval_loss)")
+PretrainPaths = stage_paths(
+    "pretrain",
+    "articles",
+    out=Output("output checkpoint directory (model + tokenizer)"),
+    metrics=Output("output metrics (JSON)"),
+    plot=Output("output training curve (CSV: step, loss, eval_loss)"),
+)

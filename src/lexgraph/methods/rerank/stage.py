@@ -5,13 +5,12 @@ training (:mod:`lexgraph.methods.rerank.train`) and its outputs."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from lexgraph.core.provenance import output, stage_inputs, workspace
-from lexgraph.core.stage import StageContext
+from lexgraph.core.provenance import Input, Output, Workspace, stage_inputs
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.methods.rerank.config import RerankConfig
 from lexgraph.methods.rerank.report import curve_columns
 from lexgraph.methods.rerank.train import first_stage_lists, train
@@ -20,18 +19,17 @@ from lexgraph.training.resume import resumable
 log = logging.getLogger("lexgraph.methods.rerank.train")
 
 
-@dataclass(frozen=True)
-class RerankPaths:
-    """The rerank stage's paths (dvc.yaml writes them all)."""
-
-    questions: Path = field(metadata={"help": "the clean questions table"})
-    articles: Path = field(metadata={"help": "the clean articles table"})
-    features: Path = field(metadata={"help": "encode_rerank's cache of the frozen PLM's states (xrerank)"})
-    pretrain: Path = field(metadata={"help": "the base checkpoint (the PLM)"})
-    workspace: Path = workspace("where the first-stage system's artefacts are")
-    out: Path = output("the re-ranker's directory")
-    metrics: Path = output("the training report (JSON)")
-    plot: Path = output("training curve: per-epoch loss and dev metric (CSV)")
+RerankPaths = stage_paths(
+    "rerank",
+    "questions",
+    "articles",
+    features=Input("encode_rerank's cache of the frozen PLM's states (xrerank)"),
+    pretrain=Input("the base checkpoint (pretrain stage)"),
+    workspace=Workspace("where the first-stage system's artefacts are"),
+    out=Output("the re-ranker's directory"),
+    metrics=Output("the training report (JSON)"),
+    plot=Output("training curve: per-epoch loss and dev metric (CSV)"),
+)
 
 
 def run_rerank(paths: RerankPaths, config: RerankConfig, context: StageContext, load_first) -> None:

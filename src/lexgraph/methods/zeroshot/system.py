@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,9 +33,9 @@ from pydantic import Field, model_validator
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
-from lexgraph.core.provenance import output
+from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import Int, Invalid, Settings, read_section, saved_section, settings_of
-from lexgraph.core.stage import StageContext
+from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.methods.system import System
 
 log = logging.getLogger(__name__)
@@ -209,14 +208,13 @@ def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     )
 
 
-@dataclass(frozen=True)
-class ZeroshotPaths:
-    """The ``zeroshot`` stage's inputs and output (``dvc.yaml`` names them); :func:`run_zeroshot`."""
-
-    pretrained: Path = field(metadata={"help": "base checkpoint (pretrain stage)"})
-    articles: Path = field(metadata={"help": "clean articles (Parquet)"})
-    chunks: Path = field(metadata={"help": "encode_chunks cache, reused when chunked alike"})
-    out: Path = output("output directory")
+ZeroshotPaths = stage_paths(
+    "zeroshot",
+    "pretrained",
+    "articles",
+    chunks=Input("encode_chunks cache, reused when chunked alike"),
+    out=Output("output directory"),
+)
 
 
 def run_zeroshot(paths: ZeroshotPaths, config: ZeroshotConfig, context: StageContext) -> None:
