@@ -271,15 +271,15 @@ class Workspace:
         self.seeded()
         run_train_dsr_qabisar(
             TrainDsrPaths(
-                clean / "articles.parquet",
-                clean / "questions.parquet",
-                layout.SYNTHETIC.under(root),
-                layout.NEGATIVES.under(root),
-                layout.PRETRAIN.under(root),
-                layout.CHUNKS.under(root),
-                layout.DSR_QABISAR.under(scratch),
-                scratch / "train_dsr_qabisar.json",
-                scratch / "train_dsr_qabisar_curve.csv",
+                articles=clean / "articles.parquet",
+                questions=clean / "questions.parquet",
+                synthetic=layout.SYNTHETIC.under(root),
+                negatives=layout.NEGATIVES.under(root),
+                pretrained=layout.PRETRAIN.under(root),
+                chunks=layout.CHUNKS.under(root),
+                out=layout.DSR_QABISAR.under(scratch),
+                metrics=scratch / "train_dsr_qabisar.json",
+                plot=scratch / "train_dsr_qabisar_curve.csv",
             ),
             settings,
             on_cpu(self.base.seed),
@@ -288,13 +288,13 @@ class Workspace:
         self.seeded()
         run_embed(
             EmbedPaths(
-                layout.DSR_QABISAR.under(scratch),
-                layout.CHUNKS.under(root),
-                clean / "articles.parquet",
-                clean / "headings.parquet",
-                clean / "questions.parquet",
-                layout.SYNTHETIC.under(root),
-                layout.EMBED_QABISAR.under(scratch),
+                dsr=layout.DSR_QABISAR.under(scratch),
+                chunks=layout.CHUNKS.under(root),
+                articles=clean / "articles.parquet",
+                headings=clean / "headings.parquet",
+                questions=clean / "questions.parquet",
+                synthetic=layout.SYNTHETIC.under(root),
+                out=layout.EMBED_QABISAR.under(scratch),
             ),
             embed,
             on_cpu(self.base.seed),
@@ -311,14 +311,14 @@ class Workspace:
         out = layout.RERANKERS[variant].under(scratch)
         own(out)
         paths = RerankPaths(
-            layout.CLEAN.under(root, "questions.parquet"),
-            layout.CLEAN.under(root, "articles.parquet"),
-            layout.RERANK_FEATURES.under(root),
-            layout.PRETRAIN.under(root),
-            scratch,
-            out,
-            scratch / f"rerank_{variant}.json",
-            scratch / f"rerank_{variant}_curve.csv",
+            questions=layout.CLEAN.under(root, "questions.parquet"),
+            articles=layout.CLEAN.under(root, "articles.parquet"),
+            features=layout.RERANK_FEATURES.under(root),
+            pretrain=layout.PRETRAIN.under(root),
+            workspace=scratch,
+            out=out,
+            metrics=scratch / f"rerank_{variant}.json",
+            plot=scratch / f"rerank_{variant}_curve.csv",
         )
         self.seeded()
         run_rerank(paths, config, on_cpu(self.base.seed), lambda: load_retriever(config.first_stage, scratch, "cpu"))

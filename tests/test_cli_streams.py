@@ -29,7 +29,11 @@ def ws(tmp_path):
 
     write_articles(tmp_path, ARTICLES)
     out = tmp_path / "models" / "bm25"
-    paths = Bm25Paths(tmp_path / "data" / "clean" / "articles.parquet", tmp_path / "metrics" / "bm25_tune.json", out)
+    paths = Bm25Paths(
+        articles=tmp_path / "data" / "clean" / "articles.parquet",
+        tuned=tmp_path / "metrics" / "bm25_tune.json",
+        out=out,
+    )
     with recording("bm25", {}, paths):
         BM25().fit_texts(list(ARTICLES.values()), list(ARTICLES)).save(out)
     (tmp_path / "q.jsonl").write_text(json.dumps({"id": "a", "question": "Qui paie le loyer ?"}) + "\n")

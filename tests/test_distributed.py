@@ -43,9 +43,9 @@ from lexgraph.encoding.embed import EmbedConfig, EmbedPaths, run_embed
 from lexgraph.core.stage import StageContext
 from lexgraph.data.queries import QueriesConfig, write_queries
 dsr, data, out, mt5 = sys.argv[1:5]
-run_embed(EmbedPaths(Path(dsr), Path(data, "chunks"), Path(data, "articles.parquet"),
-                     Path(data, "headings.parquet"), Path(data, "questions.parquet"),
-                     Path(data, "synthetic.parquet"), Path(out, "embed")),
+run_embed(EmbedPaths(dsr=Path(dsr), chunks=Path(data, "chunks"), articles=Path(data, "articles.parquet"),
+                     headings=Path(data, "headings.parquet"), questions=Path(data, "questions.parquet"),
+                     synthetic=Path(data, "synthetic.parquet"), out=Path(out, "embed")),
           EmbedConfig(batch_size=2), StageContext(seed=0, device="cpu"))
 write_queries(data + "/articles.parquet", out + "/synthetic.parquet",
     QueriesConfig(generator="doc2query", model=mt5, per_article=2, top_k=7, top_p=0.9, max_length=9,

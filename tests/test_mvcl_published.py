@@ -733,14 +733,14 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(
         {"epochs": 1, "enabled": True, "max_query_length": 16, "max_article_length": 24, "plm_layers": plm_layers},
     )
     paths = RerankPaths(
-        tmp_path / "data/clean/questions.parquet",
-        tmp_path / "data/clean/articles.parquet",
-        tmp_path / "data/rerank",
-        model_dir,
-        tmp_path,
-        tmp_path / "models/mvcl",
-        tmp_path / "rerank_mvcl.json",
-        tmp_path / "rerank_mvcl_curve.csv",
+        questions=tmp_path / "data/clean/questions.parquet",
+        articles=tmp_path / "data/clean/articles.parquet",
+        features=tmp_path / "data/rerank",
+        pretrain=model_dir,
+        workspace=tmp_path,
+        out=tmp_path / "models/mvcl",
+        metrics=tmp_path / "rerank_mvcl.json",
+        plot=tmp_path / "rerank_mvcl_curve.csv",
     )
 
     class First(_First):

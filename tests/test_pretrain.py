@@ -62,7 +62,9 @@ def articles_file(tmp_path):
 
 def run_tiny(articles_file, out_dir, params=None, seed=13):
     metrics_path = out_dir.parent / f"{out_dir.name}.json"
-    paths = pt.PretrainPaths(articles_file, out_dir, metrics_path, out_dir.parent / f"{out_dir.name}_curve.csv")
+    paths = pt.PretrainPaths(
+        articles=articles_file, out=out_dir, metrics=metrics_path, plot=out_dir.parent / f"{out_dir.name}_curve.csv"
+    )
     config = pt.PretrainConfig.from_params(dict(TINY, **(params or {})))
     metrics = mlm.run_pretrain(paths, config, StageContext(seed=seed, device="cpu"))
     return metrics, json.loads(metrics_path.read_text())

@@ -55,7 +55,7 @@ def test_a_stage_records_its_inputs_inside_its_output(bm25_ws, tmp_path_factory)
     # the index's own files are the bytes the writer alone writes: the record is a new file beside them
     direct = tmp_path_factory.mktemp("direct")
     run_bm25(
-        Bm25Paths(bm25_ws / "data/clean/articles.parquet", direct / "none.json", direct / "bm25"),
+        Bm25Paths(articles=bm25_ws / "data/clean/articles.parquet", tuned=direct / "none.json", out=direct / "bm25"),
         _config(),
         StageContext(seed=0, device="cpu"),
     )

@@ -102,7 +102,8 @@ class Stage:
 
 
 def stage_paths(stage: str, *common: str, **marks: Role) -> type:
-    """The paths dataclass of ``stage`` (frozen, one ``Path`` field per path): ``common`` names
+    """The paths dataclass of ``stage`` (frozen, one ``Path`` field per path, given by keyword: the
+    order is --help's, common paths first): ``common`` names
     paths of :data:`lexgraph.core.layout.PATHS`, ``marks`` gives the others their role and help
     (:class:`~lexgraph.core.provenance.Input`, ``Output`` or ``Workspace``). dvc.yaml's command
     gives them all (:func:`add_paths`)."""
@@ -112,7 +113,7 @@ def stage_paths(stage: str, *common: str, **marks: Role) -> type:
     doc = f"The ``{stage}`` stage's paths (``dvc.yaml``'s command names them all)."
     module = sys._getframe(1).f_globals["__name__"]  # as dataclasses.make_dataclass does from 3.12
     return dataclasses.make_dataclass(
-        f"{title}Paths", fields, frozen=True, namespace={"__doc__": doc, "__module__": module}
+        f"{title}Paths", fields, frozen=True, kw_only=True, namespace={"__doc__": doc, "__module__": module}
     )
 
 
