@@ -39,7 +39,7 @@ class Input:
     ``articles: Annotated[Path, Input("clean articles (Parquet)")]``. Digested into the stage's
     fingerprint; ``help`` is its ``--option``'s help."""
 
-    help: str  # noqa: A003 - the argparse word
+    help: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Output:
     built from (:data:`RECORD`, :func:`recording`) unless ``record=False`` (the fetched and cleaned
     data, whose layout is the data set's, and the runs)."""
 
-    help: str  # noqa: A003 - the argparse word
+    help: str
     record: bool = True
 
 
@@ -57,7 +57,7 @@ class Workspace:
     """The mark of a path naming a whole workspace (the stage reads some of its artefacts): not
     digested as one input; the stage fingerprints what it reads of it."""
 
-    help: str  # noqa: A003 - the argparse word
+    help: str
 
 
 Role = Input | Output | Workspace
@@ -70,7 +70,7 @@ def path_roles(paths: type) -> dict[str, Role]:
     hints = typing.get_type_hints(paths, include_extras=True)
     roles = {}
     for f in dataclasses.fields(paths):
-        marks = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Input | Output | Workspace)]
+        marks = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Role)]
         if len(marks) != 1:
             raise TypeError(f"{paths.__name__}.{f.name}: expected Annotated[Path, Input|Output|Workspace(help)]")
         roles[f.name] = marks[0]
