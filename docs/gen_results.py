@@ -126,7 +126,7 @@ def _differences(tests: dict, baselines: list[str]) -> tuple[list[str], int]:
     return lines, count
 
 
-def _expected(spec: dict, expected_file: Path, split: str) -> list[str]:
+def _expected(spec: dict, split: str) -> list[str]:
     """The expected scores of one split, in %, each with the tolerance ``lexgraph regress`` allows."""
     lines = [
         "| System | " + " | ".join(h for h, _ in REGRESSION_COLUMNS) + " |",
@@ -141,7 +141,7 @@ def _expected(spec: dict, expected_file: Path, split: str) -> list[str]:
             if metric not in want:
                 cells.append("–")
                 continue
-            bound = allowed(want[metric], tolerance_for(spec, system, metric, expected_file))
+            bound = allowed(want[metric], tolerance_for(spec, system, metric))
             cells.append(f"{_points(want[metric])} ± {_points(bound)}")
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return lines
@@ -247,7 +247,7 @@ def render(root: Path = ROOT) -> str:
     if outcome.failures:
         out += ["Failing:", "", *[f"- `{line}`" for line in outcome.failures], ""]
     for split in SPLITS:
-        out += [f"### {split.capitalize()} split", "", *_expected(spec, expected_file, split), ""]
+        out += [f"### {split.capitalize()} split", "", *_expected(spec, split), ""]
     return "\n".join(out)
 
 

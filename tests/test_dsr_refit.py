@@ -27,6 +27,7 @@ from lexgraph.methods.dsr.config import DSRConfig
 from lexgraph.methods.dsr.data import TrainingData, load_training_data, split_pairs
 from lexgraph.methods.dsr.train import train_and_refit, train_dsr
 from lexgraph.models.dsr import DSR
+from lexgraph.training.runtime import Runtime
 
 QUESTIONS = pl.DataFrame(
     {
@@ -108,7 +109,7 @@ def test_refit_off_is_the_plain_training_run(tiny_model_dir, runs, monkeypatch):
     start = _state(plain)
     expected = train_dsr(plain, replace(_data(), dev_pairs=[]), config, torch.device("cpu"), seed=7)  # no option
     model = _fresh_dsr(tiny_model_dir, config)
-    result, refit = train_and_refit(model, _data(), _config(epochs=2, refit=False), torch.device("cpu"), seed=7)
+    result, refit = train_and_refit(model, _data(), _config(epochs=2, refit=False), Runtime("cpu"), seed=7)
     assert refit is None and len(runs) == 2  # one run each
     assert result.best_epoch == expected.best_epoch == 1 and repr(result.history) == repr(expected.history)
     assert _same(_state(model), _state(plain)) and not _same(start, _state(plain))
@@ -120,7 +121,7 @@ def test_refit_trains_the_chosen_epochs_on_train_and_dev(tiny_model_dir, runs, m
     assert [p.negatives for p in data.dev_pairs] == [(3, 6), (), ()]  # mined negatives, else random at draw time
     _force_dev(monkeypatch, [0.1, 0.2, 0.9, 0.3])  # best epoch E = 2 of 3
     model = _fresh_dsr(tiny_model_dir, config)
-    selection, refit = train_and_refit(model, data, config, torch.device("cpu"), seed=7)
+    selection, refit = train_and_refit(model, data, config, Runtime("cpu"), seed=7)
     assert selection.best_epoch == 2 and [h["epoch"] for h in selection.history] == [0, 1, 2, 3]
     assert refit is not None and refit.model is model and len(runs) == 2
     first, second = runs
@@ -144,7 +145,7 @@ def test_refit_keeps_the_untrained_model_when_epoch_zero_wins(tiny_model_dir, ru
     _force_dev(monkeypatch, [0.9, 0.1, 0.2])
     model = _fresh_dsr(tiny_model_dir, config)
     start = _state(model)
-    selection, refit = train_and_refit(model, _data(), config, torch.device("cpu"), seed=7)
+    selection, refit = train_and_refit(model, _data(), config, Runtime("cpu"), seed=7)
     assert selection.best_epoch == 0 and refit is None and len(runs) == 1
     assert _same(_state(model), start)
 
@@ -158,7 +159,7 @@ def test_fixed_selection_refits_the_full_schedule_even_when_epoch_zero_wins_on_d
     data, config = _data(), _config(epochs=2, refit=True, selection="fixed")
     _force_dev(monkeypatch, [0.1, 0.05])  # dev would prefer epoch 1 (and scores no epoch 0): fixed keeps epoch 2
     model = _fresh_dsr(tiny_model_dir, config)
-    selection, refit = train_and_refit(model, data, config, torch.device("cpu"), seed=7)
+    selection, refit = train_and_refit(model, data, config, Runtime("cpu"), seed=7)
     first, second = runs
     assert first.config.selection_metric is None and not first.config.select_epoch_zero
     assert selection.best_epoch == 2 and [h["epoch"] for h in selection.history] == [1, 2]
@@ -184,7 +185,7 @@ def test_refit_logs_every_run_and_every_skip_with_its_reason(tiny_model_dir, run
         caplog.clear()
         _force_dev(monkeypatch, scores)
         config = _config(epochs=2, refit=refit)
-        train_and_refit(_fresh_dsr(tiny_model_dir, config), _data(), config, torch.device("cpu"), seed=7)
+        train_and_refit(_fresh_dsr(tiny_model_dir, config), _data(), config, Runtime("cpu"), seed=7)
         assert expected in caplog.text
 
 
@@ -232,9 +233,7 @@ def test_profiles_that_refit_mine_dev_negatives():
 def test_refit_without_dev_questions_is_an_error(tiny_model_dir):
     config = _config(refit=True)
     with pytest.raises(DataError, match="refit"):
-        train_and_refit(
-            _fresh_dsr(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, torch.device("cpu"), 7
-        )
+        train_and_refit(_fresh_dsr(tiny_model_dir, config), replace(_data(), dev_pairs=[]), config, Runtime("cpu"), 7)
 
 
 def test_stage_metrics_say_what_the_dev_numbers_are(tiny_model_dir, tmp_path, monkeypatch):

@@ -58,7 +58,7 @@ def test_every_metric_of_the_sample_fails_when_zeroed(metrics):
             if split == "tolerance":
                 continue
             for metric, want in values.items():
-                bound = allowed(want, tolerance_for(spec, system, metric, SAMPLE))
+                bound = allowed(want, tolerance_for(spec, system, metric))
                 if want == 0:  # a metric at zero (qabisar's near-chance recall@10) fails when it moves at all
                     assert 0 < bound <= 0.002, (system, split, metric)
                 elif system in NEAR_CHANCE:  # a ranking near chance moves most across machines: zeroed still fails
@@ -105,15 +105,15 @@ def test_small_metrics_get_a_relative_tolerance(tmp_path):
     assert [f.split(":")[0] for f in check(tmp_path, spec)] == ["dsr/test/map"]
 
 
-def test_tolerance_lookup_order(tmp_path):
+def test_tolerance_lookup_order():
     spec = {
         "tolerance": {"default": {"abs": 0.01, "rel": 0.1}, "map": {"abs": 0.002, "rel": 0.0}},
         "systems": {"bm25": {"tolerance": 0.001}, "dsr": {"tolerance": {"map": {"abs": 0.05}}}, "gdsr": {}},
     }
-    assert tolerance_for(spec, "bm25", "map", tmp_path) == (0.001, 0.0)  # the system's number wins
-    assert tolerance_for(spec, "dsr", "map", tmp_path) == (0.05, 0.0)  # the system's metric entry
-    assert tolerance_for(spec, "dsr", "recall@10", tmp_path) == (0.01, 0.1)  # then the file's default
-    assert tolerance_for(spec, "gdsr", "map", tmp_path) == (0.002, 0.0)  # the file's metric entry
+    assert tolerance_for(spec, "bm25", "map") == (0.001, 0.0)  # the system's number wins
+    assert tolerance_for(spec, "dsr", "map") == (0.05, 0.0)  # the system's metric entry
+    assert tolerance_for(spec, "dsr", "recall@10") == (0.01, 0.1)  # then the file's default
+    assert tolerance_for(spec, "gdsr", "map") == (0.002, 0.0)  # the file's metric entry
     assert allowed(0.4, (0.01, 0.1)) == pytest.approx(0.04) and allowed(0.05, (0.01, 0.1)) == 0.01
 
 

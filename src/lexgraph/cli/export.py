@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from lexgraph.cli.commands import add_command, dense_system_option, device_option, workspace_option
+
 log = logging.getLogger("lexgraph")
 
 
@@ -29,26 +31,17 @@ def cmd_export(args) -> int:
 
 def add_export(sub) -> None:
     """The ``export`` subcommand of ``lexgraph`` (``sub``: its subparsers)."""
-
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "export",
-        help="write a dense system as a folder that sentence-transformers loads",
-        description="Write a dense system to OUT: its query encoder, its article encoder (lexgraph_st.py), its "
+        cmd_export,
+        "write a dense system as a folder that sentence-transformers loads",
+        "Write a dense system to OUT: its query encoder, its article encoder (lexgraph_st.py), its "
         "article vectors with their ids (article_vectors.safetensors) and a model card (README.md: metrics, exact "
         "params), a folder that sentence_transformers.SentenceTransformer(OUT, trust_remote_code=True) loads, "
         "ready to upload to the Hugging Face hub.",
     )
     p.add_argument("out", metavar="OUT", help="the folder to write (new, or an earlier export, which is replaced)")
-    p.add_argument(
-        "--system", required=True, metavar="SYSTEM", help="a dense system (kind dense in `lexgraph systems`)"
-    )
-    p.add_argument(
-        "--workspace",
-        default=".",
-        metavar="DIR",
-        help="the lexgraph workspace where `dvc repro` wrote models/ and data/ (default: %(default)s)",
-    )
-    p.add_argument(
-        "--device", default="cpu", help="where the article vectors are loaded: cpu, cuda or auto (default: %(default)s)"
-    )
-    p.set_defaults(func=cmd_export)
+    dense_system_option(p)
+    workspace_option(p, "the lexgraph workspace where `dvc repro` wrote models/ and data/")
+    device_option(p, "cpu", "where the article vectors are loaded: cpu, cuda or auto")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from lexgraph.cli.commands import add_command, device_option, workspace_option
 from lexgraph.core.errors import LexgraphError
 
 log = logging.getLogger("lexgraph")
@@ -43,10 +44,12 @@ def cmd_index(args) -> int:
 
 def add_index(sub) -> None:
     """The ``index`` subcommand of ``lexgraph`` (``sub``: its subparsers)."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "index",
-        help="encode a corpus of your own with a trained workspace, for `lexgraph search --index`",
-        description="Read a corpus file (JSON lines, CSV or Parquet: id, text, path), clean it with the workspace's "
+        cmd_index,
+        "encode a corpus of your own with a trained workspace, for `lexgraph search --index`",
+        "Read a corpus file (JSON lines, CSV or Parquet: id, text, path), clean it with the workspace's "
         "settings and encode it with the workspace's trained models for every system (or --systems), into DIR. "
         "No questions, no training; an interrupted run resumes from its finished blocks.",
     )
@@ -54,12 +57,7 @@ def add_index(sub) -> None:
         "--corpus", required=True, metavar="FILE", help="the corpus file (.jsonl, .jsonl.gz, .csv, .parquet)"
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the index to write (new, or an earlier index)")
-    p.add_argument(
-        "--workspace",
-        default=".",
-        metavar="DIR",
-        help="the trained lexgraph workspace whose models encode the corpus (default: %(default)s)",
-    )
+    workspace_option(p, "the trained lexgraph workspace whose models encode the corpus")
     p.add_argument(
         "--systems", nargs="+", metavar="SYSTEM", help="the systems to index (default: every one the workspace has)"
     )
@@ -69,8 +67,7 @@ def add_index(sub) -> None:
         default=2000,
         help="articles encoded per resumable block (default: %(default)s)",
     )
-    p.add_argument("--device", default="auto", help="where to encode: auto, cpu, cuda or cuda:N (default: %(default)s)")
-    p.set_defaults(func=cmd_index)
+    device_option(p, "auto", "where to encode: auto, cpu, cuda or cuda:N")
 
 
 def add_index_option(search) -> None:

@@ -63,6 +63,7 @@ import os
 import sys
 from pathlib import Path
 
+from lexgraph.cli.commands import add_command, device_option, workspace_option
 from lexgraph.cli.export import add_export
 from lexgraph.cli.files import check_run_path, read_questions_jsonl
 from lexgraph.cli.index import add_index, add_index_option
@@ -348,13 +349,14 @@ def cmd_systems(args: argparse.Namespace) -> int:
 
 def add_systems(sub) -> None:
     """The ``systems`` subcommand (``sub``: the subparsers)."""
-    listing = sub.add_parser(
+    add_command(
+        sub,
         "systems",
-        help="list the retrieval systems: name, kind, the stage that builds it, what it is",
-        description="List the systems of the registry (lexgraph's own and those other installed packages "
+        cmd_systems,
+        "list the retrieval systems: name, kind, the stage that builds it, what it is",
+        "List the systems of the registry (lexgraph's own and those other installed packages "
         "declare under the lexgraph.systems entry points), in the order every listing uses.",
     )
-    listing.set_defaults(func=cmd_systems)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -366,10 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_systems(sub)
-    s = sub.add_parser(
+    s = add_command(
+        sub,
         "search",
-        help="retrieve articles for questions with a trained system",
-        description="Retrieve articles for one question, a JSON-lines file of questions (batch "
+        cmd_search,
+        "retrieve articles for questions with a trained system",
+        "Retrieve articles for one question, a JSON-lines file of questions (batch "
         "mode) or questions typed one per line (interactive mode).",
     )
     s.add_argument(
@@ -393,25 +397,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--k", type=int, default=500, help="ranking depth of the --run file (default: %(default)s)")
     s.add_argument("--top", type=int, default=10, help="articles shown per question (default: %(default)s)")
-    s.add_argument(
-        "--workspace",
-        default=".",
-        metavar="DIR",
-        help="the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` "
-        "wrote models/ and data/ (default: %(default)s)",
+    workspace_option(
+        s,
+        "the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` wrote models/ and data/",
     )
     add_index_option(s)
-    s.add_argument(
-        "--device",
-        default="auto",
-        help="where the dense systems run: auto (cuda when available, "
-        "else cpu), cpu, cuda or cuda:N (default: %(default)s)",
-    )
-    s.set_defaults(func=cmd_search)
-    r = sub.add_parser(
+    device_option(s, "auto", "where the dense systems run: auto (cuda when available, else cpu), cpu, cuda or cuda:N")
+    r = add_command(
+        sub,
         "regress",
-        help="compare metrics/<system>.json with expected scores",
-        description="Check that metrics/<system>.json reproduce the expected scores within tolerance.",
+        cmd_regress,
+        "compare metrics/<system>.json with expected scores",
+        "Check that metrics/<system>.json reproduce the expected scores within tolerance.",
     )
     r.add_argument(
         "--expected",
@@ -430,7 +427,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rewrite the expected file from the current metrics (keeps its comments and tolerances)",
     )
-    r.set_defaults(func=cmd_regress)
     add_plots_offline(sub)
     add_export(sub)
     add_mteb(sub)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from lexgraph.cli.commands import add_command, dense_system_option, device_option, workspace_option
+
 log = logging.getLogger("lexgraph")
 
 
@@ -70,16 +72,16 @@ def add_mteb(sub) -> None:
     """The ``mteb`` subcommand of ``lexgraph`` (``sub``: its subparsers)."""
     from lexgraph.systems.mteb_adapter import WORKSPACE_TASK
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "mteb",
-        help="evaluate a dense system with MTEB 2 (the workspace's split, or an MTEB task)",
-        description="Run mteb.evaluate on a dense system of the workspace (both sides its own encoders) and write "
+        cmd_mteb,
+        "evaluate a dense system with MTEB 2 (the workspace's split, or an MTEB task)",
+        "Run mteb.evaluate on a dense system of the workspace (both sides its own encoders) and write "
         "the results in MTEB's format under OUT.",
     )
     p.add_argument("out", metavar="OUT", help="the results folder (MTEB's ResultCache layout)")
-    p.add_argument(
-        "--system", required=True, metavar="SYSTEM", help="a dense system (kind dense in `lexgraph systems`)"
-    )
+    dense_system_option(p)
     p.add_argument(
         "--task",
         default=WORKSPACE_TASK,
@@ -87,6 +89,5 @@ def add_mteb(sub) -> None:
         "BSARDRetrieval.v2 (default: %(default)s)",
     )
     p.add_argument("--split", default="test", help="the workspace task's split (default: %(default)s)")
-    p.add_argument("--workspace", default=".", metavar="DIR", help="the lexgraph workspace (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
-    p.set_defaults(func=cmd_mteb)
+    workspace_option(p, "the lexgraph workspace")
+    device_option(p, "cpu", "cpu, cuda or auto")

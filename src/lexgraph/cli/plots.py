@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lexgraph.cli.commands import add_command, workspace_option
 from lexgraph.core.errors import LexgraphError
 from lexgraph.core.inputs import require_directory, shown_path
 
@@ -122,13 +123,12 @@ def cmd_plots_offline(args) -> int:
 
 def add_plots_offline(sub) -> None:
     """The ``plots-offline`` subcommand of ``lexgraph`` (``sub``: its subparsers)."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "plots-offline",
-        help="make `dvc plots show` work offline (Vega inlined in its HTML template)",
-        description="Write an HTML template for `dvc plots show` with Vega, Vega-Lite and Vega-Embed "
+        cmd_plots_offline,
+        "make `dvc plots show` work offline (Vega inlined in its HTML template)",
+        "Write an HTML template for `dvc plots show` with Vega, Vega-Lite and Vega-Embed "
         "inlined and set plots.html_template in .dvc/config.local, so the page loads nothing from the network.",
     )
-    p.add_argument(
-        "--workspace", default=".", metavar="DIR", help="the DVC workspace (with .dvc/) (default: %(default)s)"
-    )
-    p.set_defaults(func=cmd_plots_offline)
+    workspace_option(p, "the DVC workspace (with .dvc/)")

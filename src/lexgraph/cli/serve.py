@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from lexgraph.cli.commands import add_command, device_option, workspace_option
+
 log = logging.getLogger("lexgraph.serve")
 
 
@@ -46,22 +48,18 @@ def cmd_serve(args) -> int:
 
 def add_serve(sub) -> None:
     """The ``serve`` subcommand of ``lexgraph`` (``sub``: its subparsers)."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "serve",
-        help="serve the workspace's systems over HTTP: a JSON API and a web page to search and inspect runs",
-        description="Load every system of params.yaml's serve.systems once and answer GET/POST /search, "
+        cmd_serve,
+        "serve the workspace's systems over HTTP: a JSON API and a web page to search and inspect runs",
+        "Load every system of params.yaml's serve.systems once and answer GET/POST /search, "
         "GET /articles/{id}, /systems, /health, and the web page at / (search) and /inspect (the runs of "
         "evaluate). SIGHUP or POST /admin/reload loads the models again after `dvc repro`.",
     )
-    p.add_argument(
-        "--workspace",
-        default=".",
-        metavar="DIR",
-        help="the lexgraph workspace `dvc repro` filled (default: %(default)s)",
-    )
+    workspace_option(p, "the lexgraph workspace `dvc repro` filled")
     p.add_argument("--index", metavar="DIR", help="serve the corpus indexed in DIR by `lexgraph index` instead")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="the port, 0 for any free one (default: %(default)s)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    device_option(p, "auto", "auto, cpu, cuda or cuda:N")
     p.add_argument("--access-log", action="store_true", help="log one line per request")
-    p.set_defaults(func=cmd_serve)

@@ -8,8 +8,11 @@ artefacts here; ``tests/test_layout.py`` checks every entry against ``dvc.yaml``
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from lexgraph.core.provenance import Input, Output, Role, Workspace
 
@@ -91,21 +94,34 @@ ARTIFACTS: dict[str, Artifact] = {
     "runs": RUNS,
 }
 
-#: the paths many stages name, by their ``--option``: each one's role and help written once
-#: (:func:`lexgraph.core.stage.stage_paths` takes their names; a path that means more has its own mark)
-PATHS: dict[str, Role] = {
-    "articles": Input("clean articles (Parquet)"),
-    "headings": Input("clean headings (Parquet)"),
-    "questions": Input("clean questions (Parquet)"),
-    "synthetic": Input("synthetic queries of generate_queries (Parquet)"),
-    "negatives": Input("BM25 negatives (Parquet)"),
-    "chunks": Input("encode_chunks cache (read with a frozen chunk encoder)"),
-    "pretrained": Input("the base checkpoint (pretrain stage)"),
-    "graph": Input("build_graph output directory"),
-    "embed": Input("embed output directory (the DSR vectors)"),
-    "workspace": Workspace("where the systems' artefacts are (models/, data/)"),
-    "metrics": Output("metrics JSON"),
-}
+#: a stage table entry's role key (the first key of a path's entry in ``stages.toml``)
+ROLE_KEYS: dict[str, type[Role]] = {"in": Input, "out": Output, "workspace": Workspace}
+
+
+def read_stage_table(text: str) -> tuple[dict[str, Role], dict[str, dict[str, Role]]]:
+    """The stage table's common paths and each stage's paths (common ones first), with their marks
+    (``text``: ``stages.toml``, whose header says its form)."""
+    table = tomllib.loads(text)
+
+    def role(entry: dict[str, Any]) -> Role:
+        (key, help_), *options = entry.items()
+        return ROLE_KEYS[key](help_, **dict(options))
+
+    common = {name: role(entry) for name, entry in table["common"].items()}
+    stages: dict[str, dict[str, Role]] = {}
+    for stage, entry in table["stage"].items():
+        unknown = set(entry.get("common", ())) - common.keys()
+        if unknown:
+            raise ValueError(f"stages.toml: stage {stage!r} names {sorted(unknown)}, not paths of [common]")
+        own = {name: role(mark) for name, mark in entry.items() if name != "common"}
+        stages[stage] = {**{name: common[name] for name in entry.get("common", ())}, **own}
+    return common, stages
+
+
+#: the paths many stages name (``PATHS``) and every stage's paths (``STAGE_PATHS``), by their
+#: ``--option``, each role and help written once in the stage table ``stages.toml``
+#: (:func:`lexgraph.core.stage.stage_paths` builds a stage's paths dataclass from its entry)
+PATHS, STAGE_PATHS = read_stage_table(resources.files(__package__).joinpath("stages.toml").read_text("utf-8"))
 
 #: the workspace directories `dvc repro` manages (nothing else may write under them)
 MANAGED_ROOTS: tuple[str, ...] = ("data", "models")

@@ -7,8 +7,10 @@ A model is plain pydantic: fields typed with the constrained types below (``Int`
 mappings), constraints with ``Field(ge=..., gt=..., le=..., lt=..., min_length=...)``, help text
 in ``Field(description=...)``, cross-key rules in validators that raise :class:`Invalid`. Extras
 are forbidden and every key is required: a value lives in params.yaml (and the profiles), not in
-code. What the user reads after "expected" is generated from the field's type and constraints
-(:func:`expectation`), or given by an :class:`Expect` in the type's metadata where words say more.
+code. A section read as it stands is a :class:`Section`, named in its class statement
+(``class XConfig(Section, section="x")``) and read by its ``from_params``. What the user reads
+after "expected" is generated from the field's type and constraints (:func:`expectation`), or given
+by an :class:`Expect` in the type's metadata where words say more.
 
 One rule for what DVC holds equal (``dvc exp run -S``, its params diff): a value equal to a valid
 one is read as that one, so that DVC's "unchanged" is right and no stage refuses the file it
@@ -26,7 +28,7 @@ import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict, ValidationError
 from pydantic.fields import FieldInfo
@@ -110,6 +112,23 @@ class Settings(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class Section(Settings):
+    """A top-level params.yaml section, named where it is declared (``class XConfig(Section,
+    section="x")``) and read by :meth:`from_params`."""
+
+    section: ClassVar[str]
+
+    def __init_subclass__(cls, section: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if section is not None:
+            cls.section = section
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> Self:
+        """The section's values (None: an empty section) as this model (:func:`read_section`)."""
+        return read_section(cls, params, cls.section)
 
 
 def read_section(model: type[M], values: Any, section: str, where: str = PARAMS_FILE, **context: Any) -> M:

@@ -101,14 +101,13 @@ class Stage:
     uses_torch: bool = True
 
 
-def stage_paths(stage: str, *common: str, **marks: Role) -> type:
-    """The paths dataclass of ``stage`` (frozen, one ``Path`` field per path, given by keyword: the
-    order is --help's, common paths first): ``common`` names
-    paths of :data:`lexgraph.core.layout.PATHS`, ``marks`` gives the others their role and help
-    (:class:`~lexgraph.core.provenance.Input`, ``Output`` or ``Workspace``). dvc.yaml's command
-    gives them all (:func:`add_paths`)."""
-    fields = [(name, Annotated[Path, layout.PATHS[name]]) for name in common]
-    fields += [(name, Annotated[Path, mark]) for name, mark in marks.items()]
+def stage_paths(stage: str, roles: dict[str, Role] | None = None) -> type:
+    """The paths dataclass of ``stage`` (frozen, one ``Path`` field per path, given by keyword; the
+    order is --help's): its paths and their marks are its entry in the stage table
+    (:data:`lexgraph.core.layout.STAGE_PATHS`, from ``stages.toml``), or ``roles``. dvc.yaml's
+    command gives them all (:func:`add_paths`)."""
+    marks = layout.STAGE_PATHS[stage] if roles is None else roles
+    fields = [(name, Annotated[Path, mark]) for name, mark in marks.items()]
     title = "".join(word.title() for word in stage.split("_"))
     doc = f"The ``{stage}`` stage's paths (``dvc.yaml``'s command names them all)."
     module = sys._getframe(1).f_globals["__name__"]  # as dataclasses.make_dataclass does from 3.12

@@ -28,15 +28,14 @@ import logging
 import re
 import unicodedata
 from collections import Counter
-from typing import Annotated, Any
+from typing import Annotated
 
 import polars as pl
 from pydantic import Field
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, read_parquet, write_json
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Bool, Int, Settings, read_section
+from lexgraph.core.settings import Bool, Int, Section
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.integrity import HUMAN_SPLITS, SHARED_TEXT_RULE, shared_text
 from lexgraph.data.keys import KEYS_FILE, IdKeys, keys_of, keys_table, name_of
@@ -53,16 +52,12 @@ log = logging.getLogger(__name__)
 SECTION = "clean"
 
 
-class CleanConfig(Settings):
+class CleanConfig(Section, section=SECTION):
     """The ``clean`` section of params.yaml."""
 
     min_words: Annotated[Int, Field(ge=0, description="shorter articles are dropped")]
     drop_repealed: Bool = Field(description="drop articles whose whole text is a repeal notice")
     allow_test_changes: Bool = Field(description="may cleaning drop test questions or their gold articles?")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> CleanConfig:
-        return read_section(cls, params, SECTION)
 
 
 _JUSTEL_NOTE = re.compile(r"<\s*(?:L|W|AR|A|DCE|DRW|ORD|DCFR|DWG|ARR|AGW|AGCF|DECR)[ .][^<>]{0,400}?>")
@@ -143,6 +138,15 @@ def refuse_negative_ids(raw: pl.DataFrame, path) -> None:
         )
 
 
+#: the types of the clean tables' columns other than strings: the ids and levels, and the heading paths
+_COLUMN_TYPES = dict.fromkeys(("id", "heading_id", "parent_id", "level"), pl.Int64) | {"path": pl.List(pl.Utf8)}
+
+
+def _table(rows: list[dict], columns: tuple[str, ...]) -> pl.DataFrame:
+    """``rows`` as a table of ``columns`` in that order, each of its :data:`_COLUMN_TYPES` type or a string."""
+    return pl.DataFrame(rows, schema={column: _COLUMN_TYPES.get(column, pl.Utf8) for column in columns})
+
+
 def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool):
     """Return (articles, headings, stats, {dropped article id: reason}) from the raw corpus table."""
     refuse_negative_ids(raw, path)
@@ -191,28 +195,8 @@ def clean_articles(raw: pl.DataFrame, path, min_words: int, drop_repealed: bool)
                 "heading_id": heading_index[values] if values else -1,
             }
         )
-    articles = pl.DataFrame(
-        rows,
-        schema={
-            "id": pl.Int64,
-            "article": pl.Utf8,
-            "reference": pl.Utf8,
-            "path": pl.List(pl.Utf8),
-            "heading_id": pl.Int64,
-        },
-    )
-    heads = pl.DataFrame(
-        headings,
-        schema={
-            "heading_id": pl.Int64,
-            "parent_id": pl.Int64,
-            "level": pl.Int64,
-            "level_name": pl.Utf8,
-            "label": pl.Utf8,
-            "path": pl.List(pl.Utf8),
-            "text": pl.Utf8,
-        },
-    )
+    articles = _table(rows, ("id", "article", "reference", "path", "heading_id"))
+    heads = _table(headings, ("heading_id", "parent_id", "level", "level_name", "label", "path", "text"))
     stats = {
         "in": raw.height,
         "out": articles.height,
@@ -431,9 +415,7 @@ def clean(
     return articles, headings, questions, stats
 
 
-CleanPaths = stage_paths(
-    "clean", "metrics", raw=Input("fetch's output directory"), out=Output("output directory", record=False)
-)
+CleanPaths = stage_paths("clean")
 
 
 def run_clean(paths: CleanPaths, config: CleanConfig, context: StageContext) -> None:

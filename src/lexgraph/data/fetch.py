@@ -20,7 +20,8 @@ Question ids are unique across every split, synthetic included: the hub numbers 
 synthetic questions 1..N over the human ids, so when the two overlap every synthetic id (and
 its BM25 negatives' ``question_id``) is moved past the largest human id by one offset
 (:func:`lexgraph.data.integrity.synthetic_offset`: a function of the id sets, not of the
-order of the splits; logged), and the fetched table is checked for a repeated id.
+order of the splits; logged). No id then repeats: the train, dev and test ids are checked unique
+across those splits as they are read, the synthetic ones among themselves, and dev is carved from train.
 
 When a source has no dev split, one is carved from train deterministically (a hash of
 the seed and the normalised question text decides) and without leaks: questions with
@@ -51,7 +52,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import polars as pl
 from pydantic import Field, model_validator
@@ -60,13 +61,11 @@ from lexgraph.core import layout
 from lexgraph.core.errors import ConfigError, DataError
 from lexgraph.core.inputs import require_directory
 from lexgraph.core.io import atomic_path
-from lexgraph.core.provenance import Output
-from lexgraph.core.settings import Bool, Expect, Float, Invalid, Settings, Str, params_error, read_section
+from lexgraph.core.settings import Bool, Expect, Float, Invalid, Section, Str, params_error
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.integrity import (
     HUMAN_SPLITS,
     question_key,
-    refuse_shared_ids,
     refuse_shared_texts,
     renumber_synthetic,
 )
@@ -108,7 +107,7 @@ _UNDER_CORPUS = (
 )
 
 
-class FetchConfig(Settings):
+class FetchConfig(Section, section="fetch"):
     """The ``fetch`` section of params.yaml."""
 
     source: SourceName = Field(description="where the corpus and questions come from")
@@ -130,10 +129,6 @@ class FetchConfig(Settings):
         description="fetch the hub's BM25 negatives (train, and synthetic with `synthetic`): mine_negatives then "
         "uses them wherever a question has a list; false: not fetched, every list mined here"
     )
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> FetchConfig:
-        return read_section(cls, params, "fetch")
 
     @model_validator(mode="after")
     def _source_files(self) -> FetchConfig:
@@ -274,7 +269,6 @@ def fetch_with_keys(config: FetchConfig, seed: int):
     table = pl.concat(
         [df.with_columns(pl.lit(split).alias("split")) for split, df in questions.items()], how="vertical"
     )
-    refuse_shared_ids(table, str(layout.RAW.path / "questions.parquet"))
     log.info(
         "fetched %d articles, questions %s, %d negative lists",
         articles.height,
@@ -284,7 +278,7 @@ def fetch_with_keys(config: FetchConfig, seed: int):
     return articles, table, negatives, keys
 
 
-FetchPaths = stage_paths("fetch", out=Output("output directory", record=False))
+FetchPaths = stage_paths("fetch")
 
 
 def run_fetch(paths: FetchPaths, config: FetchConfig, context: StageContext) -> None:

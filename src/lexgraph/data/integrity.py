@@ -16,10 +16,11 @@
   mur ?" and "qui paie le mur" are the same question. Synthetic questions are not compared
   (they are generated, and never evaluated).
 * question ids across every split, synthetic included (:func:`synthetic_offset`,
-  :func:`refuse_shared_ids`): the hub numbers its synthetic questions 1..N, over the human
+  :func:`renumber_synthetic`): the hub numbers its synthetic questions 1..N, over the human
   ids, so ``fetch`` moves them past the largest human id (by one offset, decided by the
-  sets of ids alone, never by the order the splits arrive in) and then checks that no id
-  is used twice; ``clean`` checks it again.
+  sets of ids alone, never by the order the splits arrive in), the human ids being unique
+  across train, dev and test (:func:`lexgraph.data.readers.validate_questions`) and the
+  synthetic ones among themselves; ``clean`` checks it again.
 
 Each check raises :class:`lexgraph.core.errors.DataError` naming the file the user edits, at the
 row of its :class:`Source`; a value that repeats an earlier one (an id, a question text) is
@@ -325,16 +326,3 @@ def renumber_synthetic(sources: dict[str, tuple[Any, Source]], negatives):
             .alias("question_id")
         )
     return negatives
-
-
-def refuse_shared_ids(table, source: str) -> None:
-    """No question id in two rows of the fetched table (to be written at ``source``), whatever their splits."""
-    ids, splits = table["id"].to_list(), table["split"].to_list()
-    refuse_repeat(
-        first_duplicate(ids),
-        Source(source),
-        lambda n, m, where: (
-            f"question id {ids[n]} ({splits[n]}) is already used by {where} ({splits[m]}); "
-            "expected each question id once across every split, synthetic included"
-        ),
-    )

@@ -40,13 +40,12 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Bool, Float, Int, Invalid, Settings, Str, params_error, read_section
+from lexgraph.core.settings import Bool, Float, Int, Invalid, Section, Str, params_error
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import CLEAN_QUESTION_SCHEMA
 
@@ -59,7 +58,7 @@ Generator = Literal["none", "crop", "doc2query"]
 Positive = Annotated[Int, Field(gt=0)]
 
 
-class QueriesConfig(Settings):
+class QueriesConfig(Section, section=SECTION):
     """The ``queries`` section of ``params.yaml``."""
 
     generator: Generator = Field(description="crop (random word spans), doc2query (mT5) or none (ablation)")
@@ -76,10 +75,6 @@ class QueriesConfig(Settings):
     max_input_length: Positive = Field(description="doc2query: article tokens fed to the model")
     batch_size: Positive = Field(description="doc2query: articles per generate() call")
     mixed_precision: Bool = Field(description="doc2query: bf16 autocast on CUDA (mT5 is unstable in fp16)")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> QueriesConfig:
-        return read_section(cls, params, SECTION)
 
     @model_validator(mode="after")
     def _span(self) -> QueriesConfig:
@@ -119,23 +114,12 @@ def crop_queries(
 
 
 def doc2query_queries(
-    articles: Sequence[tuple[int, str]],
-    *,
-    model_name: str,
-    per_article: int,
-    top_k: int,
-    top_p: float,
-    max_length: int,
-    max_input_length: int,
-    batch_size: int,
-    seed: int,
-    device,
-    mixed_precision: bool = True,
-    distributed: bool = True,
+    articles: Sequence[tuple[int, str]], cfg: QueriesConfig, *, seed: int, device, distributed: bool = True
 ) -> list[tuple[int, str]]:
-    """``per_article`` sampled doc2query questions per article (seq2seq model).
+    """``cfg.per_article`` sampled doc2query questions per article (the seq2seq model ``cfg.model``,
+    sampled and truncated as ``cfg`` says; bf16 on CUDA with ``cfg.mixed_precision``).
 
-    The batch plan is global: articles longest first in batches of ``batch_size``, batch
+    The batch plan is global: articles longest first in batches of ``cfg.batch_size``, batch
     ``b`` sampled under the seed ``(seed, b)``. Under ``torchrun`` (a process group open,
     ``distributed``) each rank generates a contiguous slice of the batches and every rank
     gets all queries back (:func:`lexgraph.core.distributed.map_batches`): the same queries as
@@ -150,10 +134,11 @@ def doc2query_queries(
     from lexgraph.core.progress import progress
 
     param = f"{SECTION}.model"
-    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, model_name, param=param)
-    model = from_pretrained(AutoModelForSeq2SeqLM.from_pretrained, model_name, param=param)
+    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, cfg.model, param=param)
+    model = from_pretrained(AutoModelForSeq2SeqLM.from_pretrained, cfg.model, param=param)
     model.to(device).eval()
-    use_amp = mixed_precision and device.type == "cuda"
+    per_article, batch_size = cfg.per_article, cfg.batch_size
+    use_amp = cfg.mixed_precision and device.type == "cuda"
     if use_amp and not torch.cuda.is_bf16_supported():
         log.warning("this GPU has no bf16; running doc2query in fp32 (mT5 overflows in fp16)")
         use_amp = False
@@ -171,7 +156,7 @@ def doc2query_queries(
         enc = tokenizer(
             [articles[i][1] for i in idx],
             truncation=True,
-            max_length=max_input_length,
+            max_length=cfg.max_input_length,
             padding=True,
             return_tensors="pt",
         )
@@ -181,9 +166,9 @@ def doc2query_queries(
                 input_ids=enc["input_ids"].to(device),  # (batch, <= max_input_length)
                 attention_mask=enc["attention_mask"].to(device),
                 do_sample=True,
-                top_k=top_k,
-                top_p=top_p,
-                max_length=max_length,
+                top_k=cfg.top_k,
+                top_p=cfg.top_p,
+                max_length=cfg.max_length,
                 num_return_sequences=per_article,
             )  # (batch * per_article, <= max_length)
         return tokenizer.batch_decode(out.cpu(), skip_special_tokens=True)
@@ -280,17 +265,7 @@ def generate(
         import torch
 
         pairs = doc2query_queries(
-            articles,
-            model_name=cfg.model,
-            per_article=cfg.per_article,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            max_length=cfg.max_length,
-            max_input_length=cfg.max_input_length,
-            batch_size=cfg.batch_size,
-            seed=seed,
-            device=torch.device(device) if isinstance(device, str) else device,
-            mixed_precision=cfg.mixed_precision,
+            articles, cfg, seed=seed, device=torch.device(device) if isinstance(device, str) else device
         )
     raw = len(pairs)
     pairs = deduplicate(pairs)
@@ -394,12 +369,7 @@ def write_queries(
     return df
 
 
-QueriesPaths = stage_paths(
-    "generate_queries",
-    "articles",
-    questions=Input("clean questions (Parquet): their fetched synthetic rows are kept"),
-    out=Output("output synthetic questions (Parquet)"),
-)
+QueriesPaths = stage_paths("generate_queries")
 
 
 def run_generate_queries(paths: QueriesPaths, config: QueriesConfig, context: StageContext):

@@ -34,7 +34,6 @@ import torch
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
-from lexgraph.core.provenance import Output
 from lexgraph.core.settings import settings_of
 from lexgraph.core.stage import StageContext, stage_paths
 
@@ -238,9 +237,7 @@ def embed_from_chunks(
     return out
 
 
-EncodeChunksPaths = stage_paths(
-    "encode_chunks", "pretrained", "articles", "headings", out=Output("output directory (the chunk cache)")
-)
+EncodeChunksPaths = stage_paths("encode_chunks")
 
 
 def run_encode_chunks(paths: EncodeChunksPaths, config, context: StageContext) -> dict[str, Any]:

@@ -35,8 +35,7 @@ from pydantic import Field
 
 from lexgraph.core.errors import DataError
 from lexgraph.core.io import atomic_path, load_tensors, read_parquet, save_tensors
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Int, Settings, read_section
+from lexgraph.core.settings import Int, Section
 from lexgraph.core.stage import StageContext, stage_paths
 
 log = logging.getLogger(__name__)
@@ -44,14 +43,10 @@ log = logging.getLogger(__name__)
 FILES = ("articles", "headings", "questions", "synthetic")
 
 
-class EmbedConfig(Settings):
+class EmbedConfig(Section, section="embed"):
     """The ``embed`` section of params.yaml."""
 
     batch_size: Annotated[Int, Field(gt=0, description="texts per encoder call")]
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> EmbedConfig:
-        return read_section(cls, params, "embed")
 
 
 #: the remedy for an embeddings file that is not as a stage wrote it
@@ -196,16 +191,7 @@ def embed_all(
     return counts
 
 
-EmbedPaths = stage_paths(
-    "embed",
-    "chunks",
-    "articles",
-    "headings",
-    "questions",
-    "synthetic",
-    dsr=Input("trained DSR (train_dsr output directory)"),
-    out=Output("output directory (articles/headings/questions/synthetic.safetensors)"),
-)
+EmbedPaths = stage_paths("embed")
 
 
 def run_embed(paths: EmbedPaths, config: EmbedConfig, context: StageContext) -> dict[str, int]:

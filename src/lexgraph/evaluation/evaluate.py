@@ -10,15 +10,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from lexgraph.core.config import params_error
 from lexgraph.core.io import atomic_path
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Expect, Int, Settings, Str, enforce, read_section
+from lexgraph.core.settings import Expect, Int, Section, Str, enforce
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.keys import keys_of
 from lexgraph.data.schema import (
@@ -43,7 +42,7 @@ SPLIT_NAMES = (
 SYSTEMS = "a non-empty list of distinct systems"
 
 
-class EvaluateConfig(Settings):
+class EvaluateConfig(Section, section=SECTION):
     """The ``evaluate`` section of params.yaml."""
 
     splits: Annotated[list[Literal[EVALUATED_SPLITS]], Field(min_length=1), Expect(SPLIT_NAMES)]
@@ -59,10 +58,6 @@ class EvaluateConfig(Settings):
         list[Literal[METRICS]], Field(min_length=1), Expect(f"a non-empty list of metrics among {', '.join(METRICS)}")
     ]
     index: IndexKeys = Field(description="how dense systems search their article embeddings (a mapping)")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> EvaluateConfig:
-        return read_section(cls, params, SECTION)
 
     @model_validator(mode="after")
     def _rules(self) -> EvaluateConfig:
@@ -295,14 +290,7 @@ __all__ = [
 ]
 
 
-EvaluatePaths = stage_paths(
-    "evaluate",
-    "questions",
-    "workspace",
-    keys=Input("clean's keys.parquet: the user's ids (no rows: BSARD's integer ids)"),
-    runs=Output("TREC runs <runs>/<system>/<split>.trec and qrels <runs>/<split>.qrels", record=False),
-    metrics_dir=Output("for <system>.json, results.md, significance.json, per_query/"),
-)
+EvaluatePaths = stage_paths("evaluate")
 
 
 def run_evaluate(paths: EvaluatePaths, config: EvaluateConfig, context: StageContext) -> None:

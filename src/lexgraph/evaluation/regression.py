@@ -268,9 +268,9 @@ def not_scored(got: dict, system: str, splits: list[str]) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-def tolerance_for(spec: dict, system: str, metric: str, path: Path | None = None) -> tuple[float, float]:
+def tolerance_for(spec: dict, system: str, metric: str) -> tuple[float, float]:
     """``(abs, rel)`` of ``system``'s ``metric`` in ``spec``, an expected file :func:`read_expected`
-    read (see the module docstring for the look-up order); ``path`` is not read (kept for callers)."""
+    read (see the module docstring for the look-up order)."""
     tables = [spec["systems"][system].get("tolerance"), spec.get("tolerance", DEFAULT_TOLERANCE)]
     for table in (_TOLERANCE.validate_python(raw) for raw in tables if raw is not None):
         for key in (metric, "default"):

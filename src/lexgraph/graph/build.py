@@ -49,8 +49,7 @@ import numpy as np
 from pydantic import Field
 
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import Output
-from lexgraph.core.settings import Bool, Settings, read_section
+from lexgraph.core.settings import Bool, Section
 from lexgraph.core.stage import StageContext, stage_paths
 
 log = logging.getLogger(__name__)
@@ -89,16 +88,12 @@ BIPARTITE_TYPES = (EdgeType.QUESTION_ARTICLE, EdgeType.ARTICLE_QUESTION)
 STRUCTURE_TYPES = tuple(t for t in EdgeType if t not in BIPARTITE_TYPES)
 
 
-class GraphConfig(Settings):
+class GraphConfig(Section, section="graph"):
     """The ``graph`` section of params.yaml."""
 
     directed: Bool = Field(description="true: statute edges point down (G-DSR's DAG); false: reverse types too")
     consecutive: Bool = Field(description="article -> next article under the same heading")
     questions: Bool = Field(description="train questions as nodes, linked to their gold articles")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> GraphConfig:
-        return read_section(cls, params, "graph")
 
 
 # ---------------------------------------------------------------------------
@@ -394,14 +389,7 @@ def restrict_graph(data, *, headings: bool = True, questions: bool = True, conse
     )
 
 
-GraphPaths = stage_paths(
-    "build_graph",
-    "articles",
-    "headings",
-    "questions",
-    "metrics",
-    out=Output("output directory (graph.pt, nodes.parquet)"),
-)
+GraphPaths = stage_paths("build_graph")
 
 
 def run_build_graph(paths: GraphPaths, config: GraphConfig, context: StageContext) -> None:

@@ -54,8 +54,9 @@ class System:
     #: the workspace artefacts it reads itself: all present means it is built; their provenance is
     #: checked before it loads (those it is built on are followed through their records)
     reads: tuple[Artifact, ...]
-    #: the dvc.yaml stage (``name@item`` for a foreach entry) that builds it
-    stage: str
+    #: the dvc.yaml stage (``name@item`` for a foreach entry) that builds it; by default (None) the
+    #: stage of the first artefact in :attr:`reads`, the one its stage writes
+    stage: str | None = None
     #: dense: the params.yaml sections its artefacts are built from (the export's model card)
     sections: tuple[str, ...] = ()
     #: dense: where its article vectors come from, in words (the export's model card)
@@ -75,6 +76,12 @@ class System:
     components: Callable[[Path], list[str]] | None = None
     #: ``(workspace) -> str``: why it is switched off there (a placeholder artefact), or ""
     switched_off: Callable[[Path], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.stage is None:
+            if not self.reads:
+                raise TypeError(f"system '{self.name}' reads no artefact: its declaration gives its stage")
+            object.__setattr__(self, "stage", self.reads[0].stage)
 
     @property
     def dense(self) -> bool:

@@ -144,11 +144,17 @@ async def article(request: Request, article_id: str):
 
 
 def _article(request: Request, article_id: str):
-    catalog = request.app.state.server.catalog
+    found, siblings = check_article(article_id, request.app.state.server.catalog)
+    return {**asdict(found), "siblings": siblings}
+
+
+def check_article(article_id: str, catalog: Catalog):
+    """The article ``article_id`` of ``catalog`` and the ids of the articles under its heading, or a 404
+    :class:`ApiError` (for the JSON answer and the web page alike)."""
     found = catalog.articles.get(article_id)
     if found is None:
         raise ApiError(404, f"no article with id {article_id[:100]!r}")
-    return {**asdict(found), "siblings": catalog.siblings[tuple(found.path)]}
+    return found, catalog.siblings[tuple(found.path)]
 
 
 @router.get("/systems", tags=["server"])
@@ -179,29 +185,16 @@ def check_admin(request: Request, token: str) -> None:
 
     client = request.client.host if request.client else ""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    refusals = [  # (whether it is refused so, the status, the words): the first one found is raised
-        (
-            client not in ("127.0.0.1", "::1", "localhost"),
-            403,
-            "admin actions are allowed from the server's own host only",
-        ),
-        (
-            kind in FORM_TYPES or (kind and kind != "application/json"),
-            415,
-            "an admin action takes no form and no body; expected an empty POST",
-        ),
-        (bool(request.url.query), 400, "an admin action takes no query; the token goes in the Authorization header"),
-        (
-            not token_matches(request.headers.get("authorization"), token),
-            401,
-            "expected the admin token: Authorization: Bearer <the token of serve.admin_token_file>",
-        ),
-    ]
-    status, words = next(((status, words) for refused, status, words in refusals if refused), (None, ""))
-    if status == 401:
+    # the checks in order, each made only once those before it pass: the first refusal is raised
+    if client not in ("127.0.0.1", "::1", "localhost"):
+        raise ApiError(403, "admin actions are allowed from the server's own host only")
+    if kind in FORM_TYPES or (kind and kind != "application/json"):
+        raise ApiError(415, "an admin action takes no form and no body; expected an empty POST")
+    if request.url.query:
+        raise ApiError(400, "an admin action takes no query; the token goes in the Authorization header")
+    if not token_matches(request.headers.get("authorization"), token):
         LIMITER.log(logging.WARNING, "admin-token", "refused an admin request without the admin token")
-    if status is not None:
-        raise ApiError(status, words)
+        raise ApiError(401, "expected the admin token: Authorization: Bearer <the token of serve.admin_token_file>")
 
 
 @router.post("/admin/reload", tags=["server"])

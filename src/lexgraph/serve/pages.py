@@ -26,7 +26,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
-from lexgraph.serve.api import answer, check_k, check_question, check_system
+from lexgraph.serve.api import answer, check_article, check_k, check_question, check_system
 from lexgraph.serve.limits import ApiError
 
 router = APIRouter(default_response_class=HTMLResponse, include_in_schema=False)
@@ -127,10 +127,8 @@ async def article_page(request: Request, article_id: str):
 
 def _article_page(request: Request, article_id: str):
     catalog = request.app.state.server.catalog
-    article = catalog.articles.get(article_id)
-    if article is None:
-        raise ApiError(404, f"no article with id {article_id[:100]!r}")
-    siblings = [catalog.articles[key] for key in catalog.siblings[tuple(article.path)]]
+    article, sibling_ids = check_article(article_id, catalog)
+    siblings = [catalog.articles[key] for key in sibling_ids]
     return templates.TemplateResponse(request, "article.html", {"article": article, "siblings": siblings})
 
 

@@ -4,11 +4,11 @@ requests to (where it listens is the command's ``--host`` and ``--port``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from lexgraph.core.settings import Expect, Float, Int, Settings, Str, enforce, read_section
+from lexgraph.core.settings import Expect, Float, Int, Section, Str, enforce
 
 #: a positive integer
 Positive = Annotated[Int, Field(gt=0)]
@@ -19,7 +19,7 @@ PAGE_K = "a positive integer, at most max_k"
 HOSTS = "a list of host names or addresses without scheme, port or path (such as localhost)"
 
 
-class ServeConfig(Settings):
+class ServeConfig(Section, section="serve"):
     """The ``serve`` section of params.yaml."""
 
     systems: Annotated[list[Str], Field(min_length=1), Expect(SYSTEMS)] = Field(
@@ -50,10 +50,6 @@ class ServeConfig(Settings):
             "``~`` is the user's home, a relative path starts at the workspace"
         )
     )
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> ServeConfig:
-        return read_section(cls, params, "serve")
 
     @model_validator(mode="after")
     def _rules(self) -> ServeConfig:

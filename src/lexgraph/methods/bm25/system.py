@@ -14,8 +14,7 @@ from lexgraph.core.config import refuse_held_out
 from lexgraph.core.inputs import KeyCheck, finite_number, read_json_object
 from lexgraph.core.io import atomic_path, read_parquet, write_json
 from lexgraph.core.progress import progress
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Expect, Float, Settings, bad_value, read_section
+from lexgraph.core.settings import Expect, Float, Section, bad_value
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.methods.system import System
@@ -31,17 +30,13 @@ log = logging.getLogger(__name__)
 Split = Annotated[Literal[SPLITS], Expect("dev (or train)")]
 
 
-class Bm25TuneConfig(Settings):
+class Bm25TuneConfig(Section, section="bm25_tune"):
     """The ``bm25_tune`` section of params.yaml: the k1 x b grid, searched on one split."""
 
     split: Split
     metric: Literal[METRICS]
     k1: Annotated[list[Annotated[Float, Field(ge=0)]], Field(min_length=1)]
     b: Annotated[list[Annotated[Float, Field(ge=0, le=1)]], Field(min_length=1)]
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> Bm25TuneConfig:
-        return read_section(cls, params, "bm25_tune")
 
     @field_validator("split")
     @classmethod
@@ -50,15 +45,11 @@ class Bm25TuneConfig(Settings):
         return split
 
 
-class Bm25Config(Settings):
+class Bm25Config(Section, section="bm25"):
     """The ``bm25`` section of params.yaml: the index's k1 and b, or ``tuned`` (bm25_tune's best)."""
 
     k1: Annotated[Annotated[Float, Field(ge=0)] | Literal["tuned"], Expect("a number >= 0 or 'tuned'")]
     b: Annotated[Annotated[Float, Field(ge=0, le=1)] | Literal["tuned"], Expect("a number in [0, 1] or 'tuned'")]
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> Bm25Config:
-        return read_section(cls, params, "bm25")
 
 
 def build_index(articles: pl.DataFrame, k1: float, b: float, idf: str = DEFAULT_IDF) -> BM25:
@@ -154,9 +145,7 @@ def tune(
     return results
 
 
-Bm25TunePaths = stage_paths(
-    "bm25_tune", "articles", "questions", best=Output("best pair (metrics JSON)"), grid=Output("whole grid (plot data)")
-)
+Bm25TunePaths = stage_paths("bm25_tune")
 
 
 def run_bm25_tune(paths: Bm25TunePaths, config: Bm25TuneConfig, context: StageContext) -> None:
@@ -169,7 +158,7 @@ def run_bm25_tune(paths: Bm25TunePaths, config: Bm25TuneConfig, context: StageCo
         pl.DataFrame(grid).write_csv(tmp, float_precision=6)
 
 
-Bm25Paths = stage_paths("bm25", "articles", tuned=Input("bm25_tune's best pair"), out=Output("index directory"))
+Bm25Paths = stage_paths("bm25")
 
 
 def run_bm25(paths: Bm25Paths, config: Bm25Config, context: StageContext) -> None:
@@ -210,7 +199,6 @@ SYSTEMS = (
         summary="BM25 over the analysed article texts (k1 and b chosen on dev by bm25_tune)",
         load=load_system,
         reads=(layout.BM25,),
-        stage=layout.BM25.stage,
         index_models=(layout.BM25.path.as_posix(),),  # k1, b and the analyzer
         index_side=(layout.BM25.path.as_posix(),),
         index=index_side,

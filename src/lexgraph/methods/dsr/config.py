@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from lexgraph.core.settings import Bool, Float, Int, Invalid, Settings, Str, read_section, settings_of
+from lexgraph.core.settings import Bool, Float, Int, Section, Str, enforce, settings_of
 from lexgraph.losses.InfoNCELoss import SIMILARITIES
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 from lexgraph.models.dsr import DSR
@@ -37,7 +37,7 @@ Init = Literal["pretrain", "base"]
 Similarity = Literal[SIMILARITIES]
 
 
-class DSRConfig(Settings):
+class DSRConfig(Section, section=SECTION):
     """The ``dsr`` section of ``params.yaml`` (see the comments there); every key is required."""
 
     article_init: Init = Field(description="pretrain: start from models/pretrain | base: from `base_model`")
@@ -80,25 +80,20 @@ class DSRConfig(Settings):
         description="retrain from the same start on train+dev (G-DSR appendix B) for the epochs `selection` gives"
     )
 
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> DSRConfig:
-        return read_section(cls, params, SECTION)
-
     @model_validator(mode="after")
     def _consistent(self) -> DSRConfig:
-        if self.max_document_length < self.max_chunk_length:
-            raise Invalid(
-                "max_document_length",
-                self.max_document_length,
-                f"an integer >= '{SECTION}.max_chunk_length' ({self.max_chunk_length})",
-            )
-        if self.chunk_encoder == "frozen" and self.article_init != "pretrain":
-            raise Invalid(
-                "article_init",
-                self.article_init,
-                f"pretrain with '{SECTION}.chunk_encoder' = frozen (the cached chunk vectors are models/pretrain's)",
-            )
-        return self
+        frozen = f"pretrain with '{SECTION}.chunk_encoder' = frozen (the cached chunk vectors are models/pretrain's)"
+        return enforce(
+            self,
+            [
+                (
+                    "max_document_length",
+                    self.max_document_length < self.max_chunk_length,
+                    f"an integer >= '{SECTION}.max_chunk_length' ({self.max_chunk_length})",
+                ),
+                ("article_init", self.chunk_encoder == "frozen" and self.article_init != "pretrain", frozen),
+            ],
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -169,7 +164,7 @@ def _build(config: DSRConfig, q_path: str, q_random: bool, a_path: str, a_random
 # ---------------------------------------------------------------------------
 
 
-class QabisarDSRConfig(Settings):
+class QabisarDSRConfig(Section, section=QABISAR_SECTION):
     """The ``dsr_qabisar`` section: the keys where QABISAR's dense bi-encoder (Santosh et al.,
     COLING 2025, §2.1 and App. A) differs from the ``dsr`` section's recipe (App. A follows G-DSR's)."""
 
@@ -178,10 +173,6 @@ class QabisarDSRConfig(Settings):
     )
     similarity: Similarity
     synthetic: Bool
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> QabisarDSRConfig:
-        return read_section(cls, params, QABISAR_SECTION)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import polars as pl
@@ -36,8 +36,7 @@ from pydantic import Field, field_validator
 from lexgraph.core.config import HELD_OUT_SPLIT, refuse_held_out
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.progress import progress_bar
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Expect, Float, Int, Settings, read_section
+from lexgraph.core.settings import Expect, Float, Int, Section
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS
 from lexgraph.search.bm25 import BM25
@@ -55,7 +54,7 @@ SECTION = "negatives"
 TRAINING_SPLITS = ", ".join(s for s in SPLITS if s != HELD_OUT_SPLIT)
 
 
-class NegativesConfig(Settings):
+class NegativesConfig(Section, section=SECTION):
     """The ``negatives`` section of params.yaml (read by ``mine_negatives``)."""
 
     k1: Annotated[Float, Field(ge=0, description="BM25 of its own (G-DSR: 1.0, 0.6)")]
@@ -67,10 +66,6 @@ class NegativesConfig(Settings):
         Field(min_length=1),
         Expect(f"a non-empty list of split names among {TRAINING_SPLITS}"),
     ]
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> NegativesConfig:
-        return read_section(cls, params, SECTION)
 
     @field_validator("splits")
     @classmethod
@@ -255,14 +250,7 @@ def mine(config: NegativesConfig, articles_path, questions_path, synthetic_path=
     return with_hub_lists(questions, hub, mine_subset, k, frames[0].height) if hub else mine_subset(questions)
 
 
-NegativesPaths = stage_paths(
-    "mine_negatives",
-    "articles",
-    "questions",
-    synthetic=Input("synthetic questions (Parquet, questions schema); skipped when absent"),
-    hub_negatives=Input("hub negatives (data/raw/negatives.parquet), where a question has a list"),
-    out=Output("output negatives (Parquet)"),
-)
+NegativesPaths = stage_paths("mine_negatives")
 
 
 def run_mine_negatives(paths: NegativesPaths, config: NegativesConfig, context: StageContext) -> None:

@@ -50,7 +50,7 @@ from torch import nn
 from lexgraph.core.config import seed_everything
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.io import atomic_path, write_json, write_text
-from lexgraph.core.provenance import Input, Output, stage_inputs
+from lexgraph.core.provenance import stage_inputs
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.losses.InfoNCELoss import InfoNCELoss
 from lexgraph.methods.dsr.config import EVAL_CUTOFF, QABISAR_SECTION, SECTION, DSRConfig, QabisarDSRSettings, build_dsr
@@ -278,13 +278,7 @@ def train_dsr(
 
 
 def train_and_refit(
-    model: DSR,
-    data: TrainingData,
-    config: DSRConfig,
-    device: torch.device,
-    seed: int,
-    runtime: Runtime | None = None,
-    resume: Resume | None = None,
+    model: DSR, data: TrainingData, config: DSRConfig, runtime: Runtime, seed: int, resume: Resume | None = None
 ) -> tuple[DSRTrainResult, DSRTrainResult | None]:
     """:func:`train_dsr` (the selection run), then, with ``config.refit``, the refit of G-DSR
     (appendix B): ``model`` back at its start weights (a copy taken before the selection run),
@@ -293,8 +287,10 @@ def train_and_refit(
     E is ``config.epochs`` with ``selection: fixed`` (Table 5's fixed schedule; the selection run
     keeps its last epoch and dev is scored for the report), else the best dev epoch; E = 0 (the
     untrained model won on dev): it stays, no refit. Every refit and skipped refit is logged.
-    Returns (selection run, refit run or None); ``model`` ends as the one to keep.
+    Returns (selection run, refit run or None); ``model`` ends as the one to keep. Both runs share
+    ``runtime`` (the stage's, which its resume points use too) and train on its device.
     """
+    device = runtime.device
     select = config.selection == "dev"
     if not config.refit:
         log.info("refit: skipped, '%s.refit' is false (the model kept is the selection run's)", SECTION)
@@ -337,18 +333,7 @@ def curve_csv(history: Sequence[dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-TrainDsrPaths = stage_paths(
-    "train_dsr",
-    "articles",
-    "questions",
-    "negatives",
-    "pretrained",
-    "chunks",
-    "metrics",
-    synthetic=Input("synthetic questions (Parquet; read when dsr.synthetic is true)"),
-    out=Output("model directory"),
-    plot=Output("per-epoch loss and dev recall@200 (CSV)"),
-)
+TrainDsrPaths = stage_paths("train_dsr")
 
 
 def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, context: StageContext) -> dict[str, Any]:
@@ -375,12 +360,12 @@ def run_train_dsr(paths: TrainDsrPaths, config: DSRConfig, context: StageContext
             raise DataError(cache, f"article {exc.args[0]} has no cached chunks; run `dvc repro`") from None
     runtime = Runtime(device)
     with resumable(paths.out, {"config": config, "seed": seed}, stage_inputs(paths), runtime) as resume:
-        return _train_and_write(paths, config, data, model, device, seed, runtime, resume)
+        return _train_and_write(paths, config, data, model, seed, runtime, resume)
 
 
-def _train_and_write(paths, config, data, model, device, seed, runtime, resume) -> dict[str, Any]:
+def _train_and_write(paths, config, data, model, seed, runtime, resume) -> dict[str, Any]:
     """Train (and refit), then write the model, metrics and curve; the summary."""
-    result, refit = train_and_refit(model, data, config, device, seed, runtime, resume)
+    result, refit = train_and_refit(model, data, config, runtime, seed, resume)
     summary: dict[str, Any] = {
         "best_epoch": result.best_epoch,
         f"dev_recall@{EVAL_CUTOFF}": rounded(result.dev_metrics[f"recall@{EVAL_CUTOFF}"])

@@ -16,7 +16,6 @@ import torch
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import read_json_object
-from lexgraph.core.provenance import Input, Output
 from lexgraph.core.stage import stage_paths
 from lexgraph.methods.gnn.config import SELECTION_METRIC, GNNSettings
 from lexgraph.methods.gnn.data import TrainingSet
@@ -159,18 +158,4 @@ def load_query_encoder(dsr_dir: Path, dim: int):
 CURVE = ("epoch", "loss", f"dev_{SELECTION_METRIC}")
 
 
-TrainGnnPaths = stage_paths(
-    "train_gnn",
-    "graph",
-    "embed",
-    "questions",
-    "negatives",
-    "metrics",
-    synthetic=Input("synthetic queries of generate_queries (Parquet; G-DSR's augmentation)"),
-    dsr=Input("the first stage: a trained DSR (its query encoder starts QABISAR's)"),
-    fallback_dsr=Input("G-DSR's DSR: the first stage when --dsr is a placeholder"),
-    fallback_embed=Input("G-DSR's DSR vectors: read when --embed is a placeholder"),
-    hprior=Input("hprior stage output (the prior the encoder starts from)"),
-    out=Output("model directory"),
-    plot=Output("training curve: per-epoch loss and dev recall@200 (CSV)"),
-)
+TrainGnnPaths = stage_paths("train_gnn")

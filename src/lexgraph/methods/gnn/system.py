@@ -146,7 +146,6 @@ SYSTEMS = tuple(
         summary=summary,
         load=load,
         reads=(layout.GNN[variant], layout.DSR),
-        stage=layout.GNN[variant].stage,
         # QABISAR may have its own first stage (dsr_qabisar), else it is built on dsr's
         sections=(
             "pretrain",

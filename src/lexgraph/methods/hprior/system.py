@@ -24,8 +24,7 @@ from pydantic import AfterValidator, Field, field_validator
 from lexgraph.core import layout
 from lexgraph.core.config import refuse_held_out
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import Output
-from lexgraph.core.settings import Expect, Float, Int, Settings, bad_value, expectation, read_section
+from lexgraph.core.settings import Expect, Float, Int, Section, bad_value, expectation
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
@@ -48,7 +47,7 @@ def _distinct(values: list) -> list:
     return values
 
 
-class HpriorConfig(Settings):
+class HpriorConfig(Section, section=SECTION):
     """The ``hprior`` section of params.yaml."""
 
     weights: Annotated[
@@ -65,10 +64,6 @@ class HpriorConfig(Settings):
     ]
     split: Annotated[Literal[SPLITS], Expect("dev (or train)")]
     metric: Literal[METRICS]
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> HpriorConfig:
-        return read_section(cls, params, SECTION)
 
     @field_validator("split")
     @classmethod
@@ -217,14 +212,7 @@ def load_hprior(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     )
 
 
-HpriorPaths = stage_paths(
-    "hprior",
-    "graph",
-    "embed",
-    "questions",
-    "metrics",
-    out=Output("model directory (hprior.json, article_embeddings.safetensors)"),
-)
+HpriorPaths = stage_paths("hprior")
 
 
 def run_hprior(paths: HpriorPaths, config: HpriorConfig, context: StageContext) -> None:
@@ -279,7 +267,6 @@ SYSTEMS = (
         summary="lexgraph's hierarchy prior: DSR's article vectors propagated through the statute hierarchy",
         load=load_hprior,
         reads=(layout.HPRIOR, layout.DSR),
-        stage=layout.HPRIOR.stage,
         sections=(*DSR_SECTIONS, SECTION),
         article_side="DSR's article vectors propagated through the statute hierarchy (the `hprior` stage's "
         "weight and scope, chosen on dev)",

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from lexgraph.core import layout
 from lexgraph.core.config import HELD_OUT_SPLIT
 from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
-from lexgraph.core.settings import Bool, Expect, Float, Int, Settings, Str, enforce, expectation, read_section
+from lexgraph.core.settings import Bool, Expect, Float, Int, Section, Settings, Str, enforce, saved_section
 from lexgraph.data.schema import SPLITS
 from lexgraph.methods.system import System
 from lexgraph.metrics.ir import DEEPEST, METRICS
@@ -66,7 +66,7 @@ NORM_NAMES = f"a list of distinct normalisations among {', '.join(NORMS)}"
 WEIGHTS = "a list of distinct numbers in [0, 1] (BM25's weight)"
 
 
-class HybridConfig(Settings):
+class HybridConfig(Section, section=SECTION):
     """The ``hybrid`` section of params.yaml."""
 
     split: Annotated[
@@ -89,10 +89,6 @@ class HybridConfig(Settings):
     alone: Bool = Field(
         description="also try BM25 alone and the dense system alone (last in the grid: a tie goes to a fusion)"
     )
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> HybridConfig:
-        return read_section(cls, params, SECTION)
 
     @model_validator(mode="after")
     def _rules(self) -> HybridConfig:
@@ -185,6 +181,12 @@ class HybridRetriever:
         return fuse(sparse, dense, self.fusion, k)
 
 
+class SavedDepth(Settings):
+    """What ``hybrid.json`` holds of the section's own keys: the depth, checked as ``hybrid.depth`` is."""
+
+    depth: Depth
+
+
 def read_settings(path: str | Path) -> dict[str, Any]:
     """The stage's ``hybrid.json``, checked (format, systems, fusion, depth)."""
     path = Path(path)
@@ -205,11 +207,7 @@ def read_settings(path: str | Path) -> dict[str, Any]:
             raise KeyError("depth")
     except (KeyError, TypeError, ValueError, AttributeError, LexgraphError) as exc:
         raise DataError(path, f"inconsistent hybrid settings ({exc}); {restore}") from None
-    try:
-        settings["depth"] = TypeAdapter(Depth).validate_python(settings["depth"])
-    except ValidationError:
-        expected = expectation(HybridConfig.model_fields["depth"])
-        raise DataError(path, f"key 'depth' = {settings['depth']!r}, expected {expected}; {restore}") from None
+    settings["depth"] = saved_section(SavedDepth, {"depth": settings["depth"]}, path, None, restore).depth
     return settings
 
 
@@ -248,7 +246,6 @@ SYSTEMS = (
         summary="BM25 fused with a dense system (the fusion, its weight and the dense system chosen on dev)",
         load=load_hybrid,
         reads=(layout.HYBRID,),
-        stage=layout.HYBRID.stage,
         index_models=(layout.HYBRID.path.as_posix() + "/" + SETTINGS,),  # its systems are checked as themselves
         components=components,
     ),

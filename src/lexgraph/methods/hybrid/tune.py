@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from lexgraph.core.config import params_error, refuse_held_out
-from lexgraph.core.provenance import Output
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import split_questions
 from lexgraph.methods.hybrid.system import (
@@ -164,9 +163,7 @@ def tune_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-HybridPaths = stage_paths(
-    "hybrid", "questions", "workspace", "metrics", out=Output("directory of hybrid.json (the chosen fusion)")
-)
+HybridPaths = stage_paths("hybrid")
 
 
 def run_hybrid(paths: HybridPaths, config: HybridConfig, context: StageContext, load) -> None:

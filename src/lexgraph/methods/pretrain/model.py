@@ -37,14 +37,13 @@ import logging
 import os
 import string
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from lexgraph.core.config import params_error
 from lexgraph.core.hub import from_pretrained
-from lexgraph.core.provenance import Output
-from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Settings, Str, read_section
+from lexgraph.core.settings import Bool, Expect, Float, Int, Invalid, Section, Str
 from lexgraph.core.stage import stage_paths
 from lexgraph.models.base import SOURCES
 
@@ -80,7 +79,7 @@ WARMUP = "a share of max_steps in [0, 1)"
 Positive = Annotated[Int, Field(gt=0)]
 
 
-class PretrainConfig(Settings):
+class PretrainConfig(Section, section=SECTION):
     """The ``pretrain`` section of ``params.yaml``."""
 
     mode: Literal[MODES] = Field(description="none | continue | scratch (the module's docstring)")
@@ -112,10 +111,6 @@ class PretrainConfig(Settings):
     mixed_precision: Bool = Field(description="autocast on CUDA (bf16 where supported, else fp16)")
     log_every: Positive
     checkpoint_every: Positive = Field(description="steps per resume checkpoint (each also scores the eval loss)")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> PretrainConfig:
-        return read_section(cls, params, SECTION)
 
     @property
     def warmup_steps(self) -> int:
@@ -317,10 +312,4 @@ def load_tokenizer_and_model(cfg: PretrainConfig, texts: Sequence[str], seed: in
     return tokenizer, model
 
 
-PretrainPaths = stage_paths(
-    "pretrain",
-    "articles",
-    out=Output("output checkpoint directory (model + tokenizer)"),
-    metrics=Output("output metrics (JSON)"),
-    plot=Output("output training curve (CSV: step, loss, eval_loss)"),
-)
+PretrainPaths = stage_paths("pretrain")

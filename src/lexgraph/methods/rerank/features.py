@@ -24,7 +24,6 @@ import torch
 
 from lexgraph.core.config import autocast
 from lexgraph.core.errors import DataError
-from lexgraph.core.provenance import Input, Output
 from lexgraph.core.settings import params_error
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.text.elements import PATTERNS, element_sentences, element_view, token_sentences
@@ -469,14 +468,7 @@ def frozen_stores(
     return _frozen_encoding(articles, questions, config, pretrain_dir, device, seed, config.truncation)[0]
 
 
-EncodeRerankPaths = stage_paths(
-    "encode_rerank",
-    "articles",
-    "questions",
-    pretrain=Input("the base checkpoint (pretrain stage)"),
-    out=Output("output directory (the token states)"),
-    metrics=Output("metrics JSON (the legal element indicator's counts)"),
-)
+EncodeRerankPaths = stage_paths("encode_rerank")
 
 
 def run_encode_rerank(paths: EncodeRerankPaths, config: CacheSettings, context: StageContext) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from lexgraph.core.provenance import Input, Output, Workspace, stage_inputs
+from lexgraph.core.provenance import stage_inputs
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.methods.rerank.config import RerankConfig
 from lexgraph.methods.rerank.report import curve_columns
@@ -19,17 +19,7 @@ from lexgraph.training.resume import resumable
 log = logging.getLogger("lexgraph.methods.rerank.train")
 
 
-RerankPaths = stage_paths(
-    "rerank",
-    "questions",
-    "articles",
-    features=Input("encode_rerank's cache of the frozen PLM's states (xrerank)"),
-    pretrain=Input("the base checkpoint (pretrain stage)"),
-    workspace=Workspace("where the first-stage system's artefacts are"),
-    out=Output("the re-ranker's directory"),
-    metrics=Output("the training report (JSON)"),
-    plot=Output("training curve: per-epoch loss and dev metric (CSV)"),
-)
+RerankPaths = stage_paths("rerank")
 
 
 def run_rerank(paths: RerankPaths, config: RerankConfig, context: StageContext, load_first) -> None:

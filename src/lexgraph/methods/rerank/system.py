@@ -225,7 +225,6 @@ SYSTEMS = tuple(
         summary=summary,
         load=load,
         reads=(layout.RERANKERS[variant],),
-        stage=layout.RERANKERS[variant].stage,
         index_models=(layout.PRETRAIN.path.as_posix(), layout.RERANKERS[variant].path.as_posix()),
         index_side=(layout.RERANK_FEATURES.path.as_posix(),),
         index=index_side(variant),

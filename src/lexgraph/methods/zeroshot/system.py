@@ -33,8 +33,7 @@ from pydantic import Field, model_validator
 from lexgraph.core import layout
 from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
-from lexgraph.core.provenance import Input, Output
-from lexgraph.core.settings import Int, Invalid, Settings, read_section, saved_section, settings_of
+from lexgraph.core.settings import Int, Section, Settings, enforce, saved_section, settings_of
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.methods.system import System
 
@@ -51,7 +50,7 @@ Pooling = Literal[POOLINGS]
 Length = Annotated[Int, Field(gt=0)]
 
 
-class ZeroshotConfig(Settings):
+class ZeroshotConfig(Section, section=SECTION):
     """The ``zeroshot`` section of params.yaml."""
 
     token_pooling: Pooling = Field(description="the model family's pooling")
@@ -61,19 +60,10 @@ class ZeroshotConfig(Settings):
     ]
     batch_size: Annotated[Int, Field(gt=0, description="windows per encoder call")]
 
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> ZeroshotConfig:
-        return read_section(cls, params, SECTION)
-
     @model_validator(mode="after")
     def _document_holds_a_window(self) -> ZeroshotConfig:
-        if self.max_document_length < self.max_length:
-            raise Invalid(
-                "max_document_length",
-                self.max_document_length,
-                f"an integer >= {SECTION}.max_length ({self.max_length})",
-            )
-        return self
+        window = f"an integer >= {SECTION}.max_length ({self.max_length})"
+        return enforce(self, [("max_document_length", self.max_document_length < self.max_length, window)])
 
 
 class QuerySettings(Settings):
@@ -208,13 +198,7 @@ def load_system(workspace: Path, device: str = "auto", index=None, *, corpus: Pa
     )
 
 
-ZeroshotPaths = stage_paths(
-    "zeroshot",
-    "pretrained",
-    "articles",
-    chunks=Input("encode_chunks cache, reused when chunked alike"),
-    out=Output("output directory"),
-)
+ZeroshotPaths = stage_paths("zeroshot")
 
 
 def run_zeroshot(paths: ZeroshotPaths, config: ZeroshotConfig, context: StageContext) -> None:
@@ -249,7 +233,6 @@ SYSTEMS = (
         summary="the base checkpoint as it is, no training: the mean of each article's windows (E5's recipe)",
         load=load_system,
         reads=(layout.ZEROSHOT,),
-        stage=layout.ZEROSHOT.stage,
         sections=("pretrain", SECTION),
         article_side="the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
         "of tokens, weighted by their token counts (E5's own recipe)",
