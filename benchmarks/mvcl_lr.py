@@ -161,7 +161,7 @@ def measure(args) -> int:
     from lexgraph.core.config import resolve_device
     from lexgraph.core.io import read_parquet, write_json
     from lexgraph.methods.rerank.config import RerankConfig
-    from lexgraph.methods.rerank.features import frozen_stores
+    from lexgraph.methods.rerank.features import StoreSource, frozen_stores
     from lexgraph.methods.rerank.train import RerankTrainer, first_stage_lists
     from lexgraph.metrics.ir import DEEPEST
     from lexgraph.systems.registry import load_retriever
@@ -185,9 +185,8 @@ def measure(args) -> int:
         first_stage_lists(first, questions, "train", head.k),
         first_stage_lists(first, questions, head.split if args.scored == "dev" else "train", max(head.k, DEEPEST)),
     )
-    stores = frozen_stores(
-        articles, questions, frozen, layout.RERANK_FEATURES.under(ws), layout.PRETRAIN.under(ws), device, base.seed
-    )
+    source = StoreSource(articles, questions, frozen, layout.PRETRAIN.under(ws), base.seed)
+    stores = frozen_stores(source, layout.RERANK_FEATURES.under(ws), device)
     probe = RerankTrainer(torch.nn.Identity(), head, *stores, *lists, device, base.seed)
     first_map = probe.metrics_at([-np.arange(len(r), dtype=np.float64) for r in probe.dev_lists.ids], None)["map"]
     chance = chance_map(probe, base.seed)

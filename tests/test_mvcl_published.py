@@ -27,7 +27,7 @@ from lexgraph.core.stage import StageContext
 from lexgraph.methods.rerank.config import ENCODE_KEYS, VARIANTS, RerankConfig
 from lexgraph.methods.rerank.features import TokenStore
 from lexgraph.methods.rerank.io import build_model
-from lexgraph.methods.rerank.model import Eq6Pooling, InteractionModel, fuse_list, rerank_games, rerank_scores
+from lexgraph.methods.rerank.model import Eq6Pooling, InteractionModel, Tournament, fuse_list
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,15 +219,15 @@ def test_the_epoch_is_chosen_by_the_pairwise_dev_accuracy_for_mvcl_and_by_map_fo
     }
     calls = []
 
-    def scripted(model, q_states, cands, articles, device, batch_size):
+    def scripted(tournament, q_states, cands):
         epoch, question = divmod(len(calls), 2)
         calls.append(1)
         bc, cb = games[epoch + 1][question]
         margins = np.array([[0.0, bc], [cb, 0.0]], dtype=np.float32)
         return margins.sum(1), margins  # n = 2: the tournament score is the one game
 
-    monkeypatch.setattr(rerank, "rerank_games", scripted)
-    monkeypatch.setattr(rerank, "rerank_scores", lambda *args: scripted(*args)[0])
+    monkeypatch.setattr(rerank.Tournament, "games", scripted)
+    monkeypatch.setattr(rerank.Tournament, "scores", lambda *args: scripted(*args)[0])
     args = (*_stores(), _lists(range(100, 112), 2), _lists(range(112, 114), 2))
     sizes = {"k": 2, "hidden": 4, "batch_size": 8, "eval_batch_size": 8}
     mvcl = _on_frozen_states(_config("mvcl", sizes), epochs=3)
@@ -416,13 +416,13 @@ def test_mvcl_ranks_by_the_sum_of_a_candidates_probabilities_in_all_pairs(monkey
         model.classifier = _ScriptedGames(GAMES)
         with torch.no_grad():
             scored[ranking] = model.tournament_scores(h).tolist()
-        # the search (rerank_scores) and the dev pass (rerank_games) score with the network's ranking
-        monkeypatch.setattr(models_rerank, "match_candidates", lambda *args: h)
+        # the search (Tournament.scores) and the dev pass (Tournament.games) score with the network's ranking
+        monkeypatch.setattr(models_rerank.Tournament, "match", lambda *args: h)
         cands = [10, 11, 12, 13]
-        assert rerank_scores(model, None, cands, None, torch.device("cpu")).tolist() == pytest.approx(
+        assert Tournament(model, None, torch.device("cpu")).scores(None, cands).tolist() == pytest.approx(
             scored[ranking], abs=1e-6
         )
-        scores, margins = rerank_games(model, None, cands, None, torch.device("cpu"), 4)
+        scores, margins = Tournament(model, None, torch.device("cpu"), 4).games(None, cands)
         assert scores.tolist() == pytest.approx(scored[ranking], abs=1e-6)
         expected = [[GAMES[b, c][0] - GAMES[b, c][1] if b != c else 0.0 for c in range(4)] for b in range(4)]
         np.testing.assert_allclose(margins, expected, atol=1e-6)  # the pairwise accuracy still reads the margins
@@ -491,7 +491,7 @@ def test_mvcl_search_without_fusion_orders_by_the_network(one_thread):
     ids, _ = retriever.search(["q 0", "q 5"], 8)
     for i, start in enumerate((0, 5)):
         cands = [(start + j) % 12 for j in range(6)]
-        net = rerank_scores(model, states[i], cands, articles, torch.device("cpu"))
+        net = Tournament(model, articles, torch.device("cpu")).scores(states[i], cands)
         expected = [cands[j] for j in np.lexsort((np.arange(6), -net))]
         assert ids[i, :6].tolist() == expected
         assert ids[i, 6:].tolist() == [(start + 6) % 12, (start + 7) % 12]
@@ -644,21 +644,22 @@ def test_plm_layers_trains_the_top_blocks_over_states_cached_once_per_text(one_t
     stores = [s.encode_store(s.sequences, 8, cpu, contextlib.nullcontext) for s in (articles, queries, *whole)]
     for qid, row in zip(range(112, 116), _lists6(range(112, 116)).ids):
         cands = row.tolist()
-        got = rerank_scores(model, stores[1].get(qid), cands, stores[0], cpu)
-        ref = rerank_scores(model, stores[3].get(qid), cands, stores[2], cpu)
+        got = Tournament(model, stores[0], cpu).scores(stores[1].get(qid), cands)
+        ref = Tournament(model, stores[2], cpu).scores(stores[3].get(qid), cands)
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
 
 
 def test_plm_layers_beyond_the_plms_blocks_names_the_key(tiny_model_dir):
     import polars as pl
 
+    from lexgraph.methods.rerank.features import StoreSource
     from lexgraph.methods.rerank.stage import _plm_inputs
 
     articles = pl.DataFrame({"id": [1], "article": ["la loi du bail."]})
     questions = pl.DataFrame({"id": [7], "question": ["le bail ?"], "article_ids": [[1]], "split": ["train"]})
     config = _config("mvcl", {"del_token": "[MASK]"}, {"max_query_length": 16, "max_article_length": 16})
     with pytest.raises(ConfigError, match=r"'rerank\.mvcl\.plm_layers' = 2, expected null or an integer in \[1, 1\]"):
-        _plm_inputs(articles, questions, config, Path(tiny_model_dir), torch.device("cpu"), 13)
+        _plm_inputs(StoreSource(articles, questions, config, Path(tiny_model_dir), 13), torch.device("cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -780,8 +781,8 @@ def test_the_finetuned_plm_is_saved_with_the_network_and_search_loads_it(
     states = retriever.encoder.encode_queries(["le bail ?", "le contrat ?"], 16, 8, "left")
     for qid, saved_q, text in zip((102, 101), states, ("le bail ?", "le contrat ?")):
         cands = First().search([text], 6)[0][0].tolist()
-        in_memory = rerank_scores(model, q_store.get(qid), cands, a_store, cpu)
-        saved = rerank_scores(retriever.model, saved_q, cands, retriever.articles, cpu)
+        in_memory = Tournament(model, a_store, cpu).scores(q_store.get(qid), cands)
+        saved = Tournament(retriever.model, retriever.articles, cpu).scores(saved_q, cands)
         np.testing.assert_allclose(saved, in_memory, rtol=0, atol=1e-6)
         expected = [cands[j] for j in np.lexsort((np.arange(6), -in_memory))]
         assert retriever.search([text], 6)[0][0].tolist() == expected

@@ -23,7 +23,7 @@ K = 5
 
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory):
-    """A distribution on sys.path whose entry point ``centred = toy_system:SYSTEMS`` declares the system."""
+    """A distribution on sys.path whose entry point ``centred = toy_system:SYSTEM`` declares the system."""
     import sys
 
     from lexgraph.methods import catalog
@@ -32,7 +32,7 @@ def registered(tmp_path_factory):
     info = site / "toy_lexgraph_system-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-lexgraph-system\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[lexgraph.systems]\ncentred = toy_system:SYSTEMS\n")
+    (info / "entry_points.txt").write_text("[lexgraph.systems]\ncentred = toy_system:SYSTEM\n")
     sys.path.insert(0, str(site))
     catalog.systems.cache_clear()
     yield

@@ -2,7 +2,7 @@
 ``centred``, DSR's question encoder over DSR's article vectors centred on their corpus mean,
 searched by cosine (centring removes the direction every article shares, so a cosine ranks by
 what sets an article apart). Registered under the ``lexgraph.systems`` entry points
-(``centred = toy_system:SYSTEMS``) by tests/test_system_plugin.py; nothing else in lexgraph names it.
+(``centred = toy_system:SYSTEM``) by tests/test_system_plugin.py; nothing else in lexgraph names it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lexgraph.core.layout import DSR, EMBED, Artifact
-from lexgraph.methods.system import System
+from lexgraph.methods.system import DenseSystem
 
 NAME = "centred"
 ARTIFACT = Artifact("models/centred", "centred")
@@ -46,18 +46,14 @@ def index_side(job) -> None:
     save_embeddings(out, ids, centre(vectors))
 
 
-SYSTEMS = (
-    System(
-        name=NAME,
-        kind="dense",
-        summary="DSR's question encoder over DSR's article vectors centred on their mean, by cosine",
-        load=load,
-        reads=(ARTIFACT, DSR),
-        stage=ARTIFACT.stage,
-        sections=("dsr", "embed"),
-        article_side="DSR's article vectors, centred on the corpus mean",
-        index_models=(DSR.path.as_posix(),),
-        index_side=(ARTIFACT.path.as_posix(),),
-        index=index_side,
-    ),
+SYSTEM = DenseSystem(
+    name=NAME,
+    summary="DSR's question encoder over DSR's article vectors centred on their mean, by cosine",
+    load=load,
+    reads=(ARTIFACT, DSR),
+    stage=ARTIFACT.stage,
+    sections=("dsr", "embed"),
+    article_side="DSR's article vectors, centred on the corpus mean",
+    index_models=(DSR.posix(),),
+    index=index_side,
 )

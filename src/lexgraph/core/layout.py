@@ -33,6 +33,10 @@ class Artifact:
         """``workspace / path / parts``: the artefact (or a file inside it) in a workspace."""
         return Path(workspace, *self.path.parts, *parts)
 
+    def posix(self, *parts: str) -> str:
+        """The artefact's (or a file inside it) path relative to a workspace, as records write it."""
+        return PurePosixPath(self.path, *parts).as_posix()
+
 
 #: the embedded sample, the ``sample`` source's input (``fetch.sample_dir``; a dvc.yaml dep, not an output)
 SAMPLE = PurePosixPath("data/sample")

@@ -1,7 +1,7 @@
 """The catalogue of retrieval systems: every declaration, lexgraph's and other packages'.
 
 Each system is declared once, next to its code (:class:`lexgraph.methods.system.System`, a method's
-``SYSTEMS``): lexgraph's own in :data:`BUILTIN`'s modules, another package's under the
+``SYSTEM``, or ``SYSTEMS`` for a family): lexgraph's own in :data:`BUILTIN`'s modules, another package's under the
 ``lexgraph.systems`` entry-point group (docs/systems.md). :func:`systems` collects them, and every
 question about systems (which are dense, what an index of them holds, what export writes) is a
 query on it; a composed system or a re-ranker asks it which systems it may be built on. The
@@ -27,12 +27,12 @@ from lexgraph.methods.zeroshot import system as zeroshot
 
 #: lexgraph's own systems, in the order every listing shows them
 BUILTIN: tuple[System, ...] = (
-    *bm25.SYSTEMS,
-    *zeroshot.SYSTEMS,
-    *dsr.SYSTEMS,
-    *hprior.SYSTEMS,
+    bm25.SYSTEM,
+    zeroshot.SYSTEM,
+    dsr.SYSTEM,
+    hprior.SYSTEM,
     *gnn.SYSTEMS,
-    *hybrid.SYSTEMS,
+    hybrid.SYSTEM,
     *rerank.SYSTEMS,
 )
 #: the entry-point group under which another package declares its systems: each entry is a

@@ -17,7 +17,7 @@ from lexgraph.core.progress import progress
 from lexgraph.core.settings import Expect, Float, Section, bad_value
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS, split_questions
-from lexgraph.methods.system import System
+from lexgraph.methods.system import SparseSystem
 from lexgraph.metrics.ir import METRICS, evaluate_run
 from lexgraph.search.bm25 import BM25, load_system
 from lexgraph.search.bm25_kernels import DEFAULT_IDF
@@ -192,15 +192,11 @@ def index_side(job) -> None:
         )
 
 
-SYSTEMS = (
-    System(
-        name="bm25",
-        kind="sparse",
-        summary="BM25 over the analysed article texts (k1 and b chosen on dev by bm25_tune)",
-        load=load_system,
-        reads=(layout.BM25,),
-        index_models=(layout.BM25.path.as_posix(),),  # k1, b and the analyzer
-        index_side=(layout.BM25.path.as_posix(),),
-        index=index_side,
-    ),
+SYSTEM = SparseSystem(
+    name="bm25",
+    summary="BM25 over the analysed article texts (k1 and b chosen on dev by bm25_tune)",
+    load=load_system,
+    reads=(layout.BM25,),
+    index_models=(layout.BM25.posix(),),  # k1, b and the analyzer
+    index=index_side,
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lexgraph.core import layout
 from lexgraph.methods.dense import DenseRetriever, load_dense, require_built
-from lexgraph.methods.system import System
+from lexgraph.methods.system import DenseSystem
 
 
 def dsr_cosine(dsr_dir: Path) -> bool:
@@ -59,20 +59,16 @@ def export_articles(workspace: Path, device: str):
     return HierarchicalArticleEncoder.from_pretrained(directory, root=workspace).to(device).eval()
 
 
-SYSTEMS = (
-    System(
-        name="dsr",
-        kind="dense",
-        summary="DSR (G-DSR's dense statute retriever): a query encoder and a hierarchical article encoder",
-        load=load_dsr,
-        reads=(layout.DSR, layout.EMBED),
-        stage=layout.EMBED.stage,
-        sections=DSR_SECTIONS,
-        article_side="DSR's hierarchical article encoder (models/dsr/article_encoder): chunks of the article "
-        "encoded, contextualised by a small Transformer and pooled (the `embed` stage)",
-        article_encoder=export_articles,
-        index_models=(layout.DSR.path.as_posix(),),
-        index_side=(layout.EMBED.path.as_posix(),),
-        index=lambda job: job.embed(layout.DSR),
-    ),
+SYSTEM = DenseSystem(
+    name="dsr",
+    summary="DSR (G-DSR's dense statute retriever): a query encoder and a hierarchical article encoder",
+    load=load_dsr,
+    reads=(layout.DSR, layout.EMBED),
+    stage=layout.EMBED.stage,
+    sections=DSR_SECTIONS,
+    article_side="DSR's hierarchical article encoder (models/dsr/article_encoder): chunks of the article "
+    "encoded, contextualised by a small Transformer and pooled (the `embed` stage)",
+    article_encoder=export_articles,
+    index_models=(layout.DSR.posix(),),
+    index=lambda job: job.embed(layout.DSR),
 )

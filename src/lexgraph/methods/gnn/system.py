@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lexgraph.core import layout
 from lexgraph.methods.dense import DenseRetriever, load_dense
-from lexgraph.methods.system import System
+from lexgraph.methods.system import DenseSystem
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +140,8 @@ _VARIANTS = {
 }
 
 SYSTEMS = tuple(
-    System(
+    DenseSystem(
         name=variant,
-        kind="dense",
         summary=summary,
         load=load,
         reads=(layout.GNN[variant], layout.DSR),
@@ -156,8 +155,7 @@ SYSTEMS = tuple(
             "gnn",
         ),
         article_side=article_side,
-        index_models=(layout.DSR.path.as_posix(), layout.GNN[variant].path.as_posix()),
-        index_side=(layout.GNN[variant].path.as_posix(),),
+        index_models=(layout.DSR.posix(), layout.GNN[variant].posix()),
         index=index_side(variant),
     )
     for variant, (summary, article_side, load) in _VARIANTS.items()

@@ -29,7 +29,7 @@ from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.data.schema import SPLITS, split_questions
 from lexgraph.graph.hierarchy import HPRIOR_FORMAT, HPRIOR_SETTINGS, first_best
 from lexgraph.methods.dsr.system import DSR_SECTIONS
-from lexgraph.methods.system import System
+from lexgraph.methods.system import DenseSystem
 from lexgraph.metrics.ir import METRICS, dense_run_metrics, rounded_all
 
 if TYPE_CHECKING:  # torch loads with the stage and the system, not with the catalogue
@@ -260,18 +260,14 @@ def index_side(job) -> None:
     job.save_graph_vectors(SECTION, layout.HPRIOR, vectors)
 
 
-SYSTEMS = (
-    System(
-        name="hprior",
-        kind="dense",
-        summary="lexgraph's hierarchy prior: DSR's article vectors propagated through the statute hierarchy",
-        load=load_hprior,
-        reads=(layout.HPRIOR, layout.DSR),
-        sections=(*DSR_SECTIONS, SECTION),
-        article_side="DSR's article vectors propagated through the statute hierarchy (the `hprior` stage's "
-        "weight and scope, chosen on dev)",
-        index_models=(layout.DSR.path.as_posix(), layout.HPRIOR.path.as_posix() + "/" + SETTINGS),
-        index_side=(layout.HPRIOR.path.as_posix(),),
-        index=index_side,
-    ),
+SYSTEM = DenseSystem(
+    name="hprior",
+    summary="lexgraph's hierarchy prior: DSR's article vectors propagated through the statute hierarchy",
+    load=load_hprior,
+    reads=(layout.HPRIOR, layout.DSR),
+    sections=(*DSR_SECTIONS, SECTION),
+    article_side="DSR's article vectors propagated through the statute hierarchy (the `hprior` stage's "
+    "weight and scope, chosen on dev)",
+    index_models=(layout.DSR.posix(), layout.HPRIOR.posix(SETTINGS)),
+    index=index_side,
 )

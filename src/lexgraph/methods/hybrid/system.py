@@ -30,7 +30,7 @@ from lexgraph.core.errors import DataError, LexgraphError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.settings import Bool, Expect, Float, Int, Section, Settings, Str, enforce, saved_section
 from lexgraph.data.schema import SPLITS
-from lexgraph.methods.system import System
+from lexgraph.methods.system import ComposedSystem
 from lexgraph.metrics.ir import DEEPEST, METRICS
 from lexgraph.search.fusion import ALONE, NORMS, Fusion, fuse
 
@@ -239,14 +239,11 @@ def components(workspace: Path) -> list[str]:
     return [settings["sparse"], settings["dense"]]
 
 
-SYSTEMS = (
-    System(
-        name="hybrid",
-        kind="composed",
-        summary="BM25 fused with a dense system (the fusion, its weight and the dense system chosen on dev)",
-        load=load_hybrid,
-        reads=(layout.HYBRID,),
-        index_models=(layout.HYBRID.path.as_posix() + "/" + SETTINGS,),  # its systems are checked as themselves
-        components=components,
-    ),
+SYSTEM = ComposedSystem(
+    name="hybrid",
+    summary="BM25 fused with a dense system (the fusion, its weight and the dense system chosen on dev)",
+    load=load_hybrid,
+    reads=(layout.HYBRID,),
+    index_models=(layout.HYBRID.posix(SETTINGS),),  # its systems are checked as themselves
+    components=components,
 )

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.settings import params_error
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.text.elements import PATTERNS, element_sentences, element_view, token_sentences
+
+if TYPE_CHECKING:  # polars loads with the inputs' tables (token_inputs), not with this module
+    import polars as pl
 
 
 class CacheSettings(Protocol):
@@ -353,17 +356,47 @@ def token_inputs(
     )
 
 
-def _metadata(config: CacheSettings, pretrain_dir: str | os.PathLike, seed: int) -> dict[str, str]:
-    """What a cached store was built with (a frozen re-ranker reads the cache only when equal)."""
-    return {
-        "model": str(pretrain_dir),
-        "max_article_length": str(config.max_article_length),
-        "max_query_length": str(config.max_query_length),
-        "element_budget": str(config.element_budget),
-        "del_token": config.del_token,
-        "element_patterns": ",".join(config.element_patterns),
-        "view_seed": str(seed),
-    }
+@dataclass(frozen=True)
+class StoreSource:
+    """What a re-ranker's token stores are made of: the ``articles`` (``id``, ``article``), the
+    ``questions`` (``id``, ``question``, ``article_ids``, ``split``), the settings ``config``, the
+    PLM of ``pretrain_dir`` (frozen: encoded here; fine-tuned: :mod:`lexgraph.methods.rerank.plm`)
+    and the ``seed`` of the element views."""
+
+    articles: pl.DataFrame
+    questions: pl.DataFrame
+    config: CacheSettings
+    pretrain_dir: str | os.PathLike
+    seed: int
+
+    def metadata(self) -> dict[str, str]:
+        """What a cached store was built with (a frozen re-ranker reads the cache only when equal)."""
+        config = self.config
+        return {
+            "model": str(self.pretrain_dir),
+            "max_article_length": str(config.max_article_length),
+            "max_query_length": str(config.max_query_length),
+            "element_budget": str(config.element_budget),
+            "del_token": config.del_token,
+            "element_patterns": ",".join(config.element_patterns),
+            "view_seed": str(self.seed),
+        }
+
+    def token_inputs(self, tokenizer, query_prefix: str, passage_prefix: str, truncation: str) -> TokenInputs:
+        """:func:`token_inputs` of these articles and questions, tokenised by ``tokenizer``."""
+        return token_inputs(
+            self.articles, self.questions, self.config, tokenizer, query_prefix, passage_prefix, self.seed, truncation
+        )
+
+    def frozen_encoding(
+        self, device: torch.device, truncation: str
+    ) -> tuple[tuple[TokenStore, TokenStore, TokenStore], TokenInputs]:
+        """The ``(articles, questions, element_views)`` stores of :meth:`token_inputs` (cut with
+        ``truncation``) encoded by the frozen PLM of ``pretrain_dir``, and those inputs (their
+        ``stats``): the cache's encoding and a frozen re-ranker's own, when the cache does not match."""
+        encoder = FrozenTokenEncoder(self.pretrain_dir, device)
+        inputs = self.token_inputs(encoder.tokenizer, encoder.query_prefix, encoder.passage_prefix, truncation)
+        return encode_inputs(encoder, inputs, self.config.encode_batch_size), inputs
 
 
 def encode_inputs(
@@ -376,27 +409,17 @@ def encode_inputs(
     return arts, qs, views
 
 
-def build_features(
-    articles,
-    questions,
-    config: CacheSettings,
-    pretrain_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    device: torch.device,
-    seed: int,
-) -> dict[str, Any]:
+def build_features(source: StoreSource, out_dir: str | os.PathLike, device: torch.device) -> dict[str, Any]:
     """Encode and write the ``articles``, ``questions`` (train + dev) and ``element_views``
-    token stores of :func:`token_inputs` under ``out_dir`` (xrerank's cache); returns the
-    element indicator's statistics."""
+    token stores of ``source`` (:func:`token_inputs`) under ``out_dir`` (xrerank's cache); returns
+    the element indicator's statistics."""
     from lexgraph.core.io import atomic_path
 
-    if not config.enabled:
-        write_disabled(out_dir, config.variant)
+    if not source.config.enabled:
+        write_disabled(out_dir, source.config.variant)
         return dict(DISABLED)
-    (arts, qs, views), inputs = _frozen_encoding(
-        articles, questions, config, pretrain_dir, device, seed, CACHE_TRUNCATION
-    )
-    meta = _metadata(config, pretrain_dir, seed)
+    (arts, qs, views), inputs = source.frozen_encoding(device, CACHE_TRUNCATION)
+    meta = source.metadata()
     with atomic_path(out_dir, directory=True) as tmp:
         arts.save(Path(tmp) / "articles.safetensors", meta)
         qs.save(Path(tmp) / "questions.safetensors", meta)
@@ -406,23 +429,15 @@ def build_features(
 
 
 def cache_matches(
-    features_dir: str | os.PathLike,
-    config: CacheSettings,
-    pretrain_dir: str | os.PathLike,
-    seed: int,
-    names: Sequence[str] = STORES,
-    keys: Sequence[str] | None = None,
+    features_dir: str | os.PathLike, config: CacheSettings, want: Mapping[str, str], names: Sequence[str] = STORES
 ) -> bool:
-    """True when the stores ``names`` of ``features_dir`` were built with ``config``'s settings
-    (``keys``: only these of them; the search side reads the articles at their length only)
-    and its truncation, :data:`CACHE_TRUNCATION`."""
+    """True when the stores ``names`` of ``features_dir`` were built with the metadata ``want``
+    (:meth:`StoreSource.metadata`, or a part of it: the search side reads the articles at their
+    length only) and ``config``'s truncation is the cache's, :data:`CACHE_TRUNCATION`."""
     from safetensors import safe_open
 
     if config.truncation != CACHE_TRUNCATION:
         return False
-    want = _metadata(config, pretrain_dir, seed)
-    if keys is not None:
-        want = {k: want[k] for k in keys}
     for name in names:
         path = Path(features_dir) / f"{name}.safetensors"
         if not path.is_file():
@@ -437,35 +452,19 @@ def cache_matches(
     return True
 
 
-def _frozen_encoding(articles, questions, config: CacheSettings, pretrain_dir, device, seed: int, truncation):
-    """The ``(articles, questions, element_views)`` stores of :func:`token_inputs` (cut with
-    ``truncation``) encoded by the frozen PLM of ``pretrain_dir``, and those inputs (their
-    ``stats``): the cache's encoding and a frozen re-ranker's own, when the cache does not match."""
-    encoder = FrozenTokenEncoder(pretrain_dir, device)
-    prefixes = (encoder.query_prefix, encoder.passage_prefix)
-    inputs = token_inputs(articles, questions, config, encoder.tokenizer, *prefixes, seed, truncation)
-    return encode_inputs(encoder, inputs, config.encode_batch_size), inputs
-
-
 def frozen_stores(
-    articles,
-    questions,
-    config: CacheSettings,
-    features_dir: str | os.PathLike,
-    pretrain_dir: str | os.PathLike,
-    device: torch.device,
-    seed: int,
+    source: StoreSource, features_dir: str | os.PathLike, device: torch.device
 ) -> tuple[TokenStore, TokenStore, TokenStore]:
-    """A frozen re-ranker's ``(articles, questions, element_views)`` stores: the cache of
-    ``encode_rerank`` when it was built with the same settings, else encoded here."""
-    if cache_matches(features_dir, config, pretrain_dir, seed):
+    """A frozen re-ranker's ``(articles, questions, element_views)`` stores of ``source``: the
+    cache of ``encode_rerank`` when it was built with the same settings, else encoded here."""
+    if cache_matches(features_dir, source.config, source.metadata()):
         return tuple(TokenStore.load(Path(features_dir) / f"{n}.safetensors") for n in STORES)  # type: ignore[return-value]
     log.info(
         "rerank.%s: the cache in %s was built with other settings; encoding with the frozen PLM here",
-        config.variant,
+        source.config.variant,
         features_dir,
     )
-    return _frozen_encoding(articles, questions, config, pretrain_dir, device, seed, config.truncation)[0]
+    return source.frozen_encoding(device, source.config.truncation)[0]
 
 
 EncodeRerankPaths = stage_paths("encode_rerank")
@@ -479,5 +478,5 @@ def run_encode_rerank(paths: EncodeRerankPaths, config: CacheSettings, context: 
 
     articles = read_parquet(paths.articles, ["id", "article"])
     questions = read_parquet(paths.questions, ["id", "question", "article_ids", "split"])
-    stats = build_features(articles, questions, config, paths.pretrain, paths.out, device, seed)
+    stats = build_features(StoreSource(articles, questions, config, paths.pretrain, seed), paths.out, device)
     write_json(stats, paths.metrics)

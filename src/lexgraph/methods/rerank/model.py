@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -359,68 +360,58 @@ def ranking_scores(logits: torch.Tensor, ranking: str) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def match_candidates(
-    model,
-    q_states: torch.Tensor,
-    candidates: Sequence[int],
-    articles: TokenBatches,
-    device: torch.device,
-    batch_size: int,
-) -> torch.Tensor:
-    """The matching vectors ``H_{a,b}`` ``(n, match_dim)`` of one question ``(Lq, dim)`` with each
-    of its ``n >= 1`` ``candidates``."""
-    q = q_states.float().to(device).unsqueeze(0)  # (1, Lq, dim)
-    h = []
-    for start in range(0, len(candidates), batch_size):
-        keys = list(candidates[start : start + batch_size])
-        d, d_mask = articles.batch(keys, device)  # (b, Ld, dim), (b, Ld)
-        qb = q.expand(len(keys), -1, -1)  # (b, Lq, dim)
-        q_mask = torch.ones(qb.shape[:2], dtype=torch.bool, device=device)  # (b, Lq)
-        h.append(model.match(qb, q_mask, d, d_mask).float())
-    return torch.cat(h, 0)  # (n, match_dim)
+@dataclass(frozen=True)
+class Tournament:
+    """A trained re-ranker playing one question's candidates against each other: ``model``'s
+    round robin over the token states of ``articles`` (by id) on ``device``, its matching vectors
+    computed ``batch_size`` candidates at a time."""
 
+    model: InteractionModel
+    articles: TokenBatches
+    device: torch.device
+    batch_size: int = 128
 
-@torch.no_grad()
-def rerank_scores(
-    model,
-    q_states: torch.Tensor,
-    candidates: Sequence[int],
-    articles: TokenBatches,
-    device: torch.device,
-    batch_size: int = 128,
-) -> np.ndarray:
-    """The re-ranker's scores ``(n,)`` of ``candidates`` for one question ``(Lq, dim)``: the round
-    robin scored by the network's ``ranking`` (:meth:`InteractionModel.tournament_scores`)."""
-    model.eval()
-    if len(candidates) == 0:
-        return np.zeros(0, dtype=np.float32)
-    h = match_candidates(model, q_states, candidates, articles, device, batch_size)  # (n, match_dim)
-    return model.tournament_scores(h).cpu().numpy().astype(np.float32)
+    @torch.no_grad()
+    def match(self, q_states: torch.Tensor, candidates: Sequence[int]) -> torch.Tensor:
+        """The matching vectors ``H_{a,b}`` ``(n, match_dim)`` of one question ``(Lq, dim)`` with each
+        of its ``n >= 1`` ``candidates``."""
+        device, size = self.device, self.batch_size
+        q = q_states.float().to(device).unsqueeze(0)  # (1, Lq, dim)
+        h = []
+        for start in range(0, len(candidates), size):
+            keys = list(candidates[start : start + size])
+            d, d_mask = self.articles.batch(keys, device)  # (b, Ld, dim), (b, Ld)
+            qb = q.expand(len(keys), -1, -1)  # (b, Lq, dim)
+            q_mask = torch.ones(qb.shape[:2], dtype=torch.bool, device=device)  # (b, Lq)
+            h.append(self.model.match(qb, q_mask, d, d_mask).float())
+        return torch.cat(h, 0)  # (n, match_dim)
 
+    @torch.no_grad()
+    def scores(self, q_states: torch.Tensor, candidates: Sequence[int]) -> np.ndarray:
+        """The re-ranker's scores ``(n,)`` of ``candidates`` for one question ``(Lq, dim)``: the round
+        robin scored by the network's ``ranking`` (:meth:`InteractionModel.tournament_scores`)."""
+        self.model.eval()
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.float32)
+        h = self.match(q_states, candidates)  # (n, match_dim)
+        return self.model.tournament_scores(h).cpu().numpy().astype(np.float32)
 
-@torch.no_grad()
-def rerank_games(
-    model,
-    q_states: torch.Tensor,
-    candidates: Sequence[int],
-    articles: TokenBatches,
-    device: torch.device,
-    batch_size: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`rerank_scores` ``(n,)`` and the margins of the games they come from,
-    :meth:`InteractionModel.pair_margins` ``(n, n)``, from one pass over the ``candidates`` (the
-    pairwise accuracy reads the games)."""
-    model.eval()
-    if len(candidates) == 0:
-        return np.zeros(0, dtype=np.float32), np.zeros((0, 0), dtype=np.float32)
-    h = match_candidates(model, q_states, candidates, articles, device, batch_size)  # (n, match_dim)
-    n = h.shape[0]
-    logits = model.pair_logits(h)  # (n, n, 2)
-    margins = game_margins(logits)  # (n, n)
-    # (n,): tournament_scores from the same games
-    scores = ranking_scores(logits, model.ranking) if n >= 2 else torch.zeros(n, device=h.device)
-    return scores.cpu().numpy().astype(np.float32), margins.cpu().numpy()
+    @torch.no_grad()
+    def games(self, q_states: torch.Tensor, candidates: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`scores` ``(n,)`` and the margins of the games they come from,
+        :meth:`InteractionModel.pair_margins` ``(n, n)``, from one pass over the ``candidates`` (the
+        pairwise accuracy reads the games)."""
+        model = self.model
+        model.eval()
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.float32), np.zeros((0, 0), dtype=np.float32)
+        h = self.match(q_states, candidates)  # (n, match_dim)
+        n = h.shape[0]
+        logits = model.pair_logits(h)  # (n, n, 2)
+        margins = game_margins(logits)  # (n, n)
+        # (n,): tournament_scores from the same games
+        scores = ranking_scores(logits, model.ranking) if n >= 2 else torch.zeros(n, device=h.device)
+        return scores.cpu().numpy().astype(np.float32), margins.cpu().numpy()
 
 
 def zscore(x: np.ndarray) -> np.ndarray:

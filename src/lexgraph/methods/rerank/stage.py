@@ -5,13 +5,13 @@ training (:mod:`lexgraph.methods.rerank.train`) and its outputs."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 
 from lexgraph.core.provenance import stage_inputs
 from lexgraph.core.stage import StageContext, stage_paths
 from lexgraph.methods.rerank.config import RerankConfig
+from lexgraph.methods.rerank.features import StoreSource
 from lexgraph.methods.rerank.report import curve_columns
 from lexgraph.methods.rerank.train import first_stage_lists, train
 from lexgraph.training.resume import resumable
@@ -45,10 +45,11 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, context: StageContext, 
     train_lists = first_stage_lists(first, questions, "train", config.k)
     dev_lists = first_stage_lists(first, questions, config.split, max(config.k, DEEPEST))
     plm = tokenizer = None
+    source = StoreSource(articles, questions, config, paths.pretrain, seed)
     if config.plm == "finetune":
-        stores, plm, tokenizer = _plm_inputs(articles, questions, config, paths.pretrain, device, seed)
+        stores, plm, tokenizer = _plm_inputs(source, device)
     else:
-        stores = frozen_stores(articles, questions, config, paths.features, paths.pretrain, device, seed)
+        stores = frozen_stores(source, paths.features, device)
     settings = {"config": config, "seed": seed, "first_stage": [train_lists, dev_lists]}
     with resumable(paths.out, settings, stage_inputs(paths)) as resume:
         model, report = train(config, *stores, train_lists, dev_lists, device, seed, plm=plm, resume=resume)
@@ -57,17 +58,17 @@ def run_rerank(paths: RerankPaths, config: RerankConfig, context: StageContext, 
         write_curve(report["history"], columns, paths.plot)
 
 
-def _plm_inputs(articles, questions, config: RerankConfig, pretrain: Path, device: torch.device, seed: int):
-    """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` for a fine-tuned PLM (with
-    ``plm_layers``, its top blocks only, the states below them cached: :func:`plm_stores`)."""
+def _plm_inputs(source: StoreSource, device: torch.device):
+    """``((articles, questions, views) as PLMTokens, plm, tokenizer)`` of ``source`` for a fine-tuned
+    PLM (with ``plm_layers``, its top blocks only, the states below them cached: :func:`plm_stores`)."""
     from lexgraph.core.settings import settings_of
     from lexgraph.methods.rerank.config import SECTION
-    from lexgraph.methods.rerank.features import token_inputs
     from lexgraph.methods.rerank.plm import load_plm, plm_stores
 
-    plm, tokenizer, query_prefix, passage_prefix = load_plm(pretrain, device)
-    inputs = token_inputs(articles, questions, config, tokenizer, query_prefix, passage_prefix, seed, config.truncation)
-    log.info("%s: fine-tuning the PLM %s; element indicator: %s", config.variant, pretrain, inputs.stats)
+    config = source.config
+    plm, tokenizer, query_prefix, passage_prefix = load_plm(source.pretrain_dir, device)
+    inputs = source.token_inputs(tokenizer, query_prefix, passage_prefix, config.truncation)
+    log.info("%s: fine-tuning the PLM %s; element indicator: %s", config.variant, source.pretrain_dir, inputs.stats)
     with settings_of(SECTION, {"plm_layers": config.key("plm_layers")}):  # more than the PLM's blocks
         stores = plm_stores(inputs, plm, tokenizer.pad_token_id, config.plm_layers, config.encode_batch_size, device)
     return stores, plm, tokenizer

@@ -8,7 +8,7 @@ fine-tuned one saved in ``models/<variant>/plm`` (``plm: finetune``; the article
 then encoded by it when the system loads) or the frozen base encoder (``models/pretrain``,
 with the articles' states of ``data/rerank`` when that cache has the re-ranker's article
 length and truncation). A search takes the first stage's list, re-scores its top-``k``
-(:func:`lexgraph.methods.rerank.model.rerank_scores`: a round robin of the pairwise classifier scored by
+(:meth:`lexgraph.methods.rerank.model.Tournament.scores`: a round robin of the pairwise classifier scored by
 the re-ranker's ``ranking``: the sum of a candidate's probabilities in all its pairs, MVCL's
 Appendix B, or lexgraph's mean margin) and fuses or,
 without fusion, orders by the network's scores (:func:`lexgraph.methods.rerank.model.fuse_list`);
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from lexgraph.core import layout
-from lexgraph.methods.system import System
+from lexgraph.methods.system import Reranker
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class MvclRetriever:
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         from lexgraph.core.progress import progress
-        from lexgraph.methods.rerank.model import fuse_list, rerank_scores
+        from lexgraph.methods.rerank.model import Tournament, fuse_list
 
         depth = max(int(k), self.k)
         ids, scores = self.first.search(questions, depth)
@@ -60,9 +60,10 @@ class MvclRetriever:
             unit="question",
             disable=len(questions) < 20,
         )
+        tournament = Tournament(self.model, self.articles, self.device, int(cfg["eval_batch_size"]))
         for i in rows:
             cands = [int(a) for a in ids[i][ids[i] >= 0][: self.k]]
-            net = rerank_scores(self.model, states[i], cands, self.articles, self.device, int(cfg["eval_batch_size"]))
+            net = tournament.scores(states[i], cands)
             out_ids[i], out_scores[i] = fuse_list(ids[i], scores[i], net, self.alpha, self.k)
         return out_ids[:, :k], out_scores[:, :k]
 
@@ -88,9 +89,8 @@ def load_reranker(
     plm_dir = model_dir / PLM_DIR if config.plm == "finetune" else layout.PRETRAIN.under(workspace)
     encoder = FrozenTokenEncoder(plm_dir, dev)
     cache = layout.RERANK_FEATURES.under(corpus or workspace)
-    if config.plm == "frozen" and cache_matches(
-        cache, config, plm_dir, 0, names=("articles",), keys=("max_article_length",)
-    ):
+    at_length = {"max_article_length": str(config.max_article_length)}  # the part of the cache's metadata read here
+    if config.plm == "frozen" and cache_matches(cache, config, at_length, names=("articles",)):
         articles = TokenStore.load(cache / "articles.safetensors")
     else:  # the fine-tuned PLM's states (or a frozen one's at another length): encoded now
         log.info("%s: encoding the articles with %s", variant, plm_dir)
@@ -219,14 +219,13 @@ _VARIANTS = {
 }
 
 SYSTEMS = tuple(
-    System(
+    Reranker(
         name=variant,
-        kind="reranker",
         summary=summary,
         load=load,
         reads=(layout.RERANKERS[variant],),
-        index_models=(layout.PRETRAIN.path.as_posix(), layout.RERANKERS[variant].path.as_posix()),
-        index_side=(layout.RERANK_FEATURES.path.as_posix(),),
+        index_models=(layout.PRETRAIN.posix(), layout.RERANKERS[variant].posix()),
+        index_side=(layout.RERANK_FEATURES.posix(),),  # the frozen PLM's token states, not the network
         index=index_side(variant),
         components=_first_stage(variant),
         switched_off=_switched_off(variant),

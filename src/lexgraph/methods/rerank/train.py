@@ -67,7 +67,7 @@ from lexgraph.data.schema import split_questions
 from lexgraph.methods.rerank.config import ACCURACY, RerankConfig
 from lexgraph.methods.rerank.features import TokenStore
 from lexgraph.methods.rerank.io import build_model
-from lexgraph.methods.rerank.model import fuse_list, rerank_games, rerank_scores
+from lexgraph.methods.rerank.model import Tournament, fuse_list
 from lexgraph.methods.rerank.plm import PLMTokens
 from lexgraph.methods.rerank.report import log_kept, training_report
 from lexgraph.metrics.ir import evaluate_run
@@ -287,15 +287,16 @@ class RerankTrainer:
         from lexgraph.core.progress import progress
 
         queries, articles = self.scoring_stores()
+        tournament = Tournament(self.model, articles, self.device, self.config.eval_batch_size)
         out, right, played = [], 0, 0
         rows = progress(list(zip(self.dev_lists.qids, self.dev_lists.ids)), "re-rank dev", unit="question")
         for index, (qid, row) in enumerate(rows):
             cands = [int(a) for a in row[: self.config.k] if a >= 0]
-            args = (self.model, queries.get(qid), cands, articles, self.device, self.config.eval_batch_size)
             if self.dev_pairs is None:
-                out.append(rerank_scores(*args))
+                out.append(tournament.scores(queries.get(qid), cands))
                 continue
-            scores, margins = rerank_games(*args)  # (n,), (n, n): [b, c] = logit_0 - logit_1 of (B=b, C=c)
+            # (n,), (n, n): [b, c] = logit_0 - logit_1 of (B=b, C=c)
+            scores, margins = tournament.games(queries.get(qid), cands)
             out.append(scores)
             for b, c in self.dev_pairs[index]:
                 right += int(margins[b, c] >= 0) + int(margins[c, b] < 0)

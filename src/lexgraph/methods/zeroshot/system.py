@@ -35,7 +35,7 @@ from lexgraph.core.errors import DataError
 from lexgraph.core.inputs import DuplicateKeyError, json_object
 from lexgraph.core.settings import Int, Section, Settings, enforce, saved_section, settings_of
 from lexgraph.core.stage import StageContext, stage_paths
-from lexgraph.methods.system import System
+from lexgraph.methods.system import DenseSystem
 
 log = logging.getLogger(__name__)
 
@@ -226,19 +226,15 @@ def index_side(job) -> None:
     )
 
 
-SYSTEMS = (
-    System(
-        name="zeroshot",
-        kind="dense",
-        summary="the base checkpoint as it is, no training: the mean of each article's windows (E5's recipe)",
-        load=load_system,
-        reads=(layout.ZEROSHOT,),
-        sections=("pretrain", SECTION),
-        article_side="the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
-        "of tokens, weighted by their token counts (E5's own recipe)",
-        article_encoder=export_articles,
-        index_models=(layout.PRETRAIN.path.as_posix(), layout.ZEROSHOT.path.as_posix() + "/" + SETTINGS),
-        index_side=(layout.ZEROSHOT.path.as_posix(),),
-        index=index_side,
-    ),
+SYSTEM = DenseSystem(
+    name="zeroshot",
+    summary="the base checkpoint as it is, no training: the mean of each article's windows (E5's recipe)",
+    load=load_system,
+    reads=(layout.ZEROSHOT,),
+    sections=("pretrain", SECTION),
+    article_side="the base checkpoint (models/pretrain) as it is: the mean of each article's windows "
+    "of tokens, weighted by their token counts (E5's own recipe)",
+    article_encoder=export_articles,
+    index_models=(layout.PRETRAIN.posix(), layout.ZEROSHOT.posix(SETTINGS)),
+    index=index_side,
 )
