@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from safetensors import safe_open
 
 from helpers_workspace import build_tiny_workspace, random_texts
 from lexgraph.cli.main import main
@@ -258,7 +259,7 @@ def test_each_graph_system_is_indexed_on_the_vectors_of_its_own_first_stage(tmp_
     monkeypatch.setattr(corpus_index, "write_embed", fake_embed)
     monkeypatch.setattr(inductive, "corpus_graph", lambda *a: Graph())
     monkeypatch.setattr(inductive, "graph_vectors", lambda system, ws, g, embeddings, device: embeddings["articles"][1])
-    job = corpus_index.IndexJob(None, None, ws, root, root / ".partial", "cpu", 1)
+    job = corpus_index.IndexJob(None, None, ws, root, root / ".partial", "cpu", 1, None)
     job._chunks = (None,)  # a fine-tuned chunk encoder: no chunk vectors to write
     job.embed(layout.DSR)  # dsr's side, written before the graph systems' (the registry's order)
     for system in recorded:
@@ -513,3 +514,69 @@ def test_a_corpus_that_is_no_file_is_said_as_what_it_is(tiny_ws, tmp_path, capsy
     assert main(argv) == 2
     line = _error(capsys)
     assert f"{corpus}: {said}; expected a JSON-lines, CSV or Parquet file" in line and "not found" not in line
+
+
+# --- issue 44: an index that follows the law article by article --------------------------------
+
+
+def _counting_encoder(monkeypatch) -> list[int]:
+    """Texts the chunk backbone encodes, per call (lexgraph.encoding.chunk_blocks' encode_chunk_table),
+    each call in shape-stable batches (a text's vectors then do not depend on its companions)."""
+    from lexgraph.encoding import chunk_blocks
+
+    calls: list[int] = []
+    real = chunk_blocks.encode_chunk_table
+
+    def counted(encoder, ids, texts, *args, **kwargs):
+        assert kwargs.get("stable") is True
+        calls.append(len(texts))
+        return real(encoder, ids, texts, *args, **kwargs)
+
+    monkeypatch.setattr(chunk_blocks, "encode_chunk_table", counted)
+    return calls
+
+
+def test_an_update_encodes_only_what_changed_and_equals_a_fresh_index(tiny_ws, tmp_path, monkeypatch, caplog):
+    """An amended corpus (3 articles amended, 2 repealed, 2 new, the rest moved down a row) indexed
+    over the earlier index encodes the 5 new texts only, and gives the very bytes of a fresh index
+    of the amended corpus: every table, vector and index.json."""
+    texts = random_texts(N_CORPUS, 7)
+    _write_corpus(tmp_path / "v1.jsonl", texts)
+    amended = list(texts)
+    for i in (2, 9, 15):
+        amended[i] = texts[i] + " bail loyer"  # amended
+    del amended[20], amended[4]  # repealed
+    amended = [*random_texts(2, 99), *amended]  # new, in front: every later row moves
+    _write_corpus(tmp_path / "v2.jsonl", amended)
+    args = ["index", "--workspace", str(tiny_ws), "--device", "cpu", "--block", "4"]
+    assert main([*args, "--corpus", str(tmp_path / "v1.jsonl"), "--out", str(tmp_path / "idx")]) == 0
+    calls = _counting_encoder(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="lexgraph.systems.corpus_index"):
+        assert main([*args, "--corpus", str(tmp_path / "v2.jsonl"), "--out", str(tmp_path / "idx")]) == 0
+    assert sum(calls) == 5  # 3 amended + 2 new articles; no heading is new
+    assert f"articles: {len(amended) - 5} of {len(amended)} reused from the earlier index, 5 encoded" in caplog.text
+    calls.clear()
+    assert main([*args, "--corpus", str(tmp_path / "v2.jsonl"), "--out", str(tmp_path / "fresh")]) == 0
+    assert sum(calls) > len(amended)  # every article and heading encoded
+    updated, fresh = _tree(tmp_path / "idx"), _tree(tmp_path / "fresh")
+    assert updated.keys() == fresh.keys()
+    assert [rel for rel in updated if updated[rel] != fresh[rel]] == []
+    with safe_open(str(tmp_path / "idx" / "data" / "chunks" / "articles.safetensors"), "pt") as fh:
+        assert fh.metadata()["batching"].startswith("stable rows=")  # what the next update checks
+
+
+def test_a_damaged_earlier_index_is_not_reused(tiny_ws, tmp_path, monkeypatch, caplog):
+    """Chunk vectors edited after indexing are never copied into the next index: every text is encoded."""
+    _write_corpus(tmp_path / "c.jsonl", random_texts(9, 8))
+    args = ["index", "--workspace", str(tiny_ws), "--device", "cpu", "--corpus", str(tmp_path / "c.jsonl")]
+    assert main([*args, "--out", str(tmp_path / "idx")]) == 0
+    chunks = tmp_path / "idx" / "data" / "chunks" / "articles.safetensors"
+    data = bytearray(chunks.read_bytes())
+    data[-1] ^= 1  # the last byte of the last vector
+    chunks.write_bytes(bytes(data))
+    calls = _counting_encoder(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="lexgraph.systems.corpus_index"):
+        assert main([*args, "--out", str(tmp_path / "idx")]) == 0
+    assert "nothing of the earlier index" in caplog.text and sum(calls) >= 9
+    assert main([*args, "--out", str(tmp_path / "fresh")]) == 0
+    assert _tree(tmp_path / "idx") == _tree(tmp_path / "fresh")

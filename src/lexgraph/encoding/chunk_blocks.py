@@ -80,9 +80,11 @@ def encode_in_blocks(
     batch_size: int,
     block: int,
     folder: Path,
+    stable: bool = False,
 ) -> ChunkTable:
     """The chunk table of ``texts`` (chunk vectors by ``encoder``, a HierarchicalArticleEncoder),
-    encoded ``block`` texts at a time; each finished block is kept in ``folder``
+    encoded ``block`` texts at a time (``stable``: in shape-stable batches,
+    :func:`~lexgraph.encoding.chunks.encode_chunk_table`); each finished block is kept in ``folder``
     (``<name>-<first row>.safetensors``), and blocks already there are read instead of encoded."""
     ids = np.asarray(ids, dtype=np.int64)
     if not len(ids):  # nothing to encode (a corpus without headings): an empty table, chunked alike
@@ -106,7 +108,12 @@ def encode_in_blocks(
             tables.append(done.pop(start))
             continue
         table = encode_chunk_table(
-            encoder, ids[start : start + block], texts[start : start + block], batch_size, desc=f"{name} block"
+            encoder,
+            ids[start : start + block],
+            texts[start : start + block],
+            batch_size,
+            desc=f"{name} block",
+            stable=stable,
         )
         save_chunk_table(table, path)
         recorded[path.name] = digest_path(path)

@@ -36,6 +36,7 @@ from lexgraph.core.io import save_tensors
 from lexgraph.core.progress import progress
 from lexgraph.core.settings import settings_of
 from lexgraph.core.stage import StageContext, stage_paths
+from lexgraph.encoding.stable_batches import STABLE_STEP, stable_batches, stable_inputs
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +68,20 @@ class ChunkTable:
             raise KeyError(int(wanted[~found][0]))
         return order[pos]
 
-    def padded(self, rows: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def padded(
+        self, rows: Sequence[int] | np.ndarray, width: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Chunk vectors ``(b, c, dim)``, chunk mask ``(b, c)`` and token counts ``(b, c)``
-        of texts ``rows``, padded to their largest chunk count ``c``."""
+        of texts ``rows``, padded to their largest chunk count ``c`` (or to ``width`` chunks)."""
         if self.vectors is None:
             raise ValueError("this chunk cache holds no vectors (dsr.chunk_encoder: finetune)")
         rows = np.asarray(rows, dtype=np.int64)
         starts, ends = self.offsets[rows], self.offsets[rows + 1]
         counts = ends - starts
-        width = int(counts.max()) if len(rows) else 0
+        largest = int(counts.max()) if len(rows) else 0
+        if width is not None and width < largest:
+            raise ValueError(f"a text of {largest} chunks does not fit in {width}")
+        width = largest if width is None else int(width)
         mask = torch.from_numpy(np.arange(width)[None, :] < counts[:, None])  # (b, c)
         index = torch.from_numpy(starts[:, None] + np.minimum(np.arange(width)[None, :], counts[:, None] - 1))
         chunks = self.vectors[index] * mask.unsqueeze(-1)  # (b, c, dim)
@@ -90,9 +96,14 @@ def encode_chunk_table(
     batch_size: int = 64,
     vectors: bool = True,
     desc: str = "encode chunks",
+    stable: bool = False,
 ) -> ChunkTable:
     """Chunk ``texts`` with ``encoder`` (a HierarchicalArticleEncoder) and, with
-    ``vectors``, run its backbone once over every chunk (longest first, no grad)."""
+    ``vectors``, run its backbone once over every chunk (longest first, no grad).
+
+    ``stable``: through shape-stable batches (:mod:`lexgraph.encoding.stable_batches`,
+    ``batch_size`` rows, :data:`~lexgraph.encoding.stable_batches.STABLE_STEP`), so that a
+    chunk's vector depends on its own tokens only, not on the other texts encoded with it."""
     chunked = encoder.chunk(list(texts))
     flat = [chunk for doc in chunked for chunk in doc]
     offsets = np.zeros(len(chunked) + 1, dtype=np.int64)
@@ -100,7 +111,9 @@ def encode_chunk_table(
     tokens = torch.tensor([len(c) for c in flat], dtype=torch.long)  # (m,)
     settings = {key: str(getattr(encoder, key)) for key in SETTINGS}
     out = None
-    if vectors:
+    if vectors and stable:
+        out = _stable_chunk_vectors(encoder, flat, batch_size, desc)
+    elif vectors:
         from lexgraph.core.config import autocast
 
         device = next(encoder.backbone.parameters()).device
@@ -124,6 +137,26 @@ def encode_chunk_table(
                 out[torch.tensor(idx)] = pooled.float().cpu()
         encoder.train(was_training)
     return ChunkTable(np.asarray(ids, dtype=np.int64), offsets, tokens, out, settings)
+
+
+def _stable_chunk_vectors(encoder, flat: Sequence[Sequence[int]], batch_size: int, desc: str) -> torch.Tensor:
+    """Vectors ``(m, dim)`` float32 of the chunks ``flat`` through shape-stable batches (no grad)."""
+    from lexgraph.core.config import autocast
+
+    device = next(encoder.backbone.parameters()).device
+    out = torch.empty(len(flat), encoder.dim, dtype=torch.float32)  # (m, dim)
+    batches = stable_batches([len(c) for c in flat], batch_size, STABLE_STEP, encoder.max_chunk_length)
+    pad_id = encoder.tokenizer.pad_token_id
+    was_training = encoder.training
+    encoder.eval()
+    with torch.no_grad():
+        for batch in progress(batches, desc):
+            input_ids, attention = stable_inputs(flat, batch, pad_id)  # (batch_size, len) each
+            with autocast(device):
+                pooled = encoder._pool(input_ids.to(device), attention.to(device))  # (batch_size, dim)
+            out[torch.tensor(batch.rows)] = pooled[: len(batch.rows)].float().cpu()
+    encoder.train(was_training)
+    return out
 
 
 def save_chunk_table(table: ChunkTable, path: str | os.PathLike) -> None:
@@ -219,22 +252,47 @@ def write_chunk_cache(
 
 @torch.no_grad()
 def embed_from_chunks(
-    encoder, table: ChunkTable, rows: Sequence[int] | np.ndarray | None = None, batch_size: int = 256
+    encoder,
+    table: ChunkTable,
+    rows: Sequence[int] | np.ndarray | None = None,
+    batch_size: int = 256,
+    stable: bool = False,
 ) -> torch.Tensor:
     """Article embeddings ``(n, dim)`` float32 of ``rows`` (default: all) from cached chunk
-    vectors, through ``encoder.aggregate`` (eval mode, no grad)."""
+    vectors, through ``encoder.aggregate`` (eval mode, no grad).
+
+    ``stable``: every batch is ``batch_size`` articles (the last one filled with dummy
+    articles, dropped) of ``encoder.max_chunks`` chunks, so that an article's embedding does
+    not depend on the articles aggregated with it (:mod:`lexgraph.encoding.stable_batches`)."""
     rows = np.arange(len(table)) if rows is None else np.asarray(rows, dtype=np.int64)
     device = next(iter(encoder.parameters()), torch.empty(0)).device
     out = torch.empty(len(rows), encoder.dim, dtype=torch.float32)  # (n, dim)
     was_training = encoder.training
     encoder.eval()
     for start in range(0, len(rows), batch_size):
-        chunks, mask, tokens = table.padded(rows[start : start + batch_size])  # (b, c, dim), (b, c), (b, c)
-        out[start : start + batch_size] = (
-            encoder.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
-        )
+        batch = rows[start : start + batch_size]
+        if stable:  # (batch_size, max_chunks, dim), (batch_size, max_chunks) twice
+            chunks, mask, tokens = _stable_batch(table, batch, batch_size, encoder.max_chunks)
+        else:
+            chunks, mask, tokens = table.padded(batch)  # (b, c, dim), (b, c), (b, c)
+        embedded = encoder.aggregate(chunks.to(device), mask.to(device), tokens.to(device)).float().cpu()
+        out[start : start + len(batch)] = embedded[: len(batch)]  # (b, dim): the real articles
     encoder.train(was_training)
     return out
+
+
+def _stable_batch(
+    table: ChunkTable, rows: np.ndarray, size: int, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:meth:`ChunkTable.padded` of ``rows`` to ``width`` chunks, then dummy articles (one
+    zero chunk of one token) up to ``size`` rows: ``(size, width, dim)``, ``(size, width)`` twice."""
+    chunks, mask, tokens = table.padded(rows, width)  # (b, width, dim), (b, width), (b, width)
+    dummies = size - len(rows)
+    dummy_mask = torch.zeros(dummies, width, dtype=mask.dtype)  # (dummies, width)
+    dummy_mask[:, 0] = True
+    dummy_tokens = dummy_mask.to(tokens.dtype)  # (dummies, width)
+    dummy_chunks = chunks.new_zeros(dummies, width, chunks.shape[-1])  # (dummies, width, dim)
+    return torch.cat([chunks, dummy_chunks]), torch.cat([mask, dummy_mask]), torch.cat([tokens, dummy_tokens])
 
 
 EncodeChunksPaths = stage_paths("encode_chunks")

@@ -9,8 +9,10 @@ is logged), and writes ``DIR`` with the workspace's layout for the corpus side o
 * ``data/clean/{articles,headings,keys}.parquet`` (``keys``: the user's ids);
 * ``models/bm25/``: BM25 refitted with the workspace index's ``k1``, ``b`` and analyzer;
 * ``data/chunks/{articles,headings}.safetensors``: chunk vectors by the workspace's base encoder
-  with its chunk cache's settings, encoded in resumable blocks (:mod:`lexgraph.encoding.chunk_blocks`,
-  under ``DIR/.partial/``);
+  with its chunk cache's settings, in shape-stable batches (:mod:`lexgraph.encoding.stable_batches`)
+  and resumable blocks (:mod:`lexgraph.encoding.chunk_blocks`, under ``DIR/.partial/``); a text an
+  earlier index in ``DIR`` already holds, made alike, is taken from it (:mod:`lexgraph.encoding.reuse`),
+  so an update of an amended corpus encodes what changed and equals a fresh index;
 * ``data/zeroshot/``: the ``zeroshot`` system's article vectors
   (:func:`lexgraph.methods.zeroshot.system.zeroshot_embeddings`);
 * ``data/embed/{articles,headings}.safetensors``: the DSR article encoder over those chunks (and
@@ -139,8 +141,9 @@ def clean_corpus(corpus: Path, workspace: Path) -> tuple[pl.DataFrame, pl.DataFr
     return articles, headings, keys
 
 
-def _cache_settings(path: Path) -> dict[str, str]:
-    """The chunk settings and ``vectors`` flag of a chunk cache file (its metadata only)."""
+def _cache_settings(path: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """The chunk settings and ``vectors`` flag of a chunk cache file (its metadata only), and the
+    ``extra`` keys it has."""
     from safetensors import SafetensorError, safe_open
 
     from lexgraph.encoding.chunks import SETTINGS
@@ -152,45 +155,89 @@ def _cache_settings(path: Path) -> dict[str, str]:
         raise DataError(path, f"not a readable chunk cache ({exc}); {layout.restore_hint(path)}") from None
     if any(key not in metadata for key in SETTINGS):
         raise DataError(path, f"not a chunk cache (no settings {SETTINGS}); {layout.restore_hint(path)}")
-    return {key: metadata[key] for key in (*SETTINGS, "vectors") if key in metadata}
+    return {key: metadata[key] for key in (*SETTINGS, "vectors", *extra) if key in metadata}
 
 
-def write_chunks(articles, headings, workspace: Path, out: Path, partial: Path, device, block: int) -> bool:
+def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
     """The chunk vectors of articles and headings, as the workspace's ``encode_chunks`` made its own
-    (its base encoder and chunk settings), in resumable blocks; False when the workspace's chunk
-    encoder is fine-tuned (its cache holds no vectors: nothing to write)."""
+    (its base encoder and chunk settings), in shape-stable batches and resumable blocks; the texts
+    an earlier index at the same place already holds, encoded under the same key, are taken from
+    it (:mod:`lexgraph.encoding.reuse`). False when the workspace's chunk encoder is fine-tuned (its
+    cache holds no vectors: nothing to write)."""
     from lexgraph.core.provenance import identity
     from lexgraph.encoding.chunk_blocks import block_fingerprint, encode_in_blocks
     from lexgraph.encoding.chunks import check_settings, save_chunk_table
+    from lexgraph.encoding.reuse import assemble, reuse_key
+    from lexgraph.encoding.stable_batches import batching
     from lexgraph.methods.dsr.config import SECTION, DSRConfig
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 
-    cache = layout.CHUNKS.under(workspace, "articles.safetensors")
+    cache = layout.CHUNKS.under(job.workspace, "articles.safetensors")
     settings = _cache_settings(cache)
     if settings.get("vectors") != "true":
         log.info("index: %s holds no chunk vectors (dsr.chunk_encoder: finetune); encoding the texts whole", cache)
         return False
-    pretrained = layout.PRETRAIN.under(workspace)
+    pretrained = layout.PRETRAIN.under(job.workspace)
     encoder = HierarchicalArticleEncoder.from_pretrained(
         pretrained,
         max_chunk_length=int(settings["max_chunk_length"]),
         max_document_length=int(settings["max_document_length"]),
         token_pooling=settings["token_pooling"],
         num_layers=0,
-    ).to(device)
+    ).to(job.device)
     check_settings(type("Cached", (), {"settings": settings})(), encoder, cache)
-    batch_size = workspace_params(SECTION, workspace, DSRConfig).eval_batch_size
+    batch_size = workspace_params(SECTION, job.workspace, DSRConfig).eval_batch_size
+    chunking = {k: v for k, v in settings.items() if k != "vectors"}
+    key = reuse_key(chunking, identity(pretrained), batching(batch_size, job.device))
     sources = {
         "articles": (articles["id"], articles["article"]),
         "headings": (headings["heading_id"], headings["text"]),
     }
     for name, (ids, texts) in sources.items():
         ids, texts = ids.to_numpy().astype(np.int64), [str(t) for t in texts.to_list()]
-        run = {**settings, "block": block, "batch_size": batch_size, "file": name}
-        folder = partial / block_fingerprint(ids, texts, identity(pretrained), run)
-        table = encode_in_blocks(encoder, name, ids, texts, batch_size=batch_size, block=block, folder=folder)
+        earlier, found = _earlier_rows(job.earlier, name, texts, key)
+        new = np.flatnonzero(found < 0)
+        new_ids, new_texts = ids[new], [texts[i] for i in new]
+        run = {**settings, "block": job.block, "batch_size": batch_size, "file": name, "batching": key["batching"]}
+        folder = job.partial / block_fingerprint(new_ids, new_texts, identity(pretrained), run)
+        fresh = encode_in_blocks(
+            encoder, name, new_ids, new_texts, batch_size=batch_size, block=job.block, folder=folder, stable=True
+        )
+        table = fresh if earlier is None else assemble(ids, found, earlier, fresh)
+        table.settings = dict(key)
+        if job.earlier is not None:
+            log.info(
+                "index: %s: %d of %d reused from the earlier index, %d encoded",
+                name,
+                len(ids) - len(new),
+                len(ids),
+                len(new),
+            )
         save_chunk_table(table, out / f"{name}.safetensors")
     return True
+
+
+def _earlier_rows(earlier: Path | None, name: str, texts: list[str], key: dict[str, str]):
+    """``(table, found)``: the earlier index's chunk table of ``name`` and, for each of ``texts``, the
+    row of that table holding the same text (-1: to encode), when the table was made under ``key``;
+    ``(None, all -1)`` when there is no earlier index or it was made otherwise."""
+    from lexgraph.encoding.chunks import load_chunk_table
+    from lexgraph.encoding.reuse import KEY_FIELDS, reuse_rows
+
+    none = np.full(len(texts), -1, dtype=np.int64)
+    if earlier is None:
+        return None, none
+    path = layout.CHUNKS.under(earlier, f"{name}.safetensors")
+    made = {**_cache_settings(path, extra=KEY_FIELDS)}
+    made.pop("vectors", None)
+    if made != key:
+        log.info("index: the earlier %s were encoded otherwise (%s); encoding them anew", name, path)
+        return None, none
+    table = load_chunk_table(path)
+    column, text = ("id", "article") if name == "articles" else ("heading_id", "text")
+    clean = pl.read_parquet(layout.CLEAN.under(earlier, f"{name}.parquet"), columns=[column, text])
+    by_id = dict(zip(clean[column].to_list(), clean[text].to_list()))
+    return table, reuse_rows(texts, [str(by_id[int(i)]) for i in table.ids])
 
 
 def write_embed(
@@ -235,9 +282,13 @@ class IndexJob:
     sides share, each done once, on first need: the chunk vectors (:meth:`chunks`), each DSR's
     vectors of the corpus (:meth:`embed`, :meth:`embeddings`) and the corpus's statute graph (:meth:`graph`)."""
 
-    def __init__(self, articles, headings, workspace: Path, root: Path, partial: Path, device, block: int) -> None:
+    def __init__(
+        self, articles, headings, workspace: Path, root: Path, partial: Path, device, block: int, earlier: Path | None
+    ) -> None:
         self.articles, self.headings, self.workspace, self.root = articles, headings, workspace, root
         self.partial, self.device, self.block = partial, device, block
+        #: an earlier index whose vectors may be reused (:func:`earlier_index`), or None
+        self.earlier = earlier
         self._chunks: tuple[Path | None] | None = None
         self._embeddings: dict[layout.Artifact, dict] = {}
         self._graph = None
@@ -253,9 +304,7 @@ class IndexJob:
         if self._chunks is None:
             out = layout.CHUNKS.under(self.root)
             out.mkdir(parents=True)
-            built = write_chunks(
-                self.articles, self.headings, self.workspace, out, self.partial, self.device, self.block
-            )
+            built = write_chunks(self.articles, self.headings, self, out)
             self._chunks = (out if built else None,)
         return self._chunks[0]
 
@@ -337,6 +386,22 @@ def check_workspace_current(systems: list[str], workspace: Path) -> None:
     check_built_from([artifact.under(workspace) for s in systems for artifact in declared(s).reads], workspace)
 
 
+def earlier_index(out: Path) -> Path | None:
+    """``out`` when it holds an earlier index whose tables and chunk vectors still match its record
+    (an update reuses them), else None: a damaged one is said in one log line, and every text is
+    encoded anew (always correct)."""
+    from lexgraph.systems.index_record import read_verified
+
+    if not (out / INDEX_FILE).is_file():
+        return None
+    try:
+        read_verified(out, (layout.CHUNKS.posix(),))
+    except LexgraphError as exc:
+        log.info("index: nothing of the earlier index in %s is reused (%s); encoding every text", out, exc)
+        return None
+    return out if layout.CHUNKS.under(out).is_dir() else None
+
+
 def check_vectors(root: Path, shown: Path) -> None:
     """Refuse (one line naming the file as ``shown``, the tensor and its row) a safetensors file under
     ``root`` holding a value that is not finite or beyond :data:`ABSURD` in magnitude: a model gave
@@ -401,14 +466,14 @@ def index_corpus(
     log.info("index: %s -> %s with %s's %s", corpus, out, workspace, ", ".join(todo))
     check_workspace_current(todo, workspace)  # what `search --index` checks, before any encoding
     articles, headings, keys = clean_corpus(corpus, workspace)
+    earlier = earlier_index(out)
     with atomic_path(out, directory=True) as tmp:
         clean = layout.CLEAN.under(tmp)
         clean.mkdir(parents=True)
         for name, table in (("articles", articles), ("headings", headings), ("keys", keys)):
             table.write_parquet(clean / f"{name}.parquet", statistics=False)
-        job = IndexJob(
-            articles, headings, workspace, Path(tmp), out / PARTIAL, device, block or max(articles.height, 1)
-        )
+        size = block or max(articles.height, 1)
+        job = IndexJob(articles, headings, workspace, Path(tmp), out / PARTIAL, device, size, earlier)
         for system in todo:
             spec = declared(system)
             if spec.index is not None:  # a system built on others: their sides are its own

@@ -295,6 +295,14 @@ def read_index(directory: str | Path) -> IndexRecord:
     return record
 
 
+def read_verified(directory: str | Path, prefixes: tuple[str, ...]) -> IndexRecord:
+    """:func:`read_index`, with the listed files under ``prefixes`` checked against their SHA-256 too
+    (what an update reuses of an earlier index)."""
+    record = read_index(directory)
+    _verify(Path(directory), record.files, prefixes)
+    return record
+
+
 def check_index(directory: str | Path, system: str, workspace: str | Path) -> None:
     """Refuse (one line naming ``index.json`` or the damaged file) to search ``system`` over the
     index ``directory`` when the index lacks it, its files (its declared ``index_side``) changed since they were

@@ -26,6 +26,7 @@ from lexgraph.core.config import autocast
 from lexgraph.core.errors import DataError
 from lexgraph.core.settings import params_error
 from lexgraph.core.stage import StageContext, stage_paths
+from lexgraph.encoding.stable_batches import STABLE_STEP, stable_batches, stable_inputs
 from lexgraph.text.elements import PATTERNS, element_sentences, element_view, token_sentences
 
 if TYPE_CHECKING:  # polars loads with the inputs' tables (token_inputs), not with this module
@@ -135,7 +136,7 @@ class FrozenTokenEncoder:
     """The base encoder, frozen: texts -> last-layer token states (float16, no padding)."""
 
     def __init__(self, directory: str | os.PathLike, device: torch.device) -> None:
-        from lexgraph.models.backbone import load_backbone
+        from lexgraph.models.backbone import _max_positions, load_backbone
         from lexgraph.models.family import read_base_info
 
         self.model, self.tokenizer = load_backbone(directory)
@@ -144,16 +145,22 @@ class FrozenTokenEncoder:
         info = read_base_info(directory)
         self.query_prefix, self.passage_prefix = info["query_prefix"], info["passage_prefix"]
         self.dim = int(self.model.config.hidden_size)
+        self.max_positions = _max_positions(self.model.config)  # the longest stable bucket (None: unbounded)
 
     def tokenize(self, texts: Sequence[str], prefix: str, max_length: int, truncation: str) -> list[dict[str, list]]:
         return tokenize(self.tokenizer, texts, prefix, max_length, truncation)
 
     @torch.no_grad()
     def encode_ids(
-        self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode"
+        self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode", stable: bool = False
     ) -> list[torch.Tensor]:
+        """Token states ``(len, dim)`` float16 of each of ``sequences``, ``batch_size`` at a time;
+        ``stable``: through shape-stable batches, so that a text's states depend on its own
+        tokens only, not on the texts encoded with it (:mod:`lexgraph.encoding.stable_batches`)."""
         from lexgraph.core.progress import progress
 
+        if stable:
+            return self._encode_stable(sequences, batch_size, desc)
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # similar lengths batch together
         out: list[torch.Tensor | None] = [None] * len(sequences)
         pad = self.tokenizer.pad_token_id
@@ -175,6 +182,27 @@ class FrozenTokenEncoder:
                 out[i] = states[j, : len(sequences[i])].clone()
         return out  # type: ignore[return-value]
 
+    @torch.no_grad()
+    def _encode_stable(self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str) -> list[torch.Tensor]:
+        """:meth:`encode_ids` through shape-stable batches (each row's real tokens kept)."""
+        from lexgraph.core.progress import progress
+
+        lengths = [len(s) for s in sequences]
+        batches = stable_batches(lengths, batch_size, STABLE_STEP, self.max_positions)
+        out: list[torch.Tensor | None] = [None] * len(sequences)
+        pad = self.tokenizer.pad_token_id
+        bar = progress(batches, desc, total=len(batches), unit="batch", disable=len(sequences) <= batch_size)
+        for batch in bar:
+            ids, mask = stable_inputs(sequences, batch, pad)  # (batch_size, L) each
+            with autocast(self.device):
+                states = self.model(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device)
+                ).last_hidden_state
+            states = states.float().cpu().half()  # (batch_size, L, dim)
+            for j, i in enumerate(batch.rows):
+                out[i] = states[j, : lengths[i]].clone()
+        return out  # type: ignore[return-value]
+
     def encode_queries(
         self, texts: Sequence[str], max_length: int, batch_size: int, truncation: str
     ) -> list[torch.Tensor]:
@@ -185,10 +213,15 @@ class FrozenTokenEncoder:
         return del_token_id(self.tokenizer, token)
 
     def encode_store(
-        self, ids: Sequence[int], sequences: Sequence[Sequence[int]], batch_size: int, desc: str = "encode"
+        self,
+        ids: Sequence[int],
+        sequences: Sequence[Sequence[int]],
+        batch_size: int,
+        desc: str = "encode",
+        stable: bool = False,
     ) -> TokenStore:
-        """The token states of ``sequences`` in a store keyed by ``ids``."""
-        return TokenStore.from_list(list(ids), self.encode_ids(sequences, batch_size, desc), self.dim)
+        """The token states of ``sequences`` in a store keyed by ``ids`` (``stable``: see :meth:`encode_ids`)."""
+        return TokenStore.from_list(list(ids), self.encode_ids(sequences, batch_size, desc, stable), self.dim)
 
 
 def tokenize(tokenizer, texts: Sequence[str], prefix: str, max_length: int, truncation: str) -> list[dict[str, list]]:
