@@ -36,7 +36,7 @@ class Kill(Exception):
 def encode(folder, monkeypatch, kill_at: int | None = None) -> tuple[ChunkTable, list[int]]:
     calls = []
 
-    def counted(encoder, ids, texts, batch_size, desc=None, stable=False):
+    def counted(encoder, ids, texts, batch_size, desc=None, stable=False, unit="text"):
         calls.append(int(ids[0]))
         if len(calls) == kill_at:
             raise Kill

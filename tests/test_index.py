@@ -580,3 +580,26 @@ def test_a_damaged_earlier_index_is_not_reused(tiny_ws, tmp_path, monkeypatch, c
     assert "nothing of the earlier index" in caplog.text and sum(calls) >= 9
     assert main([*args, "--out", str(tmp_path / "fresh")]) == 0
     assert _tree(tmp_path / "idx") == _tree(tmp_path / "fresh")
+
+
+def test_an_update_with_nothing_to_reuse_or_no_headings_equals_a_fresh_index(tiny_ws, tmp_path, monkeypatch):
+    """A flat corpus (no heading: an empty table both times) indexed again into its own DIR, then
+    another corpus of which no text is in the earlier index: each equals a fresh index of it."""
+    flat = tmp_path / "flat.csv"
+    rows = [f'a{i},"{text}",[]' for i, text in enumerate(random_texts(6, 4))]
+    flat.write_text("id,text,path\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    other = tmp_path / "other.jsonl"
+    _write_corpus(other, random_texts(8, 5))
+    args = ["index", "--workspace", str(tiny_ws), "--device", "cpu", "--systems", "dsr"]
+    assert main([*args, "--corpus", str(flat), "--out", str(tmp_path / "idx")]) == 0
+    calls = _counting_encoder(monkeypatch)
+    assert main([*args, "--corpus", str(flat), "--out", str(tmp_path / "idx")]) == 0
+    assert sum(calls) == 0  # all six articles reused, no heading
+    assert main([*args, "--corpus", str(flat), "--out", str(tmp_path / "fresh_flat")]) == 0
+    assert _tree(tmp_path / "idx") == _tree(tmp_path / "fresh_flat")
+    calls.clear()
+    assert main([*args, "--corpus", str(other), "--out", str(tmp_path / "idx")]) == 0
+    reencoded = sum(calls)
+    assert main([*args, "--corpus", str(other), "--out", str(tmp_path / "fresh_other")]) == 0
+    assert reencoded == sum(calls) - reencoded > 8  # every article and heading, as a fresh run
+    assert _tree(tmp_path / "idx") == _tree(tmp_path / "fresh_other")

@@ -54,6 +54,24 @@ def test_log_lines_elsewhere(monkeypatch, caplog):
     assert len(lines) < 5  # at most one line per 30 s, not one per step
 
 
+def test_a_long_run_says_its_rate_and_end_within_two_seconds(monkeypatch, caplog):
+    """``first=2`` and ``rate``: the first line comes at 2 s with the units per second and the time
+    left (from the count so far), then one per ``every`` (15 s); a fractional count (a share of tokens) adds up."""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="lexgraph.core.progress"):
+        with progress_bar(1000, "index: encode articles", unit="article", every=15, first=2.0, rate=True) as bar:
+            for _ in range(60):  # 2.5 articles every 0.5 s: 5 articles/s
+                now[0] += 0.5
+                bar.update(2.5)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "index: encode articles: 10/1000 article after 2 s, 5.0 article/s, about 3 min 18 s left"
+    assert lines[1].startswith("index: encode articles: 85/1000 article after 17 s, 5.0 article/s, about 3 min 03 s")
+    assert len(lines) == 3 and lines[-1] == "index: encode articles: 150/1000 article done in 30 s, 5.0 article/s"
+    assert progress_module.duration(7325) == "2 h 02 min" and progress_module.duration(59.4) == "59 s"
+
+
 def test_quick_or_disabled_loops_say_nothing(monkeypatch, caplog):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     with caplog.at_level(logging.INFO, logger="lexgraph.core.progress"):

@@ -75,11 +75,14 @@ def test_the_planner_buckets_pads_and_fills_with_dummies():
     ids, attention = sb.stable_inputs([[7, 8, 9], [5]], sb.StableBatch((1, 0), 4, 2), pad_id=0)
     assert ids.tolist() == [[5, 0, 0, 0], [7, 8, 9, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     assert attention.tolist() == [[1, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 0, 0, 0]]
-    capability = torch.backends.cpu.get_cpu_capability()
-    assert (
-        sb.batching(32, "cpu") == f"stable rows=32 step={sb.STABLE_STEP} torch={torch.__version__} on cpu {capability}"
+    from importlib.metadata import version
+
+    key = sb.batching(32, "cpu", type("Config", (), {"_attn_implementation": "sdpa"})())
+    builds = f"torch={torch.__version__} transformers={version('transformers')} tokenizers={version('tokenizers')}"
+    assert key == f"stable rows=32 step={sb.STABLE_STEP} {builds} attention=sdpa on cpu " + (
+        torch.backends.cpu.get_cpu_capability()
     )
-    assert sb.batching(8, torch.device("cpu"), 16).startswith("stable rows=8 step=16 ")
+    assert sb.batching(8, torch.device("cpu"), step=16).startswith("stable rows=8 step=16 ")
 
 
 def _old_chunk_vectors(encoder, texts: list[str], batch_size: int) -> torch.Tensor:
@@ -109,6 +112,26 @@ def test_encode_chunk_table_stable_vectors_do_not_depend_on_the_other_texts(enco
         for i in set(ids) & set(BASE):
             assert torch.equal(other[i], reference[i]), (case, i)
     torch.testing.assert_close(base.vectors, _old_chunk_vectors(encoder, [CORPUS[i] for i in BASE], BATCH))
+
+
+def test_stable_encoding_counts_its_texts_by_their_tokens(encoder, monkeypatch):
+    """The stable path's progress counts texts (``unit``) by the share of their tokens encoded, from
+    its first 2 s with the rate: it ends at the number of texts, each batch adding its tokens' share."""
+    from lexgraph.core import progress as progress_module
+
+    made = []
+    real = progress_module.progress_bar
+
+    def kept(*args, **kwargs):
+        made.append((real(*args, **kwargs), kwargs))
+        return made[-1][0]
+
+    monkeypatch.setattr(progress_module, "progress_bar", kept)
+    texts = [CORPUS[i] for i in BASE]
+    encode_chunk_table(encoder, BASE, texts, BATCH, stable=True, unit="article")
+    ((bar, kwargs),) = made
+    assert bar.total == len(texts) and bar.count == pytest.approx(len(texts))
+    assert kwargs == {"unit": "article", "first": 2.0, "rate": True}
 
 
 def test_encode_chunk_table_default_is_unchanged(encoder):

@@ -159,3 +159,37 @@ def test_index_builds_its_side_and_searches_the_new_corpus(ws, tmp_path):
     got_ids, got_scores = load_retriever("centred", ws, "cpu", corpus=tmp_path / "idx").search(QUESTIONS, K)
     np.testing.assert_allclose(got_scores, want_scores, atol=1e-5)
     assert (got_ids == want_ids).mean() > 0.9  # near-ties may swap
+
+
+@pytest.mark.parametrize(
+    "declaration",
+    [
+        'System(name="bare", summary="s", load=print, reads=())',  # no kind: not a class of one
+        'DenseSystem(name="old", kind="dense", summary="s", load=print, reads=())',  # kind was a field before
+    ],
+)
+def test_a_declaration_not_in_the_class_of_its_kind_is_one_line(tmp_path, monkeypatch, declaration):
+    """A plugin that declares a bare System, or passes ``kind=`` as before issue 42's kinds, is refused
+    in one line naming its entry point and what was expected, not a traceback later."""
+    import sys
+
+    from lexgraph.core.errors import LexgraphError
+    from lexgraph.methods import catalog
+
+    info = tmp_path / "bad_lexgraph_system-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-lexgraph-system\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lexgraph.systems]\nbad = bad_system:SYSTEM\n")
+    (tmp_path / "bad_system.py").write_text(
+        f"from lexgraph.methods.system import DenseSystem, System\n\nSYSTEM = {declaration}\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bad_system", raising=False)
+    catalog.systems.cache_clear()
+    try:
+        with pytest.raises(LexgraphError) as caught:
+            catalog.systems()
+    finally:
+        catalog.systems.cache_clear()
+    message = str(caught.value)
+    assert "\n" not in message and "entry point 'bad = bad_system:SYSTEM'" in message and "does not load" in message

@@ -4,8 +4,10 @@
 redraws into one huge line. Every progress report of lexgraph goes through
 :class:`Progress` (:func:`progress` to wrap an iterable, :func:`progress_bar` to count
 by hand): it draws a tqdm bar only when stderr is a TTY and otherwise logs
-``desc: i/n unit (s)`` at most every ``every`` seconds, plus a last line when the loop
-took that long. :func:`quiet_third_party_bars` silences the bars of the Hugging Face
+``desc: i/n unit (s)`` at most every ``every`` seconds (the first line after ``first`` seconds,
+when given), plus a last line when the loop took that long; with ``rate``, each line adds the
+units per second and, before the end, about how long is left (``lexgraph index``: articles/s
+and the expected end within its first 2 s). :func:`quiet_third_party_bars` silences the bars of the Hugging Face
 libraries (transformers' "Loading weights", huggingface_hub downloads, datasets) off a
 TTY; :func:`lexgraph.core.stage.setup_logging` calls it.
 
@@ -45,7 +47,9 @@ class Progress:
     """A tqdm-like progress report: iterate it, or call :meth:`update`; :meth:`set_postfix`
     adds values (a loss) to the bar or the log line; :meth:`close` or ``with`` ends it.
 
-    ``disable=True`` reports nothing at all (small inputs)."""
+    ``disable=True`` reports nothing at all (small inputs). ``first``: seconds before the first log
+    line (default ``every``); ``rate``: lines say units per second and the time left. A count may
+    grow by fractions (units measured by their share of the work, such as tokens)."""
 
     def __init__(
         self,
@@ -56,12 +60,14 @@ class Progress:
         every: float = 30.0,
         disable: bool = False,
         leave: bool = True,
+        first: float | None = None,
+        rate: bool = False,
     ) -> None:
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
         self.iterable, self.desc, self.total, self.unit, self.every = iterable, desc, total, unit, every
-        self.disable = bool(disable)
-        self.count = 0
+        self.disable, self.rate = bool(disable), bool(rate)
+        self.count: float = 0
         self._postfix = ""
         self._closed = False
         self._bar = None
@@ -69,7 +75,8 @@ class Progress:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, disable=False)
-        self._start = self._last = time.monotonic()
+        self._start = time.monotonic()
+        self._next = self._start + (every if first is None else first)
 
     def __iter__(self) -> Iterator[T]:
         if self.iterable is None:
@@ -92,17 +99,26 @@ class Progress:
         elapsed = time.monotonic() - self._start
         total = self.total if self.total is not None else "?"
         log.info(
-            "%s: %d/%s %s %s %.0f s%s",
+            "%s: %d/%s %s %s %.0f s%s%s",
             self.desc,
             self.count,
             total,
             self.unit,
             "done in" if done else "after",
             elapsed,
+            self._speed(elapsed, done),
             f" ({self._postfix})" if self._postfix else "",
         )
 
-    def update(self, n: int = 1) -> None:
+    def _speed(self, elapsed: float, done: bool) -> str:
+        """``, 12.5 article/s, about 3 min 40 s left`` (``rate`` only; the time left while not done)."""
+        if not self.rate or elapsed <= 0 or self.count <= 0:
+            return ""
+        speed = self.count / elapsed
+        left = "" if done or self.total is None else f", about {duration((self.total - self.count) / speed)} left"
+        return f", {speed:.1f} {self.unit}/s{left}"
+
+    def update(self, n: float = 1) -> None:
         if self._bar is not None:
             self._bar.update(n)
             return
@@ -110,8 +126,8 @@ class Progress:
         if self.disable:
             return
         now = time.monotonic()
-        if now - self._last >= self.every:
-            self._last = now
+        if now >= self._next:
+            self._next = now + self.every
             self._line(done=False)
 
     def set_postfix(self, refresh: bool = True, **values: Any) -> None:
@@ -145,10 +161,28 @@ def progress(
 
 
 def progress_bar(
-    total: int | None, desc: str, *, unit: str = "it", every: float = 30.0, disable: bool = False, leave: bool = True
+    total: int | None,
+    desc: str,
+    *,
+    unit: str = "it",
+    every: float = 30.0,
+    disable: bool = False,
+    leave: bool = True,
+    first: float | None = None,
+    rate: bool = False,
 ) -> Progress:
     """A :class:`Progress` counted by hand with :meth:`Progress.update`."""
-    return Progress(None, desc, total, unit=unit, every=every, disable=disable, leave=leave)
+    return Progress(None, desc, total, unit=unit, every=every, disable=disable, leave=leave, first=first, rate=rate)
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for a reader: ``45 s``, ``3 min 40 s``, ``2 h 05 min``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def quiet_third_party_bars() -> None:

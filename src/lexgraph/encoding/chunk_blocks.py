@@ -58,9 +58,10 @@ def block_fingerprint(ids: Sequence[int], texts: Sequence[str], encoder_digest: 
 
 def concat_tables(tables: Sequence[ChunkTable]) -> ChunkTable:
     """One chunk table of ``tables`` in order (their chunk settings are the first's)."""
-    offsets = [np.zeros(1, dtype=np.int64)]
-    for table in tables:
-        offsets.append(table.offsets[1:] + offsets[-1][-1])
+    offsets, total = [np.zeros(1, dtype=np.int64)], 0
+    for table in tables:  # an empty table (no text) adds nothing
+        offsets.append(table.offsets[1:] + total)
+        total += int(table.offsets[-1])
     vectors = None if tables[0].vectors is None else torch.cat([t.vectors for t in tables])  # (m, dim)
     return ChunkTable(
         np.concatenate([t.ids for t in tables]),
@@ -112,8 +113,9 @@ def encode_in_blocks(
             ids[start : start + block],
             texts[start : start + block],
             batch_size,
-            desc=f"{name} block",
+            desc=f"index: encode {name}",
             stable=stable,
+            unit=name.removesuffix("s"),
         )
         save_chunk_table(table, path)
         recorded[path.name] = digest_path(path)

@@ -97,6 +97,7 @@ def encode_chunk_table(
     vectors: bool = True,
     desc: str = "encode chunks",
     stable: bool = False,
+    unit: str = "text",
 ) -> ChunkTable:
     """Chunk ``texts`` with ``encoder`` (a HierarchicalArticleEncoder) and, with
     ``vectors``, run its backbone once over every chunk (longest first, no grad).
@@ -112,7 +113,7 @@ def encode_chunk_table(
     settings = {key: str(getattr(encoder, key)) for key in SETTINGS}
     out = None
     if vectors and stable:
-        out = _stable_chunk_vectors(encoder, flat, batch_size, desc)
+        out = _stable_chunk_vectors(encoder, flat, len(chunked), batch_size, desc, unit)
     elif vectors:
         from lexgraph.core.config import autocast
 
@@ -139,22 +140,33 @@ def encode_chunk_table(
     return ChunkTable(np.asarray(ids, dtype=np.int64), offsets, tokens, out, settings)
 
 
-def _stable_chunk_vectors(encoder, flat: Sequence[Sequence[int]], batch_size: int, desc: str) -> torch.Tensor:
-    """Vectors ``(m, dim)`` float32 of the chunks ``flat`` through shape-stable batches (no grad)."""
+def _stable_chunk_vectors(
+    encoder, flat: Sequence[Sequence[int]], texts: int, batch_size: int, desc: str, unit: str
+) -> torch.Tensor:
+    """Vectors ``(m, dim)`` float32 of the chunks ``flat`` of ``texts`` texts through shape-stable
+    batches (no grad). Progress counts the texts by the share of their tokens encoded (a batch
+    mixes chunks of many texts), as ``unit``: texts per second and the time left, from the first 2 s."""
     from lexgraph.core.config import autocast
+    from lexgraph.core.progress import progress_bar
+    from lexgraph.models.encoders import prepared_mask
 
     device = next(encoder.backbone.parameters()).device
     out = torch.empty(len(flat), encoder.dim, dtype=torch.float32)  # (m, dim)
     batches = stable_batches([len(c) for c in flat], batch_size, STABLE_STEP, encoder.max_chunk_length)
     pad_id = encoder.tokenizer.pad_token_id
+    per_token = texts / max(1, sum(len(c) for c in flat))  # a text's share of one token
     was_training = encoder.training
     encoder.eval()
-    with torch.no_grad():
-        for batch in progress(batches, desc):
+    with torch.no_grad(), progress_bar(texts, desc, unit=unit, first=2.0, rate=True) as bar:
+        for batch in batches:
             input_ids, attention = stable_inputs(flat, batch, pad_id)  # (batch_size, len) each
-            with autocast(device):
-                pooled = encoder._pool(input_ids.to(device), attention.to(device))  # (batch_size, dim)
+            input_ids, attention = input_ids.to(device), attention.to(device)
+            with autocast(device):  # the prepared mask even without padding: one kernel for every batch
+                mask = prepared_mask(attention, encoder.backbone.config)
+                hidden = encoder.backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state
+                pooled = encoder.pool_states(hidden, attention)  # (batch_size, dim)
             out[torch.tensor(batch.rows)] = pooled[: len(batch.rows)].float().cpu()
+            bar.update(per_token * sum(len(flat[i]) for i in batch.rows))
     encoder.train(was_training)
     return out
 

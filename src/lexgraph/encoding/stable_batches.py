@@ -41,19 +41,26 @@ class StableBatch:
         return len(self.rows) + self.dummies
 
 
-def batching(batch_size: int, device, step: int = STABLE_STEP) -> str:
+def batching(batch_size: int, device, config=None, step: int = STABLE_STEP) -> str:
     """What a stable encoding's bits depend on besides a text's tokens, as a key (a cache records it):
-    the batch shape (``batch_size`` rows, lengths rounded up to ``step``), the torch build and the
-    kernels it runs on ``device`` (the CPU's instruction set, or the GPU's name): vectors made
-    elsewhere may differ in their last bits, so they are not mixed with these."""
+    the batch shape (``batch_size`` rows, lengths rounded up to ``step``), the torch, transformers
+    and tokenizers builds, the backbone's attention implementation (``config``'s, when given) and
+    the kernels it runs on ``device`` (the CPU's instruction set, or the accelerator's name): vectors
+    made otherwise may differ in their last bits, so they are not mixed with these."""
+    from importlib.metadata import version
+
     import torch
 
     device = torch.device(device)
     if device.type == "cuda":
         kernels = torch.cuda.get_device_name(device)
+    elif device.type == "cpu":
+        kernels = f"cpu {torch.backends.cpu.get_cpu_capability()}"
     else:
-        kernels = f"{device.type} {torch.backends.cpu.get_cpu_capability()}"
-    return f"stable rows={int(batch_size)} step={int(step)} torch={torch.__version__} on {kernels}"
+        kernels = device.type
+    builds = f"torch={torch.__version__} transformers={version('transformers')} tokenizers={version('tokenizers')}"
+    attention = getattr(config, "_attn_implementation", None)
+    return f"stable rows={int(batch_size)} step={int(step)} {builds} attention={attention} on {kernels}"
 
 
 def bucket_length(length: int, step: int, max_length: int | None = None) -> int:

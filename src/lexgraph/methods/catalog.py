@@ -48,7 +48,7 @@ def _plugins() -> list[tuple[str, tuple[System, ...]]]:
         origin = f"entry point '{entry.name} = {entry.value}' (group {GROUP})"
         try:
             value = entry.load()
-        except (ImportError, AttributeError) as exc:
+        except (ImportError, AttributeError, TypeError) as exc:  # TypeError: a declaration of another form
             raise LexgraphError(f"{origin} does not load ({exc}); expected an importable System") from None
         given = (value,) if isinstance(value, System) else tuple(value) if isinstance(value, list | tuple) else ()
         if not given or not all(isinstance(s, System) for s in given):

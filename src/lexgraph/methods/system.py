@@ -76,6 +76,11 @@ class System:
     switched_off: Callable[[Path], str] | None = None
 
     def __post_init__(self) -> None:
+        if getattr(type(self), "kind", None) not in KINDS:
+            raise TypeError(
+                f"system '{self.name}' is declared as a {type(self).__name__}; expected the class of its kind: "
+                "SparseSystem, DenseSystem, ComposedSystem or Reranker"
+            )
         if self.stage is None:
             if not self.reads:
                 raise TypeError(f"system '{self.name}' reads no artefact: its declaration gives its stage")
@@ -125,6 +130,7 @@ class DenseSystem(System):
 
     @property
     def graph_side(self) -> bool:
+        """No text encoder gives its article vectors: they come from a pass over the statute graph."""
         return self.article_encoder is None
 
 

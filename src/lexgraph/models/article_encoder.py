@@ -23,10 +23,10 @@ from lexgraph.models.backbone import (
     FORMAT_VERSION,
     _autocast,
     _bar,
-    _max_positions,
     backbone_ref,
     load_backbone,
     longest_first,
+    max_positions,
     save_backbone_ref,
 )
 from lexgraph.models.encoders import EncodeCall, TextEncoder
@@ -122,7 +122,7 @@ class HierarchicalArticleEncoder(TextEncoder):
         config = self.backbone_config
         if num_layers and (num_heads < 1 or dim % num_heads):
             raise SettingError("num_heads", num_heads, f"a positive divisor of the encoder's width {dim}")
-        limit = _max_positions(config)
+        limit = max_positions(config)
         if limit is not None and max_chunk_length > limit:
             raise SettingError("max_chunk_length", max_chunk_length, f"at most the backbone's {limit} positions")
         self.max_chunk_length = int(max_chunk_length)

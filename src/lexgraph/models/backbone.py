@@ -217,7 +217,7 @@ def _refuse_weights_without_a_place(model: nn.Module, name_or_path, unexpected: 
     )
 
 
-def _max_positions(config) -> int | None:
+def max_positions(config) -> int | None:
     """Usable token positions of a backbone (RoBERTa-style models reserve two)."""
     limit = getattr(config, "max_position_embeddings", None)
     if limit is not None and config.model_type in {"camembert", "roberta", "xlm-roberta"}:

@@ -69,11 +69,11 @@ from lexgraph.models.backbone import (
     TOKEN_POOLING,
     _autocast,
     _bar,
-    _max_positions,
     _module_device,
     backbone_ref,
     load_backbone,
     longest_first,
+    max_positions,
     save_backbone_ref,
     set_trainable_layers,
 )
@@ -85,6 +85,18 @@ log = logging.getLogger(__name__)
 QUERY_CONFIG = "query_encoder.json"
 # transformers 5 takes a 4D mask as it is (masking_utils._preprocess_mask_arguments)
 _PREPARED_MASKS = int(version("transformers").split(".")[0]) >= 5
+
+
+def prepared_mask(attention_mask: torch.Tensor, config) -> torch.Tensor:
+    """The mask to give a backbone of ``config`` for ``attention_mask`` ``(n, seq)``: with
+    transformers 5 and SDPA attention, the boolean ``(n, 1, 1, seq)`` mask it takes as it is (given
+    the 2D one, it reads back whether any token is padding and drops an all-ones mask, so a GPU may
+    pick another kernel for a batch without padding); otherwise the 2D mask itself."""
+    if _PREPARED_MASKS and getattr(config, "_attn_implementation", None) == "sdpa":
+        return attention_mask[:, None, None, :].bool()  # (n, 1, 1, seq)
+    return attention_mask
+
+
 _SAVED_KEYS = {  # query_encoder.json: the settings from_pretrained reads back
     "prefix": (lambda v: isinstance(v, str), "a string"),
     "max_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
@@ -151,9 +163,7 @@ class TextEncoder(nn.Module):
         ``(n, seq)``, which it takes as it is; given the 2D one, it first reads back from the
         device whether any token is padding (one synchronisation per call, issue 43). Otherwise
         (eager attention, transformers 4) the 2D mask itself."""
-        if _PREPARED_MASKS and getattr(self.backbone_config, "_attn_implementation", None) == "sdpa":
-            return attention_mask[:, None, None, :].bool()  # (n, 1, 1, seq)
-        return attention_mask
+        return prepared_mask(attention_mask, self.backbone_config)
 
     def pool_states(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The last hidden states ``(n, seq, dim)`` pooled to ``(n, dim)``: [CLS] or masked mean."""
@@ -274,7 +284,7 @@ class QueryEncoder(TextEncoder):
         trainable_layers: int | None = None,
     ) -> None:
         super().__init__(backbone, tokenizer, token_pooling, prefix)
-        limit = _max_positions(backbone.config)
+        limit = max_positions(backbone.config)
         least, why = shortest_input(tokenizer, prefix)
         if max_length < least:  # every question would be cut to nothing: one vector for all
             raise SettingError("max_length", max_length, f"an integer >= {least} ({why})")

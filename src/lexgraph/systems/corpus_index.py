@@ -188,7 +188,7 @@ def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
     check_settings(type("Cached", (), {"settings": settings})(), encoder, cache)
     batch_size = workspace_params(SECTION, job.workspace, DSRConfig).eval_batch_size
     chunking = {k: v for k, v in settings.items() if k != "vectors"}
-    key = reuse_key(chunking, identity(pretrained), batching(batch_size, job.device))
+    key = reuse_key(chunking, identity(pretrained), batching(batch_size, job.device, encoder.backbone.config))
     sources = {
         "articles": (articles["id"], articles["article"]),
         "headings": (headings["heading_id"], headings["text"]),
@@ -203,7 +203,7 @@ def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
         fresh = encode_in_blocks(
             encoder, name, new_ids, new_texts, batch_size=batch_size, block=job.block, folder=folder, stable=True
         )
-        table = fresh if earlier is None else assemble(ids, found, earlier, fresh)
+        table = assemble(ids, found, earlier, fresh) if earlier is not None and (found >= 0).any() else fresh
         table.settings = dict(key)
         if job.earlier is not None:
             log.info(
@@ -217,7 +217,7 @@ def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
     return True
 
 
-def _earlier_rows(earlier: Path | None, name: str, texts: list[str], key: dict[str, str]):
+def _earlier_rows(earlier: Path | None, name: str, texts: list[str], key: dict[str, str]) -> tuple[Any, np.ndarray]:
     """``(table, found)``: the earlier index's chunk table of ``name`` and, for each of ``texts``, the
     row of that table holding the same text (-1: to encode), when the table was made under ``key``;
     ``(None, all -1)`` when there is no earlier index or it was made otherwise."""

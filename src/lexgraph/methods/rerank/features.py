@@ -136,7 +136,7 @@ class FrozenTokenEncoder:
     """The base encoder, frozen: texts -> last-layer token states (float16, no padding)."""
 
     def __init__(self, directory: str | os.PathLike, device: torch.device) -> None:
-        from lexgraph.models.backbone import _max_positions, load_backbone
+        from lexgraph.models.backbone import load_backbone, max_positions
         from lexgraph.models.family import read_base_info
 
         self.model, self.tokenizer = load_backbone(directory)
@@ -145,7 +145,7 @@ class FrozenTokenEncoder:
         info = read_base_info(directory)
         self.query_prefix, self.passage_prefix = info["query_prefix"], info["passage_prefix"]
         self.dim = int(self.model.config.hidden_size)
-        self.max_positions = _max_positions(self.model.config)  # the longest stable bucket (None: unbounded)
+        self.max_positions = max_positions(self.model.config)  # the longest stable bucket (None: unbounded)
 
     def tokenize(self, texts: Sequence[str], prefix: str, max_length: int, truncation: str) -> list[dict[str, list]]:
         return tokenize(self.tokenizer, texts, prefix, max_length, truncation)
@@ -186,6 +186,7 @@ class FrozenTokenEncoder:
     def _encode_stable(self, sequences: Sequence[Sequence[int]], batch_size: int, desc: str) -> list[torch.Tensor]:
         """:meth:`encode_ids` through shape-stable batches (each row's real tokens kept)."""
         from lexgraph.core.progress import progress
+        from lexgraph.models.encoders import prepared_mask
 
         lengths = [len(s) for s in sequences]
         batches = stable_batches(lengths, batch_size, STABLE_STEP, self.max_positions)
@@ -194,10 +195,9 @@ class FrozenTokenEncoder:
         bar = progress(batches, desc, total=len(batches), unit="batch", disable=len(sequences) <= batch_size)
         for batch in bar:
             ids, mask = stable_inputs(sequences, batch, pad)  # (batch_size, L) each
-            with autocast(self.device):
-                states = self.model(
-                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device)
-                ).last_hidden_state
+            with autocast(self.device):  # the prepared mask even without padding: one kernel for every batch
+                prepared = prepared_mask(mask.to(self.device), self.model.config)
+                states = self.model(input_ids=ids.to(self.device), attention_mask=prepared).last_hidden_state
             states = states.float().cpu().half()  # (batch_size, L, dim)
             for j, i in enumerate(batch.rows):
                 out[i] = states[j, : lengths[i]].clone()

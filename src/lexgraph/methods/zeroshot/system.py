@@ -76,10 +76,10 @@ class QuerySettings(Settings):
 def article_encoder(pretrained: str | os.PathLike, config: ZeroshotConfig):
     """The base model as a windowed mean-pooling article encoder."""
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
-    from lexgraph.models.backbone import _max_positions, load_backbone
+    from lexgraph.models.backbone import load_backbone, max_positions
 
     backbone, _ = load_backbone(pretrained)
-    window = min(config.max_length, _max_positions(backbone.config) or config.max_length)
+    window = min(config.max_length, max_positions(backbone.config) or config.max_length)
     with settings_of(SECTION, {"max_chunk_length": "max_length", "max_document_length": "max_document_length"}):
         return HierarchicalArticleEncoder.from_pretrained(
             pretrained,
