@@ -6,7 +6,8 @@
 
 ``--corpus`` is fr-codes-2020's ``articles.jsonl.gz`` (one JSON object a line: ``id``, ``code``,
 ``path`` a list of headings, ``text``); nothing is read from ``../shared`` by default. Its own
-"Code civil" is dropped (its 2020 text renumbers the 2015 law the labels point at) and the
+"Code civil" is dropped (the sample is the complete Code: the export's holds 1,799 articles in the
+same pre-2016 numbering, 1,728 of them with the sample's text, docs/scale.md) and the
 sample's clean articles (``W/data/clean/articles.parquet``) stand in for it; the other codes'
 articles are distractors, with ids ``DISTRACTOR_OFFSET + id``. A size is the number of articles
 searched: the sample plus the first ``size - sample`` distractors of one seeded permutation, so the

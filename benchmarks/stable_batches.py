@@ -1,8 +1,10 @@
 """Benchmark: the cost of shape-stable chunk encoding (encode_chunk_table's ``stable``) on the sample.
 
-    .venv/bin/python benchmarks/stable_batches.py [--articles /tmp/repro/data/clean/articles.parquet]
-        [--model /tmp/repro/models/pretrain] [--n 300] [--batch-size 32] [--steps 16 32] [--repeat 3]
+    .venv/bin/python benchmarks/stable_batches.py [--articles data/clean/articles.parquet]
+        [--model models/pretrain] [--n 300] [--batch-size 32] [--steps 16 32] [--repeat 3]
         [--threads 2] [--out benchmarks/stable_batches.json]
+
+(run in a workspace after ``dvc repro``: the sample's clean articles and its e5-small checkpoint)
 
 ``n`` articles spread evenly over ``--articles`` are chunked and encoded by the e5 backbone of
 ``--model`` (``max_chunk_length`` 256, ``max_document_length`` 1024, mean token pooling, as
@@ -132,13 +134,20 @@ def measure(args) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--articles", type=Path, default=Path("/tmp/repro/data/clean/articles.parquet"))
-    parser.add_argument("--model", type=Path, default=Path("/tmp/repro/models/pretrain"))
+    parser.add_argument(
+        "--articles",
+        type=Path,
+        default=Path("data/clean/articles.parquet"),
+        help="a workspace's clean articles (`dvc repro clean`)",
+    )
+    parser.add_argument(
+        "--model", type=Path, default=Path("models/pretrain"), help="the base checkpoint (`dvc repro pretrain`)"
+    )
     parser.add_argument("--n", type=positive_int, default=300, help="articles encoded")
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--steps", type=positive_int, nargs="+", default=[16, 32], help="bucket steps of stable")
     parser.add_argument("--repeat", type=positive_int, default=3, help="timed rounds, the variants in turns")
-    parser.add_argument("--plan-sizes", type=positive_int, nargs="+", default=[20, 300], help="padding_by_corpus")
+    parser.add_argument("--plan-sizes", type=positive_int, nargs="+", default=[20, 300, 2760], help="padding_by_corpus")
     parser.add_argument("--threads", type=positive_int, default=2, help="torch threads")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
     args = parser.parse_args(argv)

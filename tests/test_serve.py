@@ -573,3 +573,49 @@ def test_the_api_docs_page_loads_nothing_from_elsewhere(running):
     assert sources and all(s.startswith("/") or s.startswith("data:") for s in sources), sources
     for asset in ("/static/swagger/swagger-ui-bundle.js", "/static/swagger/swagger-ui.css", "/openapi.json"):
         assert asset in sources and loopback.get(f"{running.url}{asset}").status_code == 200
+
+
+def test_an_index_updated_in_place_is_served_after_a_reload_without_dropping_a_request(workspace, tmp_path):
+    """Issue 44, item 1: `lexgraph index` over the served index (an amended corpus: one article
+    repealed, one added) then `POST /admin/reload`: every request of the clients searching meanwhile
+    is answered, from the old index or the new, and the new answers name the new article."""
+    records = [
+        {"id": f"art-{i}", "text": text, "path": ["Code Z", f"Livre {i % 2}"]}
+        for i, text in enumerate(["le bail du contrat de louage", "le divorce et l'enfant", "la loi du mariage"] * 3)
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    index = tmp_path / "idx"
+    argv = ["index", "--workspace", str(workspace), "--corpus", str(corpus), "--out", str(index), "--device", "cpu"]
+    assert main([*argv, "--systems", "bm25", "dsr"]) == 0
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws)
+    set_serve(ws, systems=["bm25", "dsr"])
+    question = {"q": "le bornage du mur mitoyen", "system": "bm25", "k": 3}
+    with RunningServer(ws, index) as running:
+        before = loopback.get(f"{running.url}/search", params=question).json()["hits"]
+        stop, answers = threading.Event(), []
+
+        def client(system: str) -> None:
+            with httpx.Client(timeout=30) as http:
+                while not stop.is_set():
+                    answers.append(http.get(f"{running.url}/search", params={**question, "system": system}))
+
+        threads = [threading.Thread(target=client, args=(s,)) for s in ("bm25", "dsr")]
+        for t in threads:
+            t.start()
+        amended = [*records[1:], {"id": "art-new", "text": "le bornage du mur mitoyen", "path": ["Code Z", "Livre 1"]}]
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in amended), encoding="utf-8")
+        assert main([*argv, "--systems", "bm25", "dsr"]) == 0  # in place, while the server reads the old one
+        reload = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert reload.status_code == 200 and reload.json()["generation"] == 1, reload.text
+        assert answers and all(a.status_code == 200 for a in answers), {a.status_code for a in answers}
+        assert {a.json()["generation"] for a in answers} == {0, 1}
+        after = loopback.get(f"{running.url}/search", params=question).json()["hits"]
+        assert "art-new" not in [h["id"] for h in before] and after[0]["id"] == "art-new"
+        gone = loopback.get(f"{running.url}/articles/art-0")
+        assert gone.status_code == 404
