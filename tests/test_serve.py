@@ -217,33 +217,40 @@ def test_a_hundred_hostile_requests_get_a_4xx_and_one_line_of_json(running, capl
     assert loopback.get(f"{running.url}/health").status_code == 200
 
 
+def _reload_under_load(running, question: dict, systems, change) -> None:
+    """Clients asking ``question`` of each of ``systems`` throughout; ``change()`` then ``POST
+    /admin/reload``: the reload succeeds (generation 1) and every request is answered, before the
+    swap and after it (none dropped)."""
+    stop, answers = threading.Event(), []
+
+    def client(system: str) -> None:
+        with httpx.Client(timeout=30) as http:
+            while not stop.is_set():
+                answers.append(http.get(f"{running.url}/search", params={**question, "system": system}))
+
+    threads = [threading.Thread(target=client, args=(s,)) for s in systems]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    change()
+    reload = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert reload.status_code == 200 and reload.json()["generation"] == 1, reload.text
+    assert answers and all(a.status_code == 200 for a in answers), {a.status_code for a in answers}
+    assert {a.json()["generation"] for a in answers} == {0, 1}  # answered before and after the swap
+
+
 def test_a_reload_under_load_drops_no_request_and_a_damaged_artefact_keeps_the_old_models(workspace, caplog):
     with RunningServer(workspace) as running:
         question = {"q": "le bail du contrat", "system": "bm25", "k": 5}
         old = loopback.get(f"{running.url}/search", params=question).json()["hits"]
         saved = workspace / "bm25.saved"
         shutil.copytree(workspace / "models" / "bm25", saved)
-        stop, answers = threading.Event(), []
-
-        def client(system: str) -> None:
-            with httpx.Client(timeout=30) as http:
-                while not stop.is_set():
-                    answers.append(http.get(f"{running.url}/search", params={**question, "system": system}))
-
-        threads = [threading.Thread(target=client, args=(s,)) for s in ("bm25", "bm25", "dsr", "zeroshot")]
-        for t in threads:
-            t.start()
-        time.sleep(0.5)
-        _refit(workspace)  # as a new `dvc repro` with other BM25 settings would
-        reload = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
-        time.sleep(0.5)
-        stop.set()
-        for t in threads:
-            t.join()
-        assert reload.status_code == 200 and reload.json()["generation"] == 1, reload.text
-        assert answers and all(a.status_code == 200 for a in answers), {a.status_code for a in answers}
-        generations = {a.json()["generation"] for a in answers}
-        assert generations == {0, 1}  # requests were answered before and after the swap, none dropped
+        # as a new `dvc repro` with other BM25 settings would
+        _reload_under_load(running, question, ("bm25", "bm25", "dsr", "zeroshot"), lambda: _refit(workspace))
         new = loopback.get(f"{running.url}/search", params=question).json()["hits"]
         assert [h["score"] for h in new] != [h["score"] for h in old]  # the new BM25 answers
 
@@ -594,27 +601,13 @@ def test_an_index_updated_in_place_is_served_after_a_reload_without_dropping_a_r
     question = {"q": "le bornage du mur mitoyen", "system": "bm25", "k": 3}
     with RunningServer(ws, index) as running:
         before = loopback.get(f"{running.url}/search", params=question).json()["hits"]
-        stop, answers = threading.Event(), []
-
-        def client(system: str) -> None:
-            with httpx.Client(timeout=30) as http:
-                while not stop.is_set():
-                    answers.append(http.get(f"{running.url}/search", params={**question, "system": system}))
-
-        threads = [threading.Thread(target=client, args=(s,)) for s in ("bm25", "dsr")]
-        for t in threads:
-            t.start()
         amended = [*records[1:], {"id": "art-new", "text": "le bornage du mur mitoyen", "path": ["Code Z", "Livre 1"]}]
-        corpus.write_text("".join(json.dumps(r) + "\n" for r in amended), encoding="utf-8")
-        assert main([*argv, "--systems", "bm25", "dsr"]) == 0  # in place, while the server reads the old one
-        reload = loopback.post(f"{running.url}/admin/reload", headers=running.admin, timeout=120)
-        time.sleep(0.5)
-        stop.set()
-        for t in threads:
-            t.join()
-        assert reload.status_code == 200 and reload.json()["generation"] == 1, reload.text
-        assert answers and all(a.status_code == 200 for a in answers), {a.status_code for a in answers}
-        assert {a.json()["generation"] for a in answers} == {0, 1}
+
+        def update() -> None:  # in place, while the server reads the old one
+            corpus.write_text("".join(json.dumps(r) + "\n" for r in amended), encoding="utf-8")
+            assert main([*argv, "--systems", "bm25", "dsr"]) == 0
+
+        _reload_under_load(running, question, ("bm25", "dsr"), update)
         after = loopback.get(f"{running.url}/search", params=question).json()["hits"]
         assert "art-new" not in [h["id"] for h in before] and after[0]["id"] == "art-new"
         gone = loopback.get(f"{running.url}/articles/art-0")

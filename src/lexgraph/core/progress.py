@@ -160,19 +160,9 @@ def progress(
     return Progress(iterable, desc, total, unit=unit, every=every, disable=disable, leave=leave)
 
 
-def progress_bar(
-    total: int | None,
-    desc: str,
-    *,
-    unit: str = "it",
-    every: float = 30.0,
-    disable: bool = False,
-    leave: bool = True,
-    first: float | None = None,
-    rate: bool = False,
-) -> Progress:
-    """A :class:`Progress` counted by hand with :meth:`Progress.update`."""
-    return Progress(None, desc, total, unit=unit, every=every, disable=disable, leave=leave, first=first, rate=rate)
+def progress_bar(total: int | None, desc: str, **options: Any) -> Progress:
+    """A :class:`Progress` counted by hand with :meth:`Progress.update` (``options``: its keywords)."""
+    return Progress(None, desc, total, **options)
 
 
 def duration(seconds: float) -> str:

@@ -63,6 +63,8 @@ PARTIAL = ".partial"
 #: writer's temporary of one
 _BLOCK = r"((articles|headings)-[0-9]{10}\.safetensors|SHA256SUMS)"
 _BLOCKS = re.compile(rf"{re.escape(PARTIAL)}(/[0-9a-f]{{32}}(/({_BLOCK}|\.{_BLOCK}\.[^/]+\.tmp))?)?")
+#: the clean tables an index encodes, with their id and text columns
+TEXTS = {"articles": ("id", "article"), "headings": ("heading_id", "text")}
 #: the largest magnitude a value of an index's vectors may have: far beyond what an encoder gives, far
 #: below float32's overflow when a row is squared and summed (a vector scaled by 1e30 vanishes then)
 ABSURD = 1e6
@@ -189,10 +191,7 @@ def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
     batch_size = workspace_params(SECTION, job.workspace, DSRConfig).eval_batch_size
     chunking = {k: v for k, v in settings.items() if k != "vectors"}
     key = reuse_key(chunking, identity(pretrained), batching(batch_size, job.device, encoder.backbone.config))
-    sources = {
-        "articles": (articles["id"], articles["article"]),
-        "headings": (headings["heading_id"], headings["text"]),
-    }
+    sources = {name: (table[i], table[t]) for (name, (i, t)), table in zip(TEXTS.items(), (articles, headings))}
     for name, (ids, texts) in sources.items():
         ids, texts = ids.to_numpy().astype(np.int64), [str(t) for t in texts.to_list()]
         earlier, found = _earlier_rows(job.earlier, name, texts, key)
@@ -234,7 +233,7 @@ def _earlier_rows(earlier: Path | None, name: str, texts: list[str], key: dict[s
         log.info("index: the earlier %s were encoded otherwise (%s); encoding them anew", name, path)
         return None, none
     table = load_chunk_table(path)
-    column, text = ("id", "article") if name == "articles" else ("heading_id", "text")
+    column, text = TEXTS[name]
     clean = pl.read_parquet(layout.CLEAN.under(earlier, f"{name}.parquet"), columns=[column, text])
     by_id = dict(zip(clean[column].to_list(), clean[text].to_list()))
     return table, reuse_rows(texts, [str(by_id[int(i)]) for i in table.ids])
@@ -259,10 +258,7 @@ def write_embed(
         "dim": str(model.dim),
         "encoder": "encode_articles",
     }
-    sources = {
-        "articles": (articles["id"], articles["article"]),
-        "headings": (headings["heading_id"], headings["text"]),
-    }
+    sources = {name: (table[i], table[t]) for (name, (i, t)), table in zip(TEXTS.items(), (articles, headings))}
     for name, (ids, texts) in sources.items():
         ids = ids.to_numpy().astype(np.int64)
         if frozen:
