@@ -142,6 +142,47 @@ def test_lexgraph_index_searches_an_unlabelled_corpus_with_every_system(workspac
         assert len(hits) == 3 and all(paths[h["id"]] == h["path"] for h in hits), system
 
 
+def test_the_code_civils_versions_answer_by_date_the_worked_example(workspace, tmp_path, capsys):
+    """docs/cli.md, "The law as in force on a date": the Code civil's 3,211 versions
+    (data/history, from fr-codes-history) indexed once with the sample's zeroshot encoder; "À partir
+    de quel âge une femme peut-elle se marier ?" finds art. 144's 1970 text as of 2000-01-01 and its
+    2006 text as of 2010-01-01, each in the top 5; "Deux hommes peuvent-ils se marier ?" finds
+    art. 143 (2013-05-19) in the top 5 as of 2014-01-01, and no art. 143 at all as of 2012-01-01."""
+    import json
+
+    from lexgraph.cli.main import main
+
+    dest, _ = workspace
+    out = tmp_path / "code-civil"
+    corpus = ROOT / "data" / "history" / "code-civil-versions.jsonl.gz"
+    assert (
+        main(["index", "--workspace", str(dest), "--corpus", str(corpus), "--out", str(out), "--systems", "zeroshot"])
+        == 0
+    )
+
+    def hits(question: str, date: str, top: int) -> list[dict]:
+        capsys.readouterr()
+        argv = ["search", "--workspace", str(dest), "--index", str(out), "--system", "zeroshot", "--json"]
+        assert main([*argv, "--top", str(top), "--as-of", date, question]) == 0
+        return json.loads(capsys.readouterr().out)["hits"]
+
+    woman = "À partir de quel âge une femme peut-elle se marier ?"
+    for date, since, words in (
+        ("2000-01-01", "1970-01-31", "la femme avant quinze"),
+        ("2010-01-01", "2006-04-05", "L'homme et la femme"),
+    ):
+        found = [h for h in hits(woman, date, 5) if h["id"] == "144"]
+        assert found and found[0]["version"]["valid_from"] == since and words in found[0]["snippet"], date
+    men = "Deux hommes peuvent-ils se marier ?"
+    found = [h for h in hits(men, "2014-01-01", 5) if h["id"] == "143"]
+    assert found and found[0]["version"] == {
+        "valid_from": "2013-05-19",
+        "valid_to": None,
+        "act": "LOI n°2013-404 du 17 mai 2013",
+    }
+    assert "143" not in {h["id"] for h in hits(men, "2012-01-01", 3000)}
+
+
 @pytest.mark.parametrize("system", ["dsr", "zeroshot"])
 def test_an_export_encoding_the_articles_itself_scores_the_systems_metrics(workspace, tmp_path, system):
     """Issue 41: the export of ``system`` in sentence-transformers, the articles encoded by the export

@@ -305,6 +305,53 @@ def test_the_pages_and_the_api_docs_work_under_their_content_security_policy(run
     assert not violations, violations
 
 
+#: a versioned corpus for the date field: each article a text until 2000-01-01 and another after it
+VERSIONED = [
+    {"id": f"v-{n}", "text": text, "path": ["Code V"], "valid_from": start, "valid_to": end, "act": f"Loi {start}"}
+    for n in range(6)
+    for text, start, end in (
+        (f"Le contrat de bail numéro {n} et le mariage", "1980-01-01", "2000-01-01"),
+        (f"Le divorce et la loi numéro {n} du contrat", "2000-01-01", None),
+    )
+]
+
+
+def test_the_date_field_searches_the_law_in_force_on_that_date(workspace, browser, tmp_path, capsys):
+    """Over an index of versions the form has a date field; its answer is `lexgraph search --as-of`'s,
+    each hit showing its version's dates and act."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    corpus = tmp_path / "versions.jsonl"
+    corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in VERSIONED), encoding="utf-8")
+    index = tmp_path / "idx"
+    args = ["index", "--workspace", str(workspace), "--corpus", str(corpus), "--out", str(index), "--device", "cpu"]
+    assert main([*args, "--systems", *SERVED]) == 0  # the systems the workspace serves
+    driver = browser()
+    with RunningServer(workspace, index) as server:
+        for date in ("1990-06-01", "2010-06-01"):
+            driver.get(f"{server.url}/")
+            driver.find_element(By.ID, "q").send_keys("contrat de bail")
+            Select(driver.find_element(By.ID, "system")).select_by_value("bm25")
+            field = driver.find_element(By.ID, "as_of")
+            assert field.get_attribute("type") == "date"
+            driver.execute_script("arguments[0].value = arguments[1]", field, date)
+            _submit(driver, driver.find_element(By.ID, "go"))
+            assert parse_qs(urlsplit(driver.current_url).query)["as_of"] == [date]
+            assert driver.find_element(By.ID, "answered").text == date
+            capsys.readouterr()
+            cli = ["search", "--workspace", str(workspace), "--index", str(index), "--system", "bm25", "--json"]
+            assert main([*cli, "--as-of", date, "--top", str(10), "contrat de bail"]) == 0
+            want = json.loads(capsys.readouterr().out)["hits"]
+            hits = driver.find_elements(By.CSS_SELECTOR, "ol#hits > li.hit")
+            assert want and [h.get_attribute("data-id") for h in hits] == [h["id"] for h in want]
+            for hit, reference in zip(hits, want):
+                version = reference["version"]
+                assert version["valid_from"] <= date < (version["valid_to"] or "9999")
+                shown = _text(hit.find_element(By.CSS_SELECTOR, ".version"))
+                assert version["valid_from"] in shown and version["act"] in shown
+
+
 def test_the_missing_browser_message_is_one_line(monkeypatch):
     """Without chromium the browser tests fail (not skip) in one line that says to run the setup."""
     monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", Path("/nonexistent/chromium"))

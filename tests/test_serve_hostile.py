@@ -307,7 +307,7 @@ class _SlowSearcher:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
-    def hits(self, questions, k):
+    def hits(self, questions, k, as_of=None):
         time.sleep(0.001 * len(questions))
         self.calls.append(list(questions))
         return [[q, k] for q in questions]

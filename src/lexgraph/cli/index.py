@@ -24,6 +24,12 @@ def cmd_index(args) -> int:
     workspace = Path(args.workspace)
     if args.block < 1:
         raise LexgraphError(f"--block must be ≥ 1 (got {args.block}); expected the articles encoded per block")
+    if args.snapshot is not None:
+        from lexgraph.data.versions import date_problem
+
+        problem = date_problem(args.snapshot)
+        if problem:
+            raise LexgraphError(f"--snapshot {problem}; expected the date YYYY-MM-DD the corpus's law is in force on")
     _check_workspace(workspace)
     check_out(Path(args.out), workspace)
     log.info(
@@ -37,7 +43,7 @@ def cmd_index(args) -> int:
     from lexgraph.systems.corpus_index import index_corpus
 
     device = str(resolve_device(args.device, where="--device"))
-    record = index_corpus(args.corpus, args.out, workspace, args.systems, device, args.block)
+    record = index_corpus(args.corpus, args.out, workspace, args.systems, device, args.block, args.snapshot)
     print(f"indexed {record['articles']} articles of {args.corpus} to {args.out}: {', '.join(record['systems'])}")
     return 0
 
@@ -66,6 +72,12 @@ def add_index(sub) -> None:
         type=int,
         default=2000,
         help="articles encoded per resumable block (default: %(default)s)",
+    )
+    p.add_argument(
+        "--snapshot",
+        metavar="DATE",
+        help="the date (YYYY-MM-DD) the corpus's law is in force on, for a file of one state: `search --as-of` "
+        "an earlier date is then refused (records' own valid_from/valid_to date each version instead)",
     )
     device_option(p, "auto", "where to encode: auto, cpu, cuda or cuda:N")
 

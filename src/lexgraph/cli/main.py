@@ -154,21 +154,29 @@ def _show_many(retriever, display, questions, qids, top, scores, args, source: s
             qid=qids[i] if qids is not None else None,
             retriever=retriever,
         )
+    from lexgraph.search.bm25 import BM25
+
+    # why a question has fewer hits than --top: BM25's articles without its terms, or the law of a date
+    terms = isinstance(retriever, BM25)
+    why, note = ("match any term of", "; the others score 0") if terms else ("in force answer", "")
     if short and qids is None:
         log.info(
-            "only %d article(s) match any term of the question (the others score 0); shown: those, not --top %d",
+            "only %d article(s) %s the question%s; shown: those, not --top %d",
             short[0][1],
+            why,
+            " (the others score 0)" if terms else "",
             args.top,
         )
     elif short:
         log.info(
-            "fewer than --top %d articles match any term of %d question(s) of %s (ids: %s%s; the others "
-            "score 0); their hits stop at the last article that does",
+            "fewer than --top %d articles %s %d question(s) of %s (ids: %s%s%s); their hits stop at the last one",
             args.top,
+            why,
             len(short),
             source,
             ", ".join(str(q) for q, _ in short[:10]),
             ", …" if len(short) > 10 else "",
+            note,
         )
 
 
@@ -234,9 +242,9 @@ def _read_interactive(args, prompt: str, lineno: int) -> str | None:
     return question.strip()
 
 
-def _check_search_arguments(args, workspace: Path) -> Path:
+def _check_search_arguments(args, workspace: Path) -> tuple[Path, str | None]:
     """Check ``lexgraph search``'s arguments; return where the searched corpus lies (the workspace,
-    or the ``--index`` directory)."""
+    or the ``--index`` directory) and its snapshot date (None: none)."""
     if args.questions and args.question is not None:
         raise LexgraphError("give either --questions FILE or a question, not both")
     if args.questions and not (args.run or args.json):
@@ -250,22 +258,31 @@ def _check_search_arguments(args, workspace: Path) -> Path:
     _check_depth("--top", args.top)
     _check_workspace(workspace)
     if args.index is None:
-        return workspace
+        return workspace, None
     from lexgraph.systems.index_record import read_index
 
     require_directory(Path(args.index), label="--index", expected="a directory written by `lexgraph index`")
-    read_index(args.index)
-    return Path(args.index)
+    return Path(args.index), read_index(args.index).snapshot
 
 
 def cmd_search(args) -> int:
     from lexgraph.core.config import resolve_device
+    from lexgraph.data.keys import KEYS_FILE
+    from lexgraph.data.versions import read_versions
     from lexgraph.evaluation.trec import write_trec
-    from lexgraph.serve.searcher import index_config, make_display, read_articles, read_corpus_keys, real_results
+    from lexgraph.serve.searcher import Corpus, corpus_search, index_config, make_display, real_results
     from lexgraph.systems.registry import load_retriever
 
     workspace = Path(args.workspace)
-    corpus = _check_search_arguments(args, workspace)  # all before loading a system (seconds to minutes)
+    root, snapshot = _check_search_arguments(args, workspace)  # all before loading a system (seconds to minutes)
+    versions = read_versions(root / layout.CLEAN.path / KEYS_FILE, snapshot)  # the date, before loading
+    problem = versions.check_date(args.as_of, "--as-of") if versions is not None and args.as_of else None
+    if problem or (args.as_of is not None and versions is None):
+        raise LexgraphError(
+            problem
+            or f"--as-of: {shown_path(root)} holds no versions of articles (its corpus has no dates); "
+            "expected an index of a corpus with valid_from/valid_to"
+        )
     ids = questions = None
     if args.questions:
         if args.run:
@@ -273,10 +290,16 @@ def cmd_search(args) -> int:
         ids, questions = read_questions_jsonl(Path(args.questions))
     device = str(resolve_device(args.device, where="--device"))
     retriever = load_retriever(args.system, workspace, device, index=index_config(workspace), corpus=args.index)
+    corpus = Corpus.read(root, snapshot)
+    in_force = corpus.in_force
     shown = args.json or not args.questions
-    display = make_display(retriever, read_articles(corpus), read_corpus_keys(corpus)) if shown else None
+    display = make_display(retriever, corpus.articles, corpus.keys, corpus.versions) if shown else None
+
+    def search(batch: list[str], k: int):
+        return corpus_search(retriever, in_force, batch, k, args.as_of)
+
     if args.questions:
-        top, scores = retriever.search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
+        top, scores = search(questions, max(args.k if args.run else 1, args.top if args.json else 1))
         matched = real_results(retriever, top, scores).any(axis=1)  # (n,)
         _warn_unmatched(retriever, questions, ids, matched, args)
         if args.run:  # ranked to depth --k, as the evaluate stage writes its runs
@@ -286,14 +309,14 @@ def cmd_search(args) -> int:
                 top[matched, : args.k],
                 scores[matched, : args.k],
                 args.system,
-                docids=keys.articles if (keys := read_corpus_keys(corpus)) is not None else None,
+                docids=corpus.keys.articles if corpus.keys is not None else None,
             )
             log.info("wrote %d rankings of depth %d to %s", int(matched.sum()), args.k, args.run)
         if args.json:
             _show_many(retriever, display, questions, ids, top, scores, args, args.questions)
         return 0
     if args.question is not None:
-        top, scores = retriever.search([args.question], args.top)
+        top, scores = search([args.question], args.top)
         _show_many(retriever, display, [args.question], None, top, scores, args, "the command line")
         return 0
     prompt = "\nquestion (empty line to quit)> "
@@ -303,7 +326,7 @@ def cmd_search(args) -> int:
         question = _read_interactive(args, prompt, lineno)
         if not question:
             return 0
-        top, scores = retriever.search([question], args.top)
+        top, scores = search([question], args.top)
         _show_many(retriever, display, [question], None, top, scores, args, "standard input")
 
 
@@ -402,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the lexgraph workspace: the directory with dvc.yaml and params.yaml where `dvc repro` wrote models/ and data/",
     )
     add_index_option(s)
+    s.add_argument(
+        "--as-of",
+        metavar="DATE",
+        help="search the law as in force on DATE (YYYY-MM-DD) in an --index of versions (default: today's)",
+    )
     device_option(s, "auto", "where the dense systems run: auto (cuda when available, else cpu), cpu, cuda or cuda:N")
     r = add_command(
         sub,

@@ -4,11 +4,15 @@ articles and, optionally, one of questions, read into BSARD's raw schema.
 Corpus, one record per article:
 
 - ``id``: the article's id, a string (a JSON integer is read as its decimal string), non-empty,
-  without whitespace or control characters (it is written into TREC runs), each id once;
+  without whitespace or control characters (it is written into TREC runs), each id once (or once per version);
 - ``text``: the article's text, not empty;
 - ``path``: the heading labels from the top, a list of strings of any depth (``[]``: no heading);
   in a CSV file a JSON array (``["Livre I", "Titre II"]``);
-- optional ``number`` (as printed), ``title`` and ``code`` (the code or act it belongs to).
+- optional ``number`` (as printed), ``title`` and ``code`` (the code or act it belongs to);
+- optional ``valid_from``, ``valid_to`` (ISO dates ``YYYY-MM-DD``; ``valid_to`` is the first day the
+  version no longer applies) and ``act`` (the act that made it): one version of the article
+  (:mod:`lexgraph.data.versions`). Records of one id are the versions of one article, their
+  intervals not overlapping; ``lexgraph index`` keeps each, the pipeline (``fetch``) one state.
 
 Questions, one record per question: ``id`` (a string, as above), ``question``, ``article_ids``
 (a list of corpus ids; in CSV a JSON array), ``split`` (``train``, ``dev`` or ``test``).
@@ -45,6 +49,7 @@ from lexgraph.data.integrity import first_duplicate, refuse_repeat
 from lexgraph.data.keys import keys_table
 from lexgraph.data.readers import Source, file_problem, json_line, validate_articles
 from lexgraph.data.schema import ARTICLE_COLUMNS, HIERARCHY_LEVELS, QUESTION_COLUMNS
+from lexgraph.data.versions import DATE_FIELDS, VERSION_FIELDS, date_problem, first_undated_repeat, overlapping
 
 log = logging.getLogger(__name__)
 
@@ -176,10 +181,26 @@ def _split(rec: dict, field: str, what: str) -> str | None:
     return None if split in QUESTION_SPLITS else f"split {split!r}; expected one of {', '.join(QUESTION_SPLITS)}"
 
 
+def _date(rec: dict, field: str, what: str) -> str | None:
+    """An optional date of a version (:mod:`lexgraph.data.versions`); ``valid_to`` after ``valid_from``."""
+    value = rec.get(field)
+    if value is None:
+        return None
+    problem = date_problem(value)
+    if problem:
+        return f"{field} {problem}; expected a date YYYY-MM-DD or nothing"
+    start = rec.get("valid_from")
+    if field == "valid_to" and isinstance(start, str) and not date_problem(start) and value <= start:
+        return f"valid_to {value} is not after valid_from {start}; expected the first day the version no longer applies"
+    return None
+
+
 ARTICLE_RULES: tuple[tuple[str, Rule], ...] = (
     ("text", _text),
     ("path", _path),
     *((field, _optional) for field in OPTIONAL_ARTICLE_FIELDS),
+    *((field, _date) for field in DATE_FIELDS),
+    ("act", _optional),
 )
 
 
@@ -190,20 +211,44 @@ def _id(key: Any, kind: str) -> str | None:
     return f"{kind} id {key!r} {problem}; expected an id without whitespace" if problem else None
 
 
+def _span(rec: dict) -> tuple[str | None, str | None]:
+    return rec.get("valid_from"), rec.get("valid_to")
+
+
+def _repeat(kind: str, key: str, span, other) -> str:
+    if span == (None, None) and other == (None, None):
+        return f"{kind} id {key!r} is already used by WHERE; expected each id once"
+    return (
+        f"{kind} id {key!r} is already used by WHERE, one of them without valid_from or valid_to; expected each id "
+        "once, or versions of one id, each with its dates"
+    )
+
+
 def _checked(records: list[dict], source: Source, kind: str, rules: tuple[tuple[str, Rule], ...]) -> list[str]:
     """The user's id of each record, after every record's fields passed their rules (``id`` first)
-    and no id repeats an earlier one; refused otherwise, naming the record and the field."""
+    and no id repeats an earlier one but as another dated version
+    (:func:`lexgraph.data.versions.first_undated_repeat`: a question has none); refused otherwise, naming
+    the record and the field."""
     keys = [_as_key(rec.get("id")) for rec in records]
     for i, (rec, key) in enumerate(zip(records, keys)):
         problems = (("id", _id(key, kind)), *((field, rule(rec, field, f"{kind} {key!r}")) for field, rule in rules))
         field, problem = next(((f, p) for f, p in problems if p), (None, None))
         if problem:
             raise source.error(i, problem, column=field)
+    spans = [_span(rec) for rec in records]
     refuse_repeat(
-        first_duplicate(keys),
+        first_undated_repeat(keys, spans),
         source,
-        lambda n, _, where: f"{kind} id {keys[n]!r} is already used by {where}; expected each id once",
+        lambda n, m, where: _repeat(kind, keys[n], spans[n], spans[m]).replace("WHERE", where),
     )
+    shared = overlapping(keys, spans)
+    if shared:
+        log.info(
+            "%s: %d versions share days with an earlier version of their article; on those days the one that "
+            "began later is in force",
+            source.path,
+            shared,
+        )
     return keys
 
 
@@ -227,16 +272,19 @@ def _article_row(rec: dict, i: int, key: str) -> dict[str, Any]:
     return row
 
 
-def read_corpus(path: Path) -> tuple[pl.DataFrame, Source, list[str]]:
+def read_corpus(path: Path) -> tuple[pl.DataFrame, Source, list[str], list[tuple] | None]:
     """The corpus file as BSARD's raw articles table (ids 0..n-1, at least ``MIN_ARTICLES``), its
-    :class:`Source` and the user's id of each row."""
+    :class:`Source`, the user's id of each row and, when a record has one of
+    :data:`~lexgraph.data.versions.VERSION_FIELDS`, each row's ``(valid_from, valid_to, act)`` (else None)."""
     records, source = read_records(path)
     keys = _checked(records, source, "article", ARTICLE_RULES)
     schema = {c: (pl.Int64 if c == "id" else pl.Utf8) for c in ARTICLE_COLUMNS} | {"path": pl.List(pl.Utf8)}
     rows = [_article_row(rec, i, key) for i, (rec, key) in enumerate(zip(records, keys))]
     articles = pl.DataFrame(rows, schema=schema, orient="row")
     validate_articles(articles, source)
-    return articles, source, keys
+    versioned = any(field in rec for rec in records for field in VERSION_FIELDS)
+    versions = [tuple(rec.get(f) for f in VERSION_FIELDS) for rec in records] if versioned else None
+    return articles, source, keys, versions
 
 
 def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tuple[dict, list[str]]:
@@ -271,11 +319,21 @@ def read_questions(path: Path, article_of: dict[str, int], corpus: Path) -> tupl
 def read_corpus_source(corpus: Path, questions: Path):
     """``fetch.source: corpus``: (articles, {split: (questions, Source)}, keys); the questions
     hold train and test ones (the pipeline needs both)."""
-    articles, source, article_keys = read_corpus(corpus)
+    articles, source, article_keys, versions = read_corpus(corpus)
+    repeated = first_duplicate(article_keys)
+    if repeated:  # questions cite an article, not one of its versions
+        raise source.error(
+            repeated[0],
+            f"article id {article_keys[repeated[0]]!r} has several versions (as record {repeated[1] + 1}); "
+            "the pipeline evaluates one state of the law: expected each id once (the articles in force on one "
+            "date), or "
+            "`lexgraph index` to search the versions",
+            column="id",
+        )
     sources, question_keys = read_questions(questions, {k: i for i, k in enumerate(article_keys)}, source.path)
     missing = [split for split in ("train", "test") if split not in sources]
     if missing:
         raise DataError(questions, f"no {missing[0]} question; expected questions with split {missing[0]!r}")
     counts = {split: df.height for split, (df, _) in sources.items()}
     log.info("corpus %s: %d articles; questions %s", corpus, articles.height, counts)
-    return articles, sources, keys_table(article_keys, question_keys)
+    return articles, sources, keys_table(article_keys, question_keys, versions)

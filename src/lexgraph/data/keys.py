@@ -36,15 +36,24 @@ def name_of(keys: IdKeys | None, kind: str, i: int) -> str:
     return repr((keys.articles if kind == "article" else keys.questions).get(i, i))
 
 
-def keys_table(article_keys: list[str], question_keys: list[str]):
+def keys_table(article_keys: list[str], question_keys: list[str], versions: list[tuple] | None = None):
     """The user's ids: ``kind`` (article/question), lexgraph's ``id`` (0.. in file order), the
-    user's ``key``; no rows when both lists are empty (BSARD's layout)."""
+    user's ``key``; no rows when both lists are empty (BSARD's layout). With ``versions`` (each
+    article's ``(valid_from, valid_to, act)``, :mod:`lexgraph.data.versions`), those three columns
+    too, null for the questions."""
     import polars as pl
+
+    from lexgraph.data.versions import VERSION_FIELDS
 
     kinds = ["article"] * len(article_keys) + ["question"] * len(question_keys)
     ids = list(range(len(article_keys))) + list(range(len(question_keys)))
+    columns = {"kind": kinds, "id": ids, "key": article_keys + question_keys}
     schema = {"kind": pl.Utf8, "id": pl.Int64, "key": pl.Utf8}
-    return pl.DataFrame({"kind": kinds, "id": ids, "key": article_keys + question_keys}, schema=schema)
+    if versions is not None:
+        for n, field in enumerate(VERSION_FIELDS):
+            columns[field] = [v[n] for v in versions] + [None] * len(question_keys)
+            schema[field] = pl.Utf8
+    return pl.DataFrame(columns, schema=schema)
 
 
 def keys_of(path) -> IdKeys | None:

@@ -21,6 +21,7 @@ from lexgraph.core.inputs import text_problem
 from lexgraph.serve.catalog import Catalog
 from lexgraph.serve.limits import ApiError
 from lexgraph.text.display import _CONTROLS as DISPLAY_CONTROLS
+from lexgraph.text.display import hit_fields
 
 router = APIRouter()
 
@@ -57,11 +58,32 @@ def check_system(system, catalog: Catalog) -> str:
     return system
 
 
-async def answer(catalog: Catalog, system: str, questions: list[str], k: int) -> list[list]:
-    """The hits of ``questions`` from ``system``'s batcher, as dicts (each hit's own fields: a
-    :class:`lexgraph.text.display.Hit` is made for this answer alone, so no deep copy)."""
-    hits = await catalog.batchers[system].submit(questions, k)
-    return [[vars(h) for h in row] for row in hits]
+def check_as_of(as_of, catalog: Catalog) -> str | None:
+    """``as_of`` (None: today's law), or a 400 :class:`ApiError` saying why it cannot be answered: no
+    date, earlier than an index's snapshot, or a corpus without versions."""
+    if as_of is None:
+        return None
+    if catalog.in_force is None:
+        raise ApiError(400, f"as_of {as_of!r:.40}: this corpus holds no versions of articles; expected no as_of")
+    problem = catalog.in_force.check(as_of, "as_of")
+    if problem:
+        raise ApiError(400, problem)
+    return as_of
+
+
+def dated(catalog: Catalog, as_of: str | None) -> dict:
+    """The answer's ``as_of`` on a corpus of versions: the date whose law it holds (today's without one)."""
+    from lexgraph.data.versions import today
+
+    return {"as_of": as_of or today()} if catalog.in_force is not None else {}
+
+
+async def answer(catalog: Catalog, system: str, questions: list[str], k: int, as_of: str | None = None) -> list[list]:
+    """The hits of ``questions`` from ``system``'s batcher (of the law in force on ``as_of``), as
+    dicts (each hit's own fields: a :class:`lexgraph.text.display.Hit` is made for this answer
+    alone, so no deep copy)."""
+    hits = await catalog.batchers[system].submit(questions, k, as_of)
+    return [[hit_fields(h) for h in row] for row in hits]
 
 
 def json_response(content) -> Response:
@@ -79,14 +101,18 @@ async def search(
     q: str = Query(description="the question, plain text"),
     system: str | None = Query(None, description="a system of GET /systems (default: the first)"),
     k: int = Query(10, description="hits to return, in [1, serve.max_k]"),
+    as_of: str | None = Query(None, description="on a corpus of versions: the law in force on this date, YYYY-MM-DD"),
 ):
     """The ranked articles for one question: id, article number, reference, heading path, score,
-    and a snippet whose ``highlights`` are the character spans of the question's terms."""
+    and a snippet whose ``highlights`` are the character spans of the question's terms; on a corpus
+    of versions, each hit's ``version`` and the answer's ``as_of`` (today without one)."""
     async with request.app.state.server.catalog.use() as catalog:
         system = check_system(next(iter(catalog.searchers)) if system is None else system, catalog)
         question = check_question(q, catalog.config)
-        (hits,) = await answer(catalog, system, [question], check_k(k, catalog.config))
-        return json_response({"question": question, "system": system, "generation": catalog.generation, "hits": hits})
+        as_of = check_as_of(as_of, catalog)
+        (hits,) = await answer(catalog, system, [question], check_k(k, catalog.config), as_of)
+        head = {"question": question, "system": system, "generation": catalog.generation, **dated(catalog, as_of)}
+        return json_response({**head, "hits": hits})
 
 
 class SearchBatch(BaseModel):
@@ -98,9 +124,10 @@ class SearchBatch(BaseModel):
     questions: list[str] = Field(min_length=1, description="the questions, plain text")
     system: str | None = Field(None, description="a system of GET /systems (default: the first)")
     k: int = Field(10, description="hits to return per question, in [1, serve.max_k]")
+    as_of: str | None = Field(None, description="on a corpus of versions: the law in force on this date, YYYY-MM-DD")
 
 
-_BODY = 'a JSON object {"questions": [...], "system": ..., "k": ...}'
+_BODY = 'a JSON object {"questions": [...], "system": ..., "k": ..., "as_of": ...}'
 _BATCH_SCHEMA = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": SearchBatch.model_json_schema()}}}
 }
@@ -124,9 +151,11 @@ async def search_batch(request: Request):
             raise ApiError(400, f"{len(batch.questions)} questions; expected 1 to {config.max_batch_questions}")
         questions = [check_question(q, config, f"questions[{i}]") for i, q in enumerate(batch.questions)]
         system = check_system(next(iter(catalog.searchers)) if batch.system is None else batch.system, catalog)
-        hits = await answer(catalog, system, questions, check_k(batch.k, config))
+        as_of = check_as_of(batch.as_of, catalog)
+        hits = await answer(catalog, system, questions, check_k(batch.k, config), as_of)
         results = [{"question": q, "hits": h} for q, h in zip(questions, hits)]
-        return json_response({"system": system, "generation": catalog.generation, "results": results})
+        head = {"system": system, "generation": catalog.generation, **dated(catalog, as_of)}
+        return json_response({**head, "results": results})
 
 
 @router.get("/articles", tags=["articles"])
@@ -145,7 +174,12 @@ async def article(request: Request, article_id: str):
 
 def _article(request: Request, article_id: str):
     found, siblings = check_article(article_id, request.app.state.server.catalog)
-    return {**asdict(found), "siblings": siblings}
+    fields = {name: value for name, value in asdict(found).items() if value is not None or name not in VERSIONED}
+    return {**fields, "siblings": siblings}
+
+
+#: an article's fields only a corpus of versions has
+VERSIONED = ("version", "versions")
 
 
 def check_article(article_id: str, catalog: Catalog):

@@ -36,6 +36,7 @@ class _Request:
     questions: list[str]
     k: int
     future: asyncio.Future
+    as_of: str | None = None  # the date whose law is searched (None: today's)
     seq: int = 0  # the order it came in
     hits: list = field(default_factory=list)
     taken: int = 0  # questions handed to a batch so far
@@ -70,10 +71,12 @@ class MicroBatcher:
         self.waiting.clear()
         self.searcher = None  # the models go with the catalogue (a retired batcher holds none)
 
-    async def submit(self, questions: Sequence[str], k: int) -> list[list]:
-        """Each question's hits (best first, at most ``k``), searched with whatever else is queued."""
+    async def submit(self, questions: Sequence[str], k: int, as_of: str | None = None) -> list[list]:
+        """Each question's hits (best first, at most ``k``, of the law in force on ``as_of`` on a
+        corpus of versions), searched with whatever else is queued."""
         self._seq += 1
-        request = _Request(list(questions), k, asyncio.get_running_loop().create_future(), self._seq)
+        future = asyncio.get_running_loop().create_future()
+        request = _Request(list(questions), k, future, as_of, self._seq)
         request.hits = [None] * len(request.questions)
         self.waiting.append(request)
         self._arrived.set()
@@ -118,14 +121,15 @@ class MicroBatcher:
         loop = asyncio.get_running_loop()
         while True:
             batch = await self._gather()
-            for k in sorted({r.k for r, _, _ in batch}):  # one call per k: each request gets what k alone gives
-                group = [(r, a, b) for r, a, b in batch if r.k == k and not r.future.done()]
+            # one call per k and date: each request gets what its k and date alone give
+            for k, as_of in sorted({(r.k, r.as_of or "") for r, _, _ in batch}):
+                group = [(r, a, b) for r, a, b in batch if (r.k, r.as_of or "") == (k, as_of) and not r.future.done()]
                 questions = [q for r, a, b in group for q in r.questions[a:b]]
                 if not questions:
                     continue
                 try:
                     self.calls += 1
-                    hits = await loop.run_in_executor(self.executor, self.searcher.hits, questions, k)
+                    hits = await loop.run_in_executor(self.executor, self.searcher.hits, questions, k, as_of or None)
                 except Exception as exc:  # the requests waiting on it get the error; the batcher goes on
                     for request, _, _ in group:
                         if not request.future.done():

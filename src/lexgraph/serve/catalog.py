@@ -46,6 +46,10 @@ class Article:
     reference: str
     path: list[str]
     text: str
+    #: on a corpus of versions: this version's ``valid_from``, ``valid_to`` and ``act``
+    version: dict | None = None
+    #: on a corpus of versions: every version of the article, oldest first (``text`` with the fields)
+    versions: list[dict] | None = None
 
 
 @dataclass
@@ -59,7 +63,9 @@ class Catalog:
     articles: dict[str, Article]
     siblings: dict[tuple[str, ...], list[str]]
     runs: Runs | None
-    admin_token: str = ""  # serve.admin_token_file's token (lexgraph.serve.security.admin_token)
+    admin_token: str = ""
+    #: the filter of searches by date on a corpus of versions (lexgraph.serve.searcher.InForce), or None
+    in_force: Any = None  # serve.admin_token_file's token (lexgraph.serve.security.admin_token)
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     active: int = 0
     idle: asyncio.Event | None = None
@@ -101,17 +107,27 @@ class Catalog:
 
 
 def _articles(corpus: Corpus) -> tuple[dict[str, Article], dict[tuple[str, ...], list[str]]]:
-    """The corpus's articles by the id users see, and each heading path's articles in corpus order."""
+    """The corpus's articles by the id users see, and each heading path's articles in corpus order.
+    On a corpus of versions an article is shown as its version in force today (else its latest), with
+    the list of all its versions, oldest first."""
+    from lexgraph.data.versions import today
     from lexgraph.text.display import article_number
 
     names = corpus.keys.articles if corpus.keys is not None else None
+    versions = corpus.versions if corpus.versions is not None and corpus.versions.dated else None
+    now = versions.in_force(today()) if versions is not None else None
+    rows_of: dict[str, list[dict]] = defaultdict(list)  # the rows of each id users see, in id order
+    for row in corpus.articles.sort("id").iter_rows(named=True):
+        rows_of[names[row["id"]] if names is not None else str(row["id"])].append(row)
     articles: dict[str, Article] = {}
     siblings: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    for row in corpus.articles.sort("id").iter_rows(named=True):
-        key = names[row["id"]] if names is not None else str(row["id"])
-        path = list(row["path"] or [])
-        reference = row["reference"] or ""
+    for key, rows in rows_of.items():
+        row = next((r for r in rows if now is not None and now[r["id"]]), rows[-1])
+        path, reference = list(row["path"] or []), row["reference"] or ""
         articles[key] = Article(key, article_number(reference), reference, path, row["article"])
+        if versions is not None:
+            articles[key].version = versions.version(row["id"])
+            articles[key].versions = [{**versions.version(r["id"]), "text": r["article"]} for r in rows]
         siblings[tuple(path)].append(key)
     return articles, dict(siblings)
 
@@ -130,14 +146,15 @@ def load_catalog(
     artefact), or :class:`LoadStopped` between two systems once ``stopping()``."""
     from lexgraph.methods.dense import shared_query_encoders
     from lexgraph.serve.security import admin_token, token_path
-    from lexgraph.systems.index_record import model_digests
+    from lexgraph.systems.index_record import model_digests, read_index
 
     def check() -> None:
         if stopping():
             raise LoadStopped("the server is stopping")
 
     token = admin_token(token_path(workspace, config.admin_token_file))
-    corpus = Corpus.read(index if index is not None else workspace)
+    snapshot = read_index(index).snapshot if index is not None else None
+    corpus = Corpus.read(index if index is not None else workspace, snapshot)
     searchers: dict[str, Searcher] = {}
     with shared_query_encoders():  # dsr, hprior, gdsr, hgraph and the hybrid's dense side: one DSR query encoder
         for i, system in enumerate(config.systems, 1):
@@ -158,4 +175,4 @@ def load_catalog(
     articles, siblings = _articles(corpus)
     runs = Runs.read(workspace, corpus, sharing=articles) if index is None else None
     check()
-    return Catalog(generation, config, searchers, digests, articles, siblings, runs, token)
+    return Catalog(generation, config, searchers, digests, articles, siblings, runs, token, corpus.in_force)

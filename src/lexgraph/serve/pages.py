@@ -26,8 +26,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
-from lexgraph.serve.api import answer, check_article, check_k, check_question, check_system
+from lexgraph.serve.api import answer, check_article, check_as_of, check_k, check_question, check_system, dated
 from lexgraph.serve.limits import ApiError
+from lexgraph.text.display import version_words
 
 router = APIRouter(default_response_class=HTMLResponse, include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -64,7 +65,11 @@ def can_inspect(request: Request) -> bool:
 
 
 templates.env.globals.update(
-    article_url=article_url, question_url=question_url, inspect_url=inspect_url, can_inspect=can_inspect
+    article_url=article_url,
+    question_url=question_url,
+    inspect_url=inspect_url,
+    can_inspect=can_inspect,
+    version_words=version_words,
 )
 
 
@@ -90,19 +95,32 @@ def marked(snippet: str, highlights) -> Markup:
 
 
 @router.get("/")
-async def search_page(request: Request, q: str | None = None, system: str | None = None, k: str | None = None):
+async def search_page(
+    request: Request, q: str | None = None, system: str | None = None, k: str | None = None, as_of: str | None = None
+):
     async with request.app.state.server.catalog.use() as catalog:
         config = catalog.config
         default = next(iter(catalog.searchers))
         context = {"systems": list(catalog.searchers), "system": default if system is None else system}
         context |= {"question": q, "k": config.page_k, "max_k": config.max_k, "hits": None, "error": None}
+        context |= {"versioned": catalog.in_force is not None, "as_of": as_of or None}
         status = 200
         if q is not None:
             try:
                 context["k"] = check_k(_integer(k) if k else config.page_k, config)
                 question = check_question(q, config)
-                (hits,) = await answer(catalog, check_system(context["system"], catalog), [question], context["k"])
-                context["hits"] = [{**hit, "marked": marked(hit["snippet"], hit["highlights"])} for hit in hits]
+                date = check_as_of(as_of or None, catalog)  # the form sends an empty date: today's law
+                context["answered"] = dated(catalog, date).get("as_of")
+                system = check_system(context["system"], catalog)
+                (hits,) = await answer(catalog, system, [question], context["k"], date)
+                context["hits"] = [
+                    {
+                        **hit,
+                        "marked": marked(hit["snippet"], hit["highlights"]),
+                        "version_words": version_words(hit["version"]) if hit.get("version") else None,
+                    }
+                    for hit in hits
+                ]
             except ApiError as exc:
                 context["error"], status = exc.message, exc.status
         return templates.TemplateResponse(request, "search.html", context, status_code=status)

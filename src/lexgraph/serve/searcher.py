@@ -45,14 +45,15 @@ class NamedDisplay:
         return hits
 
 
-def make_display(retriever, articles, keys):
+def make_display(retriever, articles, keys, versions=None):
     """The display of ``retriever``'s hits over ``articles``: terms marked with the retriever's own
-    analyzer (BM25) or the project's default one; the user's ids where ``keys`` has them."""
+    analyzer (BM25) or the project's default one; the user's ids where ``keys`` has them; each
+    hit's version where the corpus has ``versions``."""
     from lexgraph.text.analyzer import FrenchAnalyzer
     from lexgraph.text.display import Display
 
     analyzer = getattr(retriever, "analyzer", None)
-    display = Display(articles, analyzer if isinstance(analyzer, FrenchAnalyzer) else None)
+    display = Display(articles, analyzer if isinstance(analyzer, FrenchAnalyzer) else None, versions=versions)
     return display if keys is None else NamedDisplay(display, keys.articles)
 
 
@@ -88,6 +89,54 @@ def real_results(retriever, ids, scores) -> np.ndarray:
 SEARCH_CHUNK = 8
 
 
+class InForce:
+    """The law in force on a date over a corpus of versions (:mod:`lexgraph.data.versions`):
+    :meth:`search` keeps a system's ranking to the versions in force
+    (:func:`lexgraph.search.in_force.search_in_force`), on ``as_of`` or, without one, today."""
+
+    #: the dates whose masks are kept (a server answers a few dates many times)
+    KEPT = 64
+
+    def __init__(self, versions) -> None:
+        import threading
+
+        self.versions = versions
+        self._masks: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()  # the server's worker threads share the masks
+
+    def check(self, as_of: str | None, label: str) -> str | None:
+        """Why ``as_of`` (given as ``label``) cannot be answered (one line), or None."""
+        return None if as_of is None else self.versions.check_date(as_of, label)
+
+    def mask(self, as_of: str | None) -> np.ndarray | None:
+        """Which article ids are in force on ``as_of`` (None: today); None when nothing is dated."""
+        from lexgraph.data.versions import today
+
+        if not self.versions.dated:
+            return None
+        date = as_of or today()
+        with self._lock:
+            if date not in self._masks:
+                if len(self._masks) >= self.KEPT:
+                    self._masks.pop(next(iter(self._masks)))
+                self._masks[date] = self.versions.in_force(date)
+            return self._masks[date]
+
+    def search(self, retriever, questions: list[str], k: int, as_of: str | None):
+        from lexgraph.search.in_force import search_in_force
+
+        mask = self.mask(as_of)
+        return retriever.search(questions, k) if mask is None else search_in_force(retriever, questions, k, mask)
+
+
+def corpus_search(retriever, in_force: InForce | None, questions: list[str], k: int, as_of: str | None = None):
+    """``retriever``'s ``(ids, scores)`` of ``questions``, kept to the law in force on ``as_of``
+    (today's without it) on a corpus of versions."""
+    if in_force is None:
+        return retriever.search(questions, k)
+    return in_force.search(retriever, questions, k, as_of)
+
+
 @dataclass
 class Searcher:
     """One loaded system of a workspace with its display; :meth:`hits` answers questions."""
@@ -95,15 +144,21 @@ class Searcher:
     name: str
     retriever: Any
     display: Any
+    in_force: InForce | None = None
 
-    def search(self, questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, questions: list[str], k: int, as_of: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, scores)``, each ``(n, k)``: the system's results of ``questions``, searched in
-        length order :data:`SEARCH_CHUNK` at a time (each question's results are its own)."""
+        length order :data:`SEARCH_CHUNK` at a time (each question's results are its own), kept to
+        the law in force on ``as_of`` on a corpus of versions."""
+
+        def run(batch: list[str]):
+            return corpus_search(self.retriever, self.in_force, batch, k, as_of)
+
         if len(questions) <= SEARCH_CHUNK:
-            return self.retriever.search(questions, k)
+            return run(questions)
         order = sorted(range(len(questions)), key=lambda i: len(questions[i]))
         chunks = [order[start : start + SEARCH_CHUNK] for start in range(0, len(order), SEARCH_CHUNK)]
-        parts = [self.retriever.search([questions[i] for i in rows], k) for rows in chunks]
+        parts = [run([questions[i] for i in rows]) for rows in chunks]
         width = max(part_ids.shape[1] for part_ids, _ in parts)
         ids = np.full((len(questions), width), -1, dtype=np.result_type(*(p[0] for p in parts)))
         scores = np.zeros((len(questions), width), dtype=np.result_type(*(p[1] for p in parts)))
@@ -111,25 +166,36 @@ class Searcher:
             ids[rows, : part_ids.shape[1]], scores[rows, : part_scores.shape[1]] = part_ids, part_scores
         return ids, scores
 
-    def hits(self, questions: list[str], k: int) -> list[list]:
-        """Each question's real hits (:func:`real_results`), best first, at most ``k``."""
-        top, scores = self.search(questions, k)  # (n, k), (n, k)
+    def hits(self, questions: list[str], k: int, as_of: str | None = None) -> list[list]:
+        """Each question's real hits (:func:`real_results`), best first, at most ``k``, of the law
+        in force on ``as_of`` (today's without it) on a corpus of versions."""
+        top, scores = self.search(questions, k, as_of)  # (n, k), (n, k)
         real = real_results(self.retriever, top[:, :k], scores[:, :k])
         return [self.display.hits(q, top[i, :k][real[i]], scores[i, :k][real[i]]) for i, q in enumerate(questions)]
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """What a workspace's systems search: the clean articles and the user's ids (None: lexgraph's)."""
+    """What a workspace's systems search: the clean articles, the user's ids (None: lexgraph's) and
+    the articles' versions (None: a corpus of one state)."""
 
     root: Path
     articles: Any
     keys: Any
+    versions: Any = None
+    #: the filter of searches by date, shared by every system over this corpus (None: one state)
+    in_force: InForce | None = None
 
     @classmethod
-    def read(cls, root: Path) -> Corpus:
-        """The corpus under ``root`` (a workspace, or an index of ``lexgraph index``)."""
-        return cls(root, read_articles(root), read_corpus_keys(root))
+    def read(cls, root: Path, snapshot: str | None = None) -> Corpus:
+        """The corpus under ``root`` (a workspace, or an index of ``lexgraph index``, ``snapshot``
+        its snapshot date)."""
+        from lexgraph.data.keys import KEYS_FILE
+        from lexgraph.data.versions import read_versions
+
+        versions = read_versions(root / layout.CLEAN.path / KEYS_FILE, snapshot)
+        in_force = InForce(versions) if versions is not None else None
+        return cls(root, read_articles(root), read_corpus_keys(root), versions, in_force)
 
 
 def open_searcher(system: str, workspace: Path, device: str, corpus: Corpus, index: Path | None = None) -> Searcher:
@@ -138,4 +204,5 @@ def open_searcher(system: str, workspace: Path, device: str, corpus: Corpus, ind
     from lexgraph.systems.registry import load_retriever
 
     retriever = load_retriever(system, workspace, device, index=index_config(workspace), corpus=index)
-    return Searcher(system, retriever, make_display(retriever, corpus.articles, corpus.keys))
+    display = make_display(retriever, corpus.articles, corpus.keys, corpus.versions)
+    return Searcher(system, retriever, display, corpus.in_force)

@@ -124,7 +124,7 @@ def clean_corpus(corpus: Path, workspace: Path) -> tuple[pl.DataFrame, pl.DataFr
     from lexgraph.data.clean import CleanConfig, clean_articles, kept_keys
     from lexgraph.data.corpus import keys_table, read_corpus
 
-    raw, _, user_ids = read_corpus(corpus)
+    raw, _, user_ids, versions = read_corpus(corpus)
     config = workspace_params("clean", workspace, CleanConfig)
     articles, headings, stats, _ = clean_articles(raw, corpus, config.min_words, config.drop_repealed)
     if articles.height == 0:
@@ -138,7 +138,7 @@ def clean_corpus(corpus: Path, workspace: Path) -> tuple[pl.DataFrame, pl.DataFr
             "index: cleaning dropped %d of %d articles: %s", raw.height - articles.height, raw.height, stats["dropped"]
         )
     no_questions = pl.DataFrame({"id": []}, schema={"id": pl.Int64})
-    keys = kept_keys(keys_table(user_ids, []), articles, no_questions)
+    keys = kept_keys(keys_table(user_ids, [], versions), articles, no_questions)
     log.info("index: %s: %d articles, %d headings", corpus, articles.height, headings.height)
     return articles, headings, keys
 
@@ -442,10 +442,13 @@ def index_corpus(
     systems: list[str] | None = None,
     device: str = "cpu",
     block: int | None = None,
+    snapshot: str | None = None,
 ) -> dict[str, Any]:
     """Index the corpus file ``corpus`` into ``out`` with the models of ``workspace`` for
     ``systems`` (default: every system the workspace has built), encoding ``block`` articles per
-    resumable block (None: all in one); returns ``index.json``'s content."""
+    resumable block (None: all in one); ``snapshot``: the date the file's law is in force on
+    (:mod:`lexgraph.data.versions`; recorded, and searches as of an earlier date refused). Returns
+    ``index.json``'s content."""
     import torch
 
     from lexgraph.core.io import atomic_path, write_json
@@ -477,6 +480,8 @@ def index_corpus(
         check_vectors(Path(tmp), out)
         counts = {"articles": articles.height, "headings": headings.height}
         models = {s: model_digests(s, workspace) for s in todo}
+        if snapshot is not None:
+            counts["snapshot"] = snapshot
         record = index_record(corpus, digest_path(corpus), counts, models, own_files(Path(tmp), INDEX_FILE))
         write_json(record, Path(tmp) / INDEX_FILE, sort_keys=True, ensure_ascii=True)
     log.info("index: wrote %s (%s)", out, ", ".join(todo))

@@ -87,6 +87,9 @@ class IndexRecord(BaseModel):
     systems: Annotated[dict[Str, dict[Str, Str]], Expect("a mapping of each system to its artefacts' digests")]
     files: Files
     folders: Folders
+    snapshot: Annotated[
+        str | None, Expect("the date YYYY-MM-DD the indexed law is in force on (lexgraph index --snapshot)")
+    ] = None
 
 
 def model_digests(system: str, workspace: str | Path) -> dict[str, str]:

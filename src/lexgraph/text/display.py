@@ -25,7 +25,7 @@ import re
 import textwrap
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import IO
 
 import numpy as np
@@ -148,6 +148,23 @@ class Hit:
     snippet: str
     highlights: list[list[int]] = field(default_factory=list)
     matched_terms: list[str] = field(default_factory=list)
+    #: on a corpus of versions (:mod:`lexgraph.data.versions`): ``valid_from``, ``valid_to``, ``act``
+    version: dict[str, str | None] | None = None
+
+
+def hit_fields(hit: Hit) -> dict:
+    """A hit's fields as JSON gives them: ``version`` only on a corpus of versions."""
+    fields = dict(vars(hit))
+    if fields["version"] is None:
+        del fields["version"]
+    return fields
+
+
+def version_words(version: Mapping[str, str | None]) -> str:
+    """A version's line in a hit: ``in force from 2006-04-05 to 2013-05-19 · Loi n°2006-399 …``."""
+    start, end, act = version.get("valid_from"), version.get("valid_to"), version.get("act")
+    span = " ".join(part for part in (f"from {start}" if start else "", f"to {end}" if end else "") if part)
+    return " · ".join(part for part in (f"in force {span}" if span else "undated", act or "") if part)
 
 
 def _best_window(length: int, spans: Sequence[tuple[int, int, str]], width: int) -> int:
@@ -259,12 +276,14 @@ def ranked_entries(ids, scores, drop_zero: bool = False) -> np.ndarray:
 class Display:
     """Builds :class:`Hit` lists for a system's results over the clean articles table."""
 
-    def __init__(self, articles, analyzer: FrenchAnalyzer | None = None, width: int = 240) -> None:
+    def __init__(self, articles, analyzer: FrenchAnalyzer | None = None, width: int = 240, versions=None) -> None:
         self.by_id = {
             row["id"]: row for row in articles.select("id", "article", "reference", "path").iter_rows(named=True)
         }
         self.matcher = TermMatcher(analyzer)
         self.width = width
+        #: the corpus's :class:`lexgraph.data.versions.Versions` (its ``version(id)``), or None
+        self.versions = versions
 
     def hits(self, question: str, ids, scores) -> list[Hit]:
         """The hits of one question (``ids``/``scores`` one row of a system's results,
@@ -302,6 +321,7 @@ class Display:
                     snippet=snippet,
                     highlights=highlights,
                     matched_terms=matched,
+                    version=self.versions.version(aid) if self.versions is not None else None,
                 )
             )
         return out
@@ -347,6 +367,8 @@ def render_text(
                 break_on_hyphens=False,
                 break_long_words=False,
             )
+        if hit.version is not None:
+            lines.append("     " + visible(version_words(hit.version)))
         lines += textwrap.wrap(
             mark(hit.snippet, hit.highlights, style),
             line_width,
@@ -360,8 +382,8 @@ def render_text(
 
 def render_json(question: str, hits: Sequence[Hit], qid: str | None = None, system: str | None = None) -> str:
     """One line of JSON: ``{"id", "question", "system", "hits": [{rank, id, article,
-    reference, path, score, snippet, highlights, matched_terms}, ...]}``."""
-    record: Mapping = {"id": qid, "question": question, "system": system, "hits": [asdict(h) for h in hits]}
+    reference, path, score, snippet, highlights, matched_terms[, version]}, ...]}``."""
+    record: Mapping = {"id": qid, "question": question, "system": system, "hits": [hit_fields(h) for h in hits]}
     return json.dumps(record, ensure_ascii=False).translate(_JSON_VISIBLE)  # only strings hold them: still JSON
 
 
@@ -378,7 +400,9 @@ __all__ = [
     "ranked_entries",
     "render_json",
     "render_text",
+    "hit_fields",
     "unmarked",
+    "version_words",
     "use_ansi",
     "visible",
 ]
