@@ -186,6 +186,7 @@ def test_each_walk_runs_from_a_paper_to_the_default_runs_recipe():
 
 repro_time = load_benchmark("repro_time")
 serve_reload = load_benchmark("serve_reload")
+cpu_precision = load_benchmark("cpu_precision")
 
 
 def _block_after(page: str, heading: str, first_row: str) -> str:
@@ -383,3 +384,18 @@ def test_the_training_step_figures_are_the_benchmarks_own():
         f"{packed['article_shapes'] + packed['query_shapes']} distinct shapes in 20 steps (`packed`, "
         f"{packed['pairs/s']:.2f} pairs/s, {packed['syncs']} host sync per step)"
     ) in " ".join(text.split())
+
+
+def test_the_cpu_precision_table_and_figures_are_the_benchmarks_own():
+    """docs/scale.md's table of CPU encoding variants is what benchmarks/cpu_precision.py prints from
+    its JSON, and the quality figures quoted beside it are that file's."""
+    saved = json.loads((ROOT / "benchmarks" / "cpu_precision.json").read_text(encoding="utf-8"))
+    table = cpu_precision.table(saved)
+    assert _block_after("scale.md", "### Faster encoding on the CPU", table.splitlines()[0]) == table
+    text = (ROOT / "docs" / "scale.md").read_text(encoding="utf-8")
+    quality = saved["quality"]
+    quoted = (
+        f"{quality['fp32']['recall@100']:.2f} (fp32, the `zeroshot` metric) against {quality['bf16']['recall@100']:.2f}"
+    )
+    assert quoted in text and f"change of −{-quality['recall@100_change']:.2f}" in text
+    assert saved["cpu_flags"]["amx_bf16"] and "`amx_bf16`" in text

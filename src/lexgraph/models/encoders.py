@@ -166,7 +166,9 @@ class TextEncoder(nn.Module):
         return prepared_mask(attention_mask, self.backbone_config)
 
     def pool_states(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The last hidden states ``(n, seq, dim)`` pooled to ``(n, dim)``: [CLS] or masked mean."""
+        """The last hidden states ``(n, seq, dim)`` pooled to ``(n, dim)``: [CLS] or masked mean, in
+        float32 whatever the backbone ran in (:mod:`lexgraph.models.precision`)."""
+        hidden = hidden.float()  # (n, seq, dim); a no-op in float32
         if self.token_pooling == "cls":
             return hidden[:, 0]  # (n, dim)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (n, seq, 1)

@@ -173,6 +173,7 @@ def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
     from lexgraph.encoding.stable_batches import batching
     from lexgraph.methods.dsr.config import SECTION, DSRConfig
     from lexgraph.models.article_encoder import HierarchicalArticleEncoder
+    from lexgraph.models.precision import cast_backbone
 
     cache = layout.CHUNKS.under(job.workspace, "articles.safetensors")
     settings = _cache_settings(cache)
@@ -187,10 +188,12 @@ def write_chunks(articles, headings, job: IndexJob, out: Path) -> bool:
         token_pooling=settings["token_pooling"],
         num_layers=0,
     ).to(job.device)
+    cast_backbone(encoder.backbone, job.precision)
     check_settings(type("Cached", (), {"settings": settings})(), encoder, cache)
     batch_size = workspace_params(SECTION, job.workspace, DSRConfig).eval_batch_size
     chunking = {k: v for k, v in settings.items() if k != "vectors"}
-    key = reuse_key(chunking, identity(pretrained), batching(batch_size, job.device, encoder.backbone.config))
+    made = f"{batching(batch_size, job.device, encoder.backbone.config)} precision={job.precision}"
+    key = reuse_key(chunking, identity(pretrained), made)
     sources = {name: (table[i], table[t]) for (name, (i, t)), table in zip(TEXTS.items(), (articles, headings))}
     for name, (ids, texts) in sources.items():
         ids, texts = ids.to_numpy().astype(np.int64), [str(t) for t in texts.to_list()]
@@ -279,10 +282,21 @@ class IndexJob:
     vectors of the corpus (:meth:`embed`, :meth:`embeddings`) and the corpus's statute graph (:meth:`graph`)."""
 
     def __init__(
-        self, articles, headings, workspace: Path, root: Path, partial: Path, device, block: int, earlier: Path | None
+        self,
+        articles,
+        headings,
+        workspace: Path,
+        root: Path,
+        partial: Path,
+        device,
+        block: int,
+        earlier: Path | None,
+        precision: str = "fp32",
     ) -> None:
         self.articles, self.headings, self.workspace, self.root = articles, headings, workspace, root
         self.partial, self.device, self.block = partial, device, block
+        #: the chunk encoder's number format, resolved (:mod:`lexgraph.models.precision`): fp32 or bf16
+        self.precision = precision
         #: an earlier index whose vectors may be reused (:func:`earlier_index`), or None
         self.earlier = earlier
         self._chunks: tuple[Path | None] | None = None
@@ -443,26 +457,30 @@ def index_corpus(
     device: str = "cpu",
     block: int | None = None,
     snapshot: str | None = None,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Index the corpus file ``corpus`` into ``out`` with the models of ``workspace`` for
     ``systems`` (default: every system the workspace has built), encoding ``block`` articles per
     resumable block (None: all in one); ``snapshot``: the date the file's law is in force on
-    (:mod:`lexgraph.data.versions`; recorded, and searches as of an earlier date refused). Returns
-    ``index.json``'s content."""
+    (:mod:`lexgraph.data.versions`; recorded, and searches as of an earlier date refused);
+    ``precision``: the chunk encoder's on the CPU (:mod:`lexgraph.models.precision`; ``auto``
+    resolved from the CPU's flags, the result recorded). Returns ``index.json``'s content."""
     import torch
 
     from lexgraph.core.io import atomic_path, write_json
     from lexgraph.core.provenance import digest_path
     from lexgraph.data.readers import file_problem
     from lexgraph.methods.catalog import declared
+    from lexgraph.models.precision import resolve_precision
 
     corpus, out, workspace, device = Path(corpus), Path(out), Path(workspace), torch.device(device)
+    precision = resolve_precision(precision, device)
     problem = file_problem(corpus)  # a directory, a pipe, /dev/null: said as what it is, before anything else
     if problem:
         raise DataError(corpus, f"{problem}; expected a JSON-lines, CSV or Parquet file")
     check_out(out, workspace)
     todo = resolve_systems(systems, workspace)
-    log.info("index: %s -> %s with %s's %s", corpus, out, workspace, ", ".join(todo))
+    log.info("index: %s -> %s with %s's %s (encoding in %s)", corpus, out, workspace, ", ".join(todo), precision)
     check_workspace_current(todo, workspace)  # what `search --index` checks, before any encoding
     articles, headings, keys = clean_corpus(corpus, workspace)
     earlier = earlier_index(out)
@@ -472,13 +490,13 @@ def index_corpus(
         for name, table in (("articles", articles), ("headings", headings), ("keys", keys)):
             table.write_parquet(clean / f"{name}.parquet", statistics=False)
         size = block or max(articles.height, 1)
-        job = IndexJob(articles, headings, workspace, Path(tmp), out / PARTIAL, device, size, earlier)
+        job = IndexJob(articles, headings, workspace, Path(tmp), out / PARTIAL, device, size, earlier, precision)
         for system in todo:
             spec = declared(system)
             if spec.index is not None:  # a system built on others: their sides are its own
                 spec.index(job)
         check_vectors(Path(tmp), out)
-        counts = {"articles": articles.height, "headings": headings.height}
+        counts = {"articles": articles.height, "headings": headings.height, "precision": precision}
         models = {s: model_digests(s, workspace) for s in todo}
         if snapshot is not None:
             counts["snapshot"] = snapshot

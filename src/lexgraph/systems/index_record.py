@@ -90,6 +90,9 @@ class IndexRecord(BaseModel):
     snapshot: Annotated[
         str | None, Expect("the date YYYY-MM-DD the indexed law is in force on (lexgraph index --snapshot)")
     ] = None
+    precision: Annotated[
+        Literal["fp32", "bf16"], Expect("fp32 or bf16, the chunk encoder's number format (lexgraph index --precision)")
+    ] = "fp32"
 
 
 def model_digests(system: str, workspace: str | Path) -> dict[str, str]:
