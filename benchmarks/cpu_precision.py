@@ -38,9 +38,7 @@ test of bf16 against fp32 on recall@100 (10,000 resamples; one comparison, so no
 from __future__ import annotations
 
 import contextlib
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +50,7 @@ from lexgraph.core.arguments import OneLineParser, positive_int
 from lexgraph.core.config import workspace_params
 from lexgraph.core.io import read_parquet, write_json
 from lexgraph.core.machine import describe
+from lexgraph.core.timing import interleaved, rate_rows
 from lexgraph.encoding.chunks import embed_from_chunks, encode_chunk_table
 from lexgraph.methods.zeroshot.system import SECTION, ZeroshotConfig, article_encoder, load_system
 from lexgraph.models.precision import cast_backbone, cpu_flags
@@ -127,18 +126,10 @@ def openvino_variant(encoder, texts: list[str], batch_size: int, precision: str 
 
 
 def timed(variants: dict[str, Callable], repeat: int) -> tuple[dict[str, list[float]], dict[str, torch.Tensor]]:
-    """Seconds per round of each variant (turns rotated each round, after a warm-up) and its output."""
-    names = list(variants)
-    for name in names:
-        variants[name]()
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    out: dict[str, torch.Tensor] = {}
-    for round_ in range(repeat):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            start = time.perf_counter()
-            out[name] = variants[name]()
-            seconds[name].append(time.perf_counter() - start)
-    return seconds, out
+    """:func:`~lexgraph.core.timing.interleaved` rounds after one untimed warm-up of each variant."""
+    for run in variants.values():
+        run()
+    return interleaved(variants, repeat)
 
 
 def speed(args, workspace: Path) -> dict[str, Any]:
@@ -161,7 +152,7 @@ def speed(args, workspace: Path) -> dict[str, Any]:
         if run is not None:
             variants[name] = run
     seconds, out = timed(variants, args.repeat)
-    rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
+    rows = rate_rows(seconds, len(texts), "torch_fp32")
     base = out["torch_fp32"]
     return {
         "articles": len(texts),
@@ -170,13 +161,8 @@ def speed(args, workspace: Path) -> dict[str, Any]:
         "batch_size": args.batch_size,
         "repeat": args.repeat,
         "variants": {
-            name: {
-                "articles_per_s": round(rate[name], 2),
-                "ratio": round(rate[name] / rate["torch_fp32"], 3),
-                "seconds": [round(s, 2) for s in seconds[name]],
-                "cosine": round(float(torch.nn.functional.cosine_similarity(out[name], base).min()), 5),
-            }
-            for name in variants
+            name: {**row, "cosine": round(float(torch.nn.functional.cosine_similarity(out[name], base).min()), 5)}
+            for name, row in rows.items()
         },
     }
 

@@ -25,9 +25,7 @@ chunk-vector bits as in the whole run (the incremental index's requirement: all 
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ import lexgraph.encoding.chunks as chunks
 from lexgraph.core.arguments import OneLineParser, positive_int
 from lexgraph.core.io import read_parquet, write_json
 from lexgraph.core.machine import describe
+from lexgraph.core.timing import interleaved, rate_rows
 from lexgraph.encoding.stable_batches import stable_batches
 from lexgraph.models.article_encoder import HierarchicalArticleEncoder
 
@@ -102,15 +101,9 @@ def measure(args) -> dict[str, Any]:
     variants: dict[str, int | None] = {"default": None, **{f"stable_{s}": s for s in args.steps}}
     for step in variants.values():  # warm-up
         encode(encoder, texts[:32], args.batch_size, step)
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    whole: dict[str, chunks.ChunkTable] = {}
-    names = list(variants)
-    for round_ in range(args.repeat):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            start = time.perf_counter()
-            whole[name] = encode(encoder, texts, args.batch_size, variants[name])
-            seconds[name].append(time.perf_counter() - start)
-    rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
+    runs = {name: (lambda step=step: encode(encoder, texts, args.batch_size, step)) for name, step in variants.items()}
+    seconds, whole = interleaved(runs, args.repeat)
+    rows = rate_rows(seconds, len(texts), "default")
     return {
         "machine": describe(args.threads),
         "articles": len(texts),
@@ -120,9 +113,7 @@ def measure(args) -> dict[str, Any]:
         "repeat": args.repeat,
         "variants": {
             name: {
-                "articles_per_s": round(rate[name], 2),
-                "ratio": round(rate[name] / rate["default"], 3),
-                "seconds": [round(s, 2) for s in seconds[name]],
+                **rows[name],
                 "padding": padding(lengths, args.batch_size, step, encoder.max_chunk_length),
                 "identical": identical(encoder, texts, whole[name], args.batch_size, step),
             }
