@@ -18,7 +18,7 @@ def test_variants_run_in_rotated_turns_and_keep_their_last_output():
         return run
 
     seconds, out = timing.interleaved({n: variant(n) for n in "abc"}, repeat=3)
-    assert order == list("abc" "bca" "cab")
+    assert order == list("abcbcacab")
     assert out == {"a": ("a", 3), "b": ("b", 3), "c": ("c", 3)}
     assert all(len(s) == 3 and all(x >= 0 for x in s) for s in seconds.values())
 
