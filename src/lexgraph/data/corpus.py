@@ -215,11 +215,12 @@ def _span(rec: dict) -> tuple[str | None, str | None]:
     return rec.get("valid_from"), rec.get("valid_to")
 
 
-def _repeat(kind: str, key: str, span, other) -> str:
+def _repeat(kind: str, key: str, span, other, where: str) -> str:
+    """Why record ``key`` (dates ``span``) may not repeat the id of ``where`` (dates ``other``)."""
     if span == (None, None) and other == (None, None):
-        return f"{kind} id {key!r} is already used by WHERE; expected each id once"
+        return f"{kind} id {key!r} is already used by {where}; expected each id once"
     return (
-        f"{kind} id {key!r} is already used by WHERE, one of them without valid_from or valid_to; expected each id "
+        f"{kind} id {key!r} is already used by {where}, one of them without valid_from or valid_to; expected each id "
         "once, or versions of one id, each with its dates"
     )
 
@@ -239,7 +240,7 @@ def _checked(records: list[dict], source: Source, kind: str, rules: tuple[tuple[
     refuse_repeat(
         first_undated_repeat(keys, spans),
         source,
-        lambda n, m, where: _repeat(kind, keys[n], spans[n], spans[m]).replace("WHERE", where),
+        lambda n, m, where: _repeat(kind, keys[n], spans[n], spans[m], where),
     )
     shared = overlapping(keys, spans)
     if shared:

@@ -168,9 +168,9 @@ class TextEncoder(nn.Module):
     def pool_states(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The last hidden states ``(n, seq, dim)`` pooled to ``(n, dim)``: [CLS] or masked mean, in
         float32 whatever the backbone ran in (:mod:`lexgraph.models.precision`)."""
-        hidden = hidden.float()  # (n, seq, dim); a no-op in float32
         if self.token_pooling == "cls":
-            return hidden[:, 0]  # (n, dim)
+            return hidden[:, 0].float()  # (n, dim); a no-op in float32
+        hidden = hidden.float()  # (n, seq, dim): summed in float32
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (n, seq, 1)
         return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # (n, dim)
 

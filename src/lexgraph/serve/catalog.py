@@ -63,9 +63,9 @@ class Catalog:
     articles: dict[str, Article]
     siblings: dict[tuple[str, ...], list[str]]
     runs: Runs | None
-    admin_token: str = ""
+    admin_token: str = ""  # serve.admin_token_file's token (lexgraph.serve.security.admin_token)
     #: the filter of searches by date on a corpus of versions (lexgraph.serve.searcher.InForce), or None
-    in_force: Any = None  # serve.admin_token_file's token (lexgraph.serve.security.admin_token)
+    in_force: Any = None
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     active: int = 0
     idle: asyncio.Event | None = None
